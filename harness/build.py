@@ -1,0 +1,324 @@
+"""Building `lmc` with ninja, for every target architecture.
+
+A build is keyed by (source hash, toolchain, compiler version, flags): the build directory is
+named after that key, so unchanged sources rebuild nothing and two configurations never share
+object files. ``harness`` writes the ``build.ninja`` itself and runs the ``ninja`` from PyPI.
+
+The engine source is every ``engine/*.c`` and ``engine/*.h``. Build facts reach the binary
+through a generated header (``-include lmc_build.h``) so that ``lmc info`` can report them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness import ENGINE_DIR, REPO_ROOT
+from harness.errors import InputError, RunFailure
+
+TARGETS = ("x86_64", "aarch64")
+VARIANTS = ("release", "asan")
+
+COMMON_CFLAGS = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+RELEASE_CFLAGS = ["-O3", "-fno-math-errno"]
+ASAN_CFLAGS = [
+    "-O1",
+    "-g",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+]
+TARGET_CFLAGS = {
+    # x86-64-v3 = AVX2 + FMA + F16C; the engine falls back to portable C without them.
+    "x86_64": ["-march=x86-64-v3", "-mtune=generic"],
+    # RK3588 big cores; implies NEON and the dot-product extension.
+    "aarch64": ["-mcpu=cortex-a76"],
+}
+LIBS = ["-lm", "-lpthread"]
+
+
+def default_build_root() -> Path:
+    return Path(os.environ.get("BENCHFARM_BUILD_DIR", REPO_ROOT / "build" / "engine"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Toolchains
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    name: str
+    target: str
+    cc: tuple[str, ...]
+    static: bool
+
+    def version(self) -> str:
+        try:
+            out = subprocess.run(
+                [*self.cc, "--version"], capture_output=True, text=True, timeout=30, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise RunFailure(
+                f"compiler {' '.join(self.cc)!r} for target {self.target} is not usable ({exc}); "
+                "run scripts/setup.sh to install the toolchains"
+            ) from exc
+        return out.splitlines()[0].strip() if out else "unknown"
+
+
+def host_arch() -> str:
+    return os.uname().machine
+
+
+def find_toolchain(target: str, name: str = "gcc") -> Toolchain:
+    if target not in TARGETS:
+        raise InputError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+    if name == "zig":
+        zig = shutil.which("zig")
+        cc = (zig, "cc") if zig else (sys.executable, "-m", "ziglang", "cc")
+        triple = "x86_64-linux-musl" if target == "x86_64" else "aarch64-linux-musl"
+        return Toolchain("zig", target, (*cc, "-target", triple), static=True)
+    if name != "gcc":
+        raise InputError(f"unknown toolchain {name!r}; allowed: gcc, zig")
+    if target == host_arch():
+        return Toolchain("gcc", target, (os.environ.get("CC", "gcc"),), static=False)
+    cross = f"{target}-linux-gnu-gcc"
+    if not shutil.which(cross):
+        raise RunFailure(
+            f"cross compiler {cross} not found; install Debian's gcc-{target.replace('_', '-')}"
+            "-linux-gnu (scripts/setup.sh does)"
+        )
+    return Toolchain("gcc", target, (cross,), static=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+# ---------------------------------------------------------------------------------------------
+
+
+def engine_sources(engine_dir: Path) -> list[Path]:
+    files = sorted(p for p in engine_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
+    if not any(p.suffix == ".c" for p in files):
+        raise InputError(f"no engine sources (*.c) in {engine_dir}")
+    return files
+
+
+def source_hash(engine_dir: Path) -> str:
+    """sha256 over the names and contents of the engine's sources, in name order."""
+    digest = hashlib.sha256()
+    for path in engine_sources(engine_dir):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def git_output(*args: str, cwd: Path = REPO_ROOT) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def worktree_revision() -> str:
+    """The commit of the working tree, with ``+dirty`` when the engine has local changes."""
+    try:
+        commit = git_output("rev-parse", "HEAD")
+    except InputError:
+        return "unknown"
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--", "engine"], cwd=REPO_ROOT,
+        capture_output=True, text=True,
+    ).stdout
+    return commit + ("+dirty" if status.strip() else "")
+
+
+def export_revision(rev: str, dest: Path) -> tuple[str, Path]:
+    """Extract ``engine/`` of git revision ``rev`` into ``dest``; return (commit, engine dir)."""
+    commit = git_output("rev-parse", "--verify", f"{rev}^{{commit}}")
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "engine"], cwd=REPO_ROOT, capture_output=True
+    )
+    if archive.returncode != 0:
+        raise InputError(f"revision {rev} has no engine/: {archive.stderr.decode().strip()}")
+    tar_path = dest / "engine.tar"
+    tar_path.write_bytes(archive.stdout)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest, filter="data")
+    return commit, dest / "engine"
+
+
+# ---------------------------------------------------------------------------------------------
+# The build record and the ninja file
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildRecord:
+    target: str
+    variant: str
+    toolchain: str
+    compiler: str
+    compiler_version: str
+    cflags: list[str]
+    ldflags: list[str]
+    source_hash: str
+    revision: str
+    build_key: str
+    binary: str
+    binary_sha256: str
+    build_seconds: float
+    rebuilt: bool
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+def flags_for(toolchain: Toolchain, variant: str) -> tuple[list[str], list[str]]:
+    if variant not in VARIANTS:
+        raise InputError(f"unknown build variant {variant!r}; allowed: {', '.join(VARIANTS)}")
+    cflags = COMMON_CFLAGS + (RELEASE_CFLAGS if variant == "release" else ASAN_CFLAGS)
+    cflags = cflags + TARGET_CFLAGS[toolchain.target]
+    if toolchain.name == "zig" and toolchain.target == "x86_64":
+        cflags = [f for f in cflags if f != "-mtune=generic"]
+    ldflags = list(LIBS)
+    if variant == "asan":
+        ldflags = ["-fsanitize=address,undefined", *ldflags]
+    elif toolchain.static:
+        ldflags = ["-static", *ldflags]
+    return cflags, ldflags
+
+
+def write_ninja(build_dir: Path, sources: list[Path], cc: tuple[str, ...], cflags: list[str],
+                ldflags: list[str]) -> None:
+    q = shlex.quote
+    lines = [
+        "# generated by harness.build; do not edit",
+        f"cc = {' '.join(q(c) for c in cc)}",
+        f"cflags = {' '.join(q(f) for f in cflags)} -include lmc_build.h -I.",
+        f"ldflags = {' '.join(q(f) for f in ldflags)}",
+        "rule cc",
+        "  command = $cc -MD -MF $out.d $cflags -c $in -o $out",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "  description = CC $out",
+        "rule link",
+        "  command = $cc $in -o $out $ldflags",
+        "  description = LINK $out",
+    ]
+    objects = []
+    for src in sources:
+        if src.suffix != ".c":
+            continue
+        obj = f"obj/{src.stem}.o"
+        objects.append(obj)
+        lines.append(f"build {obj}: cc {src.as_posix()} | lmc_build.h")
+    lines.append(f"build lmc: link {' '.join(objects)}")
+    lines.append("default lmc")
+    (build_dir / "build.ninja").write_text("\n".join(lines) + "\n")
+
+
+def write_build_header(build_dir: Path, values: dict[str, str]) -> None:
+    body = ["/* generated by harness.build: facts `lmc info` reports */"]
+    for key, value in values.items():
+        body.append(f"#define {key} {json.dumps(value)}")
+    header = build_dir / "lmc_build.h"
+    text = "\n".join(body) + "\n"
+    if not header.exists() or header.read_text() != text:
+        header.write_text(text)
+
+
+def run_ninja(build_dir: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ninja", "-C", str(build_dir)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise RunFailure(f"ninja failed in {build_dir}:\n{tail}")
+    return proc.stdout
+
+
+def build_engine(
+    target: str | None = None,
+    rev: str | None = None,
+    variant: str = "release",
+    toolchain_name: str = "gcc",
+    build_root: Path | None = None,
+    engine_dir: Path | None = None,
+) -> BuildRecord:
+    """Build `lmc` for ``target`` (default: this machine) and return its record."""
+    target = target or host_arch()
+    toolchain = find_toolchain(target, toolchain_name)
+    build_root = build_root or default_build_root()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="benchfarm-src-") as tmp:
+        if rev is not None:
+            revision, src_dir = export_revision(rev, Path(tmp))
+        else:
+            src_dir = engine_dir or ENGINE_DIR
+            revision = worktree_revision()
+        sources = engine_sources(src_dir)
+        src_hash = source_hash(src_dir)
+        compiler_version = toolchain.version()
+        cflags, ldflags = flags_for(toolchain, variant)
+        key_material = json.dumps(
+            [src_hash, toolchain.name, list(toolchain.cc), compiler_version, cflags, ldflags]
+        )
+        build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
+        build_dir = build_root / f"{target}-{variant}-{build_key}"
+        binary = build_dir / "lmc"
+        rebuilt = not binary.exists()
+        if rebuilt:
+            (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+            # Sources are copied so that the build directory is self-contained and a
+            # revision's sources outlive the temporary checkout.
+            src_copy = build_dir / "src"
+            src_copy.mkdir(exist_ok=True)
+            for path in sources:
+                shutil.copy2(path, src_copy / path.name)
+            copied = [src_copy / p.name for p in sources]
+            write_build_header(build_dir, {
+                "LMC_SOURCE_HASH": src_hash,
+                "LMC_COMPILER": compiler_version,
+                "LMC_FLAGS": " ".join(cflags + ldflags),
+                "LMC_TARGET": target,
+            })
+            write_ninja(build_dir, copied, toolchain.cc, cflags, ldflags)
+            run_ninja(build_dir)
+    record = BuildRecord(
+        target=target,
+        variant=variant,
+        toolchain=toolchain.name,
+        compiler=" ".join(toolchain.cc),
+        compiler_version=compiler_version,
+        cflags=cflags,
+        ldflags=ldflags,
+        source_hash=src_hash,
+        revision=revision,
+        build_key=build_key,
+        binary=str(binary),
+        binary_sha256=sha256_file(binary),
+        build_seconds=round(time.monotonic() - started, 3),
+        rebuilt=rebuilt,
+    )
+    (build_dir / "record.json").write_text(record.to_json())
+    return record

@@ -1,0 +1,75 @@
+"""The `benchfarm` command line: one module per subcommand under ``harness.commands``.
+
+Each subcommand module exposes ``register(subparsers)`` which adds its parser and sets
+``func`` to a callable taking the parsed namespace and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+SUBCOMMANDS = [
+    "build",
+    "workload",
+    "farm",
+    "devices",
+    "run",
+    "status",
+    "runs",
+    "export",
+    "report",
+    "compare",
+    "audit",
+    "reproduce",
+    "demo",
+]
+
+DEFAULT_DB = "sqlite:///benchfarm.db"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="benchfarm",
+        description="Benchmark the lmc engine on a farm of devices and audit published numbers.",
+    )
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("BENCHFARM_DB", DEFAULT_DB),
+        help="SQLAlchemy URL of the result store (default: $BENCHFARM_DB or %(default)s)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"harness.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"harness.commands.{name}":
+                continue  # not implemented yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("benchfarm: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - mapped to exit codes below
+        code = getattr(type(exc), "exit_code", None)
+        if code is None:
+            raise
+        print(f"benchfarm: error: {exc}", file=sys.stderr)
+        return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

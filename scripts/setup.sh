@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install everything benchfarm needs on a fresh Debian machine, idempotently.
+#   scripts/setup.sh          system packages + .venv with the runtime dependencies
+#   scripts/setup.sh test     ... plus the test dependencies (pytest, ruff, torch, transformers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  git build-essential python3 python3-venv python3-dev
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static   # aarch64 cross build + emulation
+  openssh-server openssh-client                                    # the local farm
+  clang                                                            # libFuzzer target
+  chromium                                                         # report rendering test
+  procps util-linux                                                # taskset, ps for fingerprints
+)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "${1:-}" = "test" ]; then
+  # torch is pinned: that CPU build is the one the machines here carry; transformers is the
+  # independent numerical reference for the engine.
+  .venv/bin/python -m pip install -q -e '.[test]'
+else
+  .venv/bin/python -m pip install -q -e .
+fi

@@ -1,0 +1,1 @@
+"""Fixtures for the db area (filled in by its issue)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the farm area (filled in by its issue)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the model area (filled in by its issue)."""

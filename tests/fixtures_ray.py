@@ -1,0 +1,1 @@
+"""Fixtures for the ray area (filled in by its issue)."""
