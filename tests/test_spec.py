@@ -1,0 +1,137 @@
+"""Spec validation: every error names the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.errors import InputError
+from harness.spec import WORKTREE, load_spec
+
+GOOD = """
+name = "t1"
+model = "model"
+devices = ["local"]
+repeats = 2
+
+[engine]
+kv = ["f32", "q8"]
+threads = 1
+
+[engine.policy.exact]
+[engine.policy.sparse]
+k = [1, 4, 32]
+
+[[workload]]
+kind = "needle"
+ctx = [256, 512]
+depth = [0.0, 0.5, 1.0]
+seed = 3
+max_new = 8
+"""
+
+
+@pytest.fixture()
+def spec_dir(tmp_path: Path) -> Path:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return tmp_path
+
+
+def write(spec_dir: Path, text: str) -> Path:
+    path = spec_dir / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+def error_of(spec_dir: Path, text: str) -> str:
+    with pytest.raises(InputError) as info:
+        load_spec(write(spec_dir, text))
+    assert info.value.exit_code == 2
+    message = str(info.value)
+    assert str(spec_dir / "spec.toml") in message
+    return message
+
+
+def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
+    spec = load_spec(write(spec_dir, GOOD))
+    assert spec.name == "t1"
+    assert spec.model == (spec_dir / "model").resolve()
+    assert spec.revisions == [WORKTREE]
+    assert (spec.repeats, spec.warmups, spec.retries) == (2, 1, 2)
+    assert [p.name for p in spec.engine.policies] == ["exact", "sparse"]
+    sparse = spec.engine.policies[1]
+    assert (sparse.k, sparse.block, sparse.probes) == ([1, 4, 32], [32], [8])
+    assert spec.engine.threads == [1]
+    needle = spec.workloads[0]
+    assert needle.axes == {"ctx": [256, 512], "depth": [0.0, 0.5, 1.0], "seed": [3]}
+    assert needle.settings == {"max_new": 8}
+    assert len(spec.hash) == 64
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "allowed"),
+    [
+        ('name = "t1"', 'name = "Bad Name"', "'name'", "[a-z0-9]"),
+        ('model = "model"', 'model = "nowhere"', "'model'", "config.json"),
+        ('kv = ["f32", "q8"]', 'kv = ["f16"]', "'engine.kv'", "allowed: f32, q8"),
+        ("threads = 1", "threads = 0", "'engine.threads'", ">= 1"),
+        ("threads = 1", 'threads = "two"', "'engine.threads'", "integer"),
+        ("[engine.policy.exact]", "[engine.policy.exact]\nk = 4", "'engine.policy.exact.k'",
+         "non-exact policies only"),
+        ("[engine.policy.sparse]", "[engine.policy.fancy]", "'engine.policy.fancy'",
+         "allowed: exact, h2o, oracle, quest, random, sparse, window"),
+        ("k = [1, 4, 32]", "k = [1, 1]", "'engine.policy.sparse.k'", "listed twice"),
+        ("k = [1, 4, 32]", "topk = 4", "'engine.policy.sparse.topk'", "allowed: block, k, probes"),
+        ('kind = "needle"', 'kind = "haystack"', "'workload[0].kind'",
+         "allowed: needle, ppl, decode, attn-bench"),
+        ("depth = [0.0, 0.5, 1.0]", "depth = [1.5]", "'workload[0].depth'", "<= 1"),
+        ("ctx = [256, 512]", "", "'workload[0].ctx'", "required for needle"),
+        ("max_new = 8", "max_new = 8\nlength = 3", "'workload[0].length'", "allowed: ctx"),
+        ("repeats = 2", "repeats = 0", "'repeats'", ">= 1"),
+        ("repeats = 2", "repeat = 2", "'repeat'", "allowed: cooldown_s, description"),
+        ('devices = ["local"]', 'devices = ["a;rm -rf"]', "'devices'", "not a device or class"),
+    ],
+)
+def test_invalid_specs_name_file_key_and_allowed(spec_dir: Path, old: str, new: str, key: str,
+                                                 allowed: str) -> None:
+    assert old in GOOD
+    message = error_of(spec_dir, GOOD.replace(old, new))
+    assert f"key {key}" in message
+    assert allowed in message
+
+
+def test_not_toml_and_missing_workload(spec_dir: Path) -> None:
+    assert "not valid TOML" in error_of(spec_dir, "name = ")
+    message = error_of(spec_dir, 'name = "x"\nmodel = "model"\n')
+    assert "key 'workload'" in message and "needle" in message
+
+
+def test_attn_bench_needs_no_model_but_checks_heads(spec_dir: Path) -> None:
+    text = 'name = "ab"\n[[workload]]\nkind = "attn-bench"\nctx = [1024, 4096]\n'
+    spec = load_spec(write(spec_dir, text))
+    assert spec.model is None
+    assert spec.workloads[0].axes["heads"] == [16]
+    bad = text + "heads = 6\nkv_heads = 4\n"
+    assert "multiple of kv_heads" in error_of(spec_dir, bad)
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "specs").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_shipped_specs_are_valid(path: Path) -> None:
+    spec = load_spec(path)
+    assert spec.workloads
+
+
+def test_cli_reports_spec_error_with_exit_code_2(spec_dir: Path) -> None:
+    path = write(spec_dir, GOOD.replace('kv = ["f32", "q8"]', 'kv = "f64"'))
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "--db", f"sqlite:///{spec_dir}/x.db", "run",
+         str(path)], capture_output=True, text=True, cwd=spec_dir, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "benchfarm: error:" in proc.stderr and "'engine.kv'" in proc.stderr
