@@ -1,0 +1,194 @@
+"""The tables of the result store (SQLAlchemy 2.0 typed ORM).
+
+The schema is created and upgraded by the Alembic migrations in ``db/migrations``; a test checks
+that the migrated schema matches these classes. Raw data is kept: one ``token_timings`` row per
+decode step, the engine's JSON output verbatim in ``runs.raw_json``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Explicit constraint names so that migrations can refer to them on every backend.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime()}
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    spec_text: Mapped[str] = mapped_column(Text)  # the spec file as it was run
+    spec_hash: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Device(Base):
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    arch: Mapped[str] = mapped_column(String(32))
+    cls: Mapped[str] = mapped_column(String(100))  # device class, e.g. "rk3588"
+    emulated: Mapped[bool] = mapped_column(Boolean)
+    info: Mapped[dict[str, Any]]  # the inventory entry (host, port, cpus, exec_prefix ...)
+    updated_at: Mapped[datetime]
+
+
+class Build(Base):
+    __tablename__ = "builds"
+    __table_args__ = (UniqueConstraint("binary_sha256", "target"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target: Mapped[str] = mapped_column(String(32))
+    variant: Mapped[str] = mapped_column(String(32))
+    toolchain: Mapped[str] = mapped_column(String(32))
+    compiler: Mapped[str] = mapped_column(String(200))
+    compiler_version: Mapped[str] = mapped_column(String(500))
+    cflags: Mapped[list[Any]]
+    ldflags: Mapped[list[Any]]
+    source_hash: Mapped[str] = mapped_column(String(128))
+    revision: Mapped[str] = mapped_column(String(128))
+    build_key: Mapped[str | None] = mapped_column(String(128))
+    binary: Mapped[str] = mapped_column(Text)  # path of the binary on the coordinator
+    binary_sha256: Mapped[str] = mapped_column(String(64))
+    build_seconds: Mapped[float | None] = mapped_column(Float)
+    extra: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("path", "sha256"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))  # of model.safetensors
+    config: Mapped[dict[str, Any]]  # config.json
+
+
+class Workload(Base):
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))  # needle, ppl, decode, attn-bench
+    params: Mapped[dict[str, Any]]  # the axes that made it (ctx, depth, seed ...)
+    content_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    ids: Mapped[list[Any]]  # the prompt / text token ids
+    answer: Mapped[str | None] = mapped_column(Text)
+    needle_span: Mapped[list[Any] | None]  # [start, end) of the needle in ids
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('ok', 'failed', 'interrupted', 'pending')", name="status"
+        ),
+        Index(None, "experiment_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(128), unique=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id"))
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"))
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
+    command: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    policy: Mapped[str | None] = mapped_column(String(32))
+    k: Mapped[int | None]
+    block: Mapped[int | None]
+    probes: Mapped[int | None]
+    kv: Mapped[str | None] = mapped_column(String(16))
+    wq: Mapped[str | None] = mapped_column(String(16))
+    threads: Mapped[int | None]
+    prefill_attn: Mapped[str | None] = mapped_column(String(32))
+    repeat: Mapped[int]
+    attempts: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    wall_ms: Mapped[float | None] = mapped_column(Float)
+    engine_ms: Mapped[float | None] = mapped_column(Float)
+    overhead_ms: Mapped[float | None] = mapped_column(Float)
+    prefill_ms: Mapped[float | None] = mapped_column(Float)
+    decode_ms_per_token: Mapped[float | None] = mapped_column(Float)
+    attn_ms_per_token: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int | None]
+    raw_json: Mapped[str | None] = mapped_column(Text)
+
+
+class DeviceSnapshot(Base):
+    __tablename__ = "device_snapshots"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    phase: Mapped[str] = mapped_column(String(16))  # before | after
+    taken_at: Mapped[datetime | None]
+    fingerprint: Mapped[dict[str, Any]]
+
+
+class TokenTimingRow(Base):
+    __tablename__ = "token_timings"
+
+    # (run_id, step) is the key: no surrogate id, so a bulk insert maintains a single index.
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    token: Mapped[int]
+    ms: Mapped[float] = mapped_column(Float)
+    attn_ms: Mapped[float | None] = mapped_column(Float)
+
+
+class OutcomeRow(Base):
+    __tablename__ = "outcomes"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    generated_ids: Mapped[list[Any] | None]
+    text: Mapped[str | None] = mapped_column(Text)
+    expected_answer: Mapped[str | None] = mapped_column(Text)
+    recall: Mapped[float | None] = mapped_column(Float)
+    nll: Mapped[float | None] = mapped_column(Float)
+    ppl: Mapped[float | None] = mapped_column(Float)
+    selection_mass: Mapped[float | None] = mapped_column(Float)
+    oracle_recall: Mapped[float | None] = mapped_column(Float)
+    max_abs_diff: Mapped[float | None] = mapped_column(Float)
+    bytes_read: Mapped[int | None] = mapped_column(BigInteger)
+    attn_median_ms: Mapped[float | None] = mapped_column(Float)
+    extra: Mapped[dict[str, Any]]

@@ -1,0 +1,276 @@
+"""Read-side helpers behind ``Store.list_runs``, ``get_run``, ``experiment_summary`` and ``frames``.
+
+They return plain dataclasses (for the CLI) or pandas DataFrames (for reports and export); no ORM
+object escapes the session that loaded it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Connection, Select, inspect, select
+from sqlalchemy.orm import Session
+
+from db.errors import StoreInputError
+from db.models import (
+    Build,
+    Device,
+    DeviceSnapshot,
+    Experiment,
+    Model,
+    OutcomeRow,
+    Run,
+    TokenTimingRow,
+    Workload,
+)
+from db.records import RUN_STATUSES, TokenTiming
+
+
+@dataclass
+class RunListing:
+    """One line of `benchfarm runs list`."""
+
+    id: int
+    run_key: str
+    experiment: str
+    device: str
+    command: str
+    policy: str | None
+    k: int | None
+    repeat: int
+    status: str
+    decode_ms_per_token: float | None
+    recall: float | None
+    ppl: float | None
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass
+class RunDetail:
+    """Everything stored about one run (`benchfarm runs show`, `benchfarm reproduce`)."""
+
+    run: dict[str, Any]  # every column of the runs row
+    experiment: str
+    device: dict[str, Any]
+    build: dict[str, Any] | None
+    model: dict[str, Any] | None
+    workload: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    snapshots: list[dict[str, Any]]
+    token_timings: list[TokenTiming]
+
+
+@dataclass
+class GroupSummary:
+    """The ok runs of one (command, policy, k, device) cell of an experiment."""
+
+    command: str
+    policy: str | None
+    k: int | None
+    device: str
+    runs: int
+    decode_ms_per_token: float | None  # medians over the runs
+    attn_ms_per_token: float | None
+    overhead_ms: float | None
+    recall: float | None  # mean over the runs
+    ppl: float | None  # median
+
+
+@dataclass
+class ExperimentSummary:
+    name: str
+    spec_hash: str
+    created_at: datetime
+    updated_at: datetime
+    counts: dict[str, int]  # runs per status, every status present (0 when none)
+    devices: dict[str, dict[str, int]]  # device name -> runs per status
+    groups: list[GroupSummary] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _row_dict(obj: Any) -> dict[str, Any]:
+    return {attr.key: getattr(obj, attr.key) for attr in inspect(obj).mapper.column_attrs}
+
+
+def _experiment(session: Session, name: str) -> Experiment:
+    row = session.scalar(select(Experiment).where(Experiment.name == name))
+    if row is None:
+        known = ", ".join(list_experiments(session)) or "none yet"
+        raise StoreInputError(f"no experiment named {name!r} in the store (known: {known})")
+    return row
+
+
+def list_experiments(session: Session) -> list[str]:
+    return list(session.scalars(select(Experiment.name).order_by(Experiment.name)))
+
+
+def list_runs(session: Session, experiment: str | None, status: str | None) -> list[RunListing]:
+    if status is not None and status not in RUN_STATUSES:
+        raise StoreInputError(f"run status {status!r}: allowed {', '.join(RUN_STATUSES)}")
+    query = (
+        select(Run, Experiment.name, Device.name, OutcomeRow.recall, OutcomeRow.ppl)
+        .join(Experiment, Run.experiment_id == Experiment.id)
+        .join(Device, Run.device_id == Device.id)
+        .outerjoin(OutcomeRow, OutcomeRow.run_id == Run.id)
+        .order_by(Run.id)
+    )
+    if experiment is not None:
+        query = query.where(Run.experiment_id == _experiment(session, experiment).id)
+    if status is not None:
+        query = query.where(Run.status == status)
+    return [
+        RunListing(id=run.id, run_key=run.run_key, experiment=exp, device=dev,
+                   command=run.command, policy=run.policy, k=run.k, repeat=run.repeat,
+                   status=run.status, decode_ms_per_token=run.decode_ms_per_token,
+                   recall=recall, ppl=ppl, finished_at=run.finished_at, error=run.error)
+        for run, exp, dev, recall, ppl in session.execute(query)
+    ]
+
+
+def get_run(session: Session, run_id_or_key: int | str) -> RunDetail:
+    """The run with this key, or with this id when no key matches and it is a number."""
+    text = str(run_id_or_key).strip()
+    run = session.scalar(select(Run).where(Run.run_key == text))
+    if run is None and text.isdigit():
+        run = session.get(Run, int(text))
+    if run is None:
+        raise StoreInputError(f"no run with id or key {text!r} in the store "
+                              "(see `benchfarm runs list`)")
+
+    def related(model: type, row_id: int | None) -> dict[str, Any] | None:
+        return None if row_id is None else _row_dict(session.get(model, row_id))
+
+    outcome = session.get(OutcomeRow, run.id)
+    snapshots = session.scalars(
+        select(DeviceSnapshot).where(DeviceSnapshot.run_id == run.id).order_by(DeviceSnapshot.id)
+    )
+    timings = session.execute(
+        select(TokenTimingRow.step, TokenTimingRow.token, TokenTimingRow.ms,
+               TokenTimingRow.attn_ms)
+        .where(TokenTimingRow.run_id == run.id).order_by(TokenTimingRow.step)
+    )
+    return RunDetail(
+        run=_row_dict(run),
+        experiment=session.get(Experiment, run.experiment_id).name,
+        device=related(Device, run.device_id),
+        build=related(Build, run.build_id),
+        model=related(Model, run.model_id),
+        workload=related(Workload, run.workload_id),
+        outcome=None if outcome is None else _row_dict(outcome),
+        snapshots=[_row_dict(s) for s in snapshots],
+        token_timings=[TokenTiming(step=s, token=t, ms=ms, attn_ms=a) for s, t, ms, a in timings],
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def experiment_summary(session: Session, name: str) -> ExperimentSummary:
+    exp = _experiment(session, name)
+    rows = session.execute(
+        select(Run.command, Run.policy, Run.k, Device.name, Run.status, Run.decode_ms_per_token,
+               Run.attn_ms_per_token, Run.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
+        .join(Device, Run.device_id == Device.id)
+        .outerjoin(OutcomeRow, OutcomeRow.run_id == Run.id)
+        .where(Run.experiment_id == exp.id)
+    ).all()
+    counts = Counter(row.status for row in rows)
+    devices: dict[str, Counter[str]] = defaultdict(Counter)
+    cells: dict[tuple, list[Any]] = defaultdict(list)
+    for row in rows:
+        devices[row.name][row.status] += 1
+        if row.status == "ok":
+            cells[(row.command, row.policy, row.k, row.name)].append(row)
+    groups = [
+        GroupSummary(
+            command=command, policy=policy, k=k, device=device, runs=len(cell),
+            decode_ms_per_token=_median([r.decode_ms_per_token for r in cell]),
+            attn_ms_per_token=_median([r.attn_ms_per_token for r in cell]),
+            overhead_ms=_median([r.overhead_ms for r in cell]),
+            recall=_mean([r.recall for r in cell]),
+            ppl=_median([r.ppl for r in cell]),
+        )
+        # Sort key: None sorts first (policy "exact" has no k).
+        for (command, policy, k, device), cell in sorted(
+            cells.items(), key=lambda item: tuple((v is not None, v) for v in item[0]))
+    ]
+    return ExperimentSummary(
+        name=exp.name, spec_hash=exp.spec_hash, created_at=exp.created_at,
+        updated_at=exp.updated_at,
+        counts={status: counts.get(status, 0) for status in RUN_STATUSES},
+        devices={dev: {s: c.get(s, 0) for s in RUN_STATUSES} for dev, c in sorted(devices.items())},
+        groups=groups,
+    )
+
+
+# -- DataFrames --------------------------------------------------------------------------------
+
+def _labelled(model: type, prefix: str, skip: tuple[str, ...] = ()) -> list[Any]:
+    return [column.label(f"{prefix}_{column.key}") for column in model.__table__.columns
+            if column.key not in skip and column.key != "id"]
+
+
+def _read(conn: Connection, query: Select) -> pd.DataFrame:
+    """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe)."""
+    result = conn.execute(query)
+    frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    for column in frame.columns:
+        if frame[column].map(lambda v: isinstance(v, dict | list)).any():
+            frame[column] = frame[column].map(
+                lambda v: None if v is None else json.dumps(v, sort_keys=True))
+    return frame
+
+
+def frames(conn: Connection, experiment: str) -> dict[str, pd.DataFrame]:
+    """The raw rows of an experiment as DataFrames, ordered by run id (and step).
+
+    - ``runs``: every runs column, plus ``experiment``, ``device_*``, ``build_*``, ``model_*``
+      and ``workload_*`` columns of the joined rows (workload ids and model config excluded:
+      they are large and available through ``get_run``).
+    - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``run_id``.
+    JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
+    """
+    with Session(bind=conn) as session:
+        exp_id = _experiment(session, experiment).id
+    in_exp = select(Run.id).where(Run.experiment_id == exp_id).scalar_subquery()
+    runs = (
+        select(*Run.__table__.columns, Experiment.name.label("experiment"),
+               *_labelled(Device, "device"), *_labelled(Build, "build"),
+               *_labelled(Model, "model", skip=("config",)),
+               *_labelled(Workload, "workload", skip=("ids",)))
+        .join(Experiment, Run.experiment_id == Experiment.id)
+        .join(Device, Run.device_id == Device.id)
+        .outerjoin(Build, Run.build_id == Build.id)
+        .outerjoin(Model, Run.model_id == Model.id)
+        .outerjoin(Workload, Run.workload_id == Workload.id)
+        .where(Run.experiment_id == exp_id)
+        .order_by(Run.id)
+    )
+    return {
+        "runs": _read(conn, runs),
+        "token_timings": _read(conn, select(TokenTimingRow.__table__)
+                               .where(TokenTimingRow.run_id.in_(in_exp))
+                               .order_by(TokenTimingRow.run_id, TokenTimingRow.step)),
+        "outcomes": _read(conn, select(OutcomeRow.__table__)
+                          .where(OutcomeRow.run_id.in_(in_exp)).order_by(OutcomeRow.run_id)),
+        "snapshots": _read(conn, select(DeviceSnapshot.__table__)
+                           .where(DeviceSnapshot.run_id.in_(in_exp))
+                           .order_by(DeviceSnapshot.run_id, DeviceSnapshot.id)),
+    }

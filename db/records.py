@@ -1,0 +1,110 @@
+"""Plain records the coordinator fills and hands to :meth:`db.store.Store.save_run`.
+
+They carry no database state: ids of the experiment, device, build, model and workload come from
+the ``upsert_*``/``record_build`` methods of the store. Timings are milliseconds, as the engine
+prints them. Timestamps are :class:`datetime.datetime` (aware ones are stored as UTC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# A run is "ok" when the engine finished and its output was parsed; "failed" when the engine (or
+# the transport) failed for good; "interrupted" when the coordinator stopped while it was in
+# flight; "pending" when no board could run it (a later `benchfarm run` finishes it).
+RUN_STATUSES = ("ok", "failed", "interrupted", "pending")
+SNAPSHOT_PHASES = ("before", "after")
+
+
+@dataclass
+class TokenTiming:
+    """One decode step of a `generate` run: ``steps[step]`` of the engine output."""
+
+    step: int  # 0-based index of the generated token
+    token: int  # the generated token id
+    ms: float  # wall time of the whole decode step
+    attn_ms: float | None = None  # time spent in attention during that step
+
+
+@dataclass
+class Outcome:
+    """What a run produced, and how good it was. Fields that do not apply stay None."""
+
+    generated_ids: list[int] | None = None  # `generate`: the generated token ids
+    text: str | None = None  # the generated ids decoded to text
+    expected_answer: str | None = None  # the needle answer the workload expects
+    recall: float | None = None  # 1.0 when the answer was recalled, 0.0 when not
+    nll: float | None = None  # `ppl`: mean negative log-likelihood, nats/token
+    ppl: float | None = None  # `ppl`: perplexity = exp(nll)
+    selection_mass: float | None = None  # attention mass captured by the selected blocks
+    oracle_recall: float | None = None  # fraction of the oracle's top-k blocks selected
+    max_abs_diff: float | None = None  # max |out - exact out| of the attention output
+    bytes_read: int | None = None  # KV bytes read per decode step by the policy
+    attn_median_ms: float | None = None  # `attn-bench`: median attention time
+    extra: dict[str, Any] = field(default_factory=dict)  # any other figure, kept verbatim
+
+
+@dataclass
+class Snapshot:
+    """A device fingerprint (governor, frequencies, temperature, load ...) around a run."""
+
+    phase: str  # "before" or "after" the run
+    fingerprint: dict[str, Any]
+    taken_at: datetime | None = None
+
+
+@dataclass
+class RunResult:
+    """Everything about one run of the matrix; one row of ``runs`` plus its child rows.
+
+    ``run_key`` is the deterministic key of the run (engine build, model, workload, engine
+    config, device, repeat index): the store holds at most one row per key.
+    """
+
+    run_key: str
+    experiment_id: int
+    device_id: int
+    command: str  # engine subcommand: "generate", "ppl" or "attn-bench"
+    status: str = "ok"  # one of RUN_STATUSES
+    build_id: int | None = None
+    model_id: int | None = None  # None for `attn-bench` (synthetic data)
+    workload_id: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # the full engine config of the run
+    # The common engine axes, also kept as columns so that reports can group by them.
+    policy: str | None = None  # exact|sparse|window|h2o|quest|random|oracle
+    k: int | None = None
+    block: int | None = None
+    probes: int | None = None
+    kv: str | None = None  # f32|q8
+    wq: str | None = None  # f32|q8
+    threads: int | None = None
+    prefill_attn: str | None = None
+    repeat: int = 0  # repeat index within the matrix
+    attempts: int = 1  # how many times it was tried (board loss retries)
+    exit_code: int | None = None  # of the engine process; None when it never ran
+    error: str | None = None  # stderr / the reason of a failure or interruption
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    wall_ms: float | None = None  # whole run seen by the coordinator (push, exec, fetch)
+    engine_ms: float | None = None  # the engine process alone
+    overhead_ms: float | None = None  # wall_ms - engine_ms: the harness's cost
+    prefill_ms: float | None = None
+    decode_ms_per_token: float | None = None
+    attn_ms_per_token: float | None = None
+    prompt_tokens: int | None = None
+    raw_json: str | None = None  # the engine's stdout, verbatim
+    token_timings: list[TokenTiming] = field(default_factory=list)
+    outcome: Outcome | None = None
+    snapshots: list[Snapshot] = field(default_factory=list)
+
+
+def timings_from_steps(steps: Iterable[Mapping[str, Any]]) -> list[TokenTiming]:
+    """Token timings from the ``steps`` list of an engine `generate` output."""
+    return [
+        TokenTiming(step=i, token=int(s["token"]), ms=float(s["ms"]),
+                    attn_ms=None if s.get("attn_ms") is None else float(s["attn_ms"]))
+        for i, s in enumerate(steps)
+    ]

@@ -1,0 +1,346 @@
+"""The result store: the coordinator's only way to write results, and the CLI's way to read them.
+
+``Store.open(url)`` connects to any SQLAlchemy URL (SQLite by default, in WAL mode) and brings the
+schema up to date with the Alembic migrations in ``db/migrations``. Each run is saved in ONE
+transaction (run row, snapshots, token timings, outcome), so a crash never leaves half a run, and
+the unique run key guarantees at most one row per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from alembic import command
+from alembic.config import Config
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from db import queries
+from db.errors import StoreError, StoreInputError
+from db.models import (
+    Build,
+    Device,
+    DeviceSnapshot,
+    Experiment,
+    Model,
+    OutcomeRow,
+    Run,
+    TokenTimingRow,
+    Workload,
+)
+from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Keeps IN (...) lists under every backend's limit on bound parameters.
+KEY_CHUNK = 500
+
+
+def utc_naive(moment: datetime | None) -> datetime | None:
+    """Timestamps are stored as naive UTC, the one form every backend round-trips unchanged."""
+    if moment is None or moment.tzinfo is None:
+        return moment
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _chunks(keys: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(keys), KEY_CHUNK):
+        yield keys[start:start + KEY_CHUNK]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL: readers (reports) never block the single writer (the coordinator) and vice versa.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # NORMAL is durable across application crashes in WAL mode; only an OS crash may lose the
+    # last commits, never corrupt the file.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def create_store_engine(url: str) -> Engine:
+    """An Engine for ``url``; bad URLs, unknown drivers and missing directories are input errors."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreInputError(
+            f"--db {url!r} is not a SQLAlchemy URL ({exc}); "
+            "examples: sqlite:///benchfarm.db, postgresql+psycopg://user@127.0.0.1/benchfarm"
+        ) from exc
+    shown = parsed.render_as_string(hide_password=True)
+    options: dict[str, Any] = {}
+    is_sqlite = parsed.get_backend_name() == "sqlite"
+    if is_sqlite:
+        database = parsed.database or ""
+        if database in ("", ":memory:"):
+            # One shared connection, or every connection would see its own empty database.
+            options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        elif not database.startswith("file:"):
+            parent = Path(database).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StoreInputError(
+                    f"--db {shown}: directory {parent} does not exist; create it or choose "
+                    "another path"
+                )
+    try:
+        engine = create_engine(parsed, **options)
+    except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as exc:
+        raise StoreInputError(
+            f"--db {shown}: cannot use this database driver ({exc}); install it or use "
+            "sqlite:///PATH"
+        ) from exc
+    if is_sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Create or upgrade the schema to ``revision`` with the Alembic migrations."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+class Store:
+    """The result store. Open with :meth:`open`; all methods are safe to call repeatedly."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        engine = create_store_engine(url)
+        shown = engine.url.render_as_string(hide_password=True)
+        try:
+            migrate(engine)
+        except CommandError as exc:
+            engine.dispose()
+            raise StoreError(
+                f"--db {shown}: the schema cannot be upgraded ({exc}); it was probably written "
+                "by a newer benchfarm"
+            ) from exc
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise StoreInputError(f"--db {shown}: cannot open the result store ({reason})") from exc
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """An ORM session in one transaction: committed on success, rolled back on error."""
+        with self._sessions.begin() as session:
+            yield session
+
+    # -- reference rows ------------------------------------------------------------------------
+
+    def upsert_experiment(self, name: str, spec_text: str, spec_hash: str) -> int:
+        """The experiment named ``name``; its spec is updated to the one being run."""
+        with self.session() as s:
+            row = s.scalar(select(Experiment).where(Experiment.name == name))
+            if row is None:
+                row = Experiment(name=name, created_at=now())
+                s.add(row)
+            row.spec_text, row.spec_hash, row.updated_at = spec_text, spec_hash, now()
+            s.flush()
+            return row.id
+
+    def upsert_device(self, name: str, arch: str, cls: str, emulated: bool,
+                      info: dict[str, Any]) -> int:
+        with self.session() as s:
+            row = s.scalar(select(Device).where(Device.name == name))
+            if row is None:
+                row = Device(name=name)
+                s.add(row)
+            row.arch, row.cls, row.emulated = arch, cls, bool(emulated)
+            row.info, row.updated_at = dict(info), now()
+            s.flush()
+            return row.id
+
+    def record_build(self, record: dict[str, Any]) -> int:
+        """Store a harness BuildRecord (as ``dataclasses.asdict``); one row per (sha256, target)."""
+        with self.session() as s:
+            row = s.scalar(select(Build).where(Build.binary_sha256 == record["binary_sha256"],
+                                               Build.target == record["target"]))
+            if row is None:
+                row = Build(created_at=now())
+                s.add(row)
+            for column in ("target", "variant", "toolchain", "compiler", "compiler_version",
+                           "source_hash", "revision", "binary", "binary_sha256"):
+                setattr(row, column, str(record[column]))
+            row.cflags, row.ldflags = list(record["cflags"]), list(record["ldflags"])
+            row.build_key = record.get("build_key")
+            row.build_seconds = record.get("build_seconds")
+            row.extra = dict(record.get("extra") or {})
+            s.flush()
+            return row.id
+
+    def upsert_model(self, path: str, sha256: str, config: dict[str, Any]) -> int:
+        with self.session() as s:
+            row = s.scalar(select(Model).where(Model.path == str(path), Model.sha256 == sha256))
+            if row is None:
+                row = Model(path=str(path), sha256=sha256)
+                s.add(row)
+            row.config = dict(config)
+            s.flush()
+            return row.id
+
+    def upsert_workload(self, kind: str, params: dict[str, Any], content_hash: str,
+                        ids: Iterable[int], answer: str | None = None,
+                        needle_span: Iterable[int] | None = None) -> int:
+        """The workload with ``content_hash``; its content never changes once stored."""
+        with self.session() as s:
+            row_id = s.scalar(select(Workload.id).where(Workload.content_hash == content_hash))
+            if row_id is not None:
+                return row_id
+            row = Workload(kind=kind, params=dict(params), content_hash=content_hash,
+                           ids=[int(i) for i in ids], answer=answer,
+                           needle_span=None if needle_span is None else list(needle_span))
+            s.add(row)
+            s.flush()
+            return row.id
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def completed_run_keys(self, run_keys: Iterable[str] | None = None) -> set[str]:
+        """Keys of the runs stored as ok (among ``run_keys`` when given)."""
+        ok = select(Run.run_key).where(Run.status == "ok")
+        with self.engine.connect() as conn:
+            if run_keys is None:
+                return set(conn.scalars(ok))
+            done: set[str] = set()
+            for chunk in _chunks(list(run_keys)):
+                done.update(conn.scalars(ok.where(Run.run_key.in_(chunk))))
+            return done
+
+    def save_run(self, result: RunResult) -> int:
+        """Store one run and all its rows in ONE transaction; returns the run id.
+
+        A row with the same run key (failed, interrupted, pending, or ok under ``--force``) is
+        replaced in place: it keeps its id, and its old snapshots, timings and outcome go.
+        """
+        _check_result(result)
+        values = _run_values(result)
+        runs = Run.__table__
+        with self.engine.begin() as conn:
+            run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
+            if run_id is None:
+                run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
+            else:
+                for child in (TokenTimingRow, OutcomeRow, DeviceSnapshot):
+                    conn.execute(delete(child.__table__).where(child.__table__.c.run_id == run_id))
+                conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+            _insert_children(conn, run_id, result)
+        return run_id
+
+    def mark_runs(self, keys: Iterable[str], status: str, error: str | None = None) -> set[str]:
+        """Set ``status`` (e.g. interrupted, pending) and ``error`` on the stored, non-ok runs.
+
+        Ok runs are never downgraded. Returns the keys that have no row at all: record those
+        with ``save_run(RunResult(..., status=status))`` since a row needs its device etc.
+        """
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status {status!r}: allowed {', '.join(RUN_STATUSES)}")
+        keys = list(dict.fromkeys(keys))
+        runs = Run.__table__
+        stored: set[str] = set()
+        with self.engine.begin() as conn:
+            for chunk in _chunks(keys):
+                stored.update(conn.scalars(select(runs.c.run_key).where(runs.c.run_key.in_(chunk))))
+                conn.execute(update(runs)
+                             .where(runs.c.run_key.in_(chunk), runs.c.status != "ok")
+                             .values(status=status, error=error))
+        return set(keys) - stored
+
+    # -- queries (db/queries.py) ---------------------------------------------------------------
+
+    def list_experiments(self) -> list[str]:
+        with self.session() as s:
+            return queries.list_experiments(s)
+
+    def list_runs(self, experiment: str | None = None,
+                  status: str | None = None) -> list[queries.RunListing]:
+        with self.session() as s:
+            return queries.list_runs(s, experiment, status)
+
+    def get_run(self, run_id_or_key: int | str) -> queries.RunDetail:
+        with self.session() as s:
+            return queries.get_run(s, run_id_or_key)
+
+    def experiment_summary(self, name: str) -> queries.ExperimentSummary:
+        with self.session() as s:
+            return queries.experiment_summary(s, name)
+
+    def frames(self, experiment: str) -> dict[str, pd.DataFrame]:
+        with self.engine.connect() as conn:
+            return queries.frames(conn, experiment)
+
+
+def _check_result(result: RunResult) -> None:
+    if result.status not in RUN_STATUSES:
+        raise ValueError(f"run {result.run_key}: status {result.status!r}; "
+                         f"allowed {', '.join(RUN_STATUSES)}")
+    for snapshot in result.snapshots:
+        if snapshot.phase not in SNAPSHOT_PHASES:
+            raise ValueError(f"run {result.run_key}: snapshot phase {snapshot.phase!r}; "
+                             f"allowed {', '.join(SNAPSHOT_PHASES)}")
+
+
+RUN_FIELDS = (
+    "run_key", "experiment_id", "device_id", "build_id", "model_id", "workload_id", "command",
+    "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "repeat",
+    "attempts", "status", "exit_code", "error", "wall_ms", "engine_ms", "overhead_ms",
+    "prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens", "raw_json",
+)
+
+
+def _run_values(result: RunResult) -> dict[str, Any]:
+    values = {name: getattr(result, name) for name in RUN_FIELDS}
+    values["config"] = dict(result.config)
+    values["started_at"] = utc_naive(result.started_at)
+    values["finished_at"] = utc_naive(result.finished_at)
+    return values
+
+
+def _insert_children(conn: Connection, run_id: int, result: RunResult) -> None:
+    if result.token_timings:
+        # One executemany for all steps: the bulk path the store benchmark measures.
+        conn.execute(insert(TokenTimingRow.__table__), [
+            {"run_id": run_id, "step": t.step, "token": t.token, "ms": t.ms, "attn_ms": t.attn_ms}
+            for t in result.token_timings
+        ])
+    if result.snapshots:
+        conn.execute(insert(DeviceSnapshot.__table__), [
+            {"run_id": run_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
+             "fingerprint": dict(s.fingerprint)}
+            for s in result.snapshots
+        ])
+    if result.outcome is not None:
+        values = asdict(result.outcome)
+        values["extra"] = dict(values["extra"] or {})
+        conn.execute(insert(OutcomeRow.__table__).values(run_id=run_id, **values))
