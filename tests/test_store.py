@@ -1,0 +1,234 @@
+"""The result store on real SQLite files: schema, round trips, run keys, transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict, replace
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from fixtures_db import BUILD_RECORD, add_refs, sample_result
+from sqlalchemy import inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
+from db.models import Base, Run
+from db.store import KEY_CHUNK
+
+TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
+          "token_timings", "outcomes"}
+
+
+def count(store: Store, table: str) -> int:
+    with store.engine.connect() as conn:
+        return conn.scalar(text(f"SELECT count(*) FROM {table}"))
+
+
+def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
+    store = Store.open(store_url)
+    with store.engine.connect() as conn:
+        assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0001"
+        # The hand-written migration and the ORM classes describe the same schema.
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    store.close()
+    with Store.open(store_url) as again:  # reopening an up-to-date file changes nothing
+        assert count(again, "alembic_version") == 1
+
+
+def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store, store_url: str) -> None:
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    # WAL is a property of the file: a plain sqlite3 connection sees it too.
+    raw = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    raw.close()
+
+
+def test_save_run_round_trip(store: Store, refs) -> None:
+    result = sample_result(refs, "key-1", steps=6)
+    run_id = store.save_run(result)
+    detail = store.get_run("key-1")
+    assert detail.run["id"] == run_id and store.get_run(str(run_id)).run["run_key"] == "key-1"
+    for name in ("command", "policy", "k", "block", "probes", "kv", "wq", "threads",
+                 "prefill_attn", "repeat", "status", "exit_code", "wall_ms", "engine_ms",
+                 "overhead_ms", "prefill_ms", "decode_ms_per_token", "attn_ms_per_token",
+                 "prompt_tokens", "raw_json", "config"):
+        assert detail.run[name] == getattr(result, name), name
+    # Aware timestamps are stored as naive UTC.
+    assert detail.run["started_at"] == result.started_at.replace(tzinfo=None)
+    assert detail.token_timings == result.token_timings
+    outcome = {k: v for k, v in detail.outcome.items() if k != "run_id"}
+    assert outcome == asdict(result.outcome)
+    assert [(s["phase"], s["fingerprint"]) for s in detail.snapshots] == [
+        (s.phase, s.fingerprint) for s in result.snapshots]
+    assert detail.experiment == "exp" and detail.device["name"] == "local"
+    assert detail.build["binary_sha256"] == BUILD_RECORD["binary_sha256"]
+    assert detail.workload["ids"] == [1, 2, 3, 4] and detail.workload["needle_span"] == [1, 3]
+    assert detail.model["config"] == {"hidden_size": 64}
+
+
+def test_reference_upserts_return_the_same_row(store: Store, refs) -> None:
+    again = add_refs(store)
+    assert again == refs
+    assert store.upsert_device("local", "x86_64", "x86", True, {"host": "h2"}) == refs.device_id
+    assert count(store, "devices") == 1
+    other = store.record_build({**BUILD_RECORD, "target": "aarch64"})
+    assert other != refs.build_id and count(store, "builds") == 2
+    assert store.upsert_workload("needle", {}, "w" * 16, [9]) == refs.workload_id
+
+
+def test_record_build_takes_a_harness_build_record(store: Store) -> None:
+    from harness.build import BuildRecord
+
+    record = BuildRecord(**{k: v for k, v in BUILD_RECORD.items()})
+    build_id = store.record_build(asdict(record))
+    assert store.record_build(asdict(record)) == build_id
+
+
+def test_failed_run_is_replaced_in_place_never_duplicated(store: Store, refs) -> None:
+    failed_id = store.save_run(sample_result(refs, "k", status="failed", steps=3))
+    assert store.completed_run_keys() == set()
+    ok_id = store.save_run(sample_result(refs, "k", steps=5))
+    assert ok_id == failed_id
+    assert count(store, "runs") == 1 and count(store, "token_timings") == 5
+    assert count(store, "outcomes") == 1 and count(store, "device_snapshots") == 2
+    assert store.get_run("k").run["status"] == "ok" and store.get_run("k").run["error"] is None
+    assert store.completed_run_keys() == {"k"}
+
+
+def test_the_database_refuses_a_second_row_per_key(store: Store, refs) -> None:
+    store.save_run(sample_result(refs, "k"))
+    row = {c: v for c, v in store.get_run("k").run.items() if c != "id"}
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(Run.__table__.insert().values(**row))
+    assert count(store, "runs") == 1
+
+
+def test_an_error_mid_save_leaves_nothing_written(store: Store, refs) -> None:
+    # Duplicate decode steps violate the (run_id, step) key after the run row was written.
+    bad = sample_result(refs, "k", steps=3)
+    bad.token_timings.append(TokenTiming(step=0, token=1, ms=1.0))
+    with pytest.raises(IntegrityError):
+        store.save_run(bad)
+    assert all(count(store, t) == 0
+               for t in ("runs", "token_timings", "outcomes", "device_snapshots"))
+    # A failing replacement keeps the previous row and its children untouched.
+    store.save_run(sample_result(refs, "k", status="failed", steps=2))
+    with pytest.raises(IntegrityError):
+        store.save_run(replace(bad, outcome=None))
+    assert store.get_run("k").run["status"] == "failed" and count(store, "token_timings") == 2
+
+
+def test_invalid_status_is_refused_before_writing(store: Store, refs) -> None:
+    with pytest.raises(ValueError, match="allowed ok, failed"):
+        store.save_run(sample_result(refs, "k", status="done"))
+    assert count(store, "runs") == 0
+
+
+def test_completed_run_keys_filters_by_status_and_keys(store: Store, refs) -> None:
+    statuses = ["ok", "failed", "interrupted", "pending"] * 3
+    for i, status in enumerate(statuses):
+        store.save_run(sample_result(refs, f"k{i}", status=status, steps=1))
+    ok = {f"k{i}" for i, s in enumerate(statuses) if s == "ok"}
+    assert store.completed_run_keys() == ok
+    asked = [f"k{i}" for i in range(KEY_CHUNK * 2 + 7)]  # more keys than one IN (...) holds
+    assert store.completed_run_keys(asked) == ok
+    assert store.completed_run_keys(["k0", "k1", "nope"]) == {"k0"}
+    assert store.completed_run_keys([]) == set()
+
+
+def test_mark_runs_never_downgrades_ok_and_reports_missing(store: Store, refs) -> None:
+    store.save_run(sample_result(refs, "done"))
+    store.save_run(sample_result(refs, "running", status="pending"))
+    missing = store.mark_runs(["done", "running", "never"], "interrupted", "Ctrl-C")
+    assert missing == {"never"}
+    assert store.get_run("done").run["status"] == "ok"
+    assert store.get_run("running").run["status"] == "interrupted"
+    assert store.get_run("running").run["error"] == "Ctrl-C"
+    with pytest.raises(ValueError):
+        store.mark_runs(["running"], "lost")
+
+
+def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
+    other = add_refs(store, experiment="other", device="rk1")
+    store.save_run(sample_result(refs, "a", steps=3))
+    store.save_run(sample_result(refs, "b", steps=4, decode_ms_per_token=14.5, repeat=1))
+    store.save_run(sample_result(refs, "c", status="failed", steps=0, outcome=None))
+    store.save_run(sample_result(other, "d", steps=5))
+
+    assert store.list_experiments() == ["exp", "other"]
+    assert [r.run_key for r in store.list_runs()] == ["a", "b", "c", "d"]
+    assert [r.run_key for r in store.list_runs("exp", "failed")] == ["c"]
+    listing = store.list_runs("other")[0]
+    assert (listing.device, listing.recall, listing.status) == ("rk1", 1.0, "ok")
+
+    summary = store.experiment_summary("exp")
+    assert summary.counts == {"ok": 2, "failed": 1, "interrupted": 0, "pending": 0}
+    assert summary.total == 3 and summary.devices == {"local": summary.counts}
+    (group,) = summary.groups
+    assert (group.runs, group.decode_ms_per_token, group.recall) == (2, 13.5, 1.0)
+
+    frames = store.frames("exp")
+    runs = frames["runs"]
+    assert list(runs["run_key"]) == ["a", "b", "c"]
+    assert {"experiment", "device_name", "device_emulated", "build_binary_sha256",
+            "model_sha256", "workload_content_hash", "workload_answer"} <= set(runs.columns)
+    assert set(runs["device_name"]) == {"local"} and set(runs["experiment"]) == {"exp"}
+    assert runs.loc[0, "config"] == '{"attn": "sparse", "k": 4, "threads": 2}'
+    timings = frames["token_timings"]
+    assert len(timings) == 7 and list(timings["step"][:3]) == [0, 1, 2]
+    assert len(frames["outcomes"]) == 2 and len(frames["snapshots"]) == 6
+    assert frames["outcomes"].loc[0, "generated_ids"] == "[100, 101, 102]"
+
+
+def test_unknown_names_are_input_errors(store: Store, refs) -> None:
+    with pytest.raises(StoreInputError, match="no experiment named 'nope'.*known: exp"):
+        store.frames("nope")
+    with pytest.raises(StoreInputError, match="no run with id or key '42'"):
+        store.get_run(42)
+    with pytest.raises(StoreInputError, match="allowed ok, failed"):
+        store.list_runs(status="weird")
+
+
+@pytest.mark.parametrize("url, message", [
+    ("not a url", "is not a SQLAlchemy URL"),
+    ("nosuchdb://host/db", "cannot use this database driver"),
+    ("sqlite:////nonexistent-dir/x.db", "directory /nonexistent-dir does not exist"),
+])
+def test_bad_urls_are_input_errors(url: str, message: str) -> None:
+    with pytest.raises(StoreInputError, match=message) as caught:
+        Store.open(url)
+    assert caught.value.exit_code == 2
+
+
+def test_a_file_that_is_not_a_database_is_an_input_error(tmp_path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are not the rows you are looking for\n" * 100)
+    with pytest.raises(StoreInputError, match="cannot open the result store"):
+        Store.open(f"sqlite:///{path}")
+
+
+def test_a_schema_from_a_newer_benchfarm_is_refused(store: Store, store_url: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(StoreError, match="cannot be upgraded") as caught:
+        Store.open(store_url)
+    assert caught.value.exit_code == 1
+
+
+def test_timings_from_engine_steps() -> None:
+    steps = [{"token": 5, "ms": 1.5, "attn_ms": 0.5}, {"token": 6, "ms": 2}]
+    assert timings_from_steps(steps) == [TokenTiming(0, 5, 1.5, 0.5), TokenTiming(1, 6, 2.0)]
+
+
+def test_session_rolls_back_on_error(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.session() as session:
+        session.execute(text("INSERT INTO experiments (name, spec_text, spec_hash, created_at, "
+                             "updated_at) VALUES ('x', '', '', '2025-01-01', '2025-01-01')"))
+        raise RuntimeError("abort")
+    with store.session() as session:
+        assert session.scalars(select(Run)).all() == [] and count(store, "experiments") == 0
