@@ -1,0 +1,198 @@
+"""The content-addressed artifact cache on a device, shared by every transport.
+
+Layout under the device's workdir::
+
+    cache/<sha256>            one file per distinct content, read-only, verified before use
+    cache/.incoming-*         uploads in flight (renamed into place only after verification)
+    trees/<sha256>/<relpath>  a pushed directory: symlinks into cache/, named by the hash of its
+                              manifest ("<sha256>  <relpath>" lines, sorted)
+
+Every push asks the device to hash what it already has (one ``sha256sum`` call for all files);
+only missing or corrupt files are uploaded. The shell scripts below are constants: paths reach
+them as positional parameters, never as shell text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from devices.errors import TransferFailed
+from devices.transport import PushResult, Transport
+
+HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a while
+
+# $1 = cache dir; $2.. = file names. Prints "<hash>  <name>" for each file that exists.
+HASH_SCRIPT = 'mkdir -p -- "$1" && cd -- "$1" && shift && sha256sum -- "$@" 2>/dev/null; exit 0'
+
+# $1 = cache dir; then pairs (incoming name, expected sha256). Verifies each upload on the device
+# and only then moves it into place.
+FINALIZE_SCRIPT = """
+cd -- "$1" || exit 1
+shift
+while [ "$#" -ge 2 ]; do
+  got=$(sha256sum -- "$1" | cut -d ' ' -f 1)
+  if [ "$got" != "$2" ]; then
+    rm -f -- "$1"
+    echo "upload of $2 arrived with hash $got" >&2
+    exit 3
+  fi
+  chmod 0555 -- "$1" && mv -f -- "$1" "$2" || exit 1
+  shift 2
+done
+"""
+
+# $1 = tree dir, $2 = cache dir; then pairs (relpath, sha256). Succeeds (exit 0) only when the
+# tree exists and every link points at its blob.
+TREE_CHECK_SCRIPT = """
+tree=$1; cache=$2; shift 2
+[ -d "$tree" ] || exit 1
+while [ "$#" -ge 2 ]; do
+  [ "$(readlink -- "$tree/$1")" = "$cache/$2" ] || exit 1
+  shift 2
+done
+"""
+
+# $1 = tree dir, $2 = cache dir; then pairs (relpath, sha256). Builds the tree beside its final
+# name and renames it into place, so a half-built tree is never visible.
+TREE_BUILD_SCRIPT = """
+tree=$1; cache=$2; shift 2
+tmp="$tree.incoming-$$"
+rm -rf -- "$tmp" && mkdir -p -- "$tmp" || exit 1
+while [ "$#" -ge 2 ]; do
+  mkdir -p -- "$(dirname -- "$tmp/$1")" && ln -s -- "$cache/$2" "$tmp/$1" || exit 1
+  shift 2
+done
+rm -rf -- "$tree" && mv -- "$tmp" "$tree"
+"""
+
+
+@dataclass(frozen=True)
+class _LocalFile:
+    path: Path
+    sha256: str
+    size: int
+
+
+_hash_memo: dict[tuple[str, int, int, int], str] = {}
+
+
+def local_sha256(path: Path) -> str:
+    """SHA-256 of a local file, memoised on (path, inode, size, mtime)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _hash_memo:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        _hash_memo[key] = digest.hexdigest()
+    return _hash_memo[key]
+
+
+def _describe(path: Path) -> _LocalFile:
+    return _LocalFile(path, local_sha256(path), path.stat().st_size)
+
+
+def _sh(transport: Transport, script: str, args: list[str]) -> tuple[int, str, str]:
+    result = transport.run_host(["sh", "-c", script, "sh", *args], timeout=HOST_TIMEOUT_S)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _valid_blobs(transport: Transport, shas: list[str]) -> set[str]:
+    """The subset of ``shas`` whose cached copy on the device has exactly that hash."""
+    if not shas:
+        return set()
+    _, out, _ = _sh(transport, HASH_SCRIPT, [transport.path("cache"), *sorted(set(shas))])
+    valid = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == parts[1]:
+            valid.add(parts[0])
+    return valid
+
+
+def _existing_blobs(transport: Transport, shas: list[str]) -> set[str]:
+    """Blobs present under their name, valid or not (to tell "sent" from "repaired")."""
+    script = 'cd -- "$1" 2>/dev/null || exit 0; shift; for f; do [ -e "$f" ] && echo "$f"; done'
+    _, out, _ = _sh(transport, script, [transport.path("cache"), *shas])
+    return set(out.split())
+
+
+def _ensure_blobs(transport: Transport, files: list[_LocalFile]) -> dict[str, str]:
+    """Make every file present and verified in the cache; returns sha256 -> status."""
+    by_sha = {f.sha256: f for f in files}
+    valid = _valid_blobs(transport, list(by_sha))
+    status = {sha: "cached" for sha in valid}
+    missing = [f for sha, f in by_sha.items() if sha not in valid]
+    if not missing:
+        return status
+    present = _existing_blobs(transport, [f.sha256 for f in missing])
+    pairs: list[str] = []
+    for f in missing:
+        incoming = f".incoming-{f.sha256[:16]}-{secrets.token_hex(4)}"
+        transport.bytes_sent += transport.upload(f.path, transport.path("cache", incoming))
+        pairs += [incoming, f.sha256]
+        status[f.sha256] = "repaired" if f.sha256 in present else "sent"
+    code, _, err = _sh(transport, FINALIZE_SCRIPT, [transport.path("cache"), *pairs])
+    if code != 0:
+        raise TransferFailed(transport.device.name,
+                             f"artifact verification failed after upload: {err.strip()}")
+    return status
+
+
+def push_file(transport: Transport, local_path: Path) -> str:
+    if not local_path.is_file():
+        raise TransferFailed(transport.device.name, f"cannot push {local_path}: not a file")
+    before = transport.bytes_sent
+    f = _describe(local_path)
+    status = _ensure_blobs(transport, [f])[f.sha256]
+    remote = transport.path("cache", f.sha256)
+    transport.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
+                                     transport.bytes_sent - before, status)
+    return remote
+
+
+def tree_manifest(local_dir: Path, device: str) -> list[tuple[str, _LocalFile]]:
+    """(relative path, file) for every file under ``local_dir``, sorted; symlinks followed."""
+    entries = []
+    for root, dirs, names in os.walk(local_dir, followlinks=True):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(root, name)
+            rel = path.relative_to(local_dir).as_posix()
+            if not path.is_file():
+                raise TransferFailed(device, f"cannot push {path}: not a regular file")
+            entries.append((rel, _describe(path)))
+    return sorted(entries, key=lambda e: e[0])
+
+
+def push_tree(transport: Transport, local_dir: Path) -> str:
+    if not local_dir.is_dir():
+        raise TransferFailed(transport.device.name, f"cannot push {local_dir}: not a directory")
+    before = transport.bytes_sent
+    entries = tree_manifest(local_dir, transport.device.name)
+    manifest = "".join(f"{f.sha256}  {rel}\n" for rel, f in entries)
+    tree_sha = hashlib.sha256(manifest.encode()).hexdigest()
+    status = _ensure_blobs(transport, [f for _, f in entries])
+
+    tree, cache = transport.path("trees", tree_sha), transport.path("cache")
+    pairs = [x for rel, f in entries for x in (rel, f.sha256)]
+    code, _, _ = _sh(transport, TREE_CHECK_SCRIPT, [tree, cache, *pairs])
+    if code != 0:
+        code, _, err = _sh(transport, TREE_BUILD_SCRIPT, [tree, cache, *pairs])
+        if code != 0:
+            raise TransferFailed(transport.device.name,
+                                 f"cannot build tree {shlex.quote(tree)}: {err.strip()}")
+    overall = "cached"
+    for s in ("sent", "repaired"):
+        if s in status.values():
+            overall = s
+    transport.last_push = PushResult(str(local_dir), tree, tree_sha,
+                                     sum(f.size for _, f in entries),
+                                     transport.bytes_sent - before, overall)
+    return tree

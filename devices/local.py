@@ -1,0 +1,79 @@
+"""LocalTransport: the device ``local`` is this machine; commands are plain subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from devices.errors import CommandTimeout, TransferFailed
+from devices.inventory import Device
+from devices.transport import CommandResult, Transport
+
+
+class LocalTransport(Transport):
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        try:
+            Path(device.workdir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TransferFailed(device.name, f"cannot create workdir {device.workdir}: "
+                                              f"{exc.strerror}") from exc
+
+    def run_host(self, argv: list[str], timeout: float,
+                 stdin_file: Path | None = None) -> CommandResult:
+        start = time.monotonic()
+        stdin = open(stdin_file, "rb") if stdin_file else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            # A new session makes the command a process-group leader, so a timeout can kill
+            # everything it started.
+            proc = subprocess.Popen(argv, cwd=self.device.workdir, stdin=stdin,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except FileNotFoundError:
+            return CommandResult(127, "", f"{argv[0]}: command not found\n",
+                                 time.monotonic() - start)
+        except PermissionError:
+            return CommandResult(126, "", f"{argv[0]}: permission denied\n",
+                                 time.monotonic() - start)
+        finally:
+            if stdin_file:
+                stdin.close()
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.communicate()
+            message = f"{argv[0]} ran past its {timeout:g} s timeout; its process group was killed"
+            raise CommandTimeout(self.device.name, message) from None
+        return CommandResult(proc.returncode if proc.returncode >= 0 else -1,
+                             out.decode(errors="replace"), err.decode(errors="replace"),
+                             time.monotonic() - start)
+
+    def upload(self, local_path: Path, remote_path: str) -> int:
+        try:
+            shutil.copyfile(local_path, remote_path)
+        except OSError as exc:
+            raise TransferFailed(self.device.name, f"cannot copy {local_path} to {remote_path}: "
+                                                   f"{exc.strerror}") from exc
+        return local_path.stat().st_size
+
+    def fetch(self, remote_path: str) -> bytes:
+        try:
+            return Path(self.path(remote_path)).read_bytes()
+        except OSError as exc:
+            raise TransferFailed(self.device.name, f"cannot read {remote_path}: "
+                                                   f"{exc.strerror}") from exc
+
+    def close(self) -> None:
+        pass
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

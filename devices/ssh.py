@@ -1,0 +1,292 @@
+"""SSHTransport: a device reached over SSH with paramiko.
+
+- Host keys are checked against the device's known_hosts file. Unknown keys are refused
+  (a RejectPolicy that raises ``UnknownHostKey``), unless the inventory sets
+  ``insecure_accept_new = true``; then the key is accepted and recorded. A changed key is
+  always refused (``HostKeyMismatch``).
+- Connecting retries transient failures (refused, reset, timed out) with exponential backoff;
+  authentication and host-key failures are not retried.
+- A command gets a remote deadline (GNU ``timeout`` kills its process group) and a local one a
+  little later; losing the connection during a command raises ``DeviceUnreachable`` at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import posixpath
+import socket
+import time
+from pathlib import Path
+
+import paramiko
+
+from devices.errors import (
+    AuthFailed,
+    CommandTimeout,
+    DeviceError,
+    DeviceUnreachable,
+    HostKeyMismatch,
+    TransferFailed,
+    UnknownHostKey,
+)
+from devices.inventory import Device
+from devices.transport import (
+    GRACE_S,
+    CommandResult,
+    Transport,
+    remote_shell_command,
+)
+
+POLL_S = 0.05  # how often a waiting command re-checks its deadline and the connection
+FIRST_BACKOFF_S = 0.5
+# Exit codes of GNU timeout: 124 = deadline reached (SIGTERM), 137 = had to SIGKILL.
+TIMEOUT_EXIT_CODES = (124, 137)
+# paramiko raises these for network trouble; the connection may work on a later attempt.
+TRANSIENT = (OSError, EOFError, paramiko.SSHException)
+
+
+def key_fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's fingerprint format: SHA256:<base64 without padding>."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(device: Device) -> str:
+    """The name a host's entry has in known_hosts (OpenSSH and paramiko agree on it)."""
+    return device.host if device.port == 22 else f"[{device.host}]:{device.port}"
+
+
+class _RefuseUnknownHost(paramiko.RejectPolicy):
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001 - paramiko API
+        raise UnknownHostKey(
+            self.device.name,
+            f"host key of {hostname} ({key.get_name()} {key_fingerprint(key)}) is not in "
+            f"{self.device.known_hosts}; check it, then run "
+            f"`benchfarm devices trust {self.device.name}`",
+        )
+
+
+class _AcceptAndRecord(paramiko.MissingHostKeyPolicy):
+    """Only with ``insecure_accept_new = true``: trust on first use, and remember the key."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001 - paramiko API
+        record_host_key(self.device, key)
+
+
+def record_host_key(device: Device, key: paramiko.PKey) -> None:
+    """Add (or replace) the device's entry in its known_hosts file."""
+    path = device.known_hosts
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = paramiko.HostKeys()
+    if path.exists():
+        keys.load(str(path))
+    name = known_hosts_name(device)
+    if name in keys:
+        del keys[name]
+    keys.add(name, key.get_name(), key)
+    keys.save(str(path))
+
+
+def fetch_host_key(device: Device) -> paramiko.PKey:
+    """The host key the device presents, before any authentication."""
+    try:
+        sock = socket.create_connection((device.host, device.port), timeout=device.connect_timeout)
+    except OSError as exc:
+        raise DeviceUnreachable(device.name, f"cannot connect to {device.address}: {exc}") from exc
+    transport = paramiko.Transport(sock)
+    try:
+        transport.start_client(timeout=device.connect_timeout)
+        return transport.get_remote_server_key()
+    except TRANSIENT as exc:
+        raise DeviceUnreachable(device.name, f"SSH handshake with {device.address} failed: "
+                                             f"{exc}") from exc
+    finally:
+        transport.close()
+
+
+def _load_client_key(device: Device) -> paramiko.PKey | None:
+    if device.key is None:
+        return None
+    try:
+        return paramiko.PKey.from_path(device.key)
+    except (OSError, paramiko.SSHException) as exc:
+        raise AuthFailed(device.name, f"cannot load private key {device.key}: {exc}") from exc
+
+
+class SSHTransport(Transport):
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self._pkey = _load_client_key(device)
+        self._client: paramiko.SSHClient | None = None
+        self._sftp_client: paramiko.SFTPClient | None = None
+        self._connect()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        delay = FIRST_BACKOFF_S
+        for attempt in range(1, self.device.connect_retries + 1):
+            try:
+                self._client = self._connect_once()
+                return
+            except TRANSIENT as exc:
+                if attempt == self.device.connect_retries:
+                    raise DeviceUnreachable(
+                        self.device.name,
+                        f"cannot connect to {self.device.address} after {attempt} attempts: "
+                        f"{exc or type(exc).__name__}",
+                    ) from exc
+                time.sleep(delay)
+                delay *= 2
+
+    def _connect_once(self) -> paramiko.SSHClient:
+        device = self.device
+        client = paramiko.SSHClient()
+        if device.known_hosts.exists():
+            client.load_host_keys(str(device.known_hosts))
+        policy = _AcceptAndRecord(device) if device.insecure_accept_new else _RefuseUnknownHost(
+            device)
+        client.set_missing_host_key_policy(policy)
+        try:
+            client.connect(
+                hostname=device.host, port=device.port, username=device.user, pkey=self._pkey,
+                timeout=device.connect_timeout, banner_timeout=device.connect_timeout,
+                auth_timeout=device.connect_timeout, channel_timeout=device.connect_timeout,
+                allow_agent=False, look_for_keys=self._pkey is None,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyMismatch(
+                device.name,
+                f"{device.address} presented {exc.key.get_name()} {key_fingerprint(exc.key)} "
+                f"but {device.known_hosts} records {key_fingerprint(exc.expected_key)}; "
+                "refusing to connect (if the board was reinstalled, check the new key and run "
+                f"`benchfarm devices trust --replace {device.name}`)",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise AuthFailed(device.name, f"{device.address} refused authentication "
+                                          f"(key {device.key or '~/.ssh default'}): {exc}") from exc
+        except BaseException:
+            client.close()
+            raise
+        if device.keepalive_s:
+            client.get_transport().set_keepalive(device.keepalive_s)
+        return client
+
+    def _live_client(self) -> paramiko.SSHClient:
+        """The connection, re-established if it dropped since the last command."""
+        transport = self._client.get_transport() if self._client else None
+        if transport is None or not transport.is_active():
+            self.close()
+            self._connect()
+        return self._client
+
+    def _sftp(self) -> paramiko.SFTPClient:
+        client = self._live_client()
+        if self._sftp_client is None or self._sftp_client.get_channel().closed:
+            self._sftp_client = client.open_sftp()
+        return self._sftp_client
+
+    def close(self) -> None:
+        if self._sftp_client is not None:
+            self._sftp_client.close()
+            self._sftp_client = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def run_host(self, argv: list[str], timeout: float,
+                 stdin_file: Path | None = None) -> CommandResult:
+        command = remote_shell_command(self.device.workdir, list(map(str, argv)), timeout)
+        start = time.monotonic()
+        try:
+            channel = self._live_client().get_transport().open_session(
+                timeout=self.device.connect_timeout)
+            channel.exec_command(command)
+            if stdin_file is not None:
+                with open(stdin_file, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 16), b""):
+                        channel.sendall(chunk)
+            channel.shutdown_write()
+            exit_code, out, err = self._collect(channel, argv[0], start + timeout + GRACE_S)
+        except DeviceError:
+            raise
+        except TRANSIENT as exc:
+            message = f"connection to {self.device.address} lost while running {argv[0]}: {exc}"
+            raise DeviceUnreachable(self.device.name, message) from exc
+        wall = time.monotonic() - start
+        if exit_code in TIMEOUT_EXIT_CODES and wall >= timeout:
+            raise CommandTimeout(self.device.name, f"{argv[0]} ran past its {timeout:g} s timeout; "
+                                                   "its process group was killed")
+        return CommandResult(exit_code, out.decode(errors="replace"),
+                             err.decode(errors="replace"), wall)
+
+    def _collect(self, channel: paramiko.Channel, what: str,
+                 deadline: float) -> tuple[int, bytes, bytes]:
+        """Read stdout/stderr until the command exits, the deadline passes or the link dies."""
+        out, err = bytearray(), bytearray()
+        channel.settimeout(POLL_S)
+        stdout_open = True
+        while True:
+            if stdout_open:
+                try:
+                    data = channel.recv(1 << 16)
+                    out += data
+                    stdout_open = bool(data)
+                except TimeoutError:
+                    pass
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(1 << 16)
+            if not stdout_open and channel.exit_status_ready():
+                break
+            if not stdout_open:
+                channel.status_event.wait(POLL_S)
+            if time.monotonic() > deadline:
+                channel.close()
+                raise CommandTimeout(self.device.name, f"{what} gave no exit status before its "
+                                                       "deadline; the channel was closed")
+        while channel.recv_stderr_ready():
+            err += channel.recv_stderr(1 << 16)
+        transport = channel.get_transport()
+        if channel.exit_status == -1 and (transport is None or not transport.is_active()):
+            raise DeviceUnreachable(self.device.name, f"connection to {self.device.address} "
+                                                      f"lost while running {what}")
+        return channel.exit_status, bytes(out), bytes(err)
+
+    # -- files --------------------------------------------------------------------------------
+
+    def upload(self, local_path: Path, remote_path: str) -> int:
+        try:
+            self._sftp().put(str(local_path), remote_path, confirm=True)
+        except TRANSIENT as exc:
+            if self._connected():
+                raise TransferFailed(self.device.name, f"cannot upload {local_path} to "
+                                                       f"{remote_path}: {exc}") from exc
+            raise DeviceUnreachable(self.device.name, f"connection lost while pushing "
+                                                      f"{local_path}: {exc}") from exc
+        return local_path.stat().st_size
+
+    def fetch(self, remote_path: str) -> bytes:
+        path = posixpath.join(self.device.workdir, remote_path)
+        try:
+            with self._sftp().open(path, "rb") as f:
+                return f.read()
+        except TRANSIENT as exc:
+            if self._connected():
+                raise TransferFailed(self.device.name, f"cannot fetch {path}: {exc}") from exc
+            raise DeviceUnreachable(self.device.name, f"connection lost while fetching "
+                                                      f"{path}: {exc}") from exc
+
+    def _connected(self) -> bool:
+        transport = self._client.get_transport() if self._client else None
+        return transport is not None and transport.is_active()
