@@ -27,7 +27,9 @@ class DeviceLike(Protocol):
     name: str
     arch: str
     cls: str
-    threads: int
+
+    @property
+    def engine_threads(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     for selector in selectors or spec.devices:
         if selector in by_name:
             device = by_name[selector]
-            placements.append(Placement(selector, False, device.arch, device.threads,
+            placements.append(Placement(selector, False, device.arch, device.engine_threads,
                                         (device.name,)))
         elif selector in classes:
             members = classes[selector]
@@ -112,7 +114,7 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
             if len(archs) > 1:
                 raise InputError(f"{where}: class {selector!r} mixes architectures "
                                  f"{sorted(archs)}; name the devices instead")
-            threads = {d.threads for d in members}
+            threads = {d.engine_threads for d in members}
             if len(threads) > 1 and spec.engine.threads is None:
                 raise InputError(f"{where}: the boards of class {selector!r} differ in `threads` "
                                  f"{sorted(threads)}; set engine.threads in the spec")

@@ -43,7 +43,7 @@ class Board:
     name: str
     arch: str
     cls: str
-    threads: int
+    engine_threads: int
 
 
 BOARDS = [

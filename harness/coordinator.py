@@ -1,0 +1,54 @@
+"""`benchfarm run` end to end: plan a spec on Ray, run what is missing, report the counts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from db.store import Store
+from devices.inventory import Inventory
+from harness.plan import make_plan
+from harness.progress import Progress
+from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
+from harness.spec import Spec
+
+
+@dataclass
+class RunSummary:
+    experiment: str
+    total: int  # runs in the matrix
+    skipped: int  # already stored as ok
+    counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
+
+    @property
+    def complete(self) -> bool:
+        return not (self.counts["pending"] or self.counts["interrupted"])
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"experiment {self.experiment}: {self.total} runs in the matrix, "
+                f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
+                f"{c['pending']} pending now")
+
+
+def run_experiment(spec: Spec, inventory: Inventory, store: Store,
+                   selectors: Sequence[str] | None = None, force: bool = False,
+                   ray_address: str | None = None, stream: TextIO | None = None) -> RunSummary:
+    resources: dict[str, float] = {}
+    for device in inventory.devices.values():
+        for name, amount in device.resources.items():
+            resources[name] = max(resources.get(name, 0.0), amount)
+    with ray_session(ray_address, resources):
+        plan = make_plan(spec, inventory, store, build_on_ray, selectors, force)
+        check_resources(plan.boards)
+        summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
+        progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, stream)
+        progress.show()
+        try:
+            if plan.todo:
+                summary.counts = Scheduler(plan, store, progress).run()
+        finally:
+            progress.close()
+    return summary

@@ -1,0 +1,196 @@
+"""From a validated spec to the runs still to do: builds, model, workloads, run keys, resume.
+
+Everything a run's key depends on is made concrete here, on the driver, before any board is
+touched: the engine is built for every (revision, target), the model hashed, every workload
+generated (its ids hashed), and the reference rows written to the store. Runs already stored as
+ok are dropped unless ``force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from db.store import Store
+from devices.inventory import Device, Inventory
+from harness import workloads
+from harness.build import BuildRecord, git_output, sha256_file
+from harness.errors import InputError
+from harness.matrix import (
+    Cell,
+    Placement,
+    WorkloadPoint,
+    expand,
+    interleave,
+    resolve_placements,
+    run_key,
+)
+from harness.runner import RunJob, engine_options
+from harness.spec import WORKTREE, Spec
+
+# Settings that change how a run uses a workload, not the workload's ids.
+RUN_SETTINGS = ("max_new",)
+
+BuildFn = Callable[[list[tuple[str, str]]], dict[tuple[str, str], BuildRecord]]
+
+
+@dataclass
+class MaterialWorkload:
+    workload_id: int
+    hash: str
+    ids: tuple[int, ...] | None
+    answer: str | None
+    stop_id: int | None
+
+
+@dataclass
+class PlannedRun:
+    key: str
+    cell: Cell
+    job: RunJob
+    group: str  # warm-up group: (build, model); a board warms up once per group
+    experiment_id: int
+    build_id: int
+    model_id: int | None
+    workload_id: int
+    answer: str | None
+    attempts: int = 0  # tries so far (board losses)
+    not_before: float = 0.0  # monotonic time before which it is not retried
+
+    @property
+    def placement(self) -> Placement:
+        return self.cell.placement
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    experiment_id: int
+    placements: list[Placement]
+    boards: dict[str, Device]  # every board a placement may use
+    device_ids: dict[str, int]
+    builds: dict[tuple[str, str], BuildRecord]
+    runs: list[PlannedRun]  # the whole matrix, in run order
+    todo: list[PlannedRun] = field(default_factory=list)  # the runs to execute now
+
+    @property
+    def skipped(self) -> int:
+        return len(self.runs) - len(self.todo)
+
+
+def check_revisions(spec: Spec) -> None:
+    for revision in spec.revisions:
+        if revision == WORKTREE:
+            continue
+        try:
+            git_output("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+        except InputError:
+            raise InputError(f"{spec.path}: key 'revisions': {revision!r} is not a git revision "
+                             f"of this repository (or use {WORKTREE!r} for the working tree)"
+                             ) from None
+
+
+def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
+    weights = model_dir / "model.safetensors"
+    if not weights.is_file():
+        raise InputError(f"model {model_dir}: no model.safetensors")
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"model {model_dir}: unreadable config.json ({exc})") from exc
+    return sha256_file(weights), config
+
+
+def _identity_params(point: WorkloadPoint) -> dict[str, Any]:
+    return {k: v for k, v in point.params if k not in RUN_SETTINGS}
+
+
+def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> MaterialWorkload:
+    """Generate one workload (ids, answer) and store it; attn-bench data is synthetic."""
+    params = _identity_params(point)
+    answer, span, stop_id = None, None, None
+    if point.kind == "needle":
+        prompt = workloads.needle_prompt(model_dir, params["ctx"], params["depth"],
+                                         params["seed"])
+        ids, content_hash, answer, span = prompt.ids, prompt.hash, prompt.answer, \
+            prompt.needle_span
+        stop_id = prompt.stop_ids[0] if prompt.stop_ids else None
+    elif point.kind == "ppl":
+        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"])
+        ids, content_hash = stream.ids, stream.hash
+    elif point.kind == "decode":
+        stream = workloads.decode_prompt(model_dir, params["ctx"], params["seed"])
+        ids, content_hash = stream.ids, stream.hash
+        stop_id = stream.stop_ids[0] if stream.stop_ids else None
+    else:  # attn-bench: seeded synthetic data, identified by its parameters
+        ids = None
+        material = json.dumps({"kind": point.kind, **params}, sort_keys=True)
+        content_hash = hashlib.sha256(material.encode()).hexdigest()
+    workload_id = store.upsert_workload(point.kind, params, content_hash, ids or [], answer,
+                                        span)
+    return MaterialWorkload(workload_id, content_hash, None if ids is None else tuple(ids),
+                            answer, stop_id)
+
+
+def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
+              selectors: Sequence[str] | None = None, force: bool = False) -> Plan:
+    devices = list(inventory.devices.values())
+    placements = resolve_placements(spec, devices, selectors)
+    check_revisions(spec)
+    boards = {name: inventory.devices[name] for p in placements for name in p.devices}
+
+    targets = sorted({(rev, p.arch) for rev in spec.revisions for p in placements})
+    builds = build(targets)
+    build_ids = {target: store.record_build(asdict(record)) for target, record in builds.items()}
+
+    model_sha, model_id = None, None
+    if spec.model is not None:
+        model_sha, config = model_identity(spec.model)
+        model_id = store.upsert_model(str(spec.model), model_sha, config)
+    experiment_id = store.upsert_experiment(spec.name, spec.text, spec.hash)
+    device_ids = {
+        name: store.upsert_device(name, d.arch, d.cls, d.emulated,
+                                  {"address": d.address, "cpus": d.cpus, "threads": d.threads,
+                                   "exec_prefix": d.exec_prefix})
+        for name, d in boards.items()
+    }
+
+    materials: dict[WorkloadPoint, MaterialWorkload] = {}
+    runs = []
+    for cell in expand(spec, placements):
+        material = materials.get(cell.workload)
+        if material is None:
+            material = materials[cell.workload] = materialise(store, spec.model, cell.workload)
+        record = builds[(cell.revision, cell.placement.arch)]
+        key = run_key(asdict(record), model_sha, material.hash, cell)
+        uses_model = cell.workload.kind != "attn-bench"
+        job = RunJob(
+            run_key=key,
+            label=f"{cell.workload.label()} {cell.config.policy}"
+                  + (f" k={cell.config.k}" if cell.config.k is not None else ""),
+            command=cell.workload.command,
+            binary=record.binary,
+            model_dir=str(spec.model) if uses_model else None,
+            ids=material.ids,
+            options=engine_options(cell.workload, cell.config, material.stop_id),
+            timeout_s=spec.timeout_s,
+        )
+        runs.append(PlannedRun(
+            key=key, cell=cell, job=job,
+            group=f"{record.binary_sha256}/{model_sha if uses_model else '-'}",
+            experiment_id=experiment_id,
+            build_id=build_ids[(cell.revision, cell.placement.arch)],
+            model_id=model_id if uses_model else None,
+            workload_id=material.workload_id,
+            answer=material.answer,
+        ))
+    # Two revisions with identical engine sources give identical keys: run such a cell once.
+    runs = list({r.key: r for r in reversed(runs)}.values())[::-1]
+    runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
+    done = set() if force else store.completed_run_keys([r.key for r in runs])
+    todo = [r for r in runs if r.key not in done]
+    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, todo)

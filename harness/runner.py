@@ -1,0 +1,235 @@
+"""What one run does on a device, through a transport.
+
+``execute`` runs inside a DeviceRunner actor: it pushes the engine binary, the model and the
+prompt ids into the device's content-addressed cache, takes a fingerprint, runs `lmc` with the
+run's flags, takes a second fingerprint, and parses the engine's JSON. It returns a plain
+``RunReport``; mapping that into database records happens in the driver (``to_run_result``),
+which is the only writer.
+
+A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
+retry elsewhere; an engine that exits non-zero is a ``failed`` run with its exit code and stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from db.records import Outcome, RunResult, Snapshot, timings_from_steps
+from devices.errors import CommandTimeout, DeviceError
+from devices.transport import Transport
+from harness import workloads
+from harness.matrix import EngineConfig, WorkloadPoint
+
+if TYPE_CHECKING:
+    from harness.plan import PlannedRun
+
+# The tail of stderr kept with a failed run: enough for the engine's one-line error and context.
+STDERR_KEEP = 4000
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Everything a board needs for one run; picklable, paths are on the coordinator."""
+
+    run_key: str
+    label: str  # for progress lines and errors
+    command: str  # generate | ppl | attn-bench
+    binary: str
+    model_dir: str | None
+    ids: tuple[int, ...] | None  # prompt / text token ids (None for attn-bench)
+    options: tuple[str, ...]  # engine flags after the file arguments
+    timeout_s: float
+    warmup: bool = False
+
+
+@dataclass
+class RunReport:
+    run_key: str
+    device: str
+    status: str  # ok | failed | lost
+    started_at: datetime
+    finished_at: datetime
+    wall_ms: float  # the whole run as the actor saw it: pushes, fingerprints, engine
+    exit_code: int | None = None
+    engine_ms: float | None = None  # the engine process alone
+    stdout: str = ""
+    error: str | None = None
+    engine_json: dict[str, Any] | None = None
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> fingerprint
+
+
+def engine_options(workload: WorkloadPoint, config: EngineConfig,
+                   stop_id: int | None = None) -> tuple[str, ...]:
+    """The `lmc` flags of one run (without --model/--prompt/--text, which are device paths)."""
+    opts: list[str] = ["--attn", config.policy]
+    for flag, value in (("--k", config.k), ("--block", config.block),
+                        ("--probes", config.probes)):
+        if value is not None:
+            opts += [flag, str(value)]
+    opts += ["--threads", str(config.threads)]
+    if workload.kind == "attn-bench":
+        for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
+                           ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed")):
+            opts += [flag, str(workload.get(name))]
+        return tuple(opts)
+    opts += ["--kv", str(config.kv), "--wq", str(config.wq)]
+    if workload.command == "generate":
+        opts += ["--prefill-attn", str(config.prefill_attn),
+                 "--max-new", str(workload.get("max_new"))]
+        if stop_id is not None:
+            opts += ["--stop", str(stop_id)]
+        if config.measure_selection:
+            opts.append("--measure-selection")
+    return tuple(opts)
+
+
+def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
+    """The ids as a whitespace-separated file named by its content (so the device caches it)."""
+    text = " ".join(map(str, ids)) + "\n"
+    path = folder / f"ids-{hashlib.sha256(text.encode()).hexdigest()[:24]}.txt"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def execute(job: RunJob, device_name: str, transport: Transport,
+            probe: Callable[[Transport], dict[str, Any]], scratch: Path) -> RunReport:
+    """Run ``job`` through ``transport``; ``probe(transport) -> dict`` takes a fingerprint.
+
+    A command that outlives its timeout is a failed run (the engine hung, the board answered);
+    any other device error means the board was lost, and the run may be retried.
+    """
+    started = datetime.now(UTC)
+    clock = time.perf_counter()
+    report = RunReport(job.run_key, device_name, "lost", started, started, 0.0)
+    try:
+        binary = transport.push(Path(job.binary))
+        argv = [str(binary), job.command]
+        if job.model_dir is not None:
+            argv += ["--model", str(transport.push_tree(Path(job.model_dir)))]
+        if job.ids is not None:
+            remote_ids = transport.push(ids_file(job.ids, scratch))
+            argv += ["--text" if job.command == "ppl" else "--prompt", str(remote_ids)]
+        argv += list(job.options)
+        if not job.warmup:
+            report.snapshots["before"] = probe(transport)
+        result = transport.run(argv, timeout=job.timeout_s)
+        if not job.warmup:
+            report.snapshots["after"] = probe(transport)
+    except CommandTimeout as exc:
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except DeviceError as exc:
+        report.error = str(exc)
+        return _finish(report, clock)
+    report.exit_code = result.exit_code
+    report.engine_ms = round(result.wall_s * 1000.0, 3)
+    report.stdout = result.stdout
+    if result.exit_code != 0:
+        report.status = "failed"
+        report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
+            f"lmc exited with code {result.exit_code} and printed nothing on stderr"
+        return _finish(report, clock)
+    try:
+        report.engine_json = json.loads(result.stdout)
+        report.status = "ok"
+    except json.JSONDecodeError as exc:
+        report.status = "failed"
+        report.error = f"lmc printed no valid JSON ({exc}): {result.stdout[:200]!r}"
+    return _finish(report, clock)
+
+
+def _finish(report: RunReport, clock: float) -> RunReport:
+    report.finished_at = datetime.now(UTC)
+    report.wall_ms = round((time.perf_counter() - clock) * 1000.0, 3)
+    return report
+
+
+def scratch_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "benchfarm-scratch"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _selection_outcome(figures: dict[str, Any]) -> dict[str, Any]:
+    """The engine's --measure-selection figures, under the outcome's field names."""
+    names = {"mass": "selection_mass", "selection_mass": "selection_mass",
+             "oracle_recall": "oracle_recall", "max_abs_diff": "max_abs_diff",
+             "bytes_read": "bytes_read"}
+    return {names[k]: v for k, v in figures.items() if k in names}
+
+
+def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
+                  model_dir: Path | None) -> RunResult:
+    """The store's record of one finished (ok or failed) run."""
+    result = base_result(planned, device_id, report.status, report.error)
+    result.exit_code = report.exit_code
+    result.started_at, result.finished_at = report.started_at, report.finished_at
+    result.wall_ms, result.engine_ms = report.wall_ms, report.engine_ms
+    if report.engine_ms is not None:
+        result.overhead_ms = round(report.wall_ms - report.engine_ms, 3)
+    result.raw_json = report.stdout or None
+    result.snapshots = [Snapshot(phase, fp, report.started_at if phase == "before"
+                                 else report.finished_at)
+                        for phase, fp in report.snapshots.items()]
+    data = report.engine_json
+    if data is None:
+        return result
+    for name in ("prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens"):
+        setattr(result, name, data.get(name))
+    outcome = Outcome()
+    if planned.job.command == "generate":
+        generated = [int(t) for t in data.get("tokens", [])]
+        result.token_timings = timings_from_steps(data.get("steps", []))
+        outcome.generated_ids = generated
+        if model_dir is not None:
+            outcome.text = workloads.answer_text(model_dir, generated)
+        if planned.answer is not None and model_dir is not None:
+            outcome.expected_answer = planned.answer
+            outcome.recall = 1.0 if workloads.check_answer(model_dir, generated,
+                                                           planned.answer) else 0.0
+        for key, value in _selection_outcome(data.get("selection") or {}).items():
+            setattr(outcome, key, value)
+    elif planned.job.command == "ppl":
+        outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
+    else:
+        outcome.attn_median_ms = data.get("ms")
+    result.outcome = outcome
+    return result
+
+
+def base_result(planned: PlannedRun, device_id: int, status: str,
+                error: str | None) -> RunResult:
+    """A run record without measurements: the start of every record, and by itself the record
+    of a run that is pending or was interrupted."""
+    cell = planned.cell
+    config = cell.config
+    return RunResult(
+        run_key=planned.key,
+        experiment_id=planned.experiment_id,
+        device_id=device_id,
+        command=planned.job.command,
+        status=status,
+        build_id=planned.build_id,
+        model_id=planned.model_id,
+        workload_id=planned.workload_id,
+        config=config.as_dict() | {"workload": dict(cell.workload.params),
+                                   "revision": cell.revision,
+                                   "placement": cell.placement.key,
+                                   "argv_options": list(planned.job.options)},
+        policy=config.policy, k=config.k, block=config.block, probes=config.probes,
+        kv=config.kv, wq=config.wq, threads=config.threads, prefill_attn=config.prefill_attn,
+        repeat=cell.repeat,
+        attempts=max(planned.attempts, 1),
+        error=error,
+    )

@@ -1,0 +1,328 @@
+"""Ray scheduling of a plan: build tasks, one DeviceRunner actor per board, streamed results.
+
+The driver owns all state and is the only database writer. Each board has one actor that runs
+one job at a time (boards are exclusive). Runs wait in one queue per placement: a device name
+(pinned runs) or a device class (a pool any board of the class may serve). The driver hands the
+next run to a free board, waits for any result with ``ray.wait`` and stores it at once, in one
+transaction per run.
+
+Faults: a board that is lost (connection refused, dropped, transfer failed) gets its run back in
+the queue, with exponential backoff, up to ``retries`` more tries; a pooled run goes to another
+board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
+runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
+Ctrl-C stores the in-flight runs as interrupted before the actors go.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+
+from db.store import Store
+from devices.errors import DeviceError
+from devices.inventory import Device
+from harness.build import BuildRecord, build_engine
+from harness.errors import InputError, RunFailure
+from harness.plan import Plan, PlannedRun
+from harness.progress import Progress
+from harness.runner import RunJob, RunReport, base_result, execute, scratch_dir, to_run_result
+from harness.spec import WORKTREE
+
+# Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
+# loopback address keeps a local instance off the network.
+LOCAL_NODE_IP = os.environ.get("BENCHFARM_RAY_NODE_IP", "127.0.0.2")
+BACKOFF_S = float(os.environ.get("BENCHFARM_BACKOFF_S", "1.0"))
+
+
+@contextmanager
+def ray_session(address: str | None, resources: dict[str, float] | None = None) -> Iterator[None]:
+    """Join ``address``, or start a local Ray instance declaring the inventory's resources.
+
+    An instance the caller already started (tests, notebooks) is used as it is and left running.
+    """
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address=LOCAL_NODE_IP, resources=resources or None,
+                     object_store_memory=256 * 1024 * 1024)
+    except ConnectionError as exc:
+        raise RunFailure(f"--ray-address {address}: cannot join the Ray cluster ({exc})") from exc
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds: one Ray task per (revision, target)
+# ---------------------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=1)
+def _build_task(revision: str, target: str) -> BuildRecord:
+    return build_engine(target=target, rev=None if revision == WORKTREE else revision)
+
+
+def build_on_ray(targets: list[tuple[str, str]]) -> dict[tuple[str, str], BuildRecord]:
+    refs = {target: _build_task.remote(*target) for target in targets}
+    records = {}
+    for target, ref in refs.items():
+        try:
+            records[target] = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if cause is not None and hasattr(type(cause), "exit_code"):
+                raise cause from None
+            raise RunFailure(f"building revision {target[0]} for {target[1]} failed: {exc}"
+                             ) from exc
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor: one per board
+# ---------------------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0, max_concurrency=1)
+class DeviceRunner:
+    """Holds the connection to one board and runs jobs on it, one at a time."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.transport: Any = None
+
+    def run(self, job: RunJob) -> RunReport:
+        from devices.fingerprint import probe
+        from devices.transport import connect
+
+        if self.transport is None:
+            started = datetime.now(UTC)
+            try:
+                self.transport = connect(self.device)
+            except DeviceError as exc:
+                return RunReport(job.run_key, self.device.name, "lost", started,
+                                 datetime.now(UTC), 0.0, error=str(exc))
+        report = execute(job, self.device.name, self.transport, probe, scratch_dir())
+        if report.status == "lost":  # reconnect for the next job
+            self.close()
+        return report
+
+    def close(self) -> None:
+        if self.transport is not None:
+            try:
+                self.transport.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
+                pass
+            self.transport = None
+
+
+def _actor_for(device: Device) -> Any:
+    """The board's actor, placed on a node that declares the board's custom resources."""
+    options = {"resources": dict(device.resources)} if device.resources else {}
+    return DeviceRunner.options(**options).remote(device)
+
+
+def check_resources(boards: dict[str, Device]) -> None:
+    available = ray.cluster_resources()
+    for device in boards.values():
+        for resource, amount in device.resources.items():
+            if available.get(resource, 0) < amount:
+                raise InputError(
+                    f"device {device.name!r}: key 'resources': the Ray cluster has no "
+                    f"{resource!r} >= {amount:g} (it has: {', '.join(sorted(available))})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Dispatch:
+    ref: Any
+    run: PlannedRun
+    warmup: bool
+
+
+@dataclass
+class Board:
+    device: Device
+    actor: Any
+    serves: list[str]  # placement keys, pinned first
+    busy: Dispatch | None = None
+    not_before: float = 0.0
+    losses: int = 0  # consecutive
+    dead: bool = False
+    last_error: str = ""
+    warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
+
+
+class Scheduler:
+    def __init__(self, plan: Plan, store: Store, progress: Progress) -> None:
+        self.plan = plan
+        self.spec = plan.spec
+        self.store = store
+        self.progress = progress
+        self.queues: dict[str, deque[PlannedRun]] = {p.key: deque() for p in plan.placements}
+        for run in plan.todo:
+            self.queues[run.placement.key].append(run)
+        self.boards: dict[str, Board] = {}
+        for placement in plan.placements:
+            for name in placement.devices:
+                if name not in self.boards:
+                    device = plan.boards[name]
+                    self.boards[name] = Board(device, _actor_for(device), [])
+                serves = self.boards[name].serves
+                if placement.by_class:
+                    serves.append(placement.key)
+                else:
+                    serves.insert(0, placement.key)
+        self.counts: Counter[str] = Counter()
+
+    # -- main loop ----------------------------------------------------------------------------
+
+    def run(self) -> Counter[str]:
+        try:
+            while True:
+                self._give_up_unservable()
+                self._dispatch()
+                busy = [b for b in self.boards.values() if b.busy]
+                if not busy:
+                    if not any(self.queues.values()):
+                        break
+                    time.sleep(0.1)  # every free board is backing off
+                    continue
+                refs = [b.busy.ref for b in busy]
+                ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+                for board in busy:
+                    if board.busy.ref in ready:
+                        self._collect(board)
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        finally:
+            for board in self.boards.values():
+                ray.kill(board.actor)
+        return self.counts
+
+    def _dispatch(self) -> None:
+        now = time.monotonic()
+        for board in self.boards.values():
+            if board.dead or board.busy or board.not_before > now:
+                continue
+            run = self._next_for(board, now)
+            if run is None:
+                continue
+            warmup = board.warmed[run.group] < self.spec.warmups
+            job: RunJob = replace(run.job, warmup=True) if warmup else run.job
+            if not warmup:
+                self._take(run)
+                run.attempts += 1
+            board.busy = Dispatch(board.actor.run.remote(job), run, warmup)
+
+    def _next_for(self, board: Board, now: float) -> PlannedRun | None:
+        for key in board.serves:
+            for run in self.queues[key]:
+                if run.not_before <= now:
+                    return run
+        return None
+
+    def _take(self, run: PlannedRun) -> None:
+        self.queues[run.placement.key].remove(run)
+
+    def _collect(self, board: Board) -> None:
+        # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
+        # the store write still marks the run interrupted.
+        self._handle(board, board.busy)
+        board.busy = None
+
+    def _handle(self, board: Board, dispatch: Dispatch) -> None:
+        try:
+            report: RunReport = ray.get(dispatch.ref)
+        except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
+            board.actor = _actor_for(board.device)
+            report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
+                               datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
+        if report.status == "lost":
+            self._lost(board, dispatch, report.error or "lost")
+            return
+        board.losses = 0
+        board.not_before = time.monotonic() + self.spec.cooldown_s
+        run = dispatch.run
+        if dispatch.warmup:
+            board.warmed[run.group] += 1
+            if report.status != "ok":
+                self.progress.note(f"warm-up on {board.device.name} failed: {report.error}")
+            return
+        result = to_run_result(report, run, self.plan.device_ids[board.device.name],
+                               self.spec.model)
+        self.store.save_run(result)
+        self.counts[report.status] += 1
+        self.progress.record(board.device.name, report.status, run.job.label)
+
+    def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
+        name = board.device.name
+        board.losses += 1
+        board.last_error = error
+        backoff = BACKOFF_S * 2 ** (board.losses - 1)
+        board.not_before = time.monotonic() + backoff
+        retries = self.spec.retries
+        run = dispatch.run
+        if not dispatch.warmup:
+            if run.attempts > retries:
+                self._placeholder([run], "pending", name,
+                                  f"gave up after {run.attempts} tries: {error}")
+            else:
+                # A pinned run waits for its board; a pooled one may go to another board now.
+                run.not_before = 0.0 if run.placement.by_class else board.not_before
+                self.queues[run.placement.key].appendleft(run)
+        if board.losses > retries:
+            board.dead = True
+            ray.kill(board.actor)
+            self.progress.note(f"device {name!r} given up after {board.losses} failed tries: "
+                               f"{error}")
+        else:
+            self.progress.note(f"device {name!r} lost ({error}); retry {board.losses} of "
+                               f"{retries} in {backoff:g}s")
+
+    def _give_up_unservable(self) -> None:
+        """Runs whose placement has no live board left become pending."""
+        for key, queue in self.queues.items():
+            if not queue:
+                continue
+            servers = [b for b in self.boards.values() if key in b.serves]
+            if any(not b.dead for b in servers):
+                continue
+            errors = "; ".join(sorted({b.last_error for b in servers}))
+            self._placeholder(list(queue), "pending", servers[0].device.name,
+                              f"no board of {key} left to run it ({errors})")
+            queue.clear()
+
+    def _interrupt(self) -> None:
+        in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
+        for board in in_flight:
+            self._placeholder([board.busy.run], "interrupted", board.device.name,
+                              "the coordinator was interrupted while this run was in flight")
+
+    def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
+                     error: str) -> None:
+        """Record runs that did not finish: update stored non-ok rows, insert missing ones."""
+        missing = self.store.mark_runs([r.key for r in runs], status, error)
+        for run in runs:
+            if run.key in missing:
+                self.store.save_run(base_result(run, self.plan.device_ids[device], status, error))
+            self.counts[status] += 1
+            self.progress.record(device, status, run.job.label)
