@@ -290,3 +290,31 @@ class SSHTransport(Transport):
     def _connected(self) -> bool:
         transport = self._client.get_transport() if self._client else None
         return transport is not None and transport.is_active()
+
+
+def trust_device(device: Device, replace: bool = False,
+                 expect: str | None = None) -> tuple[paramiko.PKey, str]:
+    """Fetch the device's host key and record it in its known_hosts file.
+
+    Returns (key, what happened: "recorded", "replaced" or "already trusted"). A key that differs
+    from the recorded one is only replaced with ``replace``; ``expect`` (a SHA256:... fingerprint
+    obtained out of band, e.g. from the board's console) must match when given.
+    """
+    key = fetch_host_key(device)
+    fingerprint = key_fingerprint(key)
+    if expect is not None and expect != fingerprint:
+        raise HostKeyMismatch(device.name, f"{device.address} presented {key.get_name()} "
+                                           f"{fingerprint}, expected {expect}; not recorded")
+    known = paramiko.HostKeys()
+    if device.known_hosts.exists():
+        known.load(str(device.known_hosts))
+    recorded = known.lookup(known_hosts_name(device)) or {}
+    if key.get_name() in recorded and recorded[key.get_name()] == key:
+        return key, "already trusted"
+    if recorded and not replace:
+        old = ", ".join(f"{t} {key_fingerprint(k)}" for t, k in recorded.items())
+        raise HostKeyMismatch(device.name, f"{device.address} presented {key.get_name()} "
+                                           f"{fingerprint} but {device.known_hosts} records {old};"
+                                           " pass --replace if the board was reinstalled")
+    record_host_key(device, key)
+    return key, "replaced" if recorded else "recorded"

@@ -1,0 +1,109 @@
+"""`devices check`: is a device ready to run benchmarks?
+
+Reachable, the architecture it claims, a writable workdir with free space, and (given a binary
+built for it) ``lmc info`` runs there and reports the same architecture.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devices.errors import DeviceError
+from devices.inventory import Device
+from devices.transport import Transport, connect
+
+MIN_FREE_MB = 200  # a small model, a few binaries and their trees
+CHECK_TIMEOUT_S = 60.0
+WRITE_TEST = 'f=".benchfarm-write-test.$$" && : > "$f" && rm -f -- "$f"'
+
+
+@dataclass
+class CheckItem:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class CheckReport:
+    device: str
+    items: list[CheckItem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(item.ok for item in self.items)
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.items.append(CheckItem(name, ok, detail))
+
+
+def check_device(device: Device, binary: Path | None, binary_problem: str | None = None,
+                 min_free_mb: int = MIN_FREE_MB) -> CheckReport:
+    """Run every check; a failed step is recorded, not raised. ``binary`` is an lmc built for
+    the device's arch (``binary_problem`` says why there is none)."""
+    report = CheckReport(device.name)
+    try:
+        transport = connect(device)
+    except DeviceError as exc:
+        report.add("reachable", False, str(exc))
+        return report
+    with transport:
+        report.add("reachable", True, device.address)
+        try:
+            _check_host(transport, report, min_free_mb)
+            _check_engine(transport, report, binary, binary_problem)
+        except DeviceError as exc:
+            report.add("connection", False, str(exc))
+    return report
+
+
+def _check_host(transport: Transport, report: CheckReport, min_free_mb: int) -> None:
+    device = transport.device
+    host_arch = transport.run_host(["uname", "-m"], CHECK_TIMEOUT_S).stdout.strip()
+    if device.emulated and device.exec_prefix:
+        emulator = device.exec_prefix[0]
+        found = transport.run_host(["sh", "-c", 'command -v -- "$1"', "sh", emulator],
+                                   CHECK_TIMEOUT_S)
+        report.add("arch", found.ok, f"host {host_arch}; {device.arch} emulated by {emulator}"
+                   + ("" if found.ok else " which is not installed on the device"))
+    else:
+        report.add("arch", host_arch == device.arch,
+                   f"device reports {host_arch}, inventory says {device.arch}")
+
+    writable = transport.run_host(["sh", "-c", WRITE_TEST], CHECK_TIMEOUT_S)
+    report.add("workdir", writable.ok, f"{device.workdir} "
+               + ("writable" if writable.ok else f"not writable: {writable.stderr.strip()}"))
+
+    df = transport.run_host(["df", "-Pk", "."], CHECK_TIMEOUT_S)
+    try:
+        free_mb = int(df.stdout.splitlines()[-1].split()[3]) // 1024
+    except (IndexError, ValueError):
+        report.add("free disk", False, f"cannot read `df -Pk` output: {df.stderr.strip()}")
+        return
+    report.add("free disk", free_mb >= min_free_mb,
+               f"{free_mb} MiB free in {device.workdir} (need {min_free_mb})")
+
+
+def _check_engine(transport: Transport, report: CheckReport, binary: Path | None,
+                  binary_problem: str | None) -> None:
+    if binary is None:
+        report.add("lmc info", False, binary_problem or "no engine binary for this device")
+        return
+    remote = transport.push(binary)
+    pushed = transport.last_push
+    result = transport.run([remote, "info"], timeout=CHECK_TIMEOUT_S)
+    if not result.ok:
+        report.add("lmc info", False, f"exit code {result.exit_code}: {result.stderr.strip()}")
+        return
+    try:
+        info = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        report.add("lmc info", False, f"printed no JSON: {result.stdout[:120]!r}")
+        return
+    arch = info.get("arch")
+    ok = arch in (None, transport.device.arch)
+    report.add("lmc info", ok, f"version {info.get('version')}, arch {arch}, simd "
+               f"{info.get('simd')}, push {pushed.status if pushed else '?'}, "
+               f"{result.wall_s * 1000:.0f} ms")
