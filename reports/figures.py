@@ -1,0 +1,139 @@
+"""The report's figures: report tables (``reports.aggregate``) drawn with ``reports.plots``.
+
+Each function returns a list of (caption, svg) pairs in a stable order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.plots import Axes, Series, heatmap, line_chart, stacked_bars
+
+Figure = tuple[str, str]
+
+
+def _num(value: object) -> float | None:
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
+def _label(value: object) -> str:
+    number = _num(value)
+    if number is None:
+        return "–"
+    return f"{number:g}"
+
+
+def needle_heatmaps(needle: pd.DataFrame) -> list[Figure]:
+    """One context × depth recall grid per (config, device)."""
+    figures = []
+    for (device, config), cell in needle.groupby(["device", "config"], sort=False):
+        depths = sorted({float(d) for d in cell["depth"].dropna()})
+        contexts = sorted({int(c) for c in cell["ctx"].dropna()})
+        values = []
+        for depth in depths:
+            row = []
+            for ctx in contexts:
+                hit = cell[(cell["depth"].astype(float) == depth)
+                           & (cell["ctx"].astype(int) == ctx)]
+                row.append(_num(hit["recall"].iloc[0]) if len(hit) else None)
+            values.append(row)
+        title = f"needle recall: {config} on {device}"
+        svg = heatmap(title, [f"{d:g}" for d in depths], [str(c) for c in contexts], values,
+                      row_title="depth", col_title="context length (tokens)")
+        figures.append((title, svg))
+    return figures
+
+
+def _k_axis_series(cell: pd.DataFrame, column: str) -> list[Series]:
+    """One series per non-exact policy over k; exact as a dashed horizontal reference line."""
+    swept = cell[cell["policy"] != "exact"].dropna(subset=["k"])
+    ks = sorted({int(k) for k in swept["k"]})
+    series = []
+    exact = cell[cell["policy"] == "exact"][column].dropna()
+    if len(exact) and ks:
+        value = float(exact.iloc[0])
+        series.append(Series("exact", [(ks[0], value), (ks[-1], value)], dashed=True,
+                             colour="#000000"))
+    for policy, group in swept.groupby("policy", sort=True):
+        points = [(float(k), float(v)) for k, v in zip(group["k"], group[column], strict=True)
+                  if _num(v) is not None]
+        if points:
+            series.append(Series(str(policy), sorted(points)))
+    return series
+
+
+K_METRICS = [
+    ("needle", "recall", "recall", Axes("k (blocks)", "recall", log_x=True, y_min=0, y_max=1)),
+    ("needle", "decode_ms", "decode ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
+    ("needle", "attn_ms", "attention ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
+    ("decode", "decode_ms", "decode ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
+    ("decode", "attn_ms", "attention ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
+    ("ppl", "ppl", "perplexity", Axes("k (blocks)", "perplexity", log_x=True)),
+    ("attn-bench", "attn_ms", "attention ms (one step)", Axes("k (blocks)", "ms", log_x=True)),
+]
+
+
+def k_sweep_charts(sweep: pd.DataFrame) -> list[Figure]:
+    figures = []
+    for kind, column, what, axes in K_METRICS:
+        part = sweep[sweep["kind"] == kind]
+        for (device, size), cell in part.groupby(["device", "size"], sort=True):
+            if cell[cell["policy"] != "exact"]["k"].dropna().nunique() < 2:
+                continue  # a sweep needs at least two values of k
+            series = _k_axis_series(cell, column)
+            if not series:
+                continue
+            unit = "length" if kind == "ppl" else "context"
+            title = f"{what} vs k: {kind}, {unit} {_label(size)}, {device}"
+            ks = sorted({int(k) for k in cell["k"].dropna()})
+            chart_axes = Axes(axes.x_label, axes.y_label, axes.log_x, axes.y_min, axes.y_max,
+                              x_ticks=[float(k) for k in ks])
+            figures.append((title, line_chart(title, series, chart_axes)))
+    return figures
+
+
+def latency_charts(latency: pd.DataFrame) -> list[Figure]:
+    """Per device: stacked bars (attention, rest) per context and config."""
+    figures = []
+    for device, cell in latency.groupby("device", sort=True):
+        cell = cell.dropna(subset=["ctx"])
+        if cell.empty or cell["attn_ms"].isna().all():
+            continue
+        groups = [str(int(c)) for c in sorted({int(c) for c in cell["ctx"]})]
+        bars = sorted(set(cell["config"]), key=lambda c: (c != "exact" and not
+                                                           c.startswith("exact "), c))
+        values: dict[tuple[str, str, str], float] = {}
+        for _, row in cell.iterrows():
+            group = str(int(row["ctx"]))
+            values[(group, row["config"], "attention")] = _num(row["attn_ms"]) or 0.0
+            values[(group, row["config"], "rest")] = max(0.0, _num(row["rest_ms"]) or 0.0)
+        title = f"decode ms/token by context, attention vs rest: {device}"
+        figures.append((title, stacked_bars(title, groups, bars, ["attention", "rest"], values,
+                                            "ms/token")))
+    return figures
+
+
+def selection_charts(selection: pd.DataFrame) -> list[Figure]:
+    figures = []
+    for column, what in (("mass", "attention mass captured"),
+                         ("oracle_recall", "oracle block recall")):
+        for (device, ctx), cell in selection.groupby(["device", "ctx"], sort=True, dropna=False):
+            if cell["k"].dropna().nunique() < 2:
+                continue
+            series = []
+            for policy, group in cell.groupby("policy", sort=True):
+                points = sorted((float(k), float(v)) for k, v in zip(group["k"], group[column],
+                                                                     strict=True)
+                                if _num(k) is not None and _num(v) is not None)
+                if points:
+                    series.append(Series(str(policy), points))
+            title = f"{what} vs k: context {_label(ctx)}, {device}"
+            ks = sorted({float(k) for k in cell["k"].dropna()})
+            figures.append((title, line_chart(title, series, Axes("k (blocks)", what, log_x=True,
+                                                                  y_min=0, y_max=1, x_ticks=ks))))
+    return figures

@@ -1,0 +1,274 @@
+"""`benchfarm report`: one experiment as index.html, report.md, CSVs and manifest.json.
+
+Everything is computed from the stored rows, and rendering is deterministic: no timestamps, no
+random ids, every table sorted; the same database gives byte-identical files. ``index.html`` is
+self-contained (inline CSS and SVG, no scripts, no network fetches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports import aggregate, figures
+from reports.tables import summary_text, to_html, to_markdown, write_csv
+
+# Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
+RUN_COLUMNS = [
+    "run_id", "run_key", "device", "device_class", "emulated", "command", "kind", "ctx", "depth",
+    "seed", "length", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
+    "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
+    "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "ppl", "nll", "selection_mass",
+    "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms", "build_binary_sha256",
+    "workload_content_hash", "flags",
+]
+TIMING_COLUMNS = [
+    "device", "kind", "ctx", "depth", "seed", "length", "config", "runs_ok", "runs_failed",
+    "decode_ms_median", "decode_ms_min", "decode_ms_max", "decode_ms_cv", "attn_ms_median",
+    "attn_ms_cv", "prefill_ms_median", "prefill_ms_cv", "attn_median_ms_median",
+    "attn_median_ms_cv", "overhead_ms_median", "flags",
+]
+
+CSS = """
+body{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f3f3f3}tr.flagged td{background:#fff4e0}
+.figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0}
+figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
+.note{font-size:12px;color:#555}.verdict-reproduced{color:#1a7f37}
+.verdict-not-reproduced{color:#c0392b}.verdict-not-comparable{color:#8a6d3b}
+"""
+
+
+@dataclass
+class Table:
+    name: str  # also the CSV file name
+    data: pd.DataFrame  # written to CSV as is
+    display: pd.DataFrame | None = None  # what the HTML and Markdown show (default: data)
+
+    @property
+    def shown(self) -> pd.DataFrame:
+        return self.data if self.display is None else self.display
+
+
+@dataclass
+class Section:
+    anchor: str
+    title: str
+    text: str = ""  # an introduction (plain text, shown in both formats)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, svg)
+    html_extra: str = ""  # pre-rendered HTML (e.g. the audit)
+    markdown_extra: str = ""
+
+
+def _select(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    return frame[[c for c in columns if c in frame.columns]]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manifest(data: aggregate.ExperimentData) -> dict[str, Any]:
+    """What was run, with what, where; and how to re-run it."""
+    runs = data.runs
+
+    def unique(columns: list[str], subset: str) -> list[dict[str, Any]]:
+        table = runs.dropna(subset=[subset])[columns].drop_duplicates()
+        table = table.sort_values(columns, kind="mergesort", key=lambda c: c.astype(str))
+        return [{k.split("_", 1)[1] if k.startswith(("build_", "model_", "workload_")) else k:
+                 (None if pd.isna(v) else v) for k, v in row.items()}
+                for row in table.to_dict("records")]
+
+    first_runs = runs.sort_values("run_id").drop_duplicates(
+        subset=["device", "kind", "ctx", "depth", "seed", "length", "config"])
+    return {
+        "experiment": data.name,
+        "spec_sha256": data.spec_hash,
+        "spec": data.spec_text,
+        "engine_source_hashes": sorted(set(runs["build_source_hash"].dropna())),
+        "revisions": sorted(set(runs["build_revision"].dropna())),
+        "builds": unique(["build_target", "build_revision", "build_source_hash", "build_compiler",
+                          "build_compiler_version", "build_cflags", "build_binary_sha256"],
+                         "build_binary_sha256"),
+        "models": unique(["model_path", "model_sha256"], "model_sha256"),
+        "workloads": unique(["workload_kind", "workload_content_hash", "workload_params"],
+                            "workload_content_hash"),
+        "devices": json.loads(aggregate.devices_table(runs, data.snapshots)
+                              .to_json(orient="records")),
+        "run_counts": {s: int((runs["status"] == s).sum()) for s in sorted(set(runs["status"]))},
+        "reproduce": {
+            "experiment": "benchfarm run SPEC  # the spec above, saved to a file",
+            "runs": [f"benchfarm reproduce {int(r.run_id)}  # {r.device}: {r.kind} "
+                     f"{_point(r)} {r.config}" for r in first_runs.itertuples()],
+        },
+    }
+
+
+def _point(row: Any) -> str:
+    parts = []
+    for name in ("ctx", "depth", "seed", "length"):
+        value = getattr(row, name)
+        if value is not None and not pd.isna(value):
+            parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+    return " ".join(parts)
+
+
+def timing_display(timings: pd.DataFrame) -> pd.DataFrame:
+    """The timings table as people read it: ``median [min, max]`` and CV in percent."""
+    rows = []
+    for row in timings.to_dict("records"):
+        shown: dict[str, Any] = {k: row.get(k) for k in ("device", "kind", "ctx", "depth",
+                                                          "seed", "length", "config")}
+        shown["runs"] = f"{row['runs_ok']} ok" + (f", {row['runs_failed']} failed"
+                                                  if row["runs_failed"] else "")
+        for prefix, title in TIMING_DISPLAY:
+            shown[title] = summary_text(row.get(f"{prefix}_median"), row.get(f"{prefix}_min"),
+                                        row.get(f"{prefix}_max"))
+            cv = row.get(f"{prefix}_cv") if prefix != "overhead_ms" else None
+            shown[f"{title} CV"] = "" if cv is None or pd.isna(cv) else f"{100 * cv:.1f} %"
+        shown["flags"] = row.get("flags") or ""
+        rows.append(shown)
+    frame = pd.DataFrame(rows)
+    empty = [c for c in frame.columns if c != "flags" and
+             frame[c].map(lambda v: v is None or v == "" or (isinstance(v, float) and pd.isna(v)))
+             .all()]
+    return frame.drop(columns=empty)
+
+
+TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/token"),
+                  ("prefill_ms", "prefill ms"), ("attn_median_ms", "attn-bench ms"),
+                  ("overhead_ms", "harness overhead ms")]
+
+
+def build_sections(data: aggregate.ExperimentData) -> list[Section]:
+    runs = data.runs
+    needle = aggregate.needle_table(runs)
+    sweep = aggregate.k_sweep_table(runs)
+    latency = aggregate.latency_table(runs)
+    selection = aggregate.selection_table(runs)
+    timings = aggregate.timing_table(runs)
+    counts = ", ".join(f"{n} {s}" for s, n in manifest(data)["run_counts"].items())
+    return [
+        Section("manifest", "Manifest",
+                f"{len(runs)} runs ({counts}). Spec sha256 {data.spec_hash}. The engine builds, "
+                "models and devices below identify every run; manifest.json lists the workloads "
+                "and a `benchfarm reproduce` line per cell.",
+                tables=[Table("builds", aggregate.builds_table(runs)),
+                        Table("devices", aggregate.devices_table(runs, data.snapshots))]),
+        Section("needle", "Needle in a haystack",
+                "Recall (mean over seeds and repeats) per context length and needle depth; one "
+                "grid per engine config and device.",
+                tables=[Table("needle", needle)], figures=figures.needle_heatmaps(needle)),
+        Section("k-sweep", "k-sweep",
+                "Recall, perplexity and timings against the number of selected blocks k; exact "
+                "attention is the dashed reference line. Critical k: the smallest k whose recall "
+                "matches exact, for it and every larger k measured.",
+                tables=[Table("critical_k", aggregate.critical_k_table(sweep)),
+                        Table("k_sweep", sweep)],
+                figures=figures.k_sweep_charts(sweep)),
+        Section("latency", "Latency breakdown",
+                "Decode time per token split into attention and the rest of the step, against "
+                "context length (medians over runs; min/max and CV in the table).",
+                tables=[Table("latency", latency)], figures=figures.latency_charts(latency)),
+        Section("selection", "Selection quality",
+                "Attention mass captured by the selected blocks and recall of the oracle's "
+                "top-k blocks, per policy at equal k (runs with --measure-selection).",
+                tables=[Table("selection", selection)],
+                figures=figures.selection_charts(selection)),
+        Section("statistics", "Timings and flags",
+                "Every timing per cell (one prompt, config and device) as median [min, max] and "
+                "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "
+                "non-performance governor, emulated devices (timings are not the hardware's), "
+                "failed runs.",
+                tables=[Table("timings", timings, timing_display(timings))]),
+        Section("failures", "Failed and unfinished runs",
+                tables=[Table("failures", aggregate.failures_table(runs))]),
+    ]
+
+
+def _html_page(title: str, sections: list[Section]) -> str:
+    toc = " · ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
+    body = [f"<h1>{escape(title)}</h1>", f"<nav>{toc}</nav>"]
+    for section in sections:
+        body.append(f'<section id="{section.anchor}"><h2>{escape(section.title)}</h2>')
+        if section.text:
+            body.append(f'<p class="note">{escape(section.text)}</p>')
+        if section.figures:
+            body.append('<div class="figs">')
+            for caption, svg in section.figures:
+                body.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+            body.append("</div>")
+        body.append(section.html_extra)
+        for table in section.tables:
+            shown = table.shown
+            html = to_html(shown, f"table-{table.name}")
+            if len(shown) > COLLAPSE_ROWS:  # long tables fold away; the figures summarise them
+                html = (f"<details><summary>{escape(table.name)} ({len(shown)} rows, "
+                        f"{escape(table.name)}.csv)</summary>{html}</details>")
+            else:
+                html = f"<h3>{escape(table.name)}</h3>{html}"
+            body.append(html)
+        body.append("</section>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+COLLAPSE_ROWS = 24
+
+
+def _markdown(title: str, sections: list[Section]) -> str:
+    out = [f"# {title}\n"]
+    for section in sections:
+        out.append(f"## {section.title}\n")
+        if section.text:
+            out.append(section.text + "\n")
+        if section.figures:
+            out.append("Figures (in index.html): " + "; ".join(c for c, _ in section.figures)
+                       + "\n")
+        if section.markdown_extra:
+            out.append(section.markdown_extra)
+        for table in section.tables:
+            out.append(f"### {table.name}\n")
+            out.append(to_markdown(table.shown))
+    return "\n".join(out)
+
+
+def render_report(store: Any, experiment: str, out_dir: str | Path,
+                  extra_sections: list[Section] | None = None) -> Path:
+    """Write the report of ``experiment`` into ``out_dir``; return the path of index.html.
+
+    ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = aggregate.load_experiment(store, experiment)
+    sections = build_sections(data) + list(extra_sections or [])
+    title = f"benchfarm report: {experiment}"
+    files: dict[str, Path] = {}
+    write_csv(_select(data.runs, RUN_COLUMNS), out / "runs.csv")
+    files["runs.csv"] = out / "runs.csv"
+    for section in sections:
+        for table in section.tables:
+            write_csv(table.data, out / f"{table.name}.csv")
+            files[f"{table.name}.csv"] = out / f"{table.name}.csv"
+    (out / "report.md").write_text(_markdown(title, sections), encoding="utf-8")
+    files["report.md"] = out / "report.md"
+    index = out / "index.html"
+    index.write_text(_html_page(title, sections), encoding="utf-8")
+    files["index.html"] = index
+    document = manifest(data)
+    document["files"] = {name: _sha256(path) for name, path in sorted(files.items())}
+    (out / "manifest.json").write_text(json.dumps(document, indent=2, sort_keys=True,
+                                                  default=str) + "\n", encoding="utf-8")
+    return index

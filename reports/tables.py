@@ -1,0 +1,76 @@
+"""Tables as Markdown, HTML and CSV, with one formatting rule for every number.
+
+Numbers are formatted with fixed precision so that the same data always gives the same text.
+A row with a non-empty ``flags`` column is marked (``flagged`` class in HTML, ``⚑`` in Markdown).
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+FLOAT_FORMAT = "%.6g"
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A cell as text: None/NaN empty, integral floats without decimals, others `digits` sig."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.{digits}g}" if abs(value) >= 1e-3 else f"{value:.2e}"
+    return str(value)
+
+
+def summary_text(median: Any, low: Any, high: Any, digits: int = 3) -> str:
+    """``median [min, max]``; just the median when all three agree (a single run)."""
+    if median is None or (isinstance(median, float) and math.isnan(median)):
+        return ""
+    if low == high == median:
+        return fmt(float(median), digits)
+    return f"{fmt(float(median), digits)} [{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
+
+
+def _rows(frame: pd.DataFrame) -> list[list[str]]:
+    return [[fmt(v) for v in row] for row in frame.itertuples(index=False, name=None)]
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_(no rows)_\n"
+    header = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    flag_index = header.index("flags") if "flags" in header else None
+    for cells in _rows(frame):
+        if flag_index is not None and cells[flag_index]:
+            cells[flag_index] = "⚑ " + cells[flag_index]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_html(frame: pd.DataFrame, table_id: str) -> str:
+    if frame.empty:
+        return f'<p class="empty" id="{escape(table_id)}">(no rows)</p>'
+    header = [str(c) for c in frame.columns]
+    flag_index = header.index("flags") if "flags" in header else None
+    out = [f'<table id="{escape(table_id)}"><thead><tr>'
+           + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+    for cells in _rows(frame):
+        flagged = flag_index is not None and cells[flag_index]
+        out.append(('<tr class="flagged">' if flagged else "<tr>")
+                   + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
