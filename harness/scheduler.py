@@ -39,7 +39,6 @@ from harness.spec import WORKTREE
 # Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
 # loopback address keeps a local instance off the network.
 LOCAL_NODE_IP = os.environ.get("BENCHFARM_RAY_NODE_IP", "127.0.0.2")
-BACKOFF_S = float(os.environ.get("BENCHFARM_BACKOFF_S", "1.0"))
 
 
 @contextmanager
@@ -115,7 +114,13 @@ class DeviceRunner:
             except DeviceError as exc:
                 return RunReport(job.run_key, self.device.name, "lost", started,
                                  datetime.now(UTC), 0.0, error=str(exc))
-        report = execute(job, self.device.name, self.transport, probe, scratch_dir())
+        try:
+            report = execute(job, self.device.name, self.transport, probe, scratch_dir())
+        except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
+            # as good as lost; the error text goes with the run so that a bug stays visible.
+            now = datetime.now(UTC)
+            report = RunReport(job.run_key, self.device.name, "lost", now, now, 0.0,
+                               error=f"device {self.device.name!r}: {type(exc).__name__}: {exc}")
         if report.status == "lost":  # reconnect for the next job
             self.close()
         return report
@@ -253,7 +258,8 @@ class Scheduler:
         try:
             report: RunReport = ray.get(dispatch.ref)
         except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
-            board.actor = _actor_for(board.device)
+            if isinstance(exc, ray.exceptions.RayActorError):
+                board.actor = _actor_for(board.device)
             report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
                                datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
         if report.status == "lost":
@@ -277,7 +283,7 @@ class Scheduler:
         name = board.device.name
         board.losses += 1
         board.last_error = error
-        backoff = BACKOFF_S * 2 ** (board.losses - 1)
+        backoff = self.spec.backoff_s * 2 ** (board.losses - 1)
         board.not_before = time.monotonic() + backoff
         retries = self.spec.retries
         run = dispatch.run

@@ -44,7 +44,7 @@ WORKLOAD_SETTINGS: dict[str, dict[str, Any]] = {
 }
 TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
-    "retries", "order_seed", "timeout_s", "engine", "workload",
+    "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload",
 }
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection"}
 
@@ -89,7 +89,8 @@ class Spec:
     repeats: int
     warmups: int
     cooldown_s: float
-    retries: int
+    retries: int  # more tries of a run whose board was lost
+    backoff_s: float  # first wait before a lost board is tried again; doubles every time
     order_seed: int
     timeout_s: float
     engine: EngineAxes
@@ -215,6 +216,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         warmups=number("warmups", "int", 1, 0),
         cooldown_s=number("cooldown_s", "float", 0.0, 0),
         retries=number("retries", "int", 2, 0),
+        backoff_s=number("backoff_s", "float", 1.0, 0),
         order_seed=number("order_seed", "int", 0, 0),
         timeout_s=number("timeout_s", "float", 900.0, 1),
         engine=_engine(check, data.get("engine", {})),

@@ -1,1 +1,100 @@
-"""Fixtures for the ray area (filled in by its issue)."""
+"""Ray and coordinator fixtures: one Ray instance per test session (on a loopback address,
+shut down at the end), a private local farm for the coordinator's fault tests, and helpers to
+write small specs and read back what the store holds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import ray
+
+from db.store import Store
+from devices.farm import farm_down, farm_up
+from harness.scheduler import LOCAL_NODE_IP
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    """The GCS address of the session's Ray instance (the driver is this pytest process)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address=LOCAL_NODE_IP, object_store_memory=128 * 1024 * 1024)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@dataclass
+class CoordFarm:
+    state: Path
+    inventory: Path  # farm-x86 (class x86) and farm-arm (class rk3588, emulated)
+    pool_inventory: Path  # the same plus `local` in class x86: a pool of two x86 boards
+
+    def restart(self) -> None:
+        """Bring stopped nodes back (same keys; the inventories are rewritten)."""
+        farm_up(self.state)
+        write_pool_inventory(self)
+
+
+@pytest.fixture(scope="session")
+def coord_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordFarm]:
+    """A farm of its own, so that killing its nodes cannot disturb other tests."""
+    state = tmp_path_factory.mktemp("coord-farm")
+    inventory = farm_up(state)
+    pool = state / "pool.toml"
+    farm = CoordFarm(state, inventory, pool)
+    write_pool_inventory(farm)
+    try:
+        yield farm
+    finally:
+        farm_down(state)
+
+
+def write_pool_inventory(farm: CoordFarm) -> None:
+    farm.pool_inventory.write_text(
+        farm.inventory.read_text()
+        + f'\n[[device]]\nname = "local"\nclass = "x86"\nworkdir = "{farm.state}/local-work"\n')
+
+
+def needle_spec(folder: Path, name: str, model: Path, devices: list[str], *,
+                depths: tuple[float, ...] = (0.5,), k: tuple[int, ...] = (4,),
+                ctx: int = 128, extra: str = "") -> Path:
+    """A small needle matrix: exact + sparse k for each depth, on ``devices``."""
+    path = folder / f"{name}.toml"
+    path.write_text(f"""
+name = "{name}"
+model = "{model}"
+devices = {json.dumps(devices)}
+warmups = 1
+{extra}
+
+[engine.policy.exact]
+
+[engine.policy.sparse]
+k = {list(k)}
+
+[[workload]]
+kind = "needle"
+ctx = {ctx}
+depth = {list(depths)}
+seed = 0
+max_new = 6
+""")
+    return path
+
+
+def stored_runs(db_url: str, experiment: str) -> pd.DataFrame:
+    with Store.open(db_url) as store:
+        if experiment not in store.list_experiments():
+            return pd.DataFrame(columns=["run_key", "status"])
+        return store.frames(experiment)["runs"]
+
+
+def count_ok(db_url: str, experiment: str) -> int:
+    runs = stored_runs(db_url, experiment)
+    return int((runs["status"] == "ok").sum())

@@ -1,0 +1,78 @@
+"""`benchfarm demo`: the embedded default, end to end.
+
+On this machine only (device `local`), a local Ray instance and the SQLite store: build the
+engine, run the demo matrix (specs/demo.toml: needle x exact / sparse k in {1, 4, 32}) with the
+shipped model, then render the report, or print a summary table when no renderer is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import pandas as pd
+
+from db.store import Store
+from devices.inventory import LOCAL, Inventory, local_device
+from harness import REPO_ROOT
+from harness.coordinator import run_experiment
+from harness.spec import load_spec
+
+DEMO_SPEC = REPO_ROOT / "specs" / "demo.toml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="build lmc, run the demo needle matrix locally and report it")
+    parser.add_argument("--spec", default=str(DEMO_SPEC),
+                        help="the matrix to run (default: %(default)s)")
+    parser.add_argument("--out", default="reports/demo",
+                        help="report folder (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
+    parser.set_defaults(func=run)
+
+
+def summary_table(store: Store, experiment: str) -> pd.DataFrame:
+    """Needle recall and decode speed per (device, policy, k), from the stored rows."""
+    frames = store.frames(experiment)
+    runs = frames["runs"]
+    if runs.empty:
+        return runs
+    outcomes = frames["outcomes"][["run_id", "recall"]].rename(columns={"run_id": "id"})
+    rows = runs.merge(outcomes, on="id", how="left")
+    rows["k"] = rows["k"].astype("Int64").astype(str).replace("<NA>", "-")
+    grouped = rows.groupby(["device_name", "policy", "k"], sort=True)
+    table = pd.DataFrame({
+        "runs": grouped.size(),
+        "ok": grouped["status"].apply(lambda s: int((s == "ok").sum())),
+        "recall": grouped["recall"].mean().round(3),
+        "decode_ms/token": grouped["decode_ms_per_token"].median().round(3),
+        "attn_ms/token": grouped["attn_ms_per_token"].median().round(3),
+    })
+    return table.reset_index()
+
+
+def render(store: Store, experiment: str, out_dir: Path) -> str | None:
+    """The report through reports.render when that module exists; None otherwise."""
+    try:
+        module = importlib.import_module("reports.render")
+    except ModuleNotFoundError as exc:
+        if exc.name != "reports.render":
+            raise
+        return None
+    written = module.render_report(store, experiment, out_dir)
+    return str(written)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    inventory = Inventory({LOCAL: local_device()})  # the demo never reaches other machines
+    with Store.open(args.db) as store:
+        summary = run_experiment(spec, inventory, store, [LOCAL], args.force)
+        print(summary.line())
+        print(summary_table(store, spec.name).to_string(index=False))
+        report = render(store, spec.name, Path(args.out))
+        if report:
+            print(f"report: {report}")
+    return 0 if summary.complete else 1

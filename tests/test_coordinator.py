@@ -1,0 +1,150 @@
+"""The coordinator end to end: real Ray, real farm nodes over SSH, the real engine and model,
+a real SQLite store. Resume, --force, engine failures, and a SIGKILLed coordinator."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.coordinator import run_experiment
+from harness.spec import load_spec
+
+
+def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm,
+                                         needle_model: Path, tmp_path: Path) -> None:
+    spec = load_spec(needle_spec(tmp_path, "both-nodes", needle_model,
+                                 ["farm-x86", "farm-arm"], depths=(0.2, 0.8)))
+    inventory = load_inventory(coord_farm.inventory)
+    url = f"sqlite:///{tmp_path}/farm.db"
+    with Store.open(url) as store:
+        summary = run_experiment(spec, inventory, store)
+    assert (summary.total, summary.skipped, summary.counts["ok"]) == (8, 0, 8), summary
+
+    runs = stored_runs(url, "both-nodes")
+    assert len(runs) == 8 and runs["run_key"].is_unique
+    assert set(runs["status"]) == {"ok"}
+    assert runs.groupby("device_name").size().to_dict() == {"farm-arm": 4, "farm-x86": 4}
+    # each node ran the engine built for its own architecture
+    assert dict(zip(runs["device_name"], runs["build_target"], strict=True)) == \
+        {"farm-arm": "aarch64", "farm-x86": "x86_64"}
+    assert runs.loc[runs["device_name"] == "farm-arm", "device_emulated"].all()
+    assert (runs["exit_code"] == 0).all()
+    assert (runs["overhead_ms"] > 0).all() and (runs["engine_ms"] > 0).all()
+    assert (runs["prompt_tokens"] > 100).all()
+
+    with Store.open(url) as store:
+        frames = store.frames("both-nodes")
+    timings = frames["token_timings"].groupby("run_id").size()
+    assert (timings >= 1).all() and len(timings) == 8
+    snapshots = frames["snapshots"].groupby("run_id")["phase"].apply(sorted)
+    assert all(phases == ["after", "before"] for phases in snapshots)
+    outcomes = frames["outcomes"].merge(runs[["id", "policy"]], left_on="run_id", right_on="id")
+    exact = outcomes[outcomes["policy"] == "exact"]
+    assert len(exact) == 4 and (exact["recall"] == 1.0).all(), exact[["text", "expected_answer"]]
+
+    # resume: nothing left to do; --force: everything again, still one row per run key
+    with Store.open(url) as store:
+        again = run_experiment(spec, inventory, store)
+        assert (again.skipped, sum(again.counts.values())) == (8, 0)
+        forced = run_experiment(spec, inventory, store, force=True)
+        assert forced.counts["ok"] == 8
+    rerun = stored_runs(url, "both-nodes")
+    assert len(rerun) == 8 and set(rerun["run_key"]) == set(runs["run_key"])
+    assert (rerun["finished_at"].values > runs["finished_at"].values).all()
+
+
+def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_model: Path,
+                                                       tmp_path: Path) -> None:
+    broken = tmp_path / "broken-model"
+    shutil.copytree(needle_model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # the engine cannot load it
+    spec = load_spec(needle_spec(tmp_path, "broken", broken, ["local"]))
+    url = f"sqlite:///{tmp_path}/broken.db"
+    inventory = load_inventory(None)
+    with Store.open(url) as store:
+        summary = run_experiment(spec, inventory, store, ["local"])
+        assert summary.counts["failed"] == 2 and summary.complete
+        runs = stored_runs(url, "broken")
+        assert set(runs["status"]) == {"failed"}
+        assert (runs["exit_code"] != 0).all()
+        assert all("safetensors" in e or "model" in e for e in runs["error"]), runs["error"]
+        # failed runs are not "done": a rerun tries them again
+        assert run_experiment(spec, inventory, store, ["local"]).skipped == 0
+
+
+def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_ok_runs(proc: subprocess.Popen, url: str, experiment: str, wanted: int) -> None:
+    deadline = time.monotonic() + 180
+    while count_ok(url, experiment) < wanted:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the coordinator made no progress"
+        time.sleep(0.1)
+
+
+def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    # cooldown between runs: the kill lands while the matrix is far from done
+    spec_path = needle_spec(tmp_path, "killed", needle_model, ["local"],
+                            depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
+    url = f"sqlite:///{tmp_path}/killed.db"
+    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
+                     tmp_path)
+    try:
+        wait_for_ok_runs(proc, url, "killed", 2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    before = stored_runs(url, "killed")
+    done = set(before.loc[before["status"] == "ok", "run_key"])
+    assert 2 <= len(done) < 8
+
+    with Store.open(url) as store:
+        summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    assert summary.skipped == len(done)
+    assert summary.counts["ok"] == 8 - len(done)
+    after = stored_runs(url, "killed")
+    assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
+    # the runs finished before the kill were kept as they were, not redone
+    kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
+    assert (kept == before.set_index("run_key").loc[kept.index, "finished_at"]).all()
+
+
+def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
+                                                  tmp_path: Path) -> None:
+    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"],
+                            depths=(0.1, 0.5, 0.9), ctx=512)
+    url = f"sqlite:///{tmp_path}/ctrlc.db"
+    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
+                     tmp_path)
+    try:
+        wait_for_ok_runs(proc, url, "ctrl-c", 1)
+        os.kill(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    runs = stored_runs(url, "ctrl-c")
+    assert set(runs["status"]) <= {"ok", "interrupted"}
+    interrupted = runs[runs["status"] == "interrupted"]
+    assert all("interrupted" in e for e in interrupted["error"])
+    with Store.open(url) as store:
+        summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    assert summary.skipped + summary.counts["ok"] == 6
+    assert set(stored_runs(url, "ctrl-c")["status"]) == {"ok"}

@@ -1,0 +1,86 @@
+"""Board loss in the middle of a matrix: a farm node's sshd (and its sessions) SIGKILLed."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
+
+from db.store import Store
+from devices.farm import stop_node
+from devices.inventory import load_inventory
+from harness.coordinator import run_experiment
+from harness.spec import load_spec
+
+FAULT_SETTINGS = "cooldown_s = 0.5\nretries = 1\nbackoff_s = 0.2"
+
+
+class NodeKiller(threading.Thread):
+    """Kills a node once ``after`` runs are stored as ok."""
+
+    def __init__(self, farm: CoordFarm, node: str, url: str, experiment: str, after: int):
+        super().__init__(daemon=True)
+        self.args_ = (farm, node, url, experiment, after)
+        self.killed: list[int] = []
+
+    def run(self) -> None:
+        farm, node, url, experiment, after = self.args_
+        deadline = time.monotonic() + 300
+        while count_ok(url, experiment) < after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.killed = stop_node(farm.state, node, signal.SIGKILL)
+
+
+def test_pinned_board_lost_mid_matrix_then_rerun_completes(
+        ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
+    spec = load_spec(needle_spec(tmp_path, "lost-pinned", needle_model, ["farm-x86"],
+                                 depths=(0.1, 0.4, 0.7), extra=FAULT_SETTINGS))
+    url = f"sqlite:///{tmp_path}/lost.db"
+    killer = NodeKiller(coord_farm, "farm-x86", url, "lost-pinned", after=2)
+    killer.start()
+    try:
+        with Store.open(url) as store:
+            summary = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+        killer.join()
+        assert killer.killed, "the node was not killed"
+        runs = stored_runs(url, "lost-pinned")
+        assert len(runs) == 6 and runs["run_key"].is_unique
+        ok = runs[runs["status"] == "ok"]
+        pending = runs[runs["status"] == "pending"]
+        assert len(ok) >= 2 and len(ok) + len(pending) == 6 and len(pending) >= 1
+        assert summary.counts["pending"] == len(pending) and not summary.complete
+        assert pending["attempts"].max() == 2  # the run in flight was retried once
+        assert all("farm-x86" in e for e in pending["error"])
+    finally:
+        coord_farm.restart()
+
+    with Store.open(url) as store:
+        rerun = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+    assert rerun.skipped == len(ok) and rerun.counts["ok"] == len(pending)
+    final = stored_runs(url, "lost-pinned")
+    assert len(final) == 6 and final["run_key"].is_unique and set(final["status"]) == {"ok"}
+
+
+def test_pooled_runs_move_to_another_board_of_the_class(
+        ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
+    spec = load_spec(needle_spec(tmp_path, "lost-pool", needle_model, ["x86"],
+                                 depths=(0.1, 0.3, 0.5, 0.7), extra=FAULT_SETTINGS))
+    url = f"sqlite:///{tmp_path}/pool.db"
+    killer = NodeKiller(coord_farm, "farm-x86", url, "lost-pool", after=2)
+    killer.start()
+    try:
+        with Store.open(url) as store:
+            summary = run_experiment(spec, load_inventory(coord_farm.pool_inventory), store)
+        killer.join()
+        assert killer.killed
+    finally:
+        coord_farm.restart()
+    assert summary.counts["ok"] == 8 and summary.complete
+    runs = stored_runs(url, "lost-pool")
+    assert len(runs) == 8 and runs["run_key"].is_unique and set(runs["status"]) == {"ok"}
+    moved = runs[runs["attempts"] > 1]
+    assert len(moved) >= 1 and set(moved["device_name"]) == {"local"}
+    assert set(runs["device_name"]) == {"local", "farm-x86"}
