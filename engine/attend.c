@@ -1,0 +1,186 @@
+/* attend.c — see attend.h */
+#include "attend.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "attention.h"
+#include "util.h"
+
+void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool) {
+    memset(a, 0, sizeof *a);
+    a->opt = *opt;
+    a->kv = kv;
+    a->pool = pool;
+    a->n_layers = kv->n_layers;
+    a->n_heads = n_heads;
+    a->n_kv = kv->n_kv;
+    a->head_dim = kv->head_dim;
+    a->capacity = kv->capacity;
+    a->n_blocks = kv->n_blocks;
+    size_t H = (size_t)n_heads, C = (size_t)kv->capacity, NB = (size_t)kv->n_blocks;
+    if (opt->sel.policy == POL_SPARSE)
+        a->importance = lmc_alloc((size_t)a->n_layers * C, sizeof(float), "prefill importance");
+    if (opt->sel.policy == POL_H2O)
+        a->mass = lmc_alloc((size_t)a->n_layers * H * C, sizeof(float), "h2o attention mass");
+    a->exact_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
+    a->att_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
+    a->exact_out = lmc_alloc(H * (size_t)kv->head_dim, sizeof(float), "attention output");
+    a->kscratch = lmc_alloc(H * (size_t)kv->block, sizeof(float), "attention scores");
+    a->sel = lmc_alloc(H * NB, sizeof(int), "selected blocks");
+    a->oracle_sel = lmc_alloc(H * NB, sizeof(int), "oracle blocks");
+    a->n_sel = lmc_alloc(H, sizeof(int), "selection counts");
+    a->scratch = lmc_alloc(H, sizeof(SelectScratch), "selection scratch");
+    for (int h = 0; h < n_heads; h++) select_scratch_init(&a->scratch[h], kv->n_blocks);
+    a->head_stats = lmc_alloc(H, sizeof(SelStats), "selection statistics");
+}
+
+void attention_free(Attention *a) {
+    for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->scratch[h]);
+    lmc_free(a->scratch);
+    lmc_free(a->importance);
+    lmc_free(a->mass);
+    lmc_free(a->exact_probs);
+    lmc_free(a->att_probs);
+    lmc_free(a->exact_out);
+    lmc_free(a->kscratch);
+    lmc_free(a->sel);
+    lmc_free(a->oracle_sel);
+    lmc_free(a->n_sel);
+    lmc_free(a->head_stats);
+    memset(a, 0, sizeof *a);
+}
+
+typedef struct {
+    Attention *a;
+    int layer, pos, phase;
+    const float *q_all;
+    float *out_all;
+} LayerJob;
+
+static int in_selection(const int *sel, int n, int b) {
+    for (int i = 0; i < n; i++)
+        if (sel[i] == b) return 1;
+    return 0;
+}
+
+static void attend_head(LayerJob *job, int h) {
+    Attention *a = job->a;
+    const KVCache *kv = a->kv;
+    int D = a->head_dim, bs = kv->block, layer = job->layer;
+    int n_pos = job->pos + 1;
+    int kvh = h / (a->n_heads / a->n_kv);
+    int decode = job->phase != ATTN_PREFILL;
+    const float *q = job->q_all + (size_t)h * D;
+    float *out = job->out_all + (size_t)h * D;
+    float *exact_probs = a->exact_probs + (size_t)h * a->capacity;
+    float *att_probs = a->att_probs + (size_t)h * a->capacity;
+    float *exact_out = a->exact_out + (size_t)h * D;
+    int *sel = a->sel + (size_t)h * a->n_blocks;
+    SelStats *st = &a->head_stats[h];
+    memset(st, 0, sizeof *st);
+
+    SelectConfig cfg = a->opt.sel;
+    if (!decode && !a->opt.prefill_sparse) cfg.policy = POL_EXACT;
+    int measure = a->opt.measure && decode;
+    int need_exact = measure || cfg.policy == POL_ORACLE;
+    /* attended probabilities are needed to record prefill importance or H2O mass */
+    int record_importance = job->phase == ATTN_PREFILL && a->importance;
+    int record_mass = job->phase != ATTN_BENCH && a->mass;
+    int need_probs = record_importance || record_mass;
+
+    if (need_exact) attn_reference(q, kv, layer, kvh, n_pos, exact_out, exact_probs);
+    float *h2o_mass = a->mass ? a->mass + ((size_t)layer * a->n_heads + h) * a->capacity : NULL;
+
+    SelectInput in = {
+        .q = q, .kv = kv, .layer = layer, .kvh = kvh, .head = h, .n_pos = n_pos,
+        /* importance exists only after prefill, so prefill queries probe only */
+        .importance = decode && a->importance ? a->importance + (size_t)layer * a->capacity : NULL,
+        .mass = h2o_mass,
+        .probs = exact_probs,
+    };
+    size_t select_bytes = 0;
+    int n = select_blocks(&cfg, &in, &a->scratch[h], sel, &select_bytes);
+    a->n_sel[h] = n;
+
+    if (a->opt.reference && cfg.policy == POL_EXACT)
+        attn_reference(q, kv, layer, kvh, n_pos, out, att_probs);
+    else
+        attn_blocks(q, kv, layer, kvh, n_pos, sel, n, out, a->kscratch + (size_t)h * bs,
+                    need_probs ? att_probs : NULL);
+
+    size_t attended = 0;
+    for (int i = 0; i < n; i++) {
+        int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+        attended += (size_t)(p1 - p0);
+        if (record_mass)
+            for (int p = p0; p < p1; p++) h2o_mass[p] += att_probs[p];
+    }
+    st->select_bytes = (double)select_bytes;
+    st->kv_bytes = (double)(attended * 2 * kv_row_bytes(kv));
+    st->heads = 1;
+    if (!measure) return;
+
+    /* diagnostics against exact attention */
+    double mass = 0.0;
+    for (int i = 0; i < n; i++) {
+        int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+        for (int p = p0; p < p1; p++) mass += exact_probs[p];
+    }
+    SelectConfig oracle = cfg;
+    oracle.policy = POL_ORACLE;
+    int *osel = a->oracle_sel + (size_t)h * a->n_blocks;
+    size_t unused;
+    int n_oracle = select_blocks(&oracle, &in, &a->scratch[h], osel, &unused);
+    int hits = 0;
+    for (int i = 0; i < n_oracle; i++) hits += in_selection(sel, n, osel[i]);
+    double diff = 0.0;
+    for (int d = 0; d < D; d++) diff = fmax(diff, fabs((double)out[d] - (double)exact_out[d]));
+    st->mass = mass;
+    st->recall = n_oracle ? (double)hits / n_oracle : 1.0;
+    st->max_abs_diff = diff;
+    st->measured = 1;
+}
+
+static void attend_heads(void *arg, int begin, int end) {
+    for (int h = begin; h < end; h++) attend_head(arg, h);
+}
+
+void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
+                  SelStats *stats) {
+    LayerJob job = {a, layer, pos, phase, q_all, out_all};
+    pool_run(a->pool, attend_heads, &job, a->n_heads);
+
+    int bs = a->kv->block, n_pos = pos + 1;
+    if (phase == ATTN_PREFILL && a->importance) {
+        /* summed over heads in head order (fixed order: same bits for any --threads) */
+        float *imp = a->importance + (size_t)layer * a->capacity;
+        for (int h = 0; h < a->n_heads; h++) {
+            const int *sel = a->sel + (size_t)h * a->n_blocks;
+            const float *probs = a->att_probs + (size_t)h * a->capacity;
+            for (int i = 0; i < a->n_sel[h]; i++) {
+                int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+                for (int p = p0; p < p1; p++) imp[p] += probs[p];
+            }
+        }
+    }
+    if (a->opt.trace && phase != ATTN_PREFILL) {
+        for (int h = 0; h < a->n_heads; h++) {
+            const int *sel = a->sel + (size_t)h * a->n_blocks;
+            fprintf(a->opt.trace, "%d %d %d %d", pos, layer, h, a->n_sel[h]);
+            for (int i = 0; i < a->n_sel[h]; i++) fprintf(a->opt.trace, " %d", sel[i]);
+            fputc('\n', a->opt.trace);
+        }
+    }
+    if (!stats) return;
+    for (int h = 0; h < a->n_heads; h++) {
+        const SelStats *s = &a->head_stats[h];
+        stats->mass += s->mass;
+        stats->recall += s->recall;
+        stats->max_abs_diff += s->max_abs_diff;
+        stats->select_bytes += s->select_bytes;
+        stats->kv_bytes += s->kv_bytes;
+        stats->heads += s->heads;
+        stats->measured += s->measured;
+    }
+}

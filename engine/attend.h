@@ -1,0 +1,57 @@
+/* attend.h — attention for one layer and one query position, all heads: policy selection,
+ * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
+ * (--measure-selection) and the selection trace (--trace-selection). */
+#ifndef LMC_ATTEND_H
+#define LMC_ATTEND_H
+
+#include <stdio.h>
+
+#include "kvcache.h"
+#include "select.h"
+#include "threads.h"
+
+enum { ATTN_PREFILL = 0, ATTN_DECODE = 1, ATTN_BENCH = 2 /* decode without state updates */ };
+
+typedef struct {
+    SelectConfig sel;   /* the --attn policy and its parameters */
+    int prefill_sparse; /* --prefill-attn sparse: prefill queries use the policy too */
+    int reference;      /* --ref-attn: exact attention by the plain reference */
+    int measure;        /* --measure-selection */
+    FILE *trace;        /* --trace-selection, or NULL */
+} AttnOptions;
+
+/* diagnostics summed over heads (and layers, and steps by the caller) */
+typedef struct {
+    double mass;         /* exact attention mass inside the selected blocks */
+    double recall;       /* |selected & oracle top-k| / |oracle top-k| */
+    double max_abs_diff; /* max |out - exact out| over the head's dims */
+    double select_bytes; /* bytes read to choose blocks */
+    double kv_bytes;     /* K and V bytes read by the kernel */
+    double heads;        /* head-evaluations summed (to average mass/recall/diff) */
+    double measured;     /* head-evaluations that carry mass/recall/diff */
+} SelStats;
+
+typedef struct {
+    AttnOptions opt;
+    int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
+    KVCache *kv;
+    float *importance; /* [layer][capacity]: prefill importance (sparse policy) or NULL */
+    float *mass;       /* [layer][head][capacity]: accumulated attention mass (h2o) or NULL */
+    /* per-head scratch, so heads run in parallel without sharing anything */
+    float *exact_probs, *att_probs; /* [head][capacity] */
+    float *exact_out;               /* [head][head_dim] */
+    float *kscratch;                /* [head][block] */
+    int *sel, *oracle_sel, *n_sel;  /* [head][n_blocks], [head][n_blocks], [head] */
+    SelectScratch *scratch;         /* [head] */
+    SelStats *head_stats;           /* [head] */
+    ThreadPool *pool;
+} Attention;
+
+void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool);
+void attention_free(Attention *a);
+/* attend for query position pos (n_pos = pos + 1 visible positions); q_all/out_all hold all
+ * heads ([n_heads x head_dim]); stats (may be NULL) receive sums over heads. */
+void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
+                  SelStats *stats);
+
+#endif

@@ -1,0 +1,68 @@
+/* attention.c — see attention.h */
+#include "attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n_pos, float *out,
+                    float *probs) {
+    int D = kv->head_dim;
+    float scale = 1.0f / sqrtf((float)D);
+    float *s = probs; /* scores first, probabilities after normalising */
+    float max = -INFINITY;
+    for (int p = 0; p < n_pos; p++) {
+        s[p] = kv_key_dot(kv, layer, p, kvh, q) * scale;
+        if (s[p] > max) max = s[p];
+    }
+    float sum = 0.0f;
+    for (int p = 0; p < n_pos; p++) {
+        s[p] = expf(s[p] - max);
+        sum += s[p];
+    }
+    for (int p = 0; p < n_pos; p++) s[p] /= sum;
+    memset(out, 0, sizeof(float) * (size_t)D);
+    for (int p = 0; p < n_pos; p++) kv_value_axpy(kv, layer, p, kvh, s[p], out);
+}
+
+void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_pos,
+                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs) {
+    int D = kv->head_dim, bs = kv->block;
+    float scale = 1.0f / sqrtf((float)D);
+    float m = -INFINITY, l = 0.0f;
+    memset(out, 0, sizeof(float) * (size_t)D);
+    for (int i = 0; i < n_blocks; i++) {
+        int p0 = blocks[i] * bs;
+        int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+        if (p0 >= p1) continue;
+        float bmax = -INFINITY;
+        for (int p = p0; p < p1; p++) {
+            float s = kv_key_dot(kv, layer, p, kvh, q) * scale;
+            scratch[p - p0] = s;
+            if (s > bmax) bmax = s;
+        }
+        if (bmax > m) {
+            /* new running max: rescale what was accumulated so far (exp(-inf) = 0 at start) */
+            float corr = expf(m - bmax);
+            for (int d = 0; d < D; d++) out[d] *= corr;
+            l *= corr;
+            m = bmax;
+        }
+        for (int p = p0; p < p1; p++) {
+            float e = expf(scratch[p - p0] - m);
+            l += e;
+            kv_value_axpy(kv, layer, p, kvh, e, out);
+            if (probs) probs[p] = scratch[p - p0];
+        }
+    }
+    if (l <= 0.0f) return;
+    float inv = 1.0f / l;
+    for (int d = 0; d < D; d++) out[d] *= inv;
+    if (!probs) return;
+    for (int i = 0; i < n_blocks; i++) {
+        int p0 = blocks[i] * bs;
+        int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+        for (int p = p0; p < p1; p++) probs[p] = expf(probs[p] - m) * inv;
+    }
+}

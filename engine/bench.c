@@ -1,0 +1,111 @@
+/* bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over a KV
+ * cache of --ctx positions, timed on its own.
+ *
+ * Inputs are seeded synthetic data (uniform in [-1, 1) for q, k, v; [0, 1) for the
+ * per-position importance that the sparse rule reserves blocks by and that H2O uses as its
+ * accumulated mass), or an exact file (--inputs) so tests can check the engine against a
+ * Python reference. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attend.h"
+#include "cli.h"
+#include "util.h"
+
+static void load_inputs(const char *path, float *buf, size_t count) {
+    char *data;
+    size_t len;
+    if (lmc_read_file(path, &data, &len) != 0) lmc_die_input("%s", lmc_last_error());
+    if (len != count * sizeof(float))
+        lmc_die_input("--inputs %s has %zu bytes; q, k, v and importance need %zu (f32 little-endian)",
+                      path, len, count * sizeof(float));
+    memcpy(buf, data, len);
+    free(data);
+}
+
+int cmd_attn_bench(const Options *o) {
+    if (!o->ctx || !o->heads || !o->kv_heads || !o->head_dim)
+        lmc_die_input("attn-bench needs --ctx, --heads, --kv-heads and --head-dim");
+    if (o->heads % o->kv_heads != 0)
+        lmc_die_input("--heads %d is not a multiple of --kv-heads %d", o->heads, o->kv_heads);
+    if (o->probe_summary && o->policy != POL_SPARSE)
+        lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
+    if (o->ref_attn && o->policy != POL_EXACT)
+        lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
+    int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim;
+    size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
+    size_t total = nq + 2 * nkv + (size_t)ctx;
+    float *buf = lmc_alloc(total, sizeof(float), "attn-bench inputs");
+    float *q = buf, *k = q + nq, *v = k + nkv, *importance = v + nkv;
+    if (o->inputs) {
+        load_inputs(o->inputs, buf, total);
+    } else {
+        uint64_t state = o->seed;
+        for (size_t i = 0; i < nq + 2 * nkv; i++) buf[i] = lmc_rand_uniform(&state);
+        for (int p = 0; p < ctx; p++) importance[p] = 0.5f * (lmc_rand_uniform(&state) + 1.0f);
+    }
+
+    AttnOptions opt = cli_attn_options(o);
+    FILE *trace = opt.trace;
+    opt.trace = NULL;
+    int measure = opt.measure;
+    opt.measure = 0;
+    ThreadPool *pool = pool_create(o->threads);
+    KVCache kv;
+    kv_init(&kv, 1, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
+            o->policy == POL_SPARSE && o->probe_summary);
+    for (int p = 0; p < ctx; p++) kv_write(&kv, 0, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
+    Attention a;
+    attention_init(&a, &opt, &kv, H, pool);
+    if (a.importance) memcpy(a.importance, importance, sizeof(float) * (size_t)ctx);
+    if (a.mass)
+        for (int h = 0; h < H; h++) memcpy(a.mass + (size_t)h * ctx, importance, sizeof(float) * (size_t)ctx);
+    float *out = lmc_alloc(nq, sizeof(float), "attention output");
+
+    /* untimed passes first: the trace and the diagnostics */
+    SelStats sel;
+    memset(&sel, 0, sizeof sel);
+    a.opt.trace = trace;
+    a.opt.measure = measure;
+    attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, &sel);
+    a.opt.trace = NULL;
+    a.opt.measure = 0;
+    if (trace) fclose(trace);
+
+    for (int i = 0; i < o->warmup; i++) attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
+    double *runs = lmc_alloc((size_t)o->runs, sizeof(double), "timings");
+    for (int i = 0; i < o->runs; i++) {
+        double t0 = lmc_now_ms();
+        attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
+        runs[i] = lmc_now_ms() - t0;
+    }
+    if (o->dump_out) {
+        FILE *f = fopen(o->dump_out, "wb");
+        if (!f) lmc_die_input("cannot write --dump-out file %s: %s", o->dump_out, strerror(errno));
+        if (fwrite(out, sizeof(float), nq, f) != nq) lmc_die_runtime("cannot write %s", o->dump_out);
+        fclose(f);
+    }
+
+    printf("{\"schema\": \"%s\", \"command\": \"attn-bench\", \"config\": {", LMC_SCHEMA);
+    cli_write_attn_config(stdout, o);
+    printf("}, \"ctx\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"policy\": \"%s\", "
+           "\"ms\": %.5f, \"runs\": [", ctx, H, G, D, policy_name(o->policy), lmc_median(runs, o->runs));
+    for (int i = 0; i < o->runs; i++) printf("%s%.5f", i ? ", " : "", runs[i]);
+    double m = sel.measured > 0 ? sel.measured : 1;
+    printf("], \"selection\": {\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
+           sel.select_bytes, sel.kv_bytes, sel.select_bytes + sel.kv_bytes);
+    if (measure)
+        printf(", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", sel.mass / m,
+               sel.recall / m, sel.max_abs_diff / m);
+    printf("}}\n");
+
+    lmc_free(runs);
+    lmc_free(out);
+    attention_free(&a);
+    kv_free(&kv);
+    pool_destroy(pool);
+    lmc_free(buf);
+    return 0;
+}

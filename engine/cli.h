@@ -1,0 +1,40 @@
+/* cli.h — the command line of lmc: options shared by the commands, and the commands. */
+#ifndef LMC_CLI_H
+#define LMC_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "attend.h"
+#include "select.h"
+
+#define MAX_STOPS 64
+
+typedef struct {
+    const char *command;
+    /* files */
+    const char *model, *prompt, *text, *dump_logits, *trace, *inputs, *dump_out;
+    /* attention */
+    Policy policy;
+    int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;
+    uint64_t seed;
+    int kv_q8, wq8, threads;
+    /* generate / ppl */
+    int max_new, ctx;
+    int stops[MAX_STOPS], n_stops;
+    /* attn-bench */
+    int heads, kv_heads, head_dim, runs, warmup; /* attn-bench uses ctx as its context */
+} Options;
+
+/* parse argv (after the command name); exits 2 naming the bad flag or value */
+void cli_parse(Options *o, const char *command, int argc, char **argv);
+/* the attention options an Options describes; opens the trace file if asked */
+AttnOptions cli_attn_options(const Options *o);
+/* write the "config" members common to all commands (no braces) */
+void cli_write_attn_config(FILE *f, const Options *o);
+
+int cmd_generate(const Options *o);
+int cmd_ppl(const Options *o);
+int cmd_attn_bench(const Options *o);
+
+#endif

@@ -1,0 +1,58 @@
+/* kvcache.h — the KV cache, token-major, f32 or q8, plus per-block key summaries.
+ *
+ * Layout (token-major, as the seed's k_cache + t * kv_dim + h * head_dim):
+ *   f32: k[((layer * capacity) + pos) * kv_dim + kvh * head_dim + i]        (same for v)
+ *   q8:  kq[...same index...] int8 values, and one float scale per group of 32 values:
+ *        ks[((layer * capacity) + pos) * kv_groups + kvh * q8_groups(head_dim) + g]
+ *        with kv_groups = n_kv * q8_groups(head_dim); value = kq * ks (same for v).
+ * Summaries, per layer, block of `block` positions and KV head (only built when asked for):
+ *   kmin/kmax [layer][block][kvh][head_dim]: element-wise min/max of the block's keys (quest);
+ *   ksum      [layer][block][kvh][head_dim]: element-wise sum of the block's keys, in position
+ *             order (the --probe-summary centroid is ksum / positions in block).
+ * Summaries are computed from the keys as stored (dequantised for q8), updated on each write. */
+#ifndef LMC_KVCACHE_H
+#define LMC_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* the largest head_dim accepted (stack buffers are sized by it) */
+#define LMC_MAX_HEAD_DIM 1024
+
+typedef struct {
+    int n_layers, n_kv, head_dim, capacity, block;
+    int q8;
+    int kv_dim;    /* n_kv * head_dim */
+    int kv_groups; /* n_kv * q8_groups(head_dim) */
+    int n_blocks;  /* blocks that fit in capacity */
+    float *k, *v;
+    int8_t *kq, *vq;
+    float *ks, *vs;
+    float *kmin, *kmax; /* NULL unless minmax summaries are kept */
+    float *ksum;        /* NULL unless sum summaries are kept */
+} KVCache;
+
+void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
+             int keep_minmax, int keep_sum);
+void kv_free(KVCache *kv);
+/* store one position's keys and values for all KV heads (k_row, v_row: [kv_dim]) */
+void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *v_row);
+
+/* q . key(layer, pos, kvh) */
+static inline size_t kv_index(const KVCache *kv, int layer, int pos) {
+    return ((size_t)layer * (size_t)kv->capacity + (size_t)pos);
+}
+float kv_key_dot(const KVCache *kv, int layer, int pos, int kvh, const float *q);
+/* out += a * value(layer, pos, kvh) */
+void kv_value_axpy(const KVCache *kv, int layer, int pos, int kvh, float a, float *out);
+/* the key as floats (dequantised for q8) */
+void kv_key_read(const KVCache *kv, int layer, int pos, int kvh, float *out);
+/* bytes one head's key (or value) row occupies: what reading it costs */
+size_t kv_row_bytes(const KVCache *kv);
+/* summary rows for (layer, block, kvh) */
+static inline size_t kv_summary_index(const KVCache *kv, int layer, int block, int kvh) {
+    return (((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->n_kv + (size_t)kvh) *
+           (size_t)kv->head_dim;
+}
+
+#endif

@@ -1,0 +1,224 @@
+/* main.c — lmc's entry point: the command line and `lmc info`.
+ *
+ *   lmc info
+ *   lmc generate   --model DIR --prompt FILE [options]
+ *   lmc ppl        --model DIR --text FILE [options]
+ *   lmc attn-bench --ctx N --heads H --kv-heads G --head-dim D [options]
+ *
+ * Every option is documented in engine/README.md. Output: one JSON document on stdout.
+ * Bad input: exit 2 and one line "lmc: error: ..." on stderr. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+#include "ops.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- option table */
+
+enum { C_GEN = 1, C_PPL = 2, C_BENCH = 4, C_MODEL = C_GEN | C_PPL, C_ALL = 7 };
+enum { T_FLAG, T_INT, T_STR, T_POLICY, T_KVTYPE, T_PREFILL, T_U64 };
+
+typedef struct {
+    const char *name;
+    int commands, type;
+    size_t offset; /* into Options */
+    int lo, hi;    /* T_INT bounds */
+    int value;     /* T_FLAG: the value stored */
+} OptSpec;
+
+#define OFF(field) offsetof(Options, field)
+static const OptSpec OPTIONS[] = {
+    {"--model", C_MODEL, T_STR, OFF(model), 0, 0, 0},
+    {"--prompt", C_GEN, T_STR, OFF(prompt), 0, 0, 0},
+    {"--text", C_PPL, T_STR, OFF(text), 0, 0, 0},
+    {"--dump-logits", C_GEN, T_STR, OFF(dump_logits), 0, 0, 0},
+    {"--trace-selection", C_GEN | C_BENCH, T_STR, OFF(trace), 0, 0, 0},
+    {"--inputs", C_BENCH, T_STR, OFF(inputs), 0, 0, 0},
+    {"--dump-out", C_BENCH, T_STR, OFF(dump_out), 0, 0, 0},
+    {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
+    {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
+    {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
+    {"--probes", C_ALL, T_INT, OFF(probes), 1, 1 << 20, 0},
+    {"--no-importance", C_ALL, T_FLAG, OFF(importance), 0, 0, 0},
+    {"--no-recency", C_ALL, T_FLAG, OFF(recency), 0, 0, 0},
+    {"--probe-summary", C_ALL, T_FLAG, OFF(probe_summary), 0, 0, 1},
+    {"--prefill-attn", C_MODEL, T_PREFILL, OFF(prefill_sparse), 0, 0, 0},
+    {"--measure-selection", C_GEN | C_BENCH, T_FLAG, OFF(measure), 0, 0, 1},
+    {"--ref-attn", C_ALL, T_FLAG, OFF(ref_attn), 0, 0, 1},
+    {"--seed", C_ALL, T_U64, OFF(seed), 0, 0, 0},
+    {"--kv", C_ALL, T_KVTYPE, OFF(kv_q8), 0, 0, 0},
+    {"--wq", C_MODEL, T_KVTYPE, OFF(wq8), 0, 0, 0},
+    {"--threads", C_ALL, T_INT, OFF(threads), 1, 256, 0},
+    {"--max-new", C_GEN, T_INT, OFF(max_new), 0, 1 << 24, 0},
+    {"--ctx", C_ALL, T_INT, OFF(ctx), 1, 1 << 24, 0},
+    {"--stop", C_GEN, T_INT, OFF(stops), 0, (1 << 22) - 1, 0},
+    {"--heads", C_BENCH, T_INT, OFF(heads), 1, 1024, 0},
+    {"--kv-heads", C_BENCH, T_INT, OFF(kv_heads), 1, 1024, 0},
+    {"--head-dim", C_BENCH, T_INT, OFF(head_dim), 2, LMC_MAX_HEAD_DIM, 0},
+    {"--runs", C_BENCH, T_INT, OFF(runs), 1, 10000, 0},
+    {"--warmup", C_BENCH, T_INT, OFF(warmup), 0, 10000, 0},
+};
+#define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
+
+static int command_bit(const char *command) {
+    if (strcmp(command, "generate") == 0) return C_GEN;
+    if (strcmp(command, "ppl") == 0) return C_PPL;
+    return C_BENCH;
+}
+
+static int parse_int(const char *flag, const char *value, int lo, int hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end != '\0' || v < lo || v > hi)
+        lmc_die_input("%s expects an integer in [%d, %d], got '%.64s'", flag, lo, hi, value);
+    return (int)v;
+}
+
+void cli_parse(Options *o, const char *command, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->command = command;
+    o->policy = POL_EXACT;
+    o->k = 32;
+    o->block = 32;
+    o->probes = 8;
+    o->importance = 1;
+    o->recency = 1;
+    o->threads = 1;
+    o->max_new = 32;
+    o->runs = 7;
+    o->warmup = 1;
+    int cbit = command_bit(command);
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const OptSpec *spec = NULL;
+        for (int j = 0; j < N_OPTIONS; j++)
+            if (strcmp(arg, OPTIONS[j].name) == 0) spec = &OPTIONS[j];
+        if (!spec || !(spec->commands & cbit))
+            lmc_die_input("unknown option '%.64s' for '%s' (options are listed in engine/README.md)", arg, command);
+        char *field = (char *)o + spec->offset;
+        if (spec->type == T_FLAG) {
+            *(int *)field = spec->value;
+            continue;
+        }
+        if (i + 1 >= argc) lmc_die_input("%s needs a value", arg);
+        const char *value = argv[++i];
+        switch (spec->type) {
+        case T_STR: *(const char **)field = value; break;
+        case T_INT:
+            if (strcmp(arg, "--stop") == 0) {
+                if (o->n_stops == MAX_STOPS) lmc_die_input("--stop given more than %d times", MAX_STOPS);
+                o->stops[o->n_stops++] = parse_int(arg, value, spec->lo, spec->hi);
+            } else {
+                *(int *)field = parse_int(arg, value, spec->lo, spec->hi);
+            }
+            break;
+        case T_U64: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(value, &end, 10);
+            if (errno || end == value || *end != '\0' || value[0] == '-')
+                lmc_die_input("%s expects a non-negative integer, got '%.64s'", arg, value);
+            *(uint64_t *)field = (uint64_t)v;
+            break;
+        }
+        case T_POLICY:
+            if (policy_parse(value, (Policy *)field) != 0)
+                lmc_die_input("--attn '%.64s' is not a policy (allowed: exact, sparse, window, h2o, "
+                              "quest, random, oracle)", value);
+            break;
+        case T_KVTYPE:
+            if (strcmp(value, "f32") == 0) *(int *)field = 0;
+            else if (strcmp(value, "q8") == 0) *(int *)field = 1;
+            else lmc_die_input("%s '%.64s' is not allowed (allowed: f32, q8)", arg, value);
+            break;
+        case T_PREFILL:
+            if (strcmp(value, "exact") == 0) *(int *)field = 0;
+            else if (strcmp(value, "sparse") == 0) *(int *)field = 1;
+            else lmc_die_input("--prefill-attn '%.64s' is not allowed (allowed: exact, sparse)", value);
+            break;
+        }
+    }
+}
+
+AttnOptions cli_attn_options(const Options *o) {
+    AttnOptions a;
+    memset(&a, 0, sizeof a);
+    a.sel.policy = o->policy;
+    a.sel.k = o->k;
+    a.sel.block = o->block;
+    a.sel.probes = o->probes;
+    a.sel.importance = o->importance;
+    a.sel.recency = o->recency;
+    a.sel.probe_summary = o->probe_summary;
+    a.sel.seed = o->seed;
+    a.prefill_sparse = o->prefill_sparse;
+    a.reference = o->ref_attn;
+    a.measure = o->measure;
+    if (o->trace) {
+        a.trace = fopen(o->trace, "w");
+        if (!a.trace) lmc_die_input("cannot write --trace-selection file %s: %s", o->trace, strerror(errno));
+        fprintf(a.trace, "# lmc selection trace: query_pos layer head n_selected block_ids...\n");
+    }
+    return a;
+}
+
+void cli_write_attn_config(FILE *f, const Options *o) {
+    fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d, \"importance\": %s, "
+               "\"recency\": %s, \"probe_summary\": %s, \"prefill_attn\": \"%s\", \"seed\": %llu, "
+               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s",
+            policy_name(o->policy), o->k, o->block, o->probes, o->importance ? "true" : "false",
+            o->recency ? "true" : "false", o->probe_summary ? "true" : "false",
+            o->prefill_sparse ? "sparse" : "exact", (unsigned long long)o->seed,
+            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false");
+}
+
+/* ---------------------------------------------------------------- info */
+
+static int cmd_info(void) {
+    printf("{\"schema\": \"%s\", \"command\": \"info\", \"version\": \"%s\", \"source_hash\": ",
+           LMC_SCHEMA, LMC_VERSION);
+    json_write_string(stdout, LMC_SOURCE_HASH);
+    printf(", \"compiler\": ");
+    json_write_string(stdout, LMC_COMPILER);
+    printf(", \"flags\": ");
+    json_write_string(stdout, LMC_FLAGS);
+    printf(", \"arch\": ");
+    json_write_string(stdout, LMC_TARGET);
+    printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": [\"exact\", \"sparse\", \"window\", "
+           "\"h2o\", \"quest\", \"random\", \"oracle\"]}\n", simd_features(), Q8_GROUP);
+    return 0;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: lmc info | generate --model DIR --prompt FILE [options] | "
+                    "ppl --model DIR --text FILE [options] | "
+                    "attn-bench --ctx N --heads H --kv-heads G --head-dim D [options]\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage();
+        lmc_die_input("no command given (allowed: info, generate, ppl, attn-bench)");
+    }
+    const char *command = argv[1];
+    if (strcmp(command, "info") == 0) {
+        if (argc > 2) lmc_die_input("unknown option '%.64s' for 'info' (it takes none)", argv[2]);
+        return cmd_info();
+    }
+    if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0) {
+        usage();
+        return 0;
+    }
+    if (strcmp(command, "generate") && strcmp(command, "ppl") && strcmp(command, "attn-bench"))
+        lmc_die_input("unknown command '%.64s' (allowed: info, generate, ppl, attn-bench)", command);
+    Options o;
+    cli_parse(&o, command, argc - 2, argv + 2);
+    if (strcmp(command, "generate") == 0) return cmd_generate(&o);
+    if (strcmp(command, "ppl") == 0) return cmd_ppl(&o);
+    return cmd_attn_bench(&o);
+}

@@ -1,0 +1,226 @@
+/* ops.c — see ops.h */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define LMC_AVX2 1
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#define LMC_NEON 1
+#include <arm_neon.h>
+#endif
+
+const char *simd_features(void) {
+#if defined(LMC_AVX2)
+    return "\"avx2\", \"fma\"";
+#elif defined(LMC_NEON) && defined(__ARM_FEATURE_DOTPROD)
+    return "\"neon\", \"dotprod\"";
+#elif defined(LMC_NEON)
+    return "\"neon\"";
+#else
+    return "";
+#endif
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Combine 8 partial sums in the one order all paths share. */
+static inline float reduce8(const float s[8]) {
+    float t0 = s[0] + s[4], t1 = s[1] + s[5], t2 = s[2] + s[6], t3 = s[3] + s[7];
+    return (t0 + t2) + (t1 + t3);
+}
+
+float dot_f32(const float *a, const float *b, int n) {
+    int i = 0;
+    float s[8];
+#if defined(LMC_AVX2)
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    _mm256_storeu_ps(s, acc);
+#elif defined(LMC_NEON)
+    float32x4_t lo = vdupq_n_f32(0), hi = vdupq_n_f32(0);
+    for (; i + 8 <= n; i += 8) {
+        lo = vfmaq_f32(lo, vld1q_f32(a + i), vld1q_f32(b + i));
+        hi = vfmaq_f32(hi, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    }
+    vst1q_f32(s, lo);
+    vst1q_f32(s + 4, hi);
+#else
+    for (int j = 0; j < 8; j++) s[j] = 0.0f;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] = fmaf(a[i + j], b[i + j], s[j]);
+#endif
+    float r = reduce8(s);
+    for (; i < n; i++) r = fmaf(a[i], b[i], r);
+    return r;
+}
+
+/* one q8 group (up to 32 values): x . q, same lane order as dot_f32 */
+static inline float dot_q8_group(const float *x, const int8_t *q, int n) {
+    int i = 0;
+    float s[8];
+#if defined(LMC_AVX2)
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m128i q8 = _mm_loadl_epi64((const __m128i *)(q + i));
+        __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), qf, acc);
+    }
+    _mm256_storeu_ps(s, acc);
+#elif defined(LMC_NEON)
+    float32x4_t lo = vdupq_n_f32(0), hi = vdupq_n_f32(0);
+    for (; i + 8 <= n; i += 8) {
+        int16x8_t q16 = vmovl_s8(vld1_s8(q + i));
+        float32x4_t qlo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(q16)));
+        float32x4_t qhi = vcvtq_f32_s32(vmovl_s16(vget_high_s16(q16)));
+        lo = vfmaq_f32(lo, vld1q_f32(x + i), qlo);
+        hi = vfmaq_f32(hi, vld1q_f32(x + i + 4), qhi);
+    }
+    vst1q_f32(s, lo);
+    vst1q_f32(s + 4, hi);
+#else
+    for (int j = 0; j < 8; j++) s[j] = 0.0f;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] = fmaf(x[i + j], (float)q[i + j], s[j]);
+#endif
+    float r = reduce8(s);
+    for (; i < n; i++) r = fmaf(x[i], (float)q[i], r);
+    return r;
+}
+
+float dot_q8(const float *x, const int8_t *q, const float *scales, int n) {
+    float r = 0.0f;
+    for (int g = 0, i = 0; i < n; g++, i += Q8_GROUP) {
+        int len = n - i < Q8_GROUP ? n - i : Q8_GROUP;
+        r = fmaf(scales[g], dot_q8_group(x + i, q + i, len), r);
+    }
+    return r;
+}
+
+void axpy_f32(float *y, float a, const float *x, int n) {
+    int i = 0;
+#if defined(LMC_AVX2)
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#elif defined(LMC_NEON)
+    float32x4_t va = vdupq_n_f32(a);
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, vld1q_f32(x + i)));
+#endif
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+void axpy_q8(float *y, float a, const int8_t *q, const float *scales, int n) {
+    for (int g = 0, i0 = 0; i0 < n; g++, i0 += Q8_GROUP) {
+        int end = n - i0 < Q8_GROUP ? n : i0 + Q8_GROUP;
+        float as = a * scales[g];
+        int i = i0;
+#if defined(LMC_AVX2)
+        __m256 va = _mm256_set1_ps(as);
+        for (; i + 8 <= end; i += 8) {
+            __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i))));
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, qf, _mm256_loadu_ps(y + i)));
+        }
+#elif defined(LMC_NEON)
+        float32x4_t va = vdupq_n_f32(as);
+        for (; i + 8 <= end; i += 8) {
+            int16x8_t q16 = vmovl_s8(vld1_s8(q + i));
+            float32x4_t qlo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(q16)));
+            float32x4_t qhi = vcvtq_f32_s32(vmovl_s16(vget_high_s16(q16)));
+            vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, qlo));
+            vst1q_f32(y + i + 4, vfmaq_f32(vld1q_f32(y + i + 4), va, qhi));
+        }
+#endif
+        for (; i < end; i++) y[i] = fmaf(as, (float)q[i], y[i]);
+    }
+}
+
+void quantize_q8(const float *x, int n, int8_t *q, float *scales) {
+    for (int g = 0, i0 = 0; i0 < n; g++, i0 += Q8_GROUP) {
+        int end = n - i0 < Q8_GROUP ? n : i0 + Q8_GROUP;
+        float amax = 0.0f;
+        for (int i = i0; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float scale = amax / 127.0f;
+        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        scales[g] = scale;
+        for (int i = i0; i < end; i++) {
+            float r = roundf(x[i] * inv);
+            q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+        }
+    }
+}
+
+void dequantize_q8(const int8_t *q, const float *scales, int n, float *out) {
+    for (int i = 0; i < n; i++) out[i] = (float)q[i] * scales[i / Q8_GROUP];
+}
+
+/* ---------------------------------------------------------------- mat-vec */
+
+typedef struct {
+    float *out;
+    const Mat *w;
+    const float *x;
+} MatvecJob;
+
+static void matvec_rows(void *arg, int begin, int end) {
+    MatvecJob *job = arg;
+    const Mat *w = job->w;
+    int cols = w->cols;
+    if (w->q) {
+        int groups = q8_groups(cols);
+        for (int r = begin; r < end; r++)
+            job->out[r] = dot_q8(job->x, w->q + (size_t)r * cols, w->scales + (size_t)r * groups, cols);
+    } else {
+        for (int r = begin; r < end; r++) job->out[r] = dot_f32(job->x, w->f + (size_t)r * cols, cols);
+    }
+}
+
+void matvec(float *out, const Mat *w, const float *x, ThreadPool *pool) {
+    MatvecJob job = {out, w, x};
+    pool_run(pool, matvec_rows, &job, w->rows);
+}
+
+void mat_free(Mat *m) {
+    if (m->owns_f) lmc_free(m->f);
+    lmc_free(m->q);
+    lmc_free(m->scales);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- layers */
+
+void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+    /* as transformers: mean of squares in f32, x * rsqrt(mean + eps), then times weight */
+    float ss = dot_f32(x, x, n) / (float)n;
+    float inv = 1.0f / sqrtf(ss + eps);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (x[i] * inv);
+}
+
+void rope_apply(float *vec, int head_dim, const float *cos_row, const float *sin_row) {
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float a = vec[i], b = vec[i + half];
+        /* x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1) */
+        vec[i] = a * cos_row[i] - b * sin_row[i];
+        vec[i + half] = b * cos_row[i] + a * sin_row[i];
+    }
+}
+
+void swiglu(float *out, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = (g / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}

@@ -1,0 +1,217 @@
+/* run.c — `lmc generate` (greedy decoding) and `lmc ppl` (teacher-forced perplexity). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+#include "model.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- shared set-up */
+
+typedef struct {
+    Model model;
+    int *tokens;
+    int n_tokens;
+    int capacity;
+    ThreadPool *pool;
+    Runner runner;
+    AttnOptions attn;
+} Session;
+
+static void check_attn_options(const Options *o) {
+    if (o->probe_summary && o->policy != POL_SPARSE)
+        lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
+    if (o->ref_attn && o->policy != POL_EXACT)
+        lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
+}
+
+/* load the model and the token file, check them against each other, size the context */
+static void session_open(Session *s, const Options *o, const char *tokens_flag, const char *tokens_path,
+                         int extra) {
+    memset(s, 0, sizeof *s);
+    if (!o->model) lmc_die_input("%s needs --model DIR", o->command);
+    if (!tokens_path) lmc_die_input("%s needs %s FILE", o->command, tokens_flag);
+    check_attn_options(o);
+    if (lmc_read_tokens(tokens_path, &s->tokens, &s->n_tokens) != 0) lmc_die_input("%s", lmc_last_error());
+    if (model_load(&s->model, o->model, o->wq8) != 0) lmc_die_input("%s", lmc_last_error());
+    const Config *c = &s->model.cfg;
+    if (s->n_tokens == 0) lmc_die_input("%s %s holds no token ids", tokens_flag, tokens_path);
+    for (int i = 0; i < s->n_tokens; i++)
+        if (s->tokens[i] >= c->vocab)
+            lmc_die_input("%s: token %d has id %d, not below the vocabulary size %d", tokens_path, i,
+                          s->tokens[i], c->vocab);
+    for (int i = 0; i < o->n_stops; i++)
+        if (o->stops[i] >= c->vocab)
+            lmc_die_input("--stop %d is not below the vocabulary size %d", o->stops[i], c->vocab);
+    int ctx = o->ctx ? o->ctx : c->max_pos;
+    if (s->n_tokens > ctx)
+        lmc_die_input("%s %s has %d tokens, longer than the context of %d%s", tokens_flag, tokens_path,
+                      s->n_tokens, ctx, o->ctx ? " (--ctx)" : " (max_position_embeddings)");
+    /* the cache holds what this run can reach, not the model's whole context */
+    long long need = (long long)s->n_tokens + extra;
+    s->capacity = need < ctx ? (int)need : ctx;
+    s->pool = pool_create(o->threads);
+    s->attn = cli_attn_options(o);
+    runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, s->pool);
+}
+
+static void session_close(Session *s) {
+    if (s->attn.trace) fclose(s->attn.trace);
+    runner_free(&s->runner);
+    pool_destroy(s->pool);
+    model_free(&s->model);
+    free(s->tokens);
+}
+
+static void write_config(FILE *f, const Options *o, const Session *s) {
+    const Config *c = &s->model.cfg;
+    fprintf(f, "\"config\": {\"model\": ");
+    json_write_string(f, o->model);
+    fprintf(f, ", ");
+    cli_write_attn_config(f, o);
+    fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", o->wq8 ? "q8" : "f32",
+            s->capacity, o->max_new);
+    for (int i = 0; i < o->n_stops; i++) fprintf(f, "%s%d", i ? ", " : "", o->stops[i]);
+    fprintf(f, "], \"model_config\": {\"hidden_size\": %d, \"intermediate_size\": %d, "
+               "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+               "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %d, "
+               "\"rope_theta\": %.17g, \"rms_norm_eps\": %.9g, \"tied_embeddings\": %s, "
+               "\"weights_dtype\": \"%s\"}}",
+            c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab,
+            c->max_pos, c->rope_theta, (double)c->rms_eps, s->model.tied_used ? "true" : "false",
+            s->model.weights_dtype);
+}
+
+/* averaged selection diagnostics and bytes read, as one JSON object */
+static void write_selection(FILE *f, const SelStats *st, int steps, int measured) {
+    double m = st->measured > 0 ? st->measured : 1;
+    double per_step = steps > 0 ? 1.0 / steps : 0.0;
+    fprintf(f, "{\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
+            st->select_bytes * per_step, st->kv_bytes * per_step,
+            (st->select_bytes + st->kv_bytes) * per_step);
+    if (measured)
+        fprintf(f, ", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", st->mass / m,
+                st->recall / m, st->max_abs_diff / m);
+    fprintf(f, "}");
+}
+
+/* ---------------------------------------------------------------- generate */
+
+int cmd_generate(const Options *o) {
+    Session s;
+    session_open(&s, o, "--prompt", o->prompt, o->max_new);
+    const Config *c = &s.model.cfg;
+    FILE *dump = NULL;
+    if (o->dump_logits) {
+        dump = fopen(o->dump_logits, "wb");
+        if (!dump) lmc_die_input("cannot write --dump-logits file %s: %s", o->dump_logits, strerror(errno));
+    }
+
+    /* ---- prefill: the prompt, one position at a time; logits only where needed */
+    double t0 = lmc_now_ms();
+    float *logits = NULL;
+    for (int i = 0; i < s.n_tokens; i++) {
+        int last = i == s.n_tokens - 1;
+        logits = forward(&s.runner, s.tokens[i], i, ATTN_PREFILL, last || dump, NULL);
+        if (dump && fwrite(logits, sizeof(float), (size_t)c->vocab, dump) != (size_t)c->vocab)
+            lmc_die_runtime("cannot write --dump-logits file %s", o->dump_logits);
+    }
+    double prefill_ms = lmc_now_ms() - t0;
+    if (dump) fclose(dump);
+
+    /* ---- decode: step i emits token i and feeds it at position n_prompt + i */
+    int max_steps = s.capacity - s.n_tokens;
+    if (max_steps > o->max_new) max_steps = o->max_new;
+    int *out = lmc_alloc((size_t)max_steps + 1, sizeof(int), "tokens");
+    double *ms = lmc_alloc((size_t)max_steps + 1, sizeof(double), "timings");
+    double *attn_ms = lmc_alloc((size_t)max_steps + 1, sizeof(double), "timings");
+    SelStats *step_stats = lmc_alloc((size_t)max_steps + 1, sizeof(SelStats), "statistics");
+    SelStats total;
+    memset(&total, 0, sizeof total);
+    const char *stop_reason = o->max_new == 0 ? "max_new" : "context";
+    int n_out = 0;
+    int next = argmax(logits, c->vocab);
+    for (int step = 0; step < max_steps; step++) {
+        out[n_out] = next;
+        double t1 = lmc_now_ms();
+        logits = forward(&s.runner, next, s.n_tokens + step, ATTN_DECODE, 1, &step_stats[n_out]);
+        ms[n_out] = lmc_now_ms() - t1;
+        attn_ms[n_out] = s.runner.attn_ms;
+        n_out++;
+        int stopped = 0;
+        for (int j = 0; j < o->n_stops; j++) stopped |= o->stops[j] == next;
+        if (stopped) {
+            stop_reason = "stop";
+            break;
+        }
+        if (n_out == o->max_new) stop_reason = "max_new";
+        next = argmax(logits, c->vocab);
+    }
+
+    /* ---- report */
+    printf("{\"schema\": \"%s\", \"command\": \"generate\", ", LMC_SCHEMA);
+    write_config(stdout, o, &s);
+    printf(", \"prompt_tokens\": %d, \"prefill_ms\": %.4f, \"stop_reason\": \"%s\", \"tokens\": [",
+           s.n_tokens, prefill_ms, stop_reason);
+    for (int i = 0; i < n_out; i++) printf("%s%d", i ? ", " : "", out[i]);
+    printf("], \"steps\": [");
+    for (int i = 0; i < n_out; i++) {
+        printf("%s{\"token\": %d, \"ms\": %.4f, \"attn_ms\": %.4f", i ? ", " : "", out[i], ms[i], attn_ms[i]);
+        if (o->measure) {
+            printf(", \"selection\": ");
+            write_selection(stdout, &step_stats[i], 1, 1);
+        }
+        printf("}");
+        SelStats *st = &step_stats[i];
+        total.mass += st->mass;
+        total.recall += st->recall;
+        total.max_abs_diff += st->max_abs_diff;
+        total.select_bytes += st->select_bytes;
+        total.kv_bytes += st->kv_bytes;
+        total.heads += st->heads;
+        total.measured += st->measured;
+    }
+    printf("], \"decode_ms_per_token\": %.4f, \"attn_ms_per_token\": %.4f, \"selection\": ",
+           lmc_median(ms, n_out), lmc_median(attn_ms, n_out));
+    write_selection(stdout, &total, n_out, o->measure);
+    printf("}\n");
+    lmc_free(out);
+    lmc_free(ms);
+    lmc_free(attn_ms);
+    lmc_free(step_stats);
+    session_close(&s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ppl */
+
+int cmd_ppl(const Options *o) {
+    Session s;
+    session_open(&s, o, "--text", o->text, 0);
+    const Config *c = &s.model.cfg;
+    if (s.n_tokens < 2) lmc_die_input("--text %s needs at least 2 tokens to score", o->text);
+    /* teacher forcing: position i predicts token i+1; the text runs as a prefill, so
+     * --prefill-attn sparse applies the --attn policy to every position */
+    double t0 = lmc_now_ms();
+    double nll = 0.0;
+    for (int i = 0; i + 1 < s.n_tokens; i++) {
+        float *logits = forward(&s.runner, s.tokens[i], i, ATTN_PREFILL, 1, NULL);
+        float max = logits[argmax(logits, c->vocab)];
+        double sum = 0.0;
+        for (int v = 0; v < c->vocab; v++) sum += exp((double)(logits[v] - max));
+        nll += -((double)(logits[s.tokens[i + 1]] - max) - log(sum));
+    }
+    double elapsed = lmc_now_ms() - t0;
+    int scored = s.n_tokens - 1;
+    nll /= scored;
+    printf("{\"schema\": \"%s\", \"command\": \"ppl\", ", LMC_SCHEMA);
+    write_config(stdout, o, &s);
+    printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f}\n", s.n_tokens,
+           scored, nll, exp(nll), elapsed);
+    session_close(&s);
+    return 0;
+}

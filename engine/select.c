@@ -1,0 +1,232 @@
+/* select.c — see select.h */
+#include "select.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "util.h"
+
+static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle"};
+
+const char *policy_name(Policy p) { return POLICY_NAMES[p]; }
+
+int policy_parse(const char *name, Policy *out) {
+    for (int i = 0; i < (int)(sizeof POLICY_NAMES / sizeof POLICY_NAMES[0]); i++)
+        if (strcmp(name, POLICY_NAMES[i]) == 0) {
+            *out = (Policy)i;
+            return 0;
+        }
+    return -1;
+}
+
+void select_scratch_init(SelectScratch *s, int n_blocks) {
+    s->score = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
+    s->aux = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
+    s->used = lmc_alloc((size_t)n_blocks, 1, "selection flags");
+}
+
+void select_scratch_free(SelectScratch *s) {
+    lmc_free(s->score);
+    lmc_free(s->aux);
+    lmc_free(s->used);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static inline int block_end(int b, int bs, int n_pos) { return b * bs + bs < n_pos ? b * bs + bs : n_pos; }
+
+/* the unused block with the highest score; ties -> lower index; -1 when none is left */
+static int best_unused(const float *score, const unsigned char *used, int n) {
+    int best = -1;
+    for (int b = 0; b < n; b++) {
+        if (used[b]) continue;
+        if (best < 0 || score[b] > score[best]) best = b;
+    }
+    return best;
+}
+
+/* Greedily take up to `want` more blocks by score; returns the new count. */
+static int take_top(const float *score, unsigned char *used, int n_blocks, int *sel, int count, int want) {
+    for (int i = 0; i < want; i++) {
+        int b = best_unused(score, used, n_blocks);
+        if (b < 0) break;
+        used[b] = 1;
+        sel[count++] = b;
+    }
+    return count;
+}
+
+/* sum of a per-position array over each block, in position order */
+static void block_sums(const float *per_pos, int n_pos, int bs, int n_blocks, float *out) {
+    for (int b = 0; b < n_blocks; b++) {
+        float s = 0.0f;
+        for (int p = b * bs; p < block_end(b, bs, n_pos); p++) s += per_pos[p];
+        out[b] = s;
+    }
+}
+
+/* "top-k plus recency": the last block first (when kept), then the best others */
+static int top_k_with_recency(const SelectConfig *cfg, const float *score, unsigned char *used,
+                              int n_blocks, int *sel) {
+    int count = 0, k = cfg->k;
+    if (cfg->recency) {
+        used[n_blocks - 1] = 1;
+        sel[count++] = n_blocks - 1;
+        k--;
+    }
+    return take_top(score, used, n_blocks, sel, count, k);
+}
+
+uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
+    uint64_t x = lmc_mix64(seed);
+    x = lmc_mix64(x ^ (uint64_t)(uint32_t)pos);
+    x = lmc_mix64(x ^ (uint64_t)(uint32_t)layer);
+    return lmc_mix64(x ^ (uint64_t)(uint32_t)head);
+}
+
+/* ---------------------------------------------------------------- the seed rule */
+
+/* probe score of block b: max of q.k over keys at the uniform stride inside the block
+ * (unscaled dot products; the 1/sqrt(d) scale would not change the order) */
+static float probe_block(const SelectConfig *cfg, const SelectInput *in, int b, size_t *rows) {
+    int bs = cfg->block;
+    int p0 = b * bs, p1 = block_end(b, bs, in->n_pos);
+    int step = (p1 - p0) / cfg->probes;
+    if (step < 1) step = 1;
+    float best = -INFINITY;
+    for (int p = p0; p < p1; p += step) {
+        float d = kv_key_dot(in->kv, in->layer, p, in->kvh, in->q);
+        if (d > best) best = d;
+        (*rows)++;
+    }
+    return best;
+}
+
+static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
+                         int n_blocks, int *sel, size_t *bytes) {
+    const KVCache *kv = in->kv;
+    int bs = cfg->block, D = kv->head_dim;
+    float *probe = s->score, *imp = s->aux;
+    size_t rows = 0;
+    int full_blocks = in->n_pos / bs;
+    for (int b = 0; b < n_blocks; b++) {
+        if (cfg->probe_summary && b < full_blocks && kv->ksum) {
+            /* centroid probe: one precomputed row per block instead of `probes` keys */
+            const float *sum = kv->ksum + kv_summary_index(kv, in->layer, b, in->kvh);
+            probe[b] = dot_f32(in->q, sum, D) * (1.0f / (float)bs);
+            *bytes += sizeof(float) * (size_t)D;
+        } else {
+            probe[b] = probe_block(cfg, in, b, &rows);
+        }
+    }
+    *bytes += rows * kv_row_bytes(kv);
+
+    int count = 0, n_imp = 0;
+    if (cfg->importance && in->importance) {
+        block_sums(in->importance, in->n_pos, bs, n_blocks, imp);
+        *bytes += sizeof(float) * (size_t)in->n_pos;
+        n_imp = take_top(imp, s->used, n_blocks, sel, 0, (cfg->k + 1) / 2);
+        count = n_imp;
+    }
+    count = take_top(probe, s->used, n_blocks, sel, count, cfg->k - count);
+
+    /* recency insurance: the last block replaces the lowest-ranked probe pick (the last one
+     * taken, since picks come in descending score order); importance picks stay */
+    int last = n_blocks - 1;
+    if (cfg->recency && !s->used[last] && count > n_imp) {
+        s->used[sel[count - 1]] = 0;
+        sel[count - 1] = last;
+        s->used[last] = 1;
+    }
+    return count;
+}
+
+/* ---------------------------------------------------------------- the zoo */
+
+static int select_window(const SelectConfig *cfg, int n_blocks, int *sel) {
+    if (cfg->k >= n_blocks) {
+        for (int b = 0; b < n_blocks; b++) sel[b] = b;
+        return n_blocks;
+    }
+    int count = 0;
+    sel[count++] = 0; /* the attention sink */
+    for (int b = n_blocks - (cfg->k - 1); b < n_blocks; b++) sel[count++] = b;
+    return count;
+}
+
+static int select_quest(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
+                        int n_blocks, int *sel, size_t *bytes) {
+    const KVCache *kv = in->kv;
+    int D = kv->head_dim;
+    for (int b = 0; b < n_blocks; b++) {
+        size_t off = kv_summary_index(kv, in->layer, b, in->kvh);
+        const float *mn = kv->kmin + off, *mx = kv->kmax + off;
+        float score = 0.0f;
+        /* sum_i max(q_i min_i, q_i max_i) bounds q.k from above for every key in the block */
+        for (int i = 0; i < D; i++) score += fmaxf(in->q[i] * mn[i], in->q[i] * mx[i]);
+        s->score[b] = score;
+    }
+    *bytes += 2 * sizeof(float) * (size_t)D * (size_t)n_blocks;
+    return top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
+}
+
+static int select_random(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
+                         int n_blocks, int *sel) {
+    /* candidates: every block except a kept last one, ascending; a partial Fisher-Yates
+     * shuffle draws from them: for draw i, j = i + next() % (m - i), swap(c[i], c[j]) */
+    int count = 0, m = 0;
+    int *cand = (int *)(void *)s->score; /* int-sized scratch of n_blocks entries */
+    if (cfg->recency) sel[count++] = n_blocks - 1;
+    for (int b = 0; b < n_blocks - (cfg->recency ? 1 : 0); b++) cand[m++] = b;
+    int want = cfg->k - count;
+    if (want > m) want = m;
+    uint64_t state = select_random_key(cfg->seed, in->n_pos - 1, in->layer, in->head);
+    for (int i = 0; i < want; i++) {
+        state = lmc_mix64(state);
+        int j = i + (int)(state % (uint64_t)(m - i));
+        int t = cand[i];
+        cand[i] = cand[j];
+        cand[j] = t;
+        sel[count++] = cand[i];
+    }
+    return count;
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
+                  size_t *select_bytes) {
+    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block;
+    size_t bytes = 0;
+    int count;
+    memset(s->used, 0, (size_t)n_blocks);
+    if (cfg->policy == POL_EXACT || cfg->k >= n_blocks) {
+        /* every block fits the budget: no choice to make, nothing to read */
+        for (int b = 0; b < n_blocks; b++) sel[b] = b;
+        *select_bytes = 0;
+        return n_blocks;
+    }
+    switch (cfg->policy) {
+    case POL_SPARSE: count = select_sparse(cfg, in, s, n_blocks, sel, &bytes); break;
+    case POL_WINDOW: count = select_window(cfg, n_blocks, sel); break;
+    case POL_H2O:
+        block_sums(in->mass, in->n_pos, cfg->block, n_blocks, s->score);
+        bytes = sizeof(float) * (size_t)in->n_pos;
+        count = top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
+        break;
+    case POL_QUEST: count = select_quest(cfg, in, s, n_blocks, sel, &bytes); break;
+    case POL_RANDOM: count = select_random(cfg, in, s, n_blocks, sel); break;
+    case POL_ORACLE:
+        block_sums(in->probs, in->n_pos, cfg->block, n_blocks, s->score);
+        /* the oracle needs every key to know the true mass */
+        bytes = (size_t)in->n_pos * kv_row_bytes(in->kv);
+        count = take_top(s->score, s->used, n_blocks, sel, 0, cfg->k);
+        break;
+    default: count = 0; break;
+    }
+    qsort(sel, (size_t)count, sizeof(int), lmc_cmp_int);
+    *select_bytes = bytes;
+    return count;
+}

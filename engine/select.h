@@ -1,0 +1,57 @@
+/* select.h — which KV blocks a query head attends to: the seed's sparse rule and the zoo.
+ *
+ * All policies pick at most --k blocks of --block positions; the same kernel (attn_blocks)
+ * then attends to the chosen blocks. Block b covers positions [b*block, min((b+1)*block,
+ * n_pos)); the last block may be partial. Ties always go to the lower block index. */
+#ifndef LMC_SELECT_H
+#define LMC_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+
+typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE } Policy;
+
+typedef struct {
+    Policy policy;
+    int k, block, probes;
+    int importance;    /* sparse: reserve (k+1)/2 blocks by prefill importance */
+    int recency;       /* keep the last block (sparse, h2o, quest, random) */
+    int probe_summary; /* sparse: probe full blocks by their key centroid, not sampled keys */
+    uint64_t seed;     /* random */
+} SelectConfig;
+
+typedef struct {
+    const float *q; /* the query head, head_dim floats */
+    const KVCache *kv;
+    int layer, kvh, head;
+    int n_pos;               /* visible positions 0 .. n_pos-1 */
+    const float *importance; /* sparse: prefill importance per position, or NULL (none yet) */
+    const float *mass;       /* h2o: accumulated attention mass per position */
+    const float *probs;      /* oracle: exact attention probabilities per position */
+} SelectInput;
+
+/* per-thread scratch, sized for the cache's block count */
+typedef struct {
+    float *score, *aux;
+    unsigned char *used;
+} SelectScratch;
+
+void select_scratch_init(SelectScratch *s, int n_blocks);
+void select_scratch_free(SelectScratch *s);
+
+/* Choose blocks; writes them ascending to sel (room for the cache's n_blocks) and returns
+ * the count. *select_bytes gets the bytes read to make the choice (probe keys, summaries,
+ * importance or mass arrays). */
+int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
+                  size_t *select_bytes);
+
+/* the random policy's stream for one (query position, layer, head); documented in README */
+uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);
+
+const char *policy_name(Policy p);
+/* -1 if unknown */
+int policy_parse(const char *name, Policy *out);
+
+#endif
