@@ -350,7 +350,7 @@ def _insert_token_timings(conn: Connection, run_id: int, timings: list[TokenTimi
 
     On drivers with positional parameters (SQLite) the compiled INSERT goes straight to the
     driver with tuples, which skips SQLAlchemy's per-row dict processing (about 1.7x faster).
-    Other drivers take the Core path, whose "insertmanyvalues" batching is fast there.
+    Other drivers take Core's executemany (on PostgreSQL the per-run commit dominates anyway).
     """
     rows = [(run_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
     table = TokenTimingRow.__table__

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming
+
+# PostgreSQL runs are opt-in: BENCHFARM_TEST_POSTGRES=1 (needs Debian's postgresql and psycopg).
+POSTGRES_OPT_IN = "BENCHFARM_TEST_POSTGRES"
 
 
 @dataclass
@@ -70,9 +82,67 @@ def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,
     return RunResult(**values)  # type: ignore[arg-type]
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throw-away PostgreSQL cluster on 127.0.0.1 (as the postgres user when run as root).
+
+    Yields the URL of its maintenance database; the cluster is stopped and deleted afterwards.
+    """
+    if os.environ.get(POSTGRES_OPT_IN) != "1":
+        pytest.skip(f"PostgreSQL tests are opt-in: set {POSTGRES_OPT_IN}=1")
+    pytest.importorskip("psycopg")
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not versions:
+        pytest.skip("Debian's postgresql is not installed (apt-get install postgresql)")
+    bin_dir = versions[-1].parent
+    as_user: list[str] = []
+    data = Path(tempfile.mkdtemp(prefix="benchfarm-pg-"))
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        account = pwd.getpwnam("postgres")
+        os.chown(data, account.pw_uid, account.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data / "cluster")]
+    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data / "cluster"), "-A", "trust",
+                    "-U", "postgres", "--no-sync"], check=True, capture_output=True)
+    subprocess.run([*pg_ctl, "-o", f"-h 127.0.0.1 -p {port} -k {data}", "-l",
+                    str(data / "log"), "-w", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+_database_numbers = itertools.count()
+
+
+def fresh_postgres_database(server_url: str) -> str:
+    name = f"store_{os.getpid()}_{next(_database_numbers)}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
 @pytest.fixture
-def store_url(tmp_path) -> str:
+def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path}/store.db"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    """A fresh, empty database: a SQLite file, and a PostgreSQL database when opted in."""
+    if request.param == "sqlite":
+        return sqlite_url
+    return fresh_postgres_database(request.getfixturevalue("postgres_server"))
 
 
 @pytest.fixture

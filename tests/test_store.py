@@ -37,13 +37,13 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
         assert count(again, "alembic_version") == 1
 
 
-def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store, store_url: str) -> None:
-    with store.engine.connect() as conn:
+def test_sqlite_runs_in_wal_mode_with_foreign_keys(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
     # WAL is a property of the file: a plain sqlite3 connection sees it too.
-    raw = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    raw = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     raw.close()
 
