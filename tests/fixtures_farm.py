@@ -1,1 +1,84 @@
-"""Fixtures for the farm area (filled in by its issue)."""
+"""Fixtures for the device farm: a real local farm of sshd nodes, and tiny test programs.
+
+``farm`` (session scope) brings the farm up in a temporary directory and down at the end; its
+nodes are ``farm.x86`` (x86_64) and ``farm.arm`` (aarch64 under qemu). Tests that break a
+node (kill sshd, swap keys) start their own farm with ``start_farm(tmp_path)`` instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from devices.farm import farm_down, farm_up
+from devices.inventory import Device, Inventory, load_inventory
+
+# Prints its arguments one per line in brackets, so a test can see exactly what argv arrived;
+# `info` prints an lmc-style JSON document, so `devices check` can run it as a stand-in engine.
+ARGS_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#if defined(__aarch64__)
+#define ARCH "aarch64"
+#else
+#define ARCH "x86_64"
+#endif
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "info") == 0) {
+    printf("{\"schema\": \"lmc.info/1\", \"command\": \"info\", \"version\": \"test\", "
+           "\"arch\": \"%s\", \"simd\": []}\n", ARCH);
+    return 0;
+  }
+  printf("arch=%s\n", ARCH);
+  for (int i = 1; i < argc; i++) printf("[%s]\n", argv[i]);
+  return 0;
+}
+"""
+COMPILERS = {"x86_64": ["gcc"], "aarch64": ["aarch64-linux-gnu-gcc", "-static"]}
+
+
+@dataclass
+class Farm:
+    state_dir: Path
+    inventory_path: Path
+    inventory: Inventory
+
+    @property
+    def x86(self) -> Device:
+        return self.inventory.get("farm-x86")
+
+    @property
+    def arm(self) -> Device:
+        return self.inventory.get("farm-arm")
+
+
+def start_farm(state_dir: Path) -> Farm:
+    inventory_path = farm_up(state_dir)
+    return Farm(state_dir, inventory_path, load_inventory(inventory_path))
+
+
+@pytest.fixture(scope="session")
+def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    state_dir = tmp_path_factory.mktemp("farm")
+    try:
+        yield start_farm(state_dir)
+    finally:
+        farm_down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def args_program(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The argv-echoing program built for each arch: {"x86_64": path, "aarch64": path}."""
+    out = tmp_path_factory.mktemp("args_program")
+    source = out / "args.c"
+    source.write_text(ARGS_PROGRAM)
+    binaries = {}
+    for arch, cc in COMPILERS.items():
+        binary = out / f"args-{arch}"
+        subprocess.run([*cc, "-O1", "-o", str(binary), str(source)], check=True, timeout=120)
+        binaries[arch] = binary
+    return binaries

@@ -1,0 +1,110 @@
+"""Host-key verification and authentication against the real local farm."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import socket
+import subprocess
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from devices.errors import AuthFailed, DeviceUnreachable, HostKeyMismatch, UnknownHostKey
+from devices.inventory import load_inventory
+from devices.ssh import key_fingerprint
+from devices.transport import connect
+from harness.cli import main
+
+
+def inventory_with_known_hosts(farm, tmp_path: Path, known_hosts: Path) -> Path:
+    """A copy of the farm's inventory whose devices use another known_hosts file."""
+    text = farm.inventory_path.read_text().replace(str(farm.state_dir / "known_hosts"),
+                                                   str(known_hosts))
+    path = tmp_path / "inventory.toml"
+    path.write_text(text)
+    return path
+
+
+def host_fingerprint(farm, node: str) -> str:
+    """The fingerprint of the host key the farm generated for ``node``, read from disk."""
+    pub = (farm.state_dir / "nodes" / node / "ssh_host_ed25519_key.pub").read_text().split()
+    return key_fingerprint(paramiko.PKey.from_type_string(pub[0], base64.b64decode(pub[1])))
+
+
+def test_unknown_host_key_is_refused_then_trusted(farm, tmp_path: Path, capsys) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
+    device = load_inventory(inventory).get("farm-x86")
+    with pytest.raises(UnknownHostKey) as info:
+        connect(device)
+    assert "farm-x86" in str(info.value) and "benchfarm devices trust farm-x86" in str(info.value)
+    assert not known_hosts.exists()
+
+    assert main(["devices", "trust", "--inventory", str(inventory), "farm-x86"]) == 0
+    out = capsys.readouterr().out
+    expected = host_fingerprint(farm, "farm-x86")
+    assert f"farm-x86: root@{device.host}:{device.port} ssh-ed25519 {expected} recorded" in out
+    with connect(device) as t:
+        assert t.run(["echo", "trusted"], timeout=30).stdout == "trusted\n"
+
+    # farm-arm is still unknown: trusting one device trusts nothing else.
+    with pytest.raises(UnknownHostKey, match="farm-arm"):
+        connect(load_inventory(inventory).get("farm-arm"))
+
+
+def test_changed_host_key_is_refused_until_replaced(farm, tmp_path: Path) -> None:
+    # Record farm-arm's key under farm-x86's address: to the client the x86 key has "changed".
+    x86 = farm.x86
+    arm_pub = (farm.state_dir / "nodes" / "farm-arm" / "ssh_host_ed25519_key.pub").read_text()
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[{x86.host}]:{x86.port} {' '.join(arm_pub.split()[:2])}\n")
+    inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
+    device = load_inventory(inventory).get("farm-x86")
+
+    with pytest.raises(HostKeyMismatch) as info:
+        connect(device)
+    assert "farm-x86" in str(info.value) and host_fingerprint(farm, "farm-x86") in str(info.value)
+    # trust refuses to overwrite silently, or to record a key that is not the expected one ...
+    assert main(["devices", "trust", "--inventory", str(inventory), "farm-x86"]) == 1
+    assert main(["devices", "trust", "--inventory", str(inventory), "--replace",
+                 "--expect", host_fingerprint(farm, "farm-arm"), "farm-x86"]) == 1
+    with pytest.raises(HostKeyMismatch):
+        connect(device)
+    # ... but replaces it when told to.
+    assert main(["devices", "trust", "--inventory", str(inventory), "--replace",
+                 "--expect", host_fingerprint(farm, "farm-x86"), "farm-x86"]) == 0
+    with connect(device) as t:
+        assert t.run(["true"], timeout=30).ok
+
+
+def test_insecure_accept_new_records_the_key(farm, tmp_path: Path) -> None:
+    known_hosts = tmp_path / "nested" / "known_hosts"
+    device = dataclasses.replace(farm.x86, known_hosts=known_hosts, insecure_accept_new=True)
+    with connect(device) as t:
+        assert t.run(["true"], timeout=30).ok
+    recorded = paramiko.HostKeys(str(known_hosts))
+    key = recorded.lookup(f"[{device.host}]:{device.port}")["ssh-ed25519"]
+    assert key_fingerprint(key) == host_fingerprint(farm, "farm-x86")
+    # Once recorded, the key is verified like any other: a strict device accepts it.
+    with connect(dataclasses.replace(device, insecure_accept_new=False)) as t:
+        assert t.run(["true"], timeout=30).ok
+
+
+def test_wrong_client_key_is_auth_failed(farm, tmp_path: Path) -> None:
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    with pytest.raises(AuthFailed, match="farm-x86.*refused authentication"):
+        connect(dataclasses.replace(farm.x86, key=key))
+    with pytest.raises(AuthFailed, match="farm-x86.*cannot load private key"):
+        connect(dataclasses.replace(farm.x86, key=tmp_path / "missing"))
+
+
+def test_nothing_listening_is_unreachable_after_retries(farm) -> None:
+    with socket.socket() as s:  # a port that was free a moment ago; nothing listens on it
+        s.bind((farm.x86.host, 0))
+        port = s.getsockname()[1]
+    device = dataclasses.replace(farm.x86, port=port, connect_retries=2)
+    with pytest.raises(DeviceUnreachable, match=r"farm-x86.*after 2 attempts"):
+        connect(device)

@@ -1,0 +1,185 @@
+"""Transports against the real local farm (and the local device): push, run, fetch, the
+content-addressed cache, timeouts and shell-injection safety."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from devices.errors import CommandTimeout, TransferFailed
+from devices.inventory import Device, local_device
+from devices.transport import connect
+
+NODES = ["farm-x86", "farm-arm", "local"]
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest, farm, tmp_path: Path) -> Device:
+    name = request.param
+    if name == "local":
+        return dataclasses.replace(local_device(), workdir=str(tmp_path / "local-work"))
+    return farm.inventory.get(name)
+
+
+def on_disk(device: Device, remote_path: str) -> Path:
+    """Every farm node's workdir is on this machine, so a test can inspect or damage it."""
+    return Path(remote_path)
+
+
+@pytest.mark.parametrize("device", NODES, indirect=True)
+def test_push_run_fetch_and_second_push_sends_nothing(device: Device, args_program) -> None:
+    binary = args_program[device.arch]
+    with connect(device) as t:
+        remote = t.push(binary)
+        first = t.last_push
+        assert first.status == "sent" and first.bytes_sent == binary.stat().st_size > 0
+        assert remote == f"{device.workdir}/cache/{first.sha256}"
+
+        assert t.push(binary) == remote
+        assert (t.last_push.status, t.last_push.bytes_sent) == ("cached", 0)
+
+        result = t.run([remote, "hello", "two words"], timeout=60)
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == f"arch={device.arch}\n[hello]\n[two words]\n"
+        assert t.fetch(remote) == binary.read_bytes()
+        assert t.bytes_sent == first.bytes_sent
+
+
+@pytest.mark.parametrize("device", NODES, indirect=True)
+def test_tampered_cached_artifact_is_detected_and_replaced(device: Device, tmp_path: Path) -> None:
+    artifact = tmp_path / "ids.txt"
+    artifact.write_text("151644 872 198 " * 100)
+    with connect(device) as t:
+        remote = t.push(artifact)
+        cached = on_disk(device, remote)
+        cached.chmod(0o644)
+        cached.write_text("151644 872 199 " * 100)  # same size, one token changed
+
+        assert t.push(artifact) == remote
+        assert t.last_push.status == "repaired"
+        assert t.last_push.bytes_sent == artifact.stat().st_size
+        assert t.fetch(remote) == artifact.read_bytes()
+
+        cached.unlink()  # a vanished artifact is simply sent again
+        t.push(artifact)
+        assert t.last_push.status == "sent"
+        assert cached.read_bytes() == artifact.read_bytes()
+
+
+@pytest.mark.parametrize("device", NODES, indirect=True)
+def test_push_tree_is_content_addressed_and_names_cannot_inject(device: Device,
+                                                                tmp_path: Path) -> None:
+    # File names cannot hold "/", so the injected command would create "pwned" in the cwd of
+    # whatever shell ran it: somewhere under the workdir.
+    model = tmp_path / "model"
+    (model / "sub dir").mkdir(parents=True)
+    files = {
+        "config.json": '{"hidden_size": 8}',
+        "model.safetensors": "weights" * 50,
+        "$(touch pwned)": "a",
+        "sub dir/;touch pwned;`touch pwned`": "b",
+        "-n": "c",
+    }
+    for rel, text in files.items():
+        (model / rel).write_text(text)
+    with connect(device) as t:
+        tree = t.push_tree(model)
+        assert t.last_push.status == "sent"
+        for rel, text in files.items():
+            assert t.fetch(f"{tree}/{rel}").decode() == text
+        cat = t.run_host(["cat", "--", f"{tree}/config.json", f"{tree}/$(touch pwned)"], 30)
+        assert cat.stdout == files["config.json"] + "a"
+
+        assert t.push_tree(model) == tree
+        assert (t.last_push.status, t.last_push.bytes_sent) == ("cached", 0)
+
+        # A damaged blob is repaired; a changed directory gets a new tree.
+        blob = on_disk(device, os.path.realpath(f"{tree}/config.json"))
+        blob.chmod(0o644)
+        blob.write_text("{}")
+        assert t.push_tree(model) == tree and t.last_push.status == "repaired"
+        assert t.fetch(f"{tree}/config.json").decode() == files["config.json"]
+        (model / "tokenizer.json").write_text("{}")
+        assert t.push_tree(model) != tree
+    assert not list(Path(device.workdir).rglob("pwned"))
+    assert not list(tmp_path.rglob("pwned"))
+
+
+@pytest.mark.parametrize("device", NODES, indirect=True)
+def test_shell_metacharacters_in_parameters_are_passed_literally(device: Device, args_program,
+                                                                 tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    nasty = [f"$(touch {marker})", f"`touch {marker}`", f"; touch {marker}",
+             f"| touch {marker}", f"&& touch {marker}", f"'\"; touch {marker}", "a\nb", "*", "~",
+             "$HOME", ""]
+    # A workdir with metacharacters is quoted too.
+    device = dataclasses.replace(device, workdir=f"{device.workdir}/w $(touch {marker});x")
+    with connect(device) as t:
+        remote = t.push(args_program[device.arch])
+        result = t.run([remote, *nasty], timeout=60)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"arch={device.arch}\n" + "".join(f"[{a}]\n" for a in nasty)
+    assert not marker.exists()
+
+
+def test_exec_prefix_elements_are_quoted(farm, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    device = dataclasses.replace(farm.x86, exec_prefix=[f"env;touch {marker}"])
+    with connect(device) as t:
+        result = t.run(["true"], timeout=30)
+    assert result.exit_code == 127  # no program has that name; nothing else ran
+    assert not marker.exists()
+
+
+def _processes_with_arg(arg: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if arg.encode() in cmdline and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def _gone(arg: str, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _processes_with_arg(arg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _processes_with_arg(arg)
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_timeout_kills_the_whole_process_group(device: Device) -> None:
+    # Two distinctive sleeps: one in the background, one in the foreground.
+    script = "sleep 97.31 & sleep 97.32; wait"
+    with connect(device) as t:
+        with pytest.raises(CommandTimeout, match=device.name):
+            t.run(["sh", "-c", script], timeout=1.0)
+        assert t.run(["echo", "still usable"], timeout=30).stdout == "still usable\n"
+    assert _gone("97.31") and _gone("97.32")
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_pinning_stdin_and_exit_codes(device: Device, tmp_path: Path) -> None:
+    stdin = tmp_path / "in.txt"
+    stdin.write_text("line one\nline two\n")
+    with connect(device) as t:
+        pinned = t.run(["grep", "Cpus_allowed_list", "/proc/self/status"], timeout=30, cpus=[0])
+        assert pinned.stdout.split() == ["Cpus_allowed_list:", "0"]
+        assert t.run(["wc", "-l"], timeout=30, stdin_file=stdin).stdout.strip() == "2"
+        failed = t.run(["sh", "-c", "echo oops >&2; exit 3"], timeout=30)
+        assert (failed.exit_code, failed.stderr) == (3, "oops\n")
+        assert t.run(["/no/such/program"], timeout=30).exit_code == 127
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_fetch_of_a_missing_file_is_a_transfer_error(device: Device) -> None:
+    with connect(device) as t, pytest.raises(TransferFailed, match=device.name):
+        t.fetch("no/such/file")
