@@ -119,6 +119,8 @@ def _sshd_binary() -> str:
 def _free_port(address: str, preferred: int | None) -> int:
     for port in ([preferred] if preferred else []) + [0]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As sshd does: connections of a killed sshd in TIME_WAIT must not cost the port.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((address, port))
             except OSError:

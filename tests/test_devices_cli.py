@@ -1,0 +1,51 @@
+"""`benchfarm devices check` against the real farm, with stand-in engines built per arch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from devices.health import check_device
+from harness.cli import main
+
+
+def binaries_args(args_program: dict[str, Path]) -> list[str]:
+    return [x for arch, path in args_program.items() for x in ("--binary", f"{arch}={path}")]
+
+
+def test_check_passes_on_both_farm_nodes(farm, args_program, capsys) -> None:
+    argv = ["devices", "check", "--json", "--inventory", str(farm.inventory_path),
+            *binaries_args(args_program), "farm-x86", "farm-arm"]
+    assert main(argv) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [r["device"] for r in reports] == ["farm-x86", "farm-arm"]
+    for report in reports:
+        names = [c["name"] for c in report["checks"]]
+        assert names == ["reachable", "arch", "workdir", "free disk", "lmc info"]
+        assert report["ok"], report
+    arm_info = reports[1]["checks"][-1]["detail"]
+    assert "arch aarch64" in arm_info  # the binary really ran as aarch64 (under qemu)
+
+
+def test_check_reports_a_wrong_binary_and_an_unreachable_device(farm, args_program,
+                                                                tmp_path: Path) -> None:
+    # An x86_64 binary cannot run on the aarch64 node: `lmc info` fails, the rest passes.
+    report = check_device(farm.arm, args_program["x86_64"])
+    assert not report.ok
+    assert [(i.name, i.ok) for i in report.items] == [
+        ("reachable", True), ("arch", True), ("workdir", True), ("free disk", True),
+        ("lmc info", False)]
+
+    text = farm.inventory_path.read_text().replace(f"port = {farm.x86.port}\n", "port = 9\n")
+    text = text.replace("connect_retries = 2", "connect_retries = 1")
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(text)
+    argv = ["devices", "check", "--inventory", str(inventory), *binaries_args(args_program),
+            "farm-x86"]
+    assert main(argv) == 1
+
+
+def test_check_rejects_a_malformed_binary_option(farm, capsys) -> None:
+    argv = ["devices", "check", "--inventory", str(farm.inventory_path), "--binary", "mips=/x"]
+    assert main(argv) == 2
+    assert "--binary 'mips=/x': expected ARCH=PATH" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The local farm's life cycle (up, status, down, stale state) and a node dying mid-run.
+
+Each test starts its own farm: they kill and restart nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_farm import start_farm
+
+from devices import procs
+from devices.errors import DeviceUnreachable
+from devices.farm import farm_down, farm_status, farm_up, stop_node
+from devices.transport import connect
+from harness.cli import main
+
+
+def pids(state_dir: Path) -> dict[str, int | None]:
+    return {node.name: node.pid for node in farm_status(state_dir) if node.running}
+
+
+def test_up_is_idempotent_and_down_stops_exactly_its_processes(tmp_path: Path) -> None:
+    farm = start_farm(tmp_path)
+    first = pids(tmp_path)
+    assert set(first) == {"farm-x86", "farm-arm"}
+    assert farm_up(tmp_path) == farm.inventory_path
+    assert pids(tmp_path) == first  # nothing restarted
+
+    with connect(farm.x86):  # an open session: its sshd children must go down too
+        session_children = procs.descendants(first["farm-x86"])
+        assert session_children
+        bystander = subprocess.Popen(["sleep", "300"])  # not the farm's: must survive
+        try:
+            stopped = farm_down(tmp_path)
+            assert set(first.values()) <= set(stopped)
+            assert bystander.pid not in stopped
+            assert not any(procs.alive(p) for p in [*stopped, *session_children])
+            assert bystander.poll() is None
+        finally:
+            bystander.kill()
+            bystander.wait()
+    assert pids(tmp_path) == {}
+    assert farm_down(tmp_path) == []  # a second down has nothing to stop
+
+
+def test_stale_state_dir_is_recovered_and_recycled_pids_are_not_killed(tmp_path: Path) -> None:
+    farm = start_farm(tmp_path)
+    ports = {n.name: n.port for n in farm_status(tmp_path)}
+    for name in ("farm-x86", "farm-arm"):
+        stop_node(tmp_path, name, signal.SIGKILL)  # as if the machine had rebooted
+    assert pids(tmp_path) == {}
+
+    farm_up(tmp_path)
+    assert {n.name: n.port for n in farm_status(tmp_path)} == ports  # same addresses again
+    with connect(farm.arm) as t:
+        assert t.run_host(["echo", "back"], timeout=30).stdout == "back\n"
+
+    # A state file whose pid now belongs to someone else (start time differs) is left alone.
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        farm_down(tmp_path)
+        state = {"nodes": {"farm-x86": {"name": "farm-x86", "address": "127.0.1.10",
+                                        "port": ports["farm-x86"], "pid": bystander.pid,
+                                        "start_ticks": 1}}}
+        (tmp_path / "farm.json").write_text(json.dumps(state))
+        assert [n.running for n in farm_status(tmp_path)] == [False, False]
+        assert farm_down(tmp_path) == []
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_sshd_killed_during_a_run_raises_a_typed_error_without_hanging(tmp_path: Path) -> None:
+    farm = start_farm(tmp_path)
+    started = Path(farm.x86.workdir) / "started"
+    try:
+        with connect(farm.x86) as t:
+            def kill_when_started() -> None:
+                deadline = time.monotonic() + 60
+                while not started.exists() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                stop_node(tmp_path, "farm-x86", signal.SIGKILL)
+
+            killer = threading.Thread(target=kill_when_started, daemon=True)
+            killer.start()
+            # The command's own timeout is far away: the error must come from the lost link,
+            # not from the timeout (CommandTimeout would fail this test).
+            with pytest.raises(DeviceUnreachable) as info:
+                t.run(["sh", "-c", "touch started && exec sleep 600"], timeout=600)
+            killer.join(timeout=60)
+            assert "farm-x86" in str(info.value) and "lost" in str(info.value)
+
+            # The node comes back on the same address; the same transport reconnects.
+            farm_up(tmp_path)
+            assert t.run(["echo", "reconnected"], timeout=30).stdout == "reconnected\n"
+    finally:
+        farm_down(tmp_path)
+
+
+def test_farm_cli_up_status_down(tmp_path: Path, capsys) -> None:
+    state = str(tmp_path / "state")
+    assert main(["farm", "up", "--state", state]) == 0
+    out = capsys.readouterr().out
+    assert f"inventory: {tmp_path / 'state' / 'inventory.toml'}" in out
+    assert out.count("running (pid") == 2
+    try:
+        assert main(["devices", "list", "--inventory", f"{state}/inventory.toml", "rk3588"]) == 0
+        listing = capsys.readouterr().out
+        assert "farm-arm" in listing and "farm-x86" not in listing and "yes" in listing
+        assert main(["farm", "status", "--state", state]) == 0
+        assert capsys.readouterr().out.count("running") == 2
+    finally:
+        assert main(["farm", "down", "--state", state]) == 0
+    assert "stopped" in capsys.readouterr().out
+    assert main(["farm", "status", "--state", state]) == 1
+    assert capsys.readouterr().out.count("stopped") == 2
