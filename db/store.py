@@ -72,8 +72,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def create_store_engine(url: str) -> Engine:
-    """An Engine for ``url``; bad URLs, unknown drivers and missing directories are input errors."""
+def create_store_engine(url: str, create: bool = True) -> Engine:
+    """An Engine for ``url``; bad URLs, unknown drivers and missing directories are input errors.
+
+    With ``create=False`` a SQLite file that does not exist is an input error too (read-only
+    commands should not leave an empty database behind).
+    """
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
@@ -90,7 +94,13 @@ def create_store_engine(url: str) -> Engine:
             # One shared connection, or every connection would see its own empty database.
             options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
         elif not database.startswith("file:"):
-            parent = Path(database).expanduser().resolve().parent
+            path = Path(database).expanduser().resolve()
+            if not create and not path.is_file():
+                raise StoreInputError(
+                    f"--db {shown}: no result store at {path}; run `benchfarm run SPEC` (or "
+                    "`benchfarm demo`) first, or pass --db / BENCHFARM_DB"
+                )
+            parent = path.parent
             if not parent.is_dir():
                 raise StoreInputError(
                     f"--db {shown}: directory {parent} does not exist; create it or choose "
@@ -125,8 +135,9 @@ class Store:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str) -> Store:
-        engine = create_store_engine(url)
+    def open(cls, url: str, create: bool = True) -> Store:
+        """Connect and bring the schema to the newest revision (see create_store_engine)."""
+        engine = create_store_engine(url, create)
         shown = engine.url.render_as_string(hide_password=True)
         try:
             migrate(engine)

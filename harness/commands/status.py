@@ -1,0 +1,78 @@
+"""`benchfarm status [EXPERIMENT]`: what the store holds, per experiment or for one in detail."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from db.queries import ExperimentSummary
+from db.records import RUN_STATUSES
+from db.store import Store
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status", help="runs per status for every experiment, or one experiment's summary")
+    parser.add_argument("experiment", nargs="?", help="experiment name (default: all, briefly)")
+    parser.set_defaults(func=run)
+
+
+def cell(value: object, digits: int = 2) -> str:
+    """A table cell: '-' for missing values, floats rounded to ``digits``."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: left-aligned text, right-aligned numbers, '-' for missing values."""
+    texts = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in texts)]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], int | float) or row[i] is None for row in rows)
+               for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, texts)])
+
+
+def render_summary(summary: ExperimentSummary) -> str:
+    """One experiment: counts, per-device counts, and medians per (command, policy, k, device)."""
+    counts = ", ".join(f"{summary.counts[s]} {s}" for s in RUN_STATUSES)
+    parts = [
+        f"experiment {summary.name} (spec {summary.spec_hash[:12]}, last run "
+        f"{summary.updated_at:%Y-%m-%d %H:%M:%S} UTC): {summary.total} runs: {counts}",
+        "",
+        format_table(["device", *RUN_STATUSES],
+                     [[dev, *(c[s] for s in RUN_STATUSES)] for dev, c in summary.devices.items()]),
+    ]
+    if summary.groups:
+        parts += ["", "ok runs (medians; recall is the mean):", format_table(
+            ["command", "policy", "k", "device", "runs", "decode ms/tok", "attn ms/tok",
+             "overhead ms", "recall", "ppl"],
+            [[g.command, g.policy, g.k, g.device, g.runs, g.decode_ms_per_token,
+              g.attn_ms_per_token, g.overhead_ms, g.recall, g.ppl] for g in summary.groups],
+        )]
+    return "\n".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    with Store.open(args.db, create=False) as store:
+        if args.experiment:
+            print(render_summary(store.experiment_summary(args.experiment)))
+            return 0
+        names = store.list_experiments()
+        if not names:
+            print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
+            return 0
+        summaries = [store.experiment_summary(name) for name in names]
+    print(format_table(
+        ["experiment", "runs", *RUN_STATUSES, "last run (UTC)"],
+        [[s.name, s.total, *(s.counts[st] for st in RUN_STATUSES),
+          f"{s.updated_at:%Y-%m-%d %H:%M:%S}"] for s in summaries],
+    ))
+    return 0
