@@ -1,0 +1,269 @@
+"""lmc decode against the memory roofline of this machine.
+
+Decoding one token reads every weight once plus the KV cache up to the current position; at
+batch size one that traffic, not arithmetic, bounds the speed. This script measures the
+machine's read bandwidth with ``bench/c/stream_read.c`` (built by ``harness.build``'s ninja path,
+all threads), runs ``lmc generate`` on the Qwen3-0.6B-shaped bench model, and reports the
+achieved bandwidth = (weight bytes + KV bytes read per token) / decode time per token, as a
+fraction of the measured bandwidth.
+
+    .venv/bin/python bench/roofline.py                       # f32 and q8 weights, prompt 128
+    .venv/bin/python bench/roofline.py --prompt-len 448      # decode at context 448..511
+
+Bytes are counted from the model's shape, the way lmc stores it: f32 weights 4 bytes, q8
+weights and q8 KV 1 byte + one f32 scale per 32 values; the lm_head (tied: the embedding
+matrix) is read in full every token; norms and the embedding row are negligible but counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from harness.build import build_c_program, build_engine  # noqa: E402
+
+BYTES_PER_VALUE = {"f32": 4.0, "q8": 1.0 + 4.0 / 32.0}  # lmc's q8: int8 + f32 scale per 32
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+# ---------------------------------------------------------------------------------------------
+
+
+def environment(lmc: Path | None = None) -> dict:
+    """What a figure depends on: commit, CPU, load, governor, compiler and flags."""
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return "n/a"
+
+    cpu = "unknown"
+    for line in read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    env = {
+        "commit": commit or "unknown",
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "arch": platform.machine(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if lmc is not None:
+        info = json.loads(subprocess.run([str(lmc), "info"], capture_output=True, text=True,
+                                         check=True).stdout)
+        env.update({k: info.get(k) for k in ("version", "source_hash", "compiler", "flags",
+                                             "simd")})
+    return env
+
+
+@dataclass
+class Bandwidth:
+    threads: int
+    bytes: int
+    gbps_best: float
+    gbps_median: float
+    gbps: list[float]
+
+
+def measure_bandwidth(threads: int, mib: int = 1024, passes: int = 10) -> Bandwidth:
+    """Read bandwidth over ``mib`` MiB with ``threads`` threads (best and median of passes)."""
+    binary = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
+    out = subprocess.run([str(binary), "--mib", str(mib), "--threads", str(threads),
+                          "--passes", str(passes)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{binary} failed: {out.stderr.strip()}")
+    doc = json.loads(out.stdout)
+    return Bandwidth(doc["threads"], doc["bytes"], doc["gbps_best"], doc["gbps_median"],
+                     doc["gbps"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes per decoded token
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path) -> Shape:
+        c = json.loads((model_dir / "config.json").read_text())
+        return cls(c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
+                   c["num_attention_heads"], c["num_key_value_heads"],
+                   c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+                   c["vocab_size"])
+
+
+def weight_bytes_per_token(shape: Shape, wq: str) -> float:
+    """Bytes of weights one decode step reads: every matrix, the lm_head, norms, one embed row."""
+    h, d = shape.hidden, shape.head_dim
+    per_layer_matrix = (
+        shape.heads * d * h * 2  # q_proj, o_proj
+        + shape.kv_heads * d * h * 2  # k_proj, v_proj
+        + shape.intermediate * h * 3  # gate, up, down
+    )
+    per_layer_norms = 2 * h + 2 * d
+    matrices = (shape.layers * per_layer_matrix + shape.vocab * h) * BYTES_PER_VALUE[wq]
+    f32_vectors = (shape.layers * per_layer_norms + h + h) * 4  # norms, final norm, embed row
+    return matrices + f32_vectors
+
+
+def kv_bytes_per_token(shape: Shape, kv: str, positions: float) -> float:
+    """Bytes of K and V read by exact attention over ``positions`` cached positions."""
+    return shape.layers * positions * shape.kv_heads * shape.head_dim * 2 * BYTES_PER_VALUE[kv]
+
+
+def mean_kv_bytes(shape: Shape, kv: str, prompt_len: int, steps: int) -> float:
+    """Mean KV bytes over decode steps; step i attends to prompt_len + i + 1 positions."""
+    return kv_bytes_per_token(shape, kv, prompt_len + (steps - 1) / 2 + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running lmc
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
+    """Deterministic, varied token ids (a random model has no meaningful text anyway)."""
+    return [(seed * 7919 + i * 104729 + 13) % vocab for i in range(length)]
+
+
+def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int, threads: int,
+                     wq: str = "f32", kv: str = "f32", ctx: int | None = None,
+                     timeout: float = 900) -> dict:
+    """One ``lmc generate`` run; returns its JSON document."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as fh:
+        fh.write(" ".join(map(str, prompt)) + "\n")
+        prompt_file = fh.name
+    argv = [str(lmc), "generate", "--model", str(model_dir), "--prompt", prompt_file,
+            "--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
+    if ctx is not None:
+        argv += ["--ctx", str(ctx)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.unlink(prompt_file)
+    if proc.returncode != 0:
+        raise RuntimeError(f"lmc generate failed ({proc.returncode}): {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bench
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RooflineRow:
+    wq: str
+    kv: str
+    prompt_len: int
+    decode: int
+    threads: int
+    decode_ms: list[float]  # decode_ms_per_token of each run
+    weight_mb: float
+    kv_mb: float
+    achieved_gbps: float  # from the median decode time
+    stream_gbps: float
+    fraction: float
+
+
+def roofline_row(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, threads: int,
+                 decode_ms: list[float], stream_gbps: float) -> RooflineRow:
+    weights = weight_bytes_per_token(shape, wq)
+    kv_bytes = mean_kv_bytes(shape, kv, prompt_len, decode)
+    achieved = (weights + kv_bytes) / (statistics.median(decode_ms) / 1e3) / 1e9
+    return RooflineRow(wq, kv, prompt_len, decode, threads, decode_ms, round(weights / 1e6, 1),
+                       round(kv_bytes / 1e6, 1), round(achieved, 2), stream_gbps,
+                       round(achieved / stream_gbps, 3))
+
+
+def markdown_table(rows: list[RooflineRow]) -> str:
+    lines = [
+        "| weights | KV | prompt | decode | threads | ms/token (median) | MB/token (w + kv) "
+        "| achieved GB/s | STREAM GB/s | fraction |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.wq} | {r.kv} | {r.prompt_len} | {r.decode} | {r.threads} "
+            f"| {statistics.median(r.decode_ms):.1f} | {r.weight_mb:.0f} + {r.kv_mb:.0f} "
+            f"| {r.achieved_gbps:.2f} | {r.stream_gbps:.2f} | {r.fraction:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from qwen3_06b import generate as generate_model
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="HF model dir (default: the bench model, BF16)")
+    parser.add_argument("--wq", nargs="+", choices=("f32", "q8"), default=["f32", "q8"])
+    parser.add_argument("--kv", choices=("f32", "q8"), default="f32")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeats", type=int, default=3, help="lmc runs per configuration")
+    parser.add_argument("--stream-mib", type=int, default=1024)
+    parser.add_argument("--json", type=Path, help="also write every raw figure here")
+    args = parser.parse_args(argv)
+
+    lmc = Path(build_engine().binary)
+    model_dir = args.model or generate_model(dtypes=("BF16",))["BF16"]
+    shape = Shape.from_model_dir(model_dir)
+    env_before = environment(lmc)
+    # STREAM before and after the engine runs: the machine is shared, so keep the better one
+    bandwidths = [measure_bandwidth(args.threads, args.stream_mib)]
+    prompt = bench_prompt(args.prompt_len, shape.vocab)
+    runs: dict[str, list[float]] = {wq: [] for wq in args.wq}
+    for _ in range(args.repeats):
+        for wq in args.wq:  # alternate configurations so drifting load hits both alike
+            doc = run_lmc_generate(lmc, model_dir, prompt, args.decode, args.threads, wq, args.kv)
+            runs[wq].append(doc["decode_ms_per_token"])
+    bandwidths.append(measure_bandwidth(args.threads, args.stream_mib))
+    stream = max(b.gbps_best for b in bandwidths)
+    rows = [roofline_row(shape, wq, args.kv, args.prompt_len, args.decode, args.threads,
+                         runs[wq], stream) for wq in args.wq]
+    env_after = environment()
+    print(markdown_table(rows))
+    print(f"\nSTREAM read (best of passes, before/after): "
+          f"{', '.join(f'{b.gbps_best:.2f}' for b in bandwidths)} GB/s with {args.threads} threads")
+    print(f"environment: {json.dumps(env_before)}\nloadavg after: {env_after['loadavg']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "environment": env_before, "loadavg_after": env_after["loadavg"],
+            "model": str(model_dir), "bandwidth": [asdict(b) for b in bandwidths],
+            "rows": [asdict(r) for r in rows],
+        }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
