@@ -135,7 +135,10 @@ static void attend_head(LayerJob *job, int h) {
     int hits = 0;
     for (int i = 0; i < n_oracle; i++) hits += in_selection(sel, n, osel[i]);
     double diff = 0.0;
-    for (int d = 0; d < D; d++) diff = fmax(diff, fabs((double)out[d] - (double)exact_out[d]));
+    for (int d = 0; d < D; d++) {
+        double e = fabs((double)out[d] - (double)exact_out[d]);
+        if (e > diff) diff = e;
+    }
     st->mass = mass;
     st->recall = n_oracle ? (double)hits / n_oracle : 1.0;
     st->max_abs_diff = diff;

@@ -1,0 +1,156 @@
+"""lmc against transformers' Qwen3ForCausalLM on tiny random models (issue 2).
+
+Logits of every prompt position within 1e-4 relative (to the largest |logit|) and the same 32
+greedy tokens; thread-count invariance; q8 KV / q8 weights within their documented tolerance;
+the aarch64 build under qemu; perplexity; --stop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_engine import QEMU_AARCH64, TINY_SPECS, hf_reference, lmc_json, run_lmc, write_tokens
+
+MAX_NEW = 32
+# q8 tolerances (documented in engine/README.md): max |logit difference| relative to max |logit|
+Q8_KV_TOLERANCE = 0.03
+Q8_WEIGHTS_TOLERANCE = 0.08
+
+
+def prompt_ids(vocab: int, n: int = 40, seed: int = 7) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+def generate(lmc, model: Path, prompt: Path, tmp: Path, *extra: str, tag: str = "run"):
+    dump = tmp / f"logits-{tag}.bin"
+    out = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", MAX_NEW,
+                   "--dump-logits", dump, *extra)
+    return out, np.fromfile(dump, dtype=np.float32)
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("name", sorted(TINY_SPECS))
+def test_matches_transformers(lmc, tiny_model, tmp_path, name):
+    spec = TINY_SPECS[name]
+    model = tiny_model(name)
+    ids = prompt_ids(spec.vocab)
+    prompt = write_tokens(tmp_path / "prompt.txt", ids)
+    out, logits = generate(lmc, model, prompt, tmp_path)
+    ref_logits, ref_tokens = hf_reference(model, ids, MAX_NEW)
+
+    assert out["schema"] == "lmc/1" and out["command"] == "generate"
+    assert out["prompt_tokens"] == len(ids)
+    assert out["config"]["model_config"]["head_dim"] == spec.head_dim
+    assert out["config"]["model_config"]["tied_embeddings"] == spec.tied
+    assert out["config"]["model_config"]["weights_dtype"] == ("BF16" if spec.dtype == "bfloat16" else "F32")
+    logits = logits.reshape(len(ids), spec.vocab)
+    assert rel_err(logits, ref_logits) < 1e-4
+    assert out["tokens"] == ref_tokens
+    assert len(out["steps"]) == MAX_NEW
+    assert [s["token"] for s in out["steps"]] == out["tokens"]
+    assert all(s["ms"] >= s["attn_ms"] >= 0 for s in out["steps"])
+    assert out["decode_ms_per_token"] > 0 and out["prefill_ms"] > 0
+
+
+def test_threads_give_identical_output(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa4_untied_f32_old")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320, n=70))
+    for policy in ("exact", "sparse"):
+        runs = [generate(lmc, model, prompt, tmp_path, "--threads", t, "--attn", policy,
+                         "--k", "1", "--block", "16", tag=f"{policy}{t}") for t in (1, 2, 3)]
+        first_out, first_logits = runs[0]
+        for out, logits in runs[1:]:
+            assert out["tokens"] == first_out["tokens"]
+            assert logits.tobytes() == first_logits.tobytes()
+
+
+def test_reference_attention_matches_kernel(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa2_untied_bf16")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    kernel_out, kernel_logits = generate(lmc, model, prompt, tmp_path, tag="kernel")
+    ref_out, ref_logits = generate(lmc, model, prompt, tmp_path, "--ref-attn", tag="ref")
+    assert rel_err(kernel_logits, ref_logits) < 1e-5
+    assert kernel_out["tokens"] == ref_out["tokens"]
+
+
+def test_q8_kv_and_weights_within_tolerance(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa4_untied_f32_old")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    _, f32 = generate(lmc, model, prompt, tmp_path, tag="f32")
+    q8_out, q8_kv = generate(lmc, model, prompt, tmp_path, "--kv", "q8", tag="kvq8")
+    wq_out, q8_w = generate(lmc, model, prompt, tmp_path, "--wq", "q8", tag="wq8")
+    assert q8_out["config"]["kv"] == "q8" and wq_out["config"]["wq"] == "q8"
+    assert 0 < rel_err(q8_kv, f32) < Q8_KV_TOLERANCE
+    assert 0 < rel_err(q8_w, f32) < Q8_WEIGHTS_TOLERANCE
+
+
+def test_aarch64_under_qemu_matches_x86(lmc, engine_build_aarch64, tiny_model, tmp_path):
+    if not shutil.which(QEMU_AARCH64[0]):
+        pytest.skip("qemu-aarch64-static is not installed (scripts/setup.sh installs it)")
+    arm = [*QEMU_AARCH64, engine_build_aarch64.binary]
+    info = lmc_json(arm, "info")
+    assert info["arch"] == "aarch64" and "neon" in info["simd"]
+    assert info["source_hash"] == engine_build_aarch64.source_hash
+    model = tiny_model("gqa2_untied_bf16")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    x86, x86_logits = generate(lmc, model, prompt, tmp_path, tag="x86")
+    a64, a64_logits = generate(arm, model, prompt, tmp_path, tag="a64")
+    assert a64["tokens"] == x86["tokens"]
+    # same reduction order on both targets; libm's expf may still differ in the last bit
+    assert rel_err(a64_logits, x86_logits) < 1e-5
+
+
+def test_info_reports_the_build(lmc, engine_build):
+    info = lmc_json(lmc, "info")
+    assert info["command"] == "info" and info["arch"] == "x86_64"
+    assert info["source_hash"] == engine_build.source_hash
+    assert info["compiler"] == engine_build.compiler_version
+    assert "-O3" in info["flags"] and "avx2" in info["simd"]
+
+
+def test_ppl_matches_transformers(lmc, tiny_model, tmp_path):
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    model_dir = tiny_model("gqa1_tied_f32")
+    ids = prompt_ids(320, n=30, seed=11)
+    text = write_tokens(tmp_path / "text.txt", ids)
+    out = lmc_json(lmc, "ppl", "--model", model_dir, "--text", text)
+    model = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss.item()
+    assert out["command"] == "ppl" and out["tokens"] == len(ids) and out["scored"] == len(ids) - 1
+    assert out["nll"] == pytest.approx(loss, rel=1e-4)
+    assert out["ppl"] == pytest.approx(math.exp(loss), rel=1e-4)
+
+
+def test_stop_token_ends_generation(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa1_tied_f32")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    full = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 8)
+    stop = full["tokens"][3]
+    first = full["tokens"].index(stop)
+    out = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 8,
+                   "--stop", 300, "--stop", stop)
+    assert out["tokens"] == full["tokens"][: first + 1]
+    assert out["stop_reason"] == "stop" and full["stop_reason"] == "max_new"
+    assert out["config"]["stop"] == [300, stop]
+
+
+def test_generation_stops_at_the_context(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa1_tied_f32")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320, n=10))
+    out = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 50,
+                   "--ctx", 16)
+    assert len(out["tokens"]) == 6 and out["stop_reason"] == "context"
+    json.dumps(out)  # the document is plain JSON
