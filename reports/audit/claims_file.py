@@ -1,0 +1,289 @@
+"""Claims files (``claims/*.toml``): parse and validate published claims.
+
+A file holds ``[[claim]]`` tables and the experiments that test them::
+
+    [experiment.audit-000-needle]          # a spec fragment: engine, workload, repeats ...
+    repeats = 1
+    [experiment.audit-000-needle.engine.policy.sparse]
+    k = [1, 32]
+    [[experiment.audit-000-needle.workload]]
+    kind = "needle"
+    ctx = 2061
+
+    [[claim]]
+    id = "000-k32-identical"
+    source = "seeds/000 section 3"
+    statement = "k = 32 gives output byte-identical to exact attention"
+    metric = "identical_tokens"            # see reports.audit.checks.METRICS
+    expected = 1.0
+    tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected)
+    experiment = "audit-000-needle"        # defined above, or any experiment already stored
+    [claim.measure]                        # which runs the metric compares
+    a = { policy = "exact" }
+    b = { policy = "sparse", k = 32 }
+    [claim.fair]                           # what must hold for the comparison to be fair
+    model = "any"                          # or the model the claim was measured on
+    device_class = "any"
+    context = 2061
+
+Every error names the file, the claim and the key. The experiment fragments are validated as
+specs by the harness before anything runs (reports does not import the harness).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reports.errors import ReportInputError
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+METRICS = ("identical_tokens", "recall", "time_ratio", "ppl", "ppl_change", "reported")
+TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
+TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
+SELECTOR_KEYS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "kind",
+                 "ctx", "depth", "seed", "length", "device", "device_class")
+CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
+              "unit", "experiment", "measure", "fair", "quantity", "note"}
+MEASURE_KEYS = {"a", "b", "baseline", "field", "baseline_min_recall"}
+FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
+ANY = "any"
+
+
+@dataclass(frozen=True)
+class Fairness:
+    """What must hold for a measurement here to be comparable with the published one."""
+
+    model: str = ANY  # the model the claim is about; "any" for mechanism claims
+    device_class: str = ANY
+    context: int | None = None  # prompt length the claim was measured at, in tokens
+    context_tolerance: float = 0.05  # relative
+    allow_emulated: bool = True  # timing claims set False: emulated timings are not hardware's
+
+
+@dataclass(frozen=True)
+class Measure:
+    a: dict[str, list[Any]] = field(default_factory=dict)  # selector of the runs measured
+    b: dict[str, list[Any]] = field(default_factory=dict)  # the second config (ratios, identity)
+    baseline: dict[str, list[Any]] | None = None  # recall claims: exact must recall first
+    baseline_min_recall: float = 0.9
+    field: str = "decode_ms_per_token"  # time_ratio: which timing
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    source: str
+    statement: str
+    metric: str
+    expected: float | None
+    tolerance: float | None  # absolute
+    rel_tolerance: float | None  # relative to |expected|
+    unit: str
+    experiment: str | None
+    measure: Measure
+    fair: Fairness
+    quantity: str  # `reported` claims: what was measured (that benchfarm cannot measure)
+    note: str
+
+    def tolerance_text(self) -> str:
+        if self.tolerance is not None:
+            return f"± {self.tolerance:g}"
+        if self.rel_tolerance is not None:
+            return f"± {100 * self.rel_tolerance:g} %"
+        return ""
+
+    def expected_text(self) -> str:
+        if self.expected is None:
+            return ""
+        return f"{self.expected:g} {self.tolerance_text()} {self.unit}".strip()
+
+    def within(self, measured: float) -> bool:
+        assert self.expected is not None
+        allowed = (self.tolerance if self.tolerance is not None
+                   else (self.rel_tolerance or 0.0) * abs(self.expected))
+        return abs(measured - self.expected) <= allowed + 1e-12
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    path: Path
+    claims: list[Claim]
+    experiments: dict[str, dict[str, Any]]  # name -> spec fragment (validated by the harness)
+
+
+class _Check:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, key: str, message: str) -> ReportInputError:
+        return ReportInputError(f"{self.path}: {where}: key '{key}': {message}")
+
+    def table(self, value: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, key, f"must be a table, got {type(value).__name__}")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(where, f"{key}.{unknown[0]}" if key else unknown[0],
+                            f"unknown key; allowed: {', '.join(sorted(allowed))}")
+        return value
+
+    def text(self, value: Any, where: str, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(where, key, f"must be a non-empty string, got {value!r}")
+        return value.strip()
+
+    def number(self, value: Any, where: str, key: str, low: float | None = None) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, key, f"must be a number, got {value!r}")
+        if low is not None and value < low:
+            raise self.fail(where, key, f"must be >= {low:g}, got {value!r}")
+        return float(value)
+
+    def selector(self, value: Any, where: str, key: str) -> dict[str, list[Any]]:
+        table = self.table(value, where, key, set(SELECTOR_KEYS))
+        out = {}
+        for name, item in table.items():
+            values = item if isinstance(item, list) else [item]
+            if not values or any(isinstance(v, (dict, list)) for v in values):
+                raise self.fail(where, f"{key}.{name}", "must be a value or a list of values")
+            out[name] = values
+        return out
+
+
+def load_claims(path: str | Path) -> ClaimsFile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReportInputError(f"cannot read claims file {path}: {exc.strerror or exc}") from exc
+    return parse_claims(text, path)
+
+
+def parse_claims(text: str, path: Path) -> ClaimsFile:
+    check = _Check(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
+    check.table(data, "file", "", {"source", "claim", "experiment"})
+    default_source = data.get("source")
+    experiments = data.get("experiment", {})
+    if not isinstance(experiments, dict):
+        raise check.fail("file", "experiment", "must be tables [experiment.NAME]")
+    for name, fragment in experiments.items():
+        if not NAME_RE.match(name):
+            raise check.fail("file", f"experiment.{name}",
+                             "experiment names are [a-z0-9][a-z0-9._-]*")
+        if not isinstance(fragment, dict):
+            raise check.fail("file", f"experiment.{name}", "must be a table (a spec fragment)")
+    raw_claims = data.get("claim")
+    if not isinstance(raw_claims, list) or not raw_claims:
+        raise check.fail("file", "claim", "at least one [[claim]] table is required")
+    claims: list[Claim] = []
+    for index, raw in enumerate(raw_claims):
+        claim = _claim(check, raw, index, default_source, experiments)
+        if any(c.id == claim.id for c in claims):
+            raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
+        claims.append(claim)
+    return ClaimsFile(path=path, claims=claims, experiments=experiments)
+
+
+def _claim(check: _Check, raw: Any, index: int, default_source: Any,
+           experiments: dict[str, Any]) -> Claim:
+    where = f"claim #{index + 1}"
+    if not isinstance(raw, dict):
+        raise check.fail(where, "claim", "must be a table")
+    if "id" in raw:
+        claim_id = check.text(raw["id"], where, "id")
+        if not NAME_RE.match(claim_id):
+            raise check.fail(where, "id", f"{claim_id!r}: use [a-z0-9][a-z0-9._-]*")
+        where = f"claim '{claim_id}'"
+    check.table(raw, where, "", CLAIM_KEYS)
+    for key in ("id", "statement", "metric"):
+        if key not in raw:
+            raise check.fail(where, key, "required")
+    if "source" not in raw and default_source is None:
+        raise check.fail(where, "source", "required (here or at the top of the file)")
+    source = check.text(raw.get("source", default_source), where, "source")
+    metric = check.text(raw["metric"], where, "metric")
+    if metric not in METRICS:
+        raise check.fail(where, "metric", f"unknown metric {metric!r}; allowed: "
+                         f"{', '.join(METRICS)}")
+    expected = tolerance = rel_tolerance = None
+    if "expected" in raw:
+        expected = check.number(raw["expected"], where, "expected")
+    if "tolerance" in raw and "rel_tolerance" in raw:
+        raise check.fail(where, "rel_tolerance", "give either tolerance or rel_tolerance")
+    if "tolerance" in raw:
+        tolerance = check.number(raw["tolerance"], where, "tolerance", low=0)
+    if "rel_tolerance" in raw:
+        rel_tolerance = check.number(raw["rel_tolerance"], where, "rel_tolerance", low=0)
+    experiment = None
+    if metric == "reported":
+        if "quantity" not in raw:
+            raise check.fail(where, "quantity", "required for metric 'reported' (what the "
+                             "source measured)")
+    else:
+        if expected is None:
+            raise check.fail(where, "expected", f"required for metric {metric!r}")
+        if tolerance is None and rel_tolerance is None:
+            raise check.fail(where, "tolerance", "required (or rel_tolerance)")
+        if "experiment" not in raw:
+            raise check.fail(where, "experiment", "required: the name of an [experiment.NAME] "
+                             "of this file or of an experiment in the store")
+        experiment = check.text(raw["experiment"], where, "experiment")
+        if not NAME_RE.match(experiment):
+            raise check.fail(where, "experiment", f"{experiment!r}: use [a-z0-9][a-z0-9._-]*")
+    measure = _measure(check, raw.get("measure", {}), where, metric)
+    fair = _fairness(check, raw.get("fair", {}), where, metric)
+    return Claim(
+        id=check.text(raw["id"], where, "id"), source=source,
+        statement=check.text(raw["statement"], where, "statement"), metric=metric,
+        expected=expected, tolerance=tolerance, rel_tolerance=rel_tolerance,
+        unit=str(raw.get("unit", "")), experiment=experiment, measure=measure, fair=fair,
+        quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")))
+
+
+def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
+    table = check.table(raw, where, "measure", MEASURE_KEYS)
+    if metric == "reported":
+        return Measure()
+    if "a" not in table:
+        raise check.fail(where, "measure.a", "required: the runs to measure, e.g. "
+                         "{ policy = \"sparse\", k = 32 }")
+    if metric in TWO_CONFIG_METRICS and "b" not in table:
+        raise check.fail(where, "measure.b", f"required for metric {metric!r} (it compares "
+                         "two configs, a and b)")
+    field_name = table.get("field", "decode_ms_per_token")
+    if field_name not in TIME_FIELDS:
+        raise check.fail(where, "measure.field", f"unknown timing {field_name!r}; allowed: "
+                         f"{', '.join(TIME_FIELDS)}")
+    return Measure(
+        a=check.selector(table["a"], where, "measure.a"),
+        b=check.selector(table.get("b", {}), where, "measure.b"),
+        baseline=(check.selector(table["baseline"], where, "measure.baseline")
+                  if "baseline" in table else None),
+        baseline_min_recall=check.number(table.get("baseline_min_recall", 0.9), where,
+                                         "measure.baseline_min_recall", low=0),
+        field=field_name)
+
+
+def _fairness(check: _Check, raw: Any, where: str, metric: str) -> Fairness:
+    table = check.table(raw, where, "fair", FAIR_KEYS)
+    context = None
+    if "context" in table:
+        context = int(check.number(table["context"], where, "fair.context", low=1))
+    allow = table.get("allow_emulated", metric != "time_ratio")
+    if not isinstance(allow, bool):
+        raise check.fail(where, "fair.allow_emulated", f"must be true or false, got {allow!r}")
+    return Fairness(
+        model=check.text(table.get("model", ANY), where, "fair.model"),
+        device_class=check.text(table.get("device_class", ANY), where, "fair.device_class"),
+        context=context,
+        context_tolerance=check.number(table.get("context_tolerance", 0.05), where,
+                                       "fair.context_tolerance", low=0),
+        allow_emulated=allow)

@@ -1,0 +1,200 @@
+"""The audit: each claim gets a verdict (reproduced, not reproduced, not comparable).
+
+Order of judgement for one claim:
+1. fairness before running: is the claimed model available here, a device of the claimed class?
+   If not, the claim is "not comparable" and nothing runs (a claim about Qwen3-VL-8B is never
+   judged on another model);
+2. evidence: the runs of the claim's experiment, run by the harness through ``runner`` when the
+   claims file defines it (only what is missing runs), else taken from the store as they are;
+3. fairness of the evidence: emulated timings, device class, context length;
+4. the metric's check (``METRICS``) measures a value; the value against expected ± tolerance
+   gives reproduced / not reproduced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import sqlalchemy
+
+from db.models import Experiment, Run
+from reports.aggregate import flatten_runs
+from reports.audit import checks_identity, checks_ppl, checks_recall, checks_timing
+from reports.audit.claims_file import ANY, Claim, ClaimsFile
+from reports.audit.evidence import Measurement, select
+
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
+    "identical_tokens": checks_identity.identical_tokens,
+    "recall": checks_recall.recall,
+    "time_ratio": checks_timing.time_ratio,
+    "ppl": checks_ppl.ppl,
+    "ppl_change": checks_ppl.ppl_change,
+}
+# runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
+# running whatever of it was missing. Provided by the harness (reports does not import it).
+Runner = Callable[[str, dict[str, Any]], list[str]]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    cls: str
+    emulated: bool
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this farm can run: the model(s) and the devices."""
+
+    models: tuple[str, ...]  # model names (directory names, config names)
+    devices: tuple[DeviceInfo, ...] = ()
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    verdict: str
+    measured: float | None = None
+    measured_text: str = ""
+    reason: str = ""
+    evidence: list[int] = field(default_factory=list)
+    experiment: str | None = None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def precheck(claim: Claim, env: Environment) -> str | None:
+    """Why the claim cannot be compared here before anything runs, or None."""
+    fair = claim.fair
+    if fair.model != ANY and _norm(fair.model) not in {_norm(m) for m in env.models}:
+        return (f"the claim is about {fair.model}, which benchfarm cannot run here (models: "
+                f"{', '.join(env.models) or 'none'}); a number from another model is not "
+                "comparable")
+    if fair.device_class != ANY and env.devices:
+        usable = [d for d in env.devices if d.cls == fair.device_class
+                  and (fair.allow_emulated or not d.emulated)]
+        if not usable:
+            present = ", ".join(f"{d.name} ({d.cls}{', emulated' if d.emulated else ''})"
+                                for d in env.devices)
+            return (f"the claim was measured on {fair.device_class}; no usable device of that "
+                    f"class here (devices: {present})")
+    if claim.metric == "reported":
+        return f"benchfarm does not measure {claim.quantity}"
+    return None
+
+
+def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """The evidence runs that are fair for this claim, or the reason none are."""
+    fair = claim.fair
+    if runs.empty:
+        return runs, "no runs stored for this claim's experiment"
+    # Judge fairness on the runs the claim measures, not on the whole experiment.
+    selectors = [s for s in (claim.measure.a, claim.measure.b, claim.measure.baseline) if s]
+    if selectors:
+        measured_ids = set().union(*(select(runs, s)["run_id"] for s in selectors))
+        runs = runs[runs["run_id"].isin(measured_ids)]
+    if runs.empty:
+        return runs, "no runs in the experiment match the claim's configs"
+    if fair.model != ANY:
+        names = runs["model_path"].fillna("").map(lambda p: _norm(str(p).rstrip("/")
+                                                                  .rsplit("/", 1)[-1]))
+        runs = runs[names == _norm(fair.model)]
+        if runs.empty:
+            return runs, f"no runs with the claimed model {fair.model}"
+    if fair.device_class != ANY:
+        runs = runs[runs["device_class"] == fair.device_class]
+        if runs.empty:
+            return runs, f"no runs on a {fair.device_class} device"
+    if not fair.allow_emulated:
+        real = runs[~runs["emulated"].astype(bool)]
+        if real.empty:
+            devices = ", ".join(sorted(set(runs["device"])))
+            return real, (f"timings only from emulated devices ({devices}): an emulator's "
+                          "timings say nothing about the hardware")
+        runs = real
+    if fair.context is not None:
+        size = runs["prompt_tokens"].where(runs["prompt_tokens"].notna(),
+                                           runs["ctx"].where(runs["ctx"].notna(), runs["length"]))
+        size = pd.to_numeric(size, errors="coerce")
+        close = (size - fair.context).abs() <= fair.context_tolerance * fair.context
+        if not close.any():
+            seen = sorted({int(s) for s in size.dropna()})
+            return runs[close], (f"no runs at the claim's context of {fair.context} tokens "
+                                 f"(± {100 * fair.context_tolerance:g} %); measured: {seen}")
+        runs = runs[close]
+    return runs, None
+
+
+def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
+    runs, reason = fair_runs(claim, runs)
+    if reason:
+        return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment)
+    measurement = METRICS[claim.metric](claim, runs)
+    verdict = Verdict(claim, NOT_COMPARABLE, measurement.value, measurement.text,
+                      evidence=measurement.evidence, experiment=experiment)
+    detail = f" ({measurement.detail})" if measurement.detail else ""
+    if measurement.reason or measurement.value is None:
+        verdict.reason = (measurement.reason or "nothing was measured") + detail
+        return verdict
+    expected = f"{claim.expected:g} {claim.tolerance_text()}"
+    if claim.within(measurement.value):
+        verdict.verdict = REPRODUCED
+        verdict.reason = f"measured {measurement.value:.4g}, within {expected}{detail}"
+    else:
+        verdict.verdict = NOT_REPRODUCED
+        verdict.reason = f"measured {measurement.value:.4g}, outside {expected}{detail}"
+    return verdict
+
+
+def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
+    """The flattened runs with these run keys, from whichever experiments hold them.
+
+    A run belongs to the experiment that first stored it (run keys are global), so the evidence
+    of an audit experiment may sit in another experiment, e.g. the demo's.
+    """
+    wanted = set(keys)
+    with store.session() as session:
+        names = sorted(set(session.scalars(
+            sqlalchemy.select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
+            .where(Run.run_key.in_(wanted)))))
+    frames = [stored_runs(store, name) for name in names]
+    if not frames:
+        return pd.DataFrame()
+    runs = pd.concat(frames, ignore_index=True)
+    return runs[runs["run_key"].isin(wanted)].sort_values("run_id").reset_index(drop=True)
+
+
+def stored_runs(store: Any, experiment: str) -> pd.DataFrame:
+    if experiment not in store.list_experiments():
+        return pd.DataFrame()
+    frames = store.frames(experiment)
+    return flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
+
+
+def run_audit(claims: ClaimsFile, store: Any, env: Environment,
+              runner: Runner | None = None) -> list[Verdict]:
+    """Judge every claim of ``claims``. With a ``runner``, experiments defined in the claims file
+    are run (what is missing) before judging; without, stored runs are used as they are."""
+    evidence: dict[str, pd.DataFrame] = {}
+    verdicts = []
+    for claim in claims.claims:
+        reason = precheck(claim, env)
+        if reason:
+            verdicts.append(Verdict(claim, NOT_COMPARABLE, reason=reason))
+            continue
+        name = claim.experiment
+        assert name is not None  # every measured metric names an experiment
+        if name not in evidence:
+            if runner is not None and name in claims.experiments:
+                evidence[name] = load_runs_by_keys(store, runner(name, claims.experiments[name]))
+            else:
+                evidence[name] = stored_runs(store, name)
+        verdicts.append(judge(claim, evidence[name], name))
+    return verdicts

@@ -1,0 +1,191 @@
+"""The audit on stored synthetic rows: one claim of each verdict, and malformed claims files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_reports import SyntheticExperiment
+
+from db import Store
+from reports.audit import (
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    DeviceInfo,
+    Environment,
+    load_claims,
+    parse_claims,
+    run_audit,
+    terminal_table,
+    write_audit,
+)
+from reports.errors import ReportInputError
+
+CLAIMS = """
+source = "synthetic article"
+
+[[claim]]
+id = "k32-identical"
+statement = "k = 32 generates exactly what exact attention generates"
+metric = "identical_tokens"
+expected = 1.0
+tolerance = 0.0
+experiment = "synthetic"
+measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 32 } }
+
+[[claim]]
+id = "k1-keeps-needle"
+statement = "k = 1 still finds the needle"
+metric = "recall"
+expected = 1.0
+tolerance = 0.1
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 1 }, baseline = { policy = "exact" } }
+
+[[claim]]
+id = "k1-faster"
+statement = "k = 1 decodes 39 % faster than k = 32"
+metric = "time_ratio"
+expected = 0.61
+tolerance = 0.1
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
+fair = { context = 2061 }
+
+[[claim]]
+id = "other-model"
+statement = "decode takes 56.2 ms/token on Qwen3-VL-2B"
+metric = "time_ratio"
+expected = 56.2
+tolerance = 5
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 1 }, b = { policy = "sparse", k = 1 } }
+fair = { model = "Qwen3-VL-2B-Instruct", device_class = "rk3588" }
+
+[[claim]]
+id = "emulated-timing"
+statement = "k = 1 is faster on the board"
+metric = "time_ratio"
+expected = 0.61
+tolerance = 0.1
+experiment = "synthetic"
+[claim.measure]
+a = { policy = "sparse", k = 32, device = "arm" }
+b = { policy = "sparse", k = 1, device = "arm" }
+"""
+
+ENV = Environment(models=("needle-tiny",), devices=(DeviceInfo("local", "x86", False),
+                                                    DeviceInfo("arm", "rk3588", True)))
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> Store:
+    store = Store.open(f"sqlite:///{tmp_path}/audit.db")
+    exp = SyntheticExperiment(store)
+    exp.add_device("arm", arch="aarch64", cls="rk3588", emulated=True)
+    for seed in range(3):
+        for repeat in range(4):
+            exp.run(policy="exact", ctx=2061, seed=seed, repeat=repeat, decode_ms=20.0 + repeat,
+                    tokens=[1, 2, 3, 4])
+            exp.run(policy="sparse", k=32, ctx=2061, seed=seed, repeat=repeat,
+                    decode_ms=16.0 + repeat * 0.1, tokens=[1, 2, 3, 4])
+            exp.run(policy="sparse", k=1, ctx=2061, seed=seed, repeat=repeat, recall=0.0,
+                    decode_ms=10.0 + repeat * 0.1, tokens=[9, 9, 9, 9])
+        for k, ms, recall in ((32, 50.0, 1.0), (1, 30.0, 0.0)):
+            exp.run(device="arm", policy="sparse", k=k, ctx=2061, seed=seed, decode_ms=ms,
+                    recall=recall)
+    yield store
+    store.close()
+
+
+def claims_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "claims.toml"
+    path.write_text(text)
+    return path
+
+
+def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
+    claims = load_claims(claims_file(tmp_path, CLAIMS))
+    verdicts = {v.claim.id: v for v in run_audit(claims, synthetic, ENV)}
+
+    identical = verdicts["k32-identical"]
+    assert identical.verdict == REPRODUCED
+    assert identical.measured == 1.0
+    assert len(identical.evidence) == 24  # 12 exact + 12 sparse k=32 runs on `local`
+
+    lost = verdicts["k1-keeps-needle"]
+    assert lost.verdict == NOT_REPRODUCED
+    assert lost.measured == 0.0
+    assert "baseline" in lost.reason
+
+    faster = verdicts["k1-faster"]
+    assert faster.verdict == REPRODUCED
+    assert faster.measured == pytest.approx(10.15 / 16.15)  # medians of k=1 / k=32 on local
+
+    other = verdicts["other-model"]
+    assert other.verdict == NOT_COMPARABLE
+    assert "Qwen3-VL-2B-Instruct" in other.reason and other.evidence == []
+
+    emulated = verdicts["emulated-timing"]
+    assert emulated.verdict == NOT_COMPARABLE
+    assert "emulated" in emulated.reason
+
+    text = terminal_table(list(verdicts.values()))
+    assert "2 reproduced" in text and "2 not comparable" in text
+
+    out = write_audit(tmp_path / "out", "audit", list(verdicts.values()))
+    assert "k1-keeps-needle: not reproduced" in out.read_text()
+    stored = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert [v["verdict"] for v in stored] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED,
+                                             NOT_COMPARABLE, NOT_COMPARABLE]
+
+
+def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/b.db")
+    exp = SyntheticExperiment(store)
+    exp.run(policy="exact", recall=0.0)
+    exp.run(policy="sparse", k=1, recall=0.0)
+    text = CLAIMS.split("[[claim]]")[0] + "[[claim]]" + CLAIMS.split("[[claim]]")[2]
+    verdict, = run_audit(parse_claims(text, tmp_path / "c.toml"), store, ENV)
+    assert verdict.verdict == NOT_COMPARABLE
+    assert "baseline itself recalls only 0" in verdict.reason
+    store.close()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("metric = \"recall\"", "metric = \"speed\""),
+     "claim 'k1-keeps-needle': key 'metric': unknown metric 'speed'"),
+    (("tolerance = 0.1\nexperiment = \"synthetic\"\nmeasure = { a = { policy = \"sparse\", k = 1 }",
+      "experiment = \"synthetic\"\nmeasure = { a = { policy = \"sparse\", k = 1 }"),
+     "claim 'k1-keeps-needle': key 'tolerance': required"),
+    (("expected = 0.61\ntolerance = 0.1\nexperiment = \"synthetic\"\nmeasure = { a = { "
+      "policy = \"sparse\", k = 32 }, b",
+      "expected = \"fast\"\ntolerance = 0.1\nexperiment = \"synthetic\"\nmeasure = { a = { "
+      "policy = \"sparse\", k = 32 }, b"),
+     "claim 'k1-faster': key 'expected': must be a number, got 'fast'"),
+    (("fair = { context = 2061 }", "fair = { context = 2061, gpu = true }"),
+     "claim 'k1-faster': key 'fair.gpu': unknown key"),
+    (("measure = { a = { policy = \"exact\" }, b",
+      "measure = { a = { policy = \"exact\", color = 1 }, b"),
+     "claim 'k32-identical': key 'measure.a.color': unknown key"),
+    (("id = \"k1-faster\"", "id = \"k32-identical\""),
+     "claim 'k32-identical': key 'id': is used by two claims"),
+])
+def test_malformed_claims_name_file_claim_and_key(tmp_path: Path, edit: tuple[str, str],
+                                                  message: str) -> None:
+    old, new = edit
+    assert old in CLAIMS
+    path = claims_file(tmp_path, CLAIMS.replace(old, new, 1))
+    with pytest.raises(ReportInputError) as info:
+        load_claims(path)
+    assert str(info.value).startswith(str(path))
+    assert message in str(info.value)
+    assert ReportInputError.exit_code == 2
+
+
+def test_claim_without_id_is_named_by_position(tmp_path: Path) -> None:
+    path = claims_file(tmp_path, 'source = "x"\n[[claim]]\nstatement = "s"\nmetric = "recall"\n')
+    with pytest.raises(ReportInputError, match=r"claim #1: key 'id': required"):
+        load_claims(path)
