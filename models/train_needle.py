@@ -1,0 +1,254 @@
+"""Train the needle-retrieval Qwen3 model shipped in models/needle-tiny (torch on CPU).
+
+Task: multi-query associative recall in chat form. Each training conversation hides several
+"The secret code of <name> is <5 digits>." needles at random sentence boundaries of a filler
+haystack (the same grammar the workloads use), then asks for every code, one per turn; the first
+question sits after the haystack inside the user turn, exactly as in the needle workload. The
+loss is on the answer tokens and their <|im_end|> (plus a small language-modelling weight on
+everything else, so perplexity runs measure something). Lengths follow a curriculum up to the
+longest context the model must serve.
+
+    nice .venv/bin/python models/train_needle.py --out models/needle-tiny --steps 1800
+
+Resumable: a checkpoint (weights + optimiser + step + random state) is written to --ckpt at every
+evaluation; rerunning the same command continues from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from needle_tokenizer import write_tokenizer  # noqa: E402
+
+from harness.workloads import (  # noqa: E402
+    DEFAULT_NEEDLE,
+    GrammarFiller,
+    ModelTokenizer,
+    check_answer,
+    load_tokenizer,
+    needle_prompt,
+)
+from harness.workloads.text import KEYS  # noqa: E402
+
+LM_WEIGHT = 0.1  # loss weight of non-answer tokens
+TOKENS_PER_BATCH = 8192
+MIN_LEN = 96
+
+
+def model_config(vocab_size: int, max_len: int) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=-(-vocab_size // 64) * 64, hidden_size=128, intermediate_size=512,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        max_position_embeddings=max_len, rope_parameters={"rope_type": "default",
+                                                          "rope_theta": 1_000_000.0},
+        rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
+        bos_token_id=None, eos_token_id=2, pad_token_id=0,
+    )
+
+
+class ConversationSampler:
+    """Random multi-needle conversations as (ids, per-target loss weights)."""
+
+    def __init__(self, tok: ModelTokenizer, rng: random.Random):
+        self.tok, self.rng = tok, rng
+        self.sentences = GrammarFiller().sentences(rng)
+        self.cost: dict[str, int] = {}
+
+    def _sentence(self) -> tuple[str, int]:
+        sentence = next(self.sentences)
+        if sentence not in self.cost:
+            if len(self.cost) > 200_000:
+                self.cost.clear()
+            self.cost[sentence] = len(self.tok.encode(" " + sentence))
+        return sentence, self.cost[sentence]
+
+    def sample(self, length: int) -> tuple[list[int], list[float]]:
+        rng = self.rng
+        count = rng.randint(1, 8)
+        keys = rng.sample(KEYS, count)
+        values = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in keys]
+        needles = [DEFAULT_NEEDLE.needle_text(k, v) for k, v in zip(keys, values, strict=True)]
+        budget = length - 14 * count - 20 * count - 12
+        filler, used = [], 0
+        while used < budget:
+            sentence, cost = self._sentence()
+            filler.append(sentence)
+            used += cost
+        slots = [rng.randint(0, len(filler)) for _ in needles]
+        if rng.random() < 0.2:
+            slots[0] = 0
+        if rng.random() < 0.2:
+            slots[-1] = len(filler)
+        parts = list(filler)
+        for slot, needle in sorted(zip(slots, needles, strict=True), reverse=True):
+            parts.insert(slot, needle)
+        order = rng.sample(range(count), count)
+        messages = []
+        for turn, index in enumerate(order):
+            question = DEFAULT_NEEDLE.question_text(keys[index])
+            content = f"{' '.join(parts)}\n\n{question}" if turn == 0 else question
+            messages += [{"role": "user", "content": content},
+                         {"role": "assistant", "content": values[index]}]
+        render = self.tok.render_chat(messages, add_generation_prompt=False)
+        ids, offsets = self.tok.encode_with_offsets(render.text)
+        starts = [a for a, _ in offsets]
+        weights = [LM_WEIGHT] * len(ids)
+        for a, b in render.content_spans[1::2]:  # the assistant answers
+            first, after = bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)
+            # The answer's tokens and the <|im_end|> right after them.
+            for i in range(first, min(after + 1, len(ids))):
+                weights[i] = 1.0
+        # weights[i] weighs predicting ids[i]; targets are ids[1:].
+        return ids, weights[1:]
+
+
+def max_len_at(fraction: float, longest: int) -> int:
+    """Curriculum: short contexts first, then up to the longest served length."""
+    for until, limit in ((0.12, 320), (0.30, 768), (0.50, 1400)):
+        if fraction < until:
+            return min(limit, longest)
+    return longest
+
+
+def make_batch(sampler: ConversationSampler, fraction: float, longest: int):
+    limit = max_len_at(fraction, longest)
+    rng = sampler.rng
+    # Half the batches at the current limit, the rest spread below it.
+    length = limit if rng.random() < 0.5 else rng.randint(MIN_LEN, limit)
+    size = max(1, min(16, TOKENS_PER_BATCH // length))
+    samples = [sampler.sample(length) for _ in range(size)]
+    width = max(len(ids) for ids, _ in samples)
+    ids = torch.zeros(size, width, dtype=torch.long)
+    weights = torch.zeros(size, width - 1)
+    for row, (seq, w) in enumerate(samples):
+        ids[row, :len(seq)] = torch.tensor(seq)
+        weights[row, :len(w)] = torch.tensor(w)
+    return ids, weights
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+@torch.no_grad()
+def greedy(model: Qwen3ForCausalLM, ids: list[int], max_new: int, stop: int) -> list[int]:
+    out = model.generate(torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
+                         eos_token_id=stop, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def evaluate(model: Qwen3ForCausalLM, out_dir: Path, lengths: list[int]) -> dict[int, float]:
+    model.eval()
+    tok = load_tokenizer(out_dir)
+    recall = {}
+    for ctx in lengths:
+        found = 0
+        depths = (0.0, 0.5, 1.0)
+        for depth in depths:
+            prompt = needle_prompt(tok, ctx, depth, seed=1000 + ctx)
+            generated = greedy(model, prompt.ids, 8, tok.im_end_id)
+            found += check_answer(tok, generated, prompt.answer)
+        recall[ctx] = found / len(depths)
+    model.train()
+    return recall
+
+
+def save_model(model: Qwen3ForCausalLM, out_dir: Path) -> None:
+    model.save_pretrained(out_dir)
+    config_path = out_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    # Readers that predate rope_parameters (and lmc) look for the top-level key.
+    config["rope_theta"] = config["rope_parameters"]["rope_theta"]
+    config["torch_dtype"] = "float32"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "needle-tiny")
+    parser.add_argument("--ckpt", type=Path, default=Path("/tmp/needle-train.pt"))
+    parser.add_argument("--steps", type=int, default=1800)
+    parser.add_argument("--longest", type=int, default=2304)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--warmup", type=int, default=150)
+    parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tokenizer = write_tokenizer(args.out)
+    tok = load_tokenizer(args.out)
+    config = model_config(tokenizer.get_vocab_size(), max(8192, args.longest))
+    model = Qwen3ForCausalLM(config)
+    model.config._attn_implementation = "sdpa"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98),
+                                  weight_decay=0.01)
+    sampler = ConversationSampler(tok, random.Random(args.seed))
+    step, elapsed = 0, 0.0
+    if args.ckpt.exists():
+        state = torch.load(args.ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, elapsed = state["step"], state["elapsed"]
+        sampler.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        print(f"resumed at step {step} ({elapsed / 60:.1f} min)", flush=True)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"parameters: {params}, vocab {config.vocab_size}", flush=True)
+    model.train()
+    started = time.time() - elapsed
+    window: list[float] = []
+    while step < args.steps:
+        fraction = step / args.steps
+        ids, weights = make_batch(sampler, fraction, args.longest)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        logits = model(input_ids=ids[:, :-1]).logits
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                 reduction="none").view_as(weights)
+        loss = (losses * weights).sum() / weights.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        answer_mask = weights == 1.0
+        window.append(losses[answer_mask].mean().item())
+        step += 1
+        if step % 25 == 0:
+            print(f"step {step} len {ids.shape[1]} batch {ids.shape[0]} loss {loss.item():.3f} "
+                  f"answer-loss {sum(window) / len(window):.3f} "
+                  f"min {(time.time() - started) / 60:.1f}", flush=True)
+            window.clear()
+        if step % args.eval_every == 0 or step == args.steps:
+            save_model(model, args.out)
+            lengths = [256, 1024, max_len_at(fraction, args.longest)]
+            print(f"step {step} recall {evaluate(model, args.out, sorted(set(lengths)))}",
+                  flush=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step, "elapsed": time.time() - started,
+                        "rng": sampler.rng.getstate(), "torch_rng": torch.get_rng_state()},
+                       args.ckpt)
+    print(f"done: {step} steps in {(time.time() - started) / 60:.1f} min", flush=True)
+
+
+if __name__ == "__main__":
+    main()
