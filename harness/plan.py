@@ -60,6 +60,7 @@ class PlannedRun:
     answer: str | None
     attempts: int = 0  # tries so far (board losses)
     not_before: float = 0.0  # monotonic time before which it is not retried
+    lost_on: set[str] = field(default_factory=set)  # boards it was lost on (pools avoid them)
 
     @property
     def placement(self) -> Placement:

@@ -91,6 +91,40 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
     return tuple(opts)
 
 
+class PushMemo:
+    """Artifacts already pushed through one connection, by local path, size and mtime.
+
+    The device's cache verifies an artifact's hash when it is pushed; within one connection a
+    binary or model used by every run is pushed (and verified) once instead of once per run.
+    A new connection (after a board was lost) starts a new memo.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.remote: dict[tuple, str] = {}
+
+    @staticmethod
+    def _signature(path: Path) -> tuple:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            return (str(path), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                                     for p in files))
+        stat = path.stat()
+        return (str(path), stat.st_size, stat.st_mtime_ns)
+
+    def push(self, path: Path) -> str:
+        key = self._signature(path)
+        if key not in self.remote:
+            self.remote[key] = str(self.transport.push(path))
+        return self.remote[key]
+
+    def push_tree(self, path: Path) -> str:
+        key = self._signature(path)
+        if key not in self.remote:
+            self.remote[key] = str(self.transport.push_tree(path))
+        return self.remote[key]
+
+
 def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
     """The ids as a whitespace-separated file named by its content (so the device caches it)."""
     text = " ".join(map(str, ids)) + "\n"
@@ -102,7 +136,7 @@ def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
     return path
 
 
-def execute(job: RunJob, device_name: str, transport: Transport,
+def execute(job: RunJob, device_name: str, pushes: PushMemo,
             probe: Callable[[Transport], dict[str, Any]], scratch: Path) -> RunReport:
     """Run ``job`` through ``transport``; ``probe(transport) -> dict`` takes a fingerprint.
 
@@ -112,14 +146,14 @@ def execute(job: RunJob, device_name: str, transport: Transport,
     started = datetime.now(UTC)
     clock = time.perf_counter()
     report = RunReport(job.run_key, device_name, "lost", started, started, 0.0)
+    transport = pushes.transport
     try:
-        binary = transport.push(Path(job.binary))
-        argv = [str(binary), job.command]
+        argv = [pushes.push(Path(job.binary)), job.command]
         if job.model_dir is not None:
-            argv += ["--model", str(transport.push_tree(Path(job.model_dir)))]
+            argv += ["--model", pushes.push_tree(Path(job.model_dir))]
         if job.ids is not None:
-            remote_ids = transport.push(ids_file(job.ids, scratch))
-            argv += ["--text" if job.command == "ppl" else "--prompt", str(remote_ids)]
+            remote_ids = pushes.push(ids_file(job.ids, scratch))
+            argv += ["--text" if job.command == "ppl" else "--prompt", remote_ids]
         argv += list(job.options)
         if not job.warmup:
             report.snapshots["before"] = probe(transport)

@@ -33,7 +33,15 @@ from harness.build import BuildRecord, build_engine
 from harness.errors import InputError, RunFailure
 from harness.plan import Plan, PlannedRun
 from harness.progress import Progress
-from harness.runner import RunJob, RunReport, base_result, execute, scratch_dir, to_run_result
+from harness.runner import (
+    PushMemo,
+    RunJob,
+    RunReport,
+    base_result,
+    execute,
+    scratch_dir,
+    to_run_result,
+)
 from harness.spec import WORKTREE
 
 # Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
@@ -102,6 +110,7 @@ class DeviceRunner:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.transport: Any = None
+        self.pushes: PushMemo | None = None
 
     def run(self, job: RunJob) -> RunReport:
         from devices.fingerprint import probe
@@ -111,11 +120,12 @@ class DeviceRunner:
             started = datetime.now(UTC)
             try:
                 self.transport = connect(self.device)
+                self.pushes = PushMemo(self.transport)
             except DeviceError as exc:
                 return RunReport(job.run_key, self.device.name, "lost", started,
                                  datetime.now(UTC), 0.0, error=str(exc))
         try:
-            report = execute(job, self.device.name, self.transport, probe, scratch_dir())
+            report = execute(job, self.device.name, self.pushes, probe, scratch_dir())
         except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
             # as good as lost; the error text goes with the run so that a bug stays visible.
             now = datetime.now(UTC)
@@ -131,7 +141,7 @@ class DeviceRunner:
                 self.transport.close()
             except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
                 pass
-            self.transport = None
+            self.transport = self.pushes = None
 
 
 def _actor_for(device: Device) -> Any:
@@ -239,10 +249,16 @@ class Scheduler:
             board.busy = Dispatch(board.actor.run.remote(job), run, warmup)
 
     def _next_for(self, board: Board, now: float) -> PlannedRun | None:
+        name = board.device.name
         for key in board.serves:
+            others = any(not b.dead and b is not board and key in b.serves
+                         for b in self.boards.values())
             for run in self.queues[key]:
-                if run.not_before <= now:
-                    return run
+                if run.not_before > now:
+                    continue
+                if others and name in run.lost_on:  # leave it to another board of the pool
+                    continue
+                return run
         return None
 
     def _take(self, run: PlannedRun) -> None:
@@ -288,6 +304,7 @@ class Scheduler:
         retries = self.spec.retries
         run = dispatch.run
         if not dispatch.warmup:
+            run.lost_on.add(name)
             if run.attempts > retries:
                 self._placeholder([run], "pending", name,
                                   f"gave up after {run.attempts} tries: {error}")

@@ -88,13 +88,13 @@ max_new = 6
     return path
 
 
-def stored_runs(db_url: str, experiment: str) -> pd.DataFrame:
-    with Store.open(db_url) as store:
-        if experiment not in store.list_experiments():
-            return pd.DataFrame(columns=["run_key", "status"])
-        return store.frames(experiment)["runs"]
+def stored_runs(store: Store, experiment: str) -> pd.DataFrame:
+    """Every stored run of ``experiment`` (an empty frame before it exists)."""
+    if experiment not in store.list_experiments():
+        return pd.DataFrame(columns=["run_key", "status"])
+    return store.frames(experiment)["runs"]
 
 
-def count_ok(db_url: str, experiment: str) -> int:
-    runs = stored_runs(db_url, experiment)
+def count_ok(store: Store, experiment: str) -> int:
+    runs = stored_runs(store, experiment)
     return int((runs["status"] == "ok").sum())

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
+from fixtures_ray import CoordFarm, needle_spec, stored_runs
 
 from db.store import Store
 from devices.farm import stop_node
@@ -19,34 +19,39 @@ FAULT_SETTINGS = "cooldown_s = 0.5\nretries = 1\nbackoff_s = 0.2"
 
 
 class NodeKiller(threading.Thread):
-    """Kills a node once ``after`` runs are stored as ok."""
+    """SIGKILLs a farm node's sshd and sessions once ``after`` of its runs are stored as ok."""
 
-    def __init__(self, farm: CoordFarm, node: str, url: str, experiment: str, after: int):
+    def __init__(self, farm: CoordFarm, node: str, store: Store, experiment: str, after: int):
         super().__init__(daemon=True)
-        self.args_ = (farm, node, url, experiment, after)
+        self.farm, self.node, self.store = farm, node, store
+        self.experiment, self.after = experiment, after
         self.killed: list[int] = []
 
+    def ok_on_node(self) -> int:
+        runs = stored_runs(self.store, self.experiment)
+        if runs.empty:
+            return 0
+        return int(((runs["status"] == "ok") & (runs["device_name"] == self.node)).sum())
+
     def run(self) -> None:
-        farm, node, url, experiment, after = self.args_
         deadline = time.monotonic() + 300
-        while count_ok(url, experiment) < after and time.monotonic() < deadline:
+        while self.ok_on_node() < self.after and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.killed = stop_node(farm.state, node, signal.SIGKILL)
+        self.killed = stop_node(self.farm.state, self.node, signal.SIGKILL)
 
 
 def test_pinned_board_lost_mid_matrix_then_rerun_completes(
         ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
     spec = load_spec(needle_spec(tmp_path, "lost-pinned", needle_model, ["farm-x86"],
                                  depths=(0.1, 0.4, 0.7), extra=FAULT_SETTINGS))
-    url = f"sqlite:///{tmp_path}/lost.db"
-    killer = NodeKiller(coord_farm, "farm-x86", url, "lost-pinned", after=2)
+    store = Store.open(f"sqlite:///{tmp_path}/lost.db")
+    killer = NodeKiller(coord_farm, "farm-x86", store, "lost-pinned", after=2)
     killer.start()
     try:
-        with Store.open(url) as store:
-            summary = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+        summary = run_experiment(spec, load_inventory(coord_farm.inventory), store)
         killer.join()
         assert killer.killed, "the node was not killed"
-        runs = stored_runs(url, "lost-pinned")
+        runs = stored_runs(store, "lost-pinned")
         assert len(runs) == 6 and runs["run_key"].is_unique
         ok = runs[runs["status"] == "ok"]
         pending = runs[runs["status"] == "pending"]
@@ -57,10 +62,10 @@ def test_pinned_board_lost_mid_matrix_then_rerun_completes(
     finally:
         coord_farm.restart()
 
-    with Store.open(url) as store:
-        rerun = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+    rerun = run_experiment(spec, load_inventory(coord_farm.inventory), store)
     assert rerun.skipped == len(ok) and rerun.counts["ok"] == len(pending)
-    final = stored_runs(url, "lost-pinned")
+    final = stored_runs(store, "lost-pinned")
+    store.close()
     assert len(final) == 6 and final["run_key"].is_unique and set(final["status"]) == {"ok"}
 
 
@@ -68,18 +73,18 @@ def test_pooled_runs_move_to_another_board_of_the_class(
         ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
     spec = load_spec(needle_spec(tmp_path, "lost-pool", needle_model, ["x86"],
                                  depths=(0.1, 0.3, 0.5, 0.7), extra=FAULT_SETTINGS))
-    url = f"sqlite:///{tmp_path}/pool.db"
-    killer = NodeKiller(coord_farm, "farm-x86", url, "lost-pool", after=2)
+    store = Store.open(f"sqlite:///{tmp_path}/pool.db")
+    killer = NodeKiller(coord_farm, "farm-x86", store, "lost-pool", after=1)
     killer.start()
     try:
-        with Store.open(url) as store:
-            summary = run_experiment(spec, load_inventory(coord_farm.pool_inventory), store)
+        summary = run_experiment(spec, load_inventory(coord_farm.pool_inventory), store)
         killer.join()
         assert killer.killed
     finally:
         coord_farm.restart()
     assert summary.counts["ok"] == 8 and summary.complete
-    runs = stored_runs(url, "lost-pool")
+    runs = stored_runs(store, "lost-pool")
+    store.close()
     assert len(runs) == 8 and runs["run_key"].is_unique and set(runs["status"]) == {"ok"}
     moved = runs[runs["attempts"] > 1]
     assert len(moved) >= 1 and set(moved["device_name"]) == {"local"}
