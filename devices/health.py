@@ -103,7 +103,8 @@ def _check_engine(transport: Transport, report: CheckReport, binary: Path | None
         report.add("lmc info", False, f"printed no JSON: {result.stdout[:120]!r}")
         return
     arch = info.get("arch")
+    simd = info.get("simd")
+    simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
     ok = arch in (None, transport.device.arch)
-    report.add("lmc info", ok, f"version {info.get('version')}, arch {arch}, simd "
-               f"{info.get('simd')}, push {pushed.status if pushed else '?'}, "
-               f"{result.wall_s * 1000:.0f} ms")
+    report.add("lmc info", ok, f"version {info.get('version')}, arch {arch}, simd [{simd_text}], "
+               f"push {pushed.status if pushed else '?'}, {result.wall_s * 1000:.0f} ms")

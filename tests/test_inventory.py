@@ -146,3 +146,9 @@ def test_cli_reports_inventory_errors_with_exit_code_2(tmp_path: Path, capsys) -
     assert main(["devices", "list", "--inventory", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"benchfarm: error: {path}: device 'a': key 'port'" in err
+
+
+def test_shipped_example_inventory_is_valid() -> None:
+    inv = load_inventory(Path(__file__).parent.parent / "devices" / "example.toml")
+    assert [d.name for d in inv.select(["rk3588"])] == ["rk3588-a", "rk3588-b"]
+    assert inv.get("rk3588-a").key == Path.home() / ".ssh" / "benchfarm_ed25519"

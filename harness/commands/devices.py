@@ -61,10 +61,10 @@ def _list(devices: list[Device], as_json: bool) -> int:
                  "exec_prefix": d.exec_prefix, "workdir": d.workdir} for d in devices]
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'NAME':<14} {'CLASS':<10} {'ARCH':<8} {'ADDRESS':<28} {'CPUS':<10} EMULATED")
+    print(f"{'NAME':<14} {'CLASS':<10} {'ARCH':<8} {'ADDRESS':<28} {'CPUS':<16} EMULATED")
     for d in devices:
         cpus = ",".join(map(str, d.cpus)) if d.cpus else "-"
-        print(f"{d.name:<14} {d.cls:<10} {d.arch:<8} {d.address:<28} {cpus:<10} "
+        print(f"{d.name:<14} {d.cls:<10} {d.arch:<8} {d.address:<28} {cpus:<16} "
               f"{'yes' if d.emulated else 'no'}")
     return 0
 

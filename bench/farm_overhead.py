@@ -1,0 +1,103 @@
+"""Per-run overhead of the device path on the local farm.
+
+For each node, REPEATS times: open an SSH connection, push the engine (already cached: the
+device hashes it, nothing is sent), run `lmc info`, close. Prints the median of each phase, the
+same push + run on a connection that stays open (what a DeviceRunner actor pays per run), and
+`lmc info` run directly here as the baseline the overhead is measured against.
+
+    .venv/bin/python bench/farm_overhead.py [--repeats 15] [--inventory FILE]
+
+Without --inventory a temporary farm is started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from devices.farm import QEMU_AARCH64, farm_down, farm_up
+from devices.inventory import Device, load_inventory
+from devices.transport import connect
+from harness.build import build_engine
+
+
+def ms(samples: list[float]) -> str:
+    return f"{statistics.median(samples) * 1000:8.1f}"
+
+
+def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[float]]:
+    phases: dict[str, list[float]] = {"connect": [], "push": [], "run": [], "close": [],
+                                      "cold total": [], "warm push+run": []}
+    with connect(device) as t:
+        t.push(binary)  # make sure it is cached before timing
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        t = connect(device)
+        t1 = time.perf_counter()
+        remote = t.push(binary)
+        assert t.last_push.bytes_sent == 0, "the engine should already be cached"
+        t2 = time.perf_counter()
+        result = t.run([remote, "info"], timeout=60)
+        t3 = time.perf_counter()
+        t.close()
+        t4 = time.perf_counter()
+        assert result.ok, result.stderr
+        for name, value in (("connect", t1 - t0), ("push", t2 - t1), ("run", t3 - t2),
+                            ("close", t4 - t3), ("cold total", t4 - t0)):
+            phases[name].append(value)
+    with connect(device) as t:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            t.run([t.push(binary), "info"], timeout=60)
+            phases["warm push+run"].append(time.perf_counter() - t0)
+    return phases
+
+
+def baseline(argv: list[str], repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([*argv, "info"], check=True, capture_output=True)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--inventory", type=Path, help="a running farm's inventory")
+    args = parser.parse_args()
+
+    binaries = {arch: Path(build_engine(target=arch).binary) for arch in ("x86_64", "aarch64")}
+    state = None
+    inventory_path = args.inventory
+    if inventory_path is None:
+        state = Path(tempfile.mkdtemp(prefix="farm-overhead-"))
+        inventory_path = farm_up(state)
+    try:
+        inventory = load_inventory(inventory_path)
+        print(f"medians over {args.repeats} repeats, milliseconds")
+        print(f"{'node':<10} {'connect':>8} {'push':>8} {'run':>8} {'close':>8} "
+              f"{'cold':>8} {'warm':>8} {'direct':>8}")
+        for name in ("farm-x86", "farm-arm"):
+            device = inventory.get(name)
+            binary = binaries[device.arch]
+            phases = measure_node(device, binary, args.repeats)
+            direct = baseline(QEMU_AARCH64 + [str(binary)] if device.emulated else [str(binary)],
+                              args.repeats)
+            print(f"{name:<10} {ms(phases['connect'])} {ms(phases['push'])} {ms(phases['run'])} "
+                  f"{ms(phases['close'])} {ms(phases['cold total'])} "
+                  f"{ms(phases['warm push+run'])} {ms(direct)}")
+        print("cold = connect + cached push + run + close; warm = cached push + run on an open "
+              "connection; direct = `lmc info` run here without SSH")
+    finally:
+        if state is not None:
+            farm_down(state)
+
+
+if __name__ == "__main__":
+    main()
