@@ -151,6 +151,24 @@ class Run(Base):
     raw_json: Mapped[str | None] = mapped_column(Text)
 
 
+class ExperimentRun(Base):
+    """Which experiments a run belongs to.
+
+    Run keys do not name the experiment, so two specs that contain the same run share one row:
+    the second finds it done. This link makes the run part of both experiments' results;
+    ``runs.experiment_id`` is the experiment whose run produced the row.
+    """
+
+    __tablename__ = "experiment_runs"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
 class DeviceSnapshot(Base):
     __tablename__ = "device_snapshots"
 

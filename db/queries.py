@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Connection, Select, inspect, select
+from sqlalchemy import Connection, Select, inspect, literal, select
 from sqlalchemy.orm import Session
 
 from db.errors import StoreInputError
@@ -23,6 +23,7 @@ from db.models import (
     Device,
     DeviceSnapshot,
     Experiment,
+    ExperimentRun,
     Model,
     OutcomeRow,
     Run,
@@ -110,6 +111,11 @@ def _experiment(session: Session, name: str) -> Experiment:
     return row
 
 
+def _members(experiment_id: int) -> Select:
+    """Ids of the runs that belong to the experiment (see models.ExperimentRun)."""
+    return select(ExperimentRun.run_id).where(ExperimentRun.experiment_id == experiment_id)
+
+
 def list_experiments(session: Session) -> list[str]:
     return list(session.scalars(select(Experiment.name).order_by(Experiment.name)))
 
@@ -125,11 +131,12 @@ def list_runs(session: Session, experiment: str | None, status: str | None) -> l
         .order_by(Run.id)
     )
     if experiment is not None:
-        query = query.where(Run.experiment_id == _experiment(session, experiment).id)
+        query = query.where(Run.id.in_(_members(_experiment(session, experiment).id)))
     if status is not None:
         query = query.where(Run.status == status)
+    # Filtered by experiment, a shared run is listed under the experiment asked for.
     return [
-        RunListing(id=run.id, run_key=run.run_key, experiment=exp, device=dev,
+        RunListing(id=run.id, run_key=run.run_key, experiment=experiment or exp, device=dev,
                    command=run.command, policy=run.policy, k=run.k, repeat=run.repeat,
                    status=run.status, decode_ms_per_token=run.decode_ms_per_token,
                    recall=recall, ppl=ppl, finished_at=run.finished_at, error=run.error)
@@ -189,7 +196,7 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
                Run.attn_ms_per_token, Run.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
         .join(Device, Run.device_id == Device.id)
         .outerjoin(OutcomeRow, OutcomeRow.run_id == Run.id)
-        .where(Run.experiment_id == exp.id)
+        .where(Run.id.in_(_members(exp.id)))
     ).all()
     counts = Counter(row.status for row in rows)
     devices: dict[str, Counter[str]] = defaultdict(Counter)
@@ -241,7 +248,9 @@ def _read(conn: Connection, query: Select) -> pd.DataFrame:
 def frames(conn: Connection, experiment: str) -> dict[str, pd.DataFrame]:
     """The raw rows of an experiment as DataFrames, ordered by run id (and step).
 
-    - ``runs``: every runs column, plus ``experiment``, ``device_*``, ``build_*``, ``model_*``
+    - ``runs``: every run that belongs to the experiment (also those another experiment
+      produced, see models.ExperimentRun) with every runs column, plus ``experiment`` (the name
+      asked for), ``device_*``, ``build_*``, ``model_*``
       and ``workload_*`` columns of the joined rows (workload ids and model config excluded:
       they are large and available through ``get_run``).
     - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``run_id``.
@@ -249,18 +258,17 @@ def frames(conn: Connection, experiment: str) -> dict[str, pd.DataFrame]:
     """
     with Session(bind=conn) as session:
         exp_id = _experiment(session, experiment).id
-    in_exp = select(Run.id).where(Run.experiment_id == exp_id).scalar_subquery()
+    in_exp = _members(exp_id)
     runs = (
-        select(*Run.__table__.columns, Experiment.name.label("experiment"),
+        select(*Run.__table__.columns, literal(experiment).label("experiment"),
                *_labelled(Device, "device"), *_labelled(Build, "build"),
                *_labelled(Model, "model", skip=("config",)),
                *_labelled(Workload, "workload", skip=("ids",)))
-        .join(Experiment, Run.experiment_id == Experiment.id)
         .join(Device, Run.device_id == Device.id)
         .outerjoin(Build, Run.build_id == Build.id)
         .outerjoin(Model, Run.model_id == Model.id)
         .outerjoin(Workload, Run.workload_id == Workload.id)
-        .where(Run.experiment_id == exp_id)
+        .where(Run.id.in_(in_exp))
         .order_by(Run.id)
     )
     return {

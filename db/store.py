@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from alembic import command
@@ -32,6 +32,7 @@ from db.models import (
     Device,
     DeviceSnapshot,
     Experiment,
+    ExperimentRun,
     Model,
     OutcomeRow,
     Run,
@@ -43,6 +44,7 @@ from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
+T = TypeVar("T")
 
 
 def utc_naive(moment: datetime | None) -> datetime | None:
@@ -56,9 +58,9 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _chunks(keys: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(keys), KEY_CHUNK):
-        yield keys[start:start + KEY_CHUNK]
+def _chunks(items: list[T]) -> Iterator[list[T]]:
+    for start in range(0, len(items), KEY_CHUNK):
+        yield items[start:start + KEY_CHUNK]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -267,7 +269,25 @@ class Store:
                     conn.execute(delete(child.__table__).where(child.__table__.c.run_id == run_id))
                 conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
             _insert_children(conn, run_id, result)
+            _link(conn, result.experiment_id, [run_id])
         return run_id
+
+    def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:
+        """Make the stored runs with these keys part of the experiment as well.
+
+        For runs another experiment already completed (run keys do not name the experiment):
+        the experiment's summary, frames and reports then include them. Returns the keys that
+        have no row.
+        """
+        keys = list(dict.fromkeys(run_keys))
+        runs = Run.__table__
+        found: dict[str, int] = {}
+        with self.engine.begin() as conn:
+            for chunk in _chunks(keys):
+                found.update(conn.execute(
+                    select(runs.c.run_key, runs.c.id).where(runs.c.run_key.in_(chunk))).all())
+            _link(conn, experiment_id, list(found.values()))
+        return set(keys) - set(found)
 
     def mark_runs(self, keys: Iterable[str], status: str, error: str | None = None) -> set[str]:
         """Set ``status`` (e.g. interrupted, pending) and ``error`` on the stored, non-ok runs.
@@ -336,6 +356,17 @@ def _run_values(result: RunResult) -> dict[str, Any]:
     values["started_at"] = utc_naive(result.started_at)
     values["finished_at"] = utc_naive(result.finished_at)
     return values
+
+
+def _link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
+    """Add the missing (experiment, run) memberships."""
+    links = ExperimentRun.__table__
+    for chunk in _chunks(run_ids):
+        linked = set(conn.scalars(select(links.c.run_id).where(
+            links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
+        new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
+        if new:
+            conn.execute(insert(links), new)
 
 
 def _insert_children(conn: Connection, run_id: int, result: RunResult) -> None:

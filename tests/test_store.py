@@ -14,10 +14,10 @@ from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
 from db.models import Base, Run
-from db.store import KEY_CHUNK
+from db.store import KEY_CHUNK, create_store_engine, migrate
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
-          "token_timings", "outcomes"}
+          "token_timings", "outcomes", "experiment_runs"}
 
 
 def count(store: Store, table: str) -> int:
@@ -29,7 +29,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0001"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0002"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -232,3 +232,38 @@ def test_session_rolls_back_on_error(store: Store) -> None:
         raise RuntimeError("abort")
     with store.session() as session:
         assert session.scalars(select(Run)).all() == [] and count(store, "experiments") == 0
+
+
+def test_a_run_shared_by_two_experiments_belongs_to_both(store: Store, refs) -> None:
+    other = add_refs(store, experiment="other")
+    store.save_run(sample_result(refs, "shared", steps=2))
+    store.save_run(sample_result(other, "own", steps=3))
+    # "other" finds "shared" done (run keys do not name the experiment) and links it.
+    assert store.completed_run_keys(["shared", "own"]) == {"shared", "own"}
+    assert store.link_runs(other.experiment_id, ["shared", "never"]) == {"never"}
+    assert store.link_runs(other.experiment_id, ["shared"]) == set()  # idempotent
+    assert [r.run_key for r in store.list_runs("other")] == ["shared", "own"]
+    assert [r.run_key for r in store.list_runs("exp")] == ["shared"]
+    assert store.experiment_summary("other").counts["ok"] == 2
+    frames = store.frames("other")
+    assert list(frames["runs"]["run_key"]) == ["shared", "own"]
+    assert set(frames["runs"]["experiment"]) == {"other"} and len(frames["token_timings"]) == 5
+    # Saving it again (--force in "other") keeps it in both experiments.
+    store.save_run(sample_result(other, "shared", steps=4))
+    assert [r.run_key for r in store.list_runs("exp")] == ["shared"]
+    assert count(store, "experiment_runs") == 3
+
+
+def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    migrate(engine, "0001")
+    old = Store(engine)  # the 0001 schema: no experiment_runs yet
+    refs = add_refs(old)
+    values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
+              if k in Run.__table__.columns}
+    with engine.begin() as conn:
+        conn.execute(Run.__table__.insert().values(**values))
+    old.close()
+    with Store.open(sqlite_url) as store:
+        assert [r.run_key for r in store.list_runs("exp")] == ["old-run"]
+        assert store.frames("exp")["runs"]["run_key"].tolist() == ["old-run"]
