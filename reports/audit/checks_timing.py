@@ -1,8 +1,9 @@
-"""Timing claims: the ratio of two configs' median timings (B / A) on the same device.
+"""Timing claims: a config's median timing, or the ratio of two configs' medians (B / A).
 
-Each device gives its own ratio, with a Mann-Whitney U test over the runs; the claim is judged
-on the median of the per-device ratios. Emulated devices are excluded by the fairness rules
-before this check sees the runs (their timings are the emulator's, not the hardware's).
+For ratios, each device gives its own ratio, with a Mann-Whitney U test over the runs; the
+claim is judged on the median of the per-device ratios. Emulated devices are excluded by the
+fairness rules before this check sees the runs (their timings are the emulator's, not the
+hardware's).
 """
 
 from __future__ import annotations
@@ -39,3 +40,17 @@ def time_ratio(claim: Claim, runs: pd.DataFrame) -> Measurement:
     value = statistics.median(ratios)
     return Measurement(value=value, text=f"{value:.3f} (B/A)", evidence=run_ids(a, b),
                        detail="; ".join(details))
+
+
+def time(claim: Claim, runs: pd.DataFrame) -> Measurement:
+    """The median of a timing over the selected runs (ms), per device; judged on the median."""
+    column = claim.measure.field
+    a = ok_runs(select(runs, claim.measure.a))
+    a = a[a[column].notna()]
+    if a.empty:
+        return Measurement(reason=f"no successful runs with {column} for "
+                                  f"{describe(claim.measure.a)}")
+    medians = {device: float(cell[column].median()) for device, cell in a.groupby("device")}
+    value = statistics.median(medians.values())
+    return Measurement(value=value, text=f"{value:.4g} ms", evidence=run_ids(a),
+                       detail="; ".join(f"{d}: {m:.4g} ms" for d, m in sorted(medians.items())))

@@ -22,7 +22,7 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     a = { policy = "exact" }
     b = { policy = "sparse", k = 32 }
     [claim.fair]                           # what must hold for the comparison to be fair
-    model = "any"                          # or the model the claim was measured on
+    model = "any"                          # or the model(s) the claim was measured on
     device_class = "any"
     context = 2061
 
@@ -41,7 +41,7 @@ from typing import Any
 from reports.errors import ReportInputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-METRICS = ("identical_tokens", "recall", "time_ratio", "ppl", "ppl_change", "reported")
+METRICS = ("identical_tokens", "recall", "time", "time_ratio", "ppl", "ppl_change", "reported")
 TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
 SELECTOR_KEYS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "kind",
@@ -57,7 +57,7 @@ ANY = "any"
 class Fairness:
     """What must hold for a measurement here to be comparable with the published one."""
 
-    model: str = ANY  # the model the claim is about; "any" for mechanism claims
+    models: tuple[str, ...] = (ANY,)  # the model(s) the claim is about; "any": mechanism claims
     device_class: str = ANY
     context: int | None = None  # prompt length the claim was measured at, in tokens
     context_tolerance: float = 0.05  # relative
@@ -274,14 +274,16 @@ def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
 
 def _fairness(check: _Check, raw: Any, where: str, metric: str) -> Fairness:
     table = check.table(raw, where, "fair", FAIR_KEYS)
+    models = table.get("model", ANY)
+    models = models if isinstance(models, list) and models else [models]
     context = None
     if "context" in table:
         context = int(check.number(table["context"], where, "fair.context", low=1))
-    allow = table.get("allow_emulated", metric != "time_ratio")
+    allow = table.get("allow_emulated", metric not in ("time", "time_ratio"))
     if not isinstance(allow, bool):
         raise check.fail(where, "fair.allow_emulated", f"must be true or false, got {allow!r}")
     return Fairness(
-        model=check.text(table.get("model", ANY), where, "fair.model"),
+        models=tuple(check.text(m, where, "fair.model") for m in models),
         device_class=check.text(table.get("device_class", ANY), where, "fair.device_class"),
         context=context,
         context_tolerance=check.number(table.get("context_tolerance", 0.05), where,

@@ -31,6 +31,7 @@ REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "no
 METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "identical_tokens": checks_identity.identical_tokens,
     "recall": checks_recall.recall,
+    "time": checks_timing.time,
     "time_ratio": checks_timing.time_ratio,
     "ppl": checks_ppl.ppl,
     "ppl_change": checks_ppl.ppl_change,
@@ -73,10 +74,11 @@ def _norm(name: str) -> str:
 def precheck(claim: Claim, env: Environment) -> str | None:
     """Why the claim cannot be compared here before anything runs, or None."""
     fair = claim.fair
-    if fair.model != ANY and _norm(fair.model) not in {_norm(m) for m in env.models}:
-        return (f"the claim is about {fair.model}, which benchfarm cannot run here (models: "
-                f"{', '.join(env.models) or 'none'}); a number from another model is not "
-                "comparable")
+    available = {_norm(m) for m in env.models}
+    if ANY not in fair.models and not available & {_norm(m) for m in fair.models}:
+        return (f"the claim is about {' and '.join(fair.models)}, which benchfarm cannot run "
+                f"here (models: {', '.join(env.models) or 'none'}); a number from another model "
+                "is not comparable")
     if fair.device_class != ANY and env.devices:
         usable = [d for d in env.devices if d.cls == fair.device_class
                   and (fair.allow_emulated or not d.emulated)]
@@ -102,12 +104,12 @@ def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | Non
         runs = runs[runs["run_id"].isin(measured_ids)]
     if runs.empty:
         return runs, "no runs in the experiment match the claim's configs"
-    if fair.model != ANY:
+    if ANY not in fair.models:
         names = runs["model_path"].fillna("").map(lambda p: _norm(str(p).rstrip("/")
                                                                   .rsplit("/", 1)[-1]))
-        runs = runs[names == _norm(fair.model)]
+        runs = runs[names.isin({_norm(m) for m in fair.models})]
         if runs.empty:
-            return runs, f"no runs with the claimed model {fair.model}"
+            return runs, f"no runs with the claimed model ({' or '.join(fair.models)})"
     if fair.device_class != ANY:
         runs = runs[runs["device_class"] == fair.device_class]
         if runs.empty:
