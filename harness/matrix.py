@@ -140,8 +140,9 @@ def _workload_points(workload: WorkloadAxes) -> list[WorkloadPoint]:
 
 def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineConfig]:
     engine = spec.engine
-    generates = COMMANDS[kind] == "generate"
-    uses_formats = kind != "attn-bench"
+    # attn-bench has no model: no weight format and no prefill; ppl measures no selection.
+    uses_model = kind != "attn-bench"
+    measures = COMMANDS[kind] in ("generate", "attn-bench")
     configs: list[EngineConfig] = []
     for policy in engine.policies:
         for k, block, probes, kv, wq, threads, prefill in itertools.product(
@@ -150,11 +151,11 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
         ):
             config = EngineConfig(
                 policy=policy.name, k=k, block=block, probes=probes,
-                kv=kv if uses_formats else None,
-                wq=wq if uses_formats else None,
+                kv=kv,
+                wq=wq if uses_model else None,
                 threads=threads,
-                prefill_attn=prefill if uses_formats else None,
-                measure_selection=engine.measure_selection and generates,
+                prefill_attn=prefill if uses_model else None,
+                measure_selection=engine.measure_selection and measures,
             )
             if config not in configs:  # axes a command ignores would only repeat a config
                 configs.append(config)

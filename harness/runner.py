@@ -74,20 +74,19 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
                         ("--probes", config.probes)):
         if value is not None:
             opts += [flag, str(value)]
-    opts += ["--threads", str(config.threads)]
+    opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
+    if config.measure_selection:
+        opts.append("--measure-selection")
     if workload.kind == "attn-bench":
         for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
                            ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed")):
             opts += [flag, str(workload.get(name))]
         return tuple(opts)
-    opts += ["--kv", str(config.kv), "--wq", str(config.wq)]
+    opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
     if workload.command == "generate":
-        opts += ["--prefill-attn", str(config.prefill_attn),
-                 "--max-new", str(workload.get("max_new"))]
+        opts += ["--max-new", str(workload.get("max_new"))]
         if stop_id is not None:
             opts += ["--stop", str(stop_id)]
-        if config.measure_selection:
-            opts.append("--measure-selection")
     return tuple(opts)
 
 
@@ -197,10 +196,12 @@ def scratch_dir() -> Path:
 
 def _selection_outcome(figures: dict[str, Any]) -> dict[str, Any]:
     """The engine's --measure-selection figures, under the outcome's field names."""
-    names = {"mass": "selection_mass", "selection_mass": "selection_mass",
-             "oracle_recall": "oracle_recall", "max_abs_diff": "max_abs_diff",
-             "bytes_read": "bytes_read"}
-    return {names[k]: v for k, v in figures.items() if k in names}
+    names = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
+             "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
+    found = {names[k]: v for k, v in figures.items() if k in names}
+    if "bytes_read" in found:
+        found["bytes_read"] = int(found["bytes_read"])
+    return found
 
 
 def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
@@ -232,12 +233,13 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
             outcome.expected_answer = planned.answer
             outcome.recall = 1.0 if workloads.check_answer(model_dir, generated,
                                                            planned.answer) else 0.0
-        for key, value in _selection_outcome(data.get("selection") or {}).items():
-            setattr(outcome, key, value)
     elif planned.job.command == "ppl":
         outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
     else:
         outcome.attn_median_ms = data.get("ms")
+    if planned.job.command != "ppl":
+        for key, value in _selection_outcome(data.get("selection") or {}).items():
+            setattr(outcome, key, value)
     result.outcome = outcome
     return result
 

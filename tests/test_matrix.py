@@ -70,14 +70,14 @@ def test_expansion_counts_cross_policy_axes_only_with_their_policy(tmp_path: Pat
     bench = [c for c in cells if c.workload.kind == "attn-bench"]
     # needle: 6 points x (exact: 1 + sparse: 3 k x 2 blocks) x 2 kv x 2 repeats
     assert len(needle) == 6 * (1 + 6) * 2 * 2
-    # attn-bench ignores kv, so the kv axis does not multiply it
-    assert len(bench) == 1 * (1 + 6) * 2
+    # attn-bench takes kv (its cache format) but no weight format or prefill policy
+    assert len(bench) == 1 * (1 + 6) * 2 * 2
     exact = [c for c in needle if c.config.policy == "exact"]
     assert {(c.config.k, c.config.block, c.config.probes) for c in exact} == {(None, None, None)}
     sparse_k = {c.config.k for c in needle if c.config.policy == "sparse"}
     assert sparse_k == {1, 4, 32}
     assert {c.config.threads for c in cells} == {2}  # the device's own threads
-    assert all(c.config.kv is None for c in bench)
+    assert all(c.config.wq is None and c.config.prefill_attn is None for c in bench)
 
 
 def test_expansion_and_keys_are_deterministic(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
         ("ctx = [256, 512]", "", "'workload[0].ctx'", "required for needle"),
         ("max_new = 8", "max_new = 8\nlength = 3", "'workload[0].length'", "allowed: ctx"),
         ("repeats = 2", "repeats = 0", "'repeats'", ">= 1"),
-        ("repeats = 2", "repeat = 2", "'repeat'", "allowed: cooldown_s, description"),
+        ("repeats = 2", "repeat = 2", "'repeat'", "allowed: backoff_s, cooldown_s"),
         ('devices = ["local"]', 'devices = ["a;rm -rf"]', "'devices'", "not a device or class"),
     ],
 )
