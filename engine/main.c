@@ -201,10 +201,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage();
-        lmc_die_input("no command given (allowed: info, generate, ppl, attn-bench)");
-    }
+    if (argc < 2) lmc_die_input("no command given (allowed: info, generate, ppl, attn-bench; see engine/README.md)");
     const char *command = argv[1];
     if (strcmp(command, "info") == 0) {
         if (argc > 2) lmc_die_input("unknown option '%.64s' for 'info' (it takes none)", argv[2]);
