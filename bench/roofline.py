@@ -29,11 +29,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.build import build_c_program, build_engine
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from harness.build import build_c_program, build_engine  # noqa: E402
 
 BYTES_PER_VALUE = {"f32": 4.0, "q8": 1.0 + 4.0 / 32.0}  # lmc's q8: int8 + f32 scale per 32
 
