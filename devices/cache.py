@@ -7,8 +7,9 @@ Layout under the device's workdir::
     trees/<sha256>/<relpath>  a pushed directory: symlinks into cache/, named by the hash of its
                               manifest ("<sha256>  <relpath>" lines, sorted)
 
-Every push asks the device to hash what it already has (one ``sha256sum`` call for all files);
-only missing or corrupt files are uploaded. The shell scripts below are constants: paths reach
+Every push asks the device about what it already has (one remote command for all files): a blob
+is hashed there, unless this transport already verified it and its inode, size, mtime and ctime
+are unchanged since (any write changes the ctime). Only missing or corrupt files are uploaded. The shell scripts below are constants: paths reach
 them as positional parameters, never as shell text.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shlex
 from dataclasses import dataclass
@@ -26,8 +28,25 @@ from devices.transport import PushResult, Transport
 
 HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a while
 
-# $1 = cache dir; $2.. = file names. Prints "<hash>  <name>" for each file that exists.
-HASH_SCRIPT = 'mkdir -p -- "$1" && cd -- "$1" && shift && sha256sum -- "$@" 2>/dev/null; exit 0'
+# $1 = cache dir; then pairs (name, stat signature seen at its last verification, or "-").
+# For each file that exists prints "same <name> <sig>" when its inode, size, mtime and ctime are
+# unchanged since then (any write changes ctime), else "hash <sha256> <name> <sig>".
+HASH_SCRIPT = """
+mkdir -p -- "$1" && cd -- "$1" || exit 1
+shift
+while [ "$#" -ge 2 ]; do
+  if [ -e "$1" ]; then
+    sig=$(stat -L -c '%i:%s:%.9Y:%.9Z' -- "$1" 2>/dev/null || echo unknown)
+    if [ "$sig" = "$2" ]; then
+      echo "same $1 $sig"
+    else
+      echo "hash $(sha256sum -- "$1" | cut -d ' ' -f 1) $1 $sig"
+    fi
+  fi
+  shift 2
+done
+"""
+SIGNATURE_RE = re.compile(r"\d+:\d+:\d+\.\d{9}:\d+\.\d{9}\Z")
 
 # $1 = cache dir; then pairs (incoming name, expected sha256). Verifies each upload on the device
 # and only then moves it into place.
@@ -103,35 +122,44 @@ def _sh(transport: Transport, script: str, args: list[str]) -> tuple[int, str, s
     return result.exit_code, result.stdout, result.stderr
 
 
-def _valid_blobs(transport: Transport, shas: list[str]) -> set[str]:
-    """The subset of ``shas`` whose cached copy on the device has exactly that hash."""
-    if not shas:
-        return set()
-    _, out, _ = _sh(transport, HASH_SCRIPT, [transport.path("cache"), *sorted(set(shas))])
-    valid = set()
+def _cache_state(transport: Transport, shas: list[str]) -> tuple[set[str], set[str]]:
+    """(blobs whose cached copy has exactly their hash, blobs present under their name).
+
+    A blob is hashed on the device unless this transport verified it before and its stat
+    signature has not changed since; the signature is remembered only when it is well formed.
+    """
+    memo = transport.verified_blobs
+    args = [x for sha in sorted(set(shas)) for x in (sha, memo.get(sha, "-"))]
+    code, out, err = _sh(transport, HASH_SCRIPT, [transport.path("cache"), *args])
+    if code != 0:
+        raise TransferFailed(transport.device.name, f"cannot use the cache directory "
+                                                    f"{transport.path('cache')}: {err.strip()}")
+    valid, present = set(), set()
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == parts[1]:
-            valid.add(parts[0])
-    return valid
-
-
-def _existing_blobs(transport: Transport, shas: list[str]) -> set[str]:
-    """Blobs present under their name, valid or not (to tell "sent" from "repaired")."""
-    script = 'cd -- "$1" 2>/dev/null || exit 0; shift; for f; do [ -e "$f" ] && echo "$f"; done'
-    _, out, _ = _sh(transport, script, [transport.path("cache"), *shas])
-    return set(out.split())
+        if len(parts) == 3 and parts[0] == "same":
+            name, sig, ok = parts[1], parts[2], True
+        elif len(parts) == 4 and parts[0] == "hash":
+            name, sig, ok = parts[2], parts[3], parts[1] == parts[2]
+        else:
+            continue
+        present.add(name)
+        memo.pop(name, None)
+        if ok:
+            valid.add(name)
+            if SIGNATURE_RE.match(sig):
+                memo[name] = sig
+    return valid, present
 
 
 def _ensure_blobs(transport: Transport, files: list[_LocalFile]) -> dict[str, str]:
     """Make every file present and verified in the cache; returns sha256 -> status."""
     by_sha = {f.sha256: f for f in files}
-    valid = _valid_blobs(transport, list(by_sha))
+    valid, present = _cache_state(transport, list(by_sha))
     status = {sha: "cached" for sha in valid}
     missing = [f for sha, f in by_sha.items() if sha not in valid]
     if not missing:
         return status
-    present = _existing_blobs(transport, [f.sha256 for f in missing])
     pairs: list[str] = []
     for f in missing:
         incoming = f".incoming-{f.sha256[:16]}-{secrets.token_hex(4)}"

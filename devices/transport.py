@@ -74,6 +74,8 @@ class Transport(ABC):
         self.device = device
         self.bytes_sent = 0  # over the lifetime of this transport
         self.last_push: PushResult | None = None
+        # sha256 -> stat signature of cached blobs this transport verified (see devices.cache)
+        self.verified_blobs: dict[str, str] = {}
 
     # -- primitives each transport implements -------------------------------------------------
 

@@ -64,6 +64,16 @@ def test_tampered_cached_artifact_is_detected_and_replaced(device: Device, tmp_p
         assert t.last_push.bytes_sent == artifact.stat().st_size
         assert t.fetch(remote) == artifact.read_bytes()
 
+        # Verified blobs are not re-hashed while unchanged, but any write changes the ctime,
+        # even when size and mtime are forged back.
+        assert t.push(artifact) == remote and t.last_push.status == "cached"
+        stat = cached.stat()
+        cached.write_text("151644 872 197 " * 100)
+        os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        t.push(artifact)
+        assert t.last_push.status == "repaired"
+        assert cached.read_bytes() == artifact.read_bytes()
+
         cached.unlink()  # a vanished artifact is simply sent again
         t.push(artifact)
         assert t.last_push.status == "sent"
