@@ -52,6 +52,20 @@ def _int_or_none(value: Any) -> int | None:
     return int(value)
 
 
+def generated_tokens(value: Any) -> list[int] | None:
+    """The generated ids of a run (stored as JSON text), or None when it generated nothing."""
+    value = _json(value)
+    return None if value is None else [int(t) for t in value]
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first step where two generations differ (None when identical)."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def config_label(row: pd.Series | dict[str, Any]) -> str:
     """A short, stable name of an engine config: ``exact``, ``sparse k=32``, ``h2o k=8 kv=q8``."""
     get = row.get

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from reports.aggregate import first_divergence
+from reports.aggregate import generated_tokens as tokens
 from reports.audit.claims_file import Claim
-from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select, tokens
+from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat"]
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """The first step where two generations differ (None when identical)."""
-    for step, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return step
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Measurement:

@@ -7,7 +7,6 @@ be measured, plus the ids of the runs it used.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,9 +51,3 @@ def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def run_ids(*frames: pd.DataFrame) -> list[int]:
     return sorted({int(i) for frame in frames for i in frame["run_id"]})
-
-
-def tokens(value: Any) -> list[int] | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return list(json.loads(value)) if isinstance(value, str) else list(value)

@@ -1,0 +1,124 @@
+"""`benchfarm audit CLAIMS.toml`: do published claims reproduce on this farm?
+
+The claims file's experiments (spec fragments) become full specs with the model and devices
+given here; every fragment is validated before anything runs. Then, for each claim that can be
+compared at all, its experiment runs what is missing (stored ok runs are reused) and
+``reports.audit`` gives the verdict. ``--stored-only`` judges on what the store already holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from db.store import Store
+from devices.inventory import Inventory, load_inventory
+from harness import REPO_ROOT
+from harness.build import build_engine
+from harness.commands.run import device_list
+from harness.coordinator import run_experiment
+from harness.errors import InputError
+from harness.plan import make_plan
+from harness.spec import WORKTREE, Spec, parse_spec
+from reports.audit import DeviceInfo, Environment, load_claims, run_audit, terminal_table
+from reports.audit.report import write_audit
+
+DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("audit", help="audit published claims (claims/*.toml)")
+    parser.add_argument("claims", help="claims file, e.g. claims/seed_000_sparse_topk.toml")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL),
+                        help="the model the claims' experiments run (default: %(default)s)")
+    parser.add_argument("--devices", type=device_list, action="extend",
+                        help="device names or classes, comma-separated (default: local)")
+    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
+    parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
+    parser.add_argument("--stored-only", action="store_true",
+                        help="run nothing; judge on the runs already stored")
+    parser.add_argument("--out", help="write audit.md, audit.json and audit.html here")
+    parser.set_defaults(func=run)
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise InputError(f"cannot write {value!r} into a spec")
+
+
+def toml_table(prefix: str, table: dict[str, Any]) -> list[str]:
+    """TOML lines of a nested table: its scalars, then sub-tables and arrays of tables."""
+    lines = [f"{key} = {toml_value(value)}" for key, value in table.items()
+             if not isinstance(value, dict) and not _is_table_array(value)]
+    for key, value in table.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            lines += ["", f"[{name}]", *toml_table(name, value)]
+        elif _is_table_array(value):
+            for item in value:
+                lines += ["", f"[[{name}]]", *toml_table(name, item)]
+    return lines
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def compose_spec(name: str, fragment: dict[str, Any], model: Path, devices: list[str],
+                 claims_path: Path) -> Spec:
+    """A full spec from a claims file's experiment fragment; errors name the claims file."""
+    table = {"name": name, "model": str(model.resolve()), "devices": devices, **fragment}
+    text = "\n".join(toml_table("", table)) + "\n"
+    where = claims_path.parent / f"{claims_path.name}#experiment.{name}"
+    return parse_spec(text, where)
+
+
+def environment(model: Path, inventory: Inventory) -> Environment:
+    names = [model.resolve().name]
+    try:
+        config = json.loads((model / "config.json").read_text())
+        names += [str(config[k]) for k in ("_name_or_path", "name") if config.get(k)]
+    except (OSError, ValueError):
+        pass
+    devices = tuple(DeviceInfo(d.name, d.cls, d.emulated) for d in inventory.devices.values())
+    return Environment(models=tuple(dict.fromkeys(names)), devices=devices)
+
+
+def local_builds(targets: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """Build records without Ray (after a run every build is cached, so this is quick)."""
+    return {(rev, arch): build_engine(target=arch, rev=None if rev == WORKTREE else rev)
+            for rev, arch in targets}
+
+
+def run(args: argparse.Namespace) -> int:
+    claims = load_claims(args.claims)
+    model = Path(args.model)
+    inventory = load_inventory(args.inventory)
+    devices = args.devices or ["local"]
+    specs = {name: compose_spec(name, fragment, model, devices, claims.path)
+             for name, fragment in claims.experiments.items()}  # validate all before running
+
+    with Store.open(args.db) as store:
+        def runner(name: str, _fragment: dict[str, Any]) -> list[str]:
+            summary = run_experiment(specs[name], inventory, store, devices,
+                                     ray_address=args.ray_address)
+            print(summary.line())
+            plan = make_plan(specs[name], inventory, store, local_builds, devices)
+            return [r.key for r in plan.runs]
+
+        verdicts = run_audit(claims, store, environment(model, inventory),
+                             None if args.stored_only else runner)
+    print(terminal_table(verdicts))
+    if args.out:
+        written = write_audit(args.out, f"audit: {claims.path.name}", verdicts)
+        print(f"audit: {written}")
+    return 0

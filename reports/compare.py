@@ -1,0 +1,221 @@
+"""`benchfarm compare A B`: two devices, device classes or engine revisions, config by config.
+
+For every config run on both sides (same workload point and engine config; when comparing
+revisions also the same device): the median timing of each, the ratio B/A, a Mann-Whitney U test
+with a noise threshold (``reports.stats.compare_samples``), and whether the generated tokens are
+identical (else the first divergent step). Samples are the runs' per-token medians; with fewer
+than 4 runs a side the decode steps of the runs are the samples instead (noted per row).
+
+A/A mode (A == B) splits each config's repeats into even and odd and compares the halves: the
+ratios it finds between identical configs are the noise floor, which then serves as threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.aggregate import first_divergence, flatten_runs
+from reports.aggregate import generated_tokens as tokens
+from reports.errors import ReportInputError
+from reports.render import CSS
+from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
+from reports.tables import to_html, to_markdown, write_csv
+
+POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
+MIN_RUN_SAMPLES = 4
+STEP_FIELDS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "attn_ms"}
+COLUMNS = POINT[1:] + ["config", "device", "n_a", "n_b", "samples", "median_a", "median_b",
+                       "ratio", "p_value", "change", "tokens"]
+
+
+@dataclass
+class Side:
+    text: str  # as the user wrote it
+    kind: str  # device | class | revision
+    mask: pd.Series
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    metric: str
+    threshold: float
+    noise_floor: float | None  # from A/A on side A, when measurable
+    table: pd.DataFrame
+
+    def summary(self) -> str:
+        counts = self.table["change"].value_counts().sort_index() if len(self.table) else {}
+        parts = [f"{n} {name}" for name, n in counts.items()]
+        floor = "n/a" if self.noise_floor is None else f"{100 * self.noise_floor:.1f} %"
+        return (f"{self.b.text} vs {self.a.text} ({self.metric}, ratio B/A): {len(self.table)} "
+                f"common configs; {', '.join(parts) or 'nothing to compare'}; threshold "
+                f"{100 * self.threshold:.1f} %; A/A noise floor of {self.a.text}: {floor}")
+
+
+def load_runs(store: Any, experiments: list[str] | None) -> pd.DataFrame:
+    names = experiments or store.list_experiments()
+    frames, steps = [], []
+    for name in names:
+        raw = store.frames(name)
+        frames.append(flatten_runs(raw["runs"], raw["outcomes"], raw["snapshots"]))
+        steps.append(raw["token_timings"])
+    if not frames:
+        raise ReportInputError("the store holds no experiments to compare")
+    runs = pd.concat(frames, ignore_index=True)
+    runs.attrs["steps"] = pd.concat(steps, ignore_index=True)
+    return runs
+
+
+def resolve(runs: pd.DataFrame, text: str) -> Side:
+    """A device name, a device class, or an engine revision / source hash / binary sha256."""
+    for kind, column in (("device", "device"), ("class", "device_class")):
+        mask = runs[column] == text
+        if mask.any():
+            return Side(text, kind, mask)
+    for column in ("build_revision", "build_source_hash", "build_binary_sha256"):
+        mask = runs[column].fillna("").astype(str).str.startswith(text)
+        if len(text) >= 4 and mask.any():
+            return Side(text, "revision", mask)
+    known = sorted(set(runs["device"])) + sorted(set(runs["device_class"]))
+    raise ReportInputError(
+        f"{text!r} is neither a device, a device class nor an engine revision in the store; "
+        f"devices and classes: {', '.join(dict.fromkeys(known))}; revisions: "
+        f"{', '.join(sorted(set(runs['build_revision'].dropna())))}")
+
+
+def _base_config(config: str) -> str:
+    """The config label without the thread count (boards of two classes differ in threads)."""
+    return " ".join(part for part in str(config).split() if not part.startswith("t="))
+
+
+def _samples(cell: pd.DataFrame, metric: str, steps: pd.DataFrame) -> tuple[list[float], str]:
+    values = cell[metric].dropna().tolist()
+    if len(values) >= MIN_RUN_SAMPLES or metric not in STEP_FIELDS or steps.empty:
+        return values, "runs"
+    own = steps[steps["run_id"].isin(cell["run_id"])][STEP_FIELDS[metric]].dropna().tolist()
+    return (own, "steps") if len(own) > len(values) else (values, "runs")
+
+
+def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
+    ta = [tokens(v) for v in cell_a.sort_values("repeat")["generated_ids"]]
+    tb = [tokens(v) for v in cell_b.sort_values("repeat")["generated_ids"]]
+    ta, tb = [t for t in ta if t is not None], [t for t in tb if t is not None]
+    if not ta or not tb:
+        return ""
+    step = first_divergence(ta[0], tb[0])
+    return "identical" if step is None else f"diverge at step {step}"
+
+
+def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric: str,
+         steps: pd.DataFrame, threshold: float) -> dict[str, Any]:
+    sample_a, kind_a = _samples(cell_a, metric, steps)
+    sample_b, kind_b = _samples(cell_b, metric, steps)
+    if kind_a != kind_b:  # compare like with like: both per run
+        sample_a, sample_b = cell_a[metric].dropna().tolist(), cell_b[metric].dropna().tolist()
+        kind_a = "runs"
+    change = compare_samples(sample_a, sample_b, threshold)
+    return key | {
+        "n_a": len(sample_a), "n_b": len(sample_b), "samples": kind_a,
+        "median_a": pd.Series(sample_a).median() if sample_a else None,
+        "median_b": pd.Series(sample_b).median() if sample_b else None,
+        "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
+        "tokens": _tokens_text(cell_a, cell_b)}
+
+
+def _plain(key: tuple) -> tuple:
+    """A group key with NaN as None, so that equal keys compare equal (NaN != NaN)."""
+    return tuple(None if isinstance(v, float) and pd.isna(v) else v for v in key)
+
+
+def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, by_device: bool):
+    keys = POINT + ["base_config"] + (["device"] if by_device else [])
+    groups_b = {_plain(k): g for k, g in runs_b.groupby(keys, dropna=False, sort=False)}
+    for key, cell_a in runs_a.groupby(keys, dropna=False, sort=True):
+        if _plain(key) in groups_b:
+            yield dict(zip(keys, key, strict=True)), cell_a, groups_b[_plain(key)]
+
+
+def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    table = table.rename(columns={"base_config": "config"})
+    if "device" not in table:
+        table["device"] = ""
+    return table[COLUMNS]
+
+
+def aa_table(runs: pd.DataFrame, metric: str, steps: pd.DataFrame,
+             threshold: float) -> pd.DataFrame:
+    """Even against odd repeats of every config: what 'no change' looks like."""
+    rows = []
+    for key, cell in runs.groupby(POINT + ["base_config", "device"], dropna=False, sort=True):
+        even, odd = cell[cell["repeat"] % 2 == 0], cell[cell["repeat"] % 2 == 1]
+        if even.empty or odd.empty:
+            continue
+        rows.append(_row(dict(zip(POINT + ["base_config", "device"], key, strict=True)),
+                         even, odd, metric, steps, threshold))
+    return _table(rows)
+
+
+def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
+            metric: str = "decode_ms_per_token",
+            threshold: float = NOISE_THRESHOLD) -> Comparison:
+    runs = load_runs(store, experiments)
+    steps = runs.attrs["steps"]
+    if metric not in runs.columns:
+        raise ReportInputError(f"unknown timing {metric!r}; allowed: decode_ms_per_token, "
+                               "attn_ms_per_token, prefill_ms, attn_median_ms, engine_ms")
+    runs = runs[runs["status"] == "ok"].copy()
+    runs["base_config"] = runs["config"].map(_base_config)
+    side_a, side_b = resolve(runs, a), resolve(runs, b)
+    if side_a.kind != side_b.kind:
+        raise ReportInputError(f"{a!r} is a {side_a.kind} but {b!r} is a {side_b.kind}; compare "
+                               "devices with devices, classes with classes, revisions with "
+                               "revisions")
+    runs_a = runs[side_a.mask]
+    aa = aa_table(runs_a, metric, steps, threshold)
+    floor = noise_floor(aa["ratio"]) if len(aa) else None
+    if a == b:
+        return Comparison(side_a, side_b, metric, threshold, floor, aa)
+    used = max(threshold, floor or 0.0)
+    by_device = side_a.kind == "revision"
+    rows = [_row(key, ca, cb, metric, steps, used)
+            for key, ca, cb in _pairs(runs_a, runs[side_b.mask], by_device)]
+    return Comparison(side_a, side_b, metric, used, floor, _table(rows))
+
+
+def terminal_table(comparison: Comparison) -> str:
+    shown = comparison.table.copy()
+    for column in ("median_a", "median_b", "ratio", "p_value"):
+        shown[column] = shown[column].map(lambda v: "" if v is None or pd.isna(v)
+                                          else f"{v:.4g}")
+    shown = shown.rename(columns={"median_a": f"A {comparison.a.text}",
+                                  "median_b": f"B {comparison.b.text}"})
+    shown = shown.dropna(axis=1, how="all")
+    text = shown.to_string(index=False, na_rep="") if len(shown) else "(no common configs)"
+    note = (f"\nsignificance: Mann-Whitney U, alpha 0.05; with runs only, {MIN_RUN_SAMPLES}+ "
+            f"per side are needed (min p for 3 vs 3 is {min_p_value(3, 3):.2f})")
+    return text + "\n\n" + comparison.summary() + note
+
+
+def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
+    """compare.csv, compare.md and a self-contained compare.html; returns the HTML path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(comparison.table, out / "compare.csv")
+    title = f"benchfarm compare: B = {comparison.b.text} vs A = {comparison.a.text}"
+    (out / "compare.md").write_text(f"# {title}\n\n{comparison.summary()}\n\n"
+                                    + to_markdown(comparison.table), encoding="utf-8")
+    html = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+            f"{escape(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{escape(title)}"
+            f"</h1>\n<p class=\"note\">{escape(comparison.summary())}</p>\n"
+            f"{to_html(comparison.table, 'table-compare')}\n</body></html>\n")
+    (out / "compare.html").write_text(html, encoding="utf-8")
+    return out / "compare.html"

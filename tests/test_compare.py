@@ -1,0 +1,117 @@
+"""compare: significance on synthetic samples, A/A noise floor, token identity, bad sides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fixtures_reports import SyntheticExperiment, build_record
+
+from db import Store
+from reports.compare import compare, terminal_table, write_comparison
+from reports.errors import ReportInputError
+from reports.stats import compare_samples, min_p_value, summarize
+
+
+def test_clearly_different_samples_are_flagged() -> None:
+    a = [10.0, 10.1, 9.9, 10.2, 10.0, 9.8]
+    b = [12.0, 12.2, 11.9, 12.1, 12.3, 11.8]
+    change = compare_samples(a, b)
+    assert change.verdict == "slower"
+    assert change.ratio == pytest.approx(12.05 / 10.0)
+    assert change.p_value is not None and change.p_value < 0.01
+    assert compare_samples(b, a).verdict == "faster"
+
+
+def test_identical_distributions_are_not_flagged() -> None:
+    a = [10.0, 10.3, 9.9, 10.1, 10.2, 9.8]
+    b = [10.1, 9.9, 10.2, 10.0, 9.8, 10.3]
+    change = compare_samples(a, b)
+    assert change.verdict == "same"
+    assert change.p_value is not None and change.p_value > 0.5
+
+
+def test_significant_but_tiny_change_is_noise() -> None:
+    a = [10.00, 10.01, 10.02, 10.03, 10.04, 10.05]
+    b = [10.10, 10.11, 10.12, 10.13, 10.14, 10.15]  # +1 %: real, but under the 5 % threshold
+    assert compare_samples(a, b).verdict == "noise"
+
+
+def test_too_few_samples_are_never_significant() -> None:
+    assert min_p_value(3, 3) > 0.05 and min_p_value(4, 4) < 0.05
+    assert compare_samples([1.0, 1.1, 1.2], [5.0, 5.1, 5.2]).verdict == "too few samples"
+
+
+def test_summary_median_min_max_cv() -> None:
+    summary = summarize([1.0, 2.0, 3.0, None, float("nan")])
+    assert (summary.n, summary.median, summary.min, summary.max) == (3, 2.0, 1.0, 3.0)
+    assert summary.cv == pytest.approx(0.5) and summary.noisy
+    assert summary.text() == "2.00 [1.00, 3.00]"
+
+
+@pytest.fixture
+def farm_rows(tmp_path: Path) -> Store:
+    """x86 `local` against an `arm` board: arm 2x slower on exact, diverging tokens on k=1."""
+    store = Store.open(f"sqlite:///{tmp_path}/cmp.db")
+    exp = SyntheticExperiment(store)
+    exp.add_device("arm", arch="aarch64", cls="rk3588")
+    exp.add_build("arm", build_record(binary_sha256="f" * 64, target="aarch64"))
+    for repeat in range(6):
+        jitter = 0.05 * (repeat % 3)
+        exp.run(policy="exact", repeat=repeat, decode_ms=10.0 + jitter)
+        exp.run(device="arm", build="arm", policy="exact", repeat=repeat, decode_ms=20.0 + jitter,
+                threads=4)
+        exp.run(policy="sparse", k=1, repeat=repeat, decode_ms=5.0 + jitter, tokens=[1, 2, 3])
+        exp.run(device="arm", build="arm", policy="sparse", k=1, repeat=repeat, threads=4,
+                decode_ms=5.0 + jitter, tokens=[1, 2, 4])
+    yield store
+    store.close()
+
+
+def test_compare_devices(farm_rows: Store, tmp_path: Path) -> None:
+    result = compare(farm_rows, "local", "arm")
+    table = result.table.set_index("config")
+    assert list(table.index) == ["exact", "sparse k=1"]  # thread counts differ: not in the key
+    assert table.loc["exact", "change"] == "slower"
+    assert table.loc["exact", "ratio"] == pytest.approx(2.0, rel=0.01)
+    assert table.loc["exact", "tokens"] == "identical"
+    assert table.loc["sparse k=1", "change"] == "same"
+    assert table.loc["sparse k=1", "tokens"] == "diverge at step 2"
+    assert result.noise_floor is not None and result.noise_floor < 0.05
+    text = terminal_table(result)
+    assert "slower" in text and "A/A noise floor" in text
+    html = write_comparison(result, tmp_path / "cmp")
+    assert "<table" in html.read_text() and (tmp_path / "cmp" / "compare.csv").is_file()
+
+    by_class = compare(farm_rows, "x86", "rk3588")
+    assert by_class.table["change"].tolist() == ["slower", "same"]
+
+
+def test_aa_mode_measures_the_noise_floor(farm_rows: Store) -> None:
+    result = compare(farm_rows, "local", "local")
+    assert len(result.table) == 2  # even vs odd repeats of each config
+    assert set(result.table["change"]) <= {"same", "noise", "too few samples"}
+    assert result.noise_floor == pytest.approx(max(abs(r - 1) for r in result.table["ratio"]))
+
+
+def test_compare_revisions_pairs_on_the_same_device(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/rev.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("new", build_record(source_hash="b" * 64, revision="rev-b",
+                                      binary_sha256="d" * 64))
+    for repeat in range(5):
+        exp.run(policy="exact", repeat=repeat, decode_ms=10.0 + 0.01 * repeat)
+        exp.run(policy="exact", repeat=repeat, decode_ms=8.0 + 0.01 * repeat, build="new",
+                seed=0, depth=0.5)
+    result = compare(store, "rev-a", "rev-b")
+    assert result.a.kind == "revision"
+    assert result.table["change"].tolist() == ["faster"]
+    assert result.table["device"].tolist() == ["local"]
+    store.close()
+
+
+def test_unknown_or_mismatched_sides_are_input_errors(farm_rows: Store) -> None:
+    with pytest.raises(ReportInputError, match="'nope' is neither a device"):
+        compare(farm_rows, "local", "nope")
+    with pytest.raises(ReportInputError, match="is a device but"):
+        compare(farm_rows, "local", "rk3588")
