@@ -254,3 +254,29 @@ def test_valid_run_is_clean_under_sanitizers(lmc_asan, tiny_model, prompt, tmp_p
                         "--trace-selection", tmp_path / "trace.txt", "--prefill-attn", "sparse")
         assert proc.returncode == 0, proc.stderr
         assert len(json.loads(proc.stdout)["tokens"]) == 2
+
+
+def test_fuzz_target_builds_and_runs(tmp_path):
+    """The libFuzzer target (engine/fuzz) builds and survives a short run on its seeds."""
+    import subprocess
+    import sys
+
+    if not shutil.which("clang"):
+        pytest.skip("clang is not installed (scripts/setup.sh installs it)")
+    engine = Path(__file__).resolve().parents[1] / "engine"
+    sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "loader.c", "ops.c", "util.c",
+               "threads.c", "kvcache.c", "attend.c", "attention.c", "select.c"]
+    binary = tmp_path / "fuzz_loader"
+    build = subprocess.run(
+        ["clang", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",
+         f"-I{engine}", *[str(engine / s) for s in sources], "-o", str(binary), "-lm", "-lpthread"],
+        capture_output=True, text=True)
+    if build.returncode != 0 and "fuzzer" in build.stderr:
+        pytest.skip(f"clang has no libFuzzer here: {build.stderr[-200:]}")
+    assert build.returncode == 0, build.stderr
+    corpus = tmp_path / "corpus"
+    subprocess.run([sys.executable, str(engine / "fuzz" / "make_corpus.py"), str(corpus)], check=True)
+    run = subprocess.run([str(binary), "-runs=3000", "-max_len=8192", str(corpus)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Done 3000 runs" in run.stderr

@@ -1,0 +1,59 @@
+"""Write seed inputs for fuzz_loader into a directory (stdlib only).
+
+Usage: python3 engine/fuzz/make_corpus.py CORPUS_DIR
+Seeds: a valid config.json (odd first byte) and a valid safetensors image for the fuzz
+target's fixed config (even first byte), in BF16 and F32.
+"""
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+HIDDEN, INTER, HEADS, KV, HEAD_DIM, VOCAB = 8, 16, 2, 1, 4, 16
+
+CONFIG = {
+    "model_type": "qwen3", "hidden_size": HIDDEN, "intermediate_size": INTER,
+    "num_hidden_layers": 1, "num_attention_heads": HEADS, "num_key_value_heads": KV,
+    "head_dim": HEAD_DIM, "vocab_size": VOCAB, "max_position_embeddings": 64,
+    "rope_theta": 10000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": True,
+}
+
+
+def shapes() -> dict[str, list[int]]:
+    q, kv = HEADS * HEAD_DIM, KV * HEAD_DIM
+    p = "model.layers.0."
+    return {
+        "model.embed_tokens.weight": [VOCAB, HIDDEN], "model.norm.weight": [HIDDEN],
+        p + "input_layernorm.weight": [HIDDEN], p + "post_attention_layernorm.weight": [HIDDEN],
+        p + "self_attn.q_proj.weight": [q, HIDDEN], p + "self_attn.k_proj.weight": [kv, HIDDEN],
+        p + "self_attn.v_proj.weight": [kv, HIDDEN], p + "self_attn.o_proj.weight": [HIDDEN, q],
+        p + "self_attn.q_norm.weight": [HEAD_DIM], p + "self_attn.k_norm.weight": [HEAD_DIM],
+        p + "mlp.gate_proj.weight": [INTER, HIDDEN], p + "mlp.up_proj.weight": [INTER, HIDDEN],
+        p + "mlp.down_proj.weight": [HIDDEN, INTER],
+    }
+
+
+def safetensors(dtype: str, size: int) -> bytes:
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, shape in shapes().items():
+        numel = 1
+        for d in shape:
+            numel *= d
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + numel * size]}
+        data += bytes((i * 7) % 251 for i in range(numel * size))
+    blob = json.dumps(header).encode()
+    return struct.pack("<Q", len(blob)) + blob + data
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config").write_bytes(b"\x01" + json.dumps(CONFIG).encode())
+    (out / "st_bf16").write_bytes(b"\x00" + safetensors("BF16", 2))
+    (out / "st_f32").write_bytes(b"\x00" + safetensors("F32", 4))
+
+
+if __name__ == "__main__":
+    main()
