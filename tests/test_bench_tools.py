@@ -1,0 +1,123 @@
+"""The performance benches' building blocks: the STREAM kernel, the random model, GGUF, bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH_DIR))
+
+import gguf_convert  # noqa: E402
+import qwen3_06b  # noqa: E402
+import roofline  # noqa: E402
+
+from harness.build import build_c_program  # noqa: E402
+
+TINY = qwen3_06b.Qwen3Shape(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
+                            intermediate=96, vocab=320, max_positions=256)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return qwen3_06b.generate(tmp_path_factory.mktemp("models"), shape=TINY, seed=7)
+
+
+def test_stream_read_reports_every_pass_and_rejects_bad_flags() -> None:
+    binary = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
+    out = subprocess.run([str(binary), "--mib", "8", "--threads", "2", "--passes", "3"],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["bytes"] == 8 << 20 and doc["threads"] == 2 and len(doc["gbps"]) == 3
+    assert doc["gbps_best"] == pytest.approx(max(doc["gbps"]), abs=1e-3)
+    bad = subprocess.run([str(binary), "--passes", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--passes" in bad.stderr
+
+
+def test_build_c_program_reuses_the_build(tmp_path: Path) -> None:
+    source = tmp_path / "hello.c"
+    source.write_text('#include <stdio.h>\nint main(void) { puts("hi"); return 0; }\n')
+    first = build_c_program("hello", [source], build_root=tmp_path / "b")
+    mtime = first.stat().st_mtime_ns
+    assert build_c_program("hello", [source], build_root=tmp_path / "b") == first
+    assert first.stat().st_mtime_ns == mtime
+    assert subprocess.run([str(first)], capture_output=True, text=True).stdout == "hi\n"
+
+
+def test_f32_and_bf16_models_hold_the_same_values(tiny_models: dict[str, Path]) -> None:
+    from safetensors.numpy import load_file
+
+    f32 = load_file(tiny_models["F32"] / "model.safetensors")
+    bf16 = gguf_convert.read_safetensors(tiny_models["BF16"] / "model.safetensors")
+    names = [name for name, _, _ in qwen3_06b.tensor_specs(TINY)]
+    assert sorted(f32) == sorted(names) and "lm_head.weight" not in f32
+    for name in names:
+        np.testing.assert_array_equal(f32[name], gguf_convert.as_float32(bf16[name]))
+    std = float(f32["model.layers.1.mlp.up_proj.weight"].std())
+    assert 0.015 < std < 0.025
+
+
+def test_generation_is_deterministic_and_reused(tmp_path: Path,
+                                                tiny_models: dict[str, Path]) -> None:
+    again = qwen3_06b.generate(tmp_path, dtypes=("BF16",), shape=TINY, seed=7)["BF16"]
+    original = tiny_models["BF16"] / "model.safetensors"
+    assert (again / "model.safetensors").read_bytes() == original.read_bytes()
+    mtime = (again / "model.safetensors").stat().st_mtime_ns
+    qwen3_06b.generate(tmp_path, dtypes=("BF16",), shape=TINY, seed=7)
+    assert (again / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_transformers_loads_the_generated_model(tiny_models: dict[str, Path]) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_models["BF16"],
+                                                              dtype=torch.float32)
+    assert model.config.tie_word_embeddings
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, TINY.vocab) and bool(torch.isfinite(logits).all())
+
+
+@pytest.mark.parametrize("gguf_type, tolerance", [("f32", 0.0), ("q8_0", 0.01)])
+def test_gguf_conversion_round_trips(tmp_path: Path, tiny_models: dict[str, Path],
+                                     gguf_type: str, tolerance: float) -> None:
+    gguf = pytest.importorskip("gguf")
+    out = gguf_convert.convert(tiny_models["BF16"], tmp_path / "m.gguf", gguf_type)
+    reader = gguf.GGUFReader(out)
+    tensors = {t.name: t for t in reader.tensors}
+    assert len(tensors) == len(qwen3_06b.tensor_specs(TINY))
+    assert reader.fields["qwen3.block_count"].contents() == TINY.layers
+    assert len(reader.fields["tokenizer.ggml.tokens"].contents()) == TINY.vocab
+    source = gguf_convert.read_safetensors(tiny_models["BF16"] / "model.safetensors")
+    for hf_name, gguf_name in [("model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight"),
+                               ("model.norm.weight", "output_norm.weight")]:
+        want = gguf_convert.as_float32(source[hf_name])
+        got = gguf.quants.dequantize(tensors[gguf_name].data, tensors[gguf_name].tensor_type)
+        scale = float(np.abs(want).max())
+        assert np.abs(got.reshape(want.shape) - want).max() <= tolerance * scale
+
+
+def test_unknown_tensor_names_are_refused() -> None:
+    with pytest.raises(gguf_convert.ConvertError, match="model.layers.0.mlp.extra.weight"):
+        gguf_convert.gguf_name("model.layers.0.mlp.extra.weight")
+
+
+def test_weight_bytes_match_the_parameter_count(tiny_models: dict[str, Path]) -> None:
+    shape = roofline.Shape.from_model_dir(tiny_models["F32"])
+    # every parameter once (the tied embedding read as the lm_head) plus one embedding row
+    assert roofline.weight_bytes_per_token(shape, "f32") == 4 * (
+        qwen3_06b.parameter_count(TINY) + TINY.hidden)
+    full = qwen3_06b.QWEN3_06B
+    assert qwen3_06b.parameter_count(full) == 596_049_920
+    assert roofline.kv_bytes_per_token(shape, "f32", 10) == 2 * 10 * 2 * 16 * 2 * 4
+
+
+def test_lmc_generates_from_the_generated_model(lmc: Path, tiny_models: dict[str, Path]) -> None:
+    prompt = roofline.bench_prompt(6, TINY.vocab)
+    runs = [roofline.run_lmc_generate(lmc, tiny_models[d], prompt, 4, 2) for d in ("F32", "BF16")]
+    assert len(runs[0]["tokens"]) == 4 and runs[0]["decode_ms_per_token"] > 0
+    assert runs[0]["tokens"] == runs[1]["tokens"]  # same values in both files
