@@ -63,7 +63,10 @@ def _chunks(items: list[T]) -> Iterator[list[T]]:
         yield items[start:start + KEY_CHUNK]
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # The sqlite3 module opens transactions only before INSERT/UPDATE/DELETE, so DDL (the
+    # migrations) would run outside them. Switch that off; _sqlite_begin emits BEGIN instead.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # WAL: readers (reports) never block the single writer (the coordinator) and vice versa.
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -72,6 +75,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # last commits, never corrupt the file.
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    connection.exec_driver_sql("BEGIN")
 
 
 def create_store_engine(url: str, create: bool = True) -> Engine:
@@ -116,7 +123,8 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
             "sqlite:///PATH"
         ) from exc
     if is_sqlite:
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
@@ -264,12 +272,14 @@ class Store:
             run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
             if run_id is None:
                 run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
+                conn.execute(insert(ExperimentRun.__table__).values(
+                    experiment_id=result.experiment_id, run_id=run_id))
             else:
                 for child in (TokenTimingRow, OutcomeRow, DeviceSnapshot):
                     conn.execute(delete(child.__table__).where(child.__table__.c.run_id == run_id))
                 conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+                _link(conn, result.experiment_id, [run_id])
             _insert_children(conn, run_id, result)
-            _link(conn, result.experiment_id, [run_id])
         return run_id
 
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:

@@ -267,3 +267,12 @@ def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
     with Store.open(sqlite_url) as store:
         assert [r.run_key for r in store.list_runs("exp")] == ["old-run"]
         assert store.frames("exp")["runs"]["run_key"].tolist() == ["old-run"]
+
+
+def test_schema_changes_are_transactional(store: Store) -> None:
+    # Migrations rely on it: an interrupted upgrade must not leave half a schema behind.
+    with pytest.raises(RuntimeError), store.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE half_done (id INTEGER)"))
+        raise RuntimeError("killed mid-migration")
+    with store.engine.connect() as conn:
+        assert "half_done" not in inspect(conn).get_table_names()
