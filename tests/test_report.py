@@ -1,0 +1,141 @@
+"""The experiment report: tables from known rows, flags, determinism, and a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fixtures_reports import SyntheticExperiment, healthy_fingerprint
+
+from db import Store
+from reports.aggregate import (
+    critical_k_table,
+    k_sweep_table,
+    latency_table,
+    load_experiment,
+    needle_table,
+    timing_table,
+)
+from reports.render import render_report
+
+CHROMIUM = "/usr/bin/chromium"
+# Recall by (k, ctx): k = 1 fails everywhere, k = 4 only at 512, k >= 8 matches exact.
+RECALL = {None: 1.0, 1: 0.0, 4: None, 8: 1.0, 32: 1.0}
+
+
+def _recall(k: int | None, ctx: int) -> float:
+    value = RECALL[k]
+    return (1.0 if ctx == 256 else 0.0) if value is None else value
+
+
+@pytest.fixture
+def known(tmp_path: Path) -> Store:
+    store = Store.open(f"sqlite:///{tmp_path}/report.db")
+    exp = SyntheticExperiment(store)
+    exp.add_device("arm", arch="aarch64", cls="rk3588", emulated=True)
+    for ctx in (256, 512):
+        for depth in (0.0, 0.5, 1.0):
+            for k in RECALL:
+                policy = "exact" if k is None else "sparse"
+                for repeat in range(2):
+                    exp.run(policy=policy, k=k, ctx=ctx, depth=depth, repeat=repeat,
+                            recall=_recall(k, ctx), decode_ms=10.0 + ctx / 256,
+                            attn_ms=(ctx / 256 if k is None else k / 32),
+                            selection_mass=None if k is None else min(1.0, k / 8),
+                            oracle_recall=None if k is None else min(1.0, k / 16))
+    # Noisy timings (CV > 5 %), a powersave governor, an emulated board, a failed run.
+    exp.run(policy="exact", ctx=1024, repeat=0, decode_ms=10.0)
+    exp.run(policy="exact", ctx=1024, repeat=1, decode_ms=14.0,
+            fingerprint=healthy_fingerprint(governor="powersave"))
+    exp.run(device="arm", policy="exact", ctx=256, decode_ms=80.0)
+    exp.run(policy="sparse", k=2, ctx=256, status="failed")
+    yield store
+    store.close()
+
+
+def test_needle_and_k_sweep_tables_from_known_rows(known: Store) -> None:
+    runs = load_experiment(known, "synthetic").runs
+    needle = needle_table(runs)
+    local = needle[needle["device"] == "local"]
+    assert len(local) == 5 * 2 * 3 + 1  # configs x contexts x depths, + the ctx 1024 exact cell
+    cell = local[(local["config"] == "sparse k=4 t=2") & (local["ctx"] == 512)]
+    assert cell["recall"].tolist() == [0.0, 0.0, 0.0] and cell["n"].tolist() == [2, 2, 2]
+    assert local["config"].drop_duplicates().tolist()[:5] == [
+        "exact t=2", "sparse k=1 t=2", "sparse k=4 t=2", "sparse k=8 t=2", "sparse k=32 t=2"]
+
+    sweep = k_sweep_table(runs)
+    local_sweep = sweep[(sweep["device"] == "local") & (sweep["size"] == 256)]
+    assert local_sweep["k"].tolist()[1:] == [1, 4, 8, 32]
+    assert local_sweep["recall"].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
+    assert local_sweep["attn_ms"].tolist() == [1.0, 1 / 32, 4 / 32, 8 / 32, 1.0]
+
+    critical = critical_k_table(sweep).set_index(["device", "ctx"])["critical_k"]
+    assert critical[("local", 256)] == 4
+    assert critical[("local", 512)] == 8
+
+    latency = latency_table(runs)
+    exact = latency[(latency["device"] == "local") & (latency["config"] == "exact t=2")
+                    & (latency["ctx"] == 512)]
+    assert exact["decode_ms"].item() == 12.0 and exact["attn_ms"].item() == 2.0
+    assert exact["rest_ms"].item() == 10.0
+
+
+def test_flags_in_the_timing_table(known: Store) -> None:
+    timings = timing_table(load_experiment(known, "synthetic").runs).set_index(["device", "ctx",
+                                                                               "config"])
+    noisy = timings.loc[("local", 1024, "exact t=2")]
+    assert noisy["decode_ms_median"] == 12.0 and noisy["decode_ms_min"] == 10.0
+    assert noisy["decode_ms_cv"] == pytest.approx(0.2357, rel=1e-3)
+    assert "CV > 5 %: decode_ms" in noisy["flags"]
+    assert "non-performance-governor" in noisy["flags"]
+    assert "emulated" in timings.loc[("arm", 256, "exact t=2")]["flags"]
+    assert "failed" in timings.loc[("local", 256, "sparse k=2 t=2")]["flags"]
+    clean = timings.loc[("local", 256, "exact t=2")]
+    assert clean["flags"].tolist() == ["", "", ""]  # three depths, all clean
+
+
+def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
+    first = render_report(known, "synthetic", tmp_path / "one").parent
+    second = render_report(known, "synthetic", tmp_path / "two").parent
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir())
+    assert {"index.html", "report.md", "manifest.json", "needle.csv", "k_sweep.csv",
+            "critical_k.csv", "latency.csv", "selection.csv", "timings.csv",
+            "runs.csv"} <= set(names)
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["run_counts"] == {"failed": 1, "ok": 63}
+    assert manifest["reproduce"]["runs"][0].startswith("benchfarm reproduce ")
+    assert manifest["builds"][0]["binary_sha256"] == "c" * 64
+    html = (first / "index.html").read_text()
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in html and "<script" not in html
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+def test_report_renders_in_headless_chromium(known: Store, tmp_path: Path) -> None:
+    index = render_report(known, "synthetic", tmp_path / "out")
+    profile = tmp_path / "profile"
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+              "--no-first-run", "--disable-background-networking", "--disable-component-update",
+              "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0"]
+    shot = tmp_path / "report.png"
+    done = subprocess.run([*common, "--window-size=1400,2000", f"--screenshot={shot}",
+                           index.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 10_000, done.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = subprocess.run([*common, "--dump-dom", index.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or
+               "Uncaught" in line or "net::ERR" in line]
+    assert console == []
+    # The browser parsed the inline SVG plots into the DOM: heatmaps, k-sweep and latency charts.
+    assert dom.stdout.count("<svg") >= 10
+    # Heatmap cells: local exact 3 depths x 3 contexts, 4 sparse configs x 6, arm exact 1.
+    assert dom.stdout.count('class="cell"') == 9 + 4 * 6 + 1
+    assert 'class="series"' in dom.stdout and 'class="bar"' in dom.stdout
+    shutil.rmtree(profile, ignore_errors=True)
