@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Connection, Select, inspect, literal, select
+from sqlalchemy import JSON, Connection, Select, inspect, literal, select
 from sqlalchemy.orm import Session
 
 from db.errors import StoreInputError
@@ -144,12 +144,23 @@ def list_runs(session: Session, experiment: str | None, status: str | None) -> l
     ]
 
 
+MIN_KEY_PREFIX = 6
+
+
 def get_run(session: Session, run_id_or_key: int | str) -> RunDetail:
-    """The run with this key, or with this id when no key matches and it is a number."""
+    """The run with this key, else this id (a number), else the one key with this prefix."""
     text = str(run_id_or_key).strip()
     run = session.scalar(select(Run).where(Run.run_key == text))
     if run is None and text.isdigit():
         run = session.get(Run, int(text))
+    if run is None and len(text) >= MIN_KEY_PREFIX:
+        # `runs list` shows key prefixes; accept one when it names a single run.
+        matches = session.scalars(
+            select(Run).where(Run.run_key.startswith(text, autoescape=True)).limit(2)).all()
+        if len(matches) > 1:
+            raise StoreInputError(f"run key prefix {text!r} matches several runs; give more "
+                                  "characters or the run id")
+        run = matches[0] if matches else None
     if run is None:
         raise StoreInputError(f"no run with id or key {text!r} in the store "
                               "(see `benchfarm runs list`)")
@@ -238,9 +249,9 @@ def _read(conn: Connection, query: Select) -> pd.DataFrame:
     """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe)."""
     result = conn.execute(query)
     frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
-    for column in frame.columns:
-        if frame[column].map(lambda v: isinstance(v, dict | list)).any():
-            frame[column] = frame[column].map(
+    for column in query.selected_columns:
+        if isinstance(column.type, JSON):
+            frame[column.key] = frame[column.key].map(
                 lambda v: None if v is None else json.dumps(v, sort_keys=True))
     return frame
 

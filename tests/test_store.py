@@ -185,6 +185,18 @@ def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
     assert frames["outcomes"].loc[0, "generated_ids"] == "[100, 101, 102]"
 
 
+def test_get_run_accepts_a_unique_key_prefix(store: Store, refs) -> None:
+    store.save_run(sample_result(refs, "abcdef111"))
+    store.save_run(sample_result(refs, "abcdef222"))
+    assert store.get_run("abcdef2").run["run_key"] == "abcdef222"
+    with pytest.raises(StoreInputError, match="matches several runs"):
+        store.get_run("abcdef")
+    with pytest.raises(StoreInputError, match="no run with id or key 'abc'"):
+        store.get_run("abc")  # too short to be taken as a prefix
+    with pytest.raises(StoreInputError, match="no run"):
+        store.get_run("abcde%")  # LIKE wildcards are taken literally
+
+
 def test_unknown_names_are_input_errors(store: Store, refs) -> None:
     with pytest.raises(StoreInputError, match="no experiment named 'nope'.*known: exp"):
         store.frames("nope")

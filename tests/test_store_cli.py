@@ -74,6 +74,8 @@ def test_runs_show_by_key_or_id(filled: str, capsys) -> None:
     assert code == 0 and shown["run"]["id"] == 3 and shown["run"]["policy"] == "exact"
     assert shown["token_timings"] == "5 decode steps" and shown["workload"]["ids"] == "4 token ids"
     assert shown["outcome"]["recall"] == 1.0 and shown["device"]["name"] == "local"
+    # The 12-character key prefix that `runs list` prints is enough.
+    assert json.loads(cli(capsys, filled, "runs", "show", "c" * 12)[1])["run"]["id"] == 3
     full = json.loads(cli(capsys, filled, "runs", "show", "3", "--full")[1])
     assert [t["token"] for t in full["token_timings"]] == [100, 101, 102, 103, 104]
     assert full["workload"]["ids"] == [1, 2, 3, 4]
