@@ -140,11 +140,18 @@ def make_batch(sampler: ConversationSampler, fraction: float, longest: int):
     return ids, weights
 
 
-def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to a tenth over the progress."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def progress_at(step: int, steps: int, elapsed_s: float, minutes: float | None) -> float:
+    """Training progress in [0, 1]: the step count, or the time budget if that runs out first
+    (the CPUs here are shared, so a fixed step count could overrun the session)."""
+    by_steps = step / steps
+    return by_steps if not minutes else max(by_steps, elapsed_s / (60 * minutes))
 
 
 @torch.no_grad()
@@ -185,6 +192,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "needle-tiny")
     parser.add_argument("--ckpt", type=Path, default=Path("/tmp/needle-train.pt"))
     parser.add_argument("--steps", type=int, default=1800)
+    parser.add_argument("--minutes", type=float,
+                        help="time budget: progress follows the clock if it runs out first")
     parser.add_argument("--longest", type=int, default=2304)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=150)
@@ -217,11 +226,10 @@ def main() -> None:
     model.train()
     started = time.time() - elapsed
     window: list[float] = []
-    while step < args.steps:
-        fraction = step / args.steps
+    while (fraction := progress_at(step, args.steps, time.time() - started, args.minutes)) < 1:
         ids, weights = make_batch(sampler, fraction, args.longest)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            group["lr"] = lr_at(step, fraction, args.lr, args.warmup)
         logits = model(input_ids=ids[:, :-1]).logits
         losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                                  reduction="none").view_as(weights)
@@ -238,7 +246,8 @@ def main() -> None:
                   f"answer-loss {sum(window) / len(window):.3f} "
                   f"min {(time.time() - started) / 60:.1f}", flush=True)
             window.clear()
-        if step % args.eval_every == 0 or step == args.steps:
+        last = progress_at(step, args.steps, time.time() - started, args.minutes) >= 1
+        if step % args.eval_every == 0 or last:
             save_model(model, args.out)
             lengths = [256, 1024, max_len_at(fraction, args.longest)]
             print(f"step {step} recall {evaluate(model, args.out, sorted(set(lengths)))}",

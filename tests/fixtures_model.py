@@ -17,11 +17,18 @@ def needle_model() -> Path:
     return NEEDLE_MODEL
 
 
+@pytest.fixture(scope="session")
+def needle_tokenizer() -> Path:
+    """The needle model directory, for tests that only need its tokenizer and chat template."""
+    assert (NEEDLE_MODEL / "tokenizer.json").is_file(), f"{NEEDLE_MODEL}: tokenizer missing"
+    return NEEDLE_MODEL
+
+
 @pytest.fixture
 def tokenizer_dir(tmp_path: Path) -> Path:
     """A writable copy of the needle model's tokenizer files (no weights), to break on purpose."""
     target = tmp_path / "model"
     target.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(NEEDLE_MODEL / name, target / name)
     return target

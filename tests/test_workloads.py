@@ -43,10 +43,10 @@ def _user_content(model_dir: Path, ids: list[int]) -> str:
 
 @pytest.mark.parametrize("ctx", [128, 256, 1000, 2048, 4096])
 @pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
-def test_needle_prompt_hits_length_depth_and_span(needle_model, ctx, depth):
-    prompt = needle_prompt(needle_model, ctx, depth, seed=7)
+def test_needle_prompt_hits_length_depth_and_span(needle_tokenizer, ctx, depth):
+    prompt = needle_prompt(needle_tokenizer, ctx, depth, seed=7)
     assert ctx - 16 <= len(prompt.ids) <= ctx
-    tok = load_tokenizer(needle_model)
+    tok = load_tokenizer(needle_tokenizer)
     needle = DEFAULT_NEEDLE.needle_text(prompt.key, prompt.answer)
     start, end = prompt.needle_span
     assert tok.decode(prompt.ids[start:end]).strip() == needle
@@ -59,45 +59,45 @@ def test_needle_prompt_hits_length_depth_and_span(needle_model, ctx, depth):
     assert abs(position - depth) <= 24 / haystack
 
 
-def test_needle_ids_equal_transformers_apply_chat_template(needle_model):
+def test_needle_ids_equal_transformers_apply_chat_template(needle_tokenizer):
     transformers = pytest.importorskip("transformers")
-    hf = transformers.AutoTokenizer.from_pretrained(needle_model)
+    hf = transformers.AutoTokenizer.from_pretrained(needle_tokenizer)
     for ctx, depth in [(300, 0.5), (1024, 1.0)]:
-        prompt = needle_prompt(needle_model, ctx, depth, seed=3)
-        messages = [{"role": "user", "content": _user_content(needle_model, prompt.ids)}]
+        prompt = needle_prompt(needle_tokenizer, ctx, depth, seed=3)
+        messages = [{"role": "user", "content": _user_content(needle_tokenizer, prompt.ids)}]
         reference = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(reference, dict) or hasattr(reference, "input_ids"):
             reference = reference["input_ids"]
         assert prompt.ids == list(reference)
 
 
-def test_same_seed_same_needle_and_stable_hash(needle_model):
-    a = needle_prompt(needle_model, 512, 0.25, seed=11)
-    b = needle_prompt(needle_model, 512, 0.25, seed=11)
+def test_same_seed_same_needle_and_stable_hash(needle_tokenizer):
+    a = needle_prompt(needle_tokenizer, 512, 0.25, seed=11)
+    b = needle_prompt(needle_tokenizer, 512, 0.25, seed=11)
     assert a.ids == b.ids and a.hash == b.hash == ids_hash(a.ids)
-    longer = needle_prompt(needle_model, 1024, 0.75, seed=11)
+    longer = needle_prompt(needle_tokenizer, 1024, 0.75, seed=11)
     assert (longer.key, longer.answer) == (a.key, a.answer)
-    other = needle_prompt(needle_model, 512, 0.25, seed=12)
+    other = needle_prompt(needle_tokenizer, 512, 0.25, seed=12)
     assert other.hash != a.hash
 
 
-def test_ppl_and_decode_streams(needle_model):
-    stream = ppl_tokens(needle_model, 777, seed=2)
+def test_ppl_and_decode_streams(needle_tokenizer):
+    stream = ppl_tokens(needle_tokenizer, 777, seed=2)
     assert len(stream.ids) == 777 and stream.hash == ids_hash(stream.ids)
-    assert ppl_tokens(needle_model, 777, seed=2).ids == stream.ids
-    assert ppl_tokens(needle_model, 777, seed=3).ids != stream.ids
-    tok = load_tokenizer(needle_model)
+    assert ppl_tokens(needle_tokenizer, 777, seed=2).ids == stream.ids
+    assert ppl_tokens(needle_tokenizer, 777, seed=3).ids != stream.ids
+    tok = load_tokenizer(needle_tokenizer)
     assert tok.tokenizer.token_to_id("<unk>") not in stream.ids
-    decode = decode_prompt(needle_model, 600, seed=2)
+    decode = decode_prompt(needle_tokenizer, 600, seed=2)
     assert 584 <= len(decode.ids) <= 600
     assert tok.decode(decode.ids).rstrip().endswith("story about the village.\nassistant")
 
 
-def test_check_answer_decodes_with_the_tokenizer(needle_model):
-    tok = load_tokenizer(needle_model)
+def test_check_answer_decodes_with_the_tokenizer(needle_tokenizer):
+    tok = load_tokenizer(needle_tokenizer)
     generated = tok.encode("04217") + [tok.im_end_id] + tok.encode("99999")
-    assert answer_text(needle_model, generated) == "04217"
-    assert check_answer(needle_model, generated, "04217")
+    assert answer_text(needle_tokenizer, generated) == "04217"
+    assert check_answer(needle_tokenizer, generated, "04217")
     assert not check_answer(tok, generated, "99999")  # after the stop token: not the answer
     assert not check_answer(tok, tok.encode("0421"), "04217")
 
@@ -105,9 +105,9 @@ def test_check_answer_decodes_with_the_tokenizer(needle_model):
 @pytest.mark.parametrize("ctx, depth, match", [
     (20, 0.5, "too small"), (256, -0.1, "depth"), (256, 1.5, "depth"), (0, 0.5, "ctx"),
 ])
-def test_impossible_requests_are_input_errors(needle_model, ctx, depth, match):
+def test_impossible_requests_are_input_errors(needle_tokenizer, ctx, depth, match):
     with pytest.raises(InputError, match=match) as info:
-        needle_prompt(needle_model, ctx, depth, seed=0)
+        needle_prompt(needle_tokenizer, ctx, depth, seed=0)
     assert info.value.exit_code == 2
 
 
@@ -183,26 +183,26 @@ def test_workloads_work_with_a_bpe_tokenizer(tmp_path):
     assert len(ppl_tokens(model_dir, 300, seed=1).ids) == 300
 
 
-def test_cli_prints_needle_json(needle_model, capsys, tmp_path):
+def test_cli_prints_needle_json(needle_tokenizer, capsys, tmp_path):
     ids_file = tmp_path / "ids.txt"
-    code = main(["workload", "needle", "--model", str(needle_model), "--ctx", "300",
+    code = main(["workload", "needle", "--model", str(needle_tokenizer), "--ctx", "300",
                  "--depth", "0.5", "--seed", "4", "--ids-out", str(ids_file)])
     record = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {"ids", "answer", "needle_span", "hash"} <= set(record)
-    assert record == needle_prompt(needle_model, 300, 0.5, seed=4).to_dict()
+    assert record == needle_prompt(needle_tokenizer, 300, 0.5, seed=4).to_dict()
     assert ids_file.read_text().split() == [str(i) for i in record["ids"]]
 
 
-def test_cli_bad_depth_exits_2_with_message(needle_model, capsys):
-    code = main(["workload", "needle", "--model", str(needle_model), "--ctx", "300",
+def test_cli_bad_depth_exits_2_with_message(needle_tokenizer, capsys):
+    code = main(["workload", "needle", "--model", str(needle_tokenizer), "--ctx", "300",
                  "--depth", "2", "--seed", "0"])
     assert code == 2
     assert "depth must be a number in [0, 1]" in capsys.readouterr().err
 
 
-def test_cli_ppl_and_decode(needle_model, capsys):
-    assert main(["workload", "ppl", "--model", str(needle_model), "--length", "64"]) == 0
+def test_cli_ppl_and_decode(needle_tokenizer, capsys):
+    assert main(["workload", "ppl", "--model", str(needle_tokenizer), "--length", "64"]) == 0
     assert len(json.loads(capsys.readouterr().out)["ids"]) == 64
-    assert main(["workload", "decode", "--model", str(needle_model), "--ctx", "200"]) == 0
+    assert main(["workload", "decode", "--model", str(needle_tokenizer), "--ctx", "200"]) == 0
     assert len(json.loads(capsys.readouterr().out)["ids"]) <= 200
