@@ -9,8 +9,9 @@ Layout under the device's workdir::
 
 Every push asks the device about what it already has (one remote command for all files): a blob
 is hashed there, unless this transport already verified it and its inode, size, mtime and ctime
-are unchanged since (any write changes the ctime). Only missing or corrupt files are uploaded. The shell scripts below are constants: paths reach
-them as positional parameters, never as shell text.
+are unchanged since (any write changes the ctime). Only missing or corrupt files are uploaded.
+The shell scripts below are constants: paths reach them as positional parameters, never as
+shell text.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ done
 """
 SIGNATURE_RE = re.compile(r"\d+:\d+:\d+\.\d{9}:\d+\.\d{9}\Z")
 
-# $1 = cache dir; then pairs (incoming name, expected sha256). Verifies each upload on the device
-# and only then moves it into place.
+# $1 = cache dir; then pairs (incoming name, expected sha256). Verifies each upload on the device,
+# only then moves it into place, and prints "<sha256> <stat signature>" for it.
 FINALIZE_SCRIPT = """
 cd -- "$1" || exit 1
 shift
@@ -61,6 +62,7 @@ while [ "$#" -ge 2 ]; do
     exit 3
   fi
   chmod 0555 -- "$1" && mv -f -- "$1" "$2" || exit 1
+  echo "$2 $(stat -L -c '%i:%s:%.9Y:%.9Z' -- "$2" 2>/dev/null || echo unknown)"
   shift 2
 done
 """
@@ -166,10 +168,14 @@ def _ensure_blobs(transport: Transport, files: list[_LocalFile]) -> dict[str, st
         transport.bytes_sent += transport.upload(f.path, transport.path("cache", incoming))
         pairs += [incoming, f.sha256]
         status[f.sha256] = "repaired" if f.sha256 in present else "sent"
-    code, _, err = _sh(transport, FINALIZE_SCRIPT, [transport.path("cache"), *pairs])
+    code, out, err = _sh(transport, FINALIZE_SCRIPT, [transport.path("cache"), *pairs])
     if code != 0:
         raise TransferFailed(transport.device.name,
                              f"artifact verification failed after upload: {err.strip()}")
+    for line in out.splitlines():
+        sha, _, sig = line.partition(" ")
+        if sha in status and SIGNATURE_RE.match(sig):
+            transport.verified_blobs[sha] = sig
     return status
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import posixpath
 import socket
 import time
@@ -39,9 +40,12 @@ from devices.transport import (
 )
 
 POLL_S = 0.05  # how often a waiting command re-checks its deadline and the connection
+SFTP_STALL_S = 60.0  # an SFTP transfer that receives nothing for this long has failed
 FIRST_BACKOFF_S = 0.5
 # Exit codes of GNU timeout: 124 = deadline reached (SIGTERM), 137 = had to SIGKILL.
 TIMEOUT_EXIT_CODES = (124, 137)
+# paramiko logs every dropped connection; our typed errors already say what happened.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # paramiko raises these for network trouble; the connection may work on a later attempt.
 TRANSIENT = (OSError, EOFError, paramiko.SSHException)
 
@@ -193,6 +197,7 @@ class SSHTransport(Transport):
         client = self._live_client()
         if self._sftp_client is None or self._sftp_client.get_channel().closed:
             self._sftp_client = client.open_sftp()
+            self._sftp_client.get_channel().settimeout(SFTP_STALL_S)
         return self._sftp_client
 
     def close(self) -> None:
@@ -280,6 +285,7 @@ class SSHTransport(Transport):
         path = posixpath.join(self.device.workdir, remote_path)
         try:
             with self._sftp().open(path, "rb") as f:
+                f.prefetch()  # pipelined reads: much faster than one request at a time
                 return f.read()
         except TRANSIENT as exc:
             if self._connected():
