@@ -13,6 +13,8 @@ processes the farm started (the sshd and the session processes under it), never 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -195,6 +198,17 @@ def _start_node(state_dir: Path, spec: NodeSpec, preferred_port: int | None) -> 
     return NodeState(spec.name, spec.address, port, proc.pid, procs.start_ticks(proc.pid))
 
 
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One farm operation at a time per state directory (two test processes, a demo, ...)."""
+    with (state_dir / ".lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # ---------------------------------------------------------------------------------------------
 # Public operations
 # ---------------------------------------------------------------------------------------------
@@ -209,18 +223,19 @@ def farm_up(state_dir: Path | str | None = None) -> Path:
     except OSError as exc:
         raise FarmError(f"cannot create /run/sshd ({exc.strerror}); the local farm runs sshd "
                         "and needs root") from exc
-    _keygen(state_dir / "client_ed25519")
-    (state_dir / "authorized_keys").write_text((state_dir / "client_ed25519.pub").read_text())
+    with _locked(state_dir):
+        _keygen(state_dir / "client_ed25519")
+        (state_dir / "authorized_keys").write_text((state_dir / "client_ed25519.pub").read_text())
 
-    nodes = _read_state(state_dir)
-    for spec in NODES:
-        old = nodes.get(spec.name)
-        if old is not None and _is_ours(old):
-            continue
-        nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None)
-        _write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
-    _write_known_hosts(state_dir, nodes)
-    return _write_inventory(state_dir, nodes)
+        nodes = _read_state(state_dir)
+        for spec in NODES:
+            old = nodes.get(spec.name)
+            if old is not None and _is_ours(old):
+                continue
+            nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None)
+            _write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
+        _write_known_hosts(state_dir, nodes)
+        return _write_inventory(state_dir, nodes)
 
 
 def farm_status(state_dir: Path | str | None = None) -> list[NodeStatus]:
@@ -250,15 +265,17 @@ def stop_node(state_dir: Path | str, name: str, sig: int = signal.SIGTERM) -> li
 def farm_down(state_dir: Path | str | None = None) -> list[int]:
     """Stop exactly the processes this farm started; returns their pids. Keeps keys and logs."""
     state_dir = Path(state_dir or default_state_dir()).resolve()
-    nodes = _read_state(state_dir)
-    stopped = []
-    for node in nodes.values():
-        if _is_ours(node):
-            stopped += procs.stop_tree(node.pid, STOP_TIMEOUT_S)
-        else:
-            procs.reap(node.pid)
-    _state_file(state_dir).unlink(missing_ok=True)
-    return stopped
+    if not state_dir.is_dir():
+        return []
+    with _locked(state_dir):
+        stopped = []
+        for node in _read_state(state_dir).values():
+            if _is_ours(node):
+                stopped += procs.stop_tree(node.pid, STOP_TIMEOUT_S)
+            else:
+                procs.reap(node.pid)
+        _state_file(state_dir).unlink(missing_ok=True)
+        return stopped
 
 
 def _write_known_hosts(state_dir: Path, nodes: dict[str, NodeState]) -> None:

@@ -6,8 +6,10 @@ Each test starts its own farm: they kill and restart nodes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -122,3 +124,27 @@ def test_farm_cli_up_status_down(tmp_path: Path, capsys) -> None:
     assert "stopped" in capsys.readouterr().out
     assert main(["farm", "status", "--state", state]) == 1
     assert capsys.readouterr().out.count("stopped") == 2
+
+
+def test_concurrent_ups_start_one_farm(tmp_path: Path) -> None:
+    code = "import sys; from devices.farm import farm_up; print(farm_up(sys.argv[1]))"
+    procs_up = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                                 stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0].strip() for p in procs_up]
+        assert [p.returncode for p in procs_up] == [0, 0]
+        assert outputs == [str(tmp_path / "inventory.toml")] * 2
+        running = pids(tmp_path)
+        assert set(running) == {"farm-x86", "farm-arm"}
+        sshds = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                 if str(tmp_path) in _cmdline(pid)]
+        assert sorted(sshds) == sorted(running.values())  # no second, orphaned pair
+    finally:
+        farm_down(tmp_path)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
