@@ -1,0 +1,27 @@
+"""`benchfarm reproduce RUN`: re-run a stored run with the identical binary and inputs."""
+
+from __future__ import annotations
+
+import argparse
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.reproduce import reproduce
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "reproduce", help="re-run a stored run (same device, binary, inputs) and compare")
+    parser.add_argument("run", help="run id or run key (see `benchfarm runs list`)")
+    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds the engine may run (default: %(default)s)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the run came out identical (or has no output to compare), 1 otherwise."""
+    with Store.open(args.db) as store:
+        result = reproduce(store, args.run, load_inventory(args.inventory), args.timeout)
+    print(result.text())
+    return 0 if result.status == "ok" and result.identical is not False else 1

@@ -1,0 +1,150 @@
+"""`benchfarm reproduce RUN`: re-run a stored run exactly, and say whether it came out the same.
+
+Same device (by name, from the inventory), the identical engine binary (by sha256: the recorded
+file when it is intact, else rebuilt from the recorded revision and verified), the identical
+model (sha256 of model.safetensors verified), the identical prompt ids (from the store) and the
+identical engine flags (``config.argv_options`` recorded with the run). The result is compared
+with the original: generated tokens (first divergent step), perplexity, and the timing ratio
+new / original. Nothing is written to the store (the original run keeps its key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from db.store import Store
+from devices.fingerprint import probe
+from devices.inventory import Inventory
+from devices.transport import connect
+from harness.build import build_engine, sha256_file
+from harness.errors import InputError, RunFailure
+from harness.plan import model_identity
+from harness.runner import PushMemo, RunJob, execute, scratch_dir
+from harness.spec import WORKTREE
+from reports.aggregate import first_divergence
+
+# The timing compared per engine command: its name, and its key in the stored run (or outcome)
+# and in the engine's JSON (None: the engine process's wall time, measured by the harness).
+TIMING = {"generate": ("decode_ms_per_token", "run", "decode_ms_per_token"),
+          "ppl": ("engine_ms", "run", None),
+          "attn-bench": ("attn_median_ms", "outcome", "ms")}
+
+
+@dataclass
+class Reproduction:
+    run_id: int
+    device: str
+    command: str
+    binary_sha256: str
+    rebuilt: bool  # the recorded binary was missing or changed: rebuilt and verified
+    status: str  # of the new run: ok | failed | lost
+    identical: bool | None  # None when the command has no output to compare (attn-bench)
+    divergence: str  # where the outputs differ, or ""
+    metric: str
+    original: float | None
+    new: float | None
+    error: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.original and self.new is not None:
+            return self.new / self.original
+        return None
+
+    def text(self) -> str:
+        same = {True: "identical", False: f"DIFFERENT ({self.divergence})",
+                None: "nothing to compare"}[self.identical]
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.3f}"
+        lines = [f"run {self.run_id} on {self.device} ({self.command}): {self.status}",
+                 f"  binary sha256 {self.binary_sha256}"
+                 + (" (rebuilt from its revision, verified)" if self.rebuilt else ""),
+                 f"  output: {same}",
+                 f"  {self.metric}: original {self.original}, now {self.new}, "
+                 f"ratio now/original {ratio}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return "\n".join(lines)
+
+
+def verified_binary(build: dict[str, Any]) -> tuple[Path, bool]:
+    """The recorded binary if intact; else a rebuild of its revision with the same sha256."""
+    path = Path(build["binary"])
+    if path.is_file() and sha256_file(path) == build["binary_sha256"]:
+        return path, False
+    revision = str(build["revision"])
+    if revision.endswith("+dirty"):
+        # A build of uncommitted sources can only come back from the working tree as it is.
+        rev = None
+    else:
+        rev = None if revision == WORKTREE else revision
+    record = build_engine(target=build["target"], rev=rev, variant=build["variant"],
+                          toolchain_name=build["toolchain"])
+    if record.binary_sha256 != build["binary_sha256"]:
+        raise RunFailure(
+            f"the binary of this run (sha256 {build['binary_sha256']}) is gone and rebuilding "
+            f"revision {revision} for {build['target']} gives sha256 {record.binary_sha256}; "
+            "the run cannot be reproduced with the identical binary")
+    return Path(record.binary), True
+
+
+def verified_model(model: dict[str, Any] | None) -> str | None:
+    if model is None:
+        return None
+    path = Path(model["path"])
+    sha, _ = model_identity(path)
+    if sha != model["sha256"]:
+        raise RunFailure(f"model {path}: model.safetensors has sha256 {sha}, the run used "
+                         f"{model['sha256']}; restore that model to reproduce the run")
+    return str(path)
+
+
+def _compare(command: str, original: dict[str, Any] | None,
+             data: dict[str, Any]) -> tuple[bool | None, str]:
+    original = original or {}
+    if command == "generate":
+        before = [int(t) for t in original.get("generated_ids") or []]
+        now = [int(t) for t in data.get("tokens", [])]
+        step = first_divergence(before, now)
+        return step is None, "" if step is None else f"first divergent step {step}"
+    if command == "ppl":
+        same = original.get("nll") == data.get("nll")
+        return same, "" if same else f"nll {original.get('nll')} -> {data.get('nll')}"
+    return None, ""
+
+
+def reproduce(store: Store, run: str, inventory: Inventory,
+              timeout_s: float = 900.0) -> Reproduction:
+    detail = store.get_run(run)
+    row = detail.run
+    if row["status"] != "ok":
+        raise InputError(f"run {row['id']} is {row['status']}; only ok runs can be reproduced")
+    options = (row.get("config") or {}).get("argv_options")
+    if detail.build is None or options is None:
+        raise InputError(f"run {row['id']} has no recorded build or engine flags "
+                         "(stored by an older coordinator); it cannot be reproduced exactly")
+    name = detail.device["name"]
+    device = inventory.devices.get(name)
+    if device is None:
+        raise InputError(f"run {row['id']} ran on device {name!r}, which is not in the "
+                         f"inventory (devices: {', '.join(sorted(inventory.devices))})")
+    binary, rebuilt = verified_binary(detail.build)
+    command = row["command"]
+    ids = None
+    if command != "attn-bench" and detail.workload is not None:
+        ids = tuple(int(i) for i in detail.workload["ids"])
+    job = RunJob(run_key=f"{row['run_key']}-reproduce", label=f"reproduce run {row['id']}",
+                 command=command, binary=str(binary), model_dir=verified_model(detail.model),
+                 ids=ids, options=tuple(options), timeout_s=timeout_s)
+    with connect(device) as transport:
+        report = execute(job, name, PushMemo(transport), probe, scratch_dir())
+    metric, stored_in, engine_key = TIMING[command]
+    original = (row if stored_in == "run" else detail.outcome or {}).get(metric)
+    result = Reproduction(row["id"], name, command, detail.build["binary_sha256"], rebuilt,
+                          report.status, None, "", metric, original, None, report.error)
+    if report.status == "ok" and report.engine_json is not None:
+        data = report.engine_json
+        result.identical, result.divergence = _compare(command, detail.outcome, data)
+        result.new = report.engine_ms if engine_key is None else data.get(engine_key)
+    return result
