@@ -24,12 +24,11 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     spec = load_spec(needle_spec(tmp_path, "both-nodes", needle_model,
                                  ["farm-x86", "farm-arm"], depths=(0.2, 0.8)))
     inventory = load_inventory(coord_farm.inventory)
-    url = f"sqlite:///{tmp_path}/farm.db"
-    with Store.open(url) as store:
-        summary = run_experiment(spec, inventory, store)
+    store = Store.open(f"sqlite:///{tmp_path}/farm.db")
+    summary = run_experiment(spec, inventory, store)
     assert (summary.total, summary.skipped, summary.counts["ok"]) == (8, 0, 8), summary
 
-    runs = stored_runs(url, "both-nodes")
+    runs = stored_runs(store, "both-nodes")
     assert len(runs) == 8 and runs["run_key"].is_unique
     assert set(runs["status"]) == {"ok"}
     assert runs.groupby("device_name").size().to_dict() == {"farm-arm": 4, "farm-x86": 4}
@@ -41,8 +40,7 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     assert (runs["overhead_ms"] > 0).all() and (runs["engine_ms"] > 0).all()
     assert (runs["prompt_tokens"] > 100).all()
 
-    with Store.open(url) as store:
-        frames = store.frames("both-nodes")
+    frames = store.frames("both-nodes")
     timings = frames["token_timings"].groupby("run_id").size()
     assert (timings >= 1).all() and len(timings) == 8
     snapshots = frames["snapshots"].groupby("run_id")["phase"].apply(sorted)
@@ -52,12 +50,12 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     assert len(exact) == 4 and (exact["recall"] == 1.0).all(), exact[["text", "expected_answer"]]
 
     # resume: nothing left to do; --force: everything again, still one row per run key
-    with Store.open(url) as store:
-        again = run_experiment(spec, inventory, store)
-        assert (again.skipped, sum(again.counts.values())) == (8, 0)
-        forced = run_experiment(spec, inventory, store, force=True)
-        assert forced.counts["ok"] == 8
-    rerun = stored_runs(url, "both-nodes")
+    again = run_experiment(spec, inventory, store)
+    assert (again.skipped, sum(again.counts.values())) == (8, 0)
+    forced = run_experiment(spec, inventory, store, force=True)
+    assert forced.counts["ok"] == 8
+    rerun = stored_runs(store, "both-nodes")
+    store.close()
     assert len(rerun) == 8 and set(rerun["run_key"]) == set(runs["run_key"])
     assert (rerun["finished_at"].values > runs["finished_at"].values).all()
 
@@ -74,7 +72,7 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
     with Store.open(url) as store:
         summary = run_experiment(spec, inventory, store, ["local"])
         assert summary.counts["failed"] == 2 and summary.complete
-        runs = stored_runs(url, "broken")
+        runs = stored_runs(store, "broken")
         assert set(runs["status"]) == {"failed"}
         assert (runs["exit_code"] != 0).all()
         assert all("safetensors" in e or "model" in e for e in runs["error"]), runs["error"]
@@ -88,9 +86,10 @@ def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_ok_runs(proc: subprocess.Popen, url: str, experiment: str, wanted: int) -> None:
+def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
+                     wanted: int) -> None:
     deadline = time.monotonic() + 180
-    while count_ok(url, experiment) < wanted:
+    while count_ok(store, experiment) < wanted:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the coordinator made no progress"
         time.sleep(0.1)
@@ -102,22 +101,23 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
     spec_path = needle_spec(tmp_path, "killed", needle_model, ["local"],
                             depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
     url = f"sqlite:///{tmp_path}/killed.db"
+    store = Store.open(url)  # creates the schema before the coordinator starts
     proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
                      tmp_path)
     try:
-        wait_for_ok_runs(proc, url, "killed", 2)
+        wait_for_ok_runs(proc, store, "killed", 2)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate()
-    before = stored_runs(url, "killed")
+    before = stored_runs(store, "killed")
     done = set(before.loc[before["status"] == "ok", "run_key"])
     assert 2 <= len(done) < 8
 
-    with Store.open(url) as store:
-        summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
     assert summary.skipped == len(done)
     assert summary.counts["ok"] == 8 - len(done)
-    after = stored_runs(url, "killed")
+    after = stored_runs(store, "killed")
+    store.close()
     assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
     # the runs finished before the kill were kept as they were, not redone
     kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
@@ -129,10 +129,11 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"],
                             depths=(0.1, 0.5, 0.9), ctx=512)
     url = f"sqlite:///{tmp_path}/ctrlc.db"
+    store = Store.open(url)
     proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
                      tmp_path)
     try:
-        wait_for_ok_runs(proc, url, "ctrl-c", 1)
+        wait_for_ok_runs(proc, store, "ctrl-c", 1)
         os.kill(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -140,11 +141,11 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
-    runs = stored_runs(url, "ctrl-c")
+    runs = stored_runs(store, "ctrl-c")
     assert set(runs["status"]) <= {"ok", "interrupted"}
     interrupted = runs[runs["status"] == "interrupted"]
     assert all("interrupted" in e for e in interrupted["error"])
-    with Store.open(url) as store:
-        summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
     assert summary.skipped + summary.counts["ok"] == 6
-    assert set(stored_runs(url, "ctrl-c")["status"]) == {"ok"}
+    assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
+    store.close()
