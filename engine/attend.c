@@ -89,7 +89,14 @@ static void attend_head(LayerJob *job, int h) {
     int record_mass = job->phase != ATTN_BENCH && a->mass;
     int need_probs = record_importance || record_mass;
 
-    if (need_exact) attn_reference(q, kv, layer, kvh, n_pos, exact_out, exact_probs);
+    if (need_exact) {
+        /* exact attention by the same kernel over every block, so that the diagnostics
+         * measure what the selection changes and nothing else (exact vs exact: diff 0) */
+        int *all = a->oracle_sel + (size_t)h * a->n_blocks;
+        int n_all = (n_pos + bs - 1) / bs;
+        for (int b = 0; b < n_all; b++) all[b] = b;
+        attn_blocks(q, kv, layer, kvh, n_pos, all, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs);
+    }
     float *h2o_mass = a->mass ? a->mass + ((size_t)layer * a->n_heads + h) * a->capacity : NULL;
 
     SelectInput in = {

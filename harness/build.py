@@ -10,6 +10,8 @@ through a generated header (``-include lmc_build.h``) so that ``lmc info`` can r
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -226,7 +228,7 @@ def write_ninja(build_dir: Path, sources: list[Path], cc: tuple[str, ...], cflag
         "  deps = gcc",
         "  description = CC $out",
         "rule link",
-        "  command = $cc $in -o $out $ldflags",
+        "  command = $cc $in -o $out.tmp $ldflags && mv -f $out.tmp $out",
         "  description = LINK $out",
     ]
     objects = []
@@ -250,6 +252,16 @@ def write_build_header(build_dir: Path, values: dict[str, str]) -> None:
     text = "\n".join(body) + "\n"
     if not header.exists() or header.read_text() != text:
         header.write_text(text)
+
+
+@contextlib.contextmanager
+def build_lock(build_dir: Path):
+    with open(build_dir / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def run_ninja(build_dir: Path) -> str:
@@ -291,24 +303,28 @@ def build_engine(
         build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
         build_dir = build_root / f"{target}-{variant}-{build_key}"
         binary = build_dir / "lmc"
-        rebuilt = not binary.exists()
-        if rebuilt:
-            (build_dir / "obj").mkdir(parents=True, exist_ok=True)
-            # Sources are copied so that the build directory is self-contained and a
-            # revision's sources outlive the temporary checkout.
-            src_copy = build_dir / "src"
-            src_copy.mkdir(exist_ok=True)
-            for path in sources:
-                shutil.copy2(path, src_copy / path.name)
-            copied = [src_copy / p.name for p in sources]
-            write_build_header(build_dir, {
-                "LMC_SOURCE_HASH": src_hash,
-                "LMC_COMPILER": compiler_version,
-                "LMC_FLAGS": " ".join(cflags + ldflags),
-                "LMC_TARGET": target,
-            })
-            write_ninja(build_dir, copied, toolchain.cc, cflags, ldflags)
-            run_ninja(build_dir)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        # Several processes (parallel test sessions, Ray workers) may build the same key at
+        # once: one builds, the others wait and then find the finished binary.
+        with build_lock(build_dir):
+            rebuilt = not binary.exists()
+            if rebuilt:
+                (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+                # Sources are copied so that the build directory is self-contained and a
+                # revision's sources outlive the temporary checkout.
+                src_copy = build_dir / "src"
+                src_copy.mkdir(exist_ok=True)
+                for path in sources:
+                    shutil.copy2(path, src_copy / path.name)
+                copied = [src_copy / p.name for p in sources]
+                write_build_header(build_dir, {
+                    "LMC_SOURCE_HASH": src_hash,
+                    "LMC_COMPILER": compiler_version,
+                    "LMC_FLAGS": " ".join(cflags + ldflags),
+                    "LMC_TARGET": target,
+                })
+                write_ninja(build_dir, copied, toolchain.cc, cflags, ldflags)
+                run_ninja(build_dir)
     record = BuildRecord(
         target=target,
         variant=variant,

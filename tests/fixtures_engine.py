@@ -147,7 +147,8 @@ def hf_reference(model_dir: Path, ids: list[int], max_new: int):
     with torch.no_grad():
         prompt = torch.tensor([ids])
         logits = model(prompt).logits[0].numpy()
-        out = model.generate(prompt, max_new_tokens=max_new, do_sample=False, min_new_tokens=max_new)
+        out = model.generate(prompt, max_new_tokens=max_new, min_new_tokens=max_new,
+                             do_sample=False)
     return logits, out[0, len(ids):].tolist()
 
 

@@ -51,7 +51,8 @@ def prompt(tmp_path):
 
 
 def generate(lmc_asan, model, prompt, *extra):
-    return run_lmc(lmc_asan, "generate", "--model", model, "--prompt", prompt, "--max-new", 2, *extra)
+    return run_lmc(lmc_asan, "generate", "--model", model, "--prompt", prompt, "--max-new", 2,
+                   *extra)
 
 
 def edit_header(model: Path, edit) -> None:
@@ -88,7 +89,8 @@ def test_corrupt_config(lmc_asan, broken, prompt, text, expected):
     ("num_attention_heads", 3, "not a multiple of num_key_value_heads"),
     ("head_dim", 23, "must be even"),
     ("vocab_size", -5, "'vocab_size' must be an integer"),
-    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4}, "rope_type 'yarn' is not supported"),
+    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4},
+     "rope_type 'yarn' is not supported"),
 ])
 def test_bad_config_values(lmc_asan, broken, prompt, key, value, expected):
     cfg = json.loads((broken / "config.json").read_text())
@@ -139,7 +141,8 @@ def test_size_mismatch(lmc_asan, broken, prompt):
         begin, end = header["model.norm.weight"]["data_offsets"]
         header["model.norm.weight"]["data_offsets"] = [begin, end - 2]
     edit_header(broken, edit)
-    assert_input_error(generate(lmc_asan, broken, prompt), "holds 126 bytes but shape x dtype BF16 needs 128")
+    assert_input_error(generate(lmc_asan, broken, prompt),
+                       "holds 126 bytes but shape x dtype BF16 needs 128")
 
 
 @pytest.mark.parametrize("dtype, expected", [
@@ -158,7 +161,8 @@ def test_shape_mismatch(lmc_asan, broken, prompt):
         header["model.layers.0.self_attn.k_proj.weight"]["shape"] = [64, 48]
     edit_header(broken, edit)
     assert_input_error(generate(lmc_asan, broken, prompt),
-                       "'model.layers.0.self_attn.k_proj.weight' has shape [64, 48], config needs [48, 64]")
+                       "'model.layers.0.self_attn.k_proj.weight' has shape [64, 48], "
+                       "config needs [48, 64]")
 
 
 @pytest.mark.parametrize("name", ["model.layers.1.mlp.up_proj.weight", "lm_head.weight"])
@@ -174,7 +178,8 @@ def test_missing_tensor(lmc_asan, broken, prompt, name):
 
 def test_token_id_out_of_vocab(lmc_asan, tiny_model, tmp_path):
     bad = write_tokens(tmp_path / "p.txt", [1, 320])
-    assert_input_error(generate(lmc_asan, tiny_model(MODEL), bad), "token 1 has id 320, not below the vocabulary size 320")
+    assert_input_error(generate(lmc_asan, tiny_model(MODEL), bad),
+                       "token 1 has id 320, not below the vocabulary size 320")
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -190,7 +195,8 @@ def test_bad_prompt_file(lmc_asan, tiny_model, tmp_path, text, expected):
 
 
 def test_missing_prompt_file(lmc_asan, tiny_model, tmp_path):
-    assert_input_error(generate(lmc_asan, tiny_model(MODEL), tmp_path / "absent.txt"), "cannot open")
+    proc = generate(lmc_asan, tiny_model(MODEL), tmp_path / "absent.txt")
+    assert_input_error(proc, "cannot open")
 
 
 def test_prompt_longer_than_context(lmc_asan, tiny_model, tmp_path):
@@ -275,7 +281,8 @@ def test_fuzz_target_builds_and_runs(tmp_path):
         pytest.skip(f"clang has no libFuzzer here: {build.stderr[-200:]}")
     assert build.returncode == 0, build.stderr
     corpus = tmp_path / "corpus"
-    subprocess.run([sys.executable, str(engine / "fuzz" / "make_corpus.py"), str(corpus)], check=True)
+    subprocess.run([sys.executable, str(engine / "fuzz" / "make_corpus.py"), str(corpus)],
+                   check=True)
     run = subprocess.run([str(binary), "-runs=3000", "-max_len=8192", str(corpus)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

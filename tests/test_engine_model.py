@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_engine import QEMU_AARCH64, TINY_SPECS, hf_reference, lmc_json, run_lmc, write_tokens
+from fixtures_engine import QEMU_AARCH64, TINY_SPECS, hf_reference, lmc_json, write_tokens
 
 MAX_NEW = 32
 # q8 tolerances (documented in engine/README.md): max |logit difference| relative to max |logit|
@@ -52,7 +52,8 @@ def test_matches_transformers(lmc, tiny_model, tmp_path, name):
     assert out["prompt_tokens"] == len(ids)
     assert out["config"]["model_config"]["head_dim"] == spec.head_dim
     assert out["config"]["model_config"]["tied_embeddings"] == spec.tied
-    assert out["config"]["model_config"]["weights_dtype"] == ("BF16" if spec.dtype == "bfloat16" else "F32")
+    file_dtype = "BF16" if spec.dtype == "bfloat16" else "F32"
+    assert out["config"]["model_config"]["weights_dtype"] == file_dtype
     logits = logits.reshape(len(ids), spec.vocab)
     assert rel_err(logits, ref_logits) < 1e-4
     assert out["tokens"] == ref_tokens
