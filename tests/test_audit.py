@@ -189,3 +189,66 @@ def test_claim_without_id_is_named_by_position(tmp_path: Path) -> None:
     path = claims_file(tmp_path, 'source = "x"\n[[claim]]\nstatement = "s"\nmetric = "recall"\n')
     with pytest.raises(ReportInputError, match=r"claim #1: key 'id': required"):
         load_claims(path)
+
+
+ATTN_CLAIMS = """
+source = "test"
+
+[experiment.audit-test-attn]
+repeats = 2
+warmups = 0
+[experiment.audit-test-attn.engine.policy.exact]
+[experiment.audit-test-attn.engine.policy.sparse]
+k = 4
+[[experiment.audit-test-attn.workload]]
+kind = "attn-bench"
+ctx = 1024
+heads = 4
+kv_heads = 2
+head_dim = 64
+runs = 3
+
+[[claim]]
+id = "sparse-faster"
+statement = "sparse k = 4 attention takes less than exact at 1024 tokens"
+metric = "time_ratio"
+expected = 0.5
+tolerance = 0.5
+experiment = "audit-test-attn"
+measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 4 }, field = "attn_median_ms" }
+
+[[claim]]
+id = "other-model"
+statement = "a number from a model we cannot run"
+metric = "reported"
+quantity = "something"
+fair = { model = "MiniCPM5-2B" }
+"""
+
+
+def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
+                                        capsys: pytest.CaptureFixture) -> None:
+    from harness.cli import main
+
+    path = claims_file(tmp_path, ATTN_CLAIMS)
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{tmp_path}/work"\n')
+    argv = ["--db", f"sqlite:///{tmp_path}/cli.db", "audit", str(path), "--inventory",
+            str(inventory), "--ray-address", ray_address, "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "4 runs in the matrix, 0 already done, 4 ok" in first
+    assert "other-model" in first and "MiniCPM5-2B" in first
+    verdicts = json.loads((tmp_path / "out" / "audit.json").read_text())
+    timed = verdicts[0]
+    assert timed["verdict"] in ("reproduced", "not reproduced") and timed["measured"] > 0
+    assert len(timed["evidence"]) == 4
+    assert verdicts[1]["verdict"] == "not comparable"
+
+    assert main(argv) == 0  # stored runs are reused: nothing runs twice
+    assert "4 already done, 0 ok" in capsys.readouterr().out
+
+    broken = claims_file(tmp_path, ATTN_CLAIMS.replace("ctx = 1024", "ctx = 0"))
+    assert main(["--db", f"sqlite:///{tmp_path}/cli.db", "audit", str(broken)]) == 2
+    error = capsys.readouterr().err
+    assert "claims.toml#experiment.audit-test-attn" in error and "ctx" in error

@@ -76,7 +76,11 @@ def _is_table_array(value: Any) -> bool:
 def compose_spec(name: str, fragment: dict[str, Any], model: Path, devices: list[str],
                  claims_path: Path) -> Spec:
     """A full spec from a claims file's experiment fragment; errors name the claims file."""
-    table = {"name": name, "model": str(model.resolve()), "devices": devices, **fragment}
+    table: dict[str, Any] = {"name": name, "devices": devices}
+    kinds = {w.get("kind") for w in fragment.get("workload", []) if isinstance(w, dict)}
+    if kinds - {"attn-bench"}:  # attn-bench runs on synthetic data and needs no model
+        table["model"] = str(model.resolve())
+    table.update(fragment)
     text = "\n".join(toml_table("", table)) + "\n"
     where = claims_path.parent / f"{claims_path.name}#experiment.{name}"
     return parse_spec(text, where)
