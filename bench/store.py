@@ -5,7 +5,7 @@
 Each repeat saves rows/per-run runs (each with per-run token timings, one transaction per run)
 into a fresh SQLite file (or the given URL, emptied first) and reports the token-timing rows per
 second over the whole repeat. Prints the median, min and max over the repeats, and the rows per
-CPU second (robust to other load on the machine).
+CPU second (robust to other load on the machine) and how fast frames() reads the rows back.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def make_results(store: Store, runs: int, per_run: int, tag: str) -> list[RunRes
                       token_timings=timings) for n in range(runs)]
 
 
-def one_repeat(url: str | None, runs: int, per_run: int, tag: str) -> tuple[float, float]:
-    """(rows per wall second, rows per CPU second of this process) for one repeat."""
+def one_repeat(url: str | None, runs: int, per_run: int,
+               tag: str) -> tuple[float, float, float]:
+    """Rows per wall second and per CPU second of saving, and rows per second of frames()."""
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(url or f"sqlite:///{tmp}/bench.db")
         try:
@@ -47,9 +48,12 @@ def one_repeat(url: str | None, runs: int, per_run: int, tag: str) -> tuple[floa
                 store.save_run(result)
             elapsed = time.perf_counter() - start
             cpu = time.process_time() - cpu_start
+            start = time.perf_counter()
+            store.frames(f"bench-{tag}")
+            read = time.perf_counter() - start
         finally:
             store.close()
-    return runs * per_run / elapsed, runs * per_run / cpu
+    return runs * per_run / elapsed, runs * per_run / cpu, runs * per_run / read
 
 
 def main() -> None:
@@ -61,8 +65,9 @@ def main() -> None:
     args = parser.parse_args()
     runs = max(1, args.rows // args.per_run)
     measured = [one_repeat(args.db, runs, args.per_run, f"r{i}") for i in range(args.repeats)]
-    rates = [wall for wall, _ in measured]
-    cpu_rates = [cpu for _, cpu in measured]
+    rates = [wall for wall, _, _ in measured]
+    cpu_rates = [cpu for _, cpu, _ in measured]
+    read_rates = [read for _, _, read in measured]
     print(f"store bulk insert: {runs} runs x {args.per_run} token timings = "
           f"{runs * args.per_run} rows per repeat, {args.repeats} repeats, "
           f"db={args.db or 'sqlite (fresh file, WAL)'}")
@@ -71,6 +76,8 @@ def main() -> None:
     # On a loaded machine wall time includes waiting for a core; CPU time does not (but it
     # leaves out the database server's own work when the database is not SQLite).
     print(f"rows per CPU second of this process: median {statistics.median(cpu_rates):,.0f}")
+    print(f"frames(experiment) read-back: median {statistics.median(read_rates):,.0f} "
+          "token-timing rows/s")
 
 
 if __name__ == "__main__":

