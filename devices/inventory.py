@@ -92,6 +92,12 @@ def _name(value: Any) -> str:
     return value
 
 
+def _user(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z", value):
+        raise ValueError("a user name (letters, digits, '.', '_', '-')")
+    return value
+
+
 def _host(value: Any) -> str:
     text = _string(value)
     if not re.match(r"[A-Za-z0-9._:-]+\Z", text) or text.startswith("-"):
@@ -166,7 +172,7 @@ KEYS: dict[str, Callable[[Any], Any]] = {
     "name": _name,
     "host": _host,
     "port": _int_in(1, 65535),
-    "user": _name,
+    "user": _user,
     "key": _string,
     "arch": _arch,
     "class": _name,

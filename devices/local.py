@@ -11,7 +11,7 @@ from pathlib import Path
 
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device
-from devices.transport import CommandResult, Transport
+from devices.transport import CommandResult, Transport, describe
 
 
 class LocalTransport(Transport):
@@ -47,7 +47,8 @@ class LocalTransport(Transport):
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.communicate()
-            message = f"{argv[0]} ran past its {timeout:g} s timeout; its process group was killed"
+            message = (f"`{describe(argv)}` ran past its {timeout:g} s timeout; its process "
+                       "group was killed")
             raise CommandTimeout(self.device.name, message) from None
         return CommandResult(proc.returncode if proc.returncode >= 0 else -1,
                              out.decode(errors="replace"), err.decode(errors="replace"),

@@ -36,6 +36,7 @@ from devices.transport import (
     GRACE_S,
     CommandResult,
     Transport,
+    describe,
     remote_shell_command,
 )
 
@@ -223,16 +224,17 @@ class SSHTransport(Transport):
                     for chunk in iter(lambda: f.read(1 << 16), b""):
                         channel.sendall(chunk)
             channel.shutdown_write()
-            exit_code, out, err = self._collect(channel, argv[0], start + timeout + GRACE_S)
+            exit_code, out, err = self._collect(channel, describe(argv), start + timeout + GRACE_S)
         except DeviceError:
             raise
         except TRANSIENT as exc:
-            message = f"connection to {self.device.address} lost while running {argv[0]}: {exc}"
+            message = (f"connection to {self.device.address} lost while running "
+                       f"`{describe(argv)}`: {exc}")
             raise DeviceUnreachable(self.device.name, message) from exc
         wall = time.monotonic() - start
         if exit_code in TIMEOUT_EXIT_CODES and wall >= timeout:
-            raise CommandTimeout(self.device.name, f"{argv[0]} ran past its {timeout:g} s timeout; "
-                                                   "its process group was killed")
+            raise CommandTimeout(self.device.name, f"`{describe(argv)}` ran past its {timeout:g} s "
+                                                   "timeout; its process group was killed")
         return CommandResult(exit_code, out.decode(errors="replace"),
                              err.decode(errors="replace"), wall)
 
@@ -258,14 +260,14 @@ class SSHTransport(Transport):
                 channel.status_event.wait(POLL_S)
             if time.monotonic() > deadline:
                 channel.close()
-                raise CommandTimeout(self.device.name, f"{what} gave no exit status before its "
-                                                       "deadline; the channel was closed")
+                raise CommandTimeout(self.device.name, f"`{what}` gave no exit status before "
+                                                       "its deadline; the channel was closed")
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(1 << 16)
         transport = channel.get_transport()
         if channel.exit_status == -1 and (transport is None or not transport.is_active()):
             raise DeviceUnreachable(self.device.name, f"connection to {self.device.address} "
-                                                      f"lost while running {what}")
+                                                      f"lost while running `{what}`")
         return channel.exit_status, bytes(out), bytes(err)
 
     # -- files --------------------------------------------------------------------------------

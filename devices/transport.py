@@ -68,6 +68,12 @@ def remote_shell_command(workdir: str, argv: list[str], timeout: float) -> str:
     return f"{{ cd {wd} 2>/dev/null || mkdir -p {wd}; }} && cd {wd} && exec {shlex.join(limited)}"
 
 
+def describe(argv: list[str], limit: int = 120) -> str:
+    """A command for an error message: shell-quoted, shortened."""
+    text = shlex.join(map(str, argv))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class Transport(ABC):
     """A connection to one device. Use as a context manager or call ``close()``."""
 

@@ -15,7 +15,7 @@ GOOD = """
 name = "rk1"
 host = "10.0.0.21"
 port = 2222
-user = "bench"
+user = "bench_user"
 key = "keys/id_ed25519"
 arch = "aarch64"
 class = "rk3588"
@@ -54,7 +54,7 @@ def test_good_inventory_loads_with_defaults_and_resolved_paths(tmp_path: Path) -
     assert inv.names() == ["local", "rk1", "rk2", "x86-1"]
     rk1 = inv.get("rk1")
     assert (rk1.host, rk1.port, rk1.user, rk1.cls, rk1.cpus) == (
-        "10.0.0.21", 2222, "bench", "rk3588", [4, 5, 6, 7])
+        "10.0.0.21", 2222, "bench_user", "rk3588", [4, 5, 6, 7])
     assert rk1.key == tmp_path / "keys" / "id_ed25519"  # relative to the inventory file
     assert rk1.resources == {"gateway-a": 1.0}
     assert rk1.engine_threads == 4
