@@ -151,7 +151,8 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
         verdict.reason = f"measured {measurement.value:.4g}, within {expected}{detail}"
     else:
         verdict.verdict = NOT_REPRODUCED
-        verdict.reason = f"measured {measurement.value:.4g}, outside {expected}{detail}"
+        side = "below" if measurement.value < claim.expected else "above"
+        verdict.reason = f"measured {measurement.value:.4g}, {side} {expected}{detail}"
     return verdict
 
 
