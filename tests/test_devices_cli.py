@@ -49,3 +49,14 @@ def test_check_rejects_a_malformed_binary_option(farm, capsys) -> None:
     argv = ["devices", "check", "--inventory", str(farm.inventory_path), "--binary", "mips=/x"]
     assert main(argv) == 2
     assert "--binary 'mips=/x': expected ARCH=PATH" in capsys.readouterr().err
+
+
+def test_check_builds_and_runs_the_real_engine_on_both_nodes(farm, engine_build,
+                                                             engine_build_aarch64, capsys) -> None:
+    # The engine fixtures build first; the command's own build_engine calls then reuse them.
+    argv = ["devices", "check", "--json", "--inventory", str(farm.inventory_path),
+            "farm-x86", "farm-arm"]
+    assert main(argv) == 0
+    reports = json.loads(capsys.readouterr().out)
+    details = {r["device"]: r["checks"][-1]["detail"] for r in reports}
+    assert "arch x86_64" in details["farm-x86"] and "arch aarch64" in details["farm-arm"]
