@@ -49,14 +49,25 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     exact = outcomes[outcomes["policy"] == "exact"]
     assert len(exact) == 4 and (exact["recall"] == 1.0).all(), exact[["text", "expected_answer"]]
 
-    # resume: nothing left to do; --force: everything again, still one row per run key
-    again = run_experiment(spec, inventory, store)
-    assert (again.skipped, sum(again.counts.values())) == (8, 0)
-    forced = run_experiment(spec, inventory, store, force=True)
-    assert forced.counts["ok"] == 8
-    rerun = stored_runs(store, "both-nodes")
     store.close()
-    assert len(rerun) == 8 and set(rerun["run_key"]) == set(runs["run_key"])
+
+
+def test_resume_skips_ok_runs_and_force_redoes_them(ray_address: str, needle_model: Path,
+                                                    tmp_path: Path) -> None:
+    spec = load_spec(needle_spec(tmp_path, "resume", needle_model, ["local"]))
+    inventory = load_inventory(None)
+    store = Store.open(f"sqlite:///{tmp_path}/resume.db")
+    first = run_experiment(spec, inventory, store, ["local"])
+    assert (first.total, first.counts["ok"]) == (2, 2)
+    runs = stored_runs(store, "resume")
+    again = run_experiment(spec, inventory, store, ["local"])
+    assert (again.skipped, sum(again.counts.values())) == (2, 0)
+    assert stored_runs(store, "resume")["finished_at"].tolist() == runs["finished_at"].tolist()
+    forced = run_experiment(spec, inventory, store, ["local"], force=True)
+    assert (forced.skipped, forced.counts["ok"]) == (0, 2)
+    rerun = stored_runs(store, "resume")
+    store.close()
+    assert len(rerun) == 2 and rerun["run_key"].tolist() == runs["run_key"].tolist()
     assert (rerun["finished_at"].values > runs["finished_at"].values).all()
 
 
