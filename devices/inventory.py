@@ -305,8 +305,10 @@ def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
         raise fail("threads", f"{values['threads']} threads exceed the {len(values['cpus'])} "
                               "pinned cpus")
 
-    base = local_device() if is_local else None
-    device = base or Device(name=values["name"], arch=values["arch"], cls=values["arch"])
+    if is_local:
+        device = local_device()
+    else:
+        device = Device(name=values["name"], arch=values["arch"], cls=values["arch"])
     for key, value in values.items():
         if key in PATH_KEYS:
             value = _local_path(path, value)
