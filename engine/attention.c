@@ -37,10 +37,23 @@ void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_po
         int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
         if (p0 >= p1) continue;
         float bmax = -INFINITY;
-        for (int p = p0; p < p1; p++) {
-            float s = kv_key_dot(kv, layer, p, kvh, q) * scale;
-            scratch[p - p0] = s;
-            if (s > bmax) bmax = s;
+        if (!kv->q8) {
+            /* f32 rows of one KV head are kv_dim floats apart: walk them by pointer and
+             * prefetch ahead, since each row usually sits on a different page */
+            size_t stride = (size_t)kv->kv_dim;
+            const float *k = kv->k + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
+            for (int p = p0; p < p1; p++, k += stride) {
+                __builtin_prefetch(k + 4 * stride);
+                float s = dot_f32(q, k, D) * scale;
+                scratch[p - p0] = s;
+                if (s > bmax) bmax = s;
+            }
+        } else {
+            for (int p = p0; p < p1; p++) {
+                float s = kv_key_dot(kv, layer, p, kvh, q) * scale;
+                scratch[p - p0] = s;
+                if (s > bmax) bmax = s;
+            }
         }
         if (bmax > m) {
             /* new running max: rescale what was accumulated so far (exp(-inf) = 0 at start) */
@@ -52,7 +65,14 @@ void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_po
         for (int p = p0; p < p1; p++) {
             float e = expf(scratch[p - p0] - m);
             l += e;
-            kv_value_axpy(kv, layer, p, kvh, e, out);
+            if (!kv->q8) {
+                size_t stride = (size_t)kv->kv_dim;
+                const float *v = kv->v + kv_index(kv, layer, p) * stride + (size_t)kvh * D;
+                __builtin_prefetch(v + 4 * stride);
+                axpy_f32(out, e, v, D);
+            } else {
+                kv_value_axpy(kv, layer, p, kvh, e, out);
+            }
             if (probs) probs[p] = scratch[p - p0];
         }
     }
