@@ -56,7 +56,11 @@ class Table:
 
     @property
     def shown(self) -> pd.DataFrame:
-        return self.data if self.display is None else self.display
+        """What people see: the display table, without columns that are empty everywhere."""
+        frame = self.data if self.display is None else self.display
+        empty = [c for c in frame.columns if frame[c].map(
+            lambda v: v is None or v == "" or (isinstance(v, float) and pd.isna(v))).all()]
+        return frame.drop(columns=empty) if len(frame) else frame
 
 
 @dataclass
@@ -68,6 +72,11 @@ class Section:
     figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, svg)
     html_extra: str = ""  # pre-rendered HTML (e.g. the audit)
     markdown_extra: str = ""
+    always: bool = False  # shown even when empty (manifest, failures: "none" is news)
+
+    def has_content(self) -> bool:
+        return (self.always or bool(self.figures) or bool(self.html_extra)
+                or any(not t.data.empty for t in self.tables))
 
 
 def _select(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -138,11 +147,17 @@ def timing_display(timings: pd.DataFrame) -> pd.DataFrame:
             shown[f"{title} CV"] = "" if cv is None or pd.isna(cv) else f"{100 * cv:.1f} %"
         shown["flags"] = row.get("flags") or ""
         rows.append(shown)
-    frame = pd.DataFrame(rows)
-    empty = [c for c in frame.columns if c != "flags" and
-             frame[c].map(lambda v: v is None or v == "" or (isinstance(v, float) and pd.isna(v)))
-             .all()]
-    return frame.drop(columns=empty)
+    return pd.DataFrame(rows)
+
+
+def builds_display(builds: pd.DataFrame) -> pd.DataFrame:
+    """Builds with hashes cut to 16 characters and flags as one line (the CSV has them whole)."""
+    shown = builds.copy()
+    for column in ("source_hash", "binary_sha256", "revision"):
+        shown[column] = shown[column].map(lambda v: str(v)[:16])
+    shown["cflags"] = shown["cflags"].map(lambda v: " ".join(json.loads(v))
+                                          if isinstance(v, str) and v.startswith("[") else v)
+    return shown
 
 
 TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/token"),
@@ -157,14 +172,16 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
     latency = aggregate.latency_table(runs)
     selection = aggregate.selection_table(runs)
     timings = aggregate.timing_table(runs)
+    builds = aggregate.builds_table(runs)
     counts = ", ".join(f"{n} {s}" for s, n in manifest(data)["run_counts"].items())
     return [
         Section("manifest", "Manifest",
                 f"{len(runs)} runs ({counts}). Spec sha256 {data.spec_hash}. The engine builds, "
                 "models and devices below identify every run; manifest.json lists the workloads "
                 "and a `benchfarm reproduce` line per cell.",
-                tables=[Table("builds", aggregate.builds_table(runs)),
-                        Table("devices", aggregate.devices_table(runs, data.snapshots))]),
+                tables=[Table("builds", builds, builds_display(builds)),
+                        Table("devices", aggregate.devices_table(runs, data.snapshots))],
+                always=True),
         Section("needle", "Needle in a haystack",
                 "Recall (mean over seeds and repeats) per context length and needle depth; one "
                 "grid per engine config and device.",
@@ -192,7 +209,7 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
                 "failed runs.",
                 tables=[Table("timings", timings, timing_display(timings))]),
         Section("failures", "Failed and unfinished runs",
-                tables=[Table("failures", aggregate.failures_table(runs))]),
+                tables=[Table("failures", aggregate.failures_table(runs))], always=True),
     ]
 
 
@@ -211,6 +228,8 @@ def _html_page(title: str, sections: list[Section]) -> str:
         body.append(section.html_extra)
         for table in section.tables:
             shown = table.shown
+            if shown.empty and not section.always:
+                continue
             html = to_html(shown, f"table-{table.name}")
             if len(shown) > COLLAPSE_ROWS:  # long tables fold away; the figures summarise them
                 html = (f"<details><summary>{escape(table.name)} ({len(shown)} rows, "
@@ -239,6 +258,8 @@ def _markdown(title: str, sections: list[Section]) -> str:
         if section.markdown_extra:
             out.append(section.markdown_extra)
         for table in section.tables:
+            if table.data.empty and not section.always:
+                continue
             out.append(f"### {table.name}\n")
             out.append(to_markdown(table.shown))
     return "\n".join(out)
@@ -254,6 +275,7 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     data = aggregate.load_experiment(store, experiment)
     sections = build_sections(data) + list(extra_sections or [])
+    shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"
     files: dict[str, Path] = {}
     write_csv(_select(data.runs, RUN_COLUMNS), out / "runs.csv")
@@ -262,10 +284,10 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
         for table in section.tables:
             write_csv(table.data, out / f"{table.name}.csv")
             files[f"{table.name}.csv"] = out / f"{table.name}.csv"
-    (out / "report.md").write_text(_markdown(title, sections), encoding="utf-8")
+    (out / "report.md").write_text(_markdown(title, shown), encoding="utf-8")
     files["report.md"] = out / "report.md"
     index = out / "index.html"
-    index.write_text(_html_page(title, sections), encoding="utf-8")
+    index.write_text(_html_page(title, shown), encoding="utf-8")
     files["index.html"] = index
     document = manifest(data)
     document["files"] = {name: _sha256(path) for name, path in sorted(files.items())}
