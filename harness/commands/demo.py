@@ -41,8 +41,8 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
         return runs
     outcomes = frames["outcomes"][["run_id", "recall"]].rename(columns={"run_id": "id"})
     rows = runs.merge(outcomes, on="id", how="left")
-    rows["k"] = rows["k"].astype("Int64").astype(str).replace("<NA>", "-")
-    grouped = rows.groupby(["device_name", "policy", "k"], sort=True)
+    rows["k"] = rows["k"].astype("Int64")
+    grouped = rows.groupby(["device_name", "policy", "k"], sort=True, dropna=False)
     table = pd.DataFrame({
         "runs": grouped.size(),
         "ok": grouped["status"].apply(lambda s: int((s == "ok").sum())),
