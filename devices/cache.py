@@ -115,7 +115,7 @@ def local_sha256(path: Path) -> str:
     return _hash_memo[key]
 
 
-def _describe(path: Path) -> _LocalFile:
+def _local_file(path: Path) -> _LocalFile:
     return _LocalFile(path, local_sha256(path), path.stat().st_size)
 
 
@@ -183,7 +183,7 @@ def push_file(transport: Transport, local_path: Path) -> str:
     if not local_path.is_file():
         raise TransferFailed(transport.device.name, f"cannot push {local_path}: not a file")
     before = transport.bytes_sent
-    f = _describe(local_path)
+    f = _local_file(local_path)
     status = _ensure_blobs(transport, [f])[f.sha256]
     remote = transport.path("cache", f.sha256)
     transport.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
@@ -201,7 +201,7 @@ def tree_manifest(local_dir: Path, device: str) -> list[tuple[str, _LocalFile]]:
             rel = path.relative_to(local_dir).as_posix()
             if not path.is_file():
                 raise TransferFailed(device, f"cannot push {path}: not a regular file")
-            entries.append((rel, _describe(path)))
+            entries.append((rel, _local_file(path)))
     return sorted(entries, key=lambda e: e[0])
 
 
