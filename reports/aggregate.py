@@ -172,7 +172,7 @@ def _groups(frame: pd.DataFrame, keys: list[str]):
     return frame.groupby(keys, dropna=False, sort=True)
 
 
-def _merge_flags(values: pd.Series) -> str:
+def merge_flags(values: pd.Series) -> str:
     seen: dict[str, None] = {}
     for text in values:
         for flag in str(text or "").split("; "):
@@ -201,7 +201,7 @@ def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
         timing_columns = TIMINGS + ("attn_median_ms",)
         for column in timing_columns:
             row |= _summary_columns(column.removesuffix("_per_token"), ok[column])
-        flags = [_merge_flags(cell["flags"])]
+        flags = [merge_flags(cell["flags"])]
         # The harness's own overhead is not a measurement of the engine: not flagged.
         noisy = [c.removesuffix("_per_token") for c in timing_columns if c != "overhead_ms"
                  and (row[f"{c.removesuffix('_per_token')}_cv"] or 0) > CV_FLAG]
@@ -292,7 +292,7 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
             "decode_cv": decode.cv if decode else None,
             "attn_ms": attn.median if attn else None,
             "rest_ms": rest.median if rest else None,
-            "n": len(cell), "flags": _merge_flags(cell["flags"]),
+            "n": len(cell), "flags": merge_flags(cell["flags"]),
         })
     columns = keys + ["decode_ms", "decode_min", "decode_max", "decode_cv", "attn_ms", "rest_ms",
                       "n", "flags"]
@@ -357,7 +357,7 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
             "cpu": str(fingerprint.get("cpu_model") or fingerprint.get("cpu") or ""),
             "kernel": str(fingerprint.get("kernel") or ""),
             "fingerprint_sha256": _fingerprint_hash(fingerprint),
-            "runs": len(cell), "flags": _merge_flags(cell["flags"]),
+            "runs": len(cell), "flags": merge_flags(cell["flags"]),
         })
     columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "fingerprint_sha256",
                "runs", "flags"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import first_divergence, flatten_runs
+from reports.aggregate import first_divergence, flatten_runs, merge_flags
 from reports.aggregate import generated_tokens as tokens
 from reports.errors import ReportInputError
 from reports.render import CSS
@@ -30,7 +30,7 @@ POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
 MIN_RUN_SAMPLES = 4
 STEP_FIELDS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "attn_ms"}
 COLUMNS = POINT[1:] + ["config", "device", "n_a", "n_b", "samples", "median_a", "median_b",
-                       "ratio", "p_value", "change", "tokens"]
+                       "ratio", "p_value", "change", "tokens", "flags"]
 
 
 @dataclass
@@ -125,7 +125,14 @@ def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric
         "median_a": pd.Series(sample_a).median() if sample_a else None,
         "median_b": pd.Series(sample_b).median() if sample_b else None,
         "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
-        "tokens": _tokens_text(cell_a, cell_b)}
+        "tokens": _tokens_text(cell_a, cell_b), "flags": _side_flags(cell_a, cell_b)}
+
+
+def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
+    """Why either side's timings deserve distrust (emulated, governor, throttling)."""
+    parts = [f"{side}: {flags}" for side, flags in (("A", merge_flags(cell_a["flags"])),
+                                                    ("B", merge_flags(cell_b["flags"]))) if flags]
+    return "; ".join(parts)
 
 
 def _plain(key: tuple) -> tuple:
@@ -146,9 +153,8 @@ def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame(columns=COLUMNS)
     table = table.rename(columns={"base_config": "config"})
-    if "device" not in table:
-        table["device"] = ""
-    return table[COLUMNS]
+    columns = [c for c in COLUMNS if c in table.columns]  # no device column across devices
+    return table[columns]
 
 
 def aa_table(runs: pd.DataFrame, metric: str, steps: pd.DataFrame,
@@ -198,7 +204,7 @@ def terminal_table(comparison: Comparison) -> str:
                                           else f"{v:.4g}")
     shown = shown.rename(columns={"median_a": f"A {comparison.a.text}",
                                   "median_b": f"B {comparison.b.text}"})
-    shown = shown.dropna(axis=1, how="all")
+    shown = shown.loc[:, [c for c in shown.columns if shown[c].astype(str).str.len().any()]]
     text = shown.to_string(index=False, na_rep="") if len(shown) else "(no common configs)"
     note = (f"\nsignificance: Mann-Whitney U, alpha 0.05; with runs only, {MIN_RUN_SAMPLES}+ "
             f"per side are needed (min p for 3 vs 3 is {min_p_value(3, 3):.2f})")
