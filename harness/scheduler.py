@@ -16,6 +16,7 @@ Ctrl-C stores the in-flight runs as interrupted before the actors go.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -49,6 +50,18 @@ from harness.spec import WORKTREE
 LOCAL_NODE_IP = os.environ.get("BENCHFARM_RAY_NODE_IP", "127.0.0.2")
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a GCS address nothing listens on (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", ray:// client addresses: left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RunFailure(f"--ray-address {address}: no Ray cluster answers there ({exc})"
+                         ) from None
+
+
 @contextmanager
 def ray_session(address: str | None, resources: dict[str, float] | None = None) -> Iterator[None]:
     """Join ``address``, or start a local Ray instance declaring the inventory's resources.
@@ -60,6 +73,7 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
         return
     try:
         if address:
+            check_reachable(address)
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
