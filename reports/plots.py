@@ -106,11 +106,9 @@ def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     step = min((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw),
                default=10 * magnitude)
     start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 10))
-        value += step
+    ticks = [round(start, 10)]
+    while ticks[-1] < high - step * 1e-9:  # the last tick is at or above the highest value
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 

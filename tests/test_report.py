@@ -139,3 +139,23 @@ def test_report_renders_in_headless_chromium(known: Store, tmp_path: Path) -> No
     assert dom.stdout.count('class="cell"') == 9 + 4 * 6 + 1
     assert 'class="series"' in dom.stdout and 'class="bar"' in dom.stdout
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_line_chart_keeps_every_point_inside_the_plot() -> None:
+    import re
+
+    from reports.plots import Axes, Series, heat_colour, line_chart
+
+    svg = line_chart("t", [Series("exact", [(8, 57.5), (32, 57.5)], dashed=True),
+                           Series("sparse", [(8, 24.4), (32, 51.1)])],
+                     Axes("k", "ms", log_x=True))
+    frame = re.search(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', svg)
+    top, height = float(frame.group(2)), float(frame.group(4))
+    ys = [float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)"', svg)]
+    assert len(ys) == 4 and all(top <= y <= top + height for y in ys)
+    assert 'stroke-dasharray="5,3"' in svg  # the exact reference line
+    assert svg == line_chart("t", [Series("exact", [(8, 57.5), (32, 57.5)], dashed=True),
+                                   Series("sparse", [(8, 24.4), (32, 51.1)])],
+                             Axes("k", "ms", log_x=True))
+    assert heat_colour(0.0) == "#d73027" and heat_colour(1.0) == "#1a9850"
+    assert heat_colour(None) == "#dddddd"
