@@ -22,7 +22,14 @@ from harness.coordinator import run_experiment
 from harness.errors import InputError
 from harness.plan import make_plan
 from harness.spec import WORKTREE, Spec, parse_spec
-from reports.audit import DeviceInfo, Environment, load_claims, run_audit, terminal_table
+from reports.audit import (
+    DeviceInfo,
+    Environment,
+    Verdict,
+    load_claims,
+    run_audit,
+    terminal_table,
+)
 from reports.audit.report import write_audit
 
 DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
@@ -103,26 +110,36 @@ def local_builds(targets: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
             for rev, arch in targets}
 
 
-def run(args: argparse.Namespace) -> int:
-    claims = load_claims(args.claims)
-    model = Path(args.model)
-    inventory = load_inventory(args.inventory)
-    devices = args.devices or ["local"]
+def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory, model: Path,
+                 devices: list[str], ray_address: str | None = None,
+                 run_missing: bool = True) -> list[Verdict]:
+    """Audit one claims file: validate its experiments, run what is missing, judge each claim.
+
+    The entry point for other commands too (e.g. a demo that ends with the audit's section:
+    ``reports.audit.audit_section(title, verdicts)`` into ``render_report``).
+    """
+    claims = load_claims(claims_path)
     specs = {name: compose_spec(name, fragment, model, devices, claims.path)
              for name, fragment in claims.experiments.items()}  # validate all before running
 
-    with Store.open(args.db) as store:
-        def runner(name: str, _fragment: dict[str, Any]) -> list[str]:
-            summary = run_experiment(specs[name], inventory, store, devices,
-                                     ray_address=args.ray_address)
-            print(summary.line())
-            plan = make_plan(specs[name], inventory, store, local_builds, devices)
-            return [r.key for r in plan.runs]
+    def runner(name: str, _fragment: dict[str, Any]) -> list[str]:
+        summary = run_experiment(specs[name], inventory, store, devices, ray_address=ray_address)
+        print(summary.line())
+        plan = make_plan(specs[name], inventory, store, local_builds, devices)
+        return [r.key for r in plan.runs]
 
-        verdicts = run_audit(claims, store, environment(model, inventory),
-                             None if args.stored_only else runner)
+    return run_audit(claims, store, environment(model, inventory),
+                     runner if run_missing else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    inventory = load_inventory(args.inventory)
+    with Store.open(args.db) as store:
+        verdicts = audit_claims(args.claims, store, inventory, Path(args.model),
+                                args.devices or ["local"], args.ray_address,
+                                run_missing=not args.stored_only)
     print(terminal_table(verdicts))
     if args.out:
-        written = write_audit(args.out, f"audit: {claims.path.name}", verdicts)
+        written = write_audit(args.out, f"audit: {Path(args.claims).name}", verdicts)
         print(f"audit: {written}")
     return 0
