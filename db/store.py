@@ -44,6 +44,8 @@ from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
+# Execution option naming the statement that opens a SQLite transaction (see migrate).
+SQLITE_BEGIN = "benchfarm_sqlite_begin"
 T = TypeVar("T")
 
 
@@ -78,7 +80,7 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(connection: Connection) -> None:
-    connection.exec_driver_sql("BEGIN")
+    connection.exec_driver_sql(connection.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
 
 
 def create_store_engine(url: str, create: bool = True) -> Engine:
@@ -132,9 +134,14 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     """Create or upgrade the schema to ``revision`` with the Alembic migrations."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    with engine.connect() as connection:
+        # Two processes opening a new SQLite file at once: IMMEDIATE takes the write lock before
+        # reading the schema version, so the second waits and then finds the schema done,
+        # instead of failing to upgrade its read lock ("database is locked").
+        connection.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+        with connection.begin():
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
 
 
 class Store:

@@ -1,4 +1,5 @@
-"""A writer SIGKILLed mid-stream leaves only complete runs: one transaction per run."""
+"""The store across processes: a SIGKILLed writer leaves only complete runs (one transaction per
+run), and processes opening a new file at the same time all get the schema."""
 
 from __future__ import annotations
 
@@ -27,15 +28,18 @@ WRITER = textwrap.dedent(f"""
 """)
 
 
+def _env() -> dict[str, str]:
+    tests_dir = Path(__file__).resolve().parent
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), str(tests_dir.parent)])}
+
+
 def test_sigkilled_writer_leaves_only_complete_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db"
     with Store.open(url) as store:
         refs = add_refs(store)
-    tests_dir = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), str(tests_dir.parent)])}
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, url, *map(str, vars(refs).values())],
-        stdout=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE, text=True, env=_env(),
     )
     try:
         for _ in range(3):  # let it commit a few runs, then kill it while it writes more
@@ -54,3 +58,14 @@ def test_sigkilled_writer_leaves_only_complete_runs(tmp_path: Path) -> None:
         assert len(per_run) >= 3
         assert all(row[1:] == (STEPS, 1, 2) for row in per_run), per_run
         assert store.completed_run_keys() == {row[0] for row in per_run}
+
+
+def test_concurrent_first_opens_all_succeed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/new.db"
+    opener = "import sys; from db import Store; Store.open(sys.argv[1]).close()"
+    procs = [subprocess.Popen([sys.executable, "-c", opener, url], env=_env(),
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    errors = [proc.communicate()[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], errors
+    with Store.open(url) as store, store.engine.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM alembic_version")) == 1
