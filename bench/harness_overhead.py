@@ -11,7 +11,7 @@ nodes, pushes into the device cache, fingerprints before and after, the SQLite s
 - speedup = matrix wall time on one board / on a pool of two boards (both x86 nodes of the farm,
   one engine thread each; on a 2-core machine the ceiling is 2).
 
-    nice .venv/bin/python bench/harness_overhead.py [--runs-per-cell 1] [--keep DIR]
+    nice .venv/bin/python bench/harness_overhead.py [--runs-per-cell 1] [--keep DIR] [--model DIR]
 """
 
 from __future__ import annotations
@@ -71,9 +71,10 @@ def pool_inventory(farm_inventory: Path, out: Path) -> Path:
     return path
 
 
-def measure(folder: Path, inventory: Path, devices: str, repeats: int) -> dict[str, float]:
+def measure(folder: Path, inventory: Path, devices: str, repeats: int,
+            model: Path) -> dict[str, float]:
     spec_path = folder / f"{devices}.toml"
-    spec_path.write_text(SPEC.format(devices=devices, model=MODEL, repeats=repeats))
+    spec_path.write_text(SPEC.format(devices=devices, model=model, repeats=repeats))
     spec = load_spec(spec_path)
     with Store.open(f"sqlite:///{folder}/{devices}.db") as store:
         started = time.perf_counter()
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--runs-per-cell", type=int, default=1,
                         help="repeats of the 50-cell matrix (default 1: 50 runs)")
     parser.add_argument("--keep", type=Path, help="keep the farm state and databases here")
+    parser.add_argument("--model", type=Path, default=MODEL, help="default: %(default)s")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="benchfarm-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -103,8 +105,8 @@ def main() -> None:
     inventory = pool_inventory(farm_up(state), folder)
     try:
         with ray_session(None):
-            one = measure(folder, inventory, "farm-x86", args.runs_per_cell)
-            two = measure(folder, inventory, "x86", args.runs_per_cell)
+            one = measure(folder, inventory, "farm-x86", args.runs_per_cell, args.model)
+            two = measure(folder, inventory, "x86", args.runs_per_cell, args.model)
     finally:
         farm_down(state)
     for label, m in (("1 board ", one), ("2 boards", two)):

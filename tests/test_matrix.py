@@ -9,6 +9,7 @@ import pytest
 
 from harness.errors import InputError
 from harness.matrix import expand, interleave, resolve_placements, run_key
+from harness.plan import check_revisions
 from harness.spec import load_spec
 
 SPEC = """
@@ -121,3 +122,12 @@ def test_placements_by_name_and_class(tmp_path: Path) -> None:
         resolve_placements(spec, BOARDS, ["rk9"])
     with pytest.raises(InputError, match="listed twice"):
         resolve_placements(spec, BOARDS, ["rk1", "rk1"])
+
+
+def test_unknown_revision_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    spec = load(tmp_path)
+    path = spec.path
+    path.write_text(path.read_text().replace('repeats = 2', 'repeats = 2\nrevisions = '
+                                             '["worktree", "HEAD", "no-such-rev"]'))
+    with pytest.raises(InputError, match=r"key 'revisions': 'no-such-rev' is not a git revision"):
+        check_revisions(load_spec(path))
