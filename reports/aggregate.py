@@ -126,7 +126,33 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
         table[column] = pd.Series(values, index=table.index, dtype="object")
     table["config"] = [config_label(row) for _, row in table.iterrows()]
     table["flags"] = _run_flags(table, snapshots)
+    table["same_as_exact"] = same_as_exact(table)
     return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+
+
+PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat", "threads"]
+
+
+def same_as_exact(table: pd.DataFrame) -> pd.Series:
+    """Per generate run: 1.0 when its tokens equal exact attention's on the same prompt, device,
+    repeat and thread count, 0.0 when they differ, None when there is no exact run to compare."""
+    exact: dict[tuple, list[int]] = {}
+    for _, row in table.iterrows():
+        ids = generated_tokens(row.get("generated_ids"))
+        if row["policy"] == "exact" and row["status"] == "ok" and ids is not None:
+            exact[_key(row)] = ids
+    values = []
+    for _, row in table.iterrows():
+        ids = generated_tokens(row.get("generated_ids"))
+        reference = exact.get(_key(row))
+        values.append(None if ids is None or reference is None or row["status"] != "ok"
+                      else float(ids == reference))
+    return pd.Series(values, index=table.index, dtype="object")
+
+
+def _key(row: pd.Series) -> tuple:
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v
+                 for v in (row.get(k) for k in PROMPT_KEYS))
 
 
 def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:
@@ -236,6 +262,8 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     for key, cell in _groups(ok, keys):
         rows.append(dict(zip(keys, key, strict=True)) | {
             "recall": cell["recall"].mean() if cell["recall"].notna().any() else None,
+            "same_as_exact": (pd.to_numeric(cell["same_as_exact"]).mean()
+                              if cell["same_as_exact"].notna().any() else None),
             "ppl": cell["ppl"].median() if cell["ppl"].notna().any() else None,
             "decode_ms": cell["decode_ms_per_token"].median(),
             # generate runs time attention per decode step; attn-bench times it alone
@@ -244,7 +272,7 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
                         else cell["attn_median_ms"].median()),
             "n": len(cell),
         })
-    columns = keys + ["recall", "ppl", "decode_ms", "attn_ms", "n"]
+    columns = keys + ["recall", "same_as_exact", "ppl", "decode_ms", "attn_ms", "n"]
     return _sorted(pd.DataFrame(rows, columns=columns), keys)
 
 

@@ -69,6 +69,8 @@ def _k_axis_series(cell: pd.DataFrame, column: str) -> list[Series]:
 
 K_METRICS = [
     ("needle", "recall", "recall", Axes("k (blocks)", "recall", log_x=True, y_min=0, y_max=1)),
+    ("needle", "same_as_exact", "tokens identical to exact",
+     Axes("k (blocks)", "fraction of prompts", log_x=True, y_min=0, y_max=1)),
     ("needle", "decode_ms", "decode ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
     ("needle", "attn_ms", "attention ms/token", Axes("k (blocks)", "ms/token", log_x=True)),
     ("decode", "decode_ms", "decode ms/token", Axes("k (blocks)", "ms/token", log_x=True)),

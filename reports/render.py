@@ -24,7 +24,8 @@ RUN_COLUMNS = [
     "run_id", "run_key", "device", "device_class", "emulated", "command", "kind", "ctx", "depth",
     "seed", "length", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
     "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
-    "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "ppl", "nll", "selection_mass",
+    "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
+    "selection_mass",
     "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms", "build_binary_sha256",
     "workload_content_hash", "flags",
 ]
@@ -187,7 +188,8 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
                 "grid per engine config and device.",
                 tables=[Table("needle", needle)], figures=figures.needle_heatmaps(needle)),
         Section("k-sweep", "k-sweep",
-                "Recall, perplexity and timings against the number of selected blocks k; exact "
+                "Recall, tokens identical to exact attention (same prompt, device, repeat), "
+                "perplexity and timings against the number of selected blocks k; exact "
                 "attention is the dashed reference line. Critical k: the smallest k whose recall "
                 "matches exact, for it and every larger k measured.",
                 tables=[Table("critical_k", aggregate.critical_k_table(sweep)),

@@ -42,7 +42,8 @@ def known(tmp_path: Path) -> Store:
                 policy = "exact" if k is None else "sparse"
                 for repeat in range(2):
                     exp.run(policy=policy, k=k, ctx=ctx, depth=depth, repeat=repeat,
-                            recall=_recall(k, ctx), decode_ms=10.0 + ctx / 256,
+                            recall=_recall(k, ctx), tokens=[9, 9] if k == 1 else [5, 6],
+                            decode_ms=10.0 + ctx / 256,
                             attn_ms=(ctx / 256 if k is None else k / 32),
                             selection_mass=None if k is None else min(1.0, k / 8),
                             oracle_recall=None if k is None else min(1.0, k / 16))
@@ -70,6 +71,7 @@ def test_needle_and_k_sweep_tables_from_known_rows(known: Store) -> None:
     local_sweep = sweep[(sweep["device"] == "local") & (sweep["size"] == 256)]
     assert local_sweep["k"].tolist()[1:] == [1, 4, 8, 32]
     assert local_sweep["recall"].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
+    assert local_sweep["same_as_exact"].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
     assert local_sweep["attn_ms"].tolist() == [1.0, 1 / 32, 4 / 32, 8 / 32, 1.0]
 
     critical = critical_k_table(sweep).set_index(["device", "ctx"])["critical_k"]
