@@ -6,6 +6,12 @@
 
 #include "ops.h"
 
+/* ask for a whole future row (every 64-byte line), not just its first line: a row is
+ * head_dim floats and the next row of the same head is kv_dim floats further on */
+static inline void prefetch_row(const float *row, int n) {
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(row + i);
+}
+
 void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n_pos, float *out,
                     float *probs) {
     int D = kv->head_dim;
@@ -43,7 +49,7 @@ void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_po
             size_t stride = (size_t)kv->kv_dim;
             const float *k = kv->k + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
             for (int p = p0; p < p1; p++, k += stride) {
-                __builtin_prefetch(k + 4 * stride);
+                prefetch_row(k + 4 * stride, D);
                 float s = dot_f32(q, k, D) * scale;
                 scratch[p - p0] = s;
                 if (s > bmax) bmax = s;
@@ -68,7 +74,7 @@ void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_po
             if (!kv->q8) {
                 size_t stride = (size_t)kv->kv_dim;
                 const float *v = kv->v + kv_index(kv, layer, p) * stride + (size_t)kvh * D;
-                __builtin_prefetch(v + 4 * stride);
+                prefetch_row(v + 4 * stride, D);
                 axpy_f32(out, e, v, D);
             } else {
                 kv_value_axpy(kv, layer, p, kvh, e, out);

@@ -24,12 +24,14 @@ int policy_parse(const char *name, Policy *out) {
 void select_scratch_init(SelectScratch *s, int n_blocks) {
     s->score = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
     s->aux = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
+    s->order = lmc_alloc((size_t)n_blocks, sizeof(int), "selection order");
     s->used = lmc_alloc((size_t)n_blocks, 1, "selection flags");
 }
 
 void select_scratch_free(SelectScratch *s) {
     lmc_free(s->score);
     lmc_free(s->aux);
+    lmc_free(s->order);
     lmc_free(s->used);
 }
 
@@ -177,7 +179,7 @@ static int select_random(const SelectConfig *cfg, const SelectInput *in, SelectS
     /* candidates: every block except a kept last one, ascending; a partial Fisher-Yates
      * shuffle draws from them: for draw i, j = i + next() % (m - i), swap(c[i], c[j]) */
     int count = 0, m = 0;
-    int *cand = (int *)(void *)s->score; /* int-sized scratch of n_blocks entries */
+    int *cand = s->order;
     if (cfg->recency) sel[count++] = n_blocks - 1;
     for (int b = 0; b < n_blocks - (cfg->recency ? 1 : 0); b++) cand[m++] = b;
     int want = cfg->k - count;

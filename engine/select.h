@@ -35,6 +35,7 @@ typedef struct {
 /* per-thread scratch, sized for the cache's block count */
 typedef struct {
     float *score, *aux;
+    int *order; /* random: the candidate blocks being shuffled */
     unsigned char *used;
 } SelectScratch;
 
