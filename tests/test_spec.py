@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.errors import InputError
+from harness.matrix import expand, resolve_placements
 from harness.spec import WORKTREE, load_spec
 
 GOOD = """
@@ -125,6 +127,11 @@ def test_attn_bench_needs_no_model_but_checks_heads(spec_dir: Path) -> None:
 def test_shipped_specs_are_valid(path: Path) -> None:
     spec = load_spec(path)
     assert spec.workloads
+    if spec.devices == ["local"]:
+        cells = expand(spec, resolve_placements(spec, [local_device()]))
+        assert cells
+        if spec.name == "demo":  # 2 contexts x 3 depths x (exact + sparse k 1, 4, 32)
+            assert len(cells) == 24
 
 
 def test_cli_reports_spec_error_with_exit_code_2(spec_dir: Path) -> None:
