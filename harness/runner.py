@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -129,7 +130,7 @@ def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
     text = " ".join(map(str, ids)) + "\n"
     path = folder / f"ids-{hashlib.sha256(text.encode()).hexdigest()[:24]}.txt"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # actors may write the same file
         tmp.write_text(text)
         tmp.replace(path)
     return path
