@@ -1,9 +1,9 @@
 """The result store: the coordinator's only way to write results, and the CLI's way to read them.
 
 ``Store.open(url)`` connects to any SQLAlchemy URL (SQLite by default, in WAL mode) and brings the
-schema up to date with the Alembic migrations in ``db/migrations``. Each run is saved in ONE
-transaction (run row, snapshots, token timings, outcome), so a crash never leaves half a run, and
-the unique run key guarantees at most one row per run.
+schema up to date with the Alembic migrations in ``db/migrations`` (see db/engine.py). Each run
+is saved in ONE transaction (run row, snapshots, token timings, outcome), so a crash never leaves
+half a run, and the unique run key guarantees at most one row per run.
 """
 
 from __future__ import annotations
@@ -12,20 +12,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pandas as pd
-from alembic import command
-from alembic.config import Config
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import StaticPool
 
 from db import queries
+from db.engine import create_store_engine, migrate
 from db.errors import StoreError, StoreInputError
 from db.models import (
     Build,
@@ -41,11 +37,8 @@ from db.models import (
 )
 from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
-# Execution option naming the statement that opens a SQLite transaction (see migrate).
-SQLITE_BEGIN = "benchfarm_sqlite_begin"
 T = TypeVar("T")
 
 
@@ -63,85 +56,6 @@ def now() -> datetime:
 def _chunks(items: list[T]) -> Iterator[list[T]]:
     for start in range(0, len(items), KEY_CHUNK):
         yield items[start:start + KEY_CHUNK]
-
-
-def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # The sqlite3 module opens transactions only before INSERT/UPDATE/DELETE, so DDL (the
-    # migrations) would run outside them. Switch that off; _sqlite_begin emits BEGIN instead.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    # WAL: readers (reports) never block the single writer (the coordinator) and vice versa.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    # NORMAL is durable across application crashes in WAL mode; only an OS crash may lose the
-    # last commits, never corrupt the file.
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
-def _sqlite_begin(connection: Connection) -> None:
-    connection.exec_driver_sql(connection.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
-
-
-def create_store_engine(url: str, create: bool = True) -> Engine:
-    """An Engine for ``url``; bad URLs, unknown drivers and missing directories are input errors.
-
-    With ``create=False`` a SQLite file that does not exist is an input error too (read-only
-    commands should not leave an empty database behind).
-    """
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StoreInputError(
-            f"--db {url!r} is not a SQLAlchemy URL ({exc}); "
-            "examples: sqlite:///benchfarm.db, postgresql+psycopg://user@127.0.0.1/benchfarm"
-        ) from exc
-    shown = parsed.render_as_string(hide_password=True)
-    options: dict[str, Any] = {}
-    is_sqlite = parsed.get_backend_name() == "sqlite"
-    if is_sqlite:
-        database = parsed.database or ""
-        if database in ("", ":memory:"):
-            # One shared connection, or every connection would see its own empty database.
-            options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        elif not database.startswith("file:"):
-            path = Path(database).expanduser().resolve()
-            if not create and not path.is_file():
-                raise StoreInputError(
-                    f"--db {shown}: no result store at {path}; run `benchfarm run SPEC` (or "
-                    "`benchfarm demo`) first, or pass --db / BENCHFARM_DB"
-                )
-            parent = path.parent
-            if not parent.is_dir():
-                raise StoreInputError(
-                    f"--db {shown}: directory {parent} does not exist; create it or choose "
-                    "another path"
-                )
-    try:
-        engine = create_engine(parsed, **options)
-    except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as exc:
-        raise StoreInputError(
-            f"--db {shown}: cannot use this database driver ({exc}); install it or use "
-            "sqlite:///PATH"
-        ) from exc
-    if is_sqlite:
-        event.listen(engine, "connect", _sqlite_connect)
-        event.listen(engine, "begin", _sqlite_begin)
-    return engine
-
-
-def migrate(engine: Engine, revision: str = "head") -> None:
-    """Create or upgrade the schema to ``revision`` with the Alembic migrations."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.connect() as connection:
-        # Two processes opening a new SQLite file at once: IMMEDIATE takes the write lock before
-        # reading the schema version, so the second waits and then finds the schema done,
-        # instead of failing to upgrade its read lock ("database is locked").
-        connection.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
-        with connection.begin():
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
 
 
 class Store:

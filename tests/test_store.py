@@ -13,8 +13,9 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
+from db.engine import create_store_engine, migrate
 from db.models import Base, Run
-from db.store import KEY_CHUNK, create_store_engine, migrate
+from db.store import KEY_CHUNK
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "token_timings", "outcomes", "experiment_runs"}
