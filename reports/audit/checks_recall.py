@@ -28,7 +28,7 @@ def recall(claim: Claim, runs: pd.DataFrame) -> Measurement:
                                       "to show that the model answers these prompts at all")
         base = float(baseline["recall"].mean())
         used.append(baseline)
-        detail = f"baseline {describe(claim.measure.baseline)} recall {base:.3g}; "
+        detail = f"baseline {describe(claim.measure.baseline)} recall {base:.3g}"
         if base < claim.measure.baseline_min_recall:
             return Measurement(
                 value=None, evidence=run_ids(*used), detail=detail,
@@ -39,4 +39,5 @@ def recall(claim: Claim, runs: pd.DataFrame) -> Measurement:
     hits = int((chosen["recall"] >= 1.0).sum())
     return Measurement(value=value, text=f"{value:.3g} ({hits}/{len(chosen)} runs recalled)",
                        evidence=run_ids(*used),
-                       detail=detail + f"{describe(claim.measure.a)}: {len(chosen)} runs")
+                       detail=f"{detail}; " * bool(detail)
+                       + f"{describe(claim.measure.a)}: {len(chosen)} runs")
