@@ -273,9 +273,9 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
 
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended.
     """
+    data = aggregate.load_experiment(store, experiment)  # an unknown experiment fails here
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = aggregate.load_experiment(store, experiment)
     sections = build_sections(data) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"
