@@ -27,6 +27,17 @@ def build_record(source_hash: str = "a" * 64, revision: str = "rev-a",
     }
 
 
+def healthy_fingerprint(governor: str = "performance", temp_c: float = 45.0) -> dict[str, Any]:
+    """A fingerprint in the devices.fingerprint schema of an idle, unthrottled machine."""
+    return {
+        "schema": "benchfarm.fingerprint/1", "arch": "x86_64", "kernel": "6.1.0",
+        "cpu_model": "Synthetic CPU", "loadavg": [0.1, 0.1, 0.1],
+        "cores": [{"cpu": 0, "online": True, "max_khz": 3000000, "policy_max_khz": 3000000,
+                   "cur_khz": 3000000, "governor": governor}],
+        "thermal": [{"zone": "thermal_zone0", "type": "cpu", "temp_c": temp_c}],
+    }
+
+
 @dataclass
 class SyntheticExperiment:
     store: Store
@@ -76,7 +87,7 @@ class SyntheticExperiment:
         timings = ([TokenTiming(i, t, steps[i % len(steps)], attn_ms)
                     for i, t in enumerate(tokens)] if command == "generate" else [])
         ok = status == "ok"
-        snapshot = fingerprint or {"governor": "performance", "temp_c": 45.0}
+        snapshot = fingerprint or healthy_fingerprint()
         result = RunResult(
             run_key=f"{self.name}-{self.count}", experiment_id=self.experiment_id,
             device_id=self.devices[device], command=command, status=status,
