@@ -1,0 +1,1 @@
+"""Reports from the result store: experiment reports, comparisons, the audit of claims."""
