@@ -10,6 +10,11 @@ Both sides time the same thing: the forward pass of one decode step including th
 the engine's own clock for lmc (``decode_ms_per_token``, the median step) and a wall clock
 around ``llama_decode`` for llama.cpp (median step). Greedy argmax is outside both timings.
 KV caches are f32 on both sides by default (``--llama-kv f16`` for llama.cpp's default).
+llama.cpp's CPU threads meet at an OpenMP barrier after every operation; on a shared machine a
+spinning barrier waits out whole scheduler time slices whenever the partner thread is
+preempted (measured here: 8 s instead of 60 ms per token at 2 threads and load 10), so
+``OMP_WAIT_POLICY`` defaults to ``passive`` (sleep at barriers); lmc's pool sleeps on condition
+variables. Use ``--omp-wait-policy active`` on an idle machine.
 The generated tokens are compared too: with the same weights the two engines should agree
 until rounding differences flip an argmax.
 
@@ -181,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--llama-kv", choices=("f32", "f16"), default="f32")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention")
+    parser.add_argument("--omp-wait-policy", choices=("passive", "active", "inherit"),
+                        default="passive", help="llama.cpp's OpenMP barriers (see above)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
+    if args.omp_wait_policy != "inherit":  # read once, when libgomp loads with llama_cpp
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -207,12 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         env["llama_cpp_python"] = md.version("llama-cpp-python")
     except Exception:  # noqa: BLE001 - a version string is informational only
         env["llama_cpp_python"] = "unknown"
+    import llama_cpp
+
+    env["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
     rows = [compare(lmc, model_dir, ggufs[t], t, ctx, prompt, args.decode, args.threads,
                     args.repeats, args.llama_kv, args.flash_attn)
             for ctx in args.ctx for t in args.types]
     print(markdown_table(rows))
     print(f"\nthreads {args.threads}, prompt {args.prompt_len}, decode {args.decode}, "
-          f"repeats {args.repeats}, llama.cpp KV {args.llama_kv}, flash-attn {args.flash_attn}")
+          f"repeats {args.repeats}, llama.cpp KV {args.llama_kv}, flash-attn {args.flash_attn}, "
+          f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     print(f"environment: {json.dumps(env)}")
     print(f"loadavg after: {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
