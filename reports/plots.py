@@ -185,7 +185,7 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
     group_w = bar_w * max(1, len(bars)) + gap
     plot_w = group_w * max(1, len(groups))
     legend_w = 150.0
-    width, height = left + plot_w + legend_w, 280.0
+    width, height = max(380.0, left + plot_w + legend_w), 280.0
     plot_h = height - top - bottom
     totals = [sum(values.get((g, b, p), 0.0) for p in parts) for g in groups for b in bars]
     ticks = _nice_ticks(0.0, max(totals, default=1.0) or 1.0)
@@ -194,7 +194,7 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
     def py(y: float) -> float:
         return top + plot_h - y / y_hi * plot_h
 
-    body = [_text((left + plot_w) / 2 + 20, 16, title, extra=' font-weight="bold"')]
+    body = [_text(width / 2, 16, title, extra=' font-weight="bold"')]
     for tick in ticks:
         body.append(f'<line x1="{_n(left)}" y1="{_n(py(tick))}" x2="{_n(left + plot_w)}" '
                     f'y2="{_n(py(tick))}" stroke="#eee"/>')

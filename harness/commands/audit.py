@@ -3,7 +3,8 @@
 The claims file's experiments (spec fragments) become full specs with the model and devices
 given here; every fragment is validated before anything runs. Then, for each claim that can be
 compared at all, its experiment runs what is missing (stored ok runs are reused) and
-``reports.audit`` gives the verdict. ``--stored-only`` judges on what the store already holds.
+``reports.audit`` gives the verdict. ``--stored-only`` runs nothing and judges on what the
+store already holds (the matrix is still planned, to know which stored runs are the evidence).
 """
 
 from __future__ import annotations
@@ -123,13 +124,18 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory, mo
              for name, fragment in claims.experiments.items()}  # validate all before running
 
     def runner(name: str, _fragment: dict[str, Any]) -> list[str]:
-        summary = run_experiment(specs[name], inventory, store, devices, ray_address=ray_address)
-        print(summary.line())
+        """Run what is missing (unless stored-only); the run keys of the whole matrix.
+
+        Keys, not the experiment's name, find the evidence: a run belongs to the experiment
+        that first stored it, which may be another one (run keys are global)."""
+        if run_missing:
+            summary = run_experiment(specs[name], inventory, store, devices,
+                                     ray_address=ray_address)
+            print(summary.line())
         plan = make_plan(specs[name], inventory, store, local_builds, devices)
         return [r.key for r in plan.runs]
 
-    return run_audit(claims, store, environment(model, inventory),
-                     runner if run_missing else None)
+    return run_audit(claims, store, environment(model, inventory), runner)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """`benchfarm report EXPERIMENT`: the experiment's report (index.html, report.md, CSVs, manifest).
 
-With ``--claims`` the audit of those claims, judged on stored runs only, is added as a section
-(and written as audit.md); run `benchfarm audit` first to run what the claims need.
+With ``--claims`` the audit of those claims, judged on stored runs only (nothing runs), is added
+as a section and written as audit.md; run `benchfarm audit` first to run what the claims need.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.commands.audit import DEFAULT_MODEL, environment
-from reports.audit import audit_section, load_claims, run_audit, write_audit
+from harness.commands.audit import DEFAULT_MODEL, audit_claims
+from harness.commands.run import device_list
+from reports.audit import audit_section, write_audit
 from reports.render import render_report
 
 
@@ -21,9 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("experiment", help="experiment name (see `benchfarm status`)")
     parser.add_argument("--out", help="output folder (default: reports/<experiment>)")
     parser.add_argument("--claims", action="append", default=[],
-                        help="claims file(s) to audit on the stored runs and add as a section")
+                        help="claims file(s) to audit on the stored runs, added as a section")
     parser.add_argument("--model", default=str(DEFAULT_MODEL),
-                        help="the model this farm runs, for the audit (default: %(default)s)")
+                        help="the model the claims were run with (default: %(default)s)")
+    parser.add_argument("--devices", type=device_list, action="extend",
+                        help="the devices the claims were run on (default: local)")
+    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
     parser.set_defaults(func=run)
 
 
@@ -32,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         sections = []
         if args.claims:
-            env = environment(Path(args.model), load_inventory(None))
+            inventory = load_inventory(args.inventory)
             verdicts = [v for path in args.claims
-                        for v in run_audit(load_claims(path), store, env)]
+                        for v in audit_claims(path, store, inventory, Path(args.model),
+                                              args.devices or ["local"], run_missing=False)]
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))
         index = render_report(store, args.experiment, out, extra_sections=sections)

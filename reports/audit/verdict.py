@@ -195,9 +195,11 @@ def run_audit(claims: ClaimsFile, store: Any, env: Environment,
         name = claim.experiment
         assert name is not None  # every measured metric names an experiment
         if name not in evidence:
+            runs = pd.DataFrame()
             if runner is not None and name in claims.experiments:
-                evidence[name] = load_runs_by_keys(store, runner(name, claims.experiments[name]))
-            else:
-                evidence[name] = stored_runs(store, name)
+                runs = load_runs_by_keys(store, runner(name, claims.experiments[name]))
+            if runs.empty:  # e.g. stored-only after the engine changed: other keys, same name
+                runs = stored_runs(store, name)
+            evidence[name] = runs
         verdicts.append(judge(claim, evidence[name], name))
     return verdicts
