@@ -247,6 +247,11 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
 
     assert main(argv) == 0  # stored runs are reused: nothing runs twice
     assert "4 already done, 0 ok" in capsys.readouterr().out
+    assert main([*argv, "--stored-only"]) == 0  # nothing runs; the same evidence is found
+    assert "runs in the matrix" not in capsys.readouterr().out
+    again = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert again[0]["evidence"] == timed["evidence"]
+    assert again[0]["measured"] == timed["measured"]
 
     broken = claims_file(tmp_path, ATTN_CLAIMS.replace("ctx = 1024", "ctx = 0"))
     assert main(["--db", f"sqlite:///{tmp_path}/cli.db", "audit", str(broken)]) == 2
