@@ -29,23 +29,51 @@ from devices.transport import PushResult, Transport
 
 HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a while
 
-# $1 = cache dir; then pairs (name, stat signature seen at its last verification, or "-").
-# For each file that exists prints "same <name> <sig>" when its inode, size, mtime and ctime are
-# unchanged since then (any write changes ctime), else "hash <sha256> <name> <sig>".
-HASH_SCRIPT = """
-mkdir -p -- "$1" && cd -- "$1" || exit 1
+# $1 = cache dir; then pairs (name, stat signature at this transport's last verification of it,
+# or "-"); names are sha256 digests. Optionally "--tree", a tree dir and pairs (relpath, sha256).
+# For each file present prints "same <name> <sig>" when its inode, size, mtime and ctime are
+# unchanged since then (any write changes the ctime); for the others "sig <name> <sig>" and
+# then sha256sum's "<sha256>  <name>": the stat comes first, so a write during the hash changes
+# the signature and the file is hashed again next time. With --tree, ends with "tree yes" when
+# the tree exists and each of its entries is a symlink to its blob, else "tree no". Only
+# built-ins run per file: one stat for the files verified before, one stat and one sha256sum
+# for the rest, whatever their number.
+STATE_SCRIPT = """
+{ cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" && cd -- "$1"; }; } || exit 1
 shift
-while [ "$#" -ge 2 ]; do
+known=' ' check= stale=
+while [ "$#" -ge 2 ] && [ "$1" != --tree ]; do
+  case $1 in *[!0-9a-f]*) echo "not a sha256 digest: $1" >&2; exit 2 ;; esac
   if [ -e "$1" ]; then
-    sig=$(stat -L -c '%i:%s:%.9Y:%.9Z' -- "$1" 2>/dev/null || echo unknown)
-    if [ "$sig" = "$2" ]; then
-      echo "same $1 $sig"
-    else
-      echo "hash $(sha256sum -- "$1" | cut -d ' ' -f 1) $1 $sig"
-    fi
+    if [ "$2" = - ]; then stale="$stale $1"; else check="$check $1" known="$known$1=$2 "; fi
   fi
   shift 2
 done
+if [ -n "$check" ]; then
+  sigs=$(stat -L -c '%n %i:%s:%.9Y:%.9Z' -- $check 2>/dev/null)
+  while read -r name sig; do
+    case $known in
+      *" $name=$sig "*) echo "same $name $sig" ;;
+      *) stale="$stale $name" ;;
+    esac
+  done <<EOF
+$sigs
+EOF
+fi
+if [ -n "${stale# }" ]; then
+  stat -L -c 'sig %n %i:%s:%.9Y:%.9Z' -- $stale 2>/dev/null
+  sha256sum -- $stale 2>/dev/null
+fi
+if [ "$1" = --tree ]; then
+  tree=$2; shift 2; ok=yes
+  [ -d "$tree" ] || ok=no
+  while [ "$ok" = yes ] && [ "$#" -ge 2 ]; do
+    [ -L "$tree/$1" ] && [ "$tree/$1" -ef "$2" ] || ok=no
+    shift 2
+  done
+  echo "tree $ok"
+fi
+exit 0
 """
 SIGNATURE_RE = re.compile(r"\d+:\d+:\d+\.\d{9}:\d+\.\d{9}\Z")
 
@@ -67,17 +95,6 @@ while [ "$#" -ge 2 ]; do
 done
 """
 
-# $1 = tree dir, $2 = cache dir; then pairs (relpath, sha256). Succeeds (exit 0) only when the
-# tree exists and every link points at its blob.
-TREE_CHECK_SCRIPT = """
-tree=$1; cache=$2; shift 2
-[ -d "$tree" ] || exit 1
-while [ "$#" -ge 2 ]; do
-  [ "$(readlink -- "$tree/$1")" = "$cache/$2" ] || exit 1
-  shift 2
-done
-"""
-
 # $1 = tree dir, $2 = cache dir; then pairs (relpath, sha256). Builds the tree beside its final
 # name and renames it into place, so a half-built tree is never visible.
 TREE_BUILD_SCRIPT = """
@@ -85,7 +102,8 @@ tree=$1; cache=$2; shift 2
 tmp="$tree.incoming-$$"
 rm -rf -- "$tmp" && mkdir -p -- "$tmp" || exit 1
 while [ "$#" -ge 2 ]; do
-  mkdir -p -- "$(dirname -- "$tmp/$1")" && ln -s -- "$cache/$2" "$tmp/$1" || exit 1
+  case $1 in */*) mkdir -p -- "$tmp/${1%/*}" || exit 1 ;; esac
+  ln -s -- "$cache/$2" "$tmp/$1" || exit 1
   shift 2
 done
 rm -rf -- "$tree" && mv -- "$tmp" "$tree"
@@ -124,50 +142,70 @@ def _sh(transport: Transport, script: str, args: list[str]) -> tuple[int, str, s
     return result.exit_code, result.stdout, result.stderr
 
 
-def _cache_state(transport: Transport, shas: list[str]) -> tuple[set[str], set[str]]:
-    """(blobs whose cached copy has exactly their hash, blobs present under their name).
+@dataclass
+class _CacheState:
+    valid: set[str]  # blobs whose cached copy has exactly their hash
+    present: set[str]  # blobs present under their name, valid or not
+    tree_ok: bool  # the tree asked about exists and each entry links to its blob
+
+
+def _cache_state(transport: Transport, shas: list[str],
+                 tree: list[str] | None = None) -> _CacheState:
+    """What the device's cache holds of ``shas`` (and whether ``tree`` = [tree dir, relpath,
+    sha256, ...] is intact), in one remote command.
 
     A blob is hashed on the device unless this transport verified it before and its stat
     signature has not changed since; the signature is remembered only when it is well formed.
     """
     memo = transport.verified_blobs
     args = [x for sha in sorted(set(shas)) for x in (sha, memo.get(sha, "-"))]
-    code, out, err = _sh(transport, HASH_SCRIPT, [transport.path("cache"), *args])
+    if tree is not None:
+        args += ["--tree", *tree]
+    code, out, err = _sh(transport, STATE_SCRIPT, [transport.path("cache"), *args])
     if code != 0:
         raise TransferFailed(transport.device.name, f"cannot use the cache directory "
                                                     f"{transport.path('cache')}: {err.strip()}")
-    valid, present = set(), set()
+    state = _CacheState(set(), set(), False)
+    signatures, hashes = {}, {}
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "same":
-            name, sig, ok = parts[1], parts[2], True
-        elif len(parts) == 4 and parts[0] == "hash":
-            name, sig, ok = parts[2], parts[3], parts[1] == parts[2]
-        else:
-            continue
-        present.add(name)
+            state.valid.add(parts[1])
+            state.present.add(parts[1])
+        elif len(parts) == 3 and parts[0] == "sig":
+            signatures[parts[1]] = parts[2]
+        elif len(parts) == 2 and parts[0] == "tree":
+            state.tree_ok = parts[1] == "yes"
+        elif len(parts) == 2:
+            hashes[parts[1]] = parts[0]
+    for name, sig in signatures.items():  # hashed now: verified or not
+        state.present.add(name)
         memo.pop(name, None)
-        if ok:
-            valid.add(name)
+        if hashes.get(name) == name:
+            state.valid.add(name)
             if SIGNATURE_RE.match(sig):
                 memo[name] = sig
-    return valid, present
+    for name in set(shas) - state.present:
+        memo.pop(name, None)
+    return state
 
 
-def _ensure_blobs(transport: Transport, files: list[_LocalFile]) -> dict[str, str]:
-    """Make every file present and verified in the cache; returns sha256 -> status."""
+def _ensure_blobs(transport: Transport, files: list[_LocalFile],
+                  tree: list[str] | None = None) -> tuple[dict[str, str], bool]:
+    """Make every file present and verified in the cache; returns (sha256 -> status, whether
+    ``tree`` was intact: see ``_cache_state``)."""
     by_sha = {f.sha256: f for f in files}
-    valid, present = _cache_state(transport, list(by_sha))
-    status = {sha: "cached" for sha in valid}
-    missing = [f for sha, f in by_sha.items() if sha not in valid]
+    state = _cache_state(transport, list(by_sha), tree)
+    status = {sha: "cached" for sha in state.valid}
+    missing = [f for sha, f in by_sha.items() if sha not in state.valid]
     if not missing:
-        return status
+        return status, state.tree_ok
     pairs: list[str] = []
     for f in missing:
         incoming = f".incoming-{f.sha256[:16]}-{secrets.token_hex(4)}"
         transport.bytes_sent += transport.upload(f.path, transport.path("cache", incoming))
         pairs += [incoming, f.sha256]
-        status[f.sha256] = "repaired" if f.sha256 in present else "sent"
+        status[f.sha256] = "repaired" if f.sha256 in state.present else "sent"
     code, out, err = _sh(transport, FINALIZE_SCRIPT, [transport.path("cache"), *pairs])
     if code != 0:
         raise TransferFailed(transport.device.name,
@@ -176,7 +214,7 @@ def _ensure_blobs(transport: Transport, files: list[_LocalFile]) -> dict[str, st
         sha, _, sig = line.partition(" ")
         if sha in status and SIGNATURE_RE.match(sig):
             transport.verified_blobs[sha] = sig
-    return status
+    return status, state.tree_ok
 
 
 def push_file(transport: Transport, local_path: Path) -> str:
@@ -184,7 +222,7 @@ def push_file(transport: Transport, local_path: Path) -> str:
         raise TransferFailed(transport.device.name, f"cannot push {local_path}: not a file")
     before = transport.bytes_sent
     f = _local_file(local_path)
-    status = _ensure_blobs(transport, [f])[f.sha256]
+    status = _ensure_blobs(transport, [f])[0][f.sha256]
     remote = transport.path("cache", f.sha256)
     transport.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
                                      transport.bytes_sent - before, status)
@@ -212,12 +250,10 @@ def push_tree(transport: Transport, local_dir: Path) -> str:
     entries = tree_manifest(local_dir, transport.device.name)
     manifest = "".join(f"{f.sha256}  {rel}\n" for rel, f in entries)
     tree_sha = hashlib.sha256(manifest.encode()).hexdigest()
-    status = _ensure_blobs(transport, [f for _, f in entries])
-
     tree, cache = transport.path("trees", tree_sha), transport.path("cache")
     pairs = [x for rel, f in entries for x in (rel, f.sha256)]
-    code, _, _ = _sh(transport, TREE_CHECK_SCRIPT, [tree, cache, *pairs])
-    if code != 0:
+    status, tree_ok = _ensure_blobs(transport, [f for _, f in entries], [tree, *pairs])
+    if not tree_ok:
         code, _, err = _sh(transport, TREE_BUILD_SCRIPT, [tree, cache, *pairs])
         if code != 0:
             raise TransferFailed(transport.device.name,

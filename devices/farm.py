@@ -147,6 +147,10 @@ def _sshd_config(state_dir: Path, spec: NodeSpec, port: int) -> str:
         "UsePAM no",
         "StrictModes no",  # the state dir may live anywhere (a pytest tmp dir)
         "UseDNS no",
+        # sshd runs every command through the user's login shell; Debian's bash then sources
+        # ~/.bashrc (slow here: root's runs `pyenv init`, ~250 ms per command) unless it sees
+        # itself as a nested shell. SHLVL=1 makes it one; other shells ignore the variable.
+        "SetEnv SHLVL=1",
         "PrintMotd no",
         "PrintLastLog no",
         "X11Forwarding no",

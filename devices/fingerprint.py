@@ -16,24 +16,34 @@ from devices.transport import Transport
 SCHEMA = "benchfarm.fingerprint/1"
 PROBE_TIMEOUT_S = 30.0
 
-# A constant script: nothing from the inventory or the user is interpolated into it.
+# A constant script: nothing from the inventory or the user is interpolated into it. It is taken
+# before and after every run, so it starts one process (sed, reading /proc/meminfo and
+# /proc/cpuinfo) on recent kernels, two on older ones (uname); every other file is read with the
+# shell's built-in `read`.
 PROBE_SCRIPT = r"""
-echo "arch $(uname -m)"
-echo "kernel $(uname -r)"
-echo "loadavg $(cut -d ' ' -f 1-3 /proc/loadavg)"
-grep -E '^(MemTotal|MemAvailable):' /proc/meminfo | tr -d ':' | sed 's/^/mem /'
-grep -E '^(processor|model name|Hardware|CPU part)[[:space:]]*:' /proc/cpuinfo \
-  | sed 's/[[:space:]]*:[[:space:]]*/=/; s/^/cpuinfo /'
+get() {  # get FILE DEFAULT: sets v to the first line of FILE, or to DEFAULT
+  v=
+  { read -r v || [ -n "$v" ]; } 2>/dev/null < "$1"
+  [ -n "$v" ] || v=$2
+}
+get /proc/sys/kernel/arch ''; [ -n "$v" ] || v=$(uname -m)  # the file is new (Linux 6.1)
+printf 'arch %s\n' "$v"
+get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
+read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
+sed -n -E -e 's/^(MemTotal|MemAvailable):/mem \1/p' \
+  -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
+  /proc/meminfo /proc/cpuinfo
 for c in /sys/devices/system/cpu/cpu[0-9]*; do
-  f=$c/cpufreq
-  echo "core ${c##*cpu} $(cat $c/online 2>/dev/null || echo 1)" \
-    "$(cat $f/cpuinfo_max_freq 2>/dev/null || echo -)" \
-    "$(cat $f/scaling_max_freq 2>/dev/null || echo -)" \
-    "$(cat $f/scaling_cur_freq 2>/dev/null || echo -)" \
-    "$(cat $f/scaling_governor 2>/dev/null || echo -)"
+  get "$c/online" 1; line="core ${c##*cpu} $v"
+  for name in cpuinfo_max_freq scaling_max_freq scaling_cur_freq scaling_governor; do
+    get "$c/cpufreq/$name" -; line="$line $v"
+  done
+  printf '%s\n' "$line"
 done
 for z in /sys/class/thermal/thermal_zone*; do
-  [ -r "$z/temp" ] && echo "thermal ${z##*/} $(cat $z/type 2>/dev/null || echo ?) $(cat $z/temp)"
+  [ -r "$z/temp" ] || continue
+  get "$z/type" '?'; zone_type=$v; get "$z/temp" ''
+  printf 'thermal %s %s %s\n' "${z##*/}" "$zone_type" "$v"
 done
 exit 0
 """
