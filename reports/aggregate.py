@@ -292,7 +292,8 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
         for policy, group in _groups(cell[cell["policy"] != "exact"], ["policy"]):
             group = group.dropna(subset=["k"]).sort_values("k")
             critical = None
-            for k, recall in zip(reversed(group["k"].tolist()),
+            # When exact itself never recalls, every k "matches": no boundary to speak of.
+            for k, recall in [] if reference <= 0 else zip(reversed(group["k"].tolist()),
                                  reversed(group["recall"].tolist()), strict=True):
                 if recall is None or math.isnan(recall) or recall < reference - 1e-9:
                     break
