@@ -291,18 +291,27 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
         reference = float(exact.iloc[0])
         for policy, group in _groups(cell[cell["policy"] != "exact"], ["policy"]):
             group = group.dropna(subset=["k"]).sort_values("k")
-            critical = None
-            # When exact itself never recalls, every k "matches": no boundary to speak of.
-            for k, recall in [] if reference <= 0 else zip(reversed(group["k"].tolist()),
-                                 reversed(group["recall"].tolist()), strict=True):
-                if recall is None or math.isnan(recall) or recall < reference - 1e-9:
-                    break
-                critical = int(k)
             rows.append({"device": device, "ctx": size, "policy": policy[0],
-                         "exact_recall": reference, "critical_k": critical,
+                         "exact_recall": reference,
+                         "critical_k": _critical_k(group["k"].tolist(),
+                                                   group["recall"].tolist(), reference),
                          "ks_measured": " ".join(str(int(k)) for k in group["k"])})
     columns = ["device", "ctx", "policy", "exact_recall", "critical_k", "ks_measured"]
     return _sorted(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
+
+
+def _critical_k(ks: list[float], recalls: list[float], reference: float) -> int | None:
+    """Walking down from the largest k, the last k whose recall still matches the reference.
+
+    None when exact itself never recalls (every k would "match": there is no boundary)."""
+    if reference <= 0:
+        return None
+    critical = None
+    for k, recall in zip(reversed(ks), reversed(recalls), strict=True):
+        if recall is None or math.isnan(recall) or recall < reference - 1e-9:
+            break
+        critical = int(k)
+    return critical
 
 
 def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
