@@ -74,6 +74,14 @@ experiment = "synthetic"
 [claim.measure]
 a = { policy = "sparse", k = 32, device = "arm" }
 b = { policy = "sparse", k = 1, device = "arm" }
+
+[[claim]]
+id = "k1-under-80pct"
+statement = "k = 1 takes at most 80 % of the time of k = 32"
+metric = "time_ratio"
+at_most = 0.8
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
 """
 
 ENV = Environment(models=("needle-tiny",), devices=(DeviceInfo("local", "x86", False),
@@ -132,14 +140,17 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
     assert emulated.verdict == NOT_COMPARABLE
     assert "emulated" in emulated.reason
 
+    bounded = verdicts["k1-under-80pct"]
+    assert bounded.verdict == REPRODUCED and bounded.claim.expected_text() == "<= 0.8"
+
     text = terminal_table(list(verdicts.values()))
-    assert "2 reproduced" in text and "2 not comparable" in text
+    assert "3 reproduced" in text and "2 not comparable" in text
 
     out = write_audit(tmp_path / "out", "audit", list(verdicts.values()))
     assert "k1-keeps-needle: not reproduced" in out.read_text()
     stored = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [v["verdict"] for v in stored] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED,
-                                             NOT_COMPARABLE, NOT_COMPARABLE]
+                                             NOT_COMPARABLE, NOT_COMPARABLE, REPRODUCED]
 
 
 def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:
@@ -170,6 +181,8 @@ def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:
     (("measure = { a = { policy = \"exact\" }, b",
       "measure = { a = { policy = \"exact\", color = 1 }, b"),
      "claim 'k32-identical': key 'measure.a.color': unknown key"),
+    (("at_most = 0.8", "at_most = 0.8\nexpected = 0.5"),
+     "claim 'k1-under-80pct': key 'at_most': give either expected"),
     (("id = \"k1-faster\"", "id = \"k32-identical\""),
      "claim 'k32-identical': key 'id': is used by two claims"),
 ])

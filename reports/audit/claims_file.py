@@ -16,7 +16,8 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     statement = "k = 32 gives output byte-identical to exact attention"
     metric = "identical_tokens"            # see reports.audit.checks.METRICS
     expected = 1.0
-    tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected)
+    tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
+                                           # one-sided claims: at_least / at_most instead
     experiment = "audit-000-needle"        # defined above, or any experiment already stored
     [claim.measure]                        # which runs the metric compares
     a = { policy = "exact" }
@@ -47,6 +48,7 @@ TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_m
 SELECTOR_KEYS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "kind",
                  "ctx", "depth", "seed", "length", "device", "device_class")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
+              "at_least", "at_most",
               "unit", "experiment", "measure", "fair", "quantity", "note"}
 MEASURE_KEYS = {"a", "b", "baseline", "field", "baseline_min_recall"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
@@ -82,6 +84,8 @@ class Claim:
     expected: float | None
     tolerance: float | None  # absolute
     rel_tolerance: float | None  # relative to |expected|
+    at_least: float | None  # one-sided claims ("at least halves") give bounds instead
+    at_most: float | None
     unit: str
     experiment: str | None
     measure: Measure
@@ -97,15 +101,24 @@ class Claim:
         return ""
 
     def expected_text(self) -> str:
-        if self.expected is None:
-            return ""
-        return f"{self.expected:g} {self.tolerance_text()} {self.unit}".strip()
+        if self.expected is not None:
+            return f"{self.expected:g} {self.tolerance_text()} {self.unit}".strip()
+        bounds = [f">= {self.at_least:g}"] if self.at_least is not None else []
+        bounds += [f"<= {self.at_most:g}"] if self.at_most is not None else []
+        return " and ".join(bounds) + (f" {self.unit}" if bounds and self.unit else "")
+
+    def bounds(self) -> tuple[float, float]:
+        """The range of measured values that reproduce the claim."""
+        if self.expected is not None:
+            allowed = (self.tolerance if self.tolerance is not None
+                       else (self.rel_tolerance or 0.0) * abs(self.expected))
+            return self.expected - allowed, self.expected + allowed
+        low = self.at_least if self.at_least is not None else float("-inf")
+        return low, self.at_most if self.at_most is not None else float("inf")
 
     def within(self, measured: float) -> bool:
-        assert self.expected is not None
-        allowed = (self.tolerance if self.tolerance is not None
-                   else (self.rel_tolerance or 0.0) * abs(self.expected))
-        return abs(measured - self.expected) <= allowed + 1e-12
+        low, high = self.bounds()
+        return low - 1e-12 <= measured <= high + 1e-12
 
 
 @dataclass(frozen=True)
@@ -216,6 +229,11 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
     expected = tolerance = rel_tolerance = None
     if "expected" in raw:
         expected = check.number(raw["expected"], where, "expected")
+    at_least = check.number(raw["at_least"], where, "at_least") if "at_least" in raw else None
+    at_most = check.number(raw["at_most"], where, "at_most") if "at_most" in raw else None
+    if expected is not None and (at_least is not None or at_most is not None):
+        raise check.fail(where, "at_least" if at_least is not None else "at_most",
+                         "give either expected (with a tolerance) or bounds, not both")
     if "tolerance" in raw and "rel_tolerance" in raw:
         raise check.fail(where, "rel_tolerance", "give either tolerance or rel_tolerance")
     if "tolerance" in raw:
@@ -228,9 +246,10 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
             raise check.fail(where, "quantity", "required for metric 'reported' (what the "
                              "source measured)")
     else:
-        if expected is None:
-            raise check.fail(where, "expected", f"required for metric {metric!r}")
-        if tolerance is None and rel_tolerance is None:
+        if expected is None and at_least is None and at_most is None:
+            raise check.fail(where, "expected", f"required for metric {metric!r} (or the "
+                             "bounds at_least / at_most)")
+        if expected is not None and tolerance is None and rel_tolerance is None:
             raise check.fail(where, "tolerance", "required (or rel_tolerance)")
         if "experiment" not in raw:
             raise check.fail(where, "experiment", "required: the name of an [experiment.NAME] "
@@ -244,6 +263,7 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
         id=check.text(raw["id"], where, "id"), source=source,
         statement=check.text(raw["statement"], where, "statement"), metric=metric,
         expected=expected, tolerance=tolerance, rel_tolerance=rel_tolerance,
+        at_least=at_least, at_most=at_most,
         unit=str(raw.get("unit", "")), experiment=experiment, measure=measure, fair=fair,
         quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")))
 

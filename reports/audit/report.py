@@ -53,7 +53,7 @@ def audit_markdown(title: str, verdicts: list[Verdict]) -> str:
         out.append(f"- statement: {c.statement}")
         out.append(f"- source: {c.source}")
         out.append(f"- metric: {c.metric}" + (f" ({c.quantity})" if c.quantity else ""))
-        if c.expected is not None:
+        if c.expected_text():
             out.append(f"- expected: {c.expected_text()}")
         if v.measured_text:
             out.append(f"- measured: {v.measured_text}")
@@ -87,6 +87,7 @@ def audit_json(verdicts: list[Verdict]) -> str:
         "claim": v.claim.id, "source": v.claim.source, "statement": v.claim.statement,
         "metric": v.claim.metric, "expected": v.claim.expected,
         "tolerance": v.claim.tolerance, "rel_tolerance": v.claim.rel_tolerance,
+        "at_least": v.claim.at_least, "at_most": v.claim.at_most,
         "verdict": v.verdict, "measured": v.measured, "reason": v.reason,
         "experiment": v.experiment, "evidence": v.evidence,
     } for v in verdicts], indent=2, sort_keys=True) + "\n"

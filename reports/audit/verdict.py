@@ -8,7 +8,7 @@ Order of judgement for one claim:
    claims file defines it (only what is missing runs), else taken from the store as they are;
 3. fairness of the evidence: emulated timings, device class, context length;
 4. the metric's check (``METRICS``) measures a value; the value against expected ± tolerance
-   gives reproduced / not reproduced.
+   (or the bounds at_least / at_most) gives reproduced / not reproduced.
 """
 
 from __future__ import annotations
@@ -145,13 +145,13 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     if measurement.reason or measurement.value is None:
         verdict.reason = (measurement.reason or "nothing was measured") + detail
         return verdict
-    expected = f"{claim.expected:g} {claim.tolerance_text()}"
+    expected = claim.expected_text()
     if claim.within(measurement.value):
         verdict.verdict = REPRODUCED
         verdict.reason = f"measured {measurement.value:.4g}, within {expected}{detail}"
     else:
         verdict.verdict = NOT_REPRODUCED
-        side = "below" if measurement.value < claim.expected else "above"
+        side = "below" if measurement.value < claim.bounds()[0] else "above"
         verdict.reason = f"measured {measurement.value:.4g}, {side} {expected}{detail}"
     return verdict
 
