@@ -148,6 +148,12 @@ def mean_kv_bytes(shape: Shape, kv: str, prompt_len: int, steps: int) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def engine_binary(rev: str | None = None) -> Path:
+    """``lmc`` built from the working tree, or from git revision ``rev`` (e.g. while the
+    working tree is mid-edit)."""
+    return Path(build_engine(rev=rev).binary)
+
+
 def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
     """Deterministic, varied token ids (a random model has no meaningful text anyway)."""
     return [(seed * 7919 + i * 104729 + 13) % vocab for i in range(length)]
@@ -230,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3, help="lmc runs per configuration")
     parser.add_argument("--stream-mib", type=int, default=1024)
+    parser.add_argument("--rev", help="build lmc from this git revision (default: work tree)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
 
-    lmc = Path(build_engine().binary)
+    lmc = engine_binary(args.rev)
     model_dir = args.model or generate_model(dtypes=("BF16",))["BF16"]
     shape = Shape.from_model_dir(model_dir)
     env_before = environment(lmc)
+    env_before["engine_rev"] = args.rev or "worktree"
     # STREAM before and after the engine runs: the machine is shared, so keep the better one
     bandwidths = [measure_bandwidth(args.threads, args.stream_mib)]
     prompt = bench_prompt(args.prompt_len, shape.vocab)

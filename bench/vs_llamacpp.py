@@ -36,9 +36,7 @@ from pathlib import Path
 import numpy as np
 from gguf_convert import ensure_converted
 from qwen3_06b import generate as generate_model
-from roofline import Shape, bench_prompt, environment, run_lmc_generate
-
-from harness.build import build_engine
+from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
 
 LMC_WQ = {"f32": "f32", "q8_0": "q8"}  # GGUF type -> the lmc weight format it is compared to
 
@@ -188,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention")
     parser.add_argument("--omp-wait-policy", choices=("passive", "active", "inherit"),
                         default="passive", help="llama.cpp's OpenMP barriers (see above)")
+    parser.add_argument("--rev", help="build lmc from this git revision (default: work tree)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
     if args.omp_wait_policy != "inherit":  # read once, when libgomp loads with llama_cpp
@@ -205,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"({args.prompt_len + args.decode})", file=sys.stderr)
             return 2
 
-    lmc = Path(build_engine().binary)
+    lmc = engine_binary(args.rev)
     model_dir = generate_model(dtypes=("BF16",))["BF16"]
     shape = Shape.from_model_dir(model_dir)
     prompt = bench_prompt(args.prompt_len, shape.vocab)
     ggufs = {t: ensure_converted(model_dir, t) for t in args.types}
     env = environment(lmc)
+    env["engine_rev"] = args.rev or "worktree"
     try:
         import importlib.metadata as md
         env["llama_cpp_python"] = md.version("llama-cpp-python")
