@@ -47,6 +47,7 @@ FIRST_BACKOFF_S = 0.5
 TIMEOUT_EXIT_CODES = (124, 137)
 # paramiko logs every dropped connection; our typed errors already say what happened.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # paramiko raises these for network trouble; the connection may work on a later attempt.
 TRANSIENT = (OSError, EOFError, paramiko.SSHException)
 
@@ -116,14 +117,33 @@ def fetch_host_key(device: Device) -> paramiko.PKey:
         transport.close()
 
 
-def _open_socket(device: Device) -> socket.socket:
-    """A TCP connection to the device with Nagle's algorithm off.
+class _QuickAckSocket(socket.socket):
+    """A TCP socket that acknowledges what it receives at once (Linux's TCP_QUICKACK).
 
-    Every SSH request (open a channel, exec, SFTP stat) is a small packet that waits for the
-    answer to the previous one; with Nagle on, each waits out the peer's delayed ACK (~40 ms on
-    Linux) first: that was most of the cost of a remote command on a fast link.
+    sshd writes with Nagle's algorithm on, so a reply it writes while an earlier segment is
+    unacknowledged waits for that ACK, which this side's kernel delays by up to 40 ms when it has
+    nothing to send. Right after authentication sshd sends a message that needs no answer (its
+    host keys), so without this the first channel of every connection waited that long. The
+    kernel clears the flag again on its own, hence it is set after every read.
+    """
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        self.setsockopt(socket.IPPROTO_TCP, TCP_QUICKACK, 1)
+        return data
+
+
+def _open_socket(device: Device) -> socket.socket:
+    """A TCP connection to the device tuned for request/response traffic.
+
+    Every SSH request (open a channel, exec, an SFTP call) is a small packet that waits for the
+    answer to the previous one. With Nagle's algorithm on, each would first wait out the peer's
+    delayed ACK (~40 ms on Linux): that was most of the cost of a remote command on a fast link.
     """
     sock = socket.create_connection((device.host, device.port), timeout=device.connect_timeout)
+    if TCP_QUICKACK is not None:
+        sock = _QuickAckSocket(fileno=sock.detach())
+        sock.settimeout(device.connect_timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
