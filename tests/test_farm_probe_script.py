@@ -1,0 +1,90 @@
+"""The fingerprint script itself, run by `sh` here against a made-up /proc and /sys: files that
+are missing, unreadable or lack a final newline, offline cores, zones without a temperature."""
+
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from devices.fingerprint import PROBE_SCRIPT, parse_probe
+
+CPUINFO = """processor\t: 0
+BogoMIPS\t: 48.00
+CPU part\t: 0xd05
+
+processor\t: 4
+model name\t: ARMv8 Processor rev 0 (v8l)
+CPU part\t: 0xd0b
+"""
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def fake_root(root: Path, with_arch_file: bool) -> None:
+    proc, cpu = root / "proc", root / "sys/devices/system/cpu"
+    write(proc / "sys/kernel/osrelease", "6.1.43-rockchip\n")
+    if with_arch_file:
+        write(proc / "sys/kernel/arch", "aarch64\n")
+    write(proc / "loadavg", "0.08 0.10 0.09 1/234 5678\n")
+    write(proc / "meminfo", "MemTotal:       16194660 kB\nMemFree:         9000000 kB\n"
+                            "MemAvailable:   15000000 kB\nBuffers:           12345 kB\n")
+    write(proc / "cpuinfo", CPUINFO)
+    # cpu0: no `online` file (always online), current frequency unreadable
+    write(cpu / "cpu0/cpufreq/cpuinfo_max_freq", "1800000\n")
+    write(cpu / "cpu0/cpufreq/scaling_max_freq", "1800000\n")
+    (cpu / "cpu0/cpufreq/scaling_cur_freq").mkdir()
+    write(cpu / "cpu0/cpufreq/scaling_governor", "schedutil\n")
+    # cpu4: offline, a policy cap, a file without its final newline
+    write(cpu / "cpu4/online", "0\n")
+    write(cpu / "cpu4/cpufreq/cpuinfo_max_freq", "2400000\n")
+    write(cpu / "cpu4/cpufreq/scaling_max_freq", "2208000")
+    write(cpu / "cpu4/cpufreq/scaling_cur_freq", "2208000\n")
+    write(cpu / "cpu4/cpufreq/scaling_governor", "performance\n")
+    # cpu5: no cpufreq at all
+    write(cpu / "cpu5/online", "1\n")
+    write(cpu / "cpufreq/policy0/scaling_governor", "not a core\n")
+    thermal = root / "sys/class/thermal"
+    write(thermal / "thermal_zone0/type", "soc-thermal\n")
+    write(thermal / "thermal_zone0/temp", "41600\n")
+    write(thermal / "thermal_zone1/type", "no-temperature\n")
+    write(thermal / "thermal_zone2/temp", "-5000\n")
+
+
+def run_script(root: Path) -> str:
+    # Every absolute /proc or /sys path of the script, moved under root.
+    script = re.sub(r"(?<![\w/])/(proc|sys)/", lambda m: f"{root}/{m.group(1)}/", PROBE_SCRIPT)
+    assert script.count(str(root)) == 7  # each path of the script was moved
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stderr) == (0, "")
+    return done.stdout
+
+
+@pytest.mark.parametrize("with_arch_file", [True, False])
+def test_probe_script_reads_every_fact_with_defaults(tmp_path: Path, with_arch_file: bool) -> None:
+    fake_root(tmp_path, with_arch_file)
+    fp = parse_probe(run_script(tmp_path))
+    # Without /proc/sys/kernel/arch (older kernels) the script asks uname: this machine's arch.
+    assert fp["arch"] == ("aarch64" if with_arch_file else platform.machine())
+    assert fp["kernel"] == "6.1.43-rockchip"
+    assert fp["loadavg"] == [0.08, 0.10, 0.09]
+    assert (fp["mem_total_kb"], fp["mem_available_kb"]) == (16194660, 15000000)
+    assert fp["cpu_model"] == "ARMv8 Processor rev 0 (v8l)"
+    assert fp["cores"] == [
+        {"cpu": 0, "online": True, "max_khz": 1800000, "policy_max_khz": 1800000,
+         "cur_khz": None, "governor": "schedutil", "part": "0xd05"},
+        {"cpu": 4, "online": False, "max_khz": 2400000, "policy_max_khz": 2208000,
+         "cur_khz": 2208000, "governor": "performance", "part": "0xd0b"},
+        {"cpu": 5, "online": True, "max_khz": None, "policy_max_khz": None, "cur_khz": None,
+         "governor": None, "part": None},
+    ]
+    assert fp["thermal"] == [
+        {"zone": "thermal_zone0", "type": "soc-thermal", "temp_c": 41.6},
+        {"zone": "thermal_zone2", "type": "?", "temp_c": -5.0},
+    ]
