@@ -148,11 +148,11 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     expected = claim.expected_text()
     if claim.within(measurement.value):
         verdict.verdict = REPRODUCED
-        verdict.reason = f"measured {measurement.value:.4g}, within {expected}{detail}"
+        verdict.reason = f"measured {measurement.value:.4g}, within the claimed {expected}{detail}"
     else:
         verdict.verdict = NOT_REPRODUCED
         side = "below" if measurement.value < claim.bounds()[0] else "above"
-        verdict.reason = f"measured {measurement.value:.4g}, {side} {expected}{detail}"
+        verdict.reason = f"measured {measurement.value:.4g}, {side} the claimed {expected}{detail}"
     return verdict
 
 
