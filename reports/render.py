@@ -25,15 +25,8 @@ RUN_COLUMNS = [
     "seed", "length", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
     "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
     "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
-    "selection_mass",
-    "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms", "build_binary_sha256",
-    "workload_content_hash", "flags",
-]
-TIMING_COLUMNS = [
-    "device", "kind", "ctx", "depth", "seed", "length", "config", "runs_ok", "runs_failed",
-    "decode_ms_median", "decode_ms_min", "decode_ms_max", "decode_ms_cv", "attn_ms_median",
-    "attn_ms_cv", "prefill_ms_median", "prefill_ms_cv", "attn_median_ms_median",
-    "attn_median_ms_cv", "overhead_ms_median", "flags",
+    "selection_mass", "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms",
+    "build_binary_sha256", "workload_content_hash", "flags",
 ]
 
 CSS = """
@@ -144,7 +137,7 @@ def timing_display(timings: pd.DataFrame) -> pd.DataFrame:
         for prefix, title in TIMING_DISPLAY:
             shown[title] = summary_text(row.get(f"{prefix}_median"), row.get(f"{prefix}_min"),
                                         row.get(f"{prefix}_max"))
-            cv = row.get(f"{prefix}_cv") if prefix != "overhead_ms" else None
+            cv = row.get(f"{prefix}_cv") if prefix not in ("overhead_ms", "engine_ms") else None
             shown[f"{title} CV"] = "" if cv is None or pd.isna(cv) else f"{100 * cv:.1f} %"
         shown["flags"] = row.get("flags") or ""
         rows.append(shown)
@@ -163,7 +156,7 @@ def builds_display(builds: pd.DataFrame) -> pd.DataFrame:
 
 TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/token"),
                   ("prefill_ms", "prefill ms"), ("attn_median_ms", "attn-bench ms"),
-                  ("overhead_ms", "harness overhead ms")]
+                  ("engine_ms", "engine process ms"), ("overhead_ms", "harness overhead ms")]
 
 
 def build_sections(data: aggregate.ExperimentData) -> list[Section]:
