@@ -22,9 +22,8 @@ import pandas as pd
 from reports.aggregate import first_divergence, flatten_runs, merge_flags
 from reports.aggregate import generated_tokens as tokens
 from reports.errors import ReportInputError
-from reports.render import CSS
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
-from reports.tables import to_html, to_markdown, write_csv
+from reports.tables import CSS, to_html, to_markdown, write_csv
 
 POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
 MIN_RUN_SAMPLES = 4
@@ -174,7 +173,13 @@ def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             metric: str = "decode_ms_per_token",
             threshold: float = NOISE_THRESHOLD) -> Comparison:
     runs = load_runs(store, experiments)
-    steps = runs.attrs["steps"]
+    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold)
+
+
+def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
+                 metric: str = "decode_ms_per_token",
+                 threshold: float = NOISE_THRESHOLD) -> Comparison:
+    """``compare`` on flattened runs (``reports.aggregate.flatten_runs``) and their steps."""
     if metric not in runs.columns:
         raise ReportInputError(f"unknown timing {metric!r}; allowed: decode_ms_per_token, "
                                "attn_ms_per_token, prefill_ms, attn_median_ms, engine_ms")

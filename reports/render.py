@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from reports import aggregate, figures
-from reports.tables import summary_text, to_html, to_markdown, write_csv
+from reports.compare import compare_runs
+from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
 RUN_COLUMNS = [
@@ -29,17 +30,6 @@ RUN_COLUMNS = [
     "build_binary_sha256", "workload_content_hash", "flags",
 ]
 
-CSS = """
-body{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}
-th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
-th{background:#f3f3f3}tr.flagged td{background:#fff4e0}
-.figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0}
-figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
-.note{font-size:12px;color:#555}.verdict-reproduced{color:#1a7f37}
-.verdict-not-reproduced{color:#c0392b}.verdict-not-comparable{color:#8a6d3b}
-"""
 
 
 @dataclass
@@ -47,6 +37,7 @@ class Table:
     name: str  # also the CSV file name
     data: pd.DataFrame  # written to CSV as is
     display: pd.DataFrame | None = None  # what the HTML and Markdown show (default: data)
+    caption: str = ""  # a line shown above the table
 
     @property
     def shown(self) -> pd.DataFrame:
@@ -159,6 +150,29 @@ TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/to
                   ("engine_ms", "engine process ms"), ("overhead_ms", "harness overhead ms")]
 
 
+def device_comparison(data: aggregate.ExperimentData) -> Section:
+    """Every other device against a reference (the first real device): the x86-vs-ARM view."""
+    ok = data.runs[data.runs["status"] == "ok"]
+    devices = sorted(set(ok["device"]))
+    real = [d for d in devices if not ok[ok["device"] == d]["emulated"].any()]
+    tables = []
+    if len(devices) >= 2:
+        reference = (real or devices)[0]
+        for metric in ("decode_ms_per_token", "attn_median_ms"):
+            if ok[metric].notna().sum() == 0:
+                continue
+            for other in (d for d in devices if d != reference):
+                result = compare_runs(data.runs, data.steps, reference, other, metric)
+                tables.append(Table(f"compare_{metric}_{other}", result.table,
+                                    caption=result.summary()))
+        text = (f"Each device against {reference}, config by config: medians, ratio B/A, "
+                "Mann-Whitney U over the repeats with a noise threshold (raised to the A/A noise "
+                "floor of the reference), and whether the generated tokens are identical.")
+    else:
+        text = ""
+    return Section("devices", "Devices compared", text, tables=tables)
+
+
 def build_sections(data: aggregate.ExperimentData) -> list[Section]:
     runs = data.runs
     needle = aggregate.needle_table(runs)
@@ -197,6 +211,7 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",
                 tables=[Table("selection", selection)],
                 figures=figures.selection_charts(selection)),
+        device_comparison(data),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "
@@ -226,6 +241,8 @@ def _html_page(title: str, sections: list[Section]) -> str:
             if shown.empty and not section.always:
                 continue
             html = to_html(shown, f"table-{table.name}")
+            if table.caption:
+                html = f'<p class="note">{escape(table.caption)}</p>{html}'
             if len(shown) > COLLAPSE_ROWS:  # long tables fold away; the figures summarise them
                 html = (f"<details><summary>{escape(table.name)} ({len(shown)} rows, "
                         f"{escape(table.name)}.csv)</summary>{html}</details>")
@@ -256,6 +273,8 @@ def _markdown(title: str, sections: list[Section]) -> str:
             if table.data.empty and not section.always:
                 continue
             out.append(f"### {table.name}\n")
+            if table.caption:
+                out.append(table.caption + "\n")
             out.append(to_markdown(table.shown))
     return "\n".join(out)
 

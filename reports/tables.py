@@ -14,6 +14,18 @@ from typing import Any
 import pandas as pd
 
 FLOAT_FORMAT = "%.6g"
+# The style of every page (report, compare, audit): inline, so pages stay self-contained.
+CSS = """
+body{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f3f3f3}tr.flagged td{background:#fff4e0}
+.figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0}
+figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
+.note{font-size:12px;color:#555}.verdict-reproduced{color:#1a7f37}
+.verdict-not-reproduced{color:#c0392b}.verdict-not-comparable{color:#8a6d3b}
+"""
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -109,6 +109,9 @@ def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
             "runs.csv"} <= set(names)
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    # Two devices: the other one against the real reference device, flagged as emulated.
+    devices = (first / "compare_decode_ms_per_token_arm.csv").read_text().splitlines()
+    assert len(devices) == 2 and "B: emulated" in devices[1] and ",exact," in devices[1]
     manifest = json.loads((first / "manifest.json").read_text())
     assert manifest["run_counts"] == {"failed": 1, "ok": 63}
     assert manifest["reproduce"]["runs"][0].startswith("benchfarm reproduce ")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from reports.audit.verdict import Verdict
-from reports.render import CSS, Section
-from reports.tables import to_markdown
+from reports.render import Section
+from reports.tables import CSS, to_markdown
 
 COLUMNS = ["claim", "verdict", "measured", "expected", "evidence runs", "reason"]
 
