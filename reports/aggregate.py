@@ -153,9 +153,13 @@ def same_as_exact(table: pd.DataFrame) -> pd.Series:
     return pd.Series(values, index=table.index, dtype="object")
 
 
+def plain_key(values: Any) -> tuple:
+    """A key with NaN as None, so that equal keys compare equal (NaN != NaN)."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in values)
+
+
 def _key(row: pd.Series) -> tuple:
-    return tuple(None if isinstance(v, float) and math.isnan(v) else v
-                 for v in (row.get(k) for k in PROMPT_KEYS))
+    return plain_key(row.get(k) for k in PROMPT_KEYS)
 
 
 def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:

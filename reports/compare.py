@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import first_divergence, flatten_runs, merge_flags
+from reports.aggregate import first_divergence, flatten_runs, merge_flags, plain_key
 from reports.aggregate import generated_tokens as tokens
 from reports.errors import ReportInputError
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
@@ -134,17 +134,12 @@ def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def _plain(key: tuple) -> tuple:
-    """A group key with NaN as None, so that equal keys compare equal (NaN != NaN)."""
-    return tuple(None if isinstance(v, float) and pd.isna(v) else v for v in key)
-
-
 def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, by_device: bool):
     keys = POINT + ["base_config"] + (["device"] if by_device else [])
-    groups_b = {_plain(k): g for k, g in runs_b.groupby(keys, dropna=False, sort=False)}
+    groups_b = {plain_key(k): g for k, g in runs_b.groupby(keys, dropna=False, sort=False)}
     for key, cell_a in runs_a.groupby(keys, dropna=False, sort=True):
-        if _plain(key) in groups_b:
-            yield dict(zip(keys, key, strict=True)), cell_a, groups_b[_plain(key)]
+        if plain_key(key) in groups_b:
+            yield dict(zip(keys, key, strict=True)), cell_a, groups_b[plain_key(key)]
 
 
 def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
