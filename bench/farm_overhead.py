@@ -2,8 +2,10 @@
 
 For each node, REPEATS times: open an SSH connection, push the engine (already cached: the
 device hashes it, nothing is sent), run `lmc info`, close. Prints the median of each phase, the
-same push + run on a connection that stays open (what a DeviceRunner actor pays per run), and
-`lmc info` run directly here as the baseline the overhead is measured against.
+same push + run on a connection that stays open, what a DeviceRunner actor pays per run once
+its artifacts are pushed (a fingerprint, the run, a fingerprint: the coordinator pushes each
+artifact once per connection), one fingerprint alone, and `lmc info` run directly here as the
+baseline the overhead is measured against.
 
     .venv/bin/python bench/farm_overhead.py [--repeats 15] [--inventory FILE]
 
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 from devices.farm import QEMU_AARCH64, farm_down, farm_up
+from devices.fingerprint import probe
 from devices.inventory import Device, load_inventory
 from devices.transport import connect
 from harness.build import build_engine
@@ -31,7 +34,8 @@ def ms(samples: list[float]) -> str:
 
 def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[float]]:
     phases: dict[str, list[float]] = {"connect": [], "push": [], "run": [], "close": [],
-                                      "cold total": [], "warm push+run": []}
+                                      "cold total": [], "warm push+run": [], "probe": [],
+                                      "probe+run+probe": []}
     with connect(device) as t:
         t.push(binary)  # make sure it is cached before timing
     for _ in range(repeats):
@@ -54,6 +58,16 @@ def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[f
             t0 = time.perf_counter()
             t.run([t.push(binary), "info"], timeout=60)
             phases["warm push+run"].append(time.perf_counter() - t0)
+        remote = t.push(binary)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            probe(t)
+            t1 = time.perf_counter()
+            t.run([remote, "info"], timeout=60)
+            probe(t)
+            t2 = time.perf_counter()
+            phases["probe"].append(t1 - t0)
+            phases["probe+run+probe"].append(t2 - t0)
     return phases
 
 
@@ -82,7 +96,7 @@ def main() -> None:
         inventory = load_inventory(inventory_path)
         print(f"medians over {args.repeats} repeats, milliseconds")
         print(f"{'node':<10} {'connect':>8} {'push':>8} {'run':>8} {'close':>8} "
-              f"{'cold':>8} {'warm':>8} {'direct':>8}")
+              f"{'cold':>8} {'warm':>8} {'probe':>8} {'p+run+p':>8} {'direct':>8}")
         for name in ("farm-x86", "farm-arm"):
             device = inventory.get(name)
             binary = binaries[device.arch]
@@ -91,9 +105,12 @@ def main() -> None:
                               args.repeats)
             print(f"{name:<10} {ms(phases['connect'])} {ms(phases['push'])} {ms(phases['run'])} "
                   f"{ms(phases['close'])} {ms(phases['cold total'])} "
-                  f"{ms(phases['warm push+run'])} {ms(direct)}")
+                  f"{ms(phases['warm push+run'])} {ms(phases['probe'])} "
+                  f"{ms(phases['probe+run+probe'])} {ms(direct)}")
         print("cold = connect + cached push + run + close; warm = cached push + run on an open "
-              "connection; direct = `lmc info` run here without SSH")
+              "connection; probe = one fingerprint; p+run+p = fingerprint, run, fingerprint on "
+              "an open connection; direct = `lmc info` run here without SSH")
+        print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     finally:
         if state is not None:
             farm_down(state)
