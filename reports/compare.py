@@ -66,8 +66,9 @@ def load_runs(store: Any, experiments: list[str] | None) -> pd.DataFrame:
         steps.append(raw["token_timings"])
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")
-    runs = pd.concat(frames, ignore_index=True)
-    runs.attrs["steps"] = pd.concat(steps, ignore_index=True)
+    # A run may belong to several experiments: count it once.
+    runs = pd.concat(frames, ignore_index=True).drop_duplicates("run_id", ignore_index=True)
+    runs.attrs["steps"] = pd.concat(steps, ignore_index=True).drop_duplicates(["run_id", "step"])
     return runs
 
 

@@ -171,7 +171,8 @@ def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     runs = pd.concat(frames, ignore_index=True)
-    return runs[runs["run_key"].isin(wanted)].sort_values("run_id").reset_index(drop=True)
+    runs = runs[runs["run_key"].isin(wanted)].drop_duplicates("run_id")  # one run, many experiments
+    return runs.sort_values("run_id").reset_index(drop=True)
 
 
 def stored_runs(store: Any, experiment: str) -> pd.DataFrame:
