@@ -115,3 +115,16 @@ def test_unknown_or_mismatched_sides_are_input_errors(farm_rows: Store) -> None:
         compare(farm_rows, "local", "nope")
     with pytest.raises(ReportInputError, match="is a device but"):
         compare(farm_rows, "local", "rk3588")
+
+
+def test_a_run_in_two_experiments_counts_once(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/two.db")
+    first = SyntheticExperiment(store, name="first")
+    for repeat in range(8):
+        first.run(policy="exact", repeat=repeat, decode_ms=10.0 + repeat)
+    second = SyntheticExperiment(store, name="second", spec_text='name = "second"\n')
+    assert store.link_runs(second.experiment_id, [f"first-{i}" for i in range(1, 9)]) == set()
+    assert len(store.frames("second")["runs"]) == 8
+    result = compare(store, "local", "local")  # A/A over both experiments
+    assert result.table[["n_a", "n_b", "samples"]].values.tolist() == [[4, 4, "runs"]]
+    store.close()
