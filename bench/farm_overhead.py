@@ -4,8 +4,9 @@ For each node, REPEATS times: open an SSH connection, push the engine (already c
 device hashes it, nothing is sent), run `lmc info`, close. Prints the median of each phase, the
 same push + run on a connection that stays open, what a DeviceRunner actor pays per run once
 its artifacts are pushed (a fingerprint, the run, a fingerprint: the coordinator pushes each
-artifact once per connection), one fingerprint alone, and `lmc info` run directly here as the
-baseline the overhead is measured against.
+artifact once per connection), the same as one remote command (``probed_run``), one
+fingerprint alone, and `lmc info` run directly here as the baseline the overhead is measured
+against.
 
     .venv/bin/python bench/farm_overhead.py [--repeats 15] [--inventory FILE]
 
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 from devices.farm import QEMU_AARCH64, farm_down, farm_up
-from devices.fingerprint import probe
+from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, load_inventory
 from devices.transport import connect
 from harness.build import build_engine
@@ -35,7 +36,7 @@ def ms(samples: list[float]) -> str:
 def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[float]]:
     phases: dict[str, list[float]] = {"connect": [], "push": [], "run": [], "close": [],
                                       "cold total": [], "warm push+run": [], "probe": [],
-                                      "probe+run+probe": []}
+                                      "probe+run+probe": [], "probed_run": []}
     with connect(device) as t:
         t.push(binary)  # make sure it is cached before timing
     for _ in range(repeats):
@@ -68,6 +69,9 @@ def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[f
             t2 = time.perf_counter()
             phases["probe"].append(t1 - t0)
             phases["probe+run+probe"].append(t2 - t0)
+            t3 = time.perf_counter()
+            probed_run(t, [remote, "info"], timeout=60)
+            phases["probed_run"].append(time.perf_counter() - t3)
     return phases
 
 
@@ -96,7 +100,7 @@ def main() -> None:
         inventory = load_inventory(inventory_path)
         print(f"medians over {args.repeats} repeats, milliseconds")
         print(f"{'node':<10} {'connect':>8} {'push':>8} {'run':>8} {'close':>8} "
-              f"{'cold':>8} {'warm':>8} {'probe':>8} {'p+run+p':>8} {'direct':>8}")
+              f"{'cold':>8} {'warm':>8} {'probe':>8} {'p+run+p':>8} {'probed':>8} {'direct':>8}")
         for name in ("farm-x86", "farm-arm"):
             device = inventory.get(name)
             binary = binaries[device.arch]
@@ -106,10 +110,11 @@ def main() -> None:
             print(f"{name:<10} {ms(phases['connect'])} {ms(phases['push'])} {ms(phases['run'])} "
                   f"{ms(phases['close'])} {ms(phases['cold total'])} "
                   f"{ms(phases['warm push+run'])} {ms(phases['probe'])} "
-                  f"{ms(phases['probe+run+probe'])} {ms(direct)}")
+                  f"{ms(phases['probe+run+probe'])} {ms(phases['probed_run'])} {ms(direct)}")
         print("cold = connect + cached push + run + close; warm = cached push + run on an open "
               "connection; probe = one fingerprint; p+run+p = fingerprint, run, fingerprint on "
-              "an open connection; direct = `lmc info` run here without SSH")
+              "an open connection; probed = the same as one command (probed_run); direct = `lmc "
+              "info` run here without SSH")
         print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     finally:
         if state is not None:

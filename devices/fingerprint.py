@@ -2,51 +2,73 @@
 
 ``probe`` takes one snapshot (one remote command, reading /proc and /sys only, so it works the
 same on any board whatever compiler it has). The coordinator takes one before and one after
-every run; ``flags(before, after)`` names what should make a reader distrust the numbers.
+every run; ``probed_run`` does both and the run in a single remote command. ``flags(before,
+after)`` names what should make a reader distrust the numbers.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from devices.errors import DeviceError
-from devices.transport import Transport
+from devices.errors import CommandTimeout, DeviceError
+from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
 SCHEMA = "benchfarm.fingerprint/1"
 PROBE_TIMEOUT_S = 30.0
 
-# A constant script: nothing from the inventory or the user is interpolated into it. It is taken
-# before and after every run, so it starts one process (sed, reading /proc/meminfo and
+# Constant scripts: nothing from the inventory or the user is interpolated into them. A probe is
+# taken before and after every run, so it starts one process (sed, reading /proc/meminfo and
 # /proc/cpuinfo) on recent kernels, two on older ones (uname); every other file is read with the
 # shell's built-in `read`.
-PROBE_SCRIPT = r"""
+PROBE_FUNCTIONS = r"""
 get() {  # get FILE DEFAULT: sets v to the first line of FILE, or to DEFAULT
   v=
   { read -r v || [ -n "$v" ]; } 2>/dev/null < "$1"
   [ -n "$v" ] || v=$2
 }
-get /proc/sys/kernel/arch ''; [ -n "$v" ] || v=$(uname -m)  # the file is new (Linux 6.1)
-printf 'arch %s\n' "$v"
-get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
-read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
-sed -n -E -e 's/^(MemTotal|MemAvailable):/mem \1/p' \
-  -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
-  /proc/meminfo /proc/cpuinfo
-for c in /sys/devices/system/cpu/cpu[0-9]*; do
-  get "$c/online" 1; line="core ${c##*cpu} $v"
-  for name in cpuinfo_max_freq scaling_max_freq scaling_cur_freq scaling_governor; do
-    get "$c/cpufreq/$name" -; line="$line $v"
+probe() {
+  get /proc/sys/kernel/arch ''; [ -n "$v" ] || v=$(uname -m)  # the file is not in older kernels
+  printf 'arch %s\n' "$v"
+  get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
+  read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
+  sed -n -E -e 's/^(MemTotal|MemAvailable):/mem \1/p' \
+    -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
+    /proc/meminfo /proc/cpuinfo
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    get "$c/online" 1; line="core ${c##*cpu} $v"
+    for name in cpuinfo_max_freq scaling_max_freq scaling_cur_freq scaling_governor; do
+      get "$c/cpufreq/$name" -; line="$line $v"
+    done
+    printf '%s\n' "$line"
   done
-  printf '%s\n' "$line"
-done
-for z in /sys/class/thermal/thermal_zone*; do
-  [ -r "$z/temp" ] || continue
-  get "$z/type" '?'; zone_type=$v; get "$z/temp" ''
-  printf 'thermal %s %s %s\n' "${z##*/}" "$zone_type" "$v"
-done
-exit 0
+  for z in /sys/class/thermal/thermal_zone*; do
+    [ -r "$z/temp" ] || continue
+    get "$z/type" '?'; zone_type=$v; get "$z/temp" ''
+    printf 'thermal %s %s %s\n' "${z##*/}" "$zone_type" "$v"
+  done
+}
 """
+PROBE_SCRIPT = PROBE_FUNCTIONS + "probe\nexit 0\n"
+
+# $1 = marker, $2 = timeout (s); then the command. On stderr: "<marker> before", a probe,
+# "<marker> engine", the command's stderr, "\n<marker> after <exit code> <start> <end>" (ns since
+# the epoch, GNU date; "%N" elsewhere) and a probe. The command runs under GNU timeout, which
+# signals its whole process group at the deadline, as in Transport.run.
+PROBED_RUN_SCRIPT = PROBE_FUNCTIONS + r"""
+marker=$1 limit=$2
+shift 2
+{ printf '%s before\n' "$marker"; probe; printf '%s engine\n' "$marker"; } >&2
+start=$(date +%s%N)
+timeout -k KILL_AFTER "$limit" "$@"
+code=$?
+end=$(date +%s%N)
+{ printf '\n%s after %s %s %s\n' "$marker" "$code" "$start" "$end"; probe; } >&2
+exit "$code"
+""".replace("KILL_AFTER", f"{KILL_AFTER_S:.0f}")
 
 # Thresholds for flags(): chosen to be quiet on a healthy idle board.
 HOT_C = 85.0  # RK3588 starts thermal throttling around 85 degC
@@ -62,13 +84,68 @@ def probe(transport: Transport) -> dict[str, Any]:
     if result.exit_code != 0:
         raise DeviceError(transport.device.name, f"probe failed with exit code "
                                                  f"{result.exit_code}: {result.stderr.strip()}")
-    facts = parse_probe(result.stdout)
+    return _facts(transport, result.stdout, time.time())
+
+
+@dataclass
+class ProbedRun:
+    before: dict[str, Any]
+    result: CommandResult  # wall_s: the command alone, timed on the device where it can be
+    after: dict[str, Any]
+
+
+def probed_run(transport: Transport, argv: list[str], timeout: float,
+               cpus: list[int] | None = None, stdin_file: Path | None = None) -> ProbedRun:
+    """``probe``, ``transport.run(argv, ...)``, ``probe`` in one remote command instead of three.
+
+    The command's stdout is its own; the fingerprints travel on stderr between marker lines that
+    carry a random token, and the command's stderr is returned without them. Its wall time is
+    taken on the device (GNU date), so it leaves out the SSH round trip; where the device's
+    `date` has no nanoseconds it is the whole remote command's wall time.
+    """
+    marker = f"benchfarm-probe-{secrets.token_hex(8)}"
+    command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}",
+               *device_argv(transport.device, argv, cpus)]
+    started = time.time()
+    whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
+                               stdin_file=stdin_file)
+    name = transport.device.name
+    try:
+        before, rest = _between(whole.stderr, f"{marker} before\n", f"{marker} engine\n")
+        stderr, rest = rest.split(f"\n{marker} after ", 1)
+        status, _, after = rest.partition("\n")
+        code, start_ns, end_ns = status.split()
+    except ValueError:
+        raise DeviceError(name, f"`{describe(argv)}` under fingerprints ended with exit code "
+                                f"{whole.exit_code} before its last fingerprint: "
+                                f"{whole.stderr.strip()[-500:]}") from None
+    wall = whole.wall_s
+    if start_ns.isdigit() and end_ns.isdigit():
+        wall = (int(end_ns) - int(start_ns)) / 1e9
+    if int(code) in (124, 137) and wall >= timeout:  # GNU timeout's codes (see devices.ssh)
+        raise CommandTimeout(name, f"`{describe(argv)}` ran past its {timeout:g} s timeout; its "
+                                   "process group was killed")
+    result = CommandResult(whole.exit_code, whole.stdout, stderr, wall)
+    return ProbedRun(_facts(transport, before, started), result,
+                     _facts(transport, after, time.time()))
+
+
+def _between(text: str, head: str, tail: str) -> tuple[str, str]:
+    """(what lies between ``head`` at the start of text and ``tail``, what follows ``tail``)."""
+    if not text.startswith(head):
+        raise ValueError(head)
+    inner, rest = text[len(head):].split(tail, 1)
+    return inner, rest
+
+
+def _facts(transport: Transport, probe_output: str, taken_at: float) -> dict[str, Any]:
+    facts = parse_probe(probe_output)
     facts.update(
         schema=SCHEMA,
         device=transport.device.name,
         target_arch=transport.device.arch,
         emulated=transport.device.emulated,
-        taken_at=time.time(),
+        taken_at=taken_at,
     )
     return facts
 

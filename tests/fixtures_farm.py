@@ -7,7 +7,9 @@ node (kill sshd, swap keys) start their own farm with ``start_farm(tmp_path)`` i
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,3 +84,25 @@ def args_program(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         subprocess.run([*cc, "-O1", "-o", str(binary), str(source)], check=True, timeout=120)
         binaries[arch] = binary
     return binaries
+
+
+def processes_with_arg(arg: str) -> list[int]:
+    """Live (not zombie) processes with ``arg`` as one of their arguments."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if arg.encode() in cmdline and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def gone(arg: str, within_s: float = 10.0) -> bool:
+    """Whether every process with ``arg`` among its arguments is gone within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while processes_with_arg(arg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes_with_arg(arg)

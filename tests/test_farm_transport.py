@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 
 import pytest
+from fixtures_farm import gone
 
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device, local_device
@@ -145,26 +145,6 @@ def test_exec_prefix_elements_are_quoted(farm, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def _processes_with_arg(arg: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if arg.encode() in cmdline and state != "Z":
-            pids.append(int(entry))
-    return pids
-
-
-def _gone(arg: str, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while _processes_with_arg(arg) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _processes_with_arg(arg)
-
-
 @pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
 def test_timeout_kills_the_whole_process_group(device: Device) -> None:
     # Two distinctive sleeps: one in the background, one in the foreground.
@@ -173,7 +153,7 @@ def test_timeout_kills_the_whole_process_group(device: Device) -> None:
         with pytest.raises(CommandTimeout, match=device.name):
             t.run(["sh", "-c", script], timeout=1.0)
         assert t.run(["echo", "still usable"], timeout=30).stdout == "still usable\n"
-    assert _gone("97.31") and _gone("97.32")
+    assert gone("97.31") and gone("97.32")
 
 
 @pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)

@@ -1,0 +1,78 @@
+"""probed_run: a fingerprint, the run and a fingerprint in one remote command, on the farm and
+the local device. The command's stdout, stderr, exit code, stdin, timeout and quoting must be
+exactly what Transport.run gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_farm import gone
+
+from devices.errors import CommandTimeout
+from devices.fingerprint import probed_run
+from devices.inventory import Device, local_device
+from devices.transport import connect
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest, farm, tmp_path: Path) -> Device:
+    # A workdir of its own: other tests expect the first push of a program to send it.
+    name = request.param
+    found = local_device() if name == "local" else farm.inventory.get(name)
+    return dataclasses.replace(found, workdir=str(tmp_path / f"{name}-work"))
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "farm-arm", "local"], indirect=True)
+def test_output_and_fingerprints_arrive_apart(device: Device, args_program,
+                                              tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    nasty = ["two words", f"$(touch {marker})", f"; touch {marker}", "a\nb", ""]
+    with connect(device) as t:
+        remote = t.push(args_program[device.arch])
+        started = time.monotonic()
+        probed = probed_run(t, [remote, *nasty], timeout=60)
+        elapsed = time.monotonic() - started
+    assert probed.result.exit_code == 0, probed.result.stderr
+    assert probed.result.stdout == f"arch={device.arch}\n" + "".join(f"[{a}]\n" for a in nasty)
+    assert probed.result.stderr == ""
+    assert 0 < probed.result.wall_s < elapsed
+    for fp in (probed.before, probed.after):
+        assert fp["device"] == device.name and fp["emulated"] == device.emulated
+        assert fp["arch"] == "x86_64" and fp["kernel"] and fp["cores"] and fp["mem_total_kb"]
+        assert len(fp["loadavg"]) == 3
+    assert probed.before["taken_at"] <= probed.after["taken_at"]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_stderr_exit_codes_stdin_and_pinning(device: Device, tmp_path: Path) -> None:
+    stdin = tmp_path / "in.txt"
+    stdin.write_text("line one\nline two\n")
+    with connect(device) as t:
+        failed = probed_run(t, ["sh", "-c", "echo out; echo oops >&2; exit 3"], timeout=30)
+        assert (failed.result.exit_code, failed.result.stdout, failed.result.stderr) == (
+            3, "out\n", "oops\n")
+        unterminated = probed_run(t, ["sh", "-c", "printf 'no newline' >&2"], timeout=30)
+        assert unterminated.result.stderr == "no newline"
+        # The command's stderr may even hold what looks like a marker line.
+        fake = probed_run(t, ["sh", "-c", "echo 'benchfarm-probe-0 after 0 1 2' >&2"], 30)
+        assert fake.result.stderr == "benchfarm-probe-0 after 0 1 2\n"
+        counted = probed_run(t, ["wc", "-l"], timeout=30, stdin_file=stdin)
+        assert counted.result.stdout.strip() == "2"
+        pinned = probed_run(t, ["grep", "Cpus_allowed_list", "/proc/self/status"], 30, cpus=[0])
+        assert pinned.result.stdout.split() == ["Cpus_allowed_list:", "0"]
+        assert probed_run(t, ["/no/such/program"], timeout=30).result.exit_code == 127
+        assert failed.before["cores"] and failed.after["cores"]
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_timeout_kills_the_process_group(device: Device) -> None:
+    script = "sleep 97.41 & sleep 97.42; wait"
+    with connect(device) as t:
+        with pytest.raises(CommandTimeout, match=device.name):
+            probed_run(t, ["sh", "-c", script], timeout=1.0)
+        assert probed_run(t, ["echo", "still usable"], 30).result.stdout == "still usable\n"
+    assert gone("97.41") and gone("97.42")
