@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TextIO
 
 
@@ -22,6 +23,8 @@ class Progress:
         self.counts: Counter[str] = Counter()
         self.per_board: dict[str, Counter[str]] = {b: Counter() for b in boards}
         self.started = time.monotonic()
+        # placement (device or class) -> runs not finished; set by the scheduler
+        self.remaining_by: Callable[[], dict[str, int]] | None = None
 
     @property
     def remaining(self) -> int:
@@ -44,6 +47,9 @@ class Progress:
         boards = "  ".join(
             f"{name} {n['ok']}/{n['failed']}" for name, n in self.per_board.items()
         )
+        if self.remaining_by is not None:
+            boards += " | remaining: " + " ".join(
+                f"{key} {n}" for key, n in self.remaining_by().items())
         return (f"[{time.monotonic() - self.started:6.1f}s] done {c['ok']} failed {c['failed']} "
                 f"pending {c['pending']} remaining {self.remaining} of {self.total}"
                 + (f" (skipped {self.skipped} already ok)" if self.skipped else "")

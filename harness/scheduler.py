@@ -220,6 +220,15 @@ class Scheduler:
                 else:
                     serves.insert(0, placement.key)
         self.counts: Counter[str] = Counter()
+        self._collecting: Board | None = None  # the board whose result is being stored
+        progress.remaining_by = self._remaining_by
+
+    def _remaining_by(self) -> dict[str, int]:
+        remaining = {key: len(queue) for key, queue in self.queues.items()}
+        for board in self.boards.values():
+            if board.busy and not board.busy.warmup and board is not self._collecting:
+                remaining[board.busy.run.placement.key] += 1
+        return remaining
 
     # -- main loop ----------------------------------------------------------------------------
 
@@ -281,8 +290,9 @@ class Scheduler:
     def _collect(self, board: Board) -> None:
         # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
         # the store write still marks the run interrupted.
+        self._collecting = board
         self._handle(board, board.busy)
-        board.busy = None
+        board.busy = self._collecting = None
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
