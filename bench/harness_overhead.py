@@ -12,6 +12,7 @@ nodes, pushes into the device cache, fingerprints before and after, the SQLite s
   one engine thread each; on a 2-core machine the ceiling is 2).
 
     nice .venv/bin/python bench/harness_overhead.py [--runs-per-cell 1] [--keep DIR] [--model DIR]
+        [--ctx 128] [--max-new 4]
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ k = [1, 4, 8, 16]
 
 [[workload]]
 kind = "needle"
-ctx = 128
+ctx = {ctx}
 depth = [0.0, 0.25, 0.5, 0.75, 1.0]
 seed = [0, 1]
-max_new = 4
+max_new = {max_new}
 """
 
 
@@ -71,10 +72,12 @@ def pool_inventory(farm_inventory: Path, out: Path) -> Path:
     return path
 
 
-def measure(folder: Path, inventory: Path, devices: str, repeats: int,
-            model: Path) -> dict[str, float]:
+def measure(folder: Path, inventory: Path, devices: str, args: argparse.Namespace
+            ) -> dict[str, float]:
     spec_path = folder / f"{devices}.toml"
-    spec_path.write_text(SPEC.format(devices=devices, model=model, repeats=repeats))
+    spec_path.write_text(SPEC.format(devices=devices, model=args.model,
+                                     repeats=args.runs_per_cell, ctx=args.ctx,
+                                     max_new=args.max_new))
     spec = load_spec(spec_path)
     with Store.open(f"sqlite:///{folder}/{devices}.db") as store:
         started = time.perf_counter()
@@ -98,6 +101,8 @@ def main() -> None:
                         help="repeats of the 50-cell matrix (default 1: 50 runs)")
     parser.add_argument("--keep", type=Path, help="keep the farm state and databases here")
     parser.add_argument("--model", type=Path, default=MODEL, help="default: %(default)s")
+    parser.add_argument("--ctx", type=int, default=128, help="prompt tokens (default 128)")
+    parser.add_argument("--max-new", type=int, default=4, help="new tokens (default 4)")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="benchfarm-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -105,8 +110,8 @@ def main() -> None:
     inventory = pool_inventory(farm_up(state), folder)
     try:
         with ray_session(None):
-            one = measure(folder, inventory, "farm-x86", args.runs_per_cell, args.model)
-            two = measure(folder, inventory, "x86", args.runs_per_cell, args.model)
+            one = measure(folder, inventory, "farm-x86", args)
+            two = measure(folder, inventory, "x86", args)
     finally:
         farm_down(state)
     for label, m in (("1 board ", one), ("2 boards", two)):

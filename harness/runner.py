@@ -17,7 +17,6 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from db.records import Outcome, RunResult, Snapshot, timings_from_steps
 from devices.errors import CommandTimeout, DeviceError
+from devices.fingerprint import probed_run
 from devices.transport import Transport
 from harness import workloads
 from harness.matrix import EngineConfig, WorkloadPoint
@@ -136,12 +136,13 @@ def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
     return path
 
 
-def execute(job: RunJob, device_name: str, pushes: PushMemo,
-            probe: Callable[[Transport], dict[str, Any]], scratch: Path) -> RunReport:
-    """Run ``job`` through ``transport``; ``probe(transport) -> dict`` takes a fingerprint.
+def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> RunReport:
+    """Run ``job`` on the device of ``pushes.transport``, between two fingerprints.
 
-    A command that outlives its timeout is a failed run (the engine hung, the board answered);
-    any other device error means the board was lost, and the run may be retried.
+    The fingerprints and the engine go in one remote command (``probed_run``), whose engine
+    wall time is taken on the device. Warm-ups run the engine alone. A command that outlives
+    its timeout is a failed run (the engine hung, the board answered); any other device error
+    means the board was lost, and the run may be retried.
     """
     started = datetime.now(UTC)
     clock = time.perf_counter()
@@ -155,11 +156,12 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo,
             remote_ids = pushes.push(ids_file(job.ids, scratch))
             argv += ["--text" if job.command == "ppl" else "--prompt", remote_ids]
         argv += list(job.options)
-        if not job.warmup:
-            report.snapshots["before"] = probe(transport)
-        result = transport.run(argv, timeout=job.timeout_s)
-        if not job.warmup:
-            report.snapshots["after"] = probe(transport)
+        if job.warmup:
+            result = transport.run(argv, timeout=job.timeout_s)
+        else:
+            probed = probed_run(transport, argv, timeout=job.timeout_s)
+            result = probed.result
+            report.snapshots = {"before": probed.before, "after": probed.after}
     except CommandTimeout as exc:
         report.status, report.error = "failed", str(exc)
         return _finish(report, clock)

@@ -127,7 +127,6 @@ class DeviceRunner:
         self.pushes: PushMemo | None = None
 
     def run(self, job: RunJob) -> RunReport:
-        from devices.fingerprint import probe
         from devices.transport import connect
 
         if self.transport is None:
@@ -139,7 +138,7 @@ class DeviceRunner:
                 return RunReport(job.run_key, self.device.name, "lost", started,
                                  datetime.now(UTC), 0.0, error=str(exc))
         try:
-            report = execute(job, self.device.name, self.pushes, probe, scratch_dir())
+            report = execute(job, self.device.name, self.pushes, scratch_dir())
         except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
             # as good as lost; the error text goes with the run so that a bug stays visible.
             now = datetime.now(UTC)
