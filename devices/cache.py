@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devices.errors import TransferFailed
-from devices.transport import PushResult, Transport
+from devices.transport import PushedArtifact, PushResult, Transport
 
 HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a while
 
@@ -107,6 +107,27 @@ while [ "$#" -ge 2 ]; do
   shift 2
 done
 rm -rf -- "$tree" && mv -- "$tmp" "$tree"
+"""
+
+
+# A shell function for the command of a run: `intact CACHE BLOBS SIGNATURES N [LINK SHA256]...`
+# succeeds when each blob named in BLOBS (space-separated names in CACHE) still has its stat
+# signature (SIGNATURES: one per line, same order) and each of the N tree entries LINK is a
+# symlink to its blob. One stat for all blobs; the links are checked with built-ins. The caller
+# shifts away its 4 + 2N arguments.
+INTACT_FUNCTION = r"""
+intact() {
+  cache=$1 blobs=$2 signatures=$3 links=$4 status=0
+  shift 4
+  while [ "$links" -gt 0 ]; do
+    [ -L "$1" ] && [ "$1" -ef "$cache/$2" ] || status=1
+    links=$((links - 1))
+    shift 2
+  done
+  [ -z "$blobs" ] || [ "$(cd -- "$cache" && stat -L -c '%i:%s:%.9Y:%.9Z' -- $blobs 2>/dev/null)" \
+    = "$signatures" ] || status=1
+  return $status
+}
 """
 
 
@@ -226,6 +247,7 @@ def push_file(transport: Transport, local_path: Path) -> str:
     remote = transport.path("cache", f.sha256)
     transport.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
                                      transport.bytes_sent - before, status)
+    transport.pushed[remote] = PushedArtifact(local_path, False, (f.sha256,))
     return remote
 
 
@@ -265,4 +287,36 @@ def push_tree(transport: Transport, local_dir: Path) -> str:
     transport.last_push = PushResult(str(local_dir), tree, tree_sha,
                                      sum(f.size for _, f in entries),
                                      transport.bytes_sent - before, overall)
+    transport.pushed[tree] = PushedArtifact(
+        local_dir, True, tuple(f.sha256 for _, f in entries),
+        tuple((f"{tree}/{rel}", f.sha256) for rel, f in entries))
     return tree
+
+
+def _named(transport: Transport, argv: list[str]) -> list[tuple[str, PushedArtifact]]:
+    """The artifacts pushed through this transport whose paths are elements of ``argv``."""
+    return [(arg, transport.pushed[arg]) for arg in dict.fromkeys(map(str, argv))
+            if arg in transport.pushed]
+
+
+def intact_args(transport: Transport, argv: list[str]) -> list[str]:
+    """The arguments of INTACT_FUNCTION for what ``argv`` uses of this transport's pushes: the
+    signature of each blob at its verification (a blob whose stat gave no well-formed signature
+    is not checked), and each tree entry."""
+    named = [item for _, item in _named(transport, argv)]
+    memo = transport.verified_blobs
+    blobs = sorted({sha for item in named for sha in item.blobs if sha in memo})
+    links = [x for item in named for link in item.links for x in link]
+    return [transport.path("cache"), " ".join(blobs), "\n".join(memo[sha] for sha in blobs),
+            str(len(links) // 2), *links]
+
+
+def push_again(transport: Transport, argv: list[str]) -> None:
+    """Push every artifact ``argv`` uses again: verified on the device, repaired if need be."""
+    for arg, item in _named(transport, argv):
+        again = push_tree(transport, item.local) if item.is_tree else push_file(transport,
+                                                                                  item.local)
+        if again != arg:
+            raise TransferFailed(transport.device.name,
+                                 f"{item.local} changed here since it was pushed as {arg}; "
+                                 "push it again and run with the new path")

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devices.errors import CommandTimeout, DeviceError
+from devices.cache import INTACT_FUNCTION, intact_args, push_again
+from devices.errors import CommandTimeout, DeviceError, TransferFailed
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
 SCHEMA = "benchfarm.fingerprint/1"
 PROBE_TIMEOUT_S = 30.0
+STALE_EXIT = 99  # probed_run's script: an artifact changed since it was verified; nothing ran
 
 # Constant scripts: nothing from the inventory or the user is interpolated into them. A probe is
 # taken before and after every run, so it starts one process (sed, reading /proc/meminfo and
@@ -54,13 +56,20 @@ probe() {
 """
 PROBE_SCRIPT = PROBE_FUNCTIONS + "probe\nexit 0\n"
 
-# $1 = marker, $2 = timeout (s); then the command. On stderr: "<marker> before", a probe,
-# "<marker> engine", the command's stderr, "\n<marker> after <exit code> <start> <end>" (ns since
-# the epoch, GNU date; "%N" elsewhere) and a probe. The command runs under GNU timeout, which
-# signals its whole process group at the deadline, as in Transport.run.
-PROBED_RUN_SCRIPT = PROBE_FUNCTIONS + r"""
+# $1 = marker, $2 = timeout (s); then the arguments of INTACT_FUNCTION; then the command. When
+# the artifacts are not intact, prints "<marker> stale" on stderr and exits 99 without running
+# anything. Otherwise, on stderr: "<marker> before", a probe, "<marker> engine", the command's
+# stderr, "\n<marker> after <exit code> <start> <end>" (ns since the epoch, GNU date; "%N"
+# elsewhere) and a probe. The command runs under GNU timeout, which signals its whole process
+# group at the deadline, as in Transport.run.
+PROBED_RUN_SCRIPT = PROBE_FUNCTIONS + INTACT_FUNCTION + r"""
 marker=$1 limit=$2
 shift 2
+if ! intact "$@"; then
+  printf '%s stale\n' "$marker" >&2
+  exit STALE_EXIT
+fi
+shift $((4 + 2 * $4))
 { printf '%s before\n' "$marker"; probe; printf '%s engine\n' "$marker"; } >&2
 start=$(date +%s%N)
 timeout -k KILL_AFTER "$limit" "$@"
@@ -68,7 +77,7 @@ code=$?
 end=$(date +%s%N)
 { printf '\n%s after %s %s %s\n' "$marker" "$code" "$start" "$end"; probe; } >&2
 exit "$code"
-""".replace("KILL_AFTER", f"{KILL_AFTER_S:.0f}")
+""".replace("KILL_AFTER", f"{KILL_AFTER_S:.0f}").replace("STALE_EXIT", str(STALE_EXIT))
 
 # Thresholds for flags(): chosen to be quiet on a healthy idle board.
 HOT_C = 85.0  # RK3588 starts thermal throttling around 85 degC
@@ -98,17 +107,32 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
                cpus: list[int] | None = None, stdin_file: Path | None = None) -> ProbedRun:
     """``probe``, ``transport.run(argv, ...)``, ``probe`` in one remote command instead of three.
 
+    The artifacts that ``argv`` names (elements equal to paths this transport's pushes returned)
+    are checked first, in the same command: each blob's stat signature must be the one it had
+    when it was verified, each tree entry must still link to its blob (see devices.cache). If
+    not, nothing runs; they are pushed again (verified, repaired) and the command is sent once
+    more. So a caller may push an artifact once per connection and still run only verified
+    artifacts.
+
     The command's stdout is its own; the fingerprints travel on stderr between marker lines that
     carry a random token, and the command's stderr is returned without them. Its wall time is
     taken on the device (GNU date), so it leaves out the SSH round trip; where the device's
     `date` has no nanoseconds it is the whole remote command's wall time.
     """
     marker = f"benchfarm-probe-{secrets.token_hex(8)}"
-    command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}",
-               *device_argv(transport.device, argv, cpus)]
-    started = time.time()
-    whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
-                               stdin_file=stdin_file)
+    for attempt in (1, 2):
+        command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}",
+                   *intact_args(transport, argv), *device_argv(transport.device, argv, cpus)]
+        started = time.time()
+        whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
+                                   stdin_file=stdin_file)
+        if not (whole.exit_code == STALE_EXIT and whole.stderr == f"{marker} stale\n"):
+            break
+        if attempt == 2:
+            raise TransferFailed(transport.device.name, f"the cached artifacts of "
+                                                        f"`{describe(argv)}` changed again on "
+                                                        "the device right after a push")
+        push_again(transport, argv)
     name = transport.device.name
     try:
         before, rest = _between(whole.stderr, f"{marker} before\n", f"{marker} engine\n")

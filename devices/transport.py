@@ -49,6 +49,16 @@ class PushResult:
     status: str
 
 
+@dataclass(frozen=True)
+class PushedArtifact:
+    """What a push put on the device, so a later run can check it is still intact."""
+
+    local: Path  # the file or directory that was pushed
+    is_tree: bool
+    blobs: tuple[str, ...]  # sha256 of each cached file it consists of
+    links: tuple[tuple[str, str], ...] = ()  # a tree's entries: (path on the device, sha256)
+
+
 def device_argv(device: Device, argv: list[str], cpus: list[int] | None) -> list[str]:
     """The full argv of a run: pinning, then the device's exec prefix, then the command."""
     pinned = cpus if cpus is not None else device.cpus
@@ -83,6 +93,7 @@ class Transport(ABC):
         self.last_push: PushResult | None = None
         # sha256 -> stat signature of cached blobs this transport verified (see devices.cache)
         self.verified_blobs: dict[str, str] = {}
+        self.pushed: dict[str, PushedArtifact] = {}  # by the path a push returned
 
     # -- primitives each transport implements -------------------------------------------------
 

@@ -5,13 +5,15 @@ exactly what Transport.run gives."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 from fixtures_farm import gone
 
-from devices.errors import CommandTimeout
+from devices.errors import CommandTimeout, TransferFailed
 from devices.fingerprint import probed_run
 from devices.inventory import Device, local_device
 from devices.transport import connect
@@ -76,3 +78,43 @@ def test_timeout_kills_the_process_group(device: Device) -> None:
             probed_run(t, ["sh", "-c", script], timeout=1.0)
         assert probed_run(t, ["echo", "still usable"], 30).result.stdout == "still usable\n"
     assert gone("97.41") and gone("97.42")
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_changed_artifacts_are_pushed_again_before_the_command_runs(
+        device: Device, args_program, tmp_path: Path) -> None:
+    program = tmp_path / "program"
+    shutil.copy(args_program[device.arch], program)
+    genuine = program.read_bytes()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    (model / "weights.bin").write_text("w" * 64)
+    expected = f"arch={device.arch}\n"
+    with connect(device) as t:
+        remote, tree = t.push(program), t.push_tree(model)
+        expected += f"[{tree}]\n"
+        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
+        sent = t.bytes_sent
+
+        # A cached blob overwritten in place (same size): pushed again before it runs.
+        blob = Path(remote)
+        blob.chmod(0o755)
+        blob.write_bytes(b"#!/bin/sh\necho tampered\n".ljust(len(genuine), b"#"))
+        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
+        assert t.bytes_sent == sent + len(genuine)
+        assert blob.read_bytes() == genuine
+
+        # A tree entry pointed at another blob: the tree is rebuilt.
+        link = Path(tree, "config.json")
+        link.unlink()
+        link.symlink_to(os.path.realpath(Path(tree, "weights.bin")))
+        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
+        assert t.fetch(f"{tree}/config.json").decode() == '{"hidden_size": 8}'
+
+        # Damaged there and changed here since its push: the caller's path is stale.
+        blob.chmod(0o755)
+        blob.write_bytes(b"x")
+        program.write_bytes(genuine + b"\0")
+        with pytest.raises(TransferFailed, match=f"{device.name}.*changed here since"):
+            probed_run(t, [remote], timeout=60)
