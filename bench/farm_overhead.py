@@ -57,21 +57,24 @@ def measure_node(device: Device, binary: Path, repeats: int) -> dict[str, list[f
     with connect(device) as t:
         for _ in range(repeats):
             t0 = time.perf_counter()
-            t.run([t.push(binary), "info"], timeout=60)
+            result = t.run([t.push(binary), "info"], timeout=60)
             phases["warm push+run"].append(time.perf_counter() - t0)
+            assert result.ok, result.stderr
         remote = t.push(binary)
         for _ in range(repeats):
             t0 = time.perf_counter()
             probe(t)
             t1 = time.perf_counter()
-            t.run([remote, "info"], timeout=60)
+            result = t.run([remote, "info"], timeout=60)
             probe(t)
             t2 = time.perf_counter()
+            assert result.ok, result.stderr
             phases["probe"].append(t1 - t0)
             phases["probe+run+probe"].append(t2 - t0)
             t3 = time.perf_counter()
-            probed_run(t, [remote, "info"], timeout=60)
+            probed = probed_run(t, [remote, "info"], timeout=60)
             phases["probed_run"].append(time.perf_counter() - t3)
+            assert probed.result.ok, probed.result.stderr
     return phases
 
 
