@@ -247,9 +247,7 @@ static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, 
         st_to_f32(t, m->f, (size_t)rows * (size_t)cols);
         return;
     }
-    int G = q8_groups(cols);
-    m->q = lmc_alloc((size_t)rows * (size_t)cols, 1, name);
-    m->scales = lmc_alloc((size_t)rows * (size_t)G, sizeof(float), name);
+    mat_alloc_q8(m, rows, cols, name);
     float *row = lmc_alloc((size_t)cols, sizeof(float), "weight row");
     size_t esize = st_dtype_size(t->dtype);
     for (int r = 0; r < rows; r++) {
@@ -257,7 +255,7 @@ static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, 
         slice.data = t->data + (size_t)r * (size_t)cols * esize;
         slice.nbytes = (size_t)cols * esize;
         st_to_f32(&slice, row, (size_t)cols);
-        quantize_q8(row, cols, m->q + (size_t)r * cols, m->scales + (size_t)r * G);
+        mat_quantize_row(m, r, row);
     }
     lmc_free(row);
 }

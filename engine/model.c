@@ -1,4 +1,4 @@
-/* model.c — the Qwen3 forward pass for one token, as transformers' Qwen3ForCausalLM:
+/* model.c — the Qwen3 forward pass for a chunk of tokens, as transformers' Qwen3ForCausalLM:
  *
  *   x = embed[token]
  *   per layer:  h = rmsnorm(x)            (input_layernorm)
@@ -8,7 +8,8 @@
  *               h = rmsnorm(x)            (post_attention_layernorm)
  *               x += Wdown (silu(Wgate h) * Wup h)
  *   logits = lm_head(rmsnorm(x))          (final norm)
- */
+ *
+ * The weight products run over the whole chunk (matmul.c); attention runs token by token. */
 #include <math.h>
 #include <string.h>
 
@@ -16,28 +17,32 @@
 #include "util.h"
 
 void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
-                 ThreadPool *pool) {
+                 int all_logits, ThreadPool *pool) {
     memset(r, 0, sizeof *r);
     const Config *c = &m->cfg;
     r->m = m;
     r->pool = pool;
     r->capacity = capacity;
+    r->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
+    r->logit_rows = all_logits ? r->chunk : 1;
     int keep_minmax = opt->sel.policy == POL_QUEST;
     int keep_sum = opt->sel.policy == POL_SPARSE && opt->sel.probe_summary;
     kv_init(&r->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8,
             keep_minmax, keep_sum);
     attention_init(&r->attn, opt, &r->kv, c->n_heads, pool);
-    size_t H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
+    size_t T = (size_t)r->chunk, H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
     size_t KV = (size_t)c->n_kv_heads * c->head_dim, I = (size_t)c->intermediate;
-    r->x = lmc_alloc(H, sizeof(float), "activations");
-    r->xb = lmc_alloc(H > Q ? H : Q, sizeof(float), "activations");
-    r->q = lmc_alloc(Q, sizeof(float), "activations");
-    r->k = lmc_alloc(KV, sizeof(float), "activations");
-    r->v = lmc_alloc(KV, sizeof(float), "activations");
-    r->att = lmc_alloc(Q, sizeof(float), "activations");
-    r->hb = lmc_alloc(I, sizeof(float), "activations");
-    r->hb2 = lmc_alloc(I, sizeof(float), "activations");
-    r->logits = lmc_alloc((size_t)c->vocab, sizeof(float), "logits");
+    r->x = lmc_alloc(T * H, sizeof(float), "activations");
+    r->xb = lmc_alloc(T * H, sizeof(float), "activations");
+    r->q = lmc_alloc(T * Q, sizeof(float), "activations");
+    r->k = lmc_alloc(T * KV, sizeof(float), "activations");
+    r->v = lmc_alloc(T * KV, sizeof(float), "activations");
+    r->att = lmc_alloc(T * Q, sizeof(float), "activations");
+    r->hb = lmc_alloc(T * I, sizeof(float), "activations");
+    r->hb2 = lmc_alloc(T * I, sizeof(float), "activations");
+    r->logits = lmc_alloc((size_t)r->logit_rows * (size_t)c->vocab, sizeof(float), "logits");
+    size_t widest = H > Q ? H : Q;
+    qacts_init(&r->xq, r->chunk, (int)(widest > I ? widest : I));
     /* RoPE tables as transformers builds them: inv_freq = 1 / theta^(2i/d) and the angle
      * pos * inv_freq both rounded to float32 (their rounding matters at large positions) */
     int half = c->head_dim / 2;
@@ -56,56 +61,77 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
 void runner_free(Runner *r) {
     attention_free(&r->attn);
     kv_free(&r->kv);
+    qacts_free(&r->xq);
     float *bufs[] = {r->x, r->xb, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->logits, r->rope_cos, r->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) lmc_free(bufs[i]);
     memset(r, 0, sizeof *r);
 }
 
-float *forward(Runner *r, int token, int pos, int phase, int want_logits, SelStats *stats) {
+static void add_into(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Qwen3 normalises each query and key head, then rotates it (token at position pos) */
+static void norm_rope_heads(float *v, int n_heads, const float *norm, const Config *c, const Runner *r, int pos) {
+    int D = c->head_dim, half = D / 2;
+    const float *cos_row = r->rope_cos + (size_t)pos * half, *sin_row = r->rope_sin + (size_t)pos * half;
+    for (int h = 0; h < n_heads; h++) {
+        float *vh = v + (size_t)h * D;
+        rmsnorm(vh, vh, norm, D, c->rms_eps);
+        rope_apply(vh, D, cos_row, sin_row);
+    }
+}
+
+float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want, SelStats *stats) {
     const Model *m = r->m;
     const Config *c = &m->cfg;
-    int H = c->hidden, D = c->head_dim, half = D / 2;
-    float *x = r->x;
-    memcpy(x, m->embed + (size_t)token * H, sizeof(float) * (size_t)H);
-    const float *cos_row = r->rope_cos + (size_t)pos * half, *sin_row = r->rope_sin + (size_t)pos * half;
+    if (n < 1 || n > r->chunk || (want == LOGITS_ALL && n > r->logit_rows))
+        lmc_die_runtime("forward: %d tokens for a runner of %d", n, r->chunk);
+    int H = c->hidden, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, I = c->intermediate;
+    size_t nH = (size_t)n * H;
+    for (int t = 0; t < n; t++)
+        memcpy(r->x + (size_t)t * H, m->embed + (size_t)tokens[t] * H, sizeof(float) * (size_t)H);
     r->attn_ms = 0.0;
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
 
         /* ---- attention block */
-        rmsnorm(r->xb, x, L->attn_norm, H, c->rms_eps);
-        matvec(r->q, &L->q, r->xb, r->pool);
-        matvec(r->k, &L->k, r->xb, r->pool);
-        matvec(r->v, &L->v, r->xb, r->pool);
-        /* Qwen3 normalises each query and key head before rotating it */
-        for (int h = 0; h < c->n_heads; h++) {
-            float *qh = r->q + (size_t)h * D;
-            rmsnorm(qh, qh, L->q_norm, D, c->rms_eps);
-            rope_apply(qh, D, cos_row, sin_row);
+        for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->attn_norm, H, c->rms_eps);
+        MatOut qkv[3] = {{&L->q, r->q, Q}, {&L->k, r->k, KV}, {&L->v, r->v, KV}};
+        matmul(qkv, 3, r->xb, H, n, &r->xq, r->pool);
+        for (int t = 0; t < n; t++) {
+            norm_rope_heads(r->q + (size_t)t * Q, c->n_heads, L->q_norm, c, r, pos + t);
+            norm_rope_heads(r->k + (size_t)t * KV, c->n_kv_heads, L->k_norm, c, r, pos + t);
         }
-        for (int h = 0; h < c->n_kv_heads; h++) {
-            float *kh = r->k + (size_t)h * D;
-            rmsnorm(kh, kh, L->k_norm, D, c->rms_eps);
-            rope_apply(kh, D, cos_row, sin_row);
+        /* token by token, in order: each query sees exactly the positions up to its own, and
+         * policy state (importance, H2O mass, block summaries) evolves as in decode */
+        for (int t = 0; t < n; t++) {
+            kv_write(&r->kv, l, pos + t, r->k + (size_t)t * KV, r->v + (size_t)t * KV);
+            double t0 = lmc_now_ms();
+            attend_layer(&r->attn, l, pos + t, r->q + (size_t)t * Q, r->att + (size_t)t * Q, phase, stats);
+            r->attn_ms += lmc_now_ms() - t0;
         }
-        kv_write(&r->kv, l, pos, r->k, r->v);
-        double t0 = lmc_now_ms();
-        attend_layer(&r->attn, l, pos, r->q, r->att, phase, stats);
-        r->attn_ms += lmc_now_ms() - t0;
-        matvec(r->xb, &L->o, r->att, r->pool);
-        for (int i = 0; i < H; i++) x[i] += r->xb[i];
+        MatOut o = {&L->o, r->xb, H};
+        matmul(&o, 1, r->att, Q, n, &r->xq, r->pool);
+        add_into(r->x, r->xb, nH);
 
         /* ---- MLP block (SwiGLU) */
-        rmsnorm(r->xb, x, L->ffn_norm, H, c->rms_eps);
-        matvec(r->hb, &L->gate, r->xb, r->pool);
-        matvec(r->hb2, &L->up, r->xb, r->pool);
-        swiglu(r->hb, r->hb, r->hb2, c->intermediate);
-        matvec(r->xb, &L->down, r->hb, r->pool);
-        for (int i = 0; i < H; i++) x[i] += r->xb[i];
+        for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->ffn_norm, H, c->rms_eps);
+        MatOut gate_up[2] = {{&L->gate, r->hb, I}, {&L->up, r->hb2, I}};
+        matmul(gate_up, 2, r->xb, H, n, &r->xq, r->pool);
+        swiglu(r->hb, r->hb, r->hb2, n * I);
+        MatOut down = {&L->down, r->xb, H};
+        matmul(&down, 1, r->hb, I, n, &r->xq, r->pool);
+        add_into(r->x, r->xb, nH);
     }
-    if (!want_logits) return NULL;
-    rmsnorm(x, x, m->final_norm, H, c->rms_eps);
-    matvec(r->logits, &m->lm_head, x, r->pool);
+    if (want == LOGITS_NONE) return NULL;
+    int first = want == LOGITS_LAST ? n - 1 : 0;
+    for (int t = first; t < n; t++) {
+        float *xt = r->x + (size_t)t * H;
+        rmsnorm(xt, xt, m->final_norm, H, c->rms_eps);
+    }
+    MatOut head = {&m->lm_head, r->logits, c->vocab};
+    matmul(&head, 1, r->x + (size_t)first * H, H, n - first, &r->xq, r->pool);
     return r->logits;
 }

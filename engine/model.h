@@ -6,6 +6,7 @@
 
 #include "attend.h"
 #include "kvcache.h"
+#include "matmul.h"
 #include "ops.h"
 #include "safetensors.h"
 #include "threads.h"
@@ -43,23 +44,35 @@ int model_load(Model *m, const char *dir, int wq8);
 void model_free(Model *m);
 
 /* ---- model.c: the forward pass */
+/* tokens per forward call: a prefill runs its prompt in chunks of this many tokens, so each
+ * weight row is read once per chunk instead of once per token */
+#define LMC_PREFILL_CHUNK 64
+
+enum { LOGITS_NONE = 0, LOGITS_LAST = 1, LOGITS_ALL = 2 };
+
 typedef struct {
     const Model *m;
     KVCache kv;
     Attention attn;
     ThreadPool *pool;
-    /* activations, allocated once: nothing is allocated in the decode loop */
+    int chunk;      /* most tokens per forward */
+    int logit_rows; /* rows of `logits`: chunk when LOGITS_ALL is allowed, else 1 */
+    /* activations [chunk][...], allocated once: nothing is allocated in the decode loop */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
+    QActs xq;                   /* activations quantised for q8 weights */
     float *rope_cos, *rope_sin; /* [capacity x head_dim/2] */
     int capacity;
-    double attn_ms; /* attention time (all layers) of the last forward */
+    double attn_ms; /* attention time (all layers, all tokens) of the last forward */
 } Runner;
 
+/* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk) */
 void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
-                 ThreadPool *pool);
+                 int all_logits, ThreadPool *pool);
 void runner_free(Runner *r);
-/* Run one token at position pos. phase: ATTN_PREFILL or ATTN_DECODE. Returns the logits
- * when want_logits, else NULL (the lm_head is skipped). stats may be NULL. */
-float *forward(Runner *r, int token, int pos, int phase, int want_logits, SelStats *stats);
+/* Run n tokens (1 <= n <= r->chunk) at positions pos .. pos + n - 1, in order. phase:
+ * ATTN_PREFILL or ATTN_DECODE. want: LOGITS_NONE (returns NULL, the lm_head is skipped),
+ * LOGITS_LAST (the last token's [vocab] logits) or LOGITS_ALL ([n][vocab]). stats may be NULL.
+ * Every token's result is bit-identical to running the tokens one at a time. */
+float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want, SelStats *stats);
 
 #endif

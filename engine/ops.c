@@ -29,12 +29,6 @@ const char *simd_features(void) {
 
 /* ---------------------------------------------------------------- reductions */
 
-/* Combine 8 partial sums in the one order all paths share. */
-static inline float reduce8(const float s[8]) {
-    float t0 = s[0] + s[4], t1 = s[1] + s[5], t2 = s[2] + s[6], t3 = s[3] + s[7];
-    return (t0 + t2) + (t1 + t3);
-}
-
 float dot_f32(const float *a, const float *b, int n) {
     int i = 0;
     float s[8];
@@ -55,7 +49,7 @@ float dot_f32(const float *a, const float *b, int n) {
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) s[j] = fmaf(a[i + j], b[i + j], s[j]);
 #endif
-    float r = reduce8(s);
+    float r = lmc_reduce8(s);
     for (; i < n; i++) r = fmaf(a[i], b[i], r);
     return r;
 }
@@ -88,7 +82,7 @@ static inline float dot_q8_group(const float *x, const int8_t *q, int n) {
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) s[j] = fmaf(x[i + j], (float)q[i + j], s[j]);
 #endif
-    float r = reduce8(s);
+    float r = lmc_reduce8(s);
     for (; i < n; i++) r = fmaf(x[i], (float)q[i], r);
     return r;
 }
@@ -157,39 +151,6 @@ void quantize_q8(const float *x, int n, int8_t *q, float *scales) {
 
 void dequantize_q8(const int8_t *q, const float *scales, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = (float)q[i] * scales[i / Q8_GROUP];
-}
-
-/* ---------------------------------------------------------------- mat-vec */
-
-typedef struct {
-    float *out;
-    const Mat *w;
-    const float *x;
-} MatvecJob;
-
-static void matvec_rows(void *arg, int begin, int end) {
-    MatvecJob *job = arg;
-    const Mat *w = job->w;
-    int cols = w->cols;
-    if (w->q) {
-        int groups = q8_groups(cols);
-        for (int r = begin; r < end; r++)
-            job->out[r] = dot_q8(job->x, w->q + (size_t)r * cols, w->scales + (size_t)r * groups, cols);
-    } else {
-        for (int r = begin; r < end; r++) job->out[r] = dot_f32(job->x, w->f + (size_t)r * cols, cols);
-    }
-}
-
-void matvec(float *out, const Mat *w, const float *x, ThreadPool *pool) {
-    MatvecJob job = {out, w, x};
-    pool_run(pool, matvec_rows, &job, w->rows);
-}
-
-void mat_free(Mat *m) {
-    if (m->owns_f) lmc_free(m->f);
-    lmc_free(m->q);
-    lmc_free(m->scales);
-    memset(m, 0, sizeof *m);
 }
 
 /* ---------------------------------------------------------------- layers */

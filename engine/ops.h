@@ -16,6 +16,12 @@
 
 static inline int q8_groups(int n) { return (n + Q8_GROUP - 1) / Q8_GROUP; }
 
+/* Combine 8 partial sums (lane j = indices j mod 8) in the one order every path shares. */
+static inline float lmc_reduce8(const float s[8]) {
+    float t0 = s[0] + s[4], t1 = s[1] + s[5], t2 = s[2] + s[6], t3 = s[3] + s[7];
+    return (t0 + t2) + (t1 + t3);
+}
+
 float dot_f32(const float *a, const float *b, int n);
 /* x . dequant(q, scales) over n values */
 float dot_q8(const float *x, const int8_t *q, const float *scales, int n);
@@ -24,19 +30,6 @@ void axpy_f32(float *y, float a, const float *x, int n);
 void axpy_q8(float *y, float a, const int8_t *q, const float *scales, int n);
 void quantize_q8(const float *x, int n, int8_t *q, float *scales);
 void dequantize_q8(const int8_t *q, const float *scales, int n, float *out);
-
-/* A weight matrix [rows x cols], row-major, either f32 or q8 (groups along a row). */
-typedef struct {
-    int rows, cols;
-    float *f;      /* f32 weights, or NULL */
-    int8_t *q;     /* q8 values, or NULL */
-    float *scales; /* q8 scales [rows x q8_groups(cols)] */
-    int owns_f;    /* 0 when f aliases another matrix (tied embeddings) */
-} Mat;
-
-/* out[rows] = W x; rows are split over the pool (each row is computed by one thread only) */
-void matvec(float *out, const Mat *w, const float *x, ThreadPool *pool);
-void mat_free(Mat *m);
 
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 /* rotate_half RoPE on one head: pairs (i, i + d/2) rotated by the angle pos * inv_freq[i] */

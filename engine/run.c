@@ -31,7 +31,7 @@ static void check_attn_options(const Options *o) {
 
 /* load the model and the token file, check them against each other, size the context */
 static void session_open(Session *s, const Options *o, const char *tokens_flag, const char *tokens_path,
-                         int extra) {
+                         int extra, int all_logits) {
     memset(s, 0, sizeof *s);
     if (!o->model) lmc_die_input("%s needs --model DIR", o->command);
     if (!tokens_path) lmc_die_input("%s needs %s FILE", o->command, tokens_flag);
@@ -56,7 +56,7 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
     s->capacity = need < ctx ? (int)need : ctx;
     s->pool = pool_create(o->threads);
     s->attn = cli_attn_options(o);
-    runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, s->pool);
+    runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
 }
 
 static void session_close(Session *s) {
@@ -103,7 +103,7 @@ static void write_selection(FILE *f, const SelStats *st, int steps, int measured
 
 int cmd_generate(const Options *o) {
     Session s;
-    session_open(&s, o, "--prompt", o->prompt, o->max_new);
+    session_open(&s, o, "--prompt", o->prompt, o->max_new, o->dump_logits != NULL);
     const Config *c = &s.model.cfg;
     FILE *dump = NULL;
     if (o->dump_logits) {
@@ -111,14 +111,18 @@ int cmd_generate(const Options *o) {
         if (!dump) lmc_die_input("cannot write --dump-logits file %s: %s", o->dump_logits, strerror(errno));
     }
 
-    /* ---- prefill: the prompt, one position at a time; logits only where needed */
+    /* ---- prefill: the prompt in chunks; logits only where needed */
     double t0 = lmc_now_ms();
     float *logits = NULL;
-    for (int i = 0; i < s.n_tokens; i++) {
-        int last = i == s.n_tokens - 1;
-        logits = forward(&s.runner, s.tokens[i], i, ATTN_PREFILL, last || dump, NULL);
-        if (dump && fwrite(logits, sizeof(float), (size_t)c->vocab, dump) != (size_t)c->vocab)
+    for (int i = 0, n; i < s.n_tokens; i += n) {
+        n = s.n_tokens - i < s.runner.chunk ? s.n_tokens - i : s.runner.chunk;
+        int last = i + n == s.n_tokens;
+        logits = forward(&s.runner, s.tokens + i, n, i, ATTN_PREFILL,
+                         dump ? LOGITS_ALL : last ? LOGITS_LAST : LOGITS_NONE, NULL);
+        if (!dump) continue;
+        if (fwrite(logits, sizeof(float), (size_t)n * c->vocab, dump) != (size_t)n * c->vocab)
             lmc_die_runtime("cannot write --dump-logits file %s", o->dump_logits);
+        if (last) logits += (size_t)(n - 1) * c->vocab; /* the last position's row */
     }
     double prefill_ms = lmc_now_ms() - t0;
     if (dump) fclose(dump);
@@ -138,7 +142,7 @@ int cmd_generate(const Options *o) {
     for (int step = 0; step < max_steps; step++) {
         out[n_out] = next;
         double t1 = lmc_now_ms();
-        logits = forward(&s.runner, next, s.n_tokens + step, ATTN_DECODE, 1, &step_stats[n_out]);
+        logits = forward(&s.runner, &next, 1, s.n_tokens + step, ATTN_DECODE, LOGITS_LAST, &step_stats[n_out]);
         ms[n_out] = lmc_now_ms() - t1;
         attn_ms[n_out] = s.runner.attn_ms;
         n_out++;
@@ -191,22 +195,26 @@ int cmd_generate(const Options *o) {
 
 int cmd_ppl(const Options *o) {
     Session s;
-    session_open(&s, o, "--text", o->text, 0);
+    session_open(&s, o, "--text", o->text, 0, 1);
     const Config *c = &s.model.cfg;
     if (s.n_tokens < 2) lmc_die_input("--text %s needs at least 2 tokens to score", o->text);
     /* teacher forcing: position i predicts token i+1; the text runs as a prefill, so
      * --prefill-attn sparse applies the --attn policy to every position */
     double t0 = lmc_now_ms();
     double nll = 0.0;
-    for (int i = 0; i + 1 < s.n_tokens; i++) {
-        float *logits = forward(&s.runner, s.tokens[i], i, ATTN_PREFILL, 1, NULL);
-        float max = logits[argmax(logits, c->vocab)];
-        double sum = 0.0;
-        for (int v = 0; v < c->vocab; v++) sum += exp((double)(logits[v] - max));
-        nll += -((double)(logits[s.tokens[i + 1]] - max) - log(sum));
+    int scored = s.n_tokens - 1;
+    for (int i = 0; i < scored; i += s.runner.chunk) {
+        int n = scored - i < s.runner.chunk ? scored - i : s.runner.chunk;
+        float *logits = forward(&s.runner, s.tokens + i, n, i, ATTN_PREFILL, LOGITS_ALL, NULL);
+        for (int t = 0; t < n; t++) {
+            const float *lt = logits + (size_t)t * c->vocab;
+            float max = lt[argmax(lt, c->vocab)];
+            double sum = 0.0;
+            for (int v = 0; v < c->vocab; v++) sum += exp((double)(lt[v] - max));
+            nll += -((double)(lt[s.tokens[i + t + 1]] - max) - log(sum));
+        }
     }
     double elapsed = lmc_now_ms() - t0;
-    int scored = s.n_tokens - 1;
     nll /= scored;
     printf("{\"schema\": \"%s\", \"command\": \"ppl\", ", LMC_SCHEMA);
     write_config(stdout, o, &s);

@@ -1,19 +1,54 @@
-/* threads.c — see threads.h */
+/* threads.c — see threads.h.
+ *
+ * A decode step runs about five pool jobs per layer, each of them tens of microseconds, so
+ * waking threads through a condition variable (several microseconds, far more on a loaded
+ * machine) would cost a large share of the step. Threads therefore spin on an atomic job
+ * counter for a while (about SPIN_ROUNDS pause instructions) and only then sleep on the
+ * condition variable; the caller wakes sleepers only when there are any. The same
+ * spin-then-sleep wait is used by the caller for the job to finish. */
 #include "threads.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* a waiting thread first spins (SPIN_ROUNDS pauses), then yields its core (YIELD_ROUNDS
+ * sched_yield calls: on a loaded machine the thread it waits for may need that core), then
+ * sleeps */
+#ifndef SPIN_ROUNDS
+#define SPIN_ROUNDS 2000
+#endif
+#ifndef YIELD_ROUNDS
+#define YIELD_ROUNDS 200
+#endif
+
+static inline void backoff(int round) {
+    if (round < SPIN_ROUNDS) cpu_relax();
+    else sched_yield();
+}
 
 struct ThreadPool {
     int n;
     pthread_t *workers;
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
-    unsigned long generation; /* bumped for each pool_run */
-    int pending;              /* workers still busy with the current generation */
-    int stop;
+    atomic_ulong generation; /* bumped for each pool_run */
+    atomic_int pending;      /* workers still busy with the current generation */
+    atomic_int sleepers;     /* workers asleep on `wake` */
+    atomic_int caller_asleep;
+    atomic_int stop;
     PoolFn fn;
     void *arg;
     int items;
@@ -31,6 +66,25 @@ static void range_of(int items, int n, int index, int *begin, int *end) {
     *end = *begin + base + (index < extra ? 1 : 0);
 }
 
+/* wait until the generation differs from `seen` (or stop); returns the new generation */
+static unsigned long wait_for_job(ThreadPool *pool, unsigned long seen) {
+    for (int i = 0; i < SPIN_ROUNDS + YIELD_ROUNDS; i++) {
+        unsigned long g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        if (g != seen || atomic_load(&pool->stop)) return g;
+        backoff(i);
+    }
+    pthread_mutex_lock(&pool->lock);
+    atomic_fetch_add(&pool->sleepers, 1);
+    /* sleepers is raised before generation is re-read (both sequentially consistent), so a
+     * caller that publishes a job either sees the sleeper and broadcasts under the lock, or
+     * this load sees its job */
+    while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
+        pthread_cond_wait(&pool->wake, &pool->lock);
+    atomic_fetch_sub(&pool->sleepers, 1);
+    pthread_mutex_unlock(&pool->lock);
+    return atomic_load_explicit(&pool->generation, memory_order_acquire);
+}
+
 static void *worker_main(void *p) {
     WorkerArg *wa = p;
     ThreadPool *pool = wa->pool;
@@ -38,25 +92,17 @@ static void *worker_main(void *p) {
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        pthread_mutex_lock(&pool->lock);
-        while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->lock);
-        if (pool->stop) {
-            pthread_mutex_unlock(&pool->lock);
-            return NULL;
-        }
-        seen = pool->generation;
-        PoolFn fn = pool->fn;
-        void *arg = pool->arg;
-        int items = pool->items;
-        pthread_mutex_unlock(&pool->lock);
-
+        seen = wait_for_job(pool, seen);
+        if (atomic_load(&pool->stop)) return NULL;
         int begin, end;
-        range_of(items, pool->n, index, &begin, &end);
-        if (begin < end) fn(arg, begin, end);
-
-        pthread_mutex_lock(&pool->lock);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
-        pthread_mutex_unlock(&pool->lock);
+        range_of(pool->items, pool->n, index, &begin, &end);
+        if (begin < end) pool->fn(pool->arg, begin, end);
+        if (atomic_fetch_sub(&pool->pending, 1) == 1 &&
+            atomic_load(&pool->caller_asleep)) {
+            pthread_mutex_lock(&pool->lock);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->lock);
+        }
     }
 }
 
@@ -66,6 +112,11 @@ ThreadPool *pool_create(int n_threads) {
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->sleepers, 0);
+    atomic_init(&pool->caller_asleep, 0);
+    atomic_init(&pool->stop, 0);
     pool->workers = lmc_alloc((size_t)pool->n, sizeof(pthread_t), "thread pool");
     for (int i = 1; i < pool->n; i++) {
         WorkerArg *wa = malloc(sizeof *wa);
@@ -81,7 +132,7 @@ ThreadPool *pool_create(int n_threads) {
 void pool_destroy(ThreadPool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->lock);
-    pool->stop = 1;
+    atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
     for (int i = 1; i < pool->n; i++) pthread_join(pool->workers[i], NULL);
@@ -100,20 +151,29 @@ void pool_run(ThreadPool *pool, PoolFn fn, void *arg, int n) {
         fn(arg, 0, n);
         return;
     }
-    pthread_mutex_lock(&pool->lock);
+    /* workers are all idle here: the previous job ended with pending == 0 */
     pool->fn = fn;
     pool->arg = arg;
     pool->items = n;
-    pool->pending = pool->n - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->lock);
+    atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&pool->generation, 1); /* publishes the fields above */
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->lock);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->lock);
+    }
 
     int begin, end;
     range_of(n, pool->n, 0, &begin, &end);
     if (begin < end) fn(arg, begin, end);
 
+    for (int i = 0; i < SPIN_ROUNDS + YIELD_ROUNDS; i++) {
+        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return;
+        backoff(i);
+    }
     pthread_mutex_lock(&pool->lock);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    atomic_store(&pool->caller_asleep, 1);
+    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    atomic_store(&pool->caller_asleep, 0);
     pthread_mutex_unlock(&pool->lock);
 }

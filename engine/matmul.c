@@ -1,0 +1,388 @@
+/* matmul.c — see matmul.h.
+ *
+ * The kernels work on tiles of up to 4 weight rows x up to 3 tokens: each weight row loaded
+ * once per tile serves every token of the tile (prefill), and in decode the 4 independent rows
+ * keep the FMA units and the memory system busy. Every tile computes each of its outputs
+ * exactly as the 1 x 1 tile would, so tiling never changes a bit. */
+#include "matmul.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "safetensors.h"
+#include "util.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define LMC_AVX2 1
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#define LMC_NEON 1
+#include <arm_neon.h>
+#endif
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define TILE_ROWS 4
+#define TILE_TOKENS 3
+#define MATMUL_MAX 4 /* matrices per fused product */
+
+/* ---------------------------------------------------------------- 8-lane vectors
+ * v8: 8 floats; v8i: 8 int32 (lane j = sum of products 4j..4j+3 of a 32-value block). */
+#if defined(LMC_AVX2)
+typedef __m256 v8;
+typedef __m256i v8i;
+typedef __m256i qblock;
+ALWAYS_INLINE v8 v8_zero(void) { return _mm256_setzero_ps(); }
+ALWAYS_INLINE v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
+ALWAYS_INLINE v8 v8_set1(float a) { return _mm256_set1_ps(a); }
+ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE void v8_store(float *p, v8 a) { _mm256_storeu_ps(p, a); }
+ALWAYS_INLINE v8 v8_from_i(v8i a) { return _mm256_cvtepi32_ps(a); }
+ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
+    /* maddubs wants unsigned x signed: |x| times w with x's sign; |x|, |w| <= 127 so the
+     * int16 pair sums (<= 2 * 127 * 127) never saturate */
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+ALWAYS_INLINE float half_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+/* out[j] = half(wd[j]) * xd[j], j < 8 */
+ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
+    __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd));
+    _mm256_storeu_ps(out, _mm256_mul_ps(w, _mm256_loadu_ps(xd)));
+}
+ALWAYS_INLINE v8 v8_broadcast(const float *p) { return _mm256_broadcast_ss(p); }
+#elif defined(LMC_NEON)
+typedef struct {
+    float32x4_t lo, hi;
+} v8;
+typedef struct {
+    int32x4_t lo, hi;
+} v8i;
+typedef int8x16x2_t qblock;
+ALWAYS_INLINE v8 v8_zero(void) { return (v8){vdupq_n_f32(0), vdupq_n_f32(0)}; }
+ALWAYS_INLINE v8 v8_load(const float *p) { return (v8){vld1q_f32(p), vld1q_f32(p + 4)}; }
+ALWAYS_INLINE v8 v8_set1(float a) { return (v8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
+ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return (v8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)}; }
+ALWAYS_INLINE void v8_store(float *p, v8 a) {
+    vst1q_f32(p, a.lo);
+    vst1q_f32(p + 4, a.hi);
+}
+ALWAYS_INLINE v8 v8_from_i(v8i a) { return (v8){vcvtq_f32_s32(a.lo), vcvtq_f32_s32(a.hi)}; }
+ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return vld1q_s8_x2(p); }
+#if defined(__ARM_FEATURE_DOTPROD)
+ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
+    return (v8i){vdotq_s32(vdupq_n_s32(0), x.val[0], w.val[0]), vdotq_s32(vdupq_n_s32(0), x.val[1], w.val[1])};
+}
+#else
+/* widening multiplies, then pairwise adds: (p0+p1)+(p2+p3) per lane, exact in int32 */
+ALWAYS_INLINE int32x4_t dot16(int8x16_t x, int8x16_t w) {
+    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(x), vget_low_s8(w)));
+    int32x4_t b = vpaddlq_s16(vmull_s8(vget_high_s8(x), vget_high_s8(w)));
+    return vpaddq_s32(a, b);
+}
+ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) { return (v8i){dot16(x.val[0], w.val[0]), dot16(x.val[1], w.val[1])}; }
+#endif
+ALWAYS_INLINE float half_to_f32(uint16_t h) {
+    __fp16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
+    float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(wd));
+    vst1q_f32(out, vmulq_f32(vcvt_f32_f16(vget_low_f16(h)), vld1q_f32(xd)));
+    vst1q_f32(out + 4, vmulq_f32(vcvt_high_f32_f16(h), vld1q_f32(xd + 4)));
+}
+ALWAYS_INLINE v8 v8_broadcast(const float *p) { return v8_set1(*p); }
+#else
+typedef struct {
+    float v[8];
+} v8;
+typedef struct {
+    int32_t v[8];
+} v8i;
+typedef const int8_t *qblock;
+ALWAYS_INLINE v8 v8_zero(void) { return (v8){{0}}; }
+ALWAYS_INLINE v8 v8_load(const float *p) {
+    v8 r;
+    memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+ALWAYS_INLINE v8 v8_set1(float a) { return (v8){{a, a, a, a, a, a, a, a}}; }
+ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) {
+    for (int j = 0; j < 8; j++) c.v[j] = fmaf(a.v[j], b.v[j], c.v[j]);
+    return c;
+}
+ALWAYS_INLINE void v8_store(float *p, v8 a) { memcpy(p, a.v, sizeof a.v); }
+ALWAYS_INLINE v8 v8_from_i(v8i a) {
+    v8 r;
+    for (int j = 0; j < 8; j++) r.v[j] = (float)a.v[j];
+    return r;
+}
+ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return p; }
+ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
+    v8i r;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int k = 4 * j; k < 4 * j + 4; k++) s += (int32_t)x[k] * (int32_t)w[k];
+        r.v[j] = s;
+    }
+    return r;
+}
+ALWAYS_INLINE float half_to_f32(uint16_t h) { return lmc_f16_to_f32(h); }
+ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
+    for (int j = 0; j < 8; j++) out[j] = lmc_f16_to_f32(wd[j]) * xd[j];
+}
+ALWAYS_INLINE v8 v8_broadcast(const float *p) { return v8_set1(*p); }
+#endif
+
+/* ---------------------------------------------------------------- half precision */
+
+uint16_t lmc_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7FFFFFFF;
+    if (ax > 0x7F800000) return sign | 0x7E00;   /* NaN */
+    if (ax >= 0x477FF000) return sign | 0x7C00;  /* >= 65520 rounds to infinity */
+    if (ax < 0x38800000) {                       /* below 2^-14: subnormal (or zero) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return sign | (uint16_t)rintf(a * 16777216.0f); /* units of 2^-24, nearest even */
+    }
+    uint32_t h = ((ax >> 23) - 127 + 15) << 10 | ((ax >> 13) & 0x3FF);
+    uint32_t rest = ax & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* a carry moves into the exponent */
+    return sign | (uint16_t)h;
+}
+
+/* ---------------------------------------------------------------- storage */
+
+void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
+    memset(m, 0, sizeof *m);
+    m->rows = rows;
+    m->cols = cols;
+    m->groups = q8_groups(cols);
+    m->q = lmc_alloc((size_t)rows * (size_t)m->groups, Q8_GROUP, what);
+    m->d = lmc_alloc((size_t)rows * (size_t)m->groups, sizeof(uint16_t), what);
+}
+
+/* the quantisation of quantize_q8 with the scale rounded to half first (the value stored) */
+static void quantize_block(const float *x, int n, int8_t *q, float scale) {
+    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float r = roundf(x[i] * inv);
+        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+}
+
+void mat_quantize_row(Mat *m, int r, const float *row) {
+    int8_t *q = m->q + (size_t)r * (size_t)m->groups * Q8_GROUP;
+    uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
+    for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
+        int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
+        float amax = 0.0f;
+        for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(row[i0 + i]));
+        float scale = amax / 127.0f;
+        if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
+        d[g] = lmc_f32_to_f16(scale);
+        quantize_block(row + i0, n, q + i0, half_to_f32(d[g]));
+    }
+}
+
+void mat_free(Mat *m) {
+    if (m->owns_f) lmc_free(m->f);
+    lmc_free(m->q);
+    lmc_free(m->d);
+    memset(m, 0, sizeof *m);
+}
+
+size_t mat_bytes(const Mat *m) {
+    if (m->q) return (size_t)m->rows * (size_t)m->groups * (Q8_GROUP + sizeof(uint16_t));
+    return (size_t)m->rows * (size_t)m->cols * sizeof(float);
+}
+
+void qacts_init(QActs *a, int tokens, int max_cols) {
+    a->tokens = tokens;
+    a->groups = q8_groups(max_cols);
+    a->q = lmc_alloc((size_t)tokens * (size_t)a->groups, Q8_GROUP, "quantised activations");
+    a->d = lmc_alloc((size_t)tokens * (size_t)a->groups, sizeof(float), "quantised activations");
+}
+
+void qacts_free(QActs *a) {
+    lmc_free(a->q);
+    lmc_free(a->d);
+    memset(a, 0, sizeof *a);
+}
+
+/* token t's activations in blocks of 32 (zero-padded), scale as quantize_q8: max|x| / 127 */
+static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int T) {
+    int G = q8_groups(cols);
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * (size_t)x_stride;
+        int8_t *q = a->q + (size_t)t * (size_t)a->groups * Q8_GROUP;
+        float *d = a->d + (size_t)t * (size_t)a->groups;
+        memset(q, 0, (size_t)G * Q8_GROUP);
+        for (int g = 0, i0 = 0; i0 < cols; g++, i0 += Q8_GROUP) {
+            int n = cols - i0 < Q8_GROUP ? cols - i0 : Q8_GROUP;
+            float amax = 0.0f;
+            for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(xt[i0 + i]));
+            d[g] = amax / 127.0f;
+            quantize_block(xt + i0, n, q + i0, d[g]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+/* R rows of w (row stride ws) times TT tokens of x (stride xs) over n columns */
+ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws, const float *x, size_t xs,
+                            int n, float *out, size_t os) {
+    v8 acc[TILE_ROWS][TILE_TOKENS];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8 xv[TILE_TOKENS];
+        for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
+        for (int r = 0; r < R; r++) {
+            v8 wv = v8_load(w + r * ws + i);
+            for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) {
+            float s[8];
+            v8_store(s, acc[r][t]);
+            float v = lmc_reduce8(s);
+            for (int j = i; j < n; j++) v = fmaf(x[t * xs + j], w[r * ws + j], v);
+            out[t * os + r] = v;
+        }
+}
+
+/* R q8 rows (wq stride wqs bytes, scales wd stride wds) times TT quantised tokens */
+ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t wqs, const uint16_t *wd,
+                           size_t wds, const int8_t *xq, size_t xqs, const float *xd, size_t xds, int groups,
+                           float *out, size_t os) {
+    v8 acc[TILE_ROWS][TILE_TOKENS];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
+    int g = 0;
+    /* 8 blocks at a time: their 8 scale products (weight x activation) per row and token
+     * are formed in one vector step, then each block broadcasts its own */
+    for (; g + 8 <= groups; g += 8) {
+        float sc[TILE_ROWS][TILE_TOKENS][8];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < TT; t++) scales8(wd + r * wds + g, xd + t * xds + g, sc[r][t]);
+        for (int j = 0; j < 8; j++) {
+            qblock xb[TILE_TOKENS];
+            for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)(g + j) * Q8_GROUP);
+            for (int r = 0; r < R; r++) {
+                qblock wb = qblock_load(wq + r * wqs + (size_t)(g + j) * Q8_GROUP);
+                for (int t = 0; t < TT; t++)
+                    acc[r][t] = v8_fma(v8_broadcast(&sc[r][t][j]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
+            }
+        }
+    }
+    for (; g < groups; g++) {
+        qblock xb[TILE_TOKENS];
+        for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)g * Q8_GROUP);
+        for (int r = 0; r < R; r++) {
+            qblock wb = qblock_load(wq + r * wqs + (size_t)g * Q8_GROUP);
+            float dw = half_to_f32(wd[r * wds + g]);
+            for (int t = 0; t < TT; t++)
+                acc[r][t] = v8_fma(v8_set1(dw * xd[t * xds + g]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) {
+            float s[8];
+            v8_store(s, acc[r][t]);
+            out[t * os + r] = lmc_reduce8(s);
+        }
+}
+
+/* ---------------------------------------------------------------- products */
+
+typedef struct {
+    const MatOut *outs;
+    int n;
+    const float *x;
+    int x_stride, T;
+    const QActs *xq;
+    int unit_start[MATMUL_MAX + 1]; /* first unit of each matrix; the last entry is the total */
+} MatmulJob;
+
+static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
+    const Mat *w = mo->w;
+    size_t ws = (size_t)w->cols, xs = (size_t)job->x_stride, os = (size_t)mo->out_stride;
+    int T = job->T, r = r0;
+    for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
+        const float *wr = w->f + (size_t)r * ws;
+        int t = 0;
+        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
+            tile_f32(TILE_ROWS, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+        for (; t < T; t++) tile_f32(TILE_ROWS, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+    }
+    for (; r < r1; r++) {
+        const float *wr = w->f + (size_t)r * ws;
+        int t = 0;
+        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
+            tile_f32(1, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+        for (; t < T; t++) tile_f32(1, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+    }
+}
+
+static void rows_q8(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
+    const Mat *w = mo->w;
+    const QActs *a = job->xq;
+    int G = w->groups, T = job->T, r = r0;
+    size_t wqs = (size_t)G * Q8_GROUP, wds = (size_t)G, os = (size_t)mo->out_stride;
+    size_t xqs = (size_t)a->groups * Q8_GROUP, xds = (size_t)a->groups;
+#define Q8_TILE(R, TT)                                                                                  \
+    tile_q8(R, TT, w->q + (size_t)r * wqs, wqs, w->d + (size_t)r * wds, wds, a->q + t * xqs, xqs,       \
+            a->d + t * xds, xds, G, mo->out + t * os + r, os)
+    for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
+        int t = 0;
+        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) Q8_TILE(TILE_ROWS, TILE_TOKENS);
+        for (; t < T; t++) Q8_TILE(TILE_ROWS, 1);
+    }
+    for (; r < r1; r++) {
+        int t = 0;
+        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) Q8_TILE(1, TILE_TOKENS);
+        for (; t < T; t++) Q8_TILE(1, 1);
+    }
+#undef Q8_TILE
+}
+
+static void matmul_units(void *arg, int begin, int end) {
+    const MatmulJob *job = arg;
+    for (int m = 0; m < job->n; m++) {
+        /* this thread's units that fall in matrix m, as one row range */
+        int u0 = begin > job->unit_start[m] ? begin : job->unit_start[m];
+        int u1 = end < job->unit_start[m + 1] ? end : job->unit_start[m + 1];
+        if (u0 >= u1) continue;
+        const MatOut *mo = &job->outs[m];
+        int r0 = (u0 - job->unit_start[m]) * MAT_UNIT_ROWS;
+        int r1 = (u1 - job->unit_start[m]) * MAT_UNIT_ROWS;
+        if (r1 > mo->w->rows) r1 = mo->w->rows;
+        if (mo->w->q) rows_q8(job, mo, r0, r1);
+        else rows_f32(job, mo, r0, r1);
+    }
+}
+
+void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq, ThreadPool *pool) {
+    if (n < 1 || n > MATMUL_MAX || T < 1) lmc_die_runtime("matmul: %d matrices, %d tokens", n, T);
+    MatmulJob job = {.outs = outs, .n = n, .x = x, .x_stride = x_stride, .T = T, .xq = xq};
+    int any_q8 = 0;
+    for (int m = 0; m < n; m++) {
+        job.unit_start[m + 1] = job.unit_start[m] + (outs[m].w->rows + MAT_UNIT_ROWS - 1) / MAT_UNIT_ROWS;
+        any_q8 |= outs[m].w->q != NULL;
+    }
+    if (any_q8) {
+        if (!xq || T > xq->tokens || outs[0].w->groups > xq->groups)
+            lmc_die_runtime("matmul: quantised activation scratch too small");
+        qacts_quantize(xq, x, x_stride, outs[0].w->cols, T);
+    }
+    pool_run(pool, matmul_units, &job, job.unit_start[n]);
+}

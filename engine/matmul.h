@@ -1,0 +1,71 @@
+/* matmul.h — weight matrices (f32 or q8) times the activations of one or more tokens.
+ *
+ * Decode is the one-token case (a mat-vec); prefill runs a chunk of tokens through the same
+ * kernels, so every output element is computed the same way whatever the batch:
+ *
+ * - f32: out = x . w with 8 partial sums by index mod 8 (fused multiply-add), combined by
+ *   lmc_reduce8, tail added last — the order of dot_f32 (ops.h), on AVX2, NEON and C alike.
+ * - q8: activations are quantised per token in blocks of 32 (scale = max|x| / 127, round half
+ *   away from zero, as quantize_q8); per block the integer products of 4 consecutive values
+ *   are summed exactly (int32), lane j of 8 holding values 4j..4j+3, then
+ *   acc_j = fma(w_scale * x_scale, (float)sum_j, acc_j); the 8 lanes are combined by
+ *   lmc_reduce8. Integer sums are exact, so AVX2 (maddubs/madd), NEON (sdot) and C agree.
+ *
+ * Rows are split over the pool in units of MAT_UNIT_ROWS rows of one matrix: each output
+ * element is computed by exactly one thread with a fixed order, so the result is bit-identical
+ * for any --threads. */
+#ifndef LMC_MATMUL_H
+#define LMC_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "threads.h"
+
+#define MAT_UNIT_ROWS 16
+
+/* A weight matrix [rows x cols], row-major, either f32 or q8. */
+typedef struct {
+    int rows, cols;
+    float *f;    /* f32 weights, or NULL */
+    int owns_f;  /* 0 when f aliases another buffer (tied embeddings) */
+    int groups;  /* q8: blocks of 32 per row, ceil(cols / 32) */
+    int8_t *q;   /* q8: [rows][groups * 32], each row zero-padded to whole blocks; or NULL */
+    uint16_t *d; /* q8: scales as IEEE binary16, [rows][groups] */
+} Mat;
+
+/* q8 storage for a rows x cols matrix (zeroed); fill it row by row with mat_quantize_row */
+void mat_alloc_q8(Mat *m, int rows, int cols, const char *what);
+/* quantise one f32 row into row r: scale d = half(max|x| / 127), q = round(x / d) */
+void mat_quantize_row(Mat *m, int r, const float *row);
+void mat_free(Mat *m);
+/* bytes of weights one product reads (what decode streams from memory) */
+size_t mat_bytes(const Mat *m);
+
+/* Activations of up to `tokens` tokens quantised for q8 products (scratch, allocated once). */
+typedef struct {
+    int8_t *q; /* [tokens][groups * 32] */
+    float *d;  /* [tokens][groups] */
+    int tokens, groups;
+} QActs;
+
+void qacts_init(QActs *a, int tokens, int max_cols);
+void qacts_free(QActs *a);
+
+/* One matrix of a fused product and where its output goes: out[t * out_stride + r]. */
+typedef struct {
+    const Mat *w;
+    float *out;
+    int out_stride;
+} MatOut;
+
+/* For each of the n matrices (all with the same cols): out = W x[t] for t < T, where token t's
+ * input is x + t * x_stride. xq is the scratch for q8 (may be NULL when every matrix is f32).
+ * One pool_run for all n matrices. */
+void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq,
+            ThreadPool *pool);
+
+/* IEEE binary16 <-> f32 (round to nearest even), as the q8 scales are stored */
+uint16_t lmc_f32_to_f16(float f);
+
+#endif
