@@ -165,6 +165,14 @@ def _sshd_config(state_dir: Path, spec: NodeSpec, port: int) -> str:
     ])
 
 
+def _config_current(state_dir: Path, spec: NodeSpec, port: int) -> bool:
+    config = state_dir / "nodes" / spec.name / "sshd_config"
+    try:
+        return config.read_text() == _sshd_config(state_dir, spec, port)
+    except OSError:
+        return False
+
+
 def _wait_ready(proc: subprocess.Popen, spec: NodeSpec, port: int, log: Path) -> None:
     """Until sshd answers with its SSH banner; fails with the log's tail if it exits."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -235,7 +243,10 @@ def farm_up(state_dir: Path | str | None = None) -> Path:
         for spec in NODES:
             old = nodes.get(spec.name)
             if old is not None and _is_ours(old):
-                continue
+                if _config_current(state_dir, spec, old.port):
+                    continue
+                # Started by an older benchfarm with another sshd_config: restart it as now.
+                procs.stop_tree(old.pid, STOP_TIMEOUT_S)
             nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None)
             _write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
         _write_known_hosts(state_dir, nodes)

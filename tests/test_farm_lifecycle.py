@@ -80,6 +80,25 @@ def test_stale_state_dir_is_recovered_and_recycled_pids_are_not_killed(tmp_path:
         bystander.wait()
 
 
+def test_up_restarts_a_node_whose_config_is_outdated(tmp_path: Path) -> None:
+    farm = start_farm(tmp_path)
+    try:
+        first = pids(tmp_path)
+        ports = {n.name: n.port for n in farm_status(tmp_path)}
+        config = tmp_path / "nodes" / "farm-arm" / "sshd_config"
+        config.write_text(config.read_text().replace("SetEnv SHLVL=1\n", ""))  # an older farm
+        farm_up(tmp_path)
+        now = pids(tmp_path)
+        assert now["farm-x86"] == first["farm-x86"] and now["farm-arm"] != first["farm-arm"]
+        assert not procs.alive(first["farm-arm"])
+        assert {n.name: n.port for n in farm_status(tmp_path)} == ports
+        assert "SetEnv SHLVL=1" in config.read_text()
+        with connect(farm.arm) as t:
+            assert t.run_host(["sh", "-c", "echo $SHLVL"], timeout=30).stdout == "1\n"
+    finally:
+        farm_down(tmp_path)
+
+
 def test_sshd_killed_during_a_run_raises_a_typed_error_without_hanging(tmp_path: Path) -> None:
     farm = start_farm(tmp_path)
     started = Path(farm.x86.workdir) / "started"
