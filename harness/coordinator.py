@@ -9,6 +9,7 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.matrix import resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
 from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
@@ -41,8 +42,9 @@ def run_experiment(spec: Spec, inventory: Inventory, store: Store,
         for name, amount in device.resources.items():
             resources[name] = max(resources.get(name, 0.0), amount)
     with ray_session(ray_address, resources):
+        placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
+        check_resources([inventory.devices[name] for p in placements for name in p.devices])
         plan = make_plan(spec, inventory, store, build_on_ray, selectors, force)
-        check_resources(plan.boards)
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
         progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, stream)
         progress.show()

@@ -163,9 +163,9 @@ def _actor_for(device: Device) -> Any:
     return DeviceRunner.options(**options).remote(device)
 
 
-def check_resources(boards: dict[str, Device]) -> None:
+def check_resources(boards: list[Device]) -> None:
     available = ray.cluster_resources()
-    for device in boards.values():
+    for device in boards:
         for resource, amount in device.resources.items():
             if available.get(resource, 0) < amount:
                 raise InputError(

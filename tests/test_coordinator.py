@@ -11,11 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
+from harness.errors import InputError
 from harness.spec import load_spec
 
 
@@ -160,3 +162,14 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     assert summary.skipped + summary.counts["ok"] == 6
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
     store.close()
+
+
+def test_board_needing_a_missing_ray_resource_is_refused(ray_address: str, needle_model: Path,
+                                                         tmp_path: Path) -> None:
+    inventory_path = tmp_path / "inventory.toml"
+    inventory_path.write_text('[[device]]\nname = "local"\nresources = { gateway_b7 = 1 }\n')
+    spec = load_spec(needle_spec(tmp_path, "resources", needle_model, ["local"]))
+    with Store.open(f"sqlite:///{tmp_path}/res.db") as store:
+        with pytest.raises(InputError, match="device 'local': key 'resources'.*'gateway_b7'"):
+            run_experiment(spec, load_inventory(inventory_path), store)
+        assert stored_runs(store, "resources").empty
