@@ -156,8 +156,9 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     assert "interrupted" in stderr
     runs = stored_runs(store, "ctrl-c")
     assert set(runs["status"]) <= {"ok", "interrupted"}
+    # after the warm-up a run is always in flight, bar the instant between two runs
     interrupted = runs[runs["status"] == "interrupted"]
-    assert all("interrupted" in e for e in interrupted["error"])
+    assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
     summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
     assert summary.skipped + summary.counts["ok"] == 6
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
