@@ -64,6 +64,60 @@ static int in_selection(const int *sel, int n, int b) {
     return 0;
 }
 
+/* what every head does after its kernel ran: H2O mass, bytes read */
+static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select_bytes) {
+    int bs = a->kv->block, n_pos = job->pos + 1;
+    const int *sel = a->sel + (size_t)h * a->n_blocks;
+    const float *att_probs = a->att_probs + (size_t)h * a->capacity;
+    float *h2o_mass = a->mass ? a->mass + ((size_t)job->layer * a->n_heads + h) * a->capacity : NULL;
+    int record_mass = job->phase != ATTN_BENCH && h2o_mass;
+    size_t attended = 0;
+    for (int i = 0; i < a->n_sel[h]; i++) {
+        int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+        attended += (size_t)(p1 - p0);
+        if (record_mass)
+            for (int p = p0; p < p1; p++) h2o_mass[p] += att_probs[p];
+    }
+    SelStats *st = &a->head_stats[h];
+    st->select_bytes = (double)select_bytes;
+    st->kv_bytes = (double)(attended * 2 * kv_row_bytes(a->kv));
+    st->heads = 1;
+}
+
+/* Exact attention without diagnostics: the query heads that share a KV head run together
+ * (attn_blocks over a group), so each K/V row is read once per group instead of per head. */
+static int grouped_exact(const Attention *a, int phase) {
+    int policy = phase == ATTN_PREFILL && !a->opt.prefill_sparse ? POL_EXACT : a->opt.sel.policy;
+    int measure = a->opt.measure && phase != ATTN_PREFILL;
+    return policy == POL_EXACT && !a->opt.reference && !measure;
+}
+
+static void attend_group(LayerJob *job, int kvh) {
+    Attention *a = job->a;
+    const KVCache *kv = a->kv;
+    int D = a->head_dim, bs = kv->block, group = a->n_heads / a->n_kv;
+    int n_pos = job->pos + 1, n_all = (n_pos + bs - 1) / bs;
+    int need_probs = (job->phase == ATTN_PREFILL && a->importance) || (job->phase != ATTN_BENCH && a->mass);
+    for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
+        int n_q = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
+        int *all = a->sel + (size_t)h0 * a->n_blocks;
+        for (int b = 0; b < n_all; b++) all[b] = b;
+        attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, n_all,
+                    job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
+                    need_probs ? a->att_probs + (size_t)h0 * a->capacity : NULL, (size_t)a->capacity);
+        for (int h = h0; h < h0 + n_q; h++) {
+            if (h > h0) memcpy(a->sel + (size_t)h * a->n_blocks, all, sizeof(int) * (size_t)n_all);
+            a->n_sel[h] = n_all;
+            memset(&a->head_stats[h], 0, sizeof a->head_stats[h]);
+            after_kernel(a, job, h, 0);
+        }
+    }
+}
+
+static void attend_groups(void *arg, int begin, int end) {
+    for (int g = begin; g < end; g++) attend_group(arg, g);
+}
+
 static void attend_head(LayerJob *job, int h) {
     Attention *a = job->a;
     const KVCache *kv = a->kv;
@@ -95,7 +149,7 @@ static void attend_head(LayerJob *job, int h) {
         int *all = a->oracle_sel + (size_t)h * a->n_blocks;
         int n_all = (n_pos + bs - 1) / bs;
         for (int b = 0; b < n_all; b++) all[b] = b;
-        attn_blocks(q, kv, layer, kvh, n_pos, all, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs);
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, all, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs, 0);
     }
     float *h2o_mass = a->mass ? a->mass + ((size_t)layer * a->n_heads + h) * a->capacity : NULL;
 
@@ -113,19 +167,9 @@ static void attend_head(LayerJob *job, int h) {
     if (a->opt.reference && cfg.policy == POL_EXACT)
         attn_reference(q, kv, layer, kvh, n_pos, out, att_probs);
     else
-        attn_blocks(q, kv, layer, kvh, n_pos, sel, n, out, a->kscratch + (size_t)h * bs,
-                    need_probs ? att_probs : NULL);
-
-    size_t attended = 0;
-    for (int i = 0; i < n; i++) {
-        int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
-        attended += (size_t)(p1 - p0);
-        if (record_mass)
-            for (int p = p0; p < p1; p++) h2o_mass[p] += att_probs[p];
-    }
-    st->select_bytes = (double)select_bytes;
-    st->kv_bytes = (double)(attended * 2 * kv_row_bytes(kv));
-    st->heads = 1;
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, n, out, a->kscratch + (size_t)h * bs,
+                    need_probs ? att_probs : NULL, 0);
+    after_kernel(a, job, h, select_bytes);
     if (!measure) return;
 
     /* diagnostics against exact attention */
@@ -159,7 +203,8 @@ static void attend_heads(void *arg, int begin, int end) {
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
-    pool_run(a->pool, attend_heads, &job, a->n_heads);
+    if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
+    else pool_run(a->pool, attend_heads, &job, a->n_heads);
 
     int bs = a->kv->block, n_pos = pos + 1;
     if (phase == ATTN_PREFILL && a->importance) {

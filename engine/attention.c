@@ -32,63 +32,77 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
     for (int p = 0; p < n_pos; p++) kv_value_axpy(kv, layer, p, kvh, s[p], out);
 }
 
-void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs) {
+void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
+                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs,
+                 size_t probs_stride) {
     int D = kv->head_dim, bs = kv->block;
     float scale = 1.0f / sqrtf((float)D);
-    float m = -INFINITY, l = 0.0f;
-    memset(out, 0, sizeof(float) * (size_t)D);
+    float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], bmax[ATTN_MAX_GROUP];
+    size_t stride = (size_t)kv->kv_dim;
+    for (int g = 0; g < n_q; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    memset(out, 0, sizeof(float) * (size_t)D * (size_t)n_q);
     for (int i = 0; i < n_blocks; i++) {
         int p0 = blocks[i] * bs;
         int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
         if (p0 >= p1) continue;
-        float bmax = -INFINITY;
+        for (int g = 0; g < n_q; g++) bmax[g] = -INFINITY;
         if (!kv->q8) {
             /* f32 rows of one KV head are kv_dim floats apart: walk them by pointer and
-             * prefetch ahead, since each row usually sits on a different page */
-            size_t stride = (size_t)kv->kv_dim;
+             * prefetch ahead, since each row usually sits on a different page; every query
+             * head of the group uses the row while it is in L1 */
             const float *k = kv->k + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
             for (int p = p0; p < p1; p++, k += stride) {
                 prefetch_row(k + 4 * stride, D);
-                float s = dot_f32(q, k, D) * scale;
-                scratch[p - p0] = s;
-                if (s > bmax) bmax = s;
+                for (int g = 0; g < n_q; g++) {
+                    float s = dot_f32(q + (size_t)g * D, k, D) * scale;
+                    scratch[g * bs + p - p0] = s;
+                    if (s > bmax[g]) bmax[g] = s;
+                }
             }
         } else {
-            for (int p = p0; p < p1; p++) {
-                float s = kv_key_dot(kv, layer, p, kvh, q) * scale;
-                scratch[p - p0] = s;
-                if (s > bmax) bmax = s;
-            }
+            for (int p = p0; p < p1; p++)
+                for (int g = 0; g < n_q; g++) {
+                    float s = kv_key_dot(kv, layer, p, kvh, q + (size_t)g * D) * scale;
+                    scratch[g * bs + p - p0] = s;
+                    if (s > bmax[g]) bmax[g] = s;
+                }
         }
-        if (bmax > m) {
+        for (int g = 0; g < n_q; g++) {
+            if (!(bmax[g] > m[g])) continue;
             /* new running max: rescale what was accumulated so far (exp(-inf) = 0 at start) */
-            float corr = expf(m - bmax);
-            for (int d = 0; d < D; d++) out[d] *= corr;
-            l *= corr;
-            m = bmax;
+            float corr = expf(m[g] - bmax[g]);
+            float *o = out + (size_t)g * D;
+            for (int d = 0; d < D; d++) o[d] *= corr;
+            l[g] *= corr;
+            m[g] = bmax[g];
         }
         for (int p = p0; p < p1; p++) {
-            float e = expf(scratch[p - p0] - m);
-            l += e;
-            if (!kv->q8) {
-                size_t stride = (size_t)kv->kv_dim;
-                const float *v = kv->v + kv_index(kv, layer, p) * stride + (size_t)kvh * D;
-                prefetch_row(v + 4 * stride, D);
-                axpy_f32(out, e, v, D);
-            } else {
-                kv_value_axpy(kv, layer, p, kvh, e, out);
+            const float *v = kv->q8 ? NULL : kv->v + kv_index(kv, layer, p) * stride + (size_t)kvh * D;
+            if (v) prefetch_row(v + 4 * stride, D);
+            for (int g = 0; g < n_q; g++) {
+                float sc = scratch[g * bs + p - p0];
+                float e = expf(sc - m[g]);
+                l[g] += e;
+                if (v) axpy_f32(out + (size_t)g * D, e, v, D);
+                else kv_value_axpy(kv, layer, p, kvh, e, out + (size_t)g * D);
+                if (probs) probs[(size_t)g * probs_stride + p] = sc;
             }
-            if (probs) probs[p] = scratch[p - p0];
         }
     }
-    if (l <= 0.0f) return;
-    float inv = 1.0f / l;
-    for (int d = 0; d < D; d++) out[d] *= inv;
-    if (!probs) return;
-    for (int i = 0; i < n_blocks; i++) {
-        int p0 = blocks[i] * bs;
-        int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
-        for (int p = p0; p < p1; p++) probs[p] = expf(probs[p] - m) * inv;
+    for (int g = 0; g < n_q; g++) {
+        if (l[g] <= 0.0f) continue;
+        float inv = 1.0f / l[g];
+        float *o = out + (size_t)g * D;
+        for (int d = 0; d < D; d++) o[d] *= inv;
+        if (!probs) continue;
+        float *pr = probs + (size_t)g * probs_stride;
+        for (int i = 0; i < n_blocks; i++) {
+            int p0 = blocks[i] * bs;
+            int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
+            for (int p = p0; p < p1; p++) pr[p] = expf(pr[p] - m[g]) * inv;
+        }
     }
 }

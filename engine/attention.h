@@ -6,6 +6,8 @@
 #ifndef LMC_ATTENTION_H
 #define LMC_ATTENTION_H
 
+#include <stddef.h>
+
 #include "kvcache.h"
 
 /* The plain reference: scores for all n_pos positions, max, exp, sum, normalise, weighted V.
@@ -17,9 +19,14 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
 /* The kernel: one pass over the selected blocks (ascending block ids) with an online softmax
  * that rescales the running sum once per block. Exact attention is this kernel over all
  * blocks, so sparse with every block selected is bit-identical to exact.
- * scratch: >= block floats. probs (may be NULL): receives the probability of every attended
- * position; other entries are left untouched. */
-void attn_blocks(const float *q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs);
+ * n_q (1..ATTN_MAX_GROUP) query heads that share KV head kvh and attend to the same blocks
+ * run together, so each K and V row is read once for all of them; every head's arithmetic is
+ * exactly what it would be alone. q, out: [n_q][head_dim]; scratch: n_q x block floats.
+ * probs (may be NULL): head g's probabilities go to probs + g * probs_stride, at every
+ * attended position; other entries are left untouched. */
+#define ATTN_MAX_GROUP 8
+void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
+                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs,
+                 size_t probs_stride);
 
 #endif

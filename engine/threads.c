@@ -51,19 +51,22 @@ struct ThreadPool {
     atomic_int stop;
     PoolFn fn;
     void *arg;
-    int items;
+    int items, chunk, n_chunks;
+    atomic_int next_chunk; /* chunks are claimed in order by whichever thread is free */
 };
 
-typedef struct {
-    ThreadPool *pool;
-    int index;
-} WorkerArg;
+/* chunks per thread: small enough that a thread the OS has descheduled holds up little
+ * work (the others take the rest), large enough that claiming costs nothing */
+#define CHUNKS_PER_THREAD 8
 
-static void range_of(int items, int n, int index, int *begin, int *end) {
-    /* contiguous, balanced ranges; the first (items % n) ranges get one extra item */
-    int base = items / n, extra = items % n;
-    *begin = index * base + (index < extra ? index : extra);
-    *end = *begin + base + (index < extra ? 1 : 0);
+/* claim and run chunks until none are left */
+static void run_chunks(ThreadPool *pool) {
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&pool->next_chunk, 1, memory_order_relaxed);
+        if (c >= pool->n_chunks) return;
+        int begin = c * pool->chunk, end = begin + pool->chunk;
+        pool->fn(pool->arg, begin, end < pool->items ? end : pool->items);
+    }
 }
 
 /* wait until the generation differs from `seen` (or stop); returns the new generation */
@@ -86,17 +89,12 @@ static unsigned long wait_for_job(ThreadPool *pool, unsigned long seen) {
 }
 
 static void *worker_main(void *p) {
-    WorkerArg *wa = p;
-    ThreadPool *pool = wa->pool;
-    int index = wa->index;
-    free(wa);
+    ThreadPool *pool = p;
     unsigned long seen = 0;
     for (;;) {
         seen = wait_for_job(pool, seen);
         if (atomic_load(&pool->stop)) return NULL;
-        int begin, end;
-        range_of(pool->items, pool->n, index, &begin, &end);
-        if (begin < end) pool->fn(pool->arg, begin, end);
+        run_chunks(pool);
         if (atomic_fetch_sub(&pool->pending, 1) == 1 &&
             atomic_load(&pool->caller_asleep)) {
             pthread_mutex_lock(&pool->lock);
@@ -119,11 +117,7 @@ ThreadPool *pool_create(int n_threads) {
     atomic_init(&pool->stop, 0);
     pool->workers = lmc_alloc((size_t)pool->n, sizeof(pthread_t), "thread pool");
     for (int i = 1; i < pool->n; i++) {
-        WorkerArg *wa = malloc(sizeof *wa);
-        if (!wa) lmc_die_runtime("out of memory starting threads");
-        wa->pool = pool;
-        wa->index = i;
-        if (pthread_create(&pool->workers[i], NULL, worker_main, wa) != 0)
+        if (pthread_create(&pool->workers[i], NULL, worker_main, pool) != 0)
             lmc_die_runtime("cannot start thread %d of %d", i + 1, pool->n);
     }
     return pool;
@@ -155,6 +149,10 @@ void pool_run(ThreadPool *pool, PoolFn fn, void *arg, int n) {
     pool->fn = fn;
     pool->arg = arg;
     pool->items = n;
+    int want = pool->n * CHUNKS_PER_THREAD;
+    pool->chunk = n / want > 0 ? n / want : 1;
+    pool->n_chunks = (n + pool->chunk - 1) / pool->chunk;
+    atomic_store_explicit(&pool->next_chunk, 0, memory_order_relaxed);
     atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
     atomic_fetch_add(&pool->generation, 1); /* publishes the fields above */
     if (atomic_load(&pool->sleepers) > 0) {
@@ -163,9 +161,7 @@ void pool_run(ThreadPool *pool, PoolFn fn, void *arg, int n) {
         pthread_mutex_unlock(&pool->lock);
     }
 
-    int begin, end;
-    range_of(n, pool->n, 0, &begin, &end);
-    if (begin < end) fn(arg, begin, end);
+    run_chunks(pool);
 
     for (int i = 0; i < SPIN_ROUNDS + YIELD_ROUNDS; i++) {
         if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return;

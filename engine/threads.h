@@ -1,8 +1,10 @@
 /* threads.h — a small pthreads pool.
  *
- * pool_run splits [0, n) into one contiguous range per thread and waits for all of them.
- * Work functions must compute each item independently (no cross-item reductions), which is
- * what makes results bit-identical for any thread count. */
+ * pool_run splits [0, n) into contiguous chunks that the threads (the caller included) claim
+ * in order as they become free, and waits for all of them. Work functions must compute each
+ * item independently — no cross-item reductions, nothing that depends on which thread runs
+ * an item or where a chunk starts — which is what makes results bit-identical for any thread
+ * count and any scheduling. */
 #ifndef LMC_THREADS_H
 #define LMC_THREADS_H
 
