@@ -34,7 +34,12 @@ from harness.build import build_c_program, build_engine
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
-BYTES_PER_VALUE = {"f32": 4.0, "q8": 1.0 + 4.0 / 32.0}  # lmc's q8: int8 + f32 scale per 32
+BYTES_PER_VALUE = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "q8": 1.0 + 4.0 / 32.0,  # lmc's q8: int8 + one f32 scale per 32 values
+    "q8_0": 1.0 + 2.0 / 32.0,  # GGML's q8_0: int8 + one f16 scale per 32 values
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +146,11 @@ def kv_bytes_per_token(shape: Shape, kv: str, positions: float) -> float:
 def mean_kv_bytes(shape: Shape, kv: str, prompt_len: int, steps: int) -> float:
     """Mean KV bytes over decode steps; step i attends to prompt_len + i + 1 positions."""
     return kv_bytes_per_token(shape, kv, prompt_len + (steps - 1) / 2 + 1)
+
+
+def decode_bytes(shape: Shape, wq: str, kv: str, prompt_len: int, steps: int) -> float:
+    """Weight + mean KV bytes one decode step reads."""
+    return weight_bytes_per_token(shape, wq) + mean_kv_bytes(shape, kv, prompt_len, steps)
 
 
 # ---------------------------------------------------------------------------------------------

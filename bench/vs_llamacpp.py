@@ -36,7 +36,15 @@ from pathlib import Path
 import numpy as np
 from gguf_convert import ensure_converted
 from qwen3_06b import generate as generate_model
-from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
+from roofline import (
+    Shape,
+    bench_prompt,
+    decode_bytes,
+    engine_binary,
+    environment,
+    measure_bandwidth,
+    run_lmc_generate,
+)
 
 LMC_WQ = {"f32": "f32", "q8_0": "q8"}  # GGUF type -> the lmc weight format it is compared to
 
@@ -104,9 +112,14 @@ class Comparison:
     lmc_prefill_ms: list[float] = field(default_factory=list)
     llama_prefill_ms: list[float] = field(default_factory=list)
     agree: int = -1  # leading generated tokens the two engines agree on (first run)
+    lmc_bytes: float = 0.0  # bytes one decode step reads (weights + mean KV), each engine's format
+    llama_bytes: float = 0.0
 
     def tokens_per_s(self, ms: list[float]) -> float:
         return 1e3 / statistics.median(ms)
+
+    def gbps(self, ms: list[float], nbytes: float) -> float:
+        return nbytes / (statistics.median(ms) / 1e3) / 1e9
 
     @property
     def ratio(self) -> float:
@@ -126,6 +139,9 @@ def leading_agreement(a: list[int], b: list[int]) -> int:
 def compare(lmc: Path, model_dir: Path, gguf: Path, gguf_type: str, ctx: int, prompt: list[int],
             decode: int, threads: int, repeats: int, llama_kv: str, flash_attn: bool) -> Comparison:
     row = Comparison(ctx, gguf_type, LMC_WQ[gguf_type], threads, len(prompt), decode)
+    shape = Shape.from_model_dir(model_dir)
+    row.lmc_bytes = decode_bytes(shape, row.lmc_wq, "f32", len(prompt), decode)
+    row.llama_bytes = decode_bytes(shape, gguf_type, llama_kv, len(prompt), decode)
     llama = LlamaRunner(gguf, ctx, threads, llama_kv, flash_attn)
     try:
         for r in range(repeats):
@@ -157,16 +173,20 @@ def compare(lmc: Path, model_dir: Path, gguf: Path, gguf_type: str, ctx: int, pr
     return row
 
 
-def markdown_table(rows: list[Comparison]) -> str:
+def markdown_table(rows: list[Comparison], stream_gbps: float) -> str:
     lines = [
         "| ctx | weights (lmc / llama.cpp) | lmc tok/s | llama.cpp tok/s | ratio lmc/llama.cpp "
+        "| lmc GB/s (of STREAM) | llama.cpp GB/s (of STREAM) "
         "| lmc prefill tok/s | llama.cpp prefill tok/s | tokens agree |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        lmc_gbps, llama_gbps = r.gbps(r.lmc_ms, r.lmc_bytes), r.gbps(r.llama_ms, r.llama_bytes)
         lines.append(
             f"| {r.ctx} | {r.lmc_wq} / {r.gguf_type} | {r.tokens_per_s(r.lmc_ms):.2f} "
             f"| {r.tokens_per_s(r.llama_ms):.2f} | {r.ratio:.2f} "
+            f"| {lmc_gbps:.1f} ({lmc_gbps / stream_gbps:.0%}) "
+            f"| {llama_gbps:.1f} ({llama_gbps / stream_gbps:.0%}) "
             f"| {r.prompt_len * 1e3 / statistics.median(r.lmc_prefill_ms):.1f} "
             f"| {r.prompt_len * 1e3 / statistics.median(r.llama_prefill_ms):.1f} "
             f"| {r.agree}/{r.decode} |"
@@ -219,10 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     import llama_cpp
 
     env["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
+    # STREAM before and after: the machine is shared, so keep the better figure
+    bandwidths = [measure_bandwidth(args.threads)]
     rows = [compare(lmc, model_dir, ggufs[t], t, ctx, prompt, args.decode, args.threads,
                     args.repeats, args.llama_kv, args.flash_attn)
             for ctx in args.ctx for t in args.types]
-    print(markdown_table(rows))
+    bandwidths.append(measure_bandwidth(args.threads))
+    stream = max(b.gbps_best for b in bandwidths)
+    print(markdown_table(rows, stream))
+    print(f"\nSTREAM read (best of passes, before/after): "
+          f"{', '.join(f'{b.gbps_best:.2f}' for b in bandwidths)} GB/s")
     print(f"\nthreads {args.threads}, prompt {args.prompt_len}, decode {args.decode}, "
           f"repeats {args.repeats}, llama.cpp KV {args.llama_kv}, flash-attn {args.flash_attn}, "
           f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}")
@@ -230,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"loadavg after: {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"environment": env, "args": vars(args) | {
-            "json": str(args.json)}, "rows": [asdict(r) for r in rows]}, indent=2, default=str))
+        args.json.write_text(json.dumps({
+            "environment": env, "args": vars(args), "bandwidth": [asdict(b) for b in bandwidths],
+            "rows": [asdict(r) for r in rows]}, indent=2, default=str))
     return 0
 
 
