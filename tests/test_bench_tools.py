@@ -39,6 +39,18 @@ def test_stream_read_reports_every_pass_and_rejects_bad_flags() -> None:
     assert bad.returncode == 2 and "--passes" in bad.stderr
 
 
+def test_stream_read_sums_the_same_on_aarch64_under_qemu() -> None:
+    # qemu runs it for correctness only: its timings are emulation, not performance
+    args = ["--mib", "4", "--threads", "2", "--passes", "2"]
+    native = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
+    arm = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"], target="aarch64")
+    want = json.loads(subprocess.run([str(native), *args], capture_output=True, text=True,
+                                     check=True).stdout)
+    got = json.loads(subprocess.run(["qemu-aarch64-static", "-cpu", "cortex-a76", str(arm),
+                                     *args], capture_output=True, text=True, check=True).stdout)
+    assert got["checksum"] == want["checksum"] and got["bytes"] == want["bytes"]
+
+
 def test_build_c_program_reuses_the_build(tmp_path: Path) -> None:
     source = tmp_path / "hello.c"
     source.write_text('#include <stdio.h>\nint main(void) { puts("hi"); return 0; }\n')
