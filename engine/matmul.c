@@ -25,6 +25,8 @@
 #define TILE_ROWS 4
 #define TILE_TOKENS 3
 #define MATMUL_MAX 4 /* matrices per fused product */
+/* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
+#define PREFETCH_NEXT(p) (__builtin_prefetch(p), __builtin_prefetch((p) + 64))
 
 /* ---------------------------------------------------------------- 8-lane vectors
  * v8: 8 floats; v8i: 8 int32 (lane j = sum of products 4j..4j+3 of a 32-value block). */
@@ -243,6 +245,9 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
+        /* the next 4 rows follow these in memory: fetch them as this tile progresses (the
+         * hardware prefetcher starts over at every page, and one row quad is a few pages) */
+        if (R == TILE_ROWS) PREFETCH_NEXT((const char *)(w + R * ws) + (size_t)i * 16);
         v8 xv[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
@@ -271,6 +276,11 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
     /* 8 blocks at a time: their 8 scale products (weight x activation) per row and token
      * are formed in one vector step, then each block broadcasts its own */
     for (; g + 8 <= groups; g += 8) {
+        if (R == TILE_ROWS) { /* the next 4 rows, as in tile_f32: 8 blocks x 4 rows here */
+            const char *next = (const char *)(wq + R * wqs) + (size_t)g * 128;
+            for (int k = 0; k < 1024; k += 64) __builtin_prefetch(next + k);
+            __builtin_prefetch((const char *)(wd + R * wds) + (size_t)g * 8);
+        }
         float sc[TILE_ROWS][TILE_TOKENS][8];
         for (int r = 0; r < R; r++)
             for (int t = 0; t < TT; t++) scales8(wd + r * wds + g, xd + t * xds + g, sc[r][t]);
