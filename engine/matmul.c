@@ -173,7 +173,7 @@ void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
 static void quantize_block(const float *x, int n, int8_t *q, float scale) {
     float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     for (int i = 0; i < n; i++) {
-        float r = roundf(x[i] * inv);
+        float r = lmc_round_away(x[i] * inv);
         q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
     }
 }
@@ -184,7 +184,7 @@ void mat_quantize_row(Mat *m, int r, const float *row) {
     for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
         int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
         float amax = 0.0f;
-        for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(row[i0 + i]));
+        for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, row[i0 + i]);
         float scale = amax / 127.0f;
         if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
         d[g] = lmc_f32_to_f16(scale);
@@ -228,7 +228,7 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
         for (int g = 0, i0 = 0; i0 < cols; g++, i0 += Q8_GROUP) {
             int n = cols - i0 < Q8_GROUP ? cols - i0 : Q8_GROUP;
             float amax = 0.0f;
-            for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(xt[i0 + i]));
+            for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, xt[i0 + i]);
             d[g] = amax / 127.0f;
             quantize_block(xt + i0, n, q + i0, d[g]);
         }

@@ -138,12 +138,12 @@ void quantize_q8(const float *x, int n, int8_t *q, float *scales) {
     for (int g = 0, i0 = 0; i0 < n; g++, i0 += Q8_GROUP) {
         int end = n - i0 < Q8_GROUP ? n : i0 + Q8_GROUP;
         float amax = 0.0f;
-        for (int i = i0; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int i = i0; i < end; i++) amax = lmc_max_abs(amax, x[i]);
         float scale = amax / 127.0f;
         float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
         scales[g] = scale;
         for (int i = i0; i < end; i++) {
-            float r = roundf(x[i] * inv);
+            float r = lmc_round_away(x[i] * inv);
             q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
         }
     }

@@ -6,6 +6,7 @@
 #ifndef LMC_OPS_H
 #define LMC_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "threads.h"
@@ -20,6 +21,19 @@ static inline int q8_groups(int n) { return (n + Q8_GROUP - 1) / Q8_GROUP; }
 static inline float lmc_reduce8(const float s[8]) {
     float t0 = s[0] + s[4], t1 = s[1] + s[5], t2 = s[2] + s[6], t3 = s[3] + s[7];
     return (t0 + t2) + (t1 + t3);
+}
+
+/* roundf (half away from zero) without a library call: x - trunc(x) is exact in float */
+static inline float lmc_round_away(float x) {
+    float t = truncf(x);
+    if (fabsf(x - t) >= 0.5f) t += x < 0.0f ? -1.0f : 1.0f;
+    return t;
+}
+
+/* max(m, |x|) as fmaxf(m, fabsf(x)) gives it, without a library call */
+static inline float lmc_max_abs(float m, float x) {
+    float a = fabsf(x);
+    return a > m ? a : m;
 }
 
 float dot_f32(const float *a, const float *b, int n);
