@@ -239,7 +239,7 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 
 /* R rows of w (row stride ws) times TT tokens of x (stride xs) over n columns */
 ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws, const float *x, size_t xs,
-                            int n, float *out, size_t os) {
+                            int n, float *out, size_t os, const int prefetch) {
     v8 acc[TILE_ROWS][TILE_TOKENS];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
@@ -247,7 +247,7 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws
     for (; i + 8 <= n; i += 8) {
         /* the next 4 rows follow these in memory: fetch them as this tile progresses (the
          * hardware prefetcher starts over at every page, and one row quad is a few pages) */
-        if (R == TILE_ROWS) PREFETCH_NEXT((const char *)(w + R * ws) + (size_t)i * 16);
+        if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)(w + R * ws) + (size_t)i * 16);
         v8 xv[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
@@ -314,6 +314,13 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 
 /* ---------------------------------------------------------------- products */
 
+void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out) {
+    int i = 0;
+    for (; i + TILE_ROWS <= count; i += TILE_ROWS)
+        tile_f32(TILE_ROWS, 1, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+    for (; i < count; i++) tile_f32(1, 1, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+}
+
 typedef struct {
     const MatOut *outs;
     int n;
@@ -331,15 +338,15 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         const float *wr = w->f + (size_t)r * ws;
         int t = 0;
         for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
-            tile_f32(TILE_ROWS, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
-        for (; t < T; t++) tile_f32(TILE_ROWS, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+            tile_f32(TILE_ROWS, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
+        for (; t < T; t++) tile_f32(TILE_ROWS, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
     }
     for (; r < r1; r++) {
         const float *wr = w->f + (size_t)r * ws;
         int t = 0;
         for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
-            tile_f32(1, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
-        for (; t < T; t++) tile_f32(1, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);
+            tile_f32(1, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
+        for (; t < T; t++) tile_f32(1, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
     }
 }
 

@@ -65,6 +65,10 @@ typedef struct {
 void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq,
             ThreadPool *pool);
 
+/* out[i] = dot_f32(x, rows + i * stride, n) for i < count, bit for bit, several rows at a
+ * time (independent sums keep the FMA units busy; one dot alone waits on its own latency) */
+void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out);
+
 /* IEEE binary16 <-> f32 (round to nearest even), as the q8 scales are stored */
 uint16_t lmc_f32_to_f16(float f);
 
