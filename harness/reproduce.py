@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from db.store import Store
-from devices.fingerprint import probe
 from devices.inventory import Inventory
 from devices.transport import connect
 from harness.build import build_engine, sha256_file
@@ -138,7 +137,7 @@ def reproduce(store: Store, run: str, inventory: Inventory,
                  command=command, binary=str(binary), model_dir=verified_model(detail.model),
                  ids=ids, options=tuple(options), timeout_s=timeout_s)
     with connect(device) as transport:
-        report = execute(job, name, PushMemo(transport), probe, scratch_dir())
+        report = execute(job, name, PushMemo(transport), scratch_dir())
     metric, stored_in, engine_key = TIMING[command]
     original = (row if stored_in == "run" else detail.outcome or {}).get(metric)
     result = Reproduction(row["id"], name, command, detail.build["binary_sha256"], rebuilt,

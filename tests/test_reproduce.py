@@ -85,3 +85,38 @@ def test_unknown_device_or_run(stored_run: tuple[Store, int], tmp_path: Path) ->
         reproduce(store, str(run_id), load_inventory(local_only))
     with pytest.raises(StoreInputError, match="no run with id or key '999999'"):
         reproduce(store, "999999", load_inventory(local_only))
+
+
+@pytest.fixture(scope="module")
+def random_needle_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random Qwen3 with the shipped tokenizer and chat template: real generate runs, fast."""
+    from fixtures_engine import TinySpec, build_tiny_model
+    from tokenizers import Tokenizer
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "needle-tiny"
+    vocab = Tokenizer.from_file(str(shipped / "tokenizer.json")).get_vocab_size()
+    out = build_tiny_model(TinySpec("needle-random", hidden=64, heads=4, kv_heads=2,
+                                    head_dim=16, tied=True, dtype="float32", vocab=vocab,
+                                    seed=7), tmp_path_factory.mktemp("needle-random"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(shipped / name, out / name)
+    return out
+
+
+def test_reproduce_a_generate_run_token_for_token(tmp_path: Path, coord_farm, ray_address: str,
+                                                  random_needle_model: Path) -> None:
+    spec = tmp_path / "gen.toml"
+    spec.write_text(f'name = "gen"\nmodel = "{random_needle_model}"\ndevices = ["farm-x86"]\n'
+                    'warmups = 0\n[engine.policy.sparse]\nk = 2\n[[workload]]\nkind = "needle"\n'
+                    'ctx = 128\nmax_new = 6\n')
+    inventory = load_inventory(coord_farm.inventory)
+    with Store.open(f"sqlite:///{tmp_path}/gen.db") as store:
+        run_experiment(load_spec(spec), inventory, store, ray_address=ray_address)
+        run_id = str(int(store.frames("gen")["runs"]["id"].iloc[0]))
+        result = reproduce(store, run_id, inventory)
+        assert result.status == "ok" and result.identical is True and result.divergence == ""
+        assert result.metric == "decode_ms_per_token" and result.ratio is not None
+        with (random_needle_model / "model.safetensors").open("ab") as weights:
+            weights.write(b"\0")  # another model now sits at the recorded path
+        with pytest.raises(RunFailure, match="restore that model"):
+            reproduce(store, run_id, inventory)
