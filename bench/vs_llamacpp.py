@@ -42,8 +42,8 @@ from roofline import (
     decode_bytes,
     engine_binary,
     environment,
-    measure_bandwidth,
     run_lmc_generate,
+    stream_ceiling,
 )
 
 LMC_WQ = {"f32": "f32", "q8_0": "q8"}  # GGUF type -> the lmc weight format it is compared to
@@ -239,16 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     import llama_cpp
 
     env["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
-    # STREAM before and after: the machine is shared, so keep the better figure
-    bandwidths = [measure_bandwidth(args.threads)]
+    # STREAM before and after: the machine is shared, so keep the best figure
+    bandwidths = stream_ceiling(args.threads)
     rows = [compare(lmc, model_dir, ggufs[t], t, ctx, prompt, args.decode, args.threads,
                     args.repeats, args.llama_kv, args.flash_attn)
             for ctx in args.ctx for t in args.types]
-    bandwidths.append(measure_bandwidth(args.threads))
+    bandwidths += stream_ceiling(args.threads)
     stream = max(b.gbps_best for b in bandwidths)
     print(markdown_table(rows, stream))
-    print(f"\nSTREAM read (best of passes, before/after): "
-          f"{', '.join(f'{b.gbps_best:.2f}' for b in bandwidths)} GB/s")
+    print(f"\nSTREAM read, best pass (threads), before then after: "
+          f"{', '.join(f'{b.gbps_best:.2f} ({b.threads})' for b in bandwidths)} GB/s")
     print(f"\nthreads {args.threads}, prompt {args.prompt_len}, decode {args.decode}, "
           f"repeats {args.repeats}, llama.cpp KV {args.llama_kv}, flash-attn {args.flash_attn}, "
           f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}")
