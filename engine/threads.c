@@ -2,15 +2,22 @@
  *
  * A decode step runs about five pool jobs per layer, each of them tens of microseconds, so
  * waking threads through a condition variable (several microseconds, far more on a loaded
- * machine) would cost a large share of the step. Threads therefore spin on an atomic job
- * counter for a while (about SPIN_ROUNDS pause instructions) and only then sleep on the
- * condition variable; the caller wakes sleepers only when there are any. The same
- * spin-then-sleep wait is used by the caller for the job to finish. */
+ * machine) would cost a large share of the step. Waiting threads therefore spin briefly,
+ * then yield their core (on a loaded machine the thread they wait for may need it), and only
+ * then sleep on a condition variable; a job's publisher wakes sleepers only when there are
+ * any.
+ *
+ * A job is done when all its chunks are done, not when every worker has seen it: a worker the
+ * OS has descheduled does not hold up a job whose chunks the other threads already ran. To
+ * make that safe, chunks are claimed with a compare-and-swap on one word holding the job's
+ * generation, its chunk count and the next chunk: a late worker's claim fails once the job is
+ * over, and the job's fields cannot change while any claimed chunk is unfinished. */
 #include "threads.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "util.h"
@@ -24,55 +31,66 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* a waiting thread first spins (SPIN_ROUNDS pauses), then yields its core (YIELD_ROUNDS
- * sched_yield calls: on a loaded machine the thread it waits for may need that core), then
- * sleeps */
-#ifndef SPIN_ROUNDS
-#define SPIN_ROUNDS 2000
-#endif
-#ifndef YIELD_ROUNDS
-#define YIELD_ROUNDS 200
-#endif
+/* a waiting thread spins SPIN_ROUNDS pauses, then makes YIELD_ROUNDS sched_yield calls,
+ * then sleeps */
+#define SPIN_ROUNDS 200
+#define YIELD_ROUNDS 2000
+
+/* chunks per thread: small enough that a thread the OS has descheduled holds up little
+ * work (the others take the rest), large enough that claiming costs nothing */
+#define CHUNKS_PER_THREAD 8
+#define MAX_CHUNKS 0xFFFF
 
 static inline void backoff(int round) {
     if (round < SPIN_ROUNDS) cpu_relax();
     else sched_yield();
 }
 
+/* the claim word: generation (32 bits) | chunk count (16) | next chunk (16) */
+static inline uint64_t claim_word(uint32_t gen, int n_chunks, int next) {
+    return (uint64_t)gen << 32 | (uint64_t)n_chunks << 16 | (uint64_t)next;
+}
+
 struct ThreadPool {
     int n;
     pthread_t *workers;
     pthread_mutex_t lock;
-    pthread_cond_t wake, done;
-    atomic_ulong generation; /* bumped for each pool_run */
-    atomic_int pending;      /* workers still busy with the current generation */
-    atomic_int sleepers;     /* workers asleep on `wake` */
+    pthread_cond_t wake, finished;
+    atomic_uint generation; /* bumped for each pool_run */
+    _Atomic uint64_t claim; /* see claim_word */
+    atomic_int done;        /* chunks of the current job finished */
+    atomic_int sleepers;    /* workers asleep on `wake` */
     atomic_int caller_asleep;
     atomic_int stop;
+    /* the current job; written only while no chunk is claimed or running */
     PoolFn fn;
     void *arg;
     int items, chunk, n_chunks;
-    atomic_int next_chunk; /* chunks are claimed in order by whichever thread is free */
 };
 
-/* chunks per thread: small enough that a thread the OS has descheduled holds up little
- * work (the others take the rest), large enough that claiming costs nothing */
-#define CHUNKS_PER_THREAD 8
-
-/* claim and run chunks until none are left */
-static void run_chunks(ThreadPool *pool) {
+/* claim and run chunks of generation gen until none are left */
+static void run_chunks(ThreadPool *pool, uint32_t gen) {
     for (;;) {
-        int c = atomic_fetch_add_explicit(&pool->next_chunk, 1, memory_order_relaxed);
-        if (c >= pool->n_chunks) return;
-        int begin = c * pool->chunk, end = begin + pool->chunk;
+        uint64_t w = atomic_load_explicit(&pool->claim, memory_order_acquire);
+        int next = (int)(w & 0xFFFF), n_chunks = (int)(w >> 16 & 0xFFFF);
+        if ((uint32_t)(w >> 32) != gen || next >= n_chunks) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool->claim, &w, w + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        int begin = next * pool->chunk, end = begin + pool->chunk;
         pool->fn(pool->arg, begin, end < pool->items ? end : pool->items);
+        if (atomic_fetch_add(&pool->done, 1) + 1 == n_chunks && atomic_load(&pool->caller_asleep)) {
+            pthread_mutex_lock(&pool->lock);
+            pthread_cond_signal(&pool->finished);
+            pthread_mutex_unlock(&pool->lock);
+        }
     }
 }
 
-/* wait until the generation differs from `seen` (or stop); returns the new generation */
-static unsigned long wait_for_job(ThreadPool *pool, unsigned long seen) {
+/* wait until the generation differs from `seen` (or stop); returns the current generation */
+static uint32_t wait_for_job(ThreadPool *pool, uint32_t seen) {
     for (int i = 0; i < SPIN_ROUNDS + YIELD_ROUNDS; i++) {
-        unsigned long g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        uint32_t g = atomic_load_explicit(&pool->generation, memory_order_acquire);
         if (g != seen || atomic_load(&pool->stop)) return g;
         backoff(i);
     }
@@ -90,17 +108,11 @@ static unsigned long wait_for_job(ThreadPool *pool, unsigned long seen) {
 
 static void *worker_main(void *p) {
     ThreadPool *pool = p;
-    unsigned long seen = 0;
+    uint32_t seen = 0;
     for (;;) {
         seen = wait_for_job(pool, seen);
         if (atomic_load(&pool->stop)) return NULL;
-        run_chunks(pool);
-        if (atomic_fetch_sub(&pool->pending, 1) == 1 &&
-            atomic_load(&pool->caller_asleep)) {
-            pthread_mutex_lock(&pool->lock);
-            pthread_cond_signal(&pool->done);
-            pthread_mutex_unlock(&pool->lock);
-        }
+        run_chunks(pool, seen);
     }
 }
 
@@ -109,17 +121,17 @@ ThreadPool *pool_create(int n_threads) {
     pool->n = n_threads < 1 ? 1 : n_threads;
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->wake, NULL);
-    pthread_cond_init(&pool->done, NULL);
+    pthread_cond_init(&pool->finished, NULL);
     atomic_init(&pool->generation, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->claim, claim_word(0, 0, 0));
+    atomic_init(&pool->done, 0);
     atomic_init(&pool->sleepers, 0);
     atomic_init(&pool->caller_asleep, 0);
     atomic_init(&pool->stop, 0);
     pool->workers = lmc_alloc((size_t)pool->n, sizeof(pthread_t), "thread pool");
-    for (int i = 1; i < pool->n; i++) {
+    for (int i = 1; i < pool->n; i++)
         if (pthread_create(&pool->workers[i], NULL, worker_main, pool) != 0)
             lmc_die_runtime("cannot start thread %d of %d", i + 1, pool->n);
-    }
     return pool;
 }
 
@@ -132,7 +144,7 @@ void pool_destroy(ThreadPool *pool) {
     for (int i = 1; i < pool->n; i++) pthread_join(pool->workers[i], NULL);
     pthread_mutex_destroy(&pool->lock);
     pthread_cond_destroy(&pool->wake);
-    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->finished);
     lmc_free(pool->workers);
     lmc_free(pool);
 }
@@ -145,31 +157,33 @@ void pool_run(ThreadPool *pool, PoolFn fn, void *arg, int n) {
         fn(arg, 0, n);
         return;
     }
-    /* workers are all idle here: the previous job ended with pending == 0 */
+    /* no chunk of the previous job is claimed or running: the fields are ours to write */
+    int want = pool->n * CHUNKS_PER_THREAD;
     pool->fn = fn;
     pool->arg = arg;
     pool->items = n;
-    int want = pool->n * CHUNKS_PER_THREAD;
     pool->chunk = n / want > 0 ? n / want : 1;
+    while ((n + pool->chunk - 1) / pool->chunk > MAX_CHUNKS) pool->chunk *= 2;
     pool->n_chunks = (n + pool->chunk - 1) / pool->chunk;
-    atomic_store_explicit(&pool->next_chunk, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&pool->generation, 1); /* publishes the fields above */
+    atomic_store(&pool->done, 0);
+    uint32_t gen = atomic_load(&pool->generation) + 1;
+    atomic_store_explicit(&pool->claim, claim_word(gen, pool->n_chunks, 0), memory_order_release);
+    atomic_store(&pool->generation, gen);
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->lock);
         pthread_cond_broadcast(&pool->wake);
         pthread_mutex_unlock(&pool->lock);
     }
 
-    run_chunks(pool);
+    run_chunks(pool, gen);
 
     for (int i = 0; i < SPIN_ROUNDS + YIELD_ROUNDS; i++) {
-        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&pool->done, memory_order_acquire) == pool->n_chunks) return;
         backoff(i);
     }
     pthread_mutex_lock(&pool->lock);
     atomic_store(&pool->caller_asleep, 1);
-    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    while (atomic_load(&pool->done) < pool->n_chunks) pthread_cond_wait(&pool->finished, &pool->lock);
     atomic_store(&pool->caller_asleep, 0);
     pthread_mutex_unlock(&pool->lock);
 }
