@@ -18,7 +18,7 @@ typedef struct {
     Policy policy;
     int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;
     uint64_t seed;
-    int kv_q8, wq8, threads;
+    int kv_q8, wq, threads; /* wq: WQ_F32, WQ_Q8 or WQ_BF16 (matmul.h) */
     /* generate / ppl */
     int max_new, ctx;
     int stops[MAX_STOPS], n_stops;

@@ -14,13 +14,14 @@
 
 #include "cli.h"
 #include "json.h"
+#include "matmul.h"
 #include "ops.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- option table */
 
 enum { C_GEN = 1, C_PPL = 2, C_BENCH = 4, C_MODEL = C_GEN | C_PPL, C_ALL = 7 };
-enum { T_FLAG, T_INT, T_STR, T_POLICY, T_KVTYPE, T_PREFILL, T_U64 };
+enum { T_FLAG, T_INT, T_STR, T_POLICY, T_KVTYPE, T_WTYPE, T_PREFILL, T_U64 };
 
 typedef struct {
     const char *name;
@@ -51,7 +52,7 @@ static const OptSpec OPTIONS[] = {
     {"--ref-attn", C_ALL, T_FLAG, OFF(ref_attn), 0, 0, 1},
     {"--seed", C_ALL, T_U64, OFF(seed), 0, 0, 0},
     {"--kv", C_ALL, T_KVTYPE, OFF(kv_q8), 0, 0, 0},
-    {"--wq", C_MODEL, T_KVTYPE, OFF(wq8), 0, 0, 0},
+    {"--wq", C_MODEL, T_WTYPE, OFF(wq), 0, 0, 0},
     {"--threads", C_ALL, T_INT, OFF(threads), 1, 256, 0},
     {"--max-new", C_GEN, T_INT, OFF(max_new), 0, 1 << 24, 0},
     {"--ctx", C_ALL, T_INT, OFF(ctx), 1, 1 << 24, 0},
@@ -135,6 +136,12 @@ void cli_parse(Options *o, const char *command, int argc, char **argv) {
             if (strcmp(value, "f32") == 0) *(int *)field = 0;
             else if (strcmp(value, "q8") == 0) *(int *)field = 1;
             else lmc_die_input("%s '%.64s' is not allowed (allowed: f32, q8)", arg, value);
+            break;
+        case T_WTYPE:
+            if (strcmp(value, "f32") == 0) *(int *)field = WQ_F32;
+            else if (strcmp(value, "q8") == 0) *(int *)field = WQ_Q8;
+            else if (strcmp(value, "bf16") == 0) *(int *)field = WQ_BF16;
+            else lmc_die_input("%s '%.64s' is not allowed (allowed: f32, q8, bf16)", arg, value);
             break;
         case T_PREFILL:
             if (strcmp(value, "exact") == 0) *(int *)field = 0;

@@ -36,6 +36,10 @@ typedef __m256i v8i;
 typedef __m256i qblock;
 ALWAYS_INLINE v8 v8_zero(void) { return _mm256_setzero_ps(); }
 ALWAYS_INLINE v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
+ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
 ALWAYS_INLINE v8 v8_set1(float a) { return _mm256_set1_ps(a); }
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 ALWAYS_INLINE void v8_store(float *p, v8 a) { _mm256_storeu_ps(p, a); }
@@ -64,6 +68,11 @@ typedef struct {
 typedef int8x16x2_t qblock;
 ALWAYS_INLINE v8 v8_zero(void) { return (v8){vdupq_n_f32(0), vdupq_n_f32(0)}; }
 ALWAYS_INLINE v8 v8_load(const float *p) { return (v8){vld1q_f32(p), vld1q_f32(p + 4)}; }
+ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
+    uint16x8_t h = vld1q_u16(p);
+    return (v8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
+                vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h), 16))};
+}
 ALWAYS_INLINE v8 v8_set1(float a) { return (v8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return (v8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)}; }
 ALWAYS_INLINE void v8_store(float *p, v8 a) {
@@ -111,6 +120,11 @@ ALWAYS_INLINE v8 v8_load(const float *p) {
     return r;
 }
 ALWAYS_INLINE v8 v8_set1(float a) { return (v8){{a, a, a, a, a, a, a, a}}; }
+ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
+    v8 r;
+    for (int j = 0; j < 8; j++) r.v[j] = lmc_bf16_to_f32(p[j]);
+    return r;
+}
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) {
     for (int j = 0; j < 8; j++) c.v[j] = fmaf(a.v[j], b.v[j], c.v[j]);
     return c;
@@ -158,7 +172,17 @@ uint16_t lmc_f32_to_f16(float f) {
     return sign | (uint16_t)h;
 }
 
+uint16_t lmc_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(x >> 16 | 0x40); /* quiet NaN */
+    x += 0x7FFF + (x >> 16 & 1);
+    return (uint16_t)(x >> 16);
+}
+
 /* ---------------------------------------------------------------- storage */
+
+const char *wq_name(int wq) { return wq == WQ_Q8 ? "q8" : wq == WQ_BF16 ? "bf16" : "f32"; }
 
 void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
     memset(m, 0, sizeof *m);
@@ -194,6 +218,7 @@ void mat_quantize_row(Mat *m, int r, const float *row) {
 
 void mat_free(Mat *m) {
     if (m->owns_f) lmc_free(m->f);
+    lmc_free(m->h);
     lmc_free(m->q);
     lmc_free(m->d);
     memset(m, 0, sizeof *m);
@@ -201,6 +226,7 @@ void mat_free(Mat *m) {
 
 size_t mat_bytes(const Mat *m) {
     if (m->q) return (size_t)m->rows * (size_t)m->groups * (Q8_GROUP + sizeof(uint16_t));
+    if (m->h) return (size_t)m->rows * (size_t)m->cols * sizeof(uint16_t);
     return (size_t)m->rows * (size_t)m->cols * sizeof(float);
 }
 
@@ -237,9 +263,13 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 
 /* ---------------------------------------------------------------- tiles */
 
-/* R rows of w (row stride ws) times TT tokens of x (stride xs) over n columns */
-ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws, const float *x, size_t xs,
-                            int n, float *out, size_t os, const int prefetch) {
+/* R rows of weights (row stride ws; f32, or bf16 when BF) times TT tokens of x (stride xs)
+ * over n columns */
+ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const void *wp, size_t ws, const float *x,
+                            size_t xs, int n, float *out, size_t os, const int prefetch) {
+    const float *w = wp;
+    const uint16_t *wh = wp;
+    const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
     v8 acc[TILE_ROWS][TILE_TOKENS];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
@@ -247,11 +277,11 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws
     for (; i + 8 <= n; i += 8) {
         /* the next 4 rows follow these in memory: fetch them as this tile progresses (the
          * hardware prefetcher starts over at every page, and one row quad is a few pages) */
-        if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)(w + R * ws) + (size_t)i * 16);
+        if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)wp + (R * ws + (size_t)i * 4) * wsize);
         v8 xv[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
-            v8 wv = v8_load(w + r * ws + i);
+            v8 wv = BF ? v8_load_bf16(wh + r * ws + i) : v8_load(w + r * ws + i);
             for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
         }
     }
@@ -260,7 +290,8 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const float *w, size_t ws
             float s[8];
             v8_store(s, acc[r][t]);
             float v = lmc_reduce8(s);
-            for (int j = i; j < n; j++) v = fmaf(x[t * xs + j], w[r * ws + j], v);
+            for (int j = i; j < n; j++)
+                v = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[r * ws + j]) : w[r * ws + j], v);
             out[t * os + r] = v;
         }
 }
@@ -317,8 +348,8 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out) {
     int i = 0;
     for (; i + TILE_ROWS <= count; i += TILE_ROWS)
-        tile_f32(TILE_ROWS, 1, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
-    for (; i < count; i++) tile_f32(1, 1, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+        tile_f32(TILE_ROWS, 1, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+    for (; i < count; i++) tile_f32(1, 1, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
 }
 
 typedef struct {
@@ -333,21 +364,28 @@ typedef struct {
 static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
     const Mat *w = mo->w;
     size_t ws = (size_t)w->cols, xs = (size_t)job->x_stride, os = (size_t)mo->out_stride;
-    int T = job->T, r = r0;
-    for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
-        const float *wr = w->f + (size_t)r * ws;
-        int t = 0;
-        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
-            tile_f32(TILE_ROWS, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
-        for (; t < T; t++) tile_f32(TILE_ROWS, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
-    }
-    for (; r < r1; r++) {
-        const float *wr = w->f + (size_t)r * ws;
-        int t = 0;
-        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)
-            tile_f32(1, TILE_TOKENS, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
-        for (; t < T; t++) tile_f32(1, 1, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1);
-    }
+    int T = job->T;
+#define F32_TILE(R, TT, BF)                                                                             \
+    tile_f32(R, TT, BF, BF ? (const void *)(w->h + (size_t)r * ws) : (const void *)(w->f + (size_t)r * ws), \
+             ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1)
+#define F32_ROWS(BF)                                                                                    \
+    do {                                                                                                \
+        int r = r0;                                                                                     \
+        for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {                                                   \
+            int t = 0;                                                                                  \
+            for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) F32_TILE(TILE_ROWS, TILE_TOKENS, BF);        \
+            for (; t < T; t++) F32_TILE(TILE_ROWS, 1, BF);                                              \
+        }                                                                                               \
+        for (; r < r1; r++) {                                                                           \
+            int t = 0;                                                                                  \
+            for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) F32_TILE(1, TILE_TOKENS, BF);                \
+            for (; t < T; t++) F32_TILE(1, 1, BF);                                                      \
+        }                                                                                               \
+    } while (0)
+    if (w->h) F32_ROWS(1);
+    else F32_ROWS(0);
+#undef F32_ROWS
+#undef F32_TILE
 }
 
 static void rows_q8(const MatmulJob *job, const MatOut *mo, int r0, int r1) {

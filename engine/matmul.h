@@ -3,7 +3,7 @@
  * Decode is the one-token case (a mat-vec); prefill runs a chunk of tokens through the same
  * kernels, so every output element is computed the same way whatever the batch:
  *
- * - f32: out = x . w with 8 partial sums by index mod 8 (fused multiply-add), combined by
+ * - f32 and bf16 (widened to f32 exactly as loaded): out = x . w with 8 partial sums by index mod 8 (fused multiply-add), combined by
  *   lmc_reduce8, tail added last — the order of dot_f32 (ops.h), on AVX2, NEON and C alike.
  * - q8: activations are quantised per token in blocks of 32 (scale = max|x| / 127, round half
  *   away from zero, as quantize_q8); per block the integer products of 4 consecutive values
@@ -24,10 +24,15 @@
 
 #define MAT_UNIT_ROWS 16
 
-/* A weight matrix [rows x cols], row-major, either f32 or q8. */
+/* how weight matrices are stored (--wq) */
+enum { WQ_F32 = 0, WQ_Q8 = 1, WQ_BF16 = 2 };
+const char *wq_name(int wq);
+
+/* A weight matrix [rows x cols], row-major: f32, bf16 or q8 (exactly one pointer is set). */
 typedef struct {
     int rows, cols;
     float *f;    /* f32 weights, or NULL */
+    uint16_t *h; /* bf16 weights (the upper half of an f32), or NULL */
     int owns_f;  /* 0 when f aliases another buffer (tied embeddings) */
     int groups;  /* q8: blocks of 32 per row, ceil(cols / 32) */
     int8_t *q;   /* q8: [rows][groups * 32], each row zero-padded to whole blocks; or NULL */
@@ -71,5 +76,7 @@ void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, i
 
 /* IEEE binary16 <-> f32 (round to nearest even), as the q8 scales are stored */
 uint16_t lmc_f32_to_f16(float f);
+/* f32 -> bfloat16, round to nearest even (NaN stays NaN) */
+uint16_t lmc_f32_to_bf16(float f);
 
 #endif

@@ -37,7 +37,7 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
     if (!tokens_path) lmc_die_input("%s needs %s FILE", o->command, tokens_flag);
     check_attn_options(o);
     if (lmc_read_tokens(tokens_path, &s->tokens, &s->n_tokens) != 0) lmc_die_input("%s", lmc_last_error());
-    if (model_load(&s->model, o->model, o->wq8) != 0) lmc_die_input("%s", lmc_last_error());
+    if (model_load(&s->model, o->model, o->wq) != 0) lmc_die_input("%s", lmc_last_error());
     const Config *c = &s->model.cfg;
     if (s->n_tokens == 0) lmc_die_input("%s %s holds no token ids", tokens_flag, tokens_path);
     for (int i = 0; i < s->n_tokens; i++)
@@ -73,7 +73,7 @@ static void write_config(FILE *f, const Options *o, const Session *s) {
     json_write_string(f, o->model);
     fprintf(f, ", ");
     cli_write_attn_config(f, o);
-    fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", o->wq8 ? "q8" : "f32",
+    fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", wq_name(o->wq),
             s->capacity, o->max_new);
     for (int i = 0; i < o->n_stops; i++) fprintf(f, "%s%d", i ? ", " : "", o->stops[i]);
     fprintf(f, "], \"model_config\": {\"hidden_size\": %d, \"intermediate_size\": %d, "

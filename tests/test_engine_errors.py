@@ -216,6 +216,7 @@ def test_prompt_longer_than_context(lmc_asan, tiny_model, tmp_path):
     (["--probes", "0"], "--probes expects an integer in [1,"),
     (["--attn", "fancy"], "--attn 'fancy' is not a policy"),
     (["--kv", "q4"], "--kv 'q4' is not allowed (allowed: f32, q8)"),
+    (["--wq", "q4"], "--wq 'q4' is not allowed (allowed: f32, q8, bf16)"),
     (["--threads", "0"], "--threads expects an integer in [1, 256]"),
     (["--max-new", "-1"], "--max-new expects an integer"),
     (["--ctx", "abc"], "--ctx expects an integer"),

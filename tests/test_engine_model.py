@@ -21,6 +21,8 @@ MAX_NEW = 32
 # q8 tolerances (documented in engine/README.md): max |logit difference| relative to max |logit|
 Q8_KV_TOLERANCE = 0.03
 Q8_WEIGHTS_TOLERANCE = 0.08
+# --wq bf16 on an F32 file rounds every weight to bfloat16
+BF16_WEIGHTS_TOLERANCE = 0.03
 
 
 def prompt_ids(vocab: int, n: int = 40, seed: int = 7) -> list[int]:
@@ -95,6 +97,36 @@ def test_q8_kv_and_weights_within_tolerance(lmc, tiny_model, tmp_path):
     assert 0 < rel_err(q8_w, f32) < Q8_WEIGHTS_TOLERANCE
 
 
+def test_bf16_weights(lmc, tiny_model, tmp_path):
+    """--wq bf16 keeps a BF16 file's weights as stored (same bits as f32); rounds an F32 file."""
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    model = tiny_model("gqa2_untied_bf16")
+    f32_out, f32 = generate(lmc, model, prompt, tmp_path, tag="f32")
+    bf_out, bf = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", "--threads", "3",
+                          tag="bf16")
+    assert bf_out["config"]["wq"] == "bf16"
+    assert bf.tobytes() == f32.tobytes() and bf_out["tokens"] == f32_out["tokens"]
+    model = tiny_model("gqa1_tied_f32")
+    _, f32 = generate(lmc, model, prompt, tmp_path, tag="f32file")
+    _, bf = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", tag="bf16file")
+    assert 0 < rel_err(bf, f32) < BF16_WEIGHTS_TOLERANCE
+
+
+@pytest.mark.parametrize("wq", ["f32", "q8", "bf16"])
+def test_prefill_chunks_do_not_change_bits(lmc, tiny_model, tmp_path, wq):
+    """A prompt's logits do not depend on how prefill batches it: 70 tokens run as chunks of
+    64 + 6, their first 41 as one chunk of 41 (other kernel tiles), same bits."""
+    model = tiny_model("gqa4_untied_f32_old")
+    ids = prompt_ids(320, n=70)
+    logits = {}
+    for n in (70, 41):
+        prompt = write_tokens(tmp_path / f"prompt{n}.txt", ids[:n])
+        _, out = generate(lmc, model, prompt, tmp_path, "--wq", wq, "--threads", "2",
+                          tag=f"{wq}{n}")
+        logits[n] = out.reshape(n, 320)
+    assert logits[70][:41].tobytes() == logits[41].tobytes()
+
+
 def test_aarch64_under_qemu_matches_x86(lmc, engine_build_aarch64, tiny_model, tmp_path):
     if not shutil.which(QEMU_AARCH64[0]):
         pytest.skip("qemu-aarch64-static is not installed (scripts/setup.sh installs it)")
@@ -108,6 +140,11 @@ def test_aarch64_under_qemu_matches_x86(lmc, engine_build_aarch64, tiny_model, t
     a64, a64_logits = generate(arm, model, prompt, tmp_path, tag="a64")
     assert a64["tokens"] == x86["tokens"]
     # same reduction order on both targets; libm's expf may still differ in the last bit
+    assert rel_err(a64_logits, x86_logits) < 1e-5
+    # the q8 weight kernels (sdot on NEON, maddubs on AVX2) sum exactly, then share one order
+    x86, x86_logits = generate(lmc, model, prompt, tmp_path, "--wq", "q8", tag="x86q8")
+    a64, a64_logits = generate(arm, model, prompt, tmp_path, "--wq", "q8", tag="a64q8")
+    assert a64["tokens"] == x86["tokens"]
     assert rel_err(a64_logits, x86_logits) < 1e-5
 
 
