@@ -1,4 +1,4 @@
-"""Convert a Qwen3 Hugging Face directory (F32 or BF16 safetensors) to GGUF f32 or q8_0.
+"""Convert a Qwen3 Hugging Face directory (F32 or BF16 safetensors) to GGUF f32, q8_0 or bf16.
 
 llama.cpp is the yardstick in ``bench/vs_llamacpp.py``; it reads GGUF, so the same weights lmc
 runs are written here with the ``gguf`` package's writer (``pip install -e .[bench]``).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-GGUF_TYPES = ("f32", "q8_0")
+GGUF_TYPES = ("f32", "q8_0", "bf16")
 QUANT_CHUNK_ROWS = 4096
 SAFETENSORS_DTYPES = {"F32": np.dtype("<f4"), "BF16": np.dtype("<u2")}
 
@@ -126,7 +126,8 @@ def add_metadata(writer, config: dict, gguf_type: str) -> None:
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(rope_theta or 1_000_000.0))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
-    writer.add_file_type(LlamaFileType.ALL_F32 if gguf_type == "f32" else LlamaFileType.MOSTLY_Q8_0)
+    writer.add_file_type({"f32": LlamaFileType.ALL_F32, "q8_0": LlamaFileType.MOSTLY_Q8_0,
+                          "bf16": LlamaFileType.MOSTLY_BF16}[gguf_type])
     tokens, scores, types = placeholder_vocab(config["vocab_size"])
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
@@ -143,17 +144,41 @@ def add_metadata(writer, config: dict, gguf_type: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def encode(values: np.ndarray, gguf_type: str):
-    """(array to write, GGML type or None for plain f32). Vectors (norms) always stay f32."""
-    from gguf import GGMLQuantizationType, quants
+def stays_f32(values: np.ndarray, gguf_type: str) -> bool:
+    return gguf_type == "f32" or values.ndim == 1  # vectors (norms) are always f32
 
+
+def encoded_info(name: str, values: np.ndarray, gguf_type: str):
+    """(shape, numpy dtype, byte size, GGML type or None) of the tensor as it is written."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    if stays_f32(values, gguf_type):
+        return values.shape, np.dtype(np.float32), values.size * 4, None
+    if gguf_type == "bf16":
+        return values.shape, np.dtype(np.uint16), values.size * 2, GGMLQuantizationType.BF16
+    rows, cols = values.shape
+    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0]
+    if cols % block:
+        raise ConvertError(f"{name}: {cols} columns is not a multiple of {block} (q8_0)")
+    byte_shape = (rows, cols // block * block_bytes)
+    return byte_shape, np.dtype(np.uint8), rows * byte_shape[1], GGMLQuantizationType.Q8_0
+
+
+def encode(values: np.ndarray, gguf_type: str) -> np.ndarray:
+    """The bytes of one tensor as ``encoded_info`` describes them."""
+    from gguf import GGMLQuantizationType, quants
+    from qwen3_06b import round_to_bf16_bits
+
+    if gguf_type == "bf16" and not stays_f32(values, gguf_type):
+        return np.ascontiguousarray(values if values.dtype == np.uint16
+                                    else round_to_bf16_bits(values))
     values = np.ascontiguousarray(as_float32(values))
-    if gguf_type == "f32" or values.ndim == 1:
-        return values, None
+    if stays_f32(values, gguf_type):
+        return values
     # in row chunks: the quantizer's temporaries are several times the input's size
     chunks = [quants.quantize(values[i:i + QUANT_CHUNK_ROWS], GGMLQuantizationType.Q8_0)
               for i in range(0, values.shape[0], QUANT_CHUNK_ROWS)]
-    return np.concatenate(chunks), GGMLQuantizationType.Q8_0
+    return np.concatenate(chunks)
 
 
 def convert(model_dir: Path, out: Path, gguf_type: str = "f32") -> Path:
@@ -181,24 +206,14 @@ def convert(model_dir: Path, out: Path, gguf_type: str = "f32") -> Path:
     add_metadata(writer, config, gguf_type)
     # First pass: tensor infos (shapes and byte sizes) so the header can be written up front.
     for target, name in names:
-        values = tensors[name]
-        if gguf_type == "f32" or values.ndim == 1:
-            writer.add_tensor_info(target, values.shape, np.dtype(np.float32), values.size * 4)
-        else:
-            rows, cols = values.shape
-            block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0]
-            if cols % block:
-                raise ConvertError(f"{name}: {cols} columns is not a multiple of {block} (q8_0)")
-            byte_shape = (rows, cols // block * block_bytes)
-            writer.add_tensor_info(target, byte_shape, np.dtype(np.uint8), rows * byte_shape[1],
-                                   raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        shape, dtype, nbytes, raw_dtype = encoded_info(name, tensors[name], gguf_type)
+        writer.add_tensor_info(target, shape, dtype, nbytes, raw_dtype=raw_dtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     # Second pass: data, one tensor in memory at a time.
     for _, name in names:
-        data, _ = encode(tensors[name], gguf_type)
-        writer.write_tensor_data(data)
+        writer.write_tensor_data(encode(tensors[name], gguf_type))
     writer.close()
     partial.replace(out)
     return out

@@ -37,6 +37,7 @@ REPO_ROOT = BENCH_DIR.parent
 BYTES_PER_VALUE = {
     "f32": 4.0,
     "f16": 2.0,
+    "bf16": 2.0,
     "q8": 1.0 + 4.0 / 32.0,  # lmc's q8: int8 + one f32 scale per 32 values
     "q8_0": 1.0 + 2.0 / 32.0,  # GGML's q8_0: int8 + one f16 scale per 32 values
 }
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="HF model dir (default: the bench model, BF16)")
-    parser.add_argument("--wq", nargs="+", choices=("f32", "q8"), default=["f32", "q8"])
+    parser.add_argument("--wq", nargs="+", choices=("f32", "q8", "bf16"), default=["f32", "q8"])
     parser.add_argument("--kv", choices=("f32", "q8"), default="f32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=64)

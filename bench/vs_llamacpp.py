@@ -46,7 +46,8 @@ from roofline import (
     stream_ceiling,
 )
 
-LMC_WQ = {"f32": "f32", "q8_0": "q8"}  # GGUF type -> the lmc weight format it is compared to
+# GGUF type -> the lmc weight format it is compared to
+LMC_WQ = {"f32": "f32", "q8_0": "q8", "bf16": "bf16"}
 
 
 class LlamaRunner:
@@ -197,7 +198,7 @@ def markdown_table(rows: list[Comparison], stream_gbps: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ctx", type=int, nargs="+", default=[512, 4096])
-    parser.add_argument("--types", nargs="+", choices=tuple(LMC_WQ), default=list(LMC_WQ))
+    parser.add_argument("--types", nargs="+", choices=tuple(LMC_WQ), default=["f32", "q8_0"])
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)

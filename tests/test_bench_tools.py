@@ -94,7 +94,7 @@ def test_transformers_loads_the_generated_model(tiny_models: dict[str, Path]) ->
     assert logits.shape == (1, 3, TINY.vocab) and bool(torch.isfinite(logits).all())
 
 
-@pytest.mark.parametrize("gguf_type, tolerance", [("f32", 0.0), ("q8_0", 0.01)])
+@pytest.mark.parametrize("gguf_type, tolerance", [("f32", 0.0), ("q8_0", 0.01), ("bf16", 0.0)])
 def test_gguf_conversion_round_trips(tmp_path: Path, tiny_models: dict[str, Path],
                                      gguf_type: str, tolerance: float) -> None:
     gguf = pytest.importorskip("gguf")
