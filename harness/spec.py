@@ -22,7 +22,7 @@ from harness.errors import InputError
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle")
 KV_FORMATS = ("f32", "q8")
-WQ_FORMATS = ("f32", "q8")
+WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")
 WORKTREE = "worktree"  # the revision name of the engine sources in the working tree
 
