@@ -10,9 +10,10 @@ fraction of the measured bandwidth.
     .venv/bin/python bench/roofline.py                       # f32 and q8 weights, prompt 128
     .venv/bin/python bench/roofline.py --prompt-len 448      # decode at context 448..511
 
-Bytes are counted from the model's shape, the way lmc stores it: f32 weights 4 bytes, q8
-weights and q8 KV 1 byte + one f32 scale per 32 values; the lm_head (tied: the embedding
-matrix) is read in full every token; norms and the embedding row are negligible but counted.
+Bytes are counted from the model's shape, the way lmc stores it: f32 weights 4 bytes, bf16 2,
+q8 weights 34 bytes per 32 values (int8 + a binary16 scale), q8 KV 1 byte + one f32 scale per
+32 values; the lm_head (tied: the embedding matrix) is read in full every token; norms and the
+embedding row are negligible but counted.
 """
 
 from __future__ import annotations
@@ -34,12 +35,19 @@ from harness.build import build_c_program, build_engine
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
-BYTES_PER_VALUE = {
+# bytes per stored value, by format
+WEIGHT_BYTES = {
+    "f32": 4.0,
+    "bf16": 2.0,
+    "f16": 2.0,
+    # lmc q8 weights and GGML q8_0 alike: int8 + one binary16 scale per 32 values
+    "q8": 34.0 / 32.0,
+    "q8_0": 34.0 / 32.0,
+}
+KV_BYTES = {
     "f32": 4.0,
     "f16": 2.0,
-    "bf16": 2.0,
-    "q8": 1.0 + 4.0 / 32.0,  # lmc's q8: int8 + one f32 scale per 32 values
-    "q8_0": 1.0 + 2.0 / 32.0,  # GGML's q8_0: int8 + one f16 scale per 32 values
+    "q8": 1.0 + 4.0 / 32.0,  # lmc's q8 KV cache: int8 + one f32 scale per 32 values
 }
 
 
@@ -141,14 +149,14 @@ def weight_bytes_per_token(shape: Shape, wq: str) -> float:
         + shape.intermediate * h * 3  # gate, up, down
     )
     per_layer_norms = 2 * h + 2 * d
-    matrices = (shape.layers * per_layer_matrix + shape.vocab * h) * BYTES_PER_VALUE[wq]
+    matrices = (shape.layers * per_layer_matrix + shape.vocab * h) * WEIGHT_BYTES[wq]
     f32_vectors = (shape.layers * per_layer_norms + h + h) * 4  # norms, final norm, embed row
     return matrices + f32_vectors
 
 
 def kv_bytes_per_token(shape: Shape, kv: str, positions: float) -> float:
     """Bytes of K and V read by exact attention over ``positions`` cached positions."""
-    return shape.layers * positions * shape.kv_heads * shape.head_dim * 2 * BYTES_PER_VALUE[kv]
+    return shape.layers * positions * shape.kv_heads * shape.head_dim * 2 * KV_BYTES[kv]
 
 
 def mean_kv_bytes(shape: Shape, kv: str, prompt_len: int, steps: int) -> float:
