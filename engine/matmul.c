@@ -26,6 +26,11 @@
 #define TILE_TOKENS 3
 #define MATMUL_MAX 4 /* matrices per fused product */
 /* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
+/* how many row quads ahead the q8 kernel prefetches: a quad of q8 rows is only a few KiB,
+ * less than memory latency x bandwidth */
+#ifndef Q8_PREFETCH_QUADS
+#define Q8_PREFETCH_QUADS 2
+#endif
 #define PREFETCH_NEXT(p) (__builtin_prefetch(p), __builtin_prefetch((p) + 64))
 
 /* ---------------------------------------------------------------- 8-lane vectors
@@ -308,9 +313,9 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
      * are formed in one vector step, then each block broadcasts its own */
     for (; g + 8 <= groups; g += 8) {
         if (R == TILE_ROWS) { /* the next 4 rows, as in tile_f32: 8 blocks x 4 rows here */
-            const char *next = (const char *)(wq + R * wqs) + (size_t)g * 128;
+            const char *next = (const char *)(wq + Q8_PREFETCH_QUADS * R * wqs) + (size_t)g * 128;
             for (int k = 0; k < 1024; k += 64) __builtin_prefetch(next + k);
-            __builtin_prefetch((const char *)(wd + R * wds) + (size_t)g * 8);
+            __builtin_prefetch((const char *)(wd + Q8_PREFETCH_QUADS * R * wds) + (size_t)g * 8);
         }
         float sc[TILE_ROWS][TILE_TOKENS][8];
         for (int r = 0; r < R; r++)
