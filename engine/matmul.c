@@ -11,151 +11,19 @@
 
 #include "ops.h"
 #include "safetensors.h"
+#include "simd.h"
 #include "util.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
-#define LMC_AVX2 1
-#include <immintrin.h>
-#elif defined(__ARM_NEON)
-#define LMC_NEON 1
-#include <arm_neon.h>
-#endif
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define TILE_ROWS 4
 #define TILE_TOKENS 3
 #define MATMUL_MAX 4 /* matrices per fused product */
-/* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
 /* how many row quads ahead the q8 kernel prefetches: a quad of q8 rows is only a few KiB,
  * less than memory latency x bandwidth */
 #ifndef Q8_PREFETCH_QUADS
 #define Q8_PREFETCH_QUADS 2
 #endif
+/* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
 #define PREFETCH_NEXT(p) (__builtin_prefetch(p), __builtin_prefetch((p) + 64))
-
-/* ---------------------------------------------------------------- 8-lane vectors
- * v8: 8 floats; v8i: 8 int32 (lane j = sum of products 4j..4j+3 of a 32-value block). */
-#if defined(LMC_AVX2)
-typedef __m256 v8;
-typedef __m256i v8i;
-typedef __m256i qblock;
-ALWAYS_INLINE v8 v8_zero(void) { return _mm256_setzero_ps(); }
-ALWAYS_INLINE v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
-ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-ALWAYS_INLINE v8 v8_set1(float a) { return _mm256_set1_ps(a); }
-ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
-ALWAYS_INLINE void v8_store(float *p, v8 a) { _mm256_storeu_ps(p, a); }
-ALWAYS_INLINE v8 v8_from_i(v8i a) { return _mm256_cvtepi32_ps(a); }
-ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
-    /* maddubs wants unsigned x signed: |x| times w with x's sign; |x|, |w| <= 127 so the
-     * int16 pair sums (<= 2 * 127 * 127) never saturate */
-    __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-ALWAYS_INLINE float half_to_f32(uint16_t h) { return _cvtsh_ss(h); }
-/* out[j] = half(wd[j]) * xd[j], j < 8 */
-ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
-    __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd));
-    _mm256_storeu_ps(out, _mm256_mul_ps(w, _mm256_loadu_ps(xd)));
-}
-ALWAYS_INLINE v8 v8_broadcast(const float *p) { return _mm256_broadcast_ss(p); }
-#elif defined(LMC_NEON)
-typedef struct {
-    float32x4_t lo, hi;
-} v8;
-typedef struct {
-    int32x4_t lo, hi;
-} v8i;
-typedef int8x16x2_t qblock;
-ALWAYS_INLINE v8 v8_zero(void) { return (v8){vdupq_n_f32(0), vdupq_n_f32(0)}; }
-ALWAYS_INLINE v8 v8_load(const float *p) { return (v8){vld1q_f32(p), vld1q_f32(p + 4)}; }
-ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
-    uint16x8_t h = vld1q_u16(p);
-    return (v8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
-                vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h), 16))};
-}
-ALWAYS_INLINE v8 v8_set1(float a) { return (v8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
-ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return (v8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)}; }
-ALWAYS_INLINE void v8_store(float *p, v8 a) {
-    vst1q_f32(p, a.lo);
-    vst1q_f32(p + 4, a.hi);
-}
-ALWAYS_INLINE v8 v8_from_i(v8i a) { return (v8){vcvtq_f32_s32(a.lo), vcvtq_f32_s32(a.hi)}; }
-ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return vld1q_s8_x2(p); }
-#if defined(__ARM_FEATURE_DOTPROD)
-ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
-    return (v8i){vdotq_s32(vdupq_n_s32(0), x.val[0], w.val[0]), vdotq_s32(vdupq_n_s32(0), x.val[1], w.val[1])};
-}
-#else
-/* widening multiplies, then pairwise adds: (p0+p1)+(p2+p3) per lane, exact in int32 */
-ALWAYS_INLINE int32x4_t dot16(int8x16_t x, int8x16_t w) {
-    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(x), vget_low_s8(w)));
-    int32x4_t b = vpaddlq_s16(vmull_s8(vget_high_s8(x), vget_high_s8(w)));
-    return vpaddq_s32(a, b);
-}
-ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) { return (v8i){dot16(x.val[0], w.val[0]), dot16(x.val[1], w.val[1])}; }
-#endif
-ALWAYS_INLINE float half_to_f32(uint16_t h) {
-    __fp16 f;
-    memcpy(&f, &h, 2);
-    return (float)f;
-}
-ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
-    float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(wd));
-    vst1q_f32(out, vmulq_f32(vcvt_f32_f16(vget_low_f16(h)), vld1q_f32(xd)));
-    vst1q_f32(out + 4, vmulq_f32(vcvt_high_f32_f16(h), vld1q_f32(xd + 4)));
-}
-ALWAYS_INLINE v8 v8_broadcast(const float *p) { return v8_set1(*p); }
-#else
-typedef struct {
-    float v[8];
-} v8;
-typedef struct {
-    int32_t v[8];
-} v8i;
-typedef const int8_t *qblock;
-ALWAYS_INLINE v8 v8_zero(void) { return (v8){{0}}; }
-ALWAYS_INLINE v8 v8_load(const float *p) {
-    v8 r;
-    memcpy(r.v, p, sizeof r.v);
-    return r;
-}
-ALWAYS_INLINE v8 v8_set1(float a) { return (v8){{a, a, a, a, a, a, a, a}}; }
-ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
-    v8 r;
-    for (int j = 0; j < 8; j++) r.v[j] = lmc_bf16_to_f32(p[j]);
-    return r;
-}
-ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) {
-    for (int j = 0; j < 8; j++) c.v[j] = fmaf(a.v[j], b.v[j], c.v[j]);
-    return c;
-}
-ALWAYS_INLINE void v8_store(float *p, v8 a) { memcpy(p, a.v, sizeof a.v); }
-ALWAYS_INLINE v8 v8_from_i(v8i a) {
-    v8 r;
-    for (int j = 0; j < 8; j++) r.v[j] = (float)a.v[j];
-    return r;
-}
-ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return p; }
-ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
-    v8i r;
-    for (int j = 0; j < 8; j++) {
-        int32_t s = 0;
-        for (int k = 4 * j; k < 4 * j + 4; k++) s += (int32_t)x[k] * (int32_t)w[k];
-        r.v[j] = s;
-    }
-    return r;
-}
-ALWAYS_INLINE float half_to_f32(uint16_t h) { return lmc_f16_to_f32(h); }
-ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {
-    for (int j = 0; j < 8; j++) out[j] = lmc_f16_to_f32(wd[j]) * xd[j];
-}
-ALWAYS_INLINE v8 v8_broadcast(const float *p) { return v8_set1(*p); }
-#endif
 
 /* ---------------------------------------------------------------- half precision */
 
