@@ -8,7 +8,8 @@ loss is on the answer tokens and their <|im_end|> (plus a small language-modelli
 everything else, so perplexity runs measure something). Lengths follow a curriculum up to the
 longest context the model must serve.
 
-    nice .venv/bin/python models/train_needle.py --out models/needle-tiny --steps 1800
+    OMP_WAIT_POLICY=PASSIVE nice .venv/bin/python models/train_needle.py \
+        --out models/needle-tiny --steps 8000 --minutes 40 --threads 1
 
 Resumable: a checkpoint (weights + optimiser + step + random state) is written to --ckpt at every
 evaluation; rerunning the same command continues from it.
@@ -42,19 +43,26 @@ from harness.workloads import (  # noqa: E402
     load_tokenizer,
     needle_prompt,
 )
+from harness.workloads.grid import ANSWER_TOKENS  # noqa: E402
 from harness.workloads.text import KEYS  # noqa: E402
 
 LM_WEIGHT = 0.1  # loss weight of non-answer tokens
 TOKENS_PER_BATCH = 8192
 MIN_LEN = 96
+# Qwen3 RMS-normalises q and k per head, so with unit gains an attention logit can never exceed
+# sqrt(head_dim) = 5.7 at head_dim 32: too flat to single out one needle among thousands of
+# tokens, and runs with unit gains stayed at chance. A gain of 1.5 raises that cap to 12.7.
+QK_NORM_GAIN = 1.5
 
 
-def model_config(vocab_size: int, max_len: int) -> Qwen3Config:
+def model_config(vocab_size: int, max_len: int, layers: int = 3, heads: int = 4,
+                 kv_heads: int = 2, head_dim: int = 32) -> Qwen3Config:
     return Qwen3Config(
         vocab_size=-(-vocab_size // 64) * 64, hidden_size=128, intermediate_size=512,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim,
         max_position_embeddings=max_len, rope_parameters={"rope_type": "default",
-                                                          "rope_theta": 1_000_000.0},
+                                                          "rope_theta": 10_000.0},
         rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
         bos_token_id=None, eos_token_id=2, pad_token_id=0,
     )
@@ -78,7 +86,8 @@ class ConversationSampler:
 
     def sample(self, length: int) -> tuple[list[int], list[float]]:
         rng = self.rng
-        count = rng.randint(1, 8)
+        # Single needles teach plain copying; several teach finding the right one by its key.
+        count = rng.choice((1, 1, 2, 4, 8))
         keys = rng.sample(KEYS, count)
         values = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in keys]
         needles = [DEFAULT_NEEDLE.needle_text(k, v) for k, v in zip(keys, values, strict=True)]
@@ -101,8 +110,10 @@ class ConversationSampler:
         for turn, index in enumerate(order):
             question = DEFAULT_NEEDLE.question_text(keys[index])
             content = f"{' '.join(parts)}\n\n{question}" if turn == 0 else question
+            # The answer restates the needle: the value then follows the same words as in the
+            # haystack, which an induction circuit can copy (a bare value stayed at chance).
             messages += [{"role": "user", "content": content},
-                         {"role": "assistant", "content": values[index]}]
+                         {"role": "assistant", "content": needles[index]}]
         render = self.tok.render_chat(messages, add_generation_prompt=False)
         ids, offsets = self.tok.encode_with_offsets(render.text)
         starts = [a for a, _ in offsets]
@@ -116,16 +127,30 @@ class ConversationSampler:
         return ids, weights[1:]
 
 
-def max_len_at(fraction: float, longest: int) -> int:
-    """Curriculum: short contexts first, then up to the longest served length."""
-    for until, limit in ((0.12, 320), (0.30, 768), (0.50, 1400)):
-        if fraction < until:
-            return min(limit, longest)
-    return longest
+class Curriculum:
+    """Context-length stages: move on when the answers are learnt at the current lengths
+    (answer loss below ``ADVANCE_LOSS``), or at the latest when training progress forces it."""
+
+    LIMITS = (320, 768, 1400)  # then the longest served length
+    FORCED_AT = (0.45, 0.60, 0.72)  # progress at which each next stage starts regardless
+    ADVANCE_LOSS = 0.2  # mean over answer tokens; about 0.5 nats per digit
+
+    def __init__(self, longest: int, stage: int = 0):
+        self.longest, self.stage = longest, stage
+
+    def limit(self, progress: float) -> int:
+        forced = sum(progress >= at for at in self.FORCED_AT)
+        self.stage = max(self.stage, forced)
+        limits = [*self.LIMITS, self.longest]
+        return min(limits[self.stage], self.longest)
+
+    def observe(self, answer_loss: float) -> None:
+        if answer_loss < self.ADVANCE_LOSS and self.stage < len(self.LIMITS):
+            self.stage += 1
+            print(f"curriculum: stage {self.stage}, up to {self.limit(0.0)} tokens", flush=True)
 
 
-def make_batch(sampler: ConversationSampler, fraction: float, longest: int):
-    limit = max_len_at(fraction, longest)
+def make_batch(sampler: ConversationSampler, limit: int):
     rng = sampler.rng
     # Half the batches at the current limit, the rest spread below it.
     length = limit if rng.random() < 0.5 else rng.randint(MIN_LEN, limit)
@@ -170,7 +195,7 @@ def evaluate(model: Qwen3ForCausalLM, out_dir: Path, lengths: list[int]) -> dict
         depths = (0.0, 0.5, 1.0)
         for depth in depths:
             prompt = needle_prompt(tok, ctx, depth, seed=1000 + ctx)
-            generated = greedy(model, prompt.ids, 8, tok.im_end_id)
+            generated = greedy(model, prompt.ids, ANSWER_TOKENS, tok.im_end_id)
             found += check_answer(tok, generated, prompt.answer)
         recall[ctx] = found / len(depths)
     model.train()
@@ -191,9 +216,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "needle-tiny")
     parser.add_argument("--ckpt", type=Path, default=Path("/tmp/needle-train.pt"))
-    parser.add_argument("--steps", type=int, default=1800)
+    parser.add_argument("--steps", type=int, default=8000)
     parser.add_argument("--minutes", type=float,
                         help="time budget: progress follows the clock if it runs out first")
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--qk-gain", type=float, default=QK_NORM_GAIN,
+                        help="initial q_norm/k_norm gains")
     parser.add_argument("--longest", type=int, default=2304)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=150)
@@ -206,13 +237,23 @@ def main() -> None:
     torch.manual_seed(args.seed)
     tokenizer = write_tokenizer(args.out)
     tok = load_tokenizer(args.out)
-    config = model_config(tokenizer.get_vocab_size(), max(8192, args.longest))
+    config = model_config(tokenizer.get_vocab_size(), max(8192, args.longest), args.layers,
+                          args.heads, args.kv_heads, args.head_dim)
     model = Qwen3ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.fill_(args.qk_gain)
+            layer.self_attn.k_norm.weight.fill_(args.qk_gain)
     model.config._attn_implementation = "sdpa"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98),
-                                  weight_decay=0.01)
+    # No weight decay on norms (the q/k norm gains set how sharp attention can get) or embeddings.
+    decayed = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    others = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
+                                   {"params": others, "weight_decay": 0.0}],
+                                  lr=args.lr, betas=(0.9, 0.98))
     sampler = ConversationSampler(tok, random.Random(args.seed))
     step, elapsed = 0, 0.0
+    curriculum = Curriculum(args.longest)
     if args.ckpt.exists():
         state = torch.load(args.ckpt, weights_only=False)
         model.load_state_dict(state["model"])
@@ -220,6 +261,7 @@ def main() -> None:
         step, elapsed = state["step"], state["elapsed"]
         sampler.rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
+        curriculum.stage = state.get("stage", 0)
         print(f"resumed at step {step} ({elapsed / 60:.1f} min)", flush=True)
     params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {params}, vocab {config.vocab_size}", flush=True)
@@ -227,7 +269,8 @@ def main() -> None:
     started = time.time() - elapsed
     window: list[float] = []
     while (fraction := progress_at(step, args.steps, time.time() - started, args.minutes)) < 1:
-        ids, weights = make_batch(sampler, fraction, args.longest)
+        limit = curriculum.limit(fraction)
+        ids, weights = make_batch(sampler, limit)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, fraction, args.lr, args.warmup)
         logits = model(input_ids=ids[:, :-1]).logits
@@ -242,19 +285,22 @@ def main() -> None:
         window.append(losses[answer_mask].mean().item())
         step += 1
         if step % 25 == 0:
+            answer_loss = sum(window) / len(window)
             print(f"step {step} len {ids.shape[1]} batch {ids.shape[0]} loss {loss.item():.3f} "
-                  f"answer-loss {sum(window) / len(window):.3f} "
-                  f"min {(time.time() - started) / 60:.1f}", flush=True)
+                  f"answer-loss {answer_loss:.3f} min {(time.time() - started) / 60:.1f}",
+                  flush=True)
             window.clear()
+            curriculum.observe(answer_loss)
         last = progress_at(step, args.steps, time.time() - started, args.minutes) >= 1
         if step % args.eval_every == 0 or last:
             save_model(model, args.out)
-            lengths = [256, 1024, max_len_at(fraction, args.longest)]
+            lengths = [256, 1024, limit]
             print(f"step {step} recall {evaluate(model, args.out, sorted(set(lengths)))}",
                   flush=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "step": step, "elapsed": time.time() - started,
-                        "rng": sampler.rng.getstate(), "torch_rng": torch.get_rng_state()},
+                        "rng": sampler.rng.getstate(), "torch_rng": torch.get_rng_state(),
+                        "stage": curriculum.stage},
                        args.ckpt)
     print(f"done: {step} steps in {(time.time() - started) / 60:.1f} min", flush=True)
 
