@@ -92,6 +92,10 @@ TINY_SPECS = {
     "gqa4_untied_f32_old": TinySpec("gqa4_untied_f32_old", hidden=96, heads=8, kv_heads=2,
                                     head_dim=32, tied=False, dtype="float32",
                                     old_config_form=True, rope_theta=1e6, seed=3),
+    # widths that are not multiples of 8 or 32 (40, 72, 2 x 20): the kernels' tails and the
+    # zero-padded q8 blocks; GQA ratio 2, untied, F32
+    "odd_widths_f32": TinySpec("odd_widths_f32", hidden=40, heads=2, kv_heads=1, head_dim=20,
+                               tied=False, dtype="float32", intermediate=72, seed=5),
 }
 
 

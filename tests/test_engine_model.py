@@ -68,9 +68,10 @@ def test_matches_transformers(lmc, tiny_model, tmp_path, name):
 def test_threads_give_identical_output(lmc, tiny_model, tmp_path):
     model = tiny_model("gqa4_untied_f32_old")
     prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320, n=70))
-    for policy in ("exact", "sparse"):
+    for policy, wq in (("exact", "f32"), ("sparse", "f32"), ("exact", "q8")):
         runs = [generate(lmc, model, prompt, tmp_path, "--threads", t, "--attn", policy,
-                         "--k", "1", "--block", "16", tag=f"{policy}{t}") for t in (1, 2, 3)]
+                         "--k", "1", "--block", "16", "--wq", wq, tag=f"{policy}{wq}{t}")
+                for t in (1, 2, 3)]
         first_out, first_logits = runs[0]
         for out, logits in runs[1:]:
             assert out["tokens"] == first_out["tokens"]
@@ -116,7 +117,7 @@ def test_bf16_weights(lmc, tiny_model, tmp_path):
 def test_prefill_chunks_do_not_change_bits(lmc, tiny_model, tmp_path, wq):
     """A prompt's logits do not depend on how prefill batches it: 70 tokens run as chunks of
     64 + 6, their first 41 as one chunk of 41 (other kernel tiles), same bits."""
-    model = tiny_model("gqa4_untied_f32_old")
+    model = tiny_model("odd_widths_f32")
     ids = prompt_ids(320, n=70)
     logits = {}
     for n in (70, 41):
