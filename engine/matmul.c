@@ -232,6 +232,7 @@ typedef struct {
     int x_stride, T;
     const QActs *xq;
     int unit_start[MATMUL_MAX + 1]; /* first unit of each matrix; the last entry is the total */
+    int swiglu; /* matmul_swiglu: units are rows of both matrices, then silu(gate) * up */
 } MatmulJob;
 
 static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
@@ -283,8 +284,25 @@ static void rows_q8(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
 #undef Q8_TILE
 }
 
+static void matmul_rows(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
+    if (mo->w->q) rows_q8(job, mo, r0, r1);
+    else rows_f32(job, mo, r0, r1);
+}
+
 static void matmul_units(void *arg, int begin, int end) {
     const MatmulJob *job = arg;
+    if (job->swiglu) {
+        const MatOut *gate = &job->outs[0], *up = &job->outs[1];
+        int r0 = begin * MAT_UNIT_ROWS, r1 = end * MAT_UNIT_ROWS;
+        if (r1 > gate->w->rows) r1 = gate->w->rows;
+        matmul_rows(job, gate, r0, r1);
+        matmul_rows(job, up, r0, r1);
+        for (int t = 0; t < job->T; t++) {
+            float *g = gate->out + (size_t)t * gate->out_stride + r0;
+            swiglu(g, g, up->out + (size_t)t * up->out_stride + r0, r1 - r0);
+        }
+        return;
+    }
     for (int m = 0; m < job->n; m++) {
         /* this thread's units that fall in matrix m, as one row range */
         int u0 = begin > job->unit_start[m] ? begin : job->unit_start[m];
@@ -294,14 +312,14 @@ static void matmul_units(void *arg, int begin, int end) {
         int r0 = (u0 - job->unit_start[m]) * MAT_UNIT_ROWS;
         int r1 = (u1 - job->unit_start[m]) * MAT_UNIT_ROWS;
         if (r1 > mo->w->rows) r1 = mo->w->rows;
-        if (mo->w->q) rows_q8(job, mo, r0, r1);
-        else rows_f32(job, mo, r0, r1);
+        matmul_rows(job, mo, r0, r1);
     }
 }
 
-void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq, ThreadPool *pool) {
+static void matmul_job(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq,
+                       ThreadPool *pool, int swiglu) {
     if (n < 1 || n > MATMUL_MAX || T < 1) lmc_die_runtime("matmul: %d matrices, %d tokens", n, T);
-    MatmulJob job = {.outs = outs, .n = n, .x = x, .x_stride = x_stride, .T = T, .xq = xq};
+    MatmulJob job = {.outs = outs, .n = n, .x = x, .x_stride = x_stride, .T = T, .xq = xq, .swiglu = swiglu};
     int any_q8 = 0;
     for (int m = 0; m < n; m++) {
         job.unit_start[m + 1] = job.unit_start[m] + (outs[m].w->rows + MAT_UNIT_ROWS - 1) / MAT_UNIT_ROWS;
@@ -312,5 +330,16 @@ void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QAct
             lmc_die_runtime("matmul: quantised activation scratch too small");
         qacts_quantize(xq, x, x_stride, outs[0].w->cols, T);
     }
-    pool_run(pool, matmul_units, &job, job.unit_start[n]);
+    pool_run(pool, matmul_units, &job, swiglu ? job.unit_start[1] : job.unit_start[n]);
+}
+
+void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq, ThreadPool *pool) {
+    matmul_job(outs, n, x, x_stride, T, xq, pool, 0);
+}
+
+void matmul_swiglu(const MatOut *gate, const MatOut *up, const float *x, int x_stride, int T, QActs *xq,
+                   ThreadPool *pool) {
+    if (gate->w->rows != up->w->rows) lmc_die_runtime("matmul_swiglu: gate and up differ in rows");
+    MatOut outs[2] = {*gate, *up};
+    matmul_job(outs, 2, x, x_stride, T, xq, pool, 1);
 }

@@ -70,6 +70,12 @@ typedef struct {
 void matmul(const MatOut *outs, int n, const float *x, int x_stride, int T, QActs *xq,
             ThreadPool *pool);
 
+/* The SwiGLU MLP's first half in one pool job: gate->out = silu(W_gate x) * (W_up x), with
+ * up->out as scratch; each thread applies silu to the rows it computed (same bits as matmul
+ * of both, then swiglu). */
+void matmul_swiglu(const MatOut *gate, const MatOut *up, const float *x, int x_stride, int T, QActs *xq,
+                   ThreadPool *pool);
+
 /* out[i] = dot_f32(x, rows + i * stride, n) for i < count, bit for bit, several rows at a
  * time (independent sums keep the FMA units busy; one dot alone waits on its own latency) */
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out);

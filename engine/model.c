@@ -118,9 +118,8 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
 
         /* ---- MLP block (SwiGLU) */
         for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->ffn_norm, H, c->rms_eps);
-        MatOut gate_up[2] = {{&L->gate, r->hb, I}, {&L->up, r->hb2, I}};
-        matmul(gate_up, 2, r->xb, H, n, &r->xq, r->pool);
-        swiglu(r->hb, r->hb, r->hb2, n * I);
+        MatOut gate = {&L->gate, r->hb, I}, up = {&L->up, r->hb2, I};
+        matmul_swiglu(&gate, &up, r->xb, H, n, &r->xq, r->pool); /* hb = silu(gate) * up */
         MatOut down = {&L->down, r->xb, H};
         matmul(&down, 1, r->hb, I, n, &r->xq, r->pool);
         add_into(r->x, r->xb, nH);
