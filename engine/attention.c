@@ -55,10 +55,12 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
              * prefetch 4 rows ahead, and score 4 rows at a time for every query head of the
              * group while they are in L1 (independent sums: one dot alone waits on latency) */
             const float *k = kv->k + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
+            const float *v = kv->v + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
             int np = p1 - p0;
             for (int p = 0; p < np; p += 4) {
                 int c = np - p < 4 ? np - p : 4;
                 for (int j = 4; j < 8; j++) prefetch_row(k + (size_t)(p + j) * stride, D);
+                for (int j = 0; j < 4; j++) prefetch_row(v + (size_t)(p + j) * stride, D);
                 for (int g = 0; g < n_q; g++)
                     dot_rows_f32(q + (size_t)g * D, k + (size_t)p * stride, stride, c, D, scratch + g * bs + p);
             }
@@ -86,17 +88,19 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
             l[g] *= corr;
             m[g] = bmax[g];
         }
-        for (int p = p0; p < p1; p++) {
-            const float *v = kv->q8 ? NULL : kv->v + kv_index(kv, layer, p) * stride + (size_t)kvh * D;
-            if (v) prefetch_row(v + 4 * stride, D);
-            for (int g = 0; g < n_q; g++) {
-                float sc = scratch[g * bs + p - p0];
+        for (int g = 0; g < n_q; g++) {
+            float *sg = scratch + g * bs, *o = out + (size_t)g * D;
+            for (int p = p0; p < p1; p++) {
+                float sc = sg[p - p0];
                 float e = expf(sc - m[g]);
                 l[g] += e;
-                if (v) axpy_f32(out + (size_t)g * D, e, v, D);
-                else kv_value_axpy(kv, layer, p, kvh, e, out + (size_t)g * D);
                 if (probs) probs[(size_t)g * probs_stride + p] = sc;
+                if (kv->q8) kv_value_axpy(kv, layer, p, kvh, e, o);
+                else sg[p - p0] = e; /* now the weight of V row p */
             }
+            if (!kv->q8) /* out += e_p * v_p, p in order, out held in registers */
+                axpy_rows_f32(o, sg, kv->v + kv_index(kv, layer, p0) * stride + (size_t)kvh * D, stride,
+                              p1 - p0, D);
         }
     }
     for (int g = 0; g < n_q; g++) {

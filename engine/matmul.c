@@ -218,6 +218,30 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 
 /* ---------------------------------------------------------------- products */
 
+/* y[c0 .. c0 + 8·V) held in V registers across all the rows */
+ALWAYS_INLINE void axpy_rows_chunk(const int V, float *y, const float *a, const float *rows, size_t stride,
+                                   int count) {
+    v8 acc[8];
+    for (int j = 0; j < V; j++) acc[j] = v8_load(y + 8 * j);
+    for (int r = 0; r < count; r++) {
+        v8 ar = v8_set1(a[r]);
+        const float *row = rows + (size_t)r * stride;
+        for (int j = 0; j < V; j++) acc[j] = v8_fma(ar, v8_load(row + 8 * j), acc[j]);
+    }
+    for (int j = 0; j < V; j++) v8_store(y + 8 * j, acc[j]);
+}
+
+void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n) {
+    int i = 0;
+    for (; i + 64 <= n; i += 64) axpy_rows_chunk(8, y + i, a, rows + i, stride, count);
+    for (; i + 8 <= n; i += 8) axpy_rows_chunk(1, y + i, a, rows + i, stride, count);
+    for (; i < n; i++) {
+        float v = y[i];
+        for (int r = 0; r < count; r++) v = fmaf(a[r], rows[(size_t)r * stride + i], v);
+        y[i] = v;
+    }
+}
+
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out) {
     int i = 0;
     for (; i + TILE_ROWS <= count; i += TILE_ROWS)

@@ -80,6 +80,11 @@ void matmul_swiglu(const MatOut *gate, const MatOut *up, const float *x, int x_s
  * time (independent sums keep the FMA units busy; one dot alone waits on its own latency) */
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out);
 
+/* y[i] = fma(a[r], row_r[i], y[i]) for r = 0 .. count-1 in order: each element exactly as
+ * count axpy_f32 calls would compute it, but 64 elements of y stay in registers across all the
+ * rows (a pass over the rows per 64 elements, so rows 4 KiB apart do not thrash L1) */
+void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n);
+
 /* IEEE binary16 <-> f32 (round to nearest even), as the q8 scales are stored */
 uint16_t lmc_f32_to_f16(float f);
 /* f32 -> bfloat16, round to nearest even (NaN stays NaN) */
