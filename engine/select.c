@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul.h"
 #include "ops.h"
 #include "util.h"
 
@@ -90,16 +91,35 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
 
 /* ---------------------------------------------------------------- the seed rule */
 
+/* probe rows scored in one batch (more probes per block fall back to one at a time) */
+#define LMC_MAX_PROBE_ROWS 64
+
 /* probe score of block b: max of q.k over keys at the uniform stride inside the block
- * (unscaled dot products; the 1/sqrt(d) scale would not change the order) */
+ * (unscaled dot products; the 1/sqrt(d) scale would not change the order). f32 keys: the
+ * probed rows are scored 4 at a time (dot_rows_f32, same bits as one by one), and the next
+ * block's probe rows are prefetched, since every probe row is a cache miss on its own page. */
 static float probe_block(const SelectConfig *cfg, const SelectInput *in, int b, size_t *rows) {
-    int bs = cfg->block;
+    const KVCache *kv = in->kv;
+    int bs = cfg->block, D = kv->head_dim;
     int p0 = b * bs, p1 = block_end(b, bs, in->n_pos);
     int step = (p1 - p0) / cfg->probes;
     if (step < 1) step = 1;
+    int n = (p1 - p0 + step - 1) / step;
     float best = -INFINITY;
+    if (!kv->q8 && n <= LMC_MAX_PROBE_ROWS) {
+        size_t stride = (size_t)kv->kv_dim;
+        const float *k0 = kv->k + kv_index(kv, in->layer, p0) * stride + (size_t)in->kvh * D;
+        for (int i = 0; i < n; i++) /* the next block's rows at the same offsets */
+            for (int j = 0; j < D; j += 16) __builtin_prefetch(k0 + ((size_t)bs + (size_t)i * step) * stride + j);
+        float d[LMC_MAX_PROBE_ROWS];
+        dot_rows_f32(in->q, k0, (size_t)step * stride, n, D, d);
+        for (int i = 0; i < n; i++)
+            if (d[i] > best) best = d[i];
+        *rows += (size_t)n;
+        return best;
+    }
     for (int p = p0; p < p1; p += step) {
-        float d = kv_key_dot(in->kv, in->layer, p, in->kvh, in->q);
+        float d = kv_key_dot(kv, in->layer, p, in->kvh, in->q);
         if (d > best) best = d;
         (*rows)++;
     }
