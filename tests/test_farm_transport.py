@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures_farm import gone
 
+from devices.cache import local_sha256
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device, local_device
 from devices.transport import connect
@@ -33,6 +34,8 @@ def on_disk(device: Device, remote_path: str) -> Path:
 @pytest.mark.parametrize("device", NODES, indirect=True)
 def test_push_run_fetch_and_second_push_sends_nothing(device: Device, args_program) -> None:
     binary = args_program[device.arch]
+    # The farm is shared by the whole session: start from a cold cache for this program.
+    (Path(device.workdir) / "cache" / local_sha256(binary)).unlink(missing_ok=True)
     with connect(device) as t:
         remote = t.push(binary)
         first = t.last_push
