@@ -236,7 +236,33 @@ static float *load_vector(const SafeTensors *st, const char *name, size_t n) {
     return v;
 }
 
-static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, int cols, int wq) {
+/* converting (f32 -> bf16) or quantising (q8) a matrix, rows split over the pool */
+typedef struct {
+    Mat *m;
+    const StTensor *t;
+    int wq;
+} ConvertJob;
+
+static void convert_rows(void *arg, int begin, int end) {
+    const ConvertJob *job = arg;
+    Mat *m = job->m;
+    int cols = m->cols;
+    float *row = lmc_alloc((size_t)cols, sizeof(float), "weight row");
+    size_t esize = st_dtype_size(job->t->dtype);
+    for (int r = begin; r < end; r++) {
+        StTensor slice = *job->t;
+        slice.data = job->t->data + (size_t)r * (size_t)cols * esize;
+        slice.nbytes = (size_t)cols * esize;
+        st_to_f32(&slice, row, (size_t)cols);
+        if (job->wq == WQ_BF16)
+            for (int j = 0; j < cols; j++) m->h[(size_t)r * (size_t)cols + (size_t)j] = lmc_f32_to_bf16(row[j]);
+        else mat_quantize_row(m, r, row);
+    }
+    lmc_free(row);
+}
+
+static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, int cols, int wq,
+                     ThreadPool *pool) {
     memset(m, 0, sizeof *m);
     m->rows = rows;
     m->cols = cols;
@@ -254,21 +280,11 @@ static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, 
     }
     if (wq == WQ_BF16) m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
     else mat_alloc_q8(m, rows, cols, name);
-    float *row = lmc_alloc((size_t)cols, sizeof(float), "weight row");
-    size_t esize = st_dtype_size(t->dtype);
-    for (int r = 0; r < rows; r++) {
-        StTensor slice = *t;
-        slice.data = t->data + (size_t)r * (size_t)cols * esize;
-        slice.nbytes = (size_t)cols * esize;
-        st_to_f32(&slice, row, (size_t)cols);
-        if (wq == WQ_BF16)
-            for (int j = 0; j < cols; j++) m->h[(size_t)r * (size_t)cols + (size_t)j] = lmc_f32_to_bf16(row[j]);
-        else mat_quantize_row(m, r, row);
-    }
-    lmc_free(row);
+    ConvertJob job = {m, t, wq};
+    pool_run(pool, convert_rows, &job, rows); /* rows are independent: same bits for any split */
 }
 
-int model_load(Model *m, const char *dir, int wq) {
+int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     memset(m, 0, sizeof *m);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -293,10 +309,10 @@ int model_load(Model *m, const char *dir, int wq) {
     m->embed = load_vector(&st, "model.embed_tokens.weight", (size_t)c->vocab * (size_t)H);
     m->final_norm = load_vector(&st, "model.norm.weight", H);
     if (st_find(&st, "lm_head.weight")) {
-        load_mat(&m->lm_head, &st, "lm_head.weight", c->vocab, H, wq);
+        load_mat(&m->lm_head, &st, "lm_head.weight", c->vocab, H, wq, pool);
     } else if (wq != WQ_F32) {
         m->tied_used = 1;
-        load_mat(&m->lm_head, &st, "model.embed_tokens.weight", c->vocab, H, wq);
+        load_mat(&m->lm_head, &st, "model.embed_tokens.weight", c->vocab, H, wq, pool);
     } else {
         m->tied_used = 1;
         m->lm_head = (Mat){.rows = c->vocab, .cols = H, .f = m->embed, .owns_f = 0};
@@ -307,16 +323,16 @@ int model_load(Model *m, const char *dir, int wq) {
         layer_expects(c, l, e);
         Layer *L = &m->layers[l];
         L->attn_norm = load_vector(&st, e[0].name, H);
-        load_mat(&L->q, &st, e[1].name, Q, H, wq);
-        load_mat(&L->k, &st, e[2].name, KV, H, wq);
-        load_mat(&L->v, &st, e[3].name, KV, H, wq);
-        load_mat(&L->o, &st, e[4].name, H, Q, wq);
+        load_mat(&L->q, &st, e[1].name, Q, H, wq, pool);
+        load_mat(&L->k, &st, e[2].name, KV, H, wq, pool);
+        load_mat(&L->v, &st, e[3].name, KV, H, wq, pool);
+        load_mat(&L->o, &st, e[4].name, H, Q, wq, pool);
         L->q_norm = load_vector(&st, e[5].name, D);
         L->k_norm = load_vector(&st, e[6].name, D);
         L->ffn_norm = load_vector(&st, e[7].name, H);
-        load_mat(&L->gate, &st, e[8].name, I, H, wq);
-        load_mat(&L->up, &st, e[9].name, I, H, wq);
-        load_mat(&L->down, &st, e[10].name, H, I, wq);
+        load_mat(&L->gate, &st, e[8].name, I, H, wq, pool);
+        load_mat(&L->up, &st, e[9].name, I, H, wq, pool);
+        load_mat(&L->down, &st, e[10].name, H, I, wq, pool);
     }
     st_close(&st);
     return 0;

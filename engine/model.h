@@ -40,7 +40,7 @@ int config_parse(Config *c, const char *text, size_t len, const char *path);
 /* Check tensors in an open safetensors file against the config (names, shapes, dtypes). */
 int model_check_tensors(const Config *c, const SafeTensors *st);
 /* Load DIR/config.json + DIR/model.safetensors; matrices stored as wq (WQ_F32, WQ_Q8, WQ_BF16). */
-int model_load(Model *m, const char *dir, int wq);
+int model_load(Model *m, const char *dir, int wq, ThreadPool *pool);
 void model_free(Model *m);
 
 /* ---- model.c: the forward pass */

@@ -37,7 +37,8 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
     if (!tokens_path) lmc_die_input("%s needs %s FILE", o->command, tokens_flag);
     check_attn_options(o);
     if (lmc_read_tokens(tokens_path, &s->tokens, &s->n_tokens) != 0) lmc_die_input("%s", lmc_last_error());
-    if (model_load(&s->model, o->model, o->wq) != 0) lmc_die_input("%s", lmc_last_error());
+    s->pool = pool_create(o->threads); /* loading converts weights on all threads too */
+    if (model_load(&s->model, o->model, o->wq, s->pool) != 0) lmc_die_input("%s", lmc_last_error());
     const Config *c = &s->model.cfg;
     if (s->n_tokens == 0) lmc_die_input("%s %s holds no token ids", tokens_flag, tokens_path);
     for (int i = 0; i < s->n_tokens; i++)
@@ -54,7 +55,6 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
     /* the cache holds what this run can reach, not the model's whole context */
     long long need = (long long)s->n_tokens + extra;
     s->capacity = need < ctx ? (int)need : ctx;
-    s->pool = pool_create(o->threads);
     s->attn = cli_attn_options(o);
     runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
 }
