@@ -11,6 +11,7 @@ packages=(
   openssh-server openssh-client                                    # the local farm
   clang                                                            # libFuzzer target
   chromium                                                         # report rendering test
+  postgresql                                                       # the store on a non-SQLite URL
   procps util-linux                                                # taskset, ps for fingerprints
 )
 missing=()
