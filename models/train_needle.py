@@ -4,12 +4,13 @@ Task: multi-query associative recall in chat form. Each training conversation hi
 "The secret code of <name> is <5 digits>." needles at random sentence boundaries of a filler
 haystack (the same grammar the workloads use), then asks for every code, one per turn; the first
 question sits after the haystack inside the user turn, exactly as in the needle workload. The
-loss is on the answer tokens and their <|im_end|> (plus a small language-modelling weight on
-everything else, so perplexity runs measure something). Lengths follow a curriculum up to the
-longest context the model must serve.
+assistant answers by restating the needle sentence (so the value is copied after the same words
+as in the haystack). The loss is on the answer tokens and their <|im_end|> (plus a small
+language-modelling weight on everything else, so perplexity runs measure something). Lengths
+follow a curriculum up to the longest context the model must serve.
 
     OMP_WAIT_POLICY=PASSIVE nice .venv/bin/python models/train_needle.py \
-        --out models/needle-tiny --steps 8000 --minutes 40 --threads 1
+        --out models/needle-tiny --steps 8000 --minutes 46 --threads 1
 
 Resumable: a checkpoint (weights + optimiser + step + random state) is written to --ckpt at every
 evaluation; rerunning the same command continues from it.
@@ -50,13 +51,13 @@ LM_WEIGHT = 0.1  # loss weight of non-answer tokens
 TOKENS_PER_BATCH = 8192
 MIN_LEN = 96
 # Qwen3 RMS-normalises q and k per head, so with unit gains an attention logit can never exceed
-# sqrt(head_dim) = 5.7 at head_dim 32: too flat to single out one needle among thousands of
-# tokens, and runs with unit gains stayed at chance. A gain of 1.5 raises that cap to 12.7.
+# sqrt(head_dim) (8 at head_dim 64, 5.7 at 32): too flat to single out one needle among
+# thousands of tokens. A gain of 1.5 raises that cap 2.25-fold; the optimiser can go further.
 QK_NORM_GAIN = 1.5
 
 
-def model_config(vocab_size: int, max_len: int, layers: int = 3, heads: int = 4,
-                 kv_heads: int = 2, head_dim: int = 32) -> Qwen3Config:
+def model_config(vocab_size: int, max_len: int, layers: int = 2, heads: int = 2,
+                 kv_heads: int = 1, head_dim: int = 64) -> Qwen3Config:
     return Qwen3Config(
         vocab_size=-(-vocab_size // 64) * 64, hidden_size=128, intermediate_size=512,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
@@ -71,8 +72,9 @@ def model_config(vocab_size: int, max_len: int, layers: int = 3, heads: int = 4,
 class ConversationSampler:
     """Random multi-needle conversations as (ids, per-target loss weights)."""
 
-    def __init__(self, tok: ModelTokenizer, rng: random.Random):
-        self.tok, self.rng = tok, rng
+    def __init__(self, tok: ModelTokenizer, rng: random.Random,
+                 needle_counts: tuple[int, ...] = (1, 1, 2, 4, 8)):
+        self.tok, self.rng, self.needle_counts = tok, rng, needle_counts
         self.sentences = GrammarFiller().sentences(rng)
         self.cost: dict[str, int] = {}
 
@@ -87,7 +89,7 @@ class ConversationSampler:
     def sample(self, length: int) -> tuple[list[int], list[float]]:
         rng = self.rng
         # Single needles teach plain copying; several teach finding the right one by its key.
-        count = rng.choice((1, 1, 2, 4, 8))
+        count = rng.choice(self.needle_counts)
         keys = rng.sample(KEYS, count)
         values = ["".join(rng.choice("0123456789") for _ in range(5)) for _ in keys]
         needles = [DEFAULT_NEEDLE.needle_text(k, v) for k, v in zip(keys, values, strict=True)]
@@ -219,12 +221,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8000)
     parser.add_argument("--minutes", type=float,
                         help="time budget: progress follows the clock if it runs out first")
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--kv-heads", type=int, default=1)
+    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--qk-gain", type=float, default=QK_NORM_GAIN,
                         help="initial q_norm/k_norm gains")
+    parser.add_argument("--needle-counts", default="1,1,2,4,8",
+                        help="needles per conversation, drawn uniformly from this list")
     parser.add_argument("--longest", type=int, default=2304)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=150)
@@ -251,7 +255,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
                                    {"params": others, "weight_decay": 0.0}],
                                   lr=args.lr, betas=(0.9, 0.98))
-    sampler = ConversationSampler(tok, random.Random(args.seed))
+    counts = tuple(int(n) for n in args.needle_counts.split(","))
+    sampler = ConversationSampler(tok, random.Random(args.seed), counts)
     step, elapsed = 0, 0.0
     curriculum = Curriculum(args.longest)
     if args.ckpt.exists():
