@@ -9,8 +9,13 @@ as in the haystack). The loss is on the answer tokens and their <|im_end|> (plus
 language-modelling weight on everything else, so perplexity runs measure something). Lengths
 follow a curriculum up to the longest context the model must serve.
 
-    OMP_WAIT_POLICY=PASSIVE nice .venv/bin/python models/train_needle.py \
-        --out models/needle-tiny --steps 8000 --minutes 46 --threads 1
+    OMP_WAIT_POLICY=PASSIVE nice .venv/bin/python models/train_needle.py --out DIR \
+        --qk-gain 1.0 --needle-counts 1 --longest 160 --lm-weight 0 --minutes 14   # then
+    ... --needle-counts 1,1,1,2 --longest 2304 --lm-weight 0 --stage 0 --minutes 16.1
+
+(the two phases that produced models/needle-tiny; see its README for the exact history).
+Single needles in short contexts first: mixed needle counts in long contexts stayed on the
+loss plateau for thousands of steps.
 
 Resumable: a checkpoint (weights + optimiser + step + random state) is written to --ckpt at every
 evaluation; rerunning the same command continues from it.
@@ -75,6 +80,7 @@ class ConversationSampler:
     def __init__(self, tok: ModelTokenizer, rng: random.Random,
                  needle_counts: tuple[int, ...] = (1, 1, 2, 4, 8)):
         self.tok, self.rng, self.needle_counts = tok, rng, needle_counts
+        self.lm_weight = LM_WEIGHT
         self.sentences = GrammarFiller().sentences(rng)
         self.cost: dict[str, int] = {}
 
@@ -119,7 +125,7 @@ class ConversationSampler:
         render = self.tok.render_chat(messages, add_generation_prompt=False)
         ids, offsets = self.tok.encode_with_offsets(render.text)
         starts = [a for a, _ in offsets]
-        weights = [LM_WEIGHT] * len(ids)
+        weights = [self.lm_weight] * len(ids)
         for a, b in render.content_spans[1::2]:  # the assistant answers
             first, after = bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)
             # The answer's tokens and the <|im_end|> right after them.
@@ -229,6 +235,10 @@ def main() -> None:
                         help="initial q_norm/k_norm gains")
     parser.add_argument("--needle-counts", default="1,1,2,4,8",
                         help="needles per conversation, drawn uniformly from this list")
+    parser.add_argument("--lm-weight", type=float, default=LM_WEIGHT,
+                        help="loss weight of the tokens that are not answers")
+    parser.add_argument("--stage", type=int, help="on resume: restart the length curriculum "
+                        "at this stage (0 = up to 320 tokens)")
     parser.add_argument("--longest", type=int, default=2304)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=150)
@@ -257,6 +267,7 @@ def main() -> None:
                                   lr=args.lr, betas=(0.9, 0.98))
     counts = tuple(int(n) for n in args.needle_counts.split(","))
     sampler = ConversationSampler(tok, random.Random(args.seed), counts)
+    sampler.lm_weight = args.lm_weight
     step, elapsed = 0, 0.0
     curriculum = Curriculum(args.longest)
     if args.ckpt.exists():
@@ -266,7 +277,7 @@ def main() -> None:
         step, elapsed = state["step"], state["elapsed"]
         sampler.rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
-        curriculum.stage = state.get("stage", 0)
+        curriculum.stage = state.get("stage", 0) if args.stage is None else args.stage
         print(f"resumed at step {step} ({elapsed / 60:.1f} min)", flush=True)
     params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {params}, vocab {config.vocab_size}", flush=True)

@@ -38,10 +38,6 @@ def test_lmc_greedy_tokens_equal_transformers(lmc, needle_model, reference, ctx,
     assert engine(prompt.ids, 8, prompt.stop_ids[0]) == expected
 
 
-# The shipped weights come from a run cut short by the session's time limit and do not retrieve
-# yet (models/needle-tiny/README.md). Not strict: it reports XPASS once a retrained model does.
-@pytest.mark.xfail(reason="needle-tiny is under-trained: recall below target, see its README",
-                   strict=False)
 def test_fast_recall_grid_with_exact_attention_in_lmc(lmc, needle_model):
     engine = lmc_generator(lmc, needle_model, ["--attn", "exact", "--threads", "2"])
     cells = recall_grid(engine, needle_model, ctxs=[256, 1024], depths=[0.0, 0.5, 1.0],
