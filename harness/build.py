@@ -115,14 +115,19 @@ def engine_sources(engine_dir: Path) -> list[Path]:
     return files
 
 
-def source_hash(engine_dir: Path) -> str:
-    """sha256 over the names and contents of the engine's sources, in name order."""
+def files_hash(paths: list[Path]) -> str:
+    """sha256 over the names and contents of ``paths``, in name order."""
     digest = hashlib.sha256()
-    for path in engine_sources(engine_dir):
+    for path in sorted(paths, key=lambda p: p.name):
         digest.update(path.name.encode() + b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def source_hash(engine_dir: Path) -> str:
+    """sha256 over the names and contents of the engine's sources, in name order."""
+    return files_hash(engine_sources(engine_dir))
 
 
 def sha256_file(path: Path) -> str:
@@ -358,17 +363,16 @@ def build_c_program(name: str, sources: list[Path], target: str | None = None,
         if not src.is_file():
             raise InputError(f"C source {src} does not exist")
     cflags, ldflags = flags_for(toolchain, "release")
-    digest = hashlib.sha256()
-    for src in sorted(sources):
-        digest.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
-    digest.update(json.dumps([list(toolchain.cc), toolchain.version(), cflags, ldflags]).encode())
-    build_dir = (build_root or REPO_ROOT / "build" / "programs") / (
-        f"{target}-{name}-{digest.hexdigest()[:16]}"
+    key_material = json.dumps(
+        [files_hash(sources), list(toolchain.cc), toolchain.version(), cflags, ldflags]
     )
+    build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
+    build_dir = (build_root or REPO_ROOT / "build" / "programs") / f"{target}-{name}-{build_key}"
     binary = build_dir / name
-    if not binary.exists():
-        (build_dir / "obj").mkdir(parents=True, exist_ok=True)
-        write_ninja(build_dir, [src.resolve() for src in sources], toolchain.cc, cflags, ldflags,
-                    output=name, build_header=False)
-        run_ninja(build_dir)
+    (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    with build_lock(build_dir):  # as for the engine: concurrent builds of one key wait
+        if not binary.exists():
+            write_ninja(build_dir, [src.resolve() for src in sources], toolchain.cc, cflags,
+                        ldflags, output=name, build_header=False)
+            run_ninja(build_dir)
     return binary
