@@ -7,8 +7,7 @@
 #include "matmul.h"
 #include "ops.h"
 
-/* ask for a whole future row (every 64-byte line), not just its first line: a row is
- * head_dim floats and the next row of the same head is kv_dim floats further on */
+/* ask for a whole future row (every 64-byte line), not just its first line */
 static inline void prefetch_row(const float *row, int n) {
     for (int i = 0; i < n; i += 16) __builtin_prefetch(row + i);
 }
@@ -39,7 +38,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
     int D = kv->head_dim, bs = kv->block;
     float scale = 1.0f / sqrtf((float)D);
     float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], bmax[ATTN_MAX_GROUP];
-    size_t stride = (size_t)kv->kv_dim;
+    size_t stride = (size_t)D; /* one head's positions are consecutive rows (kvcache.h) */
     for (int g = 0; g < n_q; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
@@ -51,11 +50,10 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         if (p0 >= p1) continue;
         for (int g = 0; g < n_q; g++) bmax[g] = -INFINITY;
         if (!kv->q8) {
-            /* f32 rows of one KV head are kv_dim floats apart, each usually on its own page:
-             * prefetch 4 rows ahead, and score 4 rows at a time for every query head of the
+            /* prefetch 4 rows ahead, and score 4 rows at a time for every query head of the
              * group while they are in L1 (independent sums: one dot alone waits on latency) */
-            const float *k = kv->k + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
-            const float *v = kv->v + kv_index(kv, layer, p0) * stride + (size_t)kvh * D;
+            const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
+            const float *v = kv->v + kv_row(kv, layer, p0, kvh) * stride;
             int np = p1 - p0;
             for (int p = 0; p < np; p += 4) {
                 int c = np - p < 4 ? np - p : 4;
@@ -99,8 +97,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
                 else sg[p - p0] = e; /* now the weight of V row p */
             }
             if (!kv->q8) /* out += e_p * v_p, p in order, out held in registers */
-                axpy_rows_f32(o, sg, kv->v + kv_index(kv, layer, p0) * stride + (size_t)kvh * D, stride,
-                              p1 - p0, D);
+                axpy_rows_f32(o, sg, kv->v + kv_row(kv, layer, p0, kvh) * stride, stride, p1 - p0, D);
         }
     }
     for (int g = 0; g < n_q; g++) {

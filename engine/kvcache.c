@@ -17,14 +17,14 @@ void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, in
     kv->block = block;
     kv->q8 = q8;
     kv->kv_dim = n_kv * head_dim;
-    kv->kv_groups = n_kv * q8_groups(head_dim);
     kv->n_blocks = (capacity + block - 1) / block;
     size_t rows = (size_t)n_layers * (size_t)capacity;
     if (q8) {
         kv->kq = lmc_alloc(rows, (size_t)kv->kv_dim, "q8 key cache");
         kv->vq = lmc_alloc(rows, (size_t)kv->kv_dim, "q8 value cache");
-        kv->ks = lmc_alloc(rows * (size_t)kv->kv_groups, sizeof(float), "q8 key scales");
-        kv->vs = lmc_alloc(rows * (size_t)kv->kv_groups, sizeof(float), "q8 value scales");
+        size_t scales = rows * (size_t)n_kv * (size_t)q8_groups(head_dim);
+        kv->ks = lmc_alloc(scales, sizeof(float), "q8 key scales");
+        kv->vs = lmc_alloc(scales, sizeof(float), "q8 value scales");
     } else {
         kv->k = lmc_alloc(rows * (size_t)kv->kv_dim, sizeof(float), "key cache");
         kv->v = lmc_alloc(rows * (size_t)kv->kv_dim, sizeof(float), "value cache");
@@ -51,11 +51,10 @@ void kv_free(KVCache *kv) {
 }
 
 void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *v_row) {
-    size_t row = kv_index(kv, layer, pos);
     int D = kv->head_dim, G = q8_groups(D);
     for (int h = 0; h < kv->n_kv; h++) {
-        size_t off = row * (size_t)kv->kv_dim + (size_t)h * (size_t)D;
-        size_t soff = row * (size_t)kv->kv_groups + (size_t)h * (size_t)G;
+        size_t row = kv_row(kv, layer, pos, h);
+        size_t off = row * (size_t)D, soff = row * (size_t)G;
         if (kv->q8) {
             quantize_q8(k_row + h * D, D, kv->kq + off, kv->ks + soff);
             quantize_q8(v_row + h * D, D, kv->vq + off, kv->vs + soff);
@@ -71,7 +70,7 @@ void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *
     for (int h = 0; h < kv->n_kv; h++) {
         const float *k = key;
         if (kv->q8) kv_key_read(kv, layer, pos, h, key);
-        else k = kv->k + row * (size_t)kv->kv_dim + (size_t)h * (size_t)D;
+        else k = kv->k + kv_row(kv, layer, pos, h) * (size_t)D;
         size_t s = kv_summary_index(kv, layer, b, h);
         for (int i = 0; i < D; i++) {
             if (kv->kmin) {
@@ -84,30 +83,30 @@ void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *
 }
 
 float kv_key_dot(const KVCache *kv, int layer, int pos, int kvh, const float *q) {
-    size_t row = kv_index(kv, layer, pos);
+    size_t row = kv_row(kv, layer, pos, kvh);
     int D = kv->head_dim;
-    size_t off = row * (size_t)kv->kv_dim + (size_t)kvh * (size_t)D;
+    size_t off = row * (size_t)D, soff = row * (size_t)q8_groups(D);
     if (kv->q8)
-        return dot_q8(q, kv->kq + off, kv->ks + row * (size_t)kv->kv_groups + (size_t)kvh * (size_t)q8_groups(D), D);
+        return dot_q8(q, kv->kq + off, kv->ks + soff, D);
     return dot_f32(q, kv->k + off, D);
 }
 
 void kv_value_axpy(const KVCache *kv, int layer, int pos, int kvh, float a, float *out) {
-    size_t row = kv_index(kv, layer, pos);
+    size_t row = kv_row(kv, layer, pos, kvh);
     int D = kv->head_dim;
-    size_t off = row * (size_t)kv->kv_dim + (size_t)kvh * (size_t)D;
+    size_t off = row * (size_t)D, soff = row * (size_t)q8_groups(D);
     if (kv->q8)
-        axpy_q8(out, a, kv->vq + off, kv->vs + row * (size_t)kv->kv_groups + (size_t)kvh * (size_t)q8_groups(D), D);
+        axpy_q8(out, a, kv->vq + off, kv->vs + soff, D);
     else
         axpy_f32(out, a, kv->v + off, D);
 }
 
 void kv_key_read(const KVCache *kv, int layer, int pos, int kvh, float *out) {
-    size_t row = kv_index(kv, layer, pos);
+    size_t row = kv_row(kv, layer, pos, kvh);
     int D = kv->head_dim;
-    size_t off = row * (size_t)kv->kv_dim + (size_t)kvh * (size_t)D;
+    size_t off = row * (size_t)D, soff = row * (size_t)q8_groups(D);
     if (kv->q8)
-        dequantize_q8(kv->kq + off, kv->ks + row * (size_t)kv->kv_groups + (size_t)kvh * (size_t)q8_groups(D), D, out);
+        dequantize_q8(kv->kq + off, kv->ks + soff, D, out);
     else
         memcpy(out, kv->k + off, sizeof(float) * (size_t)D);
 }

@@ -1,10 +1,12 @@
-/* kvcache.h — the KV cache, token-major, f32 or q8, plus per-block key summaries.
+/* kvcache.h — the KV cache, head-major, f32 or q8, plus per-block key summaries.
  *
- * Layout (token-major, as the seed's k_cache + t * kv_dim + h * head_dim):
- *   f32: k[((layer * capacity) + pos) * kv_dim + kvh * head_dim + i]        (same for v)
- *   q8:  kq[...same index...] int8 values, and one float scale per group of 32 values:
- *        ks[((layer * capacity) + pos) * kv_groups + kvh * q8_groups(head_dim) + g]
- *        with kv_groups = n_kv * q8_groups(head_dim); value = kq * ks (same for v).
+ * Layout (head-major: the positions of one layer's KV head are contiguous, so attention over
+ * a head reads one sequential stream; the seed's token-major k_cache + t * kv_dim + h * head_dim
+ * put a head's rows kv_dim floats apart, which read at half the bandwidth):
+ *   row(layer, pos, kvh) = (layer * n_kv + kvh) * capacity + pos
+ *   f32: k[row * head_dim + i]        (same for v)
+ *   q8:  kq[row * head_dim + i] int8 values, and one float scale per group of 32 values:
+ *        ks[row * q8_groups(head_dim) + g]; value = kq * ks (same for v).
  * Summaries, per layer, block of `block` positions and KV head (only built when asked for):
  *   kmin/kmax [layer][block][kvh][head_dim]: element-wise min/max of the block's keys (quest);
  *   ksum      [layer][block][kvh][head_dim]: element-wise sum of the block's keys, in position
@@ -23,7 +25,6 @@ typedef struct {
     int n_layers, n_kv, head_dim, capacity, block;
     int q8;
     int kv_dim;    /* n_kv * head_dim */
-    int kv_groups; /* n_kv * q8_groups(head_dim) */
     int n_blocks;  /* blocks that fit in capacity */
     float *k, *v;
     int8_t *kq, *vq;
@@ -38,10 +39,12 @@ void kv_free(KVCache *kv);
 /* store one position's keys and values for all KV heads (k_row, v_row: [kv_dim]) */
 void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *v_row);
 
-/* q . key(layer, pos, kvh) */
-static inline size_t kv_index(const KVCache *kv, int layer, int pos) {
-    return ((size_t)layer * (size_t)kv->capacity + (size_t)pos);
+/* the row of (layer, pos, kvh): its values start at row * head_dim, its q8 scales at
+ * row * q8_groups(head_dim); the next position of the same head is the next row */
+static inline size_t kv_row(const KVCache *kv, int layer, int pos, int kvh) {
+    return ((size_t)layer * (size_t)kv->n_kv + (size_t)kvh) * (size_t)kv->capacity + (size_t)pos;
 }
+/* q . key(layer, pos, kvh) */
 float kv_key_dot(const KVCache *kv, int layer, int pos, int kvh, const float *q);
 /* out += a * value(layer, pos, kvh) */
 void kv_value_axpy(const KVCache *kv, int layer, int pos, int kvh, float a, float *out);

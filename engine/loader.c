@@ -269,19 +269,21 @@ static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, 
     const StTensor *t = st_find(st, name);
     if (wq == WQ_F32) {
         m->f = lmc_alloc((size_t)rows * (size_t)cols, sizeof(float), name);
-        m->owns_f = 1;
         st_to_f32(t, m->f, (size_t)rows * (size_t)cols);
+        mat_pack(m);
         return;
     }
     if (wq == WQ_BF16 && t->dtype == ST_BF16) { /* as stored: no rounding at all */
         m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
         memcpy(m->h, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t));
+        mat_pack(m);
         return;
     }
     if (wq == WQ_BF16) m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
     else mat_alloc_q8(m, rows, cols, name);
     ConvertJob job = {m, t, wq};
     pool_run(pool, convert_rows, &job, rows); /* rows are independent: same bits for any split */
+    mat_pack(m);
 }
 
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
@@ -315,7 +317,11 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
         load_mat(&m->lm_head, &st, "model.embed_tokens.weight", c->vocab, H, wq, pool);
     } else {
         m->tied_used = 1;
-        m->lm_head = (Mat){.rows = c->vocab, .cols = H, .f = m->embed, .owns_f = 0};
+        /* one copy serves both: the lm_head takes the embedding (packed), and embedding
+         * lookups read its rows back (model_embed) */
+        m->lm_head = (Mat){.rows = c->vocab, .cols = H, .f = m->embed};
+        m->embed = NULL;
+        mat_pack(&m->lm_head);
     }
     m->layers = lmc_alloc((size_t)c->n_layers, sizeof(Layer), "layers");
     for (int l = 0; l < c->n_layers; l++) {

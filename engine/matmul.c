@@ -22,6 +22,10 @@
 #ifndef Q8_PREFETCH_QUADS
 #define Q8_PREFETCH_QUADS 2
 #endif
+/* how far ahead a packed f32/bf16 tile prefetches, in bytes */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 2048
+#endif
 /* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
 #define PREFETCH_NEXT(p) (__builtin_prefetch(p), __builtin_prefetch((p) + 64))
 
@@ -89,8 +93,38 @@ void mat_quantize_row(Mat *m, int r, const float *row) {
     }
 }
 
+void mat_pack(Mat *m) {
+    if (m->packed || m->q || m->rows < TILE_ROWS) return;
+    size_t esize = m->h ? sizeof(uint16_t) : sizeof(float);
+    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, quad = TILE_ROWS * cols;
+    char *base = m->h ? (char *)m->h : (char *)m->f;
+    char *tmp = lmc_alloc(quad, esize, "packing a quad of rows");
+    for (int r = 0; r + TILE_ROWS <= m->rows; r += TILE_ROWS) {
+        char *dst = base + (size_t)r * cols * esize;
+        memcpy(tmp, dst, quad * esize);
+        for (size_t j = 0; j < n8; j += 8)
+            for (size_t k = 0; k < TILE_ROWS; k++, dst += 8 * esize) memcpy(dst, tmp + (k * cols + j) * esize, 8 * esize);
+        for (size_t k = 0; k < TILE_ROWS; k++, dst += (cols - n8) * esize)
+            memcpy(dst, tmp + (k * cols + n8) * esize, (cols - n8) * esize);
+    }
+    lmc_free(tmp);
+    m->packed = 1;
+}
+
+void mat_row_f32(const Mat *m, int r, float *out) {
+    const float *row = m->f + (size_t)r * (size_t)m->cols;
+    if (!m->packed || r >= m->rows - m->rows % TILE_ROWS) {
+        memcpy(out, row, (size_t)m->cols * sizeof(float));
+        return;
+    }
+    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, k = (size_t)(r % TILE_ROWS);
+    const float *quad = m->f + (size_t)(r - r % TILE_ROWS) * cols;
+    for (size_t j = 0; j < n8; j += 8) memcpy(out + j, quad + j * TILE_ROWS + k * 8, 8 * sizeof(float));
+    memcpy(out + n8, quad + n8 * TILE_ROWS + k * (cols - n8), (cols - n8) * sizeof(float));
+}
+
 void mat_free(Mat *m) {
-    if (m->owns_f) lmc_free(m->f);
+    lmc_free(m->f);
     lmc_free(m->h);
     lmc_free(m->q);
     lmc_free(m->d);
@@ -136,25 +170,36 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 
 /* ---------------------------------------------------------------- tiles */
 
-/* R rows of weights (row stride ws; f32, or bf16 when BF) times TT tokens of x (stride xs)
- * over n columns */
-ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const void *wp, size_t ws, const float *x,
-                            size_t xs, int n, float *out, size_t os, const int prefetch) {
+/* R rows of weights times TT tokens of x (stride xs) over n columns: f32, or bf16 when BF.
+ * PK: the rows are one packed quad (see mat_pack: 8 columns of row 0, of row 1, .. of row 3,
+ * then the next 8 columns, the n % 8 tail columns row by row at the end), read as one
+ * sequential stream; otherwise R plain rows ws values apart. Same operations in the same
+ * order either way: the layout changes no bit. */
+ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int PK, const void *wp, size_t ws,
+                            const float *x, size_t xs, int n, float *out, size_t os, const int prefetch) {
     const float *w = wp;
     const uint16_t *wh = wp;
     const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
+    const int n8 = n & ~7;
+    /* where row r's SIMD columns i.. and its tail columns j >= n8 are */
+#define W_AT(r, i) (PK ? (size_t)(i) * TILE_ROWS + (size_t)(r) * 8 : (size_t)(r) * ws + (size_t)(i))
+#define W_TAIL(r, j) (PK ? (size_t)n8 * TILE_ROWS + (size_t)(r) * (size_t)(n - n8) + (size_t)((j) - n8) \
+                         : (size_t)(r) * ws + (size_t)(j))
     v8 acc[TILE_ROWS][TILE_TOKENS];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        /* the next 4 rows follow these in memory: fetch them as this tile progresses (the
-         * hardware prefetcher starts over at every page, and one row quad is a few pages) */
-        if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)wp + (R * ws + (size_t)i * 4) * wsize);
+    for (; i < n8; i += 8) {
+        /* packed: the stream runs on into the next quad; plain: the next 4 rows follow these
+         * in memory. Either way fetch PREFETCH_AHEAD bytes ahead of the tile (the hardware
+         * prefetcher starts over at every 4 KiB page) */
+        if (prefetch && R == TILE_ROWS)
+            PREFETCH_NEXT((const char *)wp + (PK ? W_AT(0, i) * wsize + PREFETCH_AHEAD
+                                                 : (R * ws + (size_t)i * 4) * wsize));
         v8 xv[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
-            v8 wv = BF ? v8_load_bf16(wh + r * ws + i) : v8_load(w + r * ws + i);
+            v8 wv = BF ? v8_load_bf16(wh + W_AT(r, i)) : v8_load(w + W_AT(r, i));
             for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
         }
     }
@@ -163,10 +208,12 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const void 
             float s[8];
             v8_store(s, acc[r][t]);
             float v = lmc_reduce8(s);
-            for (int j = i; j < n; j++)
-                v = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[r * ws + j]) : w[r * ws + j], v);
+            for (int j = n8; j < n; j++)
+                v = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[W_TAIL(r, j)]) : w[W_TAIL(r, j)], v);
             out[t * os + r] = v;
         }
+#undef W_AT
+#undef W_TAIL
 }
 
 /* R q8 rows (wq stride wqs bytes, scales wd stride wds) times TT quantised tokens */
@@ -245,8 +292,8 @@ void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, i
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out) {
     int i = 0;
     for (; i + TILE_ROWS <= count; i += TILE_ROWS)
-        tile_f32(TILE_ROWS, 1, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
-    for (; i < count; i++) tile_f32(1, 1, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+        tile_f32(TILE_ROWS, 1, 0, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+    for (; i < count; i++) tile_f32(1, 1, 0, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
 }
 
 typedef struct {
@@ -259,26 +306,27 @@ typedef struct {
     int swiglu; /* matmul_swiglu: units are rows of both matrices, then silu(gate) * up */
 } MatmulJob;
 
+/* full quads of a packed matrix are packed; the rows % 4 rows after them are plain */
 static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
     const Mat *w = mo->w;
     size_t ws = (size_t)w->cols, xs = (size_t)job->x_stride, os = (size_t)mo->out_stride;
     int T = job->T;
-#define F32_TILE(R, TT, BF)                                                                             \
-    tile_f32(R, TT, BF, BF ? (const void *)(w->h + (size_t)r * ws) : (const void *)(w->f + (size_t)r * ws), \
-             ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1)
+#define F32_TILE(R, BF, PK)                                                                             \
+    do {                                                                                                \
+        const void *wr = BF ? (const void *)(w->h + (size_t)r * ws) : (const void *)(w->f + (size_t)r * ws); \
+        int t = 0;                                                                                      \
+        for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)                                                  \
+            tile_f32(R, TILE_TOKENS, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1); \
+        for (; t < T; t++) tile_f32(R, 1, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1); \
+    } while (0)
 #define F32_ROWS(BF)                                                                                    \
     do {                                                                                                \
         int r = r0;                                                                                     \
         for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {                                                   \
-            int t = 0;                                                                                  \
-            for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) F32_TILE(TILE_ROWS, TILE_TOKENS, BF);        \
-            for (; t < T; t++) F32_TILE(TILE_ROWS, 1, BF);                                              \
+            if (w->packed) F32_TILE(TILE_ROWS, BF, 1);                                                  \
+            else F32_TILE(TILE_ROWS, BF, 0);                                                            \
         }                                                                                               \
-        for (; r < r1; r++) {                                                                           \
-            int t = 0;                                                                                  \
-            for (; t + TILE_TOKENS <= T; t += TILE_TOKENS) F32_TILE(1, TILE_TOKENS, BF);                \
-            for (; t < T; t++) F32_TILE(1, 1, BF);                                                      \
-        }                                                                                               \
+        for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
     if (w->h) F32_ROWS(1);
     else F32_ROWS(0);

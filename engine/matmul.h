@@ -28,12 +28,13 @@
 enum { WQ_F32 = 0, WQ_Q8 = 1, WQ_BF16 = 2 };
 const char *wq_name(int wq);
 
-/* A weight matrix [rows x cols], row-major: f32, bf16 or q8 (exactly one pointer is set). */
+/* A weight matrix [rows x cols]: f32, bf16 or q8 (exactly one pointer is set). f32 and bf16
+ * are row-major until mat_pack interleaves them (packed = 1). */
 typedef struct {
     int rows, cols;
     float *f;    /* f32 weights, or NULL */
     uint16_t *h; /* bf16 weights (the upper half of an f32), or NULL */
-    int owns_f;  /* 0 when f aliases another buffer (tied embeddings) */
+    int packed;  /* f32/bf16: rows in packed quads (mat_pack) */
     int groups;  /* q8: blocks of 32 per row, ceil(cols / 32) */
     int8_t *q;   /* q8: [rows][groups * 32], each row zero-padded to whole blocks; or NULL */
     uint16_t *d; /* q8: scales as IEEE binary16, [rows][groups] */
@@ -43,6 +44,15 @@ typedef struct {
 void mat_alloc_q8(Mat *m, int rows, int cols, const char *what);
 /* quantise one f32 row into row r: scale d = half(max|x| / 127), q = round(x / d) */
 void mat_quantize_row(Mat *m, int r, const float *row);
+/* Interleave an f32 or bf16 matrix in place, four rows at a time: each quad of rows becomes
+ * 8 columns of row 0, 8 of row 1, 8 of row 2, 8 of row 3, then the next 8 columns, and so on,
+ * the cols % 8 tail columns row by row at the quad's end; the rows % 4 last rows stay as they
+ * are. A decode product then reads each thread's rows as one sequential stream (four rows
+ * read side by side are four streams, which the prefetchers follow less well: measured
+ * ~10-15 % slower on 2 threads). Products give the same bits either way. */
+void mat_pack(Mat *m);
+/* row r of an f32 matrix, packed or not, into out[cols] */
+void mat_row_f32(const Mat *m, int r, float *out);
 void mat_free(Mat *m);
 /* bytes of weights one product reads (what decode streams from memory) */
 size_t mat_bytes(const Mat *m);

@@ -67,6 +67,12 @@ void runner_free(Runner *r) {
     memset(r, 0, sizeof *r);
 }
 
+void model_embed(const Model *m, int token, float *out) {
+    int H = m->cfg.hidden;
+    if (m->embed) memcpy(out, m->embed + (size_t)token * (size_t)H, sizeof(float) * (size_t)H);
+    else mat_row_f32(&m->lm_head, token, out);
+}
+
 static void add_into(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -90,7 +96,7 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
     int H = c->hidden, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, I = c->intermediate;
     size_t nH = (size_t)n * H;
     for (int t = 0; t < n; t++)
-        memcpy(r->x + (size_t)t * H, m->embed + (size_t)tokens[t] * H, sizeof(float) * (size_t)H);
+        model_embed(m, tokens[t], r->x + (size_t)t * H);
     r->attn_ms = 0.0;
 
     for (int l = 0; l < c->n_layers; l++) {

@@ -26,13 +26,18 @@ typedef struct {
 
 typedef struct {
     Config cfg;
-    float *embed; /* [vocab x hidden], f32 always (a row lookup per token) */
+    float *embed; /* [vocab x hidden], f32 (a row lookup per token); NULL when tied and f32:
+                   * the rows are then read from lm_head (model_embed) */
     float *final_norm;
-    Mat lm_head;  /* aliases embed when tied and f32 */
+    Mat lm_head;  /* holds the embedding itself when tied and f32 */
     Layer *layers;
     char weights_dtype[8]; /* dtype of the safetensors tensors, e.g. "BF16" */
     int tied_used;         /* 1 when lm_head came from embed_tokens */
 } Model;
+
+/* ---- model.c */
+/* the embedding of token into out[hidden] */
+void model_embed(const Model *m, int token, float *out);
 
 /* ---- loader.c */
 /* Parse config.json text; -1 + error naming the key on failure. */

@@ -97,7 +97,7 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
 /* probe score of block b: max of q.k over keys at the uniform stride inside the block
  * (unscaled dot products; the 1/sqrt(d) scale would not change the order). f32 keys: the
  * probed rows are scored 4 at a time (dot_rows_f32, same bits as one by one), and the next
- * block's probe rows are prefetched, since every probe row is a cache miss on its own page. */
+ * block's probe rows are prefetched (probe rows are step rows apart: each its own miss). */
 static float probe_block(const SelectConfig *cfg, const SelectInput *in, int b, size_t *rows) {
     const KVCache *kv = in->kv;
     int bs = cfg->block, D = kv->head_dim;
@@ -107,8 +107,8 @@ static float probe_block(const SelectConfig *cfg, const SelectInput *in, int b, 
     int n = (p1 - p0 + step - 1) / step;
     float best = -INFINITY;
     if (!kv->q8 && n <= LMC_MAX_PROBE_ROWS) {
-        size_t stride = (size_t)kv->kv_dim;
-        const float *k0 = kv->k + kv_index(kv, in->layer, p0) * stride + (size_t)in->kvh * D;
+        size_t stride = (size_t)D; /* consecutive positions of one head (kvcache.h) */
+        const float *k0 = kv->k + kv_row(kv, in->layer, p0, in->kvh) * stride;
         for (int i = 0; i < n; i++) /* the next block's rows at the same offsets */
             for (int j = 0; j < D; j += 16) __builtin_prefetch(k0 + ((size_t)bs + (size_t)i * step) * stride + j);
         float d[LMC_MAX_PROBE_ROWS];

@@ -53,9 +53,9 @@ void *lmc_alloc(size_t count, size_t size, const char *what) {
     if (count == 0 || size == 0) count = size = 1;
     if (count > (SIZE_MAX >> 2) / size) lmc_die_runtime("out of memory allocating %s (size overflow)", what);
     size_t bytes = count * size;
-    /* Large buffers (KV cache, weights) get 2 MiB alignment and transparent huge pages: the
-     * token-major cache is walked with a stride of kv_dim floats, which with 4 KiB pages
-     * costs a TLB miss per position. */
+    /* Large buffers (KV cache, weights) get 2 MiB alignment and transparent huge pages: they
+     * are streamed once per token, and with 4 KiB pages every page of the stream costs a TLB
+     * miss (probing reads rows a block apart: a miss per row). */
     size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
     bytes = (bytes + align - 1) & ~(align - 1);
     void *p = NULL;
