@@ -18,6 +18,8 @@ nodes, pushes into the device cache, fingerprints before and after, the SQLite s
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,14 +31,14 @@ sys.path.insert(0, str(REPO))
 
 from db.store import Store  # noqa: E402
 from devices.farm import farm_down, farm_up  # noqa: E402
-from devices.inventory import load_inventory  # noqa: E402
+from devices.inventory import Device, load_inventory  # noqa: E402
 from harness.coordinator import run_experiment  # noqa: E402
 from harness.scheduler import ray_session  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "models" / "needle-tiny"
 SPEC = """
-name = "overhead-{devices}"
+name = "overhead-{name}"
 model = "{model}"
 devices = ["{devices}"]
 warmups = 1
@@ -59,27 +61,39 @@ max_new = {max_new}
 """
 
 
-def pool_inventory(farm_inventory: Path, out: Path) -> Path:
-    """The farm plus a second x86 board in class "x86": the farm's other sshd, used without the
-    emulator. One board = farm-x86 by name; two boards = class x86."""
-    arm = load_inventory(farm_inventory).devices["farm-arm"]
-    text = farm_inventory.read_text() + (
-        f'\n[[device]]\nname = "farm-x86b"\nhost = "{arm.host}"\nport = {arm.port}\n'
-        f'user = "{arm.user}"\nkey = "{arm.key}"\nknown_hosts = "{arm.known_hosts}"\n'
-        f'arch = "x86_64"\nclass = "x86"\nworkdir = "{arm.workdir}-x86"\n')
+def board_entry(name: str, node: Device, workdir: str, cpu: int | None) -> str:
+    fields = {"name": name, "host": node.host, "port": node.port, "user": node.user,
+              "key": str(node.key), "known_hosts": str(node.known_hosts), "arch": "x86_64",
+              "class": "x86", "workdir": workdir, "threads": 1}
+    if cpu is not None:
+        fields["cpus"] = [cpu]
+    return "\n[[device]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
+
+
+def pool_inventory(farm_inventory: Path, out: Path, pin: bool) -> Path:
+    """Two x86 boards in class "x86": the farm's two sshd nodes, both run without the emulator.
+    One board = farm-x86 by name; two boards = class x86. With ``pin`` each board owns one core
+    (taskset), as a real board owns its own CPUs: otherwise the two "boards" of this one host
+    preempt each other and the bench measures the host, not the harness."""
+    farm = load_inventory(farm_inventory).devices
+    x86, arm = farm["farm-x86"], farm["farm-arm"]
+    cores = (0, 1) if pin and (os.cpu_count() or 1) >= 2 else (None, None)
+    text = (board_entry("farm-x86", x86, x86.workdir, cores[0])
+            + board_entry("farm-x86b", arm, f"{arm.workdir}-x86", cores[1]))
     path = out / "bench-inventory.toml"
     path.write_text(text)
     return path
 
 
-def measure(folder: Path, inventory: Path, devices: str, args: argparse.Namespace
-            ) -> dict[str, float]:
-    spec_path = folder / f"{devices}.toml"
-    spec_path.write_text(SPEC.format(devices=devices, model=args.model,
+def measure(folder: Path, inventory: Path, devices: str, args: argparse.Namespace,
+            name: str | None = None) -> dict[str, float]:
+    name = name or devices
+    spec_path = folder / f"{name}.toml"
+    spec_path.write_text(SPEC.format(name=name, devices=devices, model=args.model,
                                      repeats=args.runs_per_cell, ctx=args.ctx,
                                      max_new=args.max_new))
     spec = load_spec(spec_path)
-    with Store.open(f"sqlite:///{folder}/{devices}.db") as store:
+    with Store.open(f"sqlite:///{folder}/{name}.db") as store:
         started = time.perf_counter()
         summary = run_experiment(spec, load_inventory(inventory), store, [devices])
         total = time.perf_counter() - started
@@ -103,13 +117,18 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=MODEL, help="default: %(default)s")
     parser.add_argument("--ctx", type=int, default=128, help="prompt tokens (default 128)")
     parser.add_argument("--max-new", type=int, default=4, help="new tokens (default 4)")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="do not give each board its own core (both float over all CPUs)")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="benchfarm-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "farm"
-    inventory = pool_inventory(farm_up(state), folder)
+    inventory = pool_inventory(farm_up(state), folder, pin=not args.no_pin)
     try:
         with ray_session(None):
+            # Both boards' device caches hold the binary and model before either timing: the
+            # first push to a board is a one-off, and it would land inside one measurement only
+            measure(folder, inventory, "x86", args, name="prime")
             one = measure(folder, inventory, "farm-x86", args)
             two = measure(folder, inventory, "x86", args)
     finally:
