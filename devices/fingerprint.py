@@ -23,9 +23,10 @@ PROBE_TIMEOUT_S = 30.0
 STALE_EXIT = 99  # probed_run's script: an artifact changed since it was verified; nothing ran
 
 # Constant scripts: nothing from the inventory or the user is interpolated into them. A probe is
-# taken before and after every run, so it starts one process (sed, reading /proc/meminfo and
-# /proc/cpuinfo) on recent kernels, two on older ones (uname); every other file is read with the
-# shell's built-in `read`.
+# taken before and after every run, so what it reads it reads with the shell's built-in `read`
+# and starts no process. `probe static` adds what cannot change while the device is up (arch,
+# kernel, /proc/cpuinfo: one sed, and /proc/cpuinfo is slow to read on some kernels); the
+# first probe on a connection takes it, later ones reuse it (see probed_run).
 PROBE_FUNCTIONS = r"""
 get() {  # get FILE DEFAULT: sets v to the first line of FILE, or to DEFAULT
   v=
@@ -33,13 +34,19 @@ get() {  # get FILE DEFAULT: sets v to the first line of FILE, or to DEFAULT
   [ -n "$v" ] || v=$2
 }
 probe() {
-  get /proc/sys/kernel/arch ''; [ -n "$v" ] || v=$(uname -m)  # the file is not in older kernels
-  printf 'arch %s\n' "$v"
-  get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
+  if [ "$1" = static ]; then
+    get /proc/sys/kernel/arch ''; [ -n "$v" ] || v=$(uname -m)  # not in older kernels
+    printf 'arch %s\n' "$v"
+    get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
+    sed -n -E \
+      -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
+      /proc/cpuinfo
+  fi
   read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
-  sed -n -E -e 's/^(MemTotal|MemAvailable):/mem \1/p' \
-    -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
-    /proc/meminfo /proc/cpuinfo
+  while read -r key value rest; do
+    case $key in MemTotal: | MemAvailable:) printf 'mem %s %s\n' "${key%:}" "$value" ;; esac
+    [ "$key" = MemAvailable: ] && break
+  done < /proc/meminfo
   for c in /sys/devices/system/cpu/cpu[0-9]*; do
     get "$c/online" 1; line="core ${c##*cpu} $v"
     for name in cpuinfo_max_freq scaling_max_freq scaling_cur_freq scaling_governor; do
@@ -54,23 +61,24 @@ probe() {
   done
 }
 """
-PROBE_SCRIPT = PROBE_FUNCTIONS + "probe\nexit 0\n"
+PROBE_SCRIPT = PROBE_FUNCTIONS + "probe static\nexit 0\n"
 
-# $1 = marker, $2 = timeout (s); then the arguments of INTACT_FUNCTION; then the command. When
+# $1 = marker, $2 = timeout (s), $3 = "static" or "-" (the first probe's argument); then the
+# arguments of INTACT_FUNCTION; then the command. When
 # the artifacts are not intact, prints "<marker> stale" on stderr and exits 99 without running
 # anything. Otherwise, on stderr: "<marker> before", a probe, "<marker> engine", the command's
 # stderr, "\n<marker> after <exit code> <start> <end>" (ns since the epoch, GNU date; "%N"
 # elsewhere) and a probe. The command runs under GNU timeout, which signals its whole process
 # group at the deadline, as in Transport.run.
 PROBED_RUN_SCRIPT = PROBE_FUNCTIONS + INTACT_FUNCTION + r"""
-marker=$1 limit=$2
-shift 2
+marker=$1 limit=$2 first=$3
+shift 3
 if ! intact "$@"; then
   printf '%s stale\n' "$marker" >&2
   exit STALE_EXIT
 fi
 shift $((4 + 2 * $4))
-{ printf '%s before\n' "$marker"; probe; printf '%s engine\n' "$marker"; } >&2
+{ printf '%s before\n' "$marker"; probe "$first"; printf '%s engine\n' "$marker"; } >&2
 start=$(date +%s%N)
 timeout -k KILL_AFTER "$limit" "$@"
 code=$?
@@ -121,7 +129,8 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
     """
     marker = f"benchfarm-probe-{secrets.token_hex(8)}"
     for attempt in (1, 2):
-        command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}",
+        first = "-" if transport.static_facts else "static"
+        command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}", first,
                    *intact_args(transport, argv), *device_argv(transport.device, argv, cpus)]
         started = time.time()
         whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
@@ -162,8 +171,18 @@ def _between(text: str, head: str, tail: str) -> tuple[str, str]:
     return inner, rest
 
 
+STATIC_FACTS = ("arch", "kernel", "cpu_model")
+
+
 def _facts(transport: Transport, probe_output: str, taken_at: float) -> dict[str, Any]:
     facts = parse_probe(probe_output)
+    if facts["arch"] is not None:  # a `probe static`: keep its static part for this connection
+        transport.static_facts = {key: facts[key] for key in STATIC_FACTS}
+        transport.static_facts["parts"] = {core["cpu"]: core["part"] for core in facts["cores"]}
+    elif transport.static_facts:
+        facts.update({key: transport.static_facts[key] for key in STATIC_FACTS})
+        for core in facts["cores"]:
+            core["part"] = transport.static_facts["parts"].get(core["cpu"])
     facts.update(
         schema=SCHEMA,
         device=transport.device.name,

@@ -16,6 +16,7 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devices.inventory import Device
 
@@ -94,6 +95,9 @@ class Transport(ABC):
         # sha256 -> stat signature of cached blobs this transport verified (see devices.cache)
         self.verified_blobs: dict[str, str] = {}
         self.pushed: dict[str, PushedArtifact] = {}  # by the path a push returned
+        # what cannot change while the device is up (arch, kernel, CPU model and parts), from
+        # the first fingerprint on this connection (see devices.fingerprint)
+        self.static_facts: dict[str, Any] | None = None
 
     # -- primitives each transport implements -------------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 from fixtures_farm import gone
 
 from devices.errors import CommandTimeout, TransferFailed
-from devices.fingerprint import probed_run
+from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, local_device
 from devices.transport import connect
 
@@ -47,6 +47,24 @@ def test_output_and_fingerprints_arrive_apart(device: Device, args_program,
         assert len(fp["loadavg"]) == 3
     assert probed.before["taken_at"] <= probed.after["taken_at"]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_later_runs_on_a_connection_keep_the_static_facts(device: Device) -> None:
+    # Only the first probe on a connection reads arch, kernel and /proc/cpuinfo; later ones
+    # must still carry them, and read the changing facts themselves.
+    with connect(device) as fresh:
+        full = probe(fresh)
+    with connect(device) as t:
+        runs = [probed_run(t, ["true"], timeout=30) for _ in range(3)]
+    static = ("arch", "kernel", "cpu_model")
+    for fp in [r.before for r in runs] + [r.after for r in runs]:
+        assert {k: fp[k] for k in static} == {k: full[k] for k in static}
+        assert fp["cpu_model"] and fp["mem_total_kb"] == full["mem_total_kb"]
+        assert 0 < fp["mem_available_kb"] <= fp["mem_total_kb"]
+        assert [(c["cpu"], c["part"]) for c in fp["cores"]] == [
+            (c["cpu"], c["part"]) for c in full["cores"]]
+        assert len(fp["loadavg"]) == 3
 
 
 @pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
