@@ -10,9 +10,11 @@ fraction of the measured bandwidth.
     .venv/bin/python bench/roofline.py                       # f32 and q8 weights, prompt 128
     .venv/bin/python bench/roofline.py --prompt-len 448      # decode at context 448..511
 
-Each lmc run is bracketed by STREAM passes (its thread count and one thread); its fraction
-is taken against the best of them, and the headline is the median of those paired
-fractions. The median run against the best pass of the whole session is printed too.
+Each lmc run is bracketed by STREAM passes (its thread count and one thread) taken right
+before and right after it; its fraction is taken against the best of them, and the headline
+is the median of those paired fractions. The median run against the best pass of the whole
+session (with at most as many threads) is printed too. ``--threads 1 2`` gives a row per
+thread count.
 
 Bytes are counted from the model's shape, the way lmc stores it: f32 weights 4 bytes, bf16 2,
 q8 weights 34 bytes per 32 values (int8 + a binary16 scale), q8 KV 1 byte + one f32 scale per
@@ -295,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv", choices=("f32", "q8"), default="f32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count() or 1],
+                        help="engine threads; several: a row each (default: all CPUs)")
     parser.add_argument("--repeats", type=int, default=5, help="lmc runs per configuration")
     parser.add_argument("--stream-mib", type=int, default=1024)
     parser.add_argument("--stream-passes", type=int, default=5,
@@ -311,28 +314,27 @@ def main(argv: list[str] | None = None) -> int:
     env_before["engine_rev"] = args.rev or "worktree"
     prompt = bench_prompt(args.prompt_len, shape.vocab)
 
-    def ceiling() -> list[Bandwidth]:
-        return stream_ceiling(args.threads, args.stream_mib, args.stream_passes)
+    def ceiling(threads: int) -> list[Bandwidth]:
+        return stream_ceiling(threads, args.stream_mib, args.stream_passes)
 
+    configs = [(wq, t) for t in args.threads for wq in args.wq]
     bandwidths: list[Bandwidth] = []
-    runs: dict[str, list[PairedRun]] = {wq: [] for wq in args.wq}
-    before = ceiling()
+    runs: dict[tuple[str, int], list[PairedRun]] = {c: [] for c in configs}
     for i in range(args.repeats):
-        for wq in args.wq:  # alternate configurations so drifting load hits both alike
-            doc = run_lmc_generate(lmc, model_dir, prompt, args.decode, args.threads, wq, args.kv)
-            after = ceiling()
+        for wq, threads in configs:  # alternate configurations so drifting load hits all alike
+            before = ceiling(threads)
+            doc = run_lmc_generate(lmc, model_dir, prompt, args.decode, threads, wq, args.kv)
+            after = ceiling(threads)
             run = paired_run(shape, wq, args.kv, args.prompt_len, args.decode,
                              doc["decode_ms_per_token"], before + after)
-            runs[wq].append(run)
-            bandwidths += before
-            before = after
-            print(f"  repeat {i + 1}/{args.repeats} {wq}: {run.decode_ms:.1f} ms/token, STREAM "
-                  f"beside it {run.stream_gbps:.1f} GB/s, fraction {run.fraction:.0%}",
+            runs[wq, threads].append(run)
+            bandwidths += before + after
+            print(f"  repeat {i + 1}/{args.repeats} {wq} x{threads}: {run.decode_ms:.1f} ms/token, "
+                  f"STREAM beside it {run.stream_gbps:.1f} GB/s, fraction {run.fraction:.0%}",
                   file=sys.stderr, flush=True)
-    bandwidths += before
-    session_best = max(b.gbps_best for b in bandwidths)
-    rows = [roofline_row(shape, wq, args.kv, args.prompt_len, args.decode, args.threads,
-                         runs[wq], session_best) for wq in args.wq]
+    session_best = {t: max(b.gbps_best for b in bandwidths if b.threads <= t) for t in args.threads}
+    rows = [roofline_row(shape, wq, args.kv, args.prompt_len, args.decode, t, runs[wq, t],
+                         session_best[t]) for wq, t in configs]
     env_after = environment()
     print(markdown_table(rows))
     print(f"\nSTREAM read, best pass of each bracket (threads): "
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "environment": env_before, "loadavg_after": env_after["loadavg"],
             "model": str(model_dir), "bandwidth": [asdict(b) for b in bandwidths],
-            "runs": {wq: [asdict(r) for r in rs] for wq, rs in runs.items()},
+            "runs": {f"{wq} x{t}": [asdict(r) for r in rs] for (wq, t), rs in runs.items()},
             "rows": [asdict(r) for r in rows],
         }, indent=2))
     return 0

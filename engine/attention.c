@@ -7,8 +7,8 @@
 #include "matmul.h"
 #include "ops.h"
 
-/* ask for a whole future row (every 64-byte line), not just its first line */
-static inline void prefetch_row(const float *row, int n) {
+/* ask for n floats from row on (every 64-byte line) */
+static inline void prefetch_rows(const float *row, int n) {
     for (int i = 0; i < n; i += 16) __builtin_prefetch(row + i);
 }
 
@@ -50,17 +50,17 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         if (p0 >= p1) continue;
         for (int g = 0; g < n_q; g++) bmax[g] = -INFINITY;
         if (!kv->q8) {
-            /* prefetch 4 rows ahead, and score 4 rows at a time for every query head of the
-             * group while they are in L1 (independent sums: one dot alone waits on latency) */
+            /* 4 rows at a time, scored for every query head of the group while in L1 (each
+             * row loaded once; 4 rows x the heads are independent sums), with the next keys
+             * and these values prefetched */
             const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
             const float *v = kv->v + kv_row(kv, layer, p0, kvh) * stride;
             int np = p1 - p0;
             for (int p = 0; p < np; p += 4) {
                 int c = np - p < 4 ? np - p : 4;
-                for (int j = 4; j < 8; j++) prefetch_row(k + (size_t)(p + j) * stride, D);
-                for (int j = 0; j < 4; j++) prefetch_row(v + (size_t)(p + j) * stride, D);
-                for (int g = 0; g < n_q; g++)
-                    dot_rows_f32(q + (size_t)g * D, k + (size_t)p * stride, stride, c, D, scratch + g * bs + p);
+                prefetch_rows(k + (size_t)(p + 4) * stride, 4 * D);
+                prefetch_rows(v + (size_t)p * stride, 4 * D);
+                dot_rows_f32_x(q, (size_t)D, n_q, k + (size_t)p * stride, stride, c, D, scratch + p, (size_t)bs);
             }
             for (int g = 0; g < n_q; g++) {
                 float *sg = scratch + g * bs;

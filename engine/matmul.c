@@ -97,12 +97,24 @@ void mat_pack(Mat *m) {
     if (m->packed || m->q || m->rows < TILE_ROWS) return;
     size_t esize = m->h ? sizeof(uint16_t) : sizeof(float);
     size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, quad = TILE_ROWS * cols;
+    /* bf16: whole 16-column blocks pair column j with j + 8 in one 32-bit word (low, high
+     * half), which widens with a shift and a mask instead of a shuffle per 8 values */
+    size_t n16 = m->h ? cols & ~(size_t)15 : 0;
     char *base = m->h ? (char *)m->h : (char *)m->f;
     char *tmp = lmc_alloc(quad, esize, "packing a quad of rows");
     for (int r = 0; r + TILE_ROWS <= m->rows; r += TILE_ROWS) {
         char *dst = base + (size_t)r * cols * esize;
         memcpy(tmp, dst, quad * esize);
-        for (size_t j = 0; j < n8; j += 8)
+        const uint16_t *th = (const uint16_t *)tmp;
+        for (size_t j = 0; j < n16; j += 16)
+            for (size_t k = 0; k < TILE_ROWS; k++, dst += 16 * esize) {
+                uint16_t *d = (uint16_t *)dst;
+                for (size_t i = 0; i < 8; i++) {
+                    d[2 * i] = th[k * cols + j + i];
+                    d[2 * i + 1] = th[k * cols + j + 8 + i];
+                }
+            }
+        for (size_t j = n16; j < n8; j += 8)
             for (size_t k = 0; k < TILE_ROWS; k++, dst += 8 * esize) memcpy(dst, tmp + (k * cols + j) * esize, 8 * esize);
         for (size_t k = 0; k < TILE_ROWS; k++, dst += (cols - n8) * esize)
             memcpy(dst, tmp + (k * cols + n8) * esize, (cols - n8) * esize);
@@ -171,10 +183,9 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 /* ---------------------------------------------------------------- tiles */
 
 /* R rows of weights times TT tokens of x (stride xs) over n columns: f32, or bf16 when BF.
- * PK: the rows are one packed quad (see mat_pack: 8 columns of row 0, of row 1, .. of row 3,
- * then the next 8 columns, the n % 8 tail columns row by row at the end), read as one
- * sequential stream; otherwise R plain rows ws values apart. Same operations in the same
- * order either way: the layout changes no bit. */
+ * PK: the rows are one packed quad (mat_pack), read as one sequential stream; otherwise R
+ * plain rows ws values apart. Same operations in the same order either way: the layout
+ * changes no bit. */
 ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int PK, const void *wp, size_t ws,
                             const float *x, size_t xs, int n, float *out, size_t os, const int prefetch) {
     const float *w = wp;
@@ -189,6 +200,20 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
     int i = 0;
+    if (BF && PK) /* 16 columns a step: columns i + j and i + 8 + j share a word (mat_pack) */
+        for (; i + 16 <= n8; i += 16) {
+            if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)wp + W_AT(0, i) * wsize + PREFETCH_AHEAD);
+            v8 xa[TILE_TOKENS], xb[TILE_TOKENS];
+            for (int t = 0; t < TT; t++) {
+                xa[t] = v8_load(x + t * xs + i);
+                xb[t] = v8_load(x + t * xs + i + 8);
+            }
+            for (int r = 0; r < R; r++) {
+                v8 lo, hi;
+                v8_load_bf16_pair(wh + (size_t)i * TILE_ROWS + (size_t)r * 16, &lo, &hi);
+                for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xb[t], hi, v8_fma(xa[t], lo, acc[r][t]));
+            }
+        }
     for (; i < n8; i += 8) {
         /* packed: the stream runs on into the next quad; plain: the next 4 rows follow these
          * in memory. Either way fetch PREFETCH_AHEAD bytes ahead of the tile (the hardware
@@ -290,10 +315,25 @@ void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, i
 }
 
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out) {
+    dot_rows_f32_x(x, 0, 1, rows, stride, count, n, out, 0);
+}
+
+void dot_rows_f32_x(const float *x, size_t xs, int nx, const float *rows, size_t stride, int count, int n,
+                    float *out, size_t os) {
+#define DOT_TILE(R, TT) \
+    tile_f32(R, TT, 0, 0, rows + (size_t)i * stride, stride, x + (size_t)t * xs, xs, n, out + (size_t)t * os + i, os, 0)
+#define DOT_TOKENS(R)                                                    \
+    do {                                                                 \
+        int t = 0;                                                       \
+        for (; t + TILE_TOKENS <= nx; t += TILE_TOKENS) DOT_TILE(R, TILE_TOKENS); \
+        if (nx - t == 2) DOT_TILE(R, 2);                                 \
+        else if (nx - t == 1) DOT_TILE(R, 1);                            \
+    } while (0)
     int i = 0;
-    for (; i + TILE_ROWS <= count; i += TILE_ROWS)
-        tile_f32(TILE_ROWS, 1, 0, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
-    for (; i < count; i++) tile_f32(1, 1, 0, 0, rows + (size_t)i * stride, stride, x, 0, n, out + i, 0, 0);
+    for (; i + TILE_ROWS <= count; i += TILE_ROWS) DOT_TOKENS(TILE_ROWS);
+    for (; i < count; i++) DOT_TOKENS(1);
+#undef DOT_TOKENS
+#undef DOT_TILE
 }
 
 typedef struct {

@@ -47,7 +47,8 @@ void mat_quantize_row(Mat *m, int r, const float *row);
 /* Interleave an f32 or bf16 matrix in place, four rows at a time: each quad of rows becomes
  * 8 columns of row 0, 8 of row 1, 8 of row 2, 8 of row 3, then the next 8 columns, and so on,
  * the cols % 8 tail columns row by row at the quad's end; the rows % 4 last rows stay as they
- * are. A decode product then reads each thread's rows as one sequential stream (four rows
+ * are. bf16 goes 16 columns at a time instead while 16 remain, each row's 16 as 8 pairs
+ * (column j, column j + 8). A decode product then reads each thread's rows as one sequential stream (four rows
  * read side by side are four streams, which the prefetchers follow less well: measured
  * ~10-15 % slower on 2 threads). Products give the same bits either way. */
 void mat_pack(Mat *m);
@@ -89,6 +90,10 @@ void matmul_swiglu(const MatOut *gate, const MatOut *up, const float *x, int x_s
 /* out[i] = dot_f32(x, rows + i * stride, n) for i < count, bit for bit, several rows at a
  * time (independent sums keep the FMA units busy; one dot alone waits on its own latency) */
 void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, int n, float *out);
+/* the same for nx vectors x + t * xs at once (each row loaded once for all of them):
+ * out[t * os + i] = dot_f32(x + t * xs, rows + i * stride, n), bit for bit */
+void dot_rows_f32_x(const float *x, size_t xs, int nx, const float *rows, size_t stride, int count, int n,
+                    float *out, size_t os);
 
 /* y[i] = fma(a[r], row_r[i], y[i]) for r = 0 .. count-1 in order: each element exactly as
  * count axpy_f32 calls would compute it, but 64 elements of y stay in registers across all the

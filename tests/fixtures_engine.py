@@ -96,6 +96,12 @@ TINY_SPECS = {
     # zero-padded q8 blocks; GQA ratio 2, untied, F32
     "odd_widths_f32": TinySpec("odd_widths_f32", hidden=40, heads=2, kv_heads=1, head_dim=20,
                                tied=False, dtype="float32", intermediate=72, seed=5),
+    # the packed weight layout's edges: bf16's 16-column blocks then one 8-column block (40;
+    # 70 -> 64 + a 6-column tail), rows % 4 remainders (70 rows; a vocabulary of 318 in the
+    # tied lm_head, whose rows are also the embeddings); BF16 file
+    "odd_widths_tied_bf16": TinySpec("odd_widths_tied_bf16", hidden=40, heads=2, kv_heads=1,
+                                     head_dim=20, tied=True, dtype="bfloat16", intermediate=70,
+                                     vocab=318, seed=6),
 }
 
 

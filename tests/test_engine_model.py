@@ -45,7 +45,7 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
 def test_matches_transformers(lmc, tiny_model, tmp_path, name):
     spec = TINY_SPECS[name]
     model = tiny_model(name)
-    ids = prompt_ids(spec.vocab)
+    ids = prompt_ids(spec.vocab) + [spec.vocab - 1, spec.vocab - 2]  # the last embedding rows
     prompt = write_tokens(tmp_path / "prompt.txt", ids)
     out, logits = generate(lmc, model, prompt, tmp_path)
     ref_logits, ref_tokens = hf_reference(model, ids, MAX_NEW)
@@ -100,13 +100,14 @@ def test_q8_kv_and_weights_within_tolerance(lmc, tiny_model, tmp_path):
 
 def test_bf16_weights(lmc, tiny_model, tmp_path):
     """--wq bf16 keeps a BF16 file's weights as stored (same bits as f32); rounds an F32 file."""
-    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
-    model = tiny_model("gqa2_untied_bf16")
-    f32_out, f32 = generate(lmc, model, prompt, tmp_path, tag="f32")
-    bf_out, bf = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", "--threads", "3",
-                          tag="bf16")
-    assert bf_out["config"]["wq"] == "bf16"
-    assert bf.tobytes() == f32.tobytes() and bf_out["tokens"] == f32_out["tokens"]
+    for name in ("gqa2_untied_bf16", "odd_widths_tied_bf16"):
+        prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(TINY_SPECS[name].vocab))
+        model = tiny_model(name)
+        f32_out, f32 = generate(lmc, model, prompt, tmp_path, tag=f"f32{name}")
+        bf_out, bf = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", "--threads", "3",
+                              tag=f"bf16{name}")
+        assert bf_out["config"]["wq"] == "bf16"
+        assert bf.tobytes() == f32.tobytes() and bf_out["tokens"] == f32_out["tokens"]
     model = tiny_model("gqa1_tied_f32")
     _, f32 = generate(lmc, model, prompt, tmp_path, tag="f32file")
     _, bf = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", tag="bf16file")
@@ -145,6 +146,13 @@ def test_aarch64_under_qemu_matches_x86(lmc, engine_build_aarch64, tiny_model, t
     # the q8 weight kernels (sdot on NEON, maddubs on AVX2) sum exactly, then share one order
     x86, x86_logits = generate(lmc, model, prompt, tmp_path, "--wq", "q8", tag="x86q8")
     a64, a64_logits = generate(arm, model, prompt, tmp_path, "--wq", "q8", tag="a64q8")
+    assert a64["tokens"] == x86["tokens"]
+    assert rel_err(a64_logits, x86_logits) < 1e-5
+    # the packed bf16 kernels (16-column pairs, 8-column block, tails) on NEON
+    model = tiny_model("odd_widths_tied_bf16")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(TINY_SPECS["odd_widths_tied_bf16"].vocab))
+    x86, x86_logits = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", tag="x86bf")
+    a64, a64_logits = generate(arm, model, prompt, tmp_path, "--wq", "bf16", tag="a64bf")
     assert a64["tokens"] == x86["tokens"]
     assert rel_err(a64_logits, x86_logits) < 1e-5
 
