@@ -150,7 +150,8 @@ def test_aarch64_under_qemu_matches_x86(lmc, engine_build_aarch64, tiny_model, t
     assert rel_err(a64_logits, x86_logits) < 1e-5
     # the packed bf16 kernels (16-column pairs, 8-column block, tails) on NEON
     model = tiny_model("odd_widths_tied_bf16")
-    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(TINY_SPECS["odd_widths_tied_bf16"].vocab))
+    vocab = TINY_SPECS["odd_widths_tied_bf16"].vocab
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(vocab))
     x86, x86_logits = generate(lmc, model, prompt, tmp_path, "--wq", "bf16", tag="x86bf")
     a64, a64_logits = generate(arm, model, prompt, tmp_path, "--wq", "bf16", tag="a64bf")
     assert a64["tokens"] == x86["tokens"]
