@@ -81,7 +81,8 @@ double lmc_now_ms(void) {
 /* ---------------------------------------------------------------- files */
 
 int lmc_read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    int from_stdin = strcmp(path, "-") == 0; /* lets a harness send ids with the command */
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
     if (!f) {
         lmc_set_error("cannot open %s: %s", path, strerror(errno));
         return -1;
@@ -89,7 +90,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
-        fclose(f);
+        if (!from_stdin) fclose(f);
         lmc_set_error("out of memory reading %s", path);
         return -1;
     }
@@ -97,7 +98,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
         if (n == cap) {
             if (cap > ((size_t)1 << 34)) {
                 free(buf);
-                fclose(f);
+                if (!from_stdin) fclose(f);
                 lmc_set_error("%s is too large", path);
                 return -1;
             }
@@ -105,7 +106,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
             char *grown = realloc(buf, cap + 1);
             if (!grown) {
                 free(buf);
-                fclose(f);
+                if (!from_stdin) fclose(f);
                 lmc_set_error("out of memory reading %s", path);
                 return -1;
             }
@@ -116,7 +117,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
         if (got == 0) break;
     }
     int failed = ferror(f);
-    fclose(f);
+    if (!from_stdin) fclose(f);
     if (failed) {
         free(buf);
         lmc_set_error("cannot read %s", path);

@@ -1,10 +1,10 @@
 """What one run does on a device, through a transport.
 
-``execute`` runs inside a DeviceRunner actor: it pushes the engine binary, the model and the
-prompt ids into the device's content-addressed cache, takes a fingerprint, runs `lmc` with the
-run's flags, takes a second fingerprint, and parses the engine's JSON. It returns a plain
-``RunReport``; mapping that into database records happens in the driver (``to_run_result``),
-which is the only writer.
+``execute`` runs inside a DeviceRunner actor: it pushes the engine binary and the model into
+the device's content-addressed cache, takes a fingerprint, runs `lmc` with the run's flags and
+the prompt ids on its standard input, takes a second fingerprint, and parses the engine's JSON.
+It returns a plain ``RunReport``; mapping that into database records happens in the driver
+(``to_run_result``), which is the only writer.
 
 A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
 retry elsewhere; an engine that exits non-zero is a ``failed`` run with its exit code and stderr.
@@ -126,7 +126,7 @@ class PushMemo:
 
 
 def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
-    """The ids as a whitespace-separated file named by its content (so the device caches it)."""
+    """The ids as a whitespace-separated file named by its content (written once per actor)."""
     text = " ".join(map(str, ids)) + "\n"
     path = folder / f"ids-{hashlib.sha256(text.encode()).hexdigest()[:24]}.txt"
     if not path.exists():
@@ -152,14 +152,16 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
         argv = [pushes.push(Path(job.binary)), job.command]
         if job.model_dir is not None:
             argv += ["--model", pushes.push_tree(Path(job.model_dir))]
-        if job.ids is not None:
-            remote_ids = pushes.push(ids_file(job.ids, scratch))
-            argv += ["--text" if job.command == "ppl" else "--prompt", remote_ids]
+        # the token ids travel as the command's standard input: a prompt is small and often
+        # new, and pushing it into the device cache would cost round trips of its own
+        ids = ids_file(job.ids, scratch) if job.ids is not None else None
+        if ids is not None:
+            argv += ["--text" if job.command == "ppl" else "--prompt", "-"]
         argv += list(job.options)
         if job.warmup:
-            result = transport.run(argv, timeout=job.timeout_s)
+            result = transport.run(argv, timeout=job.timeout_s, stdin_file=ids)
         else:
-            probed = probed_run(transport, argv, timeout=job.timeout_s)
+            probed = probed_run(transport, argv, timeout=job.timeout_s, stdin_file=ids)
             result = probed.result
             report.snapshots = {"before": probed.before, "after": probed.after}
     except CommandTimeout as exc:

@@ -145,8 +145,9 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
 
 def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
                                                   tmp_path: Path) -> None:
-    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"],
-                            depths=(0.1, 0.5, 0.9), ctx=512)
+    # enough runs that the matrix is far from done when the first result is seen
+    depths = (0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0)
+    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths, ctx=1024)
     url = f"sqlite:///{tmp_path}/ctrlc.db"
     store = Store.open(url)
     proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
@@ -166,7 +167,7 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     interrupted = runs[runs["status"] == "interrupted"]
     assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
     summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
-    assert summary.skipped + summary.counts["ok"] == 6
+    assert summary.skipped + summary.counts["ok"] == 2 * len(depths)
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
     store.close()
 
