@@ -11,6 +11,7 @@ import json
 import math
 import random
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,22 @@ def test_ppl_matches_transformers(lmc, tiny_model, tmp_path):
     assert out["command"] == "ppl" and out["tokens"] == len(ids) and out["scored"] == len(ids) - 1
     assert out["nll"] == pytest.approx(loss, rel=1e-4)
     assert out["ppl"] == pytest.approx(math.exp(loss), rel=1e-4)
+
+
+def test_prompt_from_standard_input(lmc, tiny_model, tmp_path):
+    model = tiny_model("gqa1_tied_f32")
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    from_file = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 4)
+    with prompt.open() as stdin:
+        proc = subprocess.run([str(lmc), "generate", "--model", str(model), "--prompt", "-",
+                               "--max-new", "4"], stdin=stdin, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    from_stdin = json.loads(proc.stdout)
+    assert from_stdin["prompt_tokens"] == from_file["prompt_tokens"] == 40
+    assert from_stdin["tokens"] == from_file["tokens"]
+    empty = subprocess.run([str(lmc), "generate", "--model", str(model), "--prompt", "-"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert empty.returncode == 2 and "lmc: error:" in empty.stderr
 
 
 def test_stop_token_ends_generation(lmc, tiny_model, tmp_path):
