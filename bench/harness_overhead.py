@@ -9,10 +9,15 @@ nodes, pushes into the device cache, fingerprints before and after, the SQLite s
 - matrix wall time / runs: with one board, the difference to the engine time is everything
   the coordinator adds per run (also the driver's result handling, store writes, scheduling);
 - speedup = matrix wall time on one board / on a pool of two boards (both x86 nodes of the farm,
-  one engine thread each; on a 2-core machine the ceiling is 2).
+  one engine thread each, each pinned to a core of its own unless --no-pin; on a 2-core machine
+  the ceiling is 2, and the driver, Ray and both sshd share those two cores with the engines).
+
+The matrix wall time is the span from the first stored run's start to the last one's end; both
+boards' caches are primed first (an untimed pass of the same matrix), so neither timing holds a
+first push.
 
     nice .venv/bin/python bench/harness_overhead.py [--runs-per-cell 1] [--keep DIR] [--model DIR]
-        [--ctx 128] [--max-new 4]
+        [--ctx 1024] [--max-new 16] [--no-pin]
 """
 
 from __future__ import annotations
@@ -115,8 +120,9 @@ def main() -> None:
                         help="repeats of the 50-cell matrix (default 1: 50 runs)")
     parser.add_argument("--keep", type=Path, help="keep the farm state and databases here")
     parser.add_argument("--model", type=Path, default=MODEL, help="default: %(default)s")
-    parser.add_argument("--ctx", type=int, default=128, help="prompt tokens (default 128)")
-    parser.add_argument("--max-new", type=int, default=4, help="new tokens (default 4)")
+    # ~45 ms runs of needle-tiny: short, yet the engine is most of a run, as on a board
+    parser.add_argument("--ctx", type=int, default=1024, help="prompt tokens (default 1024)")
+    parser.add_argument("--max-new", type=int, default=16, help="new tokens (default 16)")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not give each board its own core (both float over all CPUs)")
     args = parser.parse_args()
