@@ -10,11 +10,12 @@ Both sides time the same thing: the forward pass of one decode step including th
 the engine's own clock for lmc (``decode_ms_per_token``, the median step) and a wall clock
 around ``llama_decode`` for llama.cpp (median step). Greedy argmax is outside both timings.
 KV caches are f32 on both sides by default (``--llama-kv f16`` for llama.cpp's default).
-llama.cpp's CPU threads meet at an OpenMP barrier after every operation; on a shared machine a
-spinning barrier waits out whole scheduler time slices whenever the partner thread is
-preempted (measured here: 8 s instead of 60 ms per token at 2 threads and load 10), so
-``OMP_WAIT_POLICY`` defaults to ``passive`` (sleep at barriers); lmc's pool sleeps on condition
-variables. Use ``--omp-wait-policy active`` on an idle machine.
+llama.cpp's CPU threads meet at an OpenMP barrier after every operation. By default they spin
+there (``OMP_WAIT_POLICY=active``, OpenMP's and llama.cpp's own choice, and its fastest on a
+quiet machine); each llama.cpp run is a child process of its own, so its idle spinning threads
+are gone before lmc runs. On a loaded machine a spinning barrier waits out whole scheduler
+time slices whenever the partner thread is preempted (measured here: 8 s instead of 60 ms per
+token at 2 threads and load 10): ``--omp-wait-policy passive`` makes them sleep.
 The generated tokens are compared too: with the same weights the two engines should agree
 until rounding differences flip an argmax.
 
@@ -26,12 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf_convert import ensure_converted
@@ -99,6 +103,26 @@ class LlamaRunner:
         self.llm.close()
 
 
+def llama_generate(gguf: Path, n_ctx: int, threads: int, kv: str, flash_attn: bool,
+                   prompt: list[int], max_new: int) -> dict:
+    """One llama.cpp run: load, generate, close (in the child process of run_llama_isolated)."""
+    runner = LlamaRunner(gguf, n_ctx, threads, kv, flash_attn)
+    try:
+        return runner.generate(prompt, max_new)
+    finally:
+        runner.close()
+
+
+def run_llama_isolated(*args: Any) -> dict:
+    """llama_generate in a child process that exits when it is done. With OMP_WAIT_POLICY=active
+    idle OpenMP threads spin for as long as their process lives: run in this process, they kept
+    both cores busy while lmc, the next run, was being timed (lmc 56-65 ms/token instead of
+    33-54)."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        return pool.submit(llama_generate, *args).result()
+
+
 @dataclass
 class Comparison:
     ctx: int
@@ -143,34 +167,30 @@ def compare(lmc: Path, model_dir: Path, gguf: Path, gguf_type: str, ctx: int, pr
     shape = Shape.from_model_dir(model_dir)
     row.lmc_bytes = decode_bytes(shape, row.lmc_wq, "f32", len(prompt), decode)
     row.llama_bytes = decode_bytes(shape, gguf_type, llama_kv, len(prompt), decode)
-    llama = LlamaRunner(gguf, ctx, threads, llama_kv, flash_attn)
-    try:
-        for r in range(repeats):
-            def run_lmc() -> list[int]:
-                doc = run_lmc_generate(lmc, model_dir, prompt, decode, threads, row.lmc_wq, "f32",
-                                       ctx=ctx)
-                row.lmc_ms.append(doc["decode_ms_per_token"])
-                row.lmc_prefill_ms.append(doc["prefill_ms"])
-                return doc["tokens"]
+    for r in range(repeats):
+        def run_lmc() -> list[int]:
+            doc = run_lmc_generate(lmc, model_dir, prompt, decode, threads, row.lmc_wq, "f32",
+                                   ctx=ctx)
+            row.lmc_ms.append(doc["decode_ms_per_token"])
+            row.lmc_prefill_ms.append(doc["prefill_ms"])
+            return doc["tokens"]
 
-            def run_llama() -> list[int]:
-                doc = llama.generate(prompt, decode)
-                row.llama_ms.append(doc["decode_ms_per_token"])
-                row.llama_internal_ms.append(doc["internal_eval_ms_per_token"])
-                row.llama_prefill_ms.append(doc["prefill_ms"])
-                return doc["tokens"]
+        def run_llama() -> list[int]:
+            doc = run_llama_isolated(gguf, ctx, threads, llama_kv, flash_attn, prompt, decode)
+            row.llama_ms.append(doc["decode_ms_per_token"])
+            row.llama_internal_ms.append(doc["internal_eval_ms_per_token"])
+            row.llama_prefill_ms.append(doc["prefill_ms"])
+            return doc["tokens"]
 
-            # ABBA: whoever runs second in a pair gets a warmer page cache; alternate it
-            if r % 2 == 0:
-                lmc_tokens, llama_tokens = run_lmc(), run_llama()
-            else:
-                llama_tokens, lmc_tokens = run_llama(), run_lmc()
-            if r == 0:
-                row.agree = leading_agreement(lmc_tokens, llama_tokens)
-            print(f"  ctx {ctx} {gguf_type} run {r + 1}/{repeats}: lmc {row.lmc_ms[-1]:.1f} ms, "
-                  f"llama.cpp {row.llama_ms[-1]:.1f} ms per token", file=sys.stderr)
-    finally:
-        llama.close()
+        # ABBA: whoever runs second in a pair gets a warmer page cache; alternate it
+        if r % 2 == 0:
+            lmc_tokens, llama_tokens = run_lmc(), run_llama()
+        else:
+            llama_tokens, lmc_tokens = run_llama(), run_lmc()
+        if r == 0:
+            row.agree = leading_agreement(lmc_tokens, llama_tokens)
+        print(f"  ctx {ctx} {gguf_type} run {r + 1}/{repeats}: lmc {row.lmc_ms[-1]:.1f} ms, "
+              f"llama.cpp {row.llama_ms[-1]:.1f} ms per token", file=sys.stderr)
     return row
 
 
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-kv", choices=("f32", "f16"), default="f32")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention")
     parser.add_argument("--omp-wait-policy", choices=("passive", "active", "inherit"),
-                        default="passive", help="llama.cpp's OpenMP barriers (see above)")
+                        default="active", help="llama.cpp's OpenMP barriers (see above)")
     parser.add_argument("--rev", help="build lmc from this git revision (default: work tree)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
