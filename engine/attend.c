@@ -19,8 +19,10 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     a->capacity = kv->capacity;
     a->n_blocks = kv->n_blocks;
     size_t H = (size_t)n_heads, C = (size_t)kv->capacity, NB = (size_t)kv->n_blocks;
-    if (opt->sel.policy == POL_SPARSE)
+    if (opt->sel.policy == POL_SPARSE) {
         a->importance = lmc_alloc((size_t)a->n_layers * C, sizeof(float), "prefill importance");
+        a->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
+    }
     if (opt->sel.policy == POL_H2O)
         a->mass = lmc_alloc((size_t)a->n_layers * H * C, sizeof(float), "h2o attention mass");
     a->exact_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
@@ -39,6 +41,7 @@ void attention_free(Attention *a) {
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->scratch[h]);
     lmc_free(a->scratch);
     lmc_free(a->importance);
+    lmc_free(a->probe_scores);
     lmc_free(a->mass);
     lmc_free(a->exact_probs);
     lmc_free(a->att_probs);
@@ -118,7 +121,8 @@ static void attend_groups(void *arg, int begin, int end) {
     for (int g = begin; g < end; g++) attend_group(arg, g);
 }
 
-static void attend_head(LayerJob *job, int h) {
+/* probe_scores, probe_rows: see SelectInput (NULL, 0: the head probes for itself) */
+static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t probe_rows) {
     Attention *a = job->a;
     const KVCache *kv = a->kv;
     int D = a->head_dim, bs = kv->block, layer = job->layer;
@@ -159,6 +163,8 @@ static void attend_head(LayerJob *job, int h) {
         .importance = decode && a->importance ? a->importance + (size_t)layer * a->capacity : NULL,
         .mass = h2o_mass,
         .probs = exact_probs,
+        .probe_scores = probe_scores,
+        .probe_rows = probe_rows,
     };
     size_t select_bytes = 0;
     int n = select_blocks(&cfg, &in, &a->scratch[h], sel, &select_bytes);
@@ -197,13 +203,42 @@ static void attend_head(LayerJob *job, int h) {
 }
 
 static void attend_heads(void *arg, int begin, int end) {
-    for (int h = begin; h < end; h++) attend_head(arg, h);
+    for (int h = begin; h < end; h++) attend_head(arg, h, NULL, 0);
+}
+
+/* Sparse without diagnostics: the query heads of a GQA group probe together (each probe row
+ * read once per group, not once per head), then each head selects and attends on its own:
+ * the same scores, so the same selection, as probing head by head. */
+static int grouped_sparse(const Attention *a, int phase) {
+    int decode = phase != ATTN_PREFILL;
+    if (!decode && !a->opt.prefill_sparse) return 0;
+    return a->opt.sel.policy == POL_SPARSE && !a->opt.sel.probe_summary && !(a->opt.measure && decode) &&
+           !a->opt.reference;
+}
+
+static void attend_sparse_group(LayerJob *job, int kvh) {
+    Attention *a = job->a;
+    int D = a->head_dim, group = a->n_heads / a->n_kv;
+    for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += LMC_MAX_PROBE_GROUP) {
+        int nq = (kvh + 1) * group - h0 < LMC_MAX_PROBE_GROUP ? (kvh + 1) * group - h0 : LMC_MAX_PROBE_GROUP;
+        SelectInput in = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
+        float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
+        size_t rows = 0;
+        select_probe_group(&a->opt.sel, &in, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks, &rows);
+        for (int h = h0; h < h0 + nq; h++) /* the group's probe reads are charged to its first head */
+            attend_head(job, h, scores + (size_t)(h - h0) * a->n_blocks, h == h0 ? rows : 0);
+    }
+}
+
+static void attend_sparse_groups(void *arg, int begin, int end) {
+    for (int g = begin; g < end; g++) attend_sparse_group(arg, g);
 }
 
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
+    else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);
 
     int bs = a->kv->block, n_pos = pos + 1;

@@ -38,6 +38,7 @@ typedef struct {
     float *importance; /* [layer][capacity]: prefill importance (sparse policy) or NULL */
     float *mass;       /* [layer][head][capacity]: accumulated attention mass (h2o) or NULL */
     /* per-head scratch, so heads run in parallel without sharing anything */
+    float *probe_scores; /* sparse: [n_heads][n_blocks] probe scores of a GQA group */
     float *exact_probs, *att_probs; /* [head][capacity] */
     float *exact_out;               /* [head][head_dim] */
     float *kscratch;                /* [head][block] */

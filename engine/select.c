@@ -94,36 +94,48 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
 /* probe rows scored in one batch (more probes per block fall back to one at a time) */
 #define LMC_MAX_PROBE_ROWS 64
 
-/* probe score of block b: max of q.k over keys at the uniform stride inside the block
- * (unscaled dot products; the 1/sqrt(d) scale would not change the order). f32 keys: the
- * probed rows are scored 4 at a time (dot_rows_f32, same bits as one by one), and the next
- * block's probe rows are prefetched (probe rows are step rows apart: each its own miss). */
-static float probe_block(const SelectConfig *cfg, const SelectInput *in, int b, size_t *rows) {
+/* probe scores of block b for nq query heads of one KV head (qs: nq x head_dim): the max of
+ * q.k over keys at the uniform stride inside the block (unscaled dot products; the 1/sqrt(d)
+ * scale would not change the order). f32 keys: the probed rows are scored 4 at a time for
+ * every head at once (dot_rows_f32_x: each row read once, same bits as one by one), and the
+ * next block's probe rows are prefetched (probe rows are step rows apart: each its own miss). */
+static void probe_block(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, int b,
+                        size_t *rows, float *best) {
     const KVCache *kv = in->kv;
     int bs = cfg->block, D = kv->head_dim;
     int p0 = b * bs, p1 = block_end(b, bs, in->n_pos);
     int step = (p1 - p0) / cfg->probes;
     if (step < 1) step = 1;
     int n = (p1 - p0 + step - 1) / step;
-    float best = -INFINITY;
+    for (int g = 0; g < nq; g++) best[g] = -INFINITY;
+    *rows += (size_t)n;
     if (!kv->q8 && n <= LMC_MAX_PROBE_ROWS) {
         size_t stride = (size_t)D; /* consecutive positions of one head (kvcache.h) */
         const float *k0 = kv->k + kv_row(kv, in->layer, p0, in->kvh) * stride;
         for (int i = 0; i < n; i++) /* the next block's rows at the same offsets */
             for (int j = 0; j < D; j += 16) __builtin_prefetch(k0 + ((size_t)bs + (size_t)i * step) * stride + j);
-        float d[LMC_MAX_PROBE_ROWS];
-        dot_rows_f32(in->q, k0, (size_t)step * stride, n, D, d);
-        for (int i = 0; i < n; i++)
-            if (d[i] > best) best = d[i];
-        *rows += (size_t)n;
-        return best;
+        float d[LMC_MAX_PROBE_GROUP * LMC_MAX_PROBE_ROWS];
+        dot_rows_f32_x(qs, (size_t)D, nq, k0, (size_t)step * stride, n, D, d, (size_t)n);
+        for (int g = 0; g < nq; g++)
+            for (int i = 0; i < n; i++)
+                if (d[g * n + i] > best[g]) best[g] = d[g * n + i];
+        return;
     }
-    for (int p = p0; p < p1; p += step) {
-        float d = kv_key_dot(kv, in->layer, p, in->kvh, in->q);
-        if (d > best) best = d;
-        (*rows)++;
+    for (int p = p0; p < p1; p += step)
+        for (int g = 0; g < nq; g++) {
+            float d = kv_key_dot(kv, in->layer, p, in->kvh, qs + (size_t)g * D);
+            if (d > best[g]) best[g] = d;
+        }
+}
+
+void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
+                        size_t stride, size_t *rows) {
+    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block;
+    float best[LMC_MAX_PROBE_GROUP];
+    for (int b = 0; b < n_blocks; b++) {
+        probe_block(cfg, in, qs, nq, b, rows, best);
+        for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)b] = best[g];
     }
-    return best;
 }
 
 static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
@@ -134,15 +146,18 @@ static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectS
     size_t rows = 0;
     int full_blocks = in->n_pos / bs;
     for (int b = 0; b < n_blocks; b++) {
-        if (cfg->probe_summary && b < full_blocks && kv->ksum) {
+        if (in->probe_scores) { /* probed for the whole GQA group (select_probe_group) */
+            probe[b] = in->probe_scores[b];
+        } else if (cfg->probe_summary && b < full_blocks && kv->ksum) {
             /* centroid probe: one precomputed row per block instead of `probes` keys */
             const float *sum = kv->ksum + kv_summary_index(kv, in->layer, b, in->kvh);
             probe[b] = dot_f32(in->q, sum, D) * (1.0f / (float)bs);
             *bytes += sizeof(float) * (size_t)D;
         } else {
-            probe[b] = probe_block(cfg, in, b, &rows);
+            probe_block(cfg, in, in->q, 1, b, &rows, &probe[b]);
         }
     }
+    if (in->probe_scores) rows = in->probe_rows;
     *bytes += rows * kv_row_bytes(kv);
 
     int count = 0, n_imp = 0;

@@ -30,6 +30,11 @@ typedef struct {
     const float *importance; /* sparse: prefill importance per position, or NULL (none yet) */
     const float *mass;       /* h2o: accumulated attention mass per position */
     const float *probs;      /* oracle: exact attention probabilities per position */
+    /* sparse: this head's probe score per block, already computed for its GQA group
+     * (select_probe_group), and the probe rows to charge it (the group's rows once); NULL:
+     * the head probes for itself */
+    const float *probe_scores;
+    size_t probe_rows;
 } SelectInput;
 
 /* per-thread scratch, sized for the cache's block count */
@@ -47,6 +52,16 @@ void select_scratch_free(SelectScratch *s);
  * importance or mass arrays). */
 int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
                   size_t *select_bytes);
+
+/* query heads probed together (one KV head's group) */
+#define LMC_MAX_PROBE_GROUP 8
+
+/* Sparse probing for nq <= LMC_MAX_PROBE_GROUP query heads of one KV head (qs: nq x head_dim,
+ * in->q unused) over every block: scores[g * stride + b], bit for bit what each head's own
+ * probing computes, each probe row read once for the group; *rows += the rows read. Sampled
+ * keys only (not --probe-summary). */
+void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
+                        size_t stride, size_t *rows);
 
 /* the random policy's stream for one (query position, layer, head); documented in README */
 uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);

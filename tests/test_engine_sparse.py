@@ -331,8 +331,9 @@ def test_bytes_read_accounting(lmc, tmp_path):
     assert docs["exact"]["kv_bytes"] == 2 * 320 * 2 * row and docs["exact"]["select_bytes"] == 0
     assert docs["window"]["kv_bytes"] == 2 * 4 * 32 * 2 * row
     assert docs["window"]["select_bytes"] == 0
-    # sparse: 8 probe keys in each of 10 blocks + the importance array, per head
-    assert docs["sparse"]["select_bytes"] == 2 * (10 * 8 * row + 320 * 4)
+    # sparse: 8 probe keys in each of 10 blocks, read once for the GQA group of 2 heads, + the
+    # importance array per head
+    assert docs["sparse"]["select_bytes"] == 10 * 8 * row + 2 * 320 * 4
     assert docs["quest"]["select_bytes"] == 2 * 10 * 2 * row
 
 
