@@ -172,6 +172,13 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
         memset(q, 0, (size_t)G * Q8_GROUP);
         for (int g = 0, i0 = 0; i0 < cols; g++, i0 += Q8_GROUP) {
             int n = cols - i0 < Q8_GROUP ? cols - i0 : Q8_GROUP;
+#if defined(LMC_HAVE_QUANTIZE32) /* whole blocks in vectors (same bits); decode runs this serially */
+            if (n == Q8_GROUP) {
+                d[g] = max_abs32(xt + i0, 0.0f) / 127.0f;
+                quantize32(xt + i0, d[g] > 0.0f ? 1.0f / d[g] : 0.0f, q + i0);
+                continue;
+            }
+#endif
             float amax = 0.0f;
             for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, xt[i0 + i]);
             d[g] = amax / 127.0f;
