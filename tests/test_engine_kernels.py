@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import flags_for, find_toolchain, host_arch
+from harness.build import find_toolchain, flags_for, host_arch
 
 REPO = Path(__file__).resolve().parent.parent
 
