@@ -237,9 +237,7 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) {
-            float s[8];
-            v8_store(s, acc[r][t]);
-            float v = lmc_reduce8(s);
+            float v = v8_reduce(acc[r][t]);
             for (int j = n8; j < n; j++)
                 v = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[W_TAIL(r, j)]) : w[W_TAIL(r, j)], v);
             out[t * os + r] = v;
@@ -289,9 +287,7 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) {
-            float s[8];
-            v8_store(s, acc[r][t]);
-            out[t * os + r] = lmc_reduce8(s);
+            out[t * os + r] = v8_reduce(acc[r][t]);
         }
 }
 

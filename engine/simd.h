@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops.h"
 #include "safetensors.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -40,6 +41,13 @@ ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *lo, v8 *hi) {
     *hi = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 ALWAYS_INLINE v8 v8_set1(float a) { return _mm256_set1_ps(a); }
+/* lmc_reduce8 in registers, the same additions in the same order: (s0+s4, s1+s5, s2+s6, s3+s7)
+ * then (t0+t2) + (t1+t3) */
+ALWAYS_INLINE float v8_reduce(v8 a) {
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
+}
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 ALWAYS_INLINE void v8_store(float *p, v8 a) { _mm256_storeu_ps(p, a); }
 ALWAYS_INLINE v8 v8_from_i(v8i a) { return _mm256_cvtepi32_ps(a); }
@@ -111,6 +119,11 @@ ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *lo, v8 *hi) {
     *hi = (v8){vreinterpretq_f32_u32(vandq_u32(a, mask)), vreinterpretq_f32_u32(vandq_u32(b, mask))};
 }
 ALWAYS_INLINE v8 v8_set1(float a) { return (v8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
+ALWAYS_INLINE float v8_reduce(v8 a) { /* lmc_reduce8's order: t = lo + hi, (t0 + t2) + (t1 + t3) */
+    float32x4_t t = vaddq_f32(a.lo, a.hi);
+    float32x4_t u = vaddq_f32(t, vextq_f32(t, t, 2));
+    return vgetq_lane_f32(u, 0) + vgetq_lane_f32(u, 1);
+}
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return (v8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)}; }
 ALWAYS_INLINE void v8_store(float *p, v8 a) {
     vst1q_f32(p, a.lo);
@@ -173,6 +186,7 @@ ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) {
     return c;
 }
 ALWAYS_INLINE void v8_store(float *p, v8 a) { memcpy(p, a.v, sizeof a.v); }
+ALWAYS_INLINE float v8_reduce(v8 a) { return lmc_reduce8(a.v); }
 ALWAYS_INLINE v8 v8_from_i(v8i a) {
     v8 r;
     for (int j = 0; j < 8; j++) r.v[j] = (float)a.v[j];
