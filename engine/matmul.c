@@ -14,7 +14,7 @@
 #include "simd.h"
 #include "util.h"
 
-#define TILE_ROWS 4
+#define TILE_ROWS MAT_PACK_ROWS /* a tile's rows are one packed quad */
 #define TILE_TOKENS 3
 #define MATMUL_MAX 4 /* matrices per fused product */
 /* how many row quads ahead the q8 kernel prefetches: a quad of q8 rows is only a few KiB,
@@ -28,126 +28,6 @@
 #endif
 /* two cache lines (prefetch never faults, so reading past the matrix is harmless) */
 #define PREFETCH_NEXT(p) (__builtin_prefetch(p), __builtin_prefetch((p) + 64))
-
-/* ---------------------------------------------------------------- half precision */
-
-uint16_t lmc_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7FFFFFFF;
-    if (ax > 0x7F800000) return sign | 0x7E00;   /* NaN */
-    if (ax >= 0x477FF000) return sign | 0x7C00;  /* >= 65520 rounds to infinity */
-    if (ax < 0x38800000) {                       /* below 2^-14: subnormal (or zero) */
-        float a;
-        memcpy(&a, &ax, 4);
-        return sign | (uint16_t)rintf(a * 16777216.0f); /* units of 2^-24, nearest even */
-    }
-    uint32_t h = ((ax >> 23) - 127 + 15) << 10 | ((ax >> 13) & 0x3FF);
-    uint32_t rest = ax & 0x1FFF;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* a carry moves into the exponent */
-    return sign | (uint16_t)h;
-}
-
-uint16_t lmc_f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(x >> 16 | 0x40); /* quiet NaN */
-    x += 0x7FFF + (x >> 16 & 1);
-    return (uint16_t)(x >> 16);
-}
-
-/* ---------------------------------------------------------------- storage */
-
-const char *wq_name(int wq) { return wq == WQ_Q8 ? "q8" : wq == WQ_BF16 ? "bf16" : "f32"; }
-
-void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
-    memset(m, 0, sizeof *m);
-    m->rows = rows;
-    m->cols = cols;
-    m->groups = q8_groups(cols);
-    m->q = lmc_alloc((size_t)rows * (size_t)m->groups, Q8_GROUP, what);
-    m->d = lmc_alloc((size_t)rows * (size_t)m->groups, sizeof(uint16_t), what);
-}
-
-/* the quantisation of quantize_q8 with the scale rounded to half first (the value stored) */
-static void quantize_block(const float *x, int n, int8_t *q, float scale) {
-    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    for (int i = 0; i < n; i++) {
-        float r = lmc_round_away(x[i] * inv);
-        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
-    }
-}
-
-void mat_quantize_row(Mat *m, int r, const float *row) {
-    int8_t *q = m->q + (size_t)r * (size_t)m->groups * Q8_GROUP;
-    uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
-    for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
-        int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
-        float amax = 0.0f;
-        for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, row[i0 + i]);
-        float scale = amax / 127.0f;
-        if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
-        d[g] = lmc_f32_to_f16(scale);
-        quantize_block(row + i0, n, q + i0, half_to_f32(d[g]));
-    }
-}
-
-void mat_pack(Mat *m) {
-    if (m->packed || m->q || m->rows < TILE_ROWS) return;
-    size_t esize = m->h ? sizeof(uint16_t) : sizeof(float);
-    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, quad = TILE_ROWS * cols;
-    /* bf16: whole 16-column blocks pair column j with j + 8 in one 32-bit word (low, high
-     * half), which widens with a shift and a mask instead of a shuffle per 8 values */
-    size_t n16 = m->h ? cols & ~(size_t)15 : 0;
-    char *base = m->h ? (char *)m->h : (char *)m->f;
-    char *tmp = lmc_alloc(quad, esize, "packing a quad of rows");
-    for (int r = 0; r + TILE_ROWS <= m->rows; r += TILE_ROWS) {
-        char *dst = base + (size_t)r * cols * esize;
-        memcpy(tmp, dst, quad * esize);
-        const uint16_t *th = (const uint16_t *)tmp;
-        for (size_t j = 0; j < n16; j += 16)
-            for (size_t k = 0; k < TILE_ROWS; k++, dst += 16 * esize) {
-                uint16_t *d = (uint16_t *)dst;
-                for (size_t i = 0; i < 8; i++) {
-                    d[2 * i] = th[k * cols + j + i];
-                    d[2 * i + 1] = th[k * cols + j + 8 + i];
-                }
-            }
-        for (size_t j = n16; j < n8; j += 8)
-            for (size_t k = 0; k < TILE_ROWS; k++, dst += 8 * esize) memcpy(dst, tmp + (k * cols + j) * esize, 8 * esize);
-        for (size_t k = 0; k < TILE_ROWS; k++, dst += (cols - n8) * esize)
-            memcpy(dst, tmp + (k * cols + n8) * esize, (cols - n8) * esize);
-    }
-    lmc_free(tmp);
-    m->packed = 1;
-}
-
-void mat_row_f32(const Mat *m, int r, float *out) {
-    const float *row = m->f + (size_t)r * (size_t)m->cols;
-    if (!m->packed || r >= m->rows - m->rows % TILE_ROWS) {
-        memcpy(out, row, (size_t)m->cols * sizeof(float));
-        return;
-    }
-    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, k = (size_t)(r % TILE_ROWS);
-    const float *quad = m->f + (size_t)(r - r % TILE_ROWS) * cols;
-    for (size_t j = 0; j < n8; j += 8) memcpy(out + j, quad + j * TILE_ROWS + k * 8, 8 * sizeof(float));
-    memcpy(out + n8, quad + n8 * TILE_ROWS + k * (cols - n8), (cols - n8) * sizeof(float));
-}
-
-void mat_free(Mat *m) {
-    lmc_free(m->f);
-    lmc_free(m->h);
-    lmc_free(m->q);
-    lmc_free(m->d);
-    memset(m, 0, sizeof *m);
-}
-
-size_t mat_bytes(const Mat *m) {
-    if (m->q) return (size_t)m->rows * (size_t)m->groups * (Q8_GROUP + sizeof(uint16_t));
-    if (m->h) return (size_t)m->rows * (size_t)m->cols * sizeof(uint16_t);
-    return (size_t)m->rows * (size_t)m->cols * sizeof(float);
-}
 
 void qacts_init(QActs *a, int tokens, int max_cols) {
     a->tokens = tokens;
@@ -182,7 +62,7 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
             float amax = 0.0f;
             for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, xt[i0 + i]);
             d[g] = amax / 127.0f;
-            quantize_block(xt + i0, n, q + i0, d[g]);
+            q8_quantize_block(xt + i0, n, q + i0, d[g]);
         }
     }
 }

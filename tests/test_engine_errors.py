@@ -272,7 +272,8 @@ def test_fuzz_target_builds_and_runs(tmp_path):
         pytest.skip("clang is not installed (scripts/setup.sh installs it)")
     engine = Path(__file__).resolve().parents[1] / "engine"
     sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "loader.c", "ops.c", "matmul.c",
-               "util.c", "threads.c", "kvcache.c", "attend.c", "attention.c", "select.c"]
+               "weights.c", "util.c", "threads.c", "kvcache.c", "attend.c", "attention.c",
+               "select.c"]
     binary = tmp_path / "fuzz_loader"
     build = subprocess.run(
         ["clang", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",

@@ -1,0 +1,129 @@
+/* weights.c — how weight matrices are stored: f32/bf16 packed four rows at a time, q8 blocks
+ * with binary16 scales, and the half-precision conversions they use (see matmul.h). */
+#include <math.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "ops.h"
+#include "safetensors.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- half precision */
+
+uint16_t lmc_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7FFFFFFF;
+    if (ax > 0x7F800000) return sign | 0x7E00;   /* NaN */
+    if (ax >= 0x477FF000) return sign | 0x7C00;  /* >= 65520 rounds to infinity */
+    if (ax < 0x38800000) {                       /* below 2^-14: subnormal (or zero) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return sign | (uint16_t)rintf(a * 16777216.0f); /* units of 2^-24, nearest even */
+    }
+    uint32_t h = ((ax >> 23) - 127 + 15) << 10 | ((ax >> 13) & 0x3FF);
+    uint32_t rest = ax & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* a carry moves into the exponent */
+    return sign | (uint16_t)h;
+}
+
+uint16_t lmc_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(x >> 16 | 0x40); /* quiet NaN */
+    x += 0x7FFF + (x >> 16 & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---------------------------------------------------------------- storage */
+
+const char *wq_name(int wq) { return wq == WQ_Q8 ? "q8" : wq == WQ_BF16 ? "bf16" : "f32"; }
+
+void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
+    memset(m, 0, sizeof *m);
+    m->rows = rows;
+    m->cols = cols;
+    m->groups = q8_groups(cols);
+    m->q = lmc_alloc((size_t)rows * (size_t)m->groups, Q8_GROUP, what);
+    m->d = lmc_alloc((size_t)rows * (size_t)m->groups, sizeof(uint16_t), what);
+}
+
+/* the quantisation of quantize_q8 with the scale rounded to half first (the value stored) */
+void q8_quantize_block(const float *x, int n, int8_t *q, float scale) {
+    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float r = lmc_round_away(x[i] * inv);
+        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+}
+
+void mat_quantize_row(Mat *m, int r, const float *row) {
+    int8_t *q = m->q + (size_t)r * (size_t)m->groups * Q8_GROUP;
+    uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
+    for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
+        int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
+        float amax = 0.0f;
+        for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, row[i0 + i]);
+        float scale = amax / 127.0f;
+        if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
+        d[g] = lmc_f32_to_f16(scale);
+        q8_quantize_block(row + i0, n, q + i0, lmc_f16_to_f32(d[g]));
+    }
+}
+
+void mat_pack(Mat *m) {
+    if (m->packed || m->q || m->rows < MAT_PACK_ROWS) return;
+    size_t esize = m->h ? sizeof(uint16_t) : sizeof(float);
+    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, quad = MAT_PACK_ROWS * cols;
+    /* bf16: whole 16-column blocks pair column j with j + 8 in one 32-bit word (low, high
+     * half), which widens with a shift and a mask instead of a shuffle per 8 values */
+    size_t n16 = m->h ? cols & ~(size_t)15 : 0;
+    char *base = m->h ? (char *)m->h : (char *)m->f;
+    char *tmp = lmc_alloc(quad, esize, "packing a quad of rows");
+    for (int r = 0; r + MAT_PACK_ROWS <= m->rows; r += MAT_PACK_ROWS) {
+        char *dst = base + (size_t)r * cols * esize;
+        memcpy(tmp, dst, quad * esize);
+        const uint16_t *th = (const uint16_t *)tmp;
+        for (size_t j = 0; j < n16; j += 16)
+            for (size_t k = 0; k < MAT_PACK_ROWS; k++, dst += 16 * esize) {
+                uint16_t *d = (uint16_t *)dst;
+                for (size_t i = 0; i < 8; i++) {
+                    d[2 * i] = th[k * cols + j + i];
+                    d[2 * i + 1] = th[k * cols + j + 8 + i];
+                }
+            }
+        for (size_t j = n16; j < n8; j += 8)
+            for (size_t k = 0; k < MAT_PACK_ROWS; k++, dst += 8 * esize) memcpy(dst, tmp + (k * cols + j) * esize, 8 * esize);
+        for (size_t k = 0; k < MAT_PACK_ROWS; k++, dst += (cols - n8) * esize)
+            memcpy(dst, tmp + (k * cols + n8) * esize, (cols - n8) * esize);
+    }
+    lmc_free(tmp);
+    m->packed = 1;
+}
+
+void mat_row_f32(const Mat *m, int r, float *out) {
+    const float *row = m->f + (size_t)r * (size_t)m->cols;
+    if (!m->packed || r >= m->rows - m->rows % MAT_PACK_ROWS) {
+        memcpy(out, row, (size_t)m->cols * sizeof(float));
+        return;
+    }
+    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, k = (size_t)(r % MAT_PACK_ROWS);
+    const float *quad = m->f + (size_t)(r - r % MAT_PACK_ROWS) * cols;
+    for (size_t j = 0; j < n8; j += 8) memcpy(out + j, quad + j * MAT_PACK_ROWS + k * 8, 8 * sizeof(float));
+    memcpy(out + n8, quad + n8 * MAT_PACK_ROWS + k * (cols - n8), (cols - n8) * sizeof(float));
+}
+
+void mat_free(Mat *m) {
+    lmc_free(m->f);
+    lmc_free(m->h);
+    lmc_free(m->q);
+    lmc_free(m->d);
+    memset(m, 0, sizeof *m);
+}
+
+size_t mat_bytes(const Mat *m) {
+    if (m->q) return (size_t)m->rows * (size_t)m->groups * (Q8_GROUP + sizeof(uint16_t));
+    if (m->h) return (size_t)m->rows * (size_t)m->cols * sizeof(uint16_t);
+    return (size_t)m->rows * (size_t)m->cols * sizeof(float);
+}
