@@ -6,11 +6,7 @@
 
 #include "matmul.h"
 #include "ops.h"
-
-/* ask for n floats from row on (every 64-byte line) */
-static inline void prefetch_rows(const float *row, int n) {
-    for (int i = 0; i < n; i += 16) __builtin_prefetch(row + i);
-}
+#include "util.h"
 
 void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n_pos, float *out,
                     float *probs) {
@@ -58,8 +54,8 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
             int np = p1 - p0;
             for (int p = 0; p < np; p += 4) {
                 int c = np - p < 4 ? np - p : 4;
-                prefetch_rows(k + (size_t)(p + 4) * stride, 4 * D);
-                prefetch_rows(v + (size_t)p * stride, 4 * D);
+                lmc_prefetch_floats(k + (size_t)(p + 4) * stride, 4 * D);
+                lmc_prefetch_floats(v + (size_t)p * stride, 4 * D);
                 dot_rows_f32_x(q, (size_t)D, n_q, k + (size_t)p * stride, stride, c, D, scratch + p, (size_t)bs);
             }
             for (int g = 0; g < n_q; g++) {

@@ -42,28 +42,12 @@ void qacts_free(QActs *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* token t's activations in blocks of 32 (zero-padded), scale as quantize_q8: max|x| / 127 */
+/* token t's activations in blocks of 32 (zero-padded), as quantize_q8 */
 static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int T) {
-    int G = q8_groups(cols);
     for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * (size_t)x_stride;
         int8_t *q = a->q + (size_t)t * (size_t)a->groups * Q8_GROUP;
-        float *d = a->d + (size_t)t * (size_t)a->groups;
-        memset(q, 0, (size_t)G * Q8_GROUP);
-        for (int g = 0, i0 = 0; i0 < cols; g++, i0 += Q8_GROUP) {
-            int n = cols - i0 < Q8_GROUP ? cols - i0 : Q8_GROUP;
-#if defined(LMC_HAVE_QUANTIZE32) /* whole blocks in vectors (same bits); decode runs this serially */
-            if (n == Q8_GROUP) {
-                d[g] = max_abs32(xt + i0, 0.0f) / 127.0f;
-                quantize32(xt + i0, d[g] > 0.0f ? 1.0f / d[g] : 0.0f, q + i0);
-                continue;
-            }
-#endif
-            float amax = 0.0f;
-            for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, xt[i0 + i]);
-            d[g] = amax / 127.0f;
-            q8_quantize_block(xt + i0, n, q + i0, d[g]);
-        }
+        memset(q, 0, (size_t)q8_groups(cols) * Q8_GROUP);
+        quantize_q8(x + (size_t)t * (size_t)x_stride, cols, q, a->d + (size_t)t * (size_t)a->groups);
     }
 }
 

@@ -42,9 +42,6 @@ typedef struct {
 
 /* q8 storage for a rows x cols matrix (zeroed); fill it row by row with mat_quantize_row */
 void mat_alloc_q8(Mat *m, int rows, int cols, const char *what);
-/* q[i] = clamp(round half away from zero(x[i] / scale), -127, 127) for i < n (0 when scale
- * is 0): the q8 rounding rule of weights and activations alike */
-void q8_quantize_block(const float *x, int n, int8_t *q, float scale);
 /* quantise one f32 row into row r: scale d = half(max|x| / 127), q = round(x / d) */
 void mat_quantize_row(Mat *m, int r, const float *row);
 /* rows per packed quad (mat_pack), the rows of one kernel tile */

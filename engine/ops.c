@@ -27,6 +27,42 @@ const char *simd_features(void) {
 #endif
 }
 
+#if defined(LMC_AVX2)
+/* ---------------------------------------------------------------- q8 blocks in vectors */
+
+/* max(m, |x[i]|) over a block of 32, as lmc_max_abs folds it (max_ps(a, m) = a > m ? a : m
+ * per lane, and lanes combine by the same rule: the same result in any order) */
+static inline float max_abs32(const float *x, float m) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 acc = _mm256_set1_ps(m);
+    for (int i = 0; i < 32; i += 8) acc = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), acc);
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (int j = 0; j < 8; j++) m = l[j] > m ? l[j] : m;
+    return m;
+}
+/* q[i] = clamp(lmc_round_away(x[i] * inv), -127, 127) for a block of 32: truncate, then step
+ * away from zero when the dropped fraction is >= 0.5 (both exact), as lmc_round_away */
+static inline void quantize32(const float *x, float inv, int8_t *q) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(127.0f);
+    __m256i r32[4];
+    for (int k = 0; k < 4; k++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(inv));
+        __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        __m256 step = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(v, t), abs_mask), half, _CMP_GE_OQ), one);
+        t = _mm256_add_ps(t, _mm256_or_ps(step, _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)))));
+        t = _mm256_min_ps(_mm256_max_ps(t, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+        r32[k] = _mm256_cvtps_epi32(t); /* already whole numbers: exact */
+    }
+    /* int32 -> int16 -> int8 packs work within 128-bit lanes: restore the order after */
+    __m256i w16a = _mm256_packs_epi32(r32[0], r32[1]), w16b = _mm256_packs_epi32(r32[2], r32[3]);
+    __m256i w8 = _mm256_packs_epi16(w16a, w16b);
+    w8 = _mm256_permutevar8x32_epi32(w8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, w8);
+}
+#endif
+
 /* ---------------------------------------------------------------- reductions */
 
 float dot_f32(const float *a, const float *b, int n) {
@@ -134,18 +170,34 @@ void axpy_q8(float *y, float a, const int8_t *q, const float *scales, int n) {
     }
 }
 
+void q8_quantize_block(const float *x, int n, int8_t *q, float scale) {
+    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+#if defined(LMC_AVX2)
+    if (n == Q8_GROUP) { /* whole blocks in vectors: the activations of every q8 product */
+        quantize32(x, inv, q);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++) {
+        float r = lmc_round_away(x[i] * inv);
+        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+}
+
+float q8_block_max_abs(const float *x, int n) {
+#if defined(LMC_AVX2)
+    if (n == Q8_GROUP) return max_abs32(x, 0.0f);
+#endif
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, x[i]);
+    return amax;
+}
+
 void quantize_q8(const float *x, int n, int8_t *q, float *scales) {
     for (int g = 0, i0 = 0; i0 < n; g++, i0 += Q8_GROUP) {
-        int end = n - i0 < Q8_GROUP ? n : i0 + Q8_GROUP;
-        float amax = 0.0f;
-        for (int i = i0; i < end; i++) amax = lmc_max_abs(amax, x[i]);
-        float scale = amax / 127.0f;
-        float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        scales[g] = scale;
-        for (int i = i0; i < end; i++) {
-            float r = lmc_round_away(x[i] * inv);
-            q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
-        }
+        int len = n - i0 < Q8_GROUP ? n - i0 : Q8_GROUP;
+        scales[g] = q8_block_max_abs(x + i0, len) / 127.0f;
+        q8_quantize_block(x + i0, len, q + i0, scales[g]);
     }
 }
 

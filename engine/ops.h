@@ -42,6 +42,13 @@ float dot_q8(const float *x, const int8_t *q, const float *scales, int n);
 /* y += a * x */
 void axpy_f32(float *y, float a, const float *x, int n);
 void axpy_q8(float *y, float a, const int8_t *q, const float *scales, int n);
+/* q[i] = clamp(lmc_round_away(x[i] / scale), -127, 127) for i < n (0 when scale is 0): the q8
+ * rounding rule of weights, activations and the KV cache alike (AVX2: whole blocks in
+ * vectors, the same bits) */
+void q8_quantize_block(const float *x, int n, int8_t *q, float scale);
+/* max(|x[i]|), i < n <= Q8_GROUP, as lmc_max_abs folds it from 0 */
+float q8_block_max_abs(const float *x, int n);
+/* per group of Q8_GROUP values: scale = max|x| / 127 (scales[g]), q = q8_quantize_block */
 void quantize_q8(const float *x, int n, int8_t *q, float *scales);
 void dequantize_q8(const int8_t *q, const float *scales, int n, float *out);
 

@@ -113,7 +113,7 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
         size_t stride = (size_t)D; /* consecutive positions of one head (kvcache.h) */
         const float *k0 = kv->k + kv_row(kv, in->layer, p0, in->kvh) * stride;
         for (int i = 0; i < n; i++) /* the next block's rows at the same offsets */
-            for (int j = 0; j < D; j += 16) __builtin_prefetch(k0 + ((size_t)bs + (size_t)i * step) * stride + j);
+            lmc_prefetch_floats(k0 + ((size_t)bs + (size_t)i * step) * stride, D);
         float d[LMC_MAX_PROBE_GROUP * LMC_MAX_PROBE_ROWS];
         dot_rows_f32_x(qs, (size_t)D, nq, k0, (size_t)step * stride, n, D, d, (size_t)n);
         for (int g = 0; g < nq; g++)

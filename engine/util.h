@@ -39,6 +39,10 @@ _Noreturn void lmc_die_runtime(const char *fmt, ...) __attribute__((format(print
 /* allocation that reports instead of crashing; memory is zeroed, 64-byte aligned */
 void *lmc_alloc(size_t count, size_t size, const char *what);
 void lmc_free(void *p);
+/* ask for n floats from p on, every 64-byte line of them (prefetch never faults) */
+static inline void lmc_prefetch_floats(const float *p, int n) {
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
 
 double lmc_now_ms(void);
 

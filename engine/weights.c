@@ -49,23 +49,13 @@ void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
     m->d = lmc_alloc((size_t)rows * (size_t)m->groups, sizeof(uint16_t), what);
 }
 
-/* the quantisation of quantize_q8 with the scale rounded to half first (the value stored) */
-void q8_quantize_block(const float *x, int n, int8_t *q, float scale) {
-    float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    for (int i = 0; i < n; i++) {
-        float r = lmc_round_away(x[i] * inv);
-        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
-    }
-}
-
 void mat_quantize_row(Mat *m, int r, const float *row) {
     int8_t *q = m->q + (size_t)r * (size_t)m->groups * Q8_GROUP;
     uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
     for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
         int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
-        float amax = 0.0f;
-        for (int i = 0; i < n; i++) amax = lmc_max_abs(amax, row[i0 + i]);
-        float scale = amax / 127.0f;
+        /* quantize_q8's rule with the scale rounded to half first (the value stored) */
+        float scale = q8_block_max_abs(row + i0, n) / 127.0f;
         if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
         d[g] = lmc_f32_to_f16(scale);
         q8_quantize_block(row + i0, n, q + i0, lmc_f16_to_f32(d[g]));

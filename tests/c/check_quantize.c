@@ -1,50 +1,56 @@
-/* check_quantize.c — the vector activation quantiser of engine/simd.h (max_abs32, quantize32)
- * against the scalar rule it replaces (lmc_max_abs, lmc_round_away, clamp to +-127), on random
- * blocks and on values that land exactly on a half after scaling. Exit 0: every block agreed;
- * 1: a mismatch (printed); 77: this build has no vector quantiser (nothing to compare). */
+/* check_quantize.c — the engine's q8 quantiser (quantize_q8, ops.c: whole blocks in vectors on
+ * AVX2) against the scalar rule written out here: per block of 32, scale = max|x| / 127 and
+ * q = clamp(round half away from zero(x / scale), -127, 127). Random blocks, blocks whose
+ * values land exactly on a half after scaling, tiny scales, zeros and a partial last block.
+ * Exit 0: every value and scale agreed; 1: a mismatch (printed). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "ops.h"
-#include "simd.h"
 
-#if defined(LMC_HAVE_QUANTIZE32)
-static int8_t scalar_q(float x, float inv) {
-    float r = lmc_round_away(x * inv);
-    return (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+#define N (3 * Q8_GROUP + 7) /* three whole blocks and a partial one */
+#define GROUPS ((N + Q8_GROUP - 1) / Q8_GROUP)
+
+static void reference(const float *x, int8_t *q, float *scales) {
+    for (int g = 0; g < GROUPS; g++) {
+        int i0 = g * Q8_GROUP, end = i0 + Q8_GROUP < N ? i0 + Q8_GROUP : N;
+        float amax = 0.0f;
+        for (int i = i0; i < end; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        scales[g] = scale;
+        for (int i = i0; i < end; i++) {
+            float v = x[i] * inv, t = truncf(v);
+            if (fabsf(v - t) >= 0.5f) t += v < 0.0f ? -1.0f : 1.0f;
+            q[i] = (int8_t)(t > 127.0f ? 127 : t < -127.0f ? -127 : (int)t);
+        }
+    }
 }
 
 int main(void) {
     srand(1);
-    long blocks = 0, bad = 0;
-    for (int it = 0; it < 100000; it++, blocks++) {
-        float x[32];
-        for (int i = 0; i < 32; i++) {
+    long rows = 0, bad = 0;
+    for (int it = 0; it < 30000; it++, rows++) {
+        float x[N];
+        for (int i = 0; i < N; i++) {
             float u = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
             switch (it % 4) {
-            case 0: x[i] = u * 100.0f; break;                          /* ordinary */
-            case 1: x[i] = (float)(rand() % 255 - 127) * 0.5f; break; /* exact halves */
-            case 2: x[i] = u * 1e-30f; break;                          /* tiny scales */
-            default: x[i] = rand() % 3 ? u * 3.0f : 0.0f; break;       /* zeros, signs */
+            case 0: x[i] = u * 100.0f; break;
+            /* 127 fixes the scale at exactly 1, the rest are whole numbers or exact halves */
+            case 1: x[i] = i % Q8_GROUP == 0 ? 127.0f : (float)(rand() % 253 - 126) * 0.5f; break;
+            case 2: x[i] = u * 1e-30f; break;
+            default: x[i] = rand() % 3 ? u * 3.0f : 0.0f; break;
             }
         }
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = lmc_max_abs(amax, x[i]);
-        float d = amax / 127.0f, d_vec = max_abs32(x, 0.0f) / 127.0f;
-        float inv = d > 0.0f ? 1.0f / d : 0.0f;
-        /* case 1 again with inv = 1: every value is a whole number or exactly a half */
-        float inv_used = it % 4 == 1 ? 1.0f : inv;
-        int8_t q[32];
-        quantize32(x, inv_used, q);
-        int ok = d == d_vec;
-        for (int i = 0; i < 32; i++) ok &= q[i] == scalar_q(x[i], inv_used);
-        if (!ok) {
-            if (bad++ < 5) fprintf(stderr, "block %d differs (scale %g vs %g)\n", it, d, d_vec);
-        }
+        int8_t q[N], want_q[N];
+        float scales[GROUPS], want_scales[GROUPS];
+        quantize_q8(x, N, q, scales);
+        reference(x, want_q, want_scales);
+        int ok = 1;
+        for (int g = 0; g < GROUPS; g++) ok &= scales[g] == want_scales[g];
+        for (int i = 0; i < N; i++) ok &= q[i] == want_q[i];
+        if (!ok && bad++ < 5) fprintf(stderr, "row %d differs\n", it);
     }
-    printf("%ld blocks, %ld mismatches\n", blocks, bad);
+    printf("%ld rows, %ld mismatches\n", rows, bad);
     return bad ? 1 : 0;
 }
-#else
-int main(void) { return 77; }
-#endif
