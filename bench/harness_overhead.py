@@ -23,7 +23,6 @@ first push.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from db.store import Store  # noqa: E402
 from devices.farm import farm_down, farm_up  # noqa: E402
-from devices.inventory import Device, load_inventory  # noqa: E402
+from devices.inventory import Device, device_table, load_inventory  # noqa: E402
 from harness.coordinator import run_experiment  # noqa: E402
 from harness.scheduler import ray_session  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
@@ -72,7 +71,7 @@ def board_entry(name: str, node: Device, workdir: str, cpu: int | None) -> str:
               "class": "x86", "workdir": workdir, "threads": 1}
     if cpu is not None:
         fields["cpus"] = [cpu]
-    return "\n[[device]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
+    return device_table(fields)
 
 
 def pool_inventory(farm_inventory: Path, out: Path, pin: bool) -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from devices import procs
 from devices.errors import FarmError
-from devices.inventory import DEFAULT_STATE_DIR
+from devices.inventory import DEFAULT_STATE_DIR, device_table
 
 QEMU_AARCH64 = ["qemu-aarch64-static", "-cpu", "cortex-a76"]
 READY_TIMEOUT_S = 15.0
@@ -302,11 +302,6 @@ def _write_known_hosts(state_dir: Path, nodes: dict[str, NodeState]) -> None:
     (state_dir / "known_hosts").write_text("".join(lines))
 
 
-def _toml_value(value: object) -> str:
-    # JSON strings, numbers, booleans and lists of them are valid TOML values.
-    return json.dumps(value)
-
-
 def _write_inventory(state_dir: Path, nodes: dict[str, NodeState]) -> Path:
     user = getpass.getuser()
     parts = ["# Written by `benchfarm farm up`; rewritten on every start.\n"]
@@ -327,8 +322,7 @@ def _write_inventory(state_dir: Path, nodes: dict[str, NodeState]) -> Path:
             "connect_timeout": 5.0,
             "connect_retries": 2,
         }
-        parts.append("\n[[device]]\n" + "".join(f"{k} = {_toml_value(v)}\n"
-                                                for k, v in fields.items()))
+        parts.append(device_table(fields))
     path = state_dir / "inventory.toml"
     path.write_text("".join(parts))
     return path

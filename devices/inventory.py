@@ -9,6 +9,7 @@ not give it an address.
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import re
@@ -242,6 +243,13 @@ def default_inventory_path() -> Path | None:
         return Path(env)
     farm = DEFAULT_STATE_DIR / "inventory.toml"
     return farm if farm.is_file() else None
+
+
+def device_table(fields: dict[str, Any]) -> str:
+    """One ``[[device]]`` table of an inventory file, keys in the given order. The values are
+    strings, numbers, booleans or lists of them, whose JSON spelling is also valid TOML."""
+    return "\n[[device]]\n" + "".join(f"{key} = {json.dumps(value)}\n"
+                                        for key, value in fields.items())
 
 
 def load_inventory(path: Path | str | None = None) -> Inventory:
