@@ -219,8 +219,8 @@ static int grouped_sparse(const Attention *a, int phase) {
 static void attend_sparse_group(LayerJob *job, int kvh) {
     Attention *a = job->a;
     int D = a->head_dim, group = a->n_heads / a->n_kv;
-    for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += LMC_MAX_PROBE_GROUP) {
-        int nq = (kvh + 1) * group - h0 < LMC_MAX_PROBE_GROUP ? (kvh + 1) * group - h0 : LMC_MAX_PROBE_GROUP;
+    for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
+        int nq = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
         SelectInput in = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;

@@ -24,7 +24,6 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
  * exactly what it would be alone. q, out: [n_q][head_dim]; scratch: n_q x block floats.
  * probs (may be NULL): head g's probabilities go to probs + g * probs_stride, at every
  * attended position; other entries are left untouched. */
-#define ATTN_MAX_GROUP 8
 void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
                  const int *blocks, int n_blocks, float *out, float *scratch, float *probs,
                  size_t probs_stride);

@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* query heads of one KV head that attention and sparse probing handle in one pass over its
+ * rows (larger GQA groups go in several passes) */
+#define ATTN_MAX_GROUP 8
+
 /* the largest head_dim accepted (stack buffers are sized by it) */
 #define LMC_MAX_HEAD_DIM 1024
 

@@ -114,7 +114,7 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
         const float *k0 = kv->k + kv_row(kv, in->layer, p0, in->kvh) * stride;
         for (int i = 0; i < n; i++) /* the next block's rows at the same offsets */
             lmc_prefetch_floats(k0 + ((size_t)bs + (size_t)i * step) * stride, D);
-        float d[LMC_MAX_PROBE_GROUP * LMC_MAX_PROBE_ROWS];
+        float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
         dot_rows_f32_x(qs, (size_t)D, nq, k0, (size_t)step * stride, n, D, d, (size_t)n);
         for (int g = 0; g < nq; g++)
             for (int i = 0; i < n; i++)
@@ -131,7 +131,7 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
 void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
                         size_t stride, size_t *rows) {
     int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block;
-    float best[LMC_MAX_PROBE_GROUP];
+    float best[ATTN_MAX_GROUP];
     for (int b = 0; b < n_blocks; b++) {
         probe_block(cfg, in, qs, nq, b, rows, best);
         for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)b] = best[g];

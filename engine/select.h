@@ -53,10 +53,7 @@ void select_scratch_free(SelectScratch *s);
 int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
                   size_t *select_bytes);
 
-/* query heads probed together (one KV head's group) */
-#define LMC_MAX_PROBE_GROUP 8
-
-/* Sparse probing for nq <= LMC_MAX_PROBE_GROUP query heads of one KV head (qs: nq x head_dim,
+/* Sparse probing for nq <= ATTN_MAX_GROUP query heads of one KV head (qs: nq x head_dim,
  * in->q unused) over every block: scores[g * stride + b], bit for bit what each head's own
  * probing computes, each probe row read once for the group; *rows += the rows read. Sampled
  * keys only (not --probe-summary). */
