@@ -226,8 +226,11 @@ def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int
 class PairedRun:
     wq: str
     decode_ms: float  # the run's median decode step
+    attn_ms: float  # the run's median attention time per step (lmc's own clock)
+    weights_ms: float  # median over steps of (step - attention): the weight products and the rest
     stream_gbps: float  # best STREAM pass just before or just after the run
     fraction: float  # achieved / stream_gbps
+    weights_fraction: float  # weight bytes / weights_ms, against stream_gbps
 
 
 @dataclass
@@ -238,21 +241,30 @@ class RooflineRow:
     decode: int
     threads: int
     decode_ms: list[float]  # decode_ms_per_token of each run
+    attn_ms: list[float]  # attn_ms_per_token of each run
     weight_mb: float
     kv_mb: float
     achieved_gbps: float  # from the median decode time
     paired_stream_gbps: list[float]  # each run's bracketing ceiling
     paired_fractions: list[float]  # each run against its own ceiling
     fraction: float  # median of paired_fractions: the headline
+    weights_fraction: float  # median of the runs' weights_fraction: the weight stream alone
     session_stream_gbps: float  # best pass of the whole session
     fraction_of_session_best: float  # median run against session_stream_gbps
 
 
-def paired_run(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, decode_ms: float,
+def paired_run(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, doc: dict,
                ceiling: list[Bandwidth]) -> PairedRun:
+    """One lmc run (its ``generate`` document) against the STREAM passes around it. Besides the
+    whole step, the step outside attention (lmc times attention itself) is set against the
+    weight bytes alone: it says whether the weight stream or the attention falls short."""
     stream = max(b.gbps_best for b in ceiling)
+    decode_ms = doc["decode_ms_per_token"]
     achieved = decode_bytes(shape, wq, kv, prompt_len, decode) / (decode_ms / 1e3) / 1e9
-    return PairedRun(wq, decode_ms, stream, round(achieved / stream, 3))
+    weights_ms = statistics.median(s["ms"] - s["attn_ms"] for s in doc["steps"])
+    weights_gbps = weight_bytes_per_token(shape, wq) / (weights_ms / 1e3) / 1e9
+    return PairedRun(wq, decode_ms, doc["attn_ms_per_token"], weights_ms, stream,
+                     round(achieved / stream, 3), round(weights_gbps / stream, 3))
 
 
 def roofline_row(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, threads: int,
@@ -262,27 +274,31 @@ def roofline_row(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, t
     decode_ms = [r.decode_ms for r in runs]
     achieved = (weights + kv_bytes) / (statistics.median(decode_ms) / 1e3) / 1e9
     fractions = [r.fraction for r in runs]
-    return RooflineRow(wq, kv, prompt_len, decode, threads, decode_ms, round(weights / 1e6, 1),
-                       round(kv_bytes / 1e6, 1), round(achieved, 2),
+    return RooflineRow(wq, kv, prompt_len, decode, threads, decode_ms, [r.attn_ms for r in runs],
+                       round(weights / 1e6, 1), round(kv_bytes / 1e6, 1), round(achieved, 2),
                        [r.stream_gbps for r in runs], fractions,
-                       round(statistics.median(fractions), 3), session_stream_gbps,
-                       round(achieved / session_stream_gbps, 3))
+                       round(statistics.median(fractions), 3),
+                       round(statistics.median(r.weights_fraction for r in runs), 3),
+                       session_stream_gbps, round(achieved / session_stream_gbps, 3))
 
 
 def markdown_table(rows: list[RooflineRow]) -> str:
     lines = [
         "| weights | KV | prompt | decode | threads | ms/token (median) | MB/token (w + kv) "
         "| achieved GB/s | STREAM GB/s beside each run | fraction (paired, median) "
-        "| paired min-max | fraction of session-best STREAM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| paired min-max | attention ms/token (share) | weights outside attention (paired) "
+        "| fraction of session-best STREAM |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        decode_ms, attn_ms = statistics.median(r.decode_ms), statistics.median(r.attn_ms)
         lines.append(
             f"| {r.wq} | {r.kv} | {r.prompt_len} | {r.decode} | {r.threads} "
-            f"| {statistics.median(r.decode_ms):.1f} | {r.weight_mb:.0f} + {r.kv_mb:.0f} "
+            f"| {decode_ms:.1f} | {r.weight_mb:.0f} + {r.kv_mb:.0f} "
             f"| {r.achieved_gbps:.2f} | {statistics.median(r.paired_stream_gbps):.1f} "
             f"({min(r.paired_stream_gbps):.1f}-{max(r.paired_stream_gbps):.1f}) "
             f"| {r.fraction:.0%} | {min(r.paired_fractions):.0%}-{max(r.paired_fractions):.0%} "
+            f"| {attn_ms:.2f} ({attn_ms / decode_ms:.0%}) | {r.weights_fraction:.0%} "
             f"| {r.fraction_of_session_best:.0%} ({r.session_stream_gbps:.1f}) |"
         )
     return "\n".join(lines)
@@ -325,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
             before = ceiling(threads)
             doc = run_lmc_generate(lmc, model_dir, prompt, args.decode, threads, wq, args.kv)
             after = ceiling(threads)
-            run = paired_run(shape, wq, args.kv, args.prompt_len, args.decode,
-                             doc["decode_ms_per_token"], before + after)
+            run = paired_run(shape, wq, args.kv, args.prompt_len, args.decode, doc,
+                             before + after)
             runs[wq, threads].append(run)
             bandwidths += before + after
             print(f"  repeat {i + 1}/{args.repeats} {wq} x{threads}: {run.decode_ms:.1f} ms/token, "

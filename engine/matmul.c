@@ -110,10 +110,13 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
 #undef W_TAIL
 }
 
-/* R q8 rows (wq stride wqs bytes, scales wd stride wds) times TT quantised tokens */
+/* R q8 rows (wqs bytes each, scales wd stride wds) times TT quantised tokens: a whole quad
+ * (R = 4, its blocks interleaved, see Mat) or one plain row (R = 1) */
 ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t wqs, const uint16_t *wd,
                            size_t wds, const int8_t *xq, size_t xqs, const float *xd, size_t xds, int groups,
                            float *out, size_t os) {
+    /* block g of row r: a quad is one stream, block after block; a plain row is one row */
+#define WQ_AT(r, g) (((size_t)(g) * (size_t)R + (size_t)(r)) * Q8_GROUP)
     v8 acc[TILE_ROWS][TILE_TOKENS];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
@@ -121,8 +124,8 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
     /* 8 blocks at a time: their 8 scale products (weight x activation) per row and token
      * are formed in one vector step, then each block broadcasts its own */
     for (; g + 8 <= groups; g += 8) {
-        if (R == TILE_ROWS) { /* the next 4 rows, as in tile_f32: 8 blocks x 4 rows here */
-            const char *next = (const char *)(wq + Q8_PREFETCH_QUADS * R * wqs) + (size_t)g * 128;
+        if (R == TILE_ROWS) { /* these 8 blocks of the quad Q8_PREFETCH_QUADS ahead */
+            const char *next = (const char *)(wq + Q8_PREFETCH_QUADS * R * wqs) + (size_t)g * R * Q8_GROUP;
             for (int k = 0; k < 1024; k += 64) __builtin_prefetch(next + k);
             __builtin_prefetch((const char *)(wd + Q8_PREFETCH_QUADS * R * wds) + (size_t)g * 8);
         }
@@ -133,7 +136,7 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
             qblock xb[TILE_TOKENS];
             for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)(g + j) * Q8_GROUP);
             for (int r = 0; r < R; r++) {
-                qblock wb = qblock_load(wq + r * wqs + (size_t)(g + j) * Q8_GROUP);
+                qblock wb = qblock_load(wq + WQ_AT(r, g + j));
                 for (int t = 0; t < TT; t++)
                     acc[r][t] = v8_fma(v8_broadcast(&sc[r][t][j]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
             }
@@ -143,16 +146,15 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
         qblock xb[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)g * Q8_GROUP);
         for (int r = 0; r < R; r++) {
-            qblock wb = qblock_load(wq + r * wqs + (size_t)g * Q8_GROUP);
+            qblock wb = qblock_load(wq + WQ_AT(r, g));
             float dw = half_to_f32(wd[r * wds + g]);
             for (int t = 0; t < TT; t++)
                 acc[r][t] = v8_fma(v8_set1(dw * xd[t * xds + g]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) {
-            out[t * os + r] = v8_reduce(acc[r][t]);
-        }
+        for (int t = 0; t < TT; t++) out[t * os + r] = v8_reduce(acc[r][t]);
+#undef WQ_AT
 }
 
 /* ---------------------------------------------------------------- products */

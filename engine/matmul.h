@@ -36,13 +36,18 @@ typedef struct {
     uint16_t *h; /* bf16 weights (the upper half of an f32), or NULL */
     int packed;  /* f32/bf16: rows in packed quads (mat_pack) */
     int groups;  /* q8: blocks of 32 per row, ceil(cols / 32) */
-    int8_t *q;   /* q8: [rows][groups * 32], each row zero-padded to whole blocks; or NULL */
-    uint16_t *d; /* q8: scales as IEEE binary16, [rows][groups] */
+    int8_t *q;   /* q8: rows x groups blocks of 32 (each row zero-padded to whole blocks), in
+                  * quads: block g of rows 4i..4i+3 side by side, then block g + 1 (one
+                  * sequential stream per tile, as mat_pack makes for f32); the rows % 4 last
+                  * rows plain, row after row. Or NULL */
+    uint16_t *d; /* q8: scales as IEEE binary16, [rows][groups] (a quad's scales are one short
+                  * run already) */
 } Mat;
 
 /* q8 storage for a rows x cols matrix (zeroed); fill it row by row with mat_quantize_row */
 void mat_alloc_q8(Mat *m, int rows, int cols, const char *what);
-/* quantise one f32 row into row r: scale d = half(max|x| / 127), q = round(x / d) */
+/* quantise one f32 row into row r (wherever its quad puts it): scale d = half(max|x| / 127),
+ * q = round(x / d) */
 void mat_quantize_row(Mat *m, int r, const float *row);
 /* rows per packed quad (mat_pack), the rows of one kernel tile */
 #define MAT_PACK_ROWS 4

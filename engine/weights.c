@@ -50,15 +50,20 @@ void mat_alloc_q8(Mat *m, int rows, int cols, const char *what) {
 }
 
 void mat_quantize_row(Mat *m, int r, const float *row) {
-    int8_t *q = m->q + (size_t)r * (size_t)m->groups * Q8_GROUP;
+    size_t row_bytes = (size_t)m->groups * Q8_GROUP;
     uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
+    /* in a quad, block g of this row sits between the same block of the quad's other rows */
+    int in_quad = r < m->rows - m->rows % MAT_PACK_ROWS;
+    int8_t *first = m->q + (in_quad ? (size_t)(r - r % MAT_PACK_ROWS) * row_bytes + (size_t)(r % MAT_PACK_ROWS) * Q8_GROUP
+                                    : (size_t)r * row_bytes);
+    size_t block_step = in_quad ? MAT_PACK_ROWS * Q8_GROUP : Q8_GROUP;
     for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
         int n = m->cols - i0 < Q8_GROUP ? m->cols - i0 : Q8_GROUP;
         /* quantize_q8's rule with the scale rounded to half first (the value stored) */
         float scale = q8_block_max_abs(row + i0, n) / 127.0f;
         if (scale > 65504.0f) scale = 65504.0f; /* largest finite half */
         d[g] = lmc_f32_to_f16(scale);
-        q8_quantize_block(row + i0, n, q + i0, lmc_f16_to_f32(d[g]));
+        q8_quantize_block(row + i0, n, first + (size_t)g * block_step, lmc_f16_to_f32(d[g]));
     }
 }
 

@@ -133,3 +133,20 @@ def test_lmc_generates_from_the_generated_model(lmc: Path, tiny_models: dict[str
     runs = [roofline.run_lmc_generate(lmc, tiny_models[d], prompt, 4, 2) for d in ("F32", "BF16")]
     assert len(runs[0]["tokens"]) == 4 and runs[0]["decode_ms_per_token"] > 0
     assert runs[0]["tokens"] == runs[1]["tokens"]  # same values in both files
+
+
+def test_a_paired_run_splits_the_step_into_attention_and_the_rest(
+        lmc: Path, tiny_models: dict[str, Path]) -> None:
+    prompt = roofline.bench_prompt(24, TINY.vocab)
+    doc = roofline.run_lmc_generate(lmc, tiny_models["F32"], prompt, 8, 1)
+    shape = roofline.Shape.from_model_dir(tiny_models["F32"])
+    ceiling = [roofline.Bandwidth(1, 1 << 30, 10.0, 9.0, [9.0, 10.0])]
+    run = roofline.paired_run(shape, "f32", "f32", 24, 8, doc, ceiling)
+    steps = doc["steps"]
+    assert run.stream_gbps == 10.0 and run.attn_ms == doc["attn_ms_per_token"]
+    # the rest of a step is a step less its attention: never longer than the longest step
+    assert 0 < run.weights_ms <= max(s["ms"] for s in steps)
+    assert min(s["ms"] - s["attn_ms"] for s in steps) <= run.weights_ms
+    weights = roofline.weight_bytes_per_token(shape, "f32")
+    assert run.weights_fraction == pytest.approx(weights / (run.weights_ms / 1e3) / 1e9 / 10.0,
+                                                 abs=1e-3)
