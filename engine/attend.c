@@ -22,6 +22,8 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (opt->sel.policy == POL_SPARSE) {
         a->importance = lmc_alloc((size_t)a->n_layers * C, sizeof(float), "prefill importance");
         a->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
+        a->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
+        a->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
     }
     if (opt->sel.policy == POL_H2O)
         a->mass = lmc_alloc((size_t)a->n_layers * H * C, sizeof(float), "h2o attention mass");
@@ -42,6 +44,8 @@ void attention_free(Attention *a) {
     lmc_free(a->scratch);
     lmc_free(a->importance);
     lmc_free(a->probe_scores);
+    lmc_free(a->group_blocks);
+    lmc_free(a->group_heads);
     lmc_free(a->mass);
     lmc_free(a->exact_probs);
     lmc_free(a->att_probs);
@@ -87,6 +91,28 @@ static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select
     st->heads = 1;
 }
 
+/* attended probabilities are needed to record prefill importance or H2O mass */
+static int needs_probs(const Attention *a, int phase) {
+    return (phase == ATTN_PREFILL && a->importance) || (phase != ATTN_BENCH && a->mass);
+}
+
+/* what head h's selection reads (probe_scores, probe_rows: see SelectInput; NULL, 0: the
+ * head probes for itself) */
+static SelectInput head_input(const LayerJob *job, int h, const float *probe_scores, size_t probe_rows) {
+    const Attention *a = job->a;
+    int decode = job->phase != ATTN_PREFILL;
+    return (SelectInput){
+        .q = job->q_all + (size_t)h * a->head_dim, .kv = a->kv, .layer = job->layer,
+        .kvh = h / (a->n_heads / a->n_kv), .head = h, .n_pos = job->pos + 1,
+        /* importance exists only after prefill, so prefill queries probe only */
+        .importance = decode && a->importance ? a->importance + (size_t)job->layer * a->capacity : NULL,
+        .mass = a->mass ? a->mass + ((size_t)job->layer * a->n_heads + h) * a->capacity : NULL,
+        .probs = a->exact_probs + (size_t)h * a->capacity,
+        .probe_scores = probe_scores,
+        .probe_rows = probe_rows,
+    };
+}
+
 /* Exact attention without diagnostics: the query heads that share a KV head run together
  * (attn_blocks over a group), so each K/V row is read once per group instead of per head. */
 static int grouped_exact(const Attention *a, int phase) {
@@ -100,12 +126,12 @@ static void attend_group(LayerJob *job, int kvh) {
     const KVCache *kv = a->kv;
     int D = a->head_dim, bs = kv->block, group = a->n_heads / a->n_kv;
     int n_pos = job->pos + 1, n_all = (n_pos + bs - 1) / bs;
-    int need_probs = (job->phase == ATTN_PREFILL && a->importance) || (job->phase != ATTN_BENCH && a->mass);
+    int need_probs = needs_probs(a, job->phase);
     for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
         int n_q = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
         int *all = a->sel + (size_t)h0 * a->n_blocks;
         for (int b = 0; b < n_all; b++) all[b] = b;
-        attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, n_all,
+        attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, NULL, n_all,
                     job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     need_probs ? a->att_probs + (size_t)h0 * a->capacity : NULL, (size_t)a->capacity);
         for (int h = h0; h < h0 + n_q; h++) {
@@ -121,8 +147,8 @@ static void attend_groups(void *arg, int begin, int end) {
     for (int g = begin; g < end; g++) attend_group(arg, g);
 }
 
-/* probe_scores, probe_rows: see SelectInput (NULL, 0: the head probes for itself) */
-static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t probe_rows) {
+/* one head on its own: selection (probing for itself), kernel, diagnostics */
+static void attend_head(LayerJob *job, int h) {
     Attention *a = job->a;
     const KVCache *kv = a->kv;
     int D = a->head_dim, bs = kv->block, layer = job->layer;
@@ -142,10 +168,7 @@ static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t 
     if (!decode && !a->opt.prefill_sparse) cfg.policy = POL_EXACT;
     int measure = a->opt.measure && decode;
     int need_exact = measure || cfg.policy == POL_ORACLE;
-    /* attended probabilities are needed to record prefill importance or H2O mass */
-    int record_importance = job->phase == ATTN_PREFILL && a->importance;
-    int record_mass = job->phase != ATTN_BENCH && a->mass;
-    int need_probs = record_importance || record_mass;
+    int need_probs = needs_probs(a, job->phase);
 
     if (need_exact) {
         /* exact attention by the same kernel over every block, so that the diagnostics
@@ -153,19 +176,9 @@ static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t 
         int *all = a->oracle_sel + (size_t)h * a->n_blocks;
         int n_all = (n_pos + bs - 1) / bs;
         for (int b = 0; b < n_all; b++) all[b] = b;
-        attn_blocks(q, 1, kv, layer, kvh, n_pos, all, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs, 0);
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, all, NULL, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs, 0);
     }
-    float *h2o_mass = a->mass ? a->mass + ((size_t)layer * a->n_heads + h) * a->capacity : NULL;
-
-    SelectInput in = {
-        .q = q, .kv = kv, .layer = layer, .kvh = kvh, .head = h, .n_pos = n_pos,
-        /* importance exists only after prefill, so prefill queries probe only */
-        .importance = decode && a->importance ? a->importance + (size_t)layer * a->capacity : NULL,
-        .mass = h2o_mass,
-        .probs = exact_probs,
-        .probe_scores = probe_scores,
-        .probe_rows = probe_rows,
-    };
+    SelectInput in = head_input(job, h, NULL, 0);
     size_t select_bytes = 0;
     int n = select_blocks(&cfg, &in, &a->scratch[h], sel, &select_bytes);
     a->n_sel[h] = n;
@@ -173,7 +186,7 @@ static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t 
     if (a->opt.reference && cfg.policy == POL_EXACT)
         attn_reference(q, kv, layer, kvh, n_pos, out, att_probs);
     else
-        attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, n, out, a->kscratch + (size_t)h * bs,
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, NULL, n, out, a->kscratch + (size_t)h * bs,
                     need_probs ? att_probs : NULL, 0);
     after_kernel(a, job, h, select_bytes);
     if (!measure) return;
@@ -203,12 +216,14 @@ static void attend_head(LayerJob *job, int h, const float *probe_scores, size_t 
 }
 
 static void attend_heads(void *arg, int begin, int end) {
-    for (int h = begin; h < end; h++) attend_head(arg, h, NULL, 0);
+    for (int h = begin; h < end; h++) attend_head(arg, h);
 }
 
 /* Sparse without diagnostics: the query heads of a GQA group probe together (each probe row
- * read once per group, not once per head), then each head selects and attends on its own:
- * the same scores, so the same selection, as probing head by head. */
+ * read once per group, not once per head) and each selects its own blocks from the same
+ * scores as probing head by head would give; then one kernel pass over the union of their
+ * blocks reads a row that several heads chose once for all of them, each head attending
+ * exactly its own blocks (same bits as head by head). */
 static int grouped_sparse(const Attention *a, int phase) {
     int decode = phase != ATTN_PREFILL;
     if (!decode && !a->opt.prefill_sparse) return 0;
@@ -218,15 +233,42 @@ static int grouped_sparse(const Attention *a, int phase) {
 
 static void attend_sparse_group(LayerJob *job, int kvh) {
     Attention *a = job->a;
-    int D = a->head_dim, group = a->n_heads / a->n_kv;
+    int D = a->head_dim, bs = a->kv->block, group = a->n_heads / a->n_kv;
+    int n_all = (job->pos + bs) / bs; /* blocks holding the n_pos = pos + 1 visible positions */
     for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
         int nq = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
-        SelectInput in = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
+        SelectInput probe = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;
-        select_probe_group(&a->opt.sel, &in, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks, &rows);
-        for (int h = h0; h < h0 + nq; h++) /* the group's probe reads are charged to its first head */
-            attend_head(job, h, scores + (size_t)(h - h0) * a->n_blocks, h == h0 ? rows : 0);
+        select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks, &rows);
+        /* each head selects on its own; which heads chose each block */
+        unsigned char *chosen = a->group_heads + (size_t)h0 * a->n_blocks;
+        memset(chosen, 0, (size_t)n_all);
+        size_t select_bytes[ATTN_MAX_GROUP];
+        for (int g = 0; g < nq; g++) {
+            int h = h0 + g;
+            /* the group's probe reads are charged to its first head */
+            SelectInput in = head_input(job, h, scores + (size_t)g * a->n_blocks, g == 0 ? rows : 0);
+            int *sel = a->sel + (size_t)h * a->n_blocks;
+            select_bytes[g] = 0;
+            a->n_sel[h] = select_blocks(&a->opt.sel, &in, &a->scratch[h], sel, &select_bytes[g]);
+            for (int i = 0; i < a->n_sel[h]; i++) chosen[sel[i]] |= (unsigned char)(1u << g);
+        }
+        /* one pass over the union, ascending: a row two heads chose is read once for both */
+        int *blocks = a->group_blocks + (size_t)h0 * a->n_blocks, n_union = 0;
+        for (int b = 0; b < n_all; b++)
+            if (chosen[b]) {
+                blocks[n_union] = b;
+                chosen[n_union++] = chosen[b];
+            }
+        attn_blocks(job->q_all + (size_t)h0 * D, nq, a->kv, job->layer, kvh, job->pos + 1, blocks, chosen,
+                    n_union, job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
+                    needs_probs(a, job->phase) ? a->att_probs + (size_t)h0 * a->capacity : NULL,
+                    (size_t)a->capacity);
+        for (int g = 0; g < nq; g++) {
+            memset(&a->head_stats[h0 + g], 0, sizeof a->head_stats[h0 + g]);
+            after_kernel(a, job, h0 + g, select_bytes[g]);
+        }
     }
 }
 

@@ -33,8 +33,10 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
 }
 
 void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs,
-                 size_t probs_stride) {
+                 const int *blocks, const unsigned char *heads, int n_blocks, float *out,
+                 float *scratch, float *probs, size_t probs_stride) {
+    const unsigned all = (1u << n_q) - 1;
+#define ATTENDS(i, g) ((heads ? heads[i] : all) >> (g) & 1u)
     int D = kv->head_dim, bs = kv->block;
     float scale = 1.0f / sqrtf((float)D);
     float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], bmax[ATTN_MAX_GROUP];
@@ -48,6 +50,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         int p0 = blocks[i] * bs;
         int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
         if (p0 >= p1) continue;
+        unsigned mask = heads ? heads[i] : all;
         for (int g = 0; g < n_q; g++) bmax[g] = -INFINITY;
         if (!kv->q8) {
             /* 4 rows at a time, scored for every query head of the group while in L1 (each
@@ -60,9 +63,16 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
                 int c = np - p < 4 ? np - p : 4;
                 lmc_prefetch_floats(k + (size_t)(p + 4) * stride, 4 * D);
                 lmc_prefetch_floats(v + (size_t)p * stride, 4 * D);
-                dot_rows_f32_x(q, (size_t)D, n_q, k + (size_t)p * stride, stride, c, D, scratch + p, (size_t)bs);
+                if (mask == all)
+                    dot_rows_f32_x(q, (size_t)D, n_q, k + (size_t)p * stride, stride, c, D, scratch + p, (size_t)bs);
+                else /* the heads that attend this block, one at a time (the rows stay in L1) */
+                    for (int g = 0; g < n_q; g++)
+                        if (ATTENDS(i, g))
+                            dot_rows_f32_x(q + (size_t)g * D, 0, 1, k + (size_t)p * stride, stride, c, D,
+                                           scratch + g * bs + p, 0);
             }
             for (int g = 0; g < n_q; g++) {
+                if (!ATTENDS(i, g)) continue;
                 float *sg = scratch + g * bs;
                 for (int p = 0; p < np; p++) {
                     sg[p] *= scale;
@@ -72,13 +82,14 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         } else {
             for (int p = p0; p < p1; p++)
                 for (int g = 0; g < n_q; g++) {
+                    if (!ATTENDS(i, g)) continue;
                     float s = kv_key_dot(kv, layer, p, kvh, q + (size_t)g * D) * scale;
                     scratch[g * bs + p - p0] = s;
                     if (s > bmax[g]) bmax[g] = s;
                 }
         }
         for (int g = 0; g < n_q; g++) {
-            if (!(bmax[g] > m[g])) continue;
+            if (!ATTENDS(i, g) || !(bmax[g] > m[g])) continue;
             /* new running max: rescale what was accumulated so far (exp(-inf) = 0 at start) */
             float corr = expf(m[g] - bmax[g]);
             float *o = out + (size_t)g * D;
@@ -96,6 +107,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
             if (rows > 0) lmc_prefetch_floats(kv->k + kv_row(kv, layer, q0, kvh) * stride, rows * D);
         }
         for (int g = 0; g < n_q; g++) {
+            if (!ATTENDS(i, g)) continue;
             float *sg = scratch + g * bs, *o = out + (size_t)g * D;
             for (int p = p0; p < p1; p++) {
                 float sc = sg[p - p0];
@@ -117,9 +129,11 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         if (!probs) continue;
         float *pr = probs + (size_t)g * probs_stride;
         for (int i = 0; i < n_blocks; i++) {
+            if (!ATTENDS(i, g)) continue;
             int p0 = blocks[i] * bs;
             int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
             for (int p = p0; p < p1; p++) pr[p] = expf(pr[p] - m[g]) * inv;
         }
     }
+#undef ATTENDS
 }

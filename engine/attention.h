@@ -22,10 +22,14 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
  * n_q (1..ATTN_MAX_GROUP) query heads that share KV head kvh and attend to the same blocks
  * run together, so each K and V row is read once for all of them; every head's arithmetic is
  * exactly what it would be alone. q, out: [n_q][head_dim]; scratch: n_q x block floats.
+ * heads (may be NULL: every head attends every block): bit g of heads[i] says whether head
+ * g attends block blocks[i]; a head's blocks are then the ascending sub-list it selected, read
+ * together with the other heads' (heads of a GQA group that select different blocks share
+ * the rows they have in common), with exactly its arithmetic when alone.
  * probs (may be NULL): head g's probabilities go to probs + g * probs_stride, at every
- * attended position; other entries are left untouched. */
+ * position it attends; other entries are left untouched. */
 void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, int n_blocks, float *out, float *scratch, float *probs,
-                 size_t probs_stride);
+                 const int *blocks, const unsigned char *heads, int n_blocks, float *out,
+                 float *scratch, float *probs, size_t probs_stride);
 
 #endif

@@ -290,6 +290,27 @@ def test_full_budget_is_bit_identical_to_exact(lmc, tmp_path, policy):
     assert out.tobytes() == exact.tobytes()
 
 
+def test_a_group_reads_shared_blocks_once_without_changing_a_bit(lmc, tmp_path):
+    # 4 query heads per KV head choose different blocks; the grouped path reads the union of
+    # their blocks once, --measure-selection runs each head on its own
+    bench = random_bench(tmp_path, ctx=300, heads=8, kv_heads=2, dim=16, seed=11)
+    args = ("--attn", "sparse", "--k", 5, "--block", 16)
+    _, trace, grouped = bench.run(lmc, *args, tag="grouped")
+    _, trace_alone, alone = bench.run(lmc, *args, "--measure-selection", tag="alone")
+    assert trace == trace_alone
+    chosen = [trace[(299, 0, h)] for h in range(8)]
+    assert len({tuple(c) for c in chosen[:4]}) > 1 and len({tuple(c) for c in chosen[4:]}) > 1
+    assert grouped.tobytes() == alone.tobytes()
+    # each head attended exactly its own blocks
+    q, k, v = (x.astype(np.float64) for x in (bench.q, bench.k, bench.v))
+    for h, blocks in enumerate(chosen):
+        pos = [p for b in blocks for p in range(b * 16, min(b * 16 + 16, 300))]
+        s = k[pos, h // 4] @ q[h] / np.sqrt(16)
+        w = np.exp(s - s.max())
+        want = (w / w.sum()) @ v[pos, h // 4]
+        assert np.abs(grouped.reshape(8, -1)[h] - want).max() < 1e-5, h
+
+
 def test_reference_attention_matches_kernel(lmc, tmp_path):
     bench = random_bench(tmp_path, ctx=1000, dim=64)
     _, _, kernel = bench.run(lmc, "--attn", "exact", tag="kernel")
