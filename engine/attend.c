@@ -220,15 +220,14 @@ static void attend_heads(void *arg, int begin, int end) {
 }
 
 /* Sparse without diagnostics: the query heads of a GQA group probe together (each probe row
- * read once per group, not once per head) and each selects its own blocks from the same
+ * read once per group, not once per head; centroid probes per head) and each selects its own blocks from the same
  * scores as probing head by head would give; then one kernel pass over the union of their
  * blocks reads a row that several heads chose once for all of them, each head attending
  * exactly its own blocks (same bits as head by head). */
 static int grouped_sparse(const Attention *a, int phase) {
     int decode = phase != ATTN_PREFILL;
     if (!decode && !a->opt.prefill_sparse) return 0;
-    return a->opt.sel.policy == POL_SPARSE && !a->opt.sel.probe_summary && !(a->opt.measure && decode) &&
-           !a->opt.reference;
+    return a->opt.sel.policy == POL_SPARSE && !(a->opt.measure && decode) && !a->opt.reference;
 }
 
 static void attend_sparse_group(LayerJob *job, int kvh) {
@@ -237,10 +236,15 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
     int n_all = (job->pos + bs) / bs; /* blocks holding the n_pos = pos + 1 visible positions */
     for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
         int nq = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
+        /* probe rows are read once for the group; centroid probes (--probe-summary) are one
+         * row per block, which each head reads for itself */
+        int summary = a->opt.sel.probe_summary;
         SelectInput probe = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;
-        select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks, &rows);
+        if (!summary)
+            select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks,
+                               &rows);
         /* each head selects on its own; which heads chose each block */
         unsigned char *chosen = a->group_heads + (size_t)h0 * a->n_blocks;
         memset(chosen, 0, (size_t)n_all);
@@ -248,7 +252,8 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
         for (int g = 0; g < nq; g++) {
             int h = h0 + g;
             /* the group's probe reads are charged to its first head */
-            SelectInput in = head_input(job, h, scores + (size_t)g * a->n_blocks, g == 0 ? rows : 0);
+            SelectInput in = summary ? head_input(job, h, NULL, 0)
+                                     : head_input(job, h, scores + (size_t)g * a->n_blocks, g == 0 ? rows : 0);
             int *sel = a->sel + (size_t)h * a->n_blocks;
             select_bytes[g] = 0;
             a->n_sel[h] = select_blocks(&a->opt.sel, &in, &a->scratch[h], sel, &select_bytes[g]);

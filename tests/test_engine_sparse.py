@@ -290,11 +290,12 @@ def test_full_budget_is_bit_identical_to_exact(lmc, tmp_path, policy):
     assert out.tobytes() == exact.tobytes()
 
 
-def test_a_group_reads_shared_blocks_once_without_changing_a_bit(lmc, tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--probe-summary"]])
+def test_a_group_reads_shared_blocks_once_without_changing_a_bit(lmc, tmp_path, flags):
     # 4 query heads per KV head choose different blocks; the grouped path reads the union of
     # their blocks once, --measure-selection runs each head on its own
     bench = random_bench(tmp_path, ctx=300, heads=8, kv_heads=2, dim=16, seed=11)
-    args = ("--attn", "sparse", "--k", 5, "--block", 16)
+    args = ("--attn", "sparse", "--k", 5, "--block", 16, *flags)
     _, trace, grouped = bench.run(lmc, *args, tag="grouped")
     _, trace_alone, alone = bench.run(lmc, *args, "--measure-selection", tag="alone")
     assert trace == trace_alone
