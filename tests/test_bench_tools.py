@@ -140,13 +140,17 @@ def test_a_paired_run_splits_the_step_into_attention_and_the_rest(
     prompt = roofline.bench_prompt(24, TINY.vocab)
     doc = roofline.run_lmc_generate(lmc, tiny_models["F32"], prompt, 8, 1)
     shape = roofline.Shape.from_model_dir(tiny_models["F32"])
-    ceiling = [roofline.Bandwidth(1, 1 << 30, 10.0, 9.0, [9.0, 10.0])]
+    # passes of the run's thread count (1) and of another (2, not a median for this run)
+    ceiling = [roofline.Bandwidth(1, 1 << 30, 10.0, 9.0, [8.0, 10.0]),
+               roofline.Bandwidth(2, 1 << 30, 30.0, 30.0, [30.0, 30.0])]
     run = roofline.paired_run(shape, "f32", "f32", 24, 8, doc, ceiling)
     steps = doc["steps"]
-    assert run.stream_gbps == 10.0 and run.attn_ms == doc["attn_ms_per_token"]
+    assert run.stream_gbps == 30.0 and run.attn_ms == doc["attn_ms_per_token"]
+    assert run.stream_median_gbps == 9.0
+    assert run.fraction_of_median == pytest.approx(run.fraction * 30.0 / 9.0, abs=3e-3)  # rounding
     # the rest of a step is a step less its attention: never longer than the longest step
     assert 0 < run.weights_ms <= max(s["ms"] for s in steps)
     assert min(s["ms"] - s["attn_ms"] for s in steps) <= run.weights_ms
     weights = roofline.weight_bytes_per_token(shape, "f32")
-    assert run.weights_fraction == pytest.approx(weights / (run.weights_ms / 1e3) / 1e9 / 10.0,
+    assert run.weights_fraction == pytest.approx(weights / (run.weights_ms / 1e3) / 1e9 / 30.0,
                                                  abs=1e-3)
