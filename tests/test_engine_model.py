@@ -99,6 +99,17 @@ def test_q8_kv_and_weights_within_tolerance(lmc, tiny_model, tmp_path):
     assert 0 < rel_err(q8_w, f32) < Q8_WEIGHTS_TOLERANCE
 
 
+def test_q8_weight_quads_at_the_layout_edges(lmc, tiny_model, tmp_path):
+    # q8 weights stored in quads of rows: 70 and 318 rows (rows % 4 left plain), rows of 2 or
+    # 3 blocks (fewer than the kernel's 8-block step), the tied lm_head a q8 copy
+    model = tiny_model("odd_widths_tied_bf16")
+    vocab = TINY_SPECS["odd_widths_tied_bf16"].vocab
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(vocab))
+    _, f32 = generate(lmc, model, prompt, tmp_path, tag="f32")
+    _, q8 = generate(lmc, model, prompt, tmp_path, "--wq", "q8", tag="wq8")
+    assert 0 < rel_err(q8, f32) < Q8_WEIGHTS_TOLERANCE
+
+
 def test_bf16_weights(lmc, tiny_model, tmp_path):
     """--wq bf16 keeps a BF16 file's weights as stored (same bits as f32); rounds an F32 file."""
     for name in ("gqa2_untied_bf16", "odd_widths_tied_bf16"):
