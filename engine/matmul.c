@@ -54,11 +54,12 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 /* ---------------------------------------------------------------- tiles */
 
 /* R rows of weights times TT tokens of x (stride xs) over n columns: f32, or bf16 when BF.
- * PK: the rows are one packed quad (mat_pack), read as one sequential stream; otherwise R
- * plain rows ws values apart. Same operations in the same order either way: the layout
- * changes no bit. */
+ * PK: the rows are one packed quad (mat_pack), read as one sequential stream and prefetched
+ * ahead; otherwise R plain rows ws values apart (attention's keys, a matrix's rows % 4 last
+ * rows), which the caller prefetches if anyone does. Same operations in the same order
+ * either way: the layout changes no bit. */
 ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int PK, const void *wp, size_t ws,
-                            const float *x, size_t xs, int n, float *out, size_t os, const int prefetch) {
+                            const float *x, size_t xs, int n, float *out, size_t os) {
     const float *w = wp;
     const uint16_t *wh = wp;
     const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
@@ -73,7 +74,7 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
     int i = 0;
     if (BF && PK) /* 16 columns a step: columns i + j and i + 8 + j share a word (mat_pack) */
         for (; i + 16 <= n8; i += 16) {
-            if (prefetch && R == TILE_ROWS) PREFETCH_NEXT((const char *)wp + W_AT(0, i) * wsize + PREFETCH_AHEAD);
+            PREFETCH_NEXT((const char *)wp + W_AT(0, i) * wsize + PREFETCH_AHEAD);
             v8 xa[TILE_TOKENS], xb[TILE_TOKENS];
             for (int t = 0; t < TT; t++) {
                 xa[t] = v8_load(x + t * xs + i);
@@ -86,12 +87,9 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
             }
         }
     for (; i < n8; i += 8) {
-        /* packed: the stream runs on into the next quad; plain: the next 4 rows follow these
-         * in memory. Either way fetch PREFETCH_AHEAD bytes ahead of the tile (the hardware
-         * prefetcher starts over at every 4 KiB page) */
-        if (prefetch && R == TILE_ROWS)
-            PREFETCH_NEXT((const char *)wp + (PK ? W_AT(0, i) * wsize + PREFETCH_AHEAD
-                                                 : (R * ws + (size_t)i * 4) * wsize));
+        /* the packed stream runs on into the next quad: fetch PREFETCH_AHEAD bytes ahead of
+         * the tile (the hardware prefetcher starts over at every 4 KiB page) */
+        if (PK) PREFETCH_NEXT((const char *)wp + W_AT(0, i) * wsize + PREFETCH_AHEAD);
         v8 xv[TILE_TOKENS];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
@@ -190,7 +188,7 @@ void dot_rows_f32(const float *x, const float *rows, size_t stride, int count, i
 void dot_rows_f32_x(const float *x, size_t xs, int nx, const float *rows, size_t stride, int count, int n,
                     float *out, size_t os) {
 #define DOT_TILE(R, TT) \
-    tile_f32(R, TT, 0, 0, rows + (size_t)i * stride, stride, x + (size_t)t * xs, xs, n, out + (size_t)t * os + i, os, 0)
+    tile_f32(R, TT, 0, 0, rows + (size_t)i * stride, stride, x + (size_t)t * xs, xs, n, out + (size_t)t * os + i, os)
 #define DOT_TOKENS(R)                                                    \
     do {                                                                 \
         int t = 0;                                                       \
@@ -215,7 +213,7 @@ typedef struct {
     int swiglu; /* matmul_swiglu: units are rows of both matrices, then silu(gate) * up */
 } MatmulJob;
 
-/* full quads of a packed matrix are packed; the rows % 4 rows after them are plain */
+/* full quads are packed (matmul_job checks); the rows % 4 rows after them are plain */
 static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
     const Mat *w = mo->w;
     size_t ws = (size_t)w->cols, xs = (size_t)job->x_stride, os = (size_t)mo->out_stride;
@@ -225,16 +223,13 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         const void *wr = BF ? (const void *)(w->h + (size_t)r * ws) : (const void *)(w->f + (size_t)r * ws); \
         int t = 0;                                                                                      \
         for (; t + TILE_TOKENS <= T; t += TILE_TOKENS)                                                  \
-            tile_f32(R, TILE_TOKENS, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1); \
-        for (; t < T; t++) tile_f32(R, 1, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os, 1); \
+            tile_f32(R, TILE_TOKENS, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os);    \
+        for (; t < T; t++) tile_f32(R, 1, BF, PK, wr, ws, job->x + t * xs, xs, w->cols, mo->out + t * os + r, os); \
     } while (0)
 #define F32_ROWS(BF)                                                                                    \
     do {                                                                                                \
         int r = r0;                                                                                     \
-        for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {                                                   \
-            if (w->packed) F32_TILE(TILE_ROWS, BF, 1);                                                  \
-            else F32_TILE(TILE_ROWS, BF, 0);                                                            \
-        }                                                                                               \
+        for (; r + TILE_ROWS <= r1; r += TILE_ROWS) F32_TILE(TILE_ROWS, BF, 1);                         \
         for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
     if (w->h) F32_ROWS(1);
@@ -303,8 +298,11 @@ static void matmul_job(const MatOut *outs, int n, const float *x, int x_stride, 
     MatmulJob job = {.outs = outs, .n = n, .x = x, .x_stride = x_stride, .T = T, .xq = xq, .swiglu = swiglu};
     int any_q8 = 0;
     for (int m = 0; m < n; m++) {
-        job.unit_start[m + 1] = job.unit_start[m] + (outs[m].w->rows + MAT_UNIT_ROWS - 1) / MAT_UNIT_ROWS;
-        any_q8 |= outs[m].w->q != NULL;
+        const Mat *w = outs[m].w;
+        job.unit_start[m + 1] = job.unit_start[m] + (w->rows + MAT_UNIT_ROWS - 1) / MAT_UNIT_ROWS;
+        any_q8 |= w->q != NULL;
+        if (!w->q && !w->packed && w->rows >= MAT_PACK_ROWS)
+            lmc_die_runtime("matmul: an f32/bf16 matrix of %d rows was not packed (mat_pack)", w->rows);
     }
     if (any_q8) {
         if (!xq || T > xq->tokens || outs[0].w->groups > xq->groups)

@@ -56,9 +56,10 @@ void mat_quantize_row(Mat *m, int r, const float *row);
  * 8 columns of row 0, 8 of row 1, 8 of row 2, 8 of row 3, then the next 8 columns, and so on,
  * the cols % 8 tail columns row by row at the quad's end; the rows % 4 last rows stay as they
  * are. bf16 goes 16 columns at a time instead while 16 remain, each row's 16 as 8 pairs
- * (column j, column j + 8). A decode product then reads each thread's rows as one sequential stream (four rows
- * read side by side are four streams, which the prefetchers follow less well: measured
- * ~10-15 % slower on 2 threads). Products give the same bits either way. */
+ * (column j, column j + 8). A decode product then reads each thread's rows as one sequential
+ * stream (four rows read side by side are four streams, which the prefetchers follow less
+ * well: measured ~10-15 % slower on 2 threads). Products give the same bits either way, and
+ * take every f32/bf16 matrix of four rows or more packed (matmul checks). */
 void mat_pack(Mat *m);
 /* row r of an f32 matrix, packed or not, into out[cols] */
 void mat_row_f32(const Mat *m, int r, float *out);
