@@ -220,10 +220,10 @@ static void attend_heads(void *arg, int begin, int end) {
 }
 
 /* Sparse without diagnostics: the query heads of a GQA group probe together (each probe row
- * read once per group, not once per head; centroid probes per head) and each selects its own blocks from the same
- * scores as probing head by head would give; then one kernel pass over the union of their
- * blocks reads a row that several heads chose once for all of them, each head attending
- * exactly its own blocks (same bits as head by head). */
+ * read once per group, not once per head; centroid probes per head) and each selects its own
+ * blocks from the same scores as probing head by head would give; then one kernel pass over
+ * the union of their blocks reads a row that several heads chose once for all of them, each
+ * head attending exactly its own blocks (same bits as head by head). */
 static int grouped_sparse(const Attention *a, int phase) {
     int decode = phase != ATTN_PREFILL;
     if (!decode && !a->opt.prefill_sparse) return 0;
@@ -233,13 +233,13 @@ static int grouped_sparse(const Attention *a, int phase) {
 static void attend_sparse_group(LayerJob *job, int kvh) {
     Attention *a = job->a;
     int D = a->head_dim, bs = a->kv->block, group = a->n_heads / a->n_kv;
-    int n_all = (job->pos + bs) / bs; /* blocks holding the n_pos = pos + 1 visible positions */
+    int n_pos = job->pos + 1, n_all = (n_pos + bs - 1) / bs;
+    /* probe rows are read once for the group; centroid probes (--probe-summary) are one row
+     * per block, which each head reads for itself */
+    int summary = a->opt.sel.probe_summary;
     for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += ATTN_MAX_GROUP) {
         int nq = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
-        /* probe rows are read once for the group; centroid probes (--probe-summary) are one
-         * row per block, which each head reads for itself */
-        int summary = a->opt.sel.probe_summary;
-        SelectInput probe = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = job->pos + 1};
+        SelectInput probe = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = n_pos};
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;
         if (!summary)
@@ -266,7 +266,7 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
                 blocks[n_union] = b;
                 chosen[n_union++] = chosen[b];
             }
-        attn_blocks(job->q_all + (size_t)h0 * D, nq, a->kv, job->layer, kvh, job->pos + 1, blocks, chosen,
+        attn_blocks(job->q_all + (size_t)h0 * D, nq, a->kv, job->layer, kvh, n_pos, blocks, chosen,
                     n_union, job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     needs_probs(a, job->phase) ? a->att_probs + (size_t)h0 * a->capacity : NULL,
                     (size_t)a->capacity);

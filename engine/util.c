@@ -80,9 +80,14 @@ double lmc_now_ms(void) {
 
 /* ---------------------------------------------------------------- files */
 
+/* stdin is not ours to close */
+static void close_input(FILE *f) {
+    if (f != stdin) fclose(f);
+}
+
 int lmc_read_file(const char *path, char **out, size_t *len) {
-    int from_stdin = strcmp(path, "-") == 0; /* lets a harness send ids with the command */
-    FILE *f = from_stdin ? stdin : fopen(path, "rb");
+    /* "-": standard input, which lets a harness send ids with the command */
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f) {
         lmc_set_error("cannot open %s: %s", path, strerror(errno));
         return -1;
@@ -90,7 +95,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
-        if (!from_stdin) fclose(f);
+        close_input(f);
         lmc_set_error("out of memory reading %s", path);
         return -1;
     }
@@ -98,7 +103,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
         if (n == cap) {
             if (cap > ((size_t)1 << 34)) {
                 free(buf);
-                if (!from_stdin) fclose(f);
+                close_input(f);
                 lmc_set_error("%s is too large", path);
                 return -1;
             }
@@ -106,7 +111,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
             char *grown = realloc(buf, cap + 1);
             if (!grown) {
                 free(buf);
-                if (!from_stdin) fclose(f);
+                close_input(f);
                 lmc_set_error("out of memory reading %s", path);
                 return -1;
             }
@@ -117,7 +122,7 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
         if (got == 0) break;
     }
     int failed = ferror(f);
-    if (!from_stdin) fclose(f);
+    close_input(f);
     if (failed) {
         free(buf);
         lmc_set_error("cannot read %s", path);

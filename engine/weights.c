@@ -1,5 +1,6 @@
-/* weights.c — how weight matrices are stored: f32/bf16 packed four rows at a time, q8 blocks
- * with binary16 scales, and the half-precision conversions they use (see matmul.h). */
+/* weights.c — how weight matrices are stored: four rows at a time (f32/bf16 packed after
+ * loading, q8 blocks written into their quads), q8 scales in binary16, and the half-precision
+ * conversions they use (see matmul.h). */
 #include <math.h>
 #include <string.h>
 
@@ -54,7 +55,8 @@ void mat_quantize_row(Mat *m, int r, const float *row) {
     uint16_t *d = m->d + (size_t)r * (size_t)m->groups;
     /* in a quad, block g of this row sits between the same block of the quad's other rows */
     int in_quad = r < m->rows - m->rows % MAT_PACK_ROWS;
-    int8_t *first = m->q + (in_quad ? (size_t)(r - r % MAT_PACK_ROWS) * row_bytes + (size_t)(r % MAT_PACK_ROWS) * Q8_GROUP
+    int8_t *first = m->q + (in_quad ? (size_t)(r - r % MAT_PACK_ROWS) * row_bytes
+                                          + (size_t)(r % MAT_PACK_ROWS) * Q8_GROUP
                                     : (size_t)r * row_bytes);
     size_t block_step = in_quad ? MAT_PACK_ROWS * Q8_GROUP : Q8_GROUP;
     for (int g = 0, i0 = 0; i0 < m->cols; g++, i0 += Q8_GROUP) {
