@@ -103,11 +103,14 @@ class Bandwidth:
     gbps: list[float]
 
 
-def measure_bandwidth(threads: int, mib: int = 1024, passes: int = 10) -> Bandwidth:
-    """Read bandwidth over ``mib`` MiB with ``threads`` threads (best and median of passes)."""
+def measure_bandwidth(threads: int, mib: int = 1024, passes: int = 10,
+                      kernel: str = "sum") -> Bandwidth:
+    """Read bandwidth over ``mib`` MiB with ``threads`` threads (best and median of passes);
+    ``kernel`` "fma" streams the bytes through lmc-like FMA tiles instead of integer sums."""
     binary = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
     out = subprocess.run([str(binary), "--mib", str(mib), "--threads", str(threads),
-                          "--passes", str(passes)], capture_output=True, text=True)
+                          "--passes", str(passes), "--kernel", kernel],
+                         capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{binary} failed: {out.stderr.strip()}")
     doc = json.loads(out.stdout)
@@ -256,6 +259,12 @@ class RooflineRow:
     fraction_of_session_best: float  # median run against session_stream_gbps
 
 
+def outside_attention_ms(doc: dict) -> float:
+    """The median decode step less its attention (lmc's own clock): the weight products,
+    norms and the rest, whose bytes are the weights."""
+    return statistics.median(s["ms"] - s["attn_ms"] for s in doc["steps"])
+
+
 def paired_run(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, doc: dict,
                ceiling: list[Bandwidth]) -> PairedRun:
     """One lmc run (its ``generate`` document) against the STREAM passes around it. Besides the
@@ -270,7 +279,7 @@ def paired_run(shape: Shape, wq: str, kv: str, prompt_len: int, decode: int, doc
     stream_median = statistics.median(g for b in ceiling if b.threads == threads for g in b.gbps)
     decode_ms = doc["decode_ms_per_token"]
     achieved = decode_bytes(shape, wq, kv, prompt_len, decode) / (decode_ms / 1e3) / 1e9
-    weights_ms = statistics.median(s["ms"] - s["attn_ms"] for s in doc["steps"])
+    weights_ms = outside_attention_ms(doc)
     weights_gbps = weight_bytes_per_token(shape, wq) / (weights_ms / 1e3) / 1e9
     return PairedRun(wq, decode_ms, doc["attn_ms_per_token"], weights_ms, stream,
                      round(achieved / stream, 3), round(weights_gbps / stream, 3),

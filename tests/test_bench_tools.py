@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import gguf_convert  # noqa: E402
 import qwen3_06b  # noqa: E402
 import roofline  # noqa: E402
+import weight_stream  # noqa: E402
 
 from harness.build import build_c_program  # noqa: E402
 
@@ -39,16 +40,45 @@ def test_stream_read_reports_every_pass_and_rejects_bad_flags() -> None:
     assert bad.returncode == 2 and "--passes" in bad.stderr
 
 
+def fma_stream_sum(mib: int) -> float:
+    """What one pass of ``stream_read --kernel fma`` must sum, by numpy: every f32 of the
+    buffer's whole 16 KiB quads (4 rows of 1024, packed 8 columns per row in turn) times the
+    activation of its column. The values are small multiples of powers of two, so the sum is
+    exact in any order."""
+    n = (mib << 20) // 16384 * 4096
+    i = np.arange(n, dtype=np.int64)
+    w = ((i % 2039) - 1019) / 1024.0
+    p = i % 4096
+    x = ((p // 32 * 8 + p % 8) % 13 + 1) / 16.0
+    return float(np.dot(w, x))
+
+
+def test_stream_read_fma_kernel_reads_every_quad_once() -> None:
+    binary = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
+    for threads in (1, 3):
+        out = subprocess.run([str(binary), "--mib", "3", "--threads", str(threads), "--passes",
+                              "2", "--kernel", "fma"], capture_output=True, text=True, check=True)
+        doc = json.loads(out.stdout)
+        assert doc["kernel"] == "fma" and doc["bytes"] == 3 << 20
+        assert doc["fma_checksum"] == 2 * fma_stream_sum(3)
+    bad = subprocess.run([str(binary), "--kernel", "fmx"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "'sum' or 'fma'" in bad.stderr
+
+
 def test_stream_read_sums_the_same_on_aarch64_under_qemu() -> None:
     # qemu runs it for correctness only: its timings are emulation, not performance
-    args = ["--mib", "4", "--threads", "2", "--passes", "2"]
     native = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"])
     arm = build_c_program("stream_read", [BENCH_DIR / "c" / "stream_read.c"], target="aarch64")
-    want = json.loads(subprocess.run([str(native), *args], capture_output=True, text=True,
-                                     check=True).stdout)
-    got = json.loads(subprocess.run(["qemu-aarch64-static", "-cpu", "cortex-a76", str(arm),
-                                     *args], capture_output=True, text=True, check=True).stdout)
-    assert got["checksum"] == want["checksum"] and got["bytes"] == want["bytes"]
+    for kernel in ("sum", "fma"):
+        args = ["--mib", "4", "--threads", "2", "--passes", "2", "--kernel", kernel]
+        want = json.loads(subprocess.run([str(native), *args], capture_output=True, text=True,
+                                         check=True).stdout)
+        got = json.loads(subprocess.run(["qemu-aarch64-static", "-cpu", "cortex-a76", str(arm),
+                                         *args], capture_output=True, text=True,
+                                        check=True).stdout)
+        assert got["bytes"] == want["bytes"]
+        assert (got["checksum"], got["fma_checksum"]) == (want["checksum"], want["fma_checksum"])
+    assert got["fma_checksum"] == 2 * fma_stream_sum(4)
 
 
 def test_build_c_program_reuses_the_build(tmp_path: Path) -> None:
@@ -154,3 +184,17 @@ def test_a_paired_run_splits_the_step_into_attention_and_the_rest(
     weights = roofline.weight_bytes_per_token(shape, "f32")
     assert run.weights_fraction == pytest.approx(weights / (run.weights_ms / 1e3) / 1e9 / 30.0,
                                                  abs=1e-3)
+
+
+def test_weight_stream_takes_its_ratios_within_each_round() -> None:
+    # STREAM swings 40 -> 100 GB/s between rounds; lmc does not follow it
+    rounds = [weight_stream.Round("f32", 2, stream, fma, lmc, lmc * 0.95)
+              for stream, fma, lmc in ((40.0, 40.0, 38.0), (100.0, 80.0, 50.0),
+                                       (60.0, 60.0, 54.0))]
+    summary = weight_stream.summarise(rounds)
+    assert summary.lmc_of_stream == [0.9, 0.5, 0.95]  # ratios 0.95, 0.5, 0.9: not 50 / 60
+    assert summary.lmc_of_fma == [0.9, 0.625, 0.95]
+    assert summary.fma_of_stream == [1.0, 0.8, 1.0]
+    assert (summary.stream_gbps, summary.lmc_weights_gbps, summary.rounds) == (60.0, 50.0, 3)
+    with pytest.raises(ValueError, match="one configuration"):
+        weight_stream.summarise([*rounds, weight_stream.Round("f32", 1, 40, 40, 38, 36)])
