@@ -145,8 +145,9 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
 
 def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
                                                   tmp_path: Path) -> None:
-    # enough runs that the matrix is far from done when the first result is seen
-    depths = (0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0)
+    # enough runs that the matrix is far from done when the first result is seen: a run takes
+    # about 0.1 s on a quiet machine, and 18 of them once finished before the signal landed
+    depths = tuple(round(i / 23, 3) for i in range(24))
     spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths, ctx=1024)
     url = f"sqlite:///{tmp_path}/ctrlc.db"
     store = Store.open(url)
