@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,23 +144,44 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
     assert (kept == before.set_index("run_key").loc[kept.index, "finished_at"]).all()
 
 
+def interrupt_after_first_result(proc: subprocess.Popen) -> str:
+    """SIGINT the CLI just after its progress line reports a finished run, when the next run is
+    under way (runs of about half a second here, each started within milliseconds of the last);
+    its whole stderr. Watching stderr, not the store: a poll of the store can lag the runs by
+    seconds on a busy machine, long enough for a small matrix to finish before the signal."""
+    lines: list[str] = []
+    first_result = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if " ok local:" in line:
+                first_result.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert first_result.wait(180), "the coordinator made no progress: " + "".join(lines)
+        time.sleep(0.15)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    return "".join(lines)
+
+
 def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
                                                   tmp_path: Path) -> None:
-    # enough runs that the matrix is far from done when the first result is seen: a run takes
-    # about 0.1 s on a quiet machine, and 18 of them once finished before the signal landed
-    depths = tuple(round(i / 23, 3) for i in range(24))
-    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths, ctx=1024)
+    # enough runs, long enough (a 4096-token prefill), that the signal lands inside one
+    depths = tuple(round(i / 7, 3) for i in range(8))
+    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths, ctx=4096)
     url = f"sqlite:///{tmp_path}/ctrlc.db"
     store = Store.open(url)
     proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
                      tmp_path)
-    try:
-        wait_for_ok_runs(proc, store, "ctrl-c", 1)
-        os.kill(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stderr = interrupt_after_first_result(proc)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     runs = stored_runs(store, "ctrl-c")
