@@ -1,7 +1,8 @@
 /* threads.h — a small pthreads pool.
  *
- * pool_run splits [0, n) into contiguous chunks that the threads (the caller included) claim
- * in order as they become free, and waits for all of them. Work functions must compute each
+ * pool_run splits [0, n) into contiguous chunks, gives each thread (the caller included) a
+ * contiguous share of them to run in order — a thread done with its share takes chunks from
+ * the back of the others' — and waits for all of them. Work functions must compute each
  * item independently — no cross-item reductions, nothing that depends on which thread runs
  * an item or where a chunk starts — which is what makes results bit-identical for any thread
  * count and any scheduling. */

@@ -1,6 +1,6 @@
-"""Engine kernels checked below the model level: the q8 quantiser (weights, activations, KV
-cache) against its rule written out in C, built with the engine's release flags for this
-machine (on x86_64 that is the AVX2 path)."""
+"""Engine parts checked below the model level, in C, built with the engine's release flags for
+this machine (on x86_64 that is the AVX2 path): the q8 quantiser (weights, activations, KV
+cache) against its rule written out, and the thread pool against what pool_run promises."""
 
 from __future__ import annotations
 
@@ -12,14 +12,27 @@ from harness.build import find_toolchain, flags_for, host_arch
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_q8_quantiser_matches_its_rule(tmp_path: Path) -> None:
+def run_check(tmp_path: Path, check: str, engine_sources: list[str]) -> str:
+    """Build tests/c/<check>.c with the engine's sources named, run it, return its output."""
     toolchain = find_toolchain(host_arch())
     cflags, ldflags = flags_for(toolchain, "release")
-    binary = tmp_path / "check_quantize"
+    binary = tmp_path / check
     engine = REPO / "engine"
     subprocess.run([*toolchain.cc, *cflags, "-I", str(engine),
-                    str(REPO / "tests" / "c" / "check_quantize.c"), str(engine / "ops.c"),
-                    str(engine / "util.c"), "-o", str(binary), *ldflags], check=True)
-    proc = subprocess.run([str(binary)], capture_output=True, text=True)
+                    str(REPO / "tests" / "c" / f"{check}.c"),
+                    *(str(engine / source) for source in engine_sources),
+                    "-o", str(binary), *ldflags], check=True)
+    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "30000 rows, 0 mismatches" in proc.stdout
+    return proc.stdout
+
+
+def test_q8_quantiser_matches_its_rule(tmp_path: Path) -> None:
+    out = run_check(tmp_path, "check_quantize", ["ops.c", "util.c"])
+    assert "30000 rows, 0 mismatches" in out
+
+
+def test_pool_runs_each_item_once_in_shares_and_steals_from_a_stalled_thread(
+        tmp_path: Path) -> None:
+    out = run_check(tmp_path, "check_pool", ["threads.c", "util.c"])
+    assert "every item once for 1-4 threads; 304 two-thread traces in order" in out
