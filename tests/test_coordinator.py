@@ -102,8 +102,19 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
 
 def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and a
+    # Python started with SIGINT ignored keeps ignoring it: the CLI gets the default
+    # disposition back here (handlers, unlike ignores, are reset by exec), or Ctrl-C could
+    # not reach it
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
@@ -146,9 +157,8 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
 
 def interrupt_after_first_result(proc: subprocess.Popen) -> str:
     """SIGINT the CLI just after its progress line reports a finished run, when the next run is
-    under way (runs of about half a second here, each started within milliseconds of the last);
-    its whole stderr. Watching stderr, not the store: a poll of the store can lag the runs by
-    seconds on a busy machine, long enough for a small matrix to finish before the signal."""
+    under way (runs of about half a second here, each started within milliseconds of the
+    last); its whole stderr."""
     lines: list[str] = []
     first_result = threading.Event()
 
