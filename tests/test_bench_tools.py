@@ -177,6 +177,7 @@ def test_a_paired_run_splits_the_step_into_attention_and_the_rest(
     steps = doc["steps"]
     assert run.stream_gbps == 30.0 and run.attn_ms == doc["attn_ms_per_token"]
     assert run.stream_median_gbps == 9.0
+    assert run.stream_own_fraction == pytest.approx(9.0 / 30.0, abs=1e-3)
     assert run.fraction_of_median == pytest.approx(run.fraction * 30.0 / 9.0, abs=3e-3)  # rounding
     # the rest of a step is a step less its attention: never longer than the longest step
     assert 0 < run.weights_ms <= max(s["ms"] for s in steps)
