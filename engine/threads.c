@@ -68,13 +68,13 @@ typedef struct {
 typedef struct {
     ThreadPool *pool;
     int id; /* 1 .. n-1; the caller of pool_run is 0 */
+    pthread_t thread;
 } Worker;
 
 struct ThreadPool {
     int n;
-    pthread_t *threads;
-    Worker *workers;
-    Share *shares; /* one per thread */
+    Worker *workers; /* [1 .. n-1]; slot 0 is the caller's and unused */
+    Share *shares;   /* one per thread */
     pthread_mutex_t lock;
     pthread_cond_t wake, finished;
     atomic_uint generation; /* bumped for each pool_run */
@@ -170,11 +170,12 @@ ThreadPool *pool_create(int n_threads) {
         atomic_init(&pool->shares[t].word, share_word(0, 0, 0));
         atomic_init(&pool->shares[t].done, 0);
     }
-    pool->threads = lmc_alloc((size_t)pool->n, sizeof(pthread_t), "thread pool");
     pool->workers = lmc_alloc((size_t)pool->n, sizeof(Worker), "thread pool");
     for (int i = 1; i < pool->n; i++) {
-        pool->workers[i] = (Worker){pool, i};
-        if (pthread_create(&pool->threads[i], NULL, worker_main, &pool->workers[i]) != 0)
+        Worker *w = &pool->workers[i];
+        w->pool = pool;
+        w->id = i;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
             lmc_die_runtime("cannot start thread %d of %d", i + 1, pool->n);
     }
     return pool;
@@ -186,11 +187,10 @@ void pool_destroy(ThreadPool *pool) {
     atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
-    for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
+    for (int i = 1; i < pool->n; i++) pthread_join(pool->workers[i].thread, NULL);
     pthread_mutex_destroy(&pool->lock);
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->finished);
-    lmc_free(pool->threads);
     lmc_free(pool->workers);
     lmc_free(pool->shares);
     lmc_free(pool);
