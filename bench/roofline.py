@@ -331,6 +331,17 @@ def markdown_table(rows: list[RooflineRow]) -> str:
     return "\n".join(lines)
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (thread and run counts), refused with exit 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     from qwen3_06b import generate as generate_model
 
@@ -340,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv", choices=("f32", "q8"), default="f32")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=64)
-    parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count() or 1],
+    parser.add_argument("--threads", type=positive_int, nargs="+", default=[os.cpu_count() or 1],
                         help="engine threads; several: a row each (default: all CPUs)")
-    parser.add_argument("--repeats", type=int, default=5, help="lmc runs per configuration")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="lmc runs per configuration")
     parser.add_argument("--stream-mib", type=int, default=1024)
     parser.add_argument("--stream-passes", type=int, default=5,
                         help="STREAM passes per thread count before and after each run")

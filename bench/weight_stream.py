@@ -36,6 +36,7 @@ from roofline import (
     environment,
     measure_bandwidth,
     outside_attention_ms,
+    positive_int,
     run_lmc_generate,
     weight_bytes_per_token,
 )
@@ -137,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="HF model dir (default: the bench model, BF16)")
     parser.add_argument("--wq", nargs="+", choices=("f32", "q8", "bf16"), default=["f32"])
-    parser.add_argument("--threads", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}))
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=positive_int, nargs="+",
+                        default=sorted({1, os.cpu_count() or 1}))
+    parser.add_argument("--rounds", type=positive_int, default=7)
     parser.add_argument("--prompt-len", type=int, default=448)
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--stream-mib", type=int, default=1024)
@@ -146,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rev", help="build lmc from this git revision (default: work tree)")
     parser.add_argument("--json", type=Path, help="also write every round here")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
 
     lmc = engine_binary(args.rev)
     model_dir = args.model or generate_model(dtypes=("BF16",))["BF16"]

@@ -199,3 +199,13 @@ def test_weight_stream_takes_its_ratios_within_each_round() -> None:
     assert (summary.stream_gbps, summary.lmc_weights_gbps, summary.rounds) == (60.0, 50.0, 3)
     with pytest.raises(ValueError, match="one configuration"):
         weight_stream.summarise([*rounds, weight_stream.Round("f32", 1, 40, 40, 38, 36)])
+
+
+@pytest.mark.parametrize("script, args", [("weight_stream.py", ["--threads", "1", "0"]),
+                                          ("weight_stream.py", ["--rounds", "x"]),
+                                          ("roofline.py", ["--repeats", "-1"])])
+def test_benches_refuse_counts_below_one(script: str, args: list[str]) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH_DIR / script), *args], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "expected a whole number >= 1" in proc.stderr and proc.stdout == ""
