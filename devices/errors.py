@@ -44,6 +44,10 @@ class HostKeyMismatch(HostKeyError):
     """The device presented a different host key than the one recorded for it."""
 
 
+class HostKeyRevoked(HostKeyError):
+    """The device presented a host key that its known_hosts file marks ``@revoked``."""
+
+
 class CommandTimeout(DeviceError):
     """A command ran past its timeout; its process group was killed."""
 

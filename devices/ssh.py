@@ -1,9 +1,10 @@
 """SSHTransport: a device reached over SSH with paramiko.
 
-- Host keys are checked against the device's known_hosts file. Unknown keys are refused
-  (a RejectPolicy that raises ``UnknownHostKey``), unless the inventory sets
-  ``insecure_accept_new = true``; then the key is accepted and recorded. A changed key is
-  always refused (``HostKeyMismatch``).
+- Host keys are checked against the device's known_hosts file, read by ``devices.known_hosts``
+  (as tolerantly as OpenSSH; paramiko is given no host keys and asks ``verify_host_key``).
+  Unknown keys are refused (``UnknownHostKey``), unless the inventory sets
+  ``insecure_accept_new = true``; then the key is accepted and appended. A changed key is
+  always refused (``HostKeyMismatch``), and so is a key marked ``@revoked`` (``HostKeyRevoked``).
 - Connecting retries transient failures (refused, reset, timed out) with exponential backoff;
   authentication and host-key failures are not retried.
 - A command gets a remote deadline (GNU ``timeout`` kills its process group) and a local one a
@@ -22,12 +23,14 @@ from pathlib import Path
 
 import paramiko
 
+from devices import known_hosts
 from devices.errors import (
     AuthFailed,
     CommandTimeout,
     DeviceError,
     DeviceUnreachable,
     HostKeyMismatch,
+    HostKeyRevoked,
     TransferFailed,
     UnknownHostKey,
 )
@@ -52,10 +55,13 @@ TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 TRANSIENT = (OSError, EOFError, paramiko.SSHException)
 
 
+def blob_fingerprint(blob: bytes) -> str:
+    """OpenSSH's fingerprint format of a public-key blob: SHA256:<base64 without padding>."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
 def key_fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's fingerprint format: SHA256:<base64 without padding>."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return blob_fingerprint(key.asbytes())
 
 
 def known_hosts_name(device: Device) -> str:
@@ -63,41 +69,44 @@ def known_hosts_name(device: Device) -> str:
     return device.host if device.port == 22 else f"[{device.host}]:{device.port}"
 
 
-class _RefuseUnknownHost(paramiko.RejectPolicy):
+def _recorded(verdict: known_hosts.Verdict) -> str:
+    return ", ".join(f"{e.key_type} {blob_fingerprint(e.blob)} (line {e.line})"
+                     for e in verdict.recorded)
+
+
+def verify_host_key(device: Device, key: paramiko.PKey) -> None:
+    """Accept ``key`` for ``device`` only as its known_hosts file allows (see devices.known_hosts);
+    with ``insecure_accept_new`` an unknown key is recorded and accepted."""
+    path, name = device.known_hosts, known_hosts_name(device)
+    presented = f"{key.get_name()} {key_fingerprint(key)}"
+    verdict = known_hosts.check(path, name, key.get_name(), key.asbytes())
+    if verdict.status == "known":
+        return
+    if verdict.status == "revoked":
+        raise HostKeyRevoked(device.name, f"{device.address} presented {presented}, which line "
+                                          f"{verdict.entry.line} of {path} marks @revoked; "
+                                          "refusing to connect")
+    if verdict.status == "changed":
+        raise HostKeyMismatch(
+            device.name,
+            f"{device.address} presented {presented} but {path} records {_recorded(verdict)}; "
+            "refusing to connect (if the board was reinstalled, check the new key and run "
+            f"`benchfarm devices trust --replace {device.name}`)")
+    if not device.insecure_accept_new:
+        raise UnknownHostKey(device.name, f"host key of {name} ({presented}) is not in {path}; "
+                                          "check it, then run "
+                                          f"`benchfarm devices trust {device.name}`")
+    known_hosts.append(path, [known_hosts.entry_line(name, key.get_name(), key.asbytes())])
+
+
+class _CheckKnownHosts(paramiko.MissingHostKeyPolicy):
+    """paramiko is given no host keys, so it asks this policy about every key it is shown."""
+
     def __init__(self, device: Device) -> None:
         self.device = device
 
     def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001 - paramiko API
-        raise UnknownHostKey(
-            self.device.name,
-            f"host key of {hostname} ({key.get_name()} {key_fingerprint(key)}) is not in "
-            f"{self.device.known_hosts}; check it, then run "
-            f"`benchfarm devices trust {self.device.name}`",
-        )
-
-
-class _AcceptAndRecord(paramiko.MissingHostKeyPolicy):
-    """Only with ``insecure_accept_new = true``: trust on first use, and remember the key."""
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-
-    def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001 - paramiko API
-        record_host_key(self.device, key)
-
-
-def record_host_key(device: Device, key: paramiko.PKey) -> None:
-    """Add (or replace) the device's entry in its known_hosts file."""
-    path = device.known_hosts
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = paramiko.HostKeys()
-    if path.exists():
-        keys.load(str(path))
-    name = known_hosts_name(device)
-    if name in keys:
-        del keys[name]
-    keys.add(name, key.get_name(), key)
-    keys.save(str(path))
+        verify_host_key(self.device, key)
 
 
 def fetch_host_key(device: Device) -> paramiko.PKey:
@@ -186,11 +195,7 @@ class SSHTransport(Transport):
     def _connect_once(self) -> paramiko.SSHClient:
         device = self.device
         client = paramiko.SSHClient()
-        if device.known_hosts.exists():
-            client.load_host_keys(str(device.known_hosts))
-        policy = _AcceptAndRecord(device) if device.insecure_accept_new else _RefuseUnknownHost(
-            device)
-        client.set_missing_host_key_policy(policy)
+        client.set_missing_host_key_policy(_CheckKnownHosts(device))
         sock = _open_socket(device)
         try:
             client.connect(
@@ -200,15 +205,6 @@ class SSHTransport(Transport):
                 auth_timeout=device.connect_timeout, channel_timeout=device.connect_timeout,
                 allow_agent=False, look_for_keys=self._pkey is None,
             )
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostKeyMismatch(
-                device.name,
-                f"{device.address} presented {exc.key.get_name()} {key_fingerprint(exc.key)} "
-                f"but {device.known_hosts} records {key_fingerprint(exc.expected_key)}; "
-                "refusing to connect (if the board was reinstalled, check the new key and run "
-                f"`benchfarm devices trust --replace {device.name}`)",
-            ) from exc
         except paramiko.AuthenticationException as exc:
             client.close()
             raise AuthFailed(device.name, f"{device.address} refused authentication "
@@ -337,27 +333,34 @@ class SSHTransport(Transport):
 
 def trust_device(device: Device, replace: bool = False,
                  expect: str | None = None) -> tuple[paramiko.PKey, str]:
-    """Fetch the device's host key and record it in its known_hosts file.
+    """Fetch the device's host key and append it to its known_hosts file.
 
     Returns (key, what happened: "recorded", "replaced" or "already trusted"). A key that differs
-    from the recorded one is only replaced with ``replace``; ``expect`` (a SHA256:... fingerprint
-    obtained out of band, e.g. from the board's console) must match when given.
+    from the recorded ones is only added with ``replace``, which also appends an ``@revoked``
+    line for each key recorded for the host before (the file is never rewritten); ``expect``
+    (a SHA256:... fingerprint obtained out of band, e.g. from the board's console) must match
+    when given. A key the file marks ``@revoked`` is refused: only removing that line by hand
+    trusts it again.
     """
     key = fetch_host_key(device)
     fingerprint = key_fingerprint(key)
+    presented = f"{key.get_name()} {fingerprint}"
     if expect is not None and expect != fingerprint:
-        raise HostKeyMismatch(device.name, f"{device.address} presented {key.get_name()} "
-                                           f"{fingerprint}, expected {expect}; not recorded")
-    known = paramiko.HostKeys()
-    if device.known_hosts.exists():
-        known.load(str(device.known_hosts))
-    recorded = known.lookup(known_hosts_name(device)) or {}
-    if key.get_name() in recorded and recorded[key.get_name()] == key:
+        raise HostKeyMismatch(device.name, f"{device.address} presented {presented}, expected "
+                                           f"{expect}; not recorded")
+    path, name = device.known_hosts, known_hosts_name(device)
+    verdict = known_hosts.check(path, name, key.get_name(), key.asbytes())
+    if verdict.status == "known":
         return key, "already trusted"
-    if recorded and not replace:
-        old = ", ".join(f"{t} {key_fingerprint(k)}" for t, k in recorded.items())
-        raise HostKeyMismatch(device.name, f"{device.address} presented {key.get_name()} "
-                                           f"{fingerprint} but {device.known_hosts} records {old};"
-                                           " pass --replace if the board was reinstalled")
-    record_host_key(device, key)
-    return key, "replaced" if recorded else "recorded"
+    if verdict.status == "revoked":
+        raise HostKeyRevoked(device.name, f"{device.address} presented {presented}, which line "
+                                          f"{verdict.entry.line} of {path} marks @revoked; not "
+                                          "recorded (remove that line if the key is good again)")
+    if verdict.recorded and not replace:
+        raise HostKeyMismatch(device.name, f"{device.address} presented {presented} but {path} "
+                                           f"records {_recorded(verdict)}; pass --replace if the "
+                                           "board was reinstalled")
+    old = {(e.key_type, e.blob) for e in verdict.recorded}
+    lines = [known_hosts.entry_line(name, t, blob, "@revoked") for t, blob in sorted(old)]
+    known_hosts.append(path, [*lines, known_hosts.entry_line(name, key.get_name(), key.asbytes())])
+    return key, "replaced" if verdict.recorded else "recorded"

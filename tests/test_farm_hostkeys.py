@@ -11,8 +11,14 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from devices.errors import AuthFailed, DeviceUnreachable, HostKeyMismatch, UnknownHostKey
-from devices.inventory import load_inventory
+from devices.errors import (
+    AuthFailed,
+    DeviceUnreachable,
+    HostKeyMismatch,
+    HostKeyRevoked,
+    UnknownHostKey,
+)
+from devices.inventory import Device, load_inventory
 from devices.ssh import key_fingerprint
 from devices.transport import connect
 from harness.cli import main
@@ -31,6 +37,84 @@ def host_fingerprint(farm, node: str) -> str:
     """The fingerprint of the host key the farm generated for ``node``, read from disk."""
     pub = (farm.state_dir / "nodes" / node / "ssh_host_ed25519_key.pub").read_text().split()
     return key_fingerprint(paramiko.PKey.from_type_string(pub[0], base64.b64decode(pub[1])))
+
+
+def host_entry(farm, node: str, name: str, marker: str = "") -> str:
+    """A known_hosts line giving ``node``'s host key to ``name``."""
+    pub = (farm.state_dir / "nodes" / node / "ssh_host_ed25519_key.pub").read_text().split()
+    return f"{marker} {name} {pub[0]} {pub[1]}".strip()
+
+
+def openssh_accepts(device: Device, known_hosts: Path) -> bool:
+    """Whether the real OpenSSH client, checking host keys strictly against ``known_hosts``,
+    gets a command through: the reference for what a known_hosts file means."""
+    result = subprocess.run(
+        ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+         "-o", "CheckHostIP=no", "-o", "ConnectTimeout=10", "-i", str(device.key),
+         "-p", str(device.port), f"{device.user}@{device.host}", "true"],
+        capture_output=True, text=True, timeout=60)
+    return result.returncode == 0
+
+
+def other_hosts_lines(tmp_path: Path) -> str:
+    """What a user's ~/.ssh/known_hosts holds besides the farm: lines paramiko cannot load."""
+    key = tmp_path / "stranger_host"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+    hashed = tmp_path / "hashed"
+    hashed.write_text(f"hidden.example {kind} {blob}\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(hashed)], check=True, capture_output=True)
+    sk = "AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29tAAAAIAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhsc"
+    return "".join([
+        "# keys of the lab\n",
+        f"@cert-authority *.lab.example {kind} {blob} lab CA\n",
+        hashed.read_text(),
+        f"gateway.example sk-ssh-ed25519@openssh.com {sk}HR4fAAAABHNzaDo= fido\n",
+        f"@revoked old.example {kind} {blob}\n",
+        "broken.example ssh-ed25519 AAAA-this-is-not-base64\n",
+        f"plain.example {kind} {blob}",  # no newline at the end
+    ])
+
+
+def test_trust_appends_to_a_shared_known_hosts(farm, tmp_path: Path) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    original = other_hosts_lines(tmp_path)
+    known_hosts.write_text(original)
+    inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
+    device = load_inventory(inventory).get("farm-x86")
+    with pytest.raises(UnknownHostKey):  # not a paramiko error about someone else's line
+        connect(device)
+
+    assert main(["devices", "trust", "--inventory", str(inventory), "farm-x86"]) == 0
+    text = known_hosts.read_text()
+    assert text.startswith(original)  # appended: every other line kept byte for byte
+    assert text[len(original):] == "\n" + host_entry(farm, "farm-x86",
+                                                     f"[{device.host}]:{device.port}") + "\n"
+    with connect(device) as t:
+        assert t.run(["echo", "trusted"], timeout=30).stdout == "trusted\n"
+    assert openssh_accepts(device, known_hosts)
+    assert main(["devices", "trust", "--inventory", str(inventory), "farm-x86"]) == 0
+    assert known_hosts.read_text() == text  # already trusted: nothing written
+
+
+def test_hashed_and_revoked_entries_are_honoured(farm, tmp_path: Path) -> None:
+    device = farm.x86
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(host_entry(farm, "farm-x86", f"[{device.host}]:{device.port}") + "\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known_hosts)], check=True, capture_output=True)
+    assert str(device.host) not in known_hosts.read_text()
+    device = dataclasses.replace(device, known_hosts=known_hosts)
+    with connect(device) as t:
+        assert t.run(["true"], timeout=30).ok
+
+    with known_hosts.open("a") as handle:  # the board's key leaked: revoke it for every host
+        handle.write(host_entry(farm, "farm-x86", "*", "@revoked") + "\n")
+    assert not openssh_accepts(device, known_hosts)
+    with pytest.raises(HostKeyRevoked, match=r"farm-x86.*line 2 .*@revoked"):
+        connect(device)
+    inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
+    assert main(["devices", "trust", "--inventory", str(inventory), "--replace", "farm-x86"]) == 1
 
 
 def test_unknown_host_key_is_refused_then_trusted(farm, tmp_path: Path, capsys) -> None:
@@ -72,11 +156,16 @@ def test_changed_host_key_is_refused_until_replaced(farm, tmp_path: Path) -> Non
                  "--expect", host_fingerprint(farm, "farm-arm"), "farm-x86"]) == 1
     with pytest.raises(HostKeyMismatch):
         connect(device)
-    # ... but replaces it when told to.
+    # ... but replaces it when told to: by appending the new key and revoking the old one.
+    original = known_hosts.read_text()
     assert main(["devices", "trust", "--inventory", str(inventory), "--replace",
                  "--expect", host_fingerprint(farm, "farm-x86"), "farm-x86"]) == 0
+    name = f"[{x86.host}]:{x86.port}"
+    assert known_hosts.read_text() == original + host_entry(farm, "farm-arm", name, "@revoked") \
+        + "\n" + host_entry(farm, "farm-x86", name) + "\n"
     with connect(device) as t:
         assert t.run(["true"], timeout=30).ok
+    assert openssh_accepts(device, known_hosts)
 
 
 def test_insecure_accept_new_records_the_key(farm, tmp_path: Path) -> None:
