@@ -2,8 +2,8 @@
 
 ``probe`` takes one snapshot (one remote command, reading /proc and /sys only, so it works the
 same on any board whatever compiler it has). The coordinator takes one before and one after
-every run; ``probed_run`` does both and the run in a single remote command. ``flags(before,
-after)`` names what should make a reader distrust the numbers.
+every run; ``probed_run`` does both and the run in a single remote command. Each snapshot carries
+its ``flags`` (``devices.flags``): what should make a reader distrust the numbers.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 
 from devices.cache import INTACT_FUNCTION, intact_args, push_again
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
+from devices.flags import snapshot_flags
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
-SCHEMA = "benchfarm.fingerprint/1"
+SCHEMA = "benchfarm.fingerprint/2"  # /2: devfreq devices and the snapshot's flags
 PROBE_TIMEOUT_S = 30.0
 STALE_EXIT = 99  # probed_run's script: an artifact changed since it was verified; nothing ran
 
@@ -59,6 +60,12 @@ probe() {
     get "$z/type" '?'; zone_type=$v; get "$z/temp" ''
     printf 'thermal %s %s %s\n' "${z##*/}" "$zone_type" "$v"
   done
+  for d in /sys/class/devfreq/*; do  # memory controller (dmc), GPU, NPU clocks, in Hz
+    [ -r "$d/cur_freq" ] || continue
+    line="devfreq ${d##*/}"
+    for name in governor cur_freq min_freq max_freq; do get "$d/$name" -; line="$line $v"; done
+    get "$d/available_frequencies" ''; printf '%s %s\n' "$line" "$v"
+  done
 }
 """
 PROBE_SCRIPT = PROBE_FUNCTIONS + "probe static\nexit 0\n"
@@ -87,21 +94,13 @@ end=$(date +%s%N)
 exit "$code"
 """.replace("KILL_AFTER", f"{KILL_AFTER_S:.0f}").replace("STALE_EXIT", str(STALE_EXIT))
 
-# Thresholds for flags(): chosen to be quiet on a healthy idle board.
-HOT_C = 85.0  # RK3588 starts thermal throttling around 85 degC
-LOADED_PER_CPU = 0.3  # 1-minute load average per online CPU before the run
-LOADED_MIN = 1.0
-CAPPED_RATIO = 0.98  # policy max below the hardware max: a thermal or user cap
-LOW_MEMORY_RATIO = 0.1
-
-
 def probe(transport: Transport) -> dict[str, Any]:
     """One fingerprint of the device behind ``transport`` (a JSON-ready dict)."""
     result = transport.run_host(["sh", "-c", PROBE_SCRIPT], timeout=PROBE_TIMEOUT_S)
     if result.exit_code != 0:
         raise DeviceError(transport.device.name, f"probe failed with exit code "
                                                  f"{result.exit_code}: {result.stderr.strip()}")
-    return _facts(transport, result.stdout, time.time())
+    return _facts(transport, result.stdout, time.time(), "before")
 
 
 @dataclass
@@ -159,8 +158,8 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
         raise CommandTimeout(name, f"`{describe(argv)}` ran past its {timeout:g} s timeout; its "
                                    "process group was killed")
     result = CommandResult(whole.exit_code, whole.stdout, stderr, wall)
-    return ProbedRun(_facts(transport, before, started), result,
-                     _facts(transport, after, time.time()))
+    return ProbedRun(_facts(transport, before, started, "before"), result,
+                     _facts(transport, after, time.time(), "after"))
 
 
 def _between(text: str, head: str, tail: str) -> tuple[str, str]:
@@ -174,7 +173,8 @@ def _between(text: str, head: str, tail: str) -> tuple[str, str]:
 STATIC_FACTS = ("arch", "kernel", "cpu_model")
 
 
-def _facts(transport: Transport, probe_output: str, taken_at: float) -> dict[str, Any]:
+def _facts(transport: Transport, probe_output: str, taken_at: float,
+           phase: str) -> dict[str, Any]:
     facts = parse_probe(probe_output)
     if facts["arch"] is not None:  # a `probe static`: keep its static part for this connection
         transport.static_facts = {key: facts[key] for key in STATIC_FACTS}
@@ -190,17 +190,18 @@ def _facts(transport: Transport, probe_output: str, taken_at: float) -> dict[str
         emulated=transport.device.emulated,
         taken_at=taken_at,
     )
+    facts["flags"] = snapshot_flags(facts, phase)  # judged now, stored with the snapshot
     return facts
 
 
-def _khz(text: str) -> int | None:
+def _whole(text: str) -> int | None:  # a frequency field: kHz (cpufreq) or Hz (devfreq)
     return int(text) if text.isdigit() else None
 
 
 def parse_probe(text: str) -> dict[str, Any]:
     facts: dict[str, Any] = {"arch": None, "kernel": None, "loadavg": None, "mem_total_kb": None,
                              "mem_available_kb": None, "cpu_model": None, "cores": [],
-                             "thermal": []}
+                             "thermal": [], "devfreq": []}
     parts_by_cpu: dict[int, str] = {}
     current_cpu = -1
     models: list[str] = []
@@ -227,9 +228,9 @@ def parse_probe(text: str) -> dict[str, Any]:
                 facts["cores"].append({
                     "cpu": int(fields[0]),
                     "online": fields[1] != "0",
-                    "max_khz": _khz(fields[2]),
-                    "policy_max_khz": _khz(fields[3]),
-                    "cur_khz": _khz(fields[4]),
+                    "max_khz": _whole(fields[2]),
+                    "policy_max_khz": _whole(fields[3]),
+                    "cur_khz": _whole(fields[4]),
                     "governor": None if fields[5] == "-" else fields[5],
                 })
         elif kind == "thermal":
@@ -237,44 +238,19 @@ def parse_probe(text: str) -> dict[str, Any]:
             if len(fields) == 3 and fields[2].lstrip("-").isdigit():
                 facts["thermal"].append({"zone": fields[0], "type": fields[1],
                                          "temp_c": int(fields[2]) / 1000.0})
+        elif kind == "devfreq":
+            fields = rest.split()
+            if len(fields) >= 5:
+                facts["devfreq"].append({
+                    "device": fields[0],
+                    "governor": None if fields[1] == "-" else fields[1],
+                    "cur_hz": _whole(fields[2]),
+                    "min_hz": _whole(fields[3]),
+                    "max_hz": _whole(fields[4]),
+                    "available_hz": [int(f) for f in fields[5:] if f.isdigit()],
+                })
     facts["cores"].sort(key=lambda core: core["cpu"])
     for core in facts["cores"]:
         core["part"] = parts_by_cpu.get(core["cpu"])
     facts["cpu_model"] = " / ".join(models) or None
     return facts
-
-
-def _online(fp: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in fp.get("cores", []) if c.get("online")]
-
-
-def flags(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Reasons to distrust timings taken between two fingerprints, as short stable names:
-    ``emulated``, ``non-performance-governor``, ``throttling``, ``loaded``, ``low-memory``."""
-    out = []
-    if before.get("emulated") or after.get("emulated"):
-        out.append("emulated")
-    governors = {c["governor"] for fp in (before, after) for c in _online(fp) if c["governor"]}
-    if governors - {"performance"}:
-        out.append("non-performance-governor")
-    if _throttled(before) or _throttled(after):
-        out.append("throttling")
-    ncpu = max(len(_online(before)), 1)
-    load = (before.get("loadavg") or [0.0])[0]
-    if load > max(LOADED_MIN, LOADED_PER_CPU * ncpu):
-        out.append("loaded")
-    total, available = before.get("mem_total_kb"), before.get("mem_available_kb")
-    if total and available is not None and available < LOW_MEMORY_RATIO * total:
-        out.append("low-memory")
-    return out
-
-
-def _throttled(fp: dict[str, Any]) -> bool:
-    for core in _online(fp):
-        hw_max, cap, cur = core["max_khz"], core["policy_max_khz"], core["cur_khz"]
-        if hw_max and cap and cap < CAPPED_RATIO * hw_max:
-            return True
-        # Under the performance governor an unthrottled core runs at its policy maximum.
-        if core["governor"] == "performance" and cap and cur and cur < CAPPED_RATIO * cap:
-            return True
-    return any(zone["temp_c"] >= HOT_C for zone in fp.get("thermal", []))

@@ -19,7 +19,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from db.models import Experiment
-from reports.fingerprints import fingerprint_flags
+from devices.flags import run_flags
 from reports.stats import CV_FLAG, summarize
 
 # Workload parameters lifted into columns (whichever the workload kind has).
@@ -174,7 +174,7 @@ def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:
         if row["status"] != "ok":
             found.append(str(row["status"]))
         phases = by_run.get(int(row["run_id"]), {})
-        found += fingerprint_flags(phases.get("before"), phases.get("after"))
+        found += run_flags(phases.get("before"), phases.get("after"))
         flags.append("; ".join(dict.fromkeys(found)))
     return flags
 

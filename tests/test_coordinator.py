@@ -17,6 +17,7 @@ import pytest
 from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
 
 from db.store import Store
+from devices.flags import snapshot_flags
 from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
 from harness.errors import InputError
@@ -50,6 +51,12 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     assert (timings >= 1).all() and len(timings) == 8
     snapshots = frames["snapshots"].groupby("run_id")["phase"].apply(sorted)
     assert all(phases == ["after", "before"] for phases in snapshots)
+    # each snapshot carries the flags judged when it was taken (farm-arm runs under qemu)
+    emulated = set(runs.loc[runs["device_emulated"], "id"])
+    for row in frames["snapshots"].itertuples():
+        fingerprint = json.loads(row.fingerprint)
+        assert fingerprint["flags"] == snapshot_flags(fingerprint, row.phase)
+        assert ("emulated" in fingerprint["flags"]) == (row.run_id in emulated)
     # recall is the workload's own answer check on the generated ids, stored per run
     outcomes = frames["outcomes"]
     assert len(outcomes) == 8 and outcomes["expected_answer"].str.fullmatch(r"\d{5}").all()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-from devices.fingerprint import flags, parse_probe, probe
+from devices.fingerprint import parse_probe, probe
+from devices.flags import run_flags, snapshot_flags
 from devices.transport import connect
 from harness.cli import main
 
@@ -23,6 +24,10 @@ RK3588_OUTPUT = "\n".join([
       for cpu, max_khz in [(c, 1800000 if c < 4 else 2400000) for c in range(8)]],
     "thermal thermal_zone0 soc-thermal 41600",
     "thermal thermal_zone1 bigcore0-thermal 42500",
+    "devfreq dmc performance 2112000000 528000000 2112000000 "
+    "528000000 1068000000 1560000000 2112000000",
+    "devfreq fb000000.gpu simple_ondemand 300000000 300000000 1000000000 "
+    "300000000 400000000 600000000 800000000 1000000000",
 ])
 
 
@@ -36,11 +41,21 @@ def test_parse_rk3588_core_layout() -> None:
     assert {c["part"] for c in fp["cores"] if c["cpu"] in big} == {"0xd0b"}  # Cortex-A76
     assert fp["thermal"][1] == {"zone": "thermal_zone1", "type": "bigcore0-thermal",
                                 "temp_c": 42.5}
+    assert fp["devfreq"][0] == {"device": "dmc", "governor": "performance",
+                                "cur_hz": 2112000000, "min_hz": 528000000, "max_hz": 2112000000,
+                                "available_hz": [528000000, 1068000000, 1560000000, 2112000000]}
+    assert fp["devfreq"][1]["device"] == "fb000000.gpu" and fp["devfreq"][1]["cur_hz"] == 3 * 10**8
+
+
+def flags(before: dict, after: dict) -> list[str]:
+    """A run's flags as the coordinator stores them: each snapshot judged when it is taken."""
+    return run_flags({**before, "flags": snapshot_flags(before, "before")},
+                     {**after, "flags": snapshot_flags(after, "after")})
 
 
 def test_flags_for_a_healthy_board_are_empty() -> None:
     fp = parse_probe(RK3588_OUTPUT)
-    assert flags(fp, fp) == []
+    assert flags(fp, fp) == []  # an idle GPU below its maximum is no reason to distrust a run
 
 
 def test_flags_name_each_problem() -> None:
@@ -63,6 +78,32 @@ def test_flags_name_each_problem() -> None:
     busy["mem_available_kb"] = 100000
     busy["emulated"] = True
     assert flags(busy, after) == ["emulated", "throttling", "loaded", "low-memory"]
+    # the load and free memory after a run are the run's own doing
+    assert flags(before, busy) == ["emulated"]
+
+
+def test_memory_controller_below_its_maximum_is_flagged() -> None:
+    before = parse_probe(RK3588_OUTPUT)
+    no_dvfs = copy.deepcopy(before)  # a bootloader without DMC DVFS: stuck at the lowest step
+    no_dvfs["devfreq"][0].update(governor="dmc_ondemand", cur_hz=528000000)
+    assert flags(no_dvfs, before) == ["memory-clock-low"]
+    capped = copy.deepcopy(before)  # a user cap: max_freq lowered, so is the clock
+    capped["devfreq"][0].update(max_hz=1560000000, cur_hz=1560000000)
+    assert flags(before, capped) == ["memory-clock-low"]
+    unlisted = copy.deepcopy(before)  # no available_frequencies: judged against max_freq
+    unlisted["devfreq"][0].update(available_hz=[], max_hz=2112000000, cur_hz=1068000000)
+    assert flags(unlisted, unlisted) == ["memory-clock-low"]
+
+
+def test_snapshots_stored_without_flags_are_judged_the_same() -> None:
+    before = parse_probe(RK3588_OUTPUT)
+    busy = copy.deepcopy(before)
+    busy.update(loadavg=[6.0, 1.0, 1.0], mem_available_kb=1000, emulated=True)
+    busy["devfreq"][0]["cur_hz"] = 528000000
+    for pair in [(before, before), (busy, before), (before, busy), (busy, busy)]:
+        assert run_flags(*pair) == flags(*pair)  # old snapshots: computed on read, same answer
+    # a stored judgement is what the report shows, even when the rules change later
+    assert run_flags({**busy, "flags": []}, {**before, "flags": ["throttling"]}) == ["throttling"]
 
 
 def test_probe_on_the_farm_nodes(farm) -> None:
@@ -74,7 +115,8 @@ def test_probe_on_the_farm_nodes(farm) -> None:
         assert fp["kernel"] and fp["cpu_model"] and fp["mem_total_kb"] > 0
         assert len(fp["loadavg"]) == 3 and fp["cores"]
         assert fp["emulated"] == device.emulated
-        assert ("emulated" in flags(fp, fp)) == device.emulated
+        assert ("emulated" in fp["flags"]) == device.emulated
+        assert fp["flags"] == snapshot_flags(fp, "before") and "devfreq" in fp
         json.dumps(fp)  # the coordinator stores it as JSON
 
 

@@ -1,5 +1,6 @@
 """The fingerprint script itself, run by `sh` here against a made-up /proc and /sys: files that
-are missing, unreadable or lack a final newline, offline cores, zones without a temperature."""
+are missing, unreadable or lack a final newline, offline cores, zones without a temperature,
+and the devfreq devices of an RK3588 (memory controller, GPU, NPU)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from devices.fingerprint import PROBE_SCRIPT, parse_probe
+from devices.flags import snapshot_flags
 
 CPUINFO = """processor\t: 0
 BogoMIPS\t: 48.00
@@ -55,12 +57,27 @@ def fake_root(root: Path, with_arch_file: bool) -> None:
     write(thermal / "thermal_zone0/temp", "41600\n")
     write(thermal / "thermal_zone1/type", "no-temperature\n")
     write(thermal / "thermal_zone2/temp", "-5000\n")
+    # /sys/class/devfreq as an RK3588 with a vendor kernel lays it out: the DDR controller
+    # ("dmc") idling at its lowest step under dmc_ondemand, GPU and NPU by their bus addresses
+    devfreq = root / "sys/class/devfreq"
+    for name, governor, cur, steps in [
+            ("dmc", "dmc_ondemand", "528000000", "528000000 1068000000 1560000000 2112000000"),
+            ("fb000000.gpu", "simple_ondemand", "300000000",
+             "300000000 400000000 500000000 600000000 700000000 800000000 900000000 1000000000"),
+            ("fdab0000.npu", "rknpu_ondemand", "1000000000",
+             "300000000 400000000 500000000 600000000 700000000 800000000 900000000 1000000000")]:
+        write(devfreq / name / "governor", governor + "\n")
+        write(devfreq / name / "cur_freq", cur + "\n")
+        write(devfreq / name / "min_freq", steps.split()[0] + "\n")
+        write(devfreq / name / "max_freq", steps.split()[-1] + "\n")
+        write(devfreq / name / "available_frequencies", steps + " \n")  # the kernel's last space
+    write(devfreq / "not-a-device/name", "no cur_freq here\n")
 
 
 def run_script(root: Path) -> str:
     # Every absolute /proc or /sys path of the script, moved under root.
     script = re.sub(r"(?<![\w/])/(proc|sys)/", lambda m: f"{root}/{m.group(1)}/", PROBE_SCRIPT)
-    assert script.count(str(root)) == 7  # each path of the script was moved
+    assert script.count(str(root)) == 8  # each path of the script was moved
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stderr) == (0, "")
     return done.stdout
@@ -88,3 +105,18 @@ def test_probe_script_reads_every_fact_with_defaults(tmp_path: Path, with_arch_f
         {"zone": "thermal_zone0", "type": "soc-thermal", "temp_c": 41.6},
         {"zone": "thermal_zone2", "type": "?", "temp_c": -5.0},
     ]
+    hundreds = [n * 10**8 for n in range(3, 11)]
+    assert fp["devfreq"] == [
+        {"device": "dmc", "governor": "dmc_ondemand", "cur_hz": 528 * 10**6,
+         "min_hz": 528 * 10**6, "max_hz": 2112 * 10**6,
+         "available_hz": [528 * 10**6, 1068 * 10**6, 1560 * 10**6, 2112 * 10**6]},
+        {"device": "fb000000.gpu", "governor": "simple_ondemand", "cur_hz": 3 * 10**8,
+         "min_hz": 3 * 10**8, "max_hz": 10**9, "available_hz": hundreds},
+        {"device": "fdab0000.npu", "governor": "rknpu_ondemand", "cur_hz": 10**9,
+         "min_hz": 3 * 10**8, "max_hz": 10**9, "available_hz": hundreds},
+    ]
+    # the DDR clock at a quarter of its maximum is flagged (the GPU idling low is not)
+    assert "memory-clock-low" in snapshot_flags(fp, "before")
+    for dev in fp["devfreq"]:
+        dev["cur_hz"] = dev["max_hz"]
+    assert "memory-clock-low" not in snapshot_flags(fp, "after")

@@ -99,6 +99,23 @@ def test_flags_in_the_timing_table(known: Store) -> None:
     assert clean["flags"].tolist() == ["", "", ""]  # three depths, all clean
 
 
+def test_every_documented_flag_reaches_the_report(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/flags.db")
+    exp = SyntheticExperiment(store)
+    # a snapshot stored before snapshots carried their flags: judged when the report reads it
+    busy = {**healthy_fingerprint(), "loadavg": [3.5, 2.0, 1.0], "mem_total_kb": 4000000,
+            "mem_available_kb": 100000}
+    exp.run(ctx=256, fingerprint=busy)
+    # a snapshot that carries the judgement made when it was taken: shown as stored
+    exp.run(ctx=512, fingerprint={**healthy_fingerprint(), "flags": ["memory-clock-low"]})
+    timings = timing_table(load_experiment(store, "synthetic").runs).set_index("ctx")
+    assert timings.loc[256, "flags"] == "loaded; low-memory"
+    assert timings.loc[512, "flags"] == "memory-clock-low"
+    report = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()
+    assert "loaded; low-memory" in report and "memory-clock-low" in report
+    store.close()
+
+
 def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
     first = render_report(known, "synthetic", tmp_path / "one").parent
     second = render_report(known, "synthetic", tmp_path / "two").parent
