@@ -18,6 +18,7 @@ import pandas as pd
 
 from reports import aggregate, figures
 from reports.compare import compare_runs
+from reports.headline import what_this_shows
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
@@ -182,7 +183,9 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
     counts = ", ".join(f"{n} {s}" for s, n in manifest(data)["run_counts"].items())
+    headline = what_this_shows(runs)
     return [
+        Section("what-this-shows", "What this shows", headline, always=bool(headline)),
         Section("manifest", "Manifest",
                 f"{len(runs)} runs ({counts}). Spec sha256 {data.spec_hash}. The engine builds, "
                 "models and devices below identify every run; manifest.json lists the workloads "

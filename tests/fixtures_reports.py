@@ -71,7 +71,7 @@ class SyntheticExperiment:
             tokens: list[int] | None = None, build: str = "default",
             fingerprint: dict[str, Any] | None = None, threads: int = 2,
             selection_mass: float | None = None, oracle_recall: float | None = None,
-            step_ms: list[float] | None = None) -> int:
+            step_ms: list[float] | None = None, bytes_read: int | None = None) -> int:
         """Store one run; returns its id."""
         if device not in self.devices:
             self.add_device(device)
@@ -105,7 +105,7 @@ class SyntheticExperiment:
             outcome=Outcome(generated_ids=tokens if command == "generate" else None,
                             recall=recall if kind == "needle" else None, ppl=ppl,
                             nll=None, selection_mass=selection_mass,
-                            oracle_recall=oracle_recall) if ok else None,
+                            oracle_recall=oracle_recall, bytes_read=bytes_read) if ok else None,
             snapshots=[Snapshot("before", snapshot), Snapshot("after", snapshot)],
         )
         return self.store.save_run(result)

@@ -116,6 +116,35 @@ def test_every_documented_flag_reaches_the_report(tmp_path: Path) -> None:
     store.close()
 
 
+def test_report_opens_with_what_sparse_attention_buys(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/headline.db")
+    exp = SyntheticExperiment(store)
+    # 256 tokens = 8 blocks of 32: k = 32 covers them all. 2048 = 64 blocks: k = 32 is half.
+    for depth in (0.25, 0.75):
+        exp.run(ctx=256, depth=depth, attn_ms=1.0, bytes_read=1000)
+        exp.run(ctx=2048, depth=depth, attn_ms=4.0, decode_ms=10.0, bytes_read=8000)
+        for k, recall in ((8, 0.0), (32, 1.0)):
+            exp.run(ctx=256, depth=depth, policy="sparse", k=k, attn_ms=1.5, bytes_read=1100)
+            exp.run(ctx=2048, depth=depth, policy="sparse", k=k, recall=recall,
+                    attn_ms=k / 16, decode_ms=8.0, bytes_read=k * 140)
+    text = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()
+    first = text.split("## ")[1]
+    assert first.startswith("What this shows\n")
+    assert "At 256 tokens k = 32 already covers every block" in first
+    assert "(attention 1.5 against 1 ms/token at 256)" in first
+    assert ("At 2048 tokens (64 blocks) k = 32 is the smallest k measured that finds the needle "
+            "as often as exact attention (2/2 runs against 2/2)") in first
+    assert "50 % of the blocks, reads 56 % of exact's bytes" in first
+    assert "attention takes 2 against 4 ms/token (0.50x)" in first
+    assert "decode step 8 against 10 ms (0.80x)" in first
+    assert "lose the needle (k = 8: 0/2 runs)" in first
+    # no exact/sparse pair, no paragraph
+    SyntheticExperiment(store, name="only-exact").run(ctx=256)
+    only = (render_report(store, "only-exact", tmp_path / "plain").parent / "report.md").read_text()
+    assert "What this shows" not in only
+    store.close()
+
+
 def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
     first = render_report(known, "synthetic", tmp_path / "one").parent
     second = render_report(known, "synthetic", tmp_path / "two").parent

@@ -130,8 +130,16 @@ def test_shipped_specs_are_valid(path: Path) -> None:
     if spec.devices == ["local"]:
         cells = expand(spec, resolve_placements(spec, [local_device()]))
         assert cells
-        if spec.name == "demo":  # 2 contexts x 3 depths x (exact + sparse k 1, 4, 32)
-            assert len(cells) == 24
+        if spec.name == "demo":  # 3 contexts x 3 depths x (exact + sparse k 1, 4, 8, 16, 32)
+            assert len(cells) == 54
+            # the demo must show what sparse attention buys: a context where even its largest k
+            # attends to a fraction of the blocks, which the shipped model still recalls at
+            sparse = [c for c in cells if c.config.policy == "sparse"]
+            largest = max(c.config.k for c in sparse)
+            fractions = [largest * c.config.block / dict(c.workload.params)["ctx"]
+                         for c in sparse if c.config.k == largest]
+            assert min(fractions) <= 0.5
+            assert max(dict(c.workload.params)["ctx"] for c in cells) <= 2048
 
 
 def test_cli_reports_spec_error_with_exit_code_2(spec_dir: Path) -> None:

@@ -1,8 +1,9 @@
 """`benchfarm demo`: the embedded default, end to end.
 
 On this machine only (device `local`), a local Ray instance and the SQLite store: build the
-engine, run the demo matrix (specs/demo.toml: needle x exact / sparse k in {1, 4, 32}) with the
-shipped model, then render the report, or print a summary table when no renderer is installed.
+engine, run the demo matrix (specs/demo.toml: needle at 512/1024/2048 tokens x exact / sparse k in
+{1, 4, 8, 16, 32}) with the shipped model, then render the report (which opens with what the runs
+show about sparse attention), or print a summary table when no renderer is installed.
 """
 
 from __future__ import annotations

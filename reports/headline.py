@@ -1,0 +1,108 @@
+"""The paragraph at the top of a report that says what a needle experiment shows about sparse
+attention: where k covers every block (nothing to gain), and at the longest context how small k
+can be while the needle is still found as often as with exact attention, and what that buys.
+
+Every number comes from the stored runs (medians over ok runs), so the paragraph is as true as
+the tables below it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.aggregate import critical_k_table, k_sweep_table
+
+SPARSE = "sparse"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _hits(cell: pd.DataFrame) -> str:
+    recall = cell["recall"].dropna()
+    return f"{int(round(recall.sum()))}/{len(recall)}"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _ratio(part: pd.Series, whole: pd.Series) -> float | None:
+    part, whole = part.dropna(), whole.dropna()
+    if part.empty or whole.empty or not whole.median():
+        return None
+    return float(part.median() / whole.median())
+
+
+def what_this_shows(runs: pd.DataFrame) -> str:
+    """The paragraph for the first device (by name) with ok needle runs under both exact and
+    sparse attention; "" when the experiment has no such pair."""
+    ok = runs[(runs["status"] == "ok") & (runs["kind"] == "needle")]
+    for device in sorted(ok["device"].unique()):
+        mine = ok[ok["device"] == device]
+        exact, sparse = mine[mine["policy"] == "exact"], mine[mine["policy"] == SPARSE]
+        contexts = sorted(set(exact["ctx"]) & set(sparse["ctx"]))
+        if contexts:
+            return _paragraph(device, exact, sparse, [int(c) for c in contexts],
+                              name_device=ok["device"].nunique() > 1)
+    return ""
+
+
+def _paragraph(device: str, exact: pd.DataFrame, sparse: pd.DataFrame, contexts: list[int],
+               name_device: bool) -> str:
+    block = int(sparse["block"].dropna().median())
+    k_max = int(sparse["k"].max())
+    covered = [c for c in contexts if k_max >= math.ceil(c / block)]
+    longest = contexts[-1]
+    text = [f"Sparse top-k attention attends to k blocks of {block} tokens per decode step "
+            "instead of the whole context."]
+    if covered:
+        at = covered[-1]
+        whole = sparse[(sparse["ctx"] == at) & (sparse["k"] == k_max)]["attn_ms_per_token"]
+        text.append(
+            f"At {_and([str(c) for c in covered])} tokens k = {k_max} already covers every "
+            f"block, so there sparse k = {k_max} does exact's work plus choosing the blocks "
+            f"(attention {_ms(whole.median())} against "
+            f"{_ms(exact[exact['ctx'] == at]['attn_ms_per_token'].median())} ms/token at "
+            f"{at}).")
+    if longest not in covered:
+        text.append(_longest(exact[exact["ctx"] == longest], sparse[sparse["ctx"] == longest],
+                             longest, block))
+    text.append(f"Medians over the runs on {device}" if name_device else "Medians over the runs")
+    text[-1] += "; the timing table flags runs taken on a loaded, throttled or emulated machine."
+    return " ".join(text)
+
+
+def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) -> str:
+    blocks = math.ceil(ctx / block)
+    sweep = k_sweep_table(pd.concat([exact, sparse]))
+    critical = critical_k_table(sweep)
+    row = critical[critical["policy"] == SPARSE]
+    k = None if row.empty or pd.isna(row["critical_k"].iloc[0]) else int(row["critical_k"].iloc[0])
+    if k is None:
+        return (f"At {ctx} tokens ({blocks} blocks) no k measured finds the needle as often as "
+                f"exact attention ({_hits(exact)} runs).")
+    chosen = sparse[sparse["k"] == k]
+    parts = [f"At {ctx} tokens ({blocks} blocks) k = {k} is the smallest k measured that finds "
+             f"the needle as often as exact attention ({_hits(chosen)} runs against "
+             f"{_hits(exact)}): it attends to {100 * k / blocks:.0f} % of the blocks"]
+    bytes_ratio = _ratio(chosen["bytes_read"], exact["bytes_read"])
+    if bytes_ratio is not None:
+        parts.append(f"reads {100 * bytes_ratio:.0f} % of exact's bytes per step")
+    attn = _ratio(chosen["attn_ms_per_token"], exact["attn_ms_per_token"])
+    if attn is not None:
+        parts.append(f"its attention takes {_ms(chosen['attn_ms_per_token'].median())} against "
+                     f"{_ms(exact['attn_ms_per_token'].median())} ms/token ({attn:.2f}x)")
+    decode = _ratio(chosen["decode_ms_per_token"], exact["decode_ms_per_token"])
+    if decode is not None:
+        parts.append(f"and a whole decode step {_ms(chosen['decode_ms_per_token'].median())} "
+                     f"against {_ms(exact['decode_ms_per_token'].median())} ms ({decode:.2f}x)")
+    text = ", ".join(parts) + "."
+    smaller = sorted(int(x) for x in set(sparse["k"].dropna()) if x < k)
+    if smaller:
+        losses = [f"k = {s}: {_hits(sparse[sparse['k'] == s])}" for s in smaller]
+        text += f" Smaller k read less but lose the needle ({'; '.join(losses)} runs)."
+    return text
