@@ -29,6 +29,7 @@ from devices.errors import (
     CommandTimeout,
     DeviceError,
     DeviceUnreachable,
+    HostKeyError,
     HostKeyMismatch,
     HostKeyRevoked,
     TransferFailed,
@@ -74,18 +75,39 @@ def _recorded(verdict: known_hosts.Verdict) -> str:
                      for e in verdict.recorded)
 
 
+def _check(device: Device, key: paramiko.PKey) -> known_hosts.Verdict:
+    """What the device's known_hosts says of ``key``; a revoked key is refused here."""
+    try:
+        verdict = known_hosts.check(device.known_hosts, known_hosts_name(device), key.get_name(),
+                                    key.asbytes())
+    except OSError as exc:
+        raise HostKeyError(device.name, f"cannot read {device.known_hosts}: "
+                                        f"{exc.strerror or exc}") from exc
+    if verdict.status == "revoked":
+        raise HostKeyRevoked(device.name, f"{device.address} presented {key.get_name()} "
+                                          f"{key_fingerprint(key)}, which line "
+                                          f"{verdict.entry.line} of {device.known_hosts} marks "
+                                          "@revoked; refusing it (remove that line only if the "
+                                          "key is trustworthy again)")
+    return verdict
+
+
+def _append(device: Device, lines: list[str]) -> None:
+    try:
+        known_hosts.append(device.known_hosts, lines)
+    except OSError as exc:
+        raise HostKeyError(device.name, f"cannot append to {device.known_hosts}: "
+                                        f"{exc.strerror or exc}") from exc
+
+
 def verify_host_key(device: Device, key: paramiko.PKey) -> None:
     """Accept ``key`` for ``device`` only as its known_hosts file allows (see devices.known_hosts);
     with ``insecure_accept_new`` an unknown key is recorded and accepted."""
     path, name = device.known_hosts, known_hosts_name(device)
     presented = f"{key.get_name()} {key_fingerprint(key)}"
-    verdict = known_hosts.check(path, name, key.get_name(), key.asbytes())
+    verdict = _check(device, key)
     if verdict.status == "known":
         return
-    if verdict.status == "revoked":
-        raise HostKeyRevoked(device.name, f"{device.address} presented {presented}, which line "
-                                          f"{verdict.entry.line} of {path} marks @revoked; "
-                                          "refusing to connect")
     if verdict.status == "changed":
         raise HostKeyMismatch(
             device.name,
@@ -96,7 +118,7 @@ def verify_host_key(device: Device, key: paramiko.PKey) -> None:
         raise UnknownHostKey(device.name, f"host key of {name} ({presented}) is not in {path}; "
                                           "check it, then run "
                                           f"`benchfarm devices trust {device.name}`")
-    known_hosts.append(path, [known_hosts.entry_line(name, key.get_name(), key.asbytes())])
+    _append(device, [known_hosts.entry_line(name, key.get_name(), key.asbytes())])
 
 
 class _CheckKnownHosts(paramiko.MissingHostKeyPolicy):
@@ -348,19 +370,15 @@ def trust_device(device: Device, replace: bool = False,
     if expect is not None and expect != fingerprint:
         raise HostKeyMismatch(device.name, f"{device.address} presented {presented}, expected "
                                            f"{expect}; not recorded")
-    path, name = device.known_hosts, known_hosts_name(device)
-    verdict = known_hosts.check(path, name, key.get_name(), key.asbytes())
+    verdict = _check(device, key)
     if verdict.status == "known":
         return key, "already trusted"
-    if verdict.status == "revoked":
-        raise HostKeyRevoked(device.name, f"{device.address} presented {presented}, which line "
-                                          f"{verdict.entry.line} of {path} marks @revoked; not "
-                                          "recorded (remove that line if the key is good again)")
     if verdict.recorded and not replace:
-        raise HostKeyMismatch(device.name, f"{device.address} presented {presented} but {path} "
-                                           f"records {_recorded(verdict)}; pass --replace if the "
-                                           "board was reinstalled")
+        raise HostKeyMismatch(device.name, f"{device.address} presented {presented} but "
+                                           f"{device.known_hosts} records {_recorded(verdict)}; "
+                                           "pass --replace if the board was reinstalled")
+    name = known_hosts_name(device)
     old = {(e.key_type, e.blob) for e in verdict.recorded}
     lines = [known_hosts.entry_line(name, t, blob, "@revoked") for t, blob in sorted(old)]
-    known_hosts.append(path, [*lines, known_hosts.entry_line(name, key.get_name(), key.asbytes())])
+    _append(device, [*lines, known_hosts.entry_line(name, key.get_name(), key.asbytes())])
     return key, "replaced" if verdict.recorded else "recorded"

@@ -14,6 +14,7 @@ import pytest
 from devices.errors import (
     AuthFailed,
     DeviceUnreachable,
+    HostKeyError,
     HostKeyMismatch,
     HostKeyRevoked,
     UnknownHostKey,
@@ -115,6 +116,12 @@ def test_hashed_and_revoked_entries_are_honoured(farm, tmp_path: Path) -> None:
         connect(device)
     inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
     assert main(["devices", "trust", "--inventory", str(inventory), "--replace", "farm-x86"]) == 1
+
+
+def test_unreadable_known_hosts_is_named_not_retried(farm, tmp_path: Path) -> None:
+    device = dataclasses.replace(farm.x86, known_hosts=tmp_path, connect_retries=3)
+    with pytest.raises(HostKeyError, match=f"farm-x86.*cannot read {tmp_path}: Is a directory"):
+        connect(device)
 
 
 def test_unknown_host_key_is_refused_then_trusted(farm, tmp_path: Path, capsys) -> None:
