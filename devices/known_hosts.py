@@ -134,11 +134,21 @@ class Verdict:
     recorded: tuple[Entry, ...] = ()  # the host's plain entries (for "changed" messages)
 
 
+def entries_for(path: Path, name: str) -> list[Entry]:
+    """The usable lines of ``path`` that name host ``name``, in file order."""
+    return [entry for entry in read_entries(path) if entry.matches(name)]
+
+
+def recorded_types(path: Path, name: str) -> set[str]:
+    """The key types recorded (as plain entries) for host ``name``."""
+    return {entry.key_type for entry in entries_for(path, name) if entry.marker is None}
+
+
 def check(path: Path, name: str, key_type: str, blob: bytes) -> Verdict:
     """OpenSSH's decision for ``name`` presenting (key_type, blob): a revoked key is refused
     whatever else the file says; any plain entry with the key accepts it; a plain entry of the
     same type with another key means the key changed; otherwise the host key is unknown."""
-    entries = [e for e in read_entries(path) if e.matches(name)]
+    entries = entries_for(path, name)
     plain = tuple(e for e in entries if e.marker is None)
     for entry in entries:
         if entry.marker == "@revoked" and entry.same_key(key_type, blob):

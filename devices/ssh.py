@@ -19,7 +19,9 @@ import logging
 import posixpath
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import paramiko
 
@@ -54,6 +56,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # paramiko raises these for network trouble; the connection may work on a later attempt.
 TRANSIENT = (OSError, EOFError, paramiko.SSHException)
+T = TypeVar("T")
 
 
 def blob_fingerprint(blob: bytes) -> str:
@@ -75,14 +78,37 @@ def _recorded(verdict: known_hosts.Verdict) -> str:
                      for e in verdict.recorded)
 
 
-def _check(device: Device, key: paramiko.PKey) -> known_hosts.Verdict:
-    """What the device's known_hosts says of ``key``; a revoked key is refused here."""
+def _read_known_hosts(device: Device, read: Callable[[Path, str], T]) -> T:
     try:
-        verdict = known_hosts.check(device.known_hosts, known_hosts_name(device), key.get_name(),
-                                    key.asbytes())
+        return read(device.known_hosts, known_hosts_name(device))
     except OSError as exc:
         raise HostKeyError(device.name, f"cannot read {device.known_hosts}: "
                                         f"{exc.strerror or exc}") from exc
+
+
+# Host-key algorithms whose keys known_hosts records under another type name.
+KEY_TYPE_OF_ALGORITHM = {"rsa-sha2-512": "ssh-rsa", "rsa-sha2-256": "ssh-rsa"}
+
+
+def _transport_factory(device: Device) -> Callable[..., paramiko.Transport]:
+    """paramiko Transports that ask for the host-key types recorded for the device first (as
+    OpenSSH orders its HostKeyAlgorithms), so a board known by an older type of key, e.g.
+    ECDSA, presents that one rather than a newer key nobody recorded."""
+    recorded = _read_known_hosts(device, known_hosts.recorded_types)
+
+    def make(sock: socket.socket, **kwargs: Any) -> paramiko.Transport:
+        transport = paramiko.Transport(sock, **kwargs)
+        options = transport.get_security_options()
+        first = [a for a in options.key_types if KEY_TYPE_OF_ALGORITHM.get(a, a) in recorded]
+        options.key_types = first + [a for a in options.key_types if a not in first]
+        return transport
+    return make
+
+
+def _check(device: Device, key: paramiko.PKey) -> known_hosts.Verdict:
+    """What the device's known_hosts says of ``key``; a revoked key is refused here."""
+    verdict = _read_known_hosts(device, lambda path, name: known_hosts.check(
+        path, name, key.get_name(), key.asbytes()))
     if verdict.status == "revoked":
         raise HostKeyRevoked(device.name, f"{device.address} presented {key.get_name()} "
                                           f"{key_fingerprint(key)}, which line "
@@ -132,12 +158,14 @@ class _CheckKnownHosts(paramiko.MissingHostKeyPolicy):
 
 
 def fetch_host_key(device: Device) -> paramiko.PKey:
-    """The host key the device presents, before any authentication."""
+    """The host key the device presents, before any authentication (of a type recorded for it,
+    when it has one, as for a connection)."""
+    make_transport = _transport_factory(device)
     try:
         sock = socket.create_connection((device.host, device.port), timeout=device.connect_timeout)
     except OSError as exc:
         raise DeviceUnreachable(device.name, f"cannot connect to {device.address}: {exc}") from exc
-    transport = paramiko.Transport(sock)
+    transport = make_transport(sock)
     try:
         transport.start_client(timeout=device.connect_timeout)
         return transport.get_remote_server_key()
@@ -226,6 +254,7 @@ class SSHTransport(Transport):
                 timeout=device.connect_timeout, banner_timeout=device.connect_timeout,
                 auth_timeout=device.connect_timeout, channel_timeout=device.connect_timeout,
                 allow_agent=False, look_for_keys=self._pkey is None,
+                transport_factory=_transport_factory(device),
             )
         except paramiko.AuthenticationException as exc:
             client.close()

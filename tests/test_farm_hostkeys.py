@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import paramiko
@@ -20,7 +21,7 @@ from devices.errors import (
     UnknownHostKey,
 )
 from devices.inventory import Device, load_inventory
-from devices.ssh import key_fingerprint
+from devices.ssh import key_fingerprint, trust_device
 from devices.transport import connect
 from harness.cli import main
 
@@ -116,6 +117,48 @@ def test_hashed_and_revoked_entries_are_honoured(farm, tmp_path: Path) -> None:
         connect(device)
     inventory = inventory_with_known_hosts(farm, tmp_path, known_hosts)
     assert main(["devices", "trust", "--inventory", str(inventory), "--replace", "farm-x86"]) == 1
+
+
+def sshd_with_two_host_keys(farm, tmp_path: Path) -> tuple[subprocess.Popen, int, str]:
+    """Another sshd like farm-x86's, offering an ECDSA host key besides its Ed25519 one:
+    (process, port, the ECDSA key's known_hosts fields)."""
+    ecdsa = tmp_path / "ssh_host_ecdsa_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(ecdsa)], check=True)
+    with socket.socket() as s:
+        s.bind((farm.x86.host, 0))
+        port = s.getsockname()[1]
+    lines = (farm.state_dir / "nodes" / "farm-x86" / "sshd_config").read_text().splitlines()
+    lines = [f"ListenAddress {farm.x86.host}:{port}" if line.startswith("ListenAddress")
+             else f"PidFile {tmp_path / 'sshd.pid'}" if line.startswith("PidFile") else line
+             for line in lines] + [f"HostKey {ecdsa}"]
+    (tmp_path / "sshd_config").write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(tmp_path / "sshd_config")],
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            with socket.create_connection((farm.x86.host, port), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    break
+        except OSError:
+            time.sleep(0.1)
+    return proc, port, " ".join(ecdsa.with_suffix(".pub").read_text().split()[:2])
+
+
+def test_a_host_known_by_an_older_key_type_is_asked_for_that_key(farm, tmp_path: Path) -> None:
+    proc, port, ecdsa = sshd_with_two_host_keys(farm, tmp_path)
+    try:
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(f"[{farm.x86.host}]:{port} {ecdsa}\n")  # as an older ssh wrote it
+        device = dataclasses.replace(farm.x86, port=port, known_hosts=known_hosts)
+        assert openssh_accepts(device, known_hosts)
+        with connect(device) as t:  # paramiko alone would ask for Ed25519 first
+            assert t.run(["true"], timeout=30).ok
+        key, outcome = trust_device(device)
+        assert (key.get_name(), outcome) == ("ecdsa-sha2-nistp256", "already trusted")
+        assert known_hosts.read_text() == f"[{farm.x86.host}]:{port} {ecdsa}\n"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_unreadable_known_hosts_is_named_not_retried(farm, tmp_path: Path) -> None:
