@@ -19,7 +19,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from db.models import Experiment
-from devices.flags import run_flags
+from devices.flags import memory_controllers, run_flags
 from reports.stats import CV_FLAG, summarize
 
 # Workload parameters lifted into columns (whichever the workload kind has).
@@ -401,12 +401,26 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
             "emulated": bool(row["emulated"]),
             "cpu": str(fingerprint.get("cpu_model") or fingerprint.get("cpu") or ""),
             "kernel": str(fingerprint.get("kernel") or ""),
+            "memory_clock": _memory_clock(fingerprint),
             "fingerprint_sha256": _fingerprint_hash(fingerprint),
             "runs": len(cell), "flags": merge_flags(cell["flags"]),
         })
-    columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "fingerprint_sha256",
-               "runs", "flags"]
+    columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "memory_clock",
+               "fingerprint_sha256", "runs", "flags"]
     return _sorted(pd.DataFrame(rows, columns=columns), ["device"])
+
+
+def _memory_clock(fingerprint: dict) -> str:
+    """Each memory controller's clock against the highest it offers, e.g. "dmc 528/2112 MHz
+    (dmc_ondemand)": the first thing to check when a board's tok/s look too low or too high."""
+    parts = []
+    for dev in memory_controllers(fingerprint):
+        offered = [f for f in dev.get("available_hz") or [] if isinstance(f, int | float)]
+        top, cur = max(offered) if offered else dev.get("max_hz"), dev.get("cur_hz")
+        if isinstance(cur, int | float) and isinstance(top, int | float):
+            parts.append(f"{dev.get('device')} {cur / 1e6:.0f}/{top / 1e6:.0f} MHz "
+                         f"({dev.get('governor') or 'no governor'})")
+    return "; ".join(parts)
 
 
 def _fingerprint_hash(fingerprint: dict) -> str:

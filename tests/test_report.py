@@ -13,6 +13,7 @@ from fixtures_reports import SyntheticExperiment, healthy_fingerprint
 from db import Store
 from reports.aggregate import (
     critical_k_table,
+    devices_table,
     k_sweep_table,
     latency_table,
     load_experiment,
@@ -107,10 +108,18 @@ def test_every_documented_flag_reaches_the_report(tmp_path: Path) -> None:
             "mem_available_kb": 100000}
     exp.run(ctx=256, fingerprint=busy)
     # a snapshot that carries the judgement made when it was taken: shown as stored
-    exp.run(ctx=512, fingerprint={**healthy_fingerprint(), "flags": ["memory-clock-low"]})
-    timings = timing_table(load_experiment(store, "synthetic").runs).set_index("ctx")
+    dmc = {"device": "dmc", "governor": "dmc_ondemand", "cur_hz": 528000000,
+           "min_hz": 528000000, "max_hz": 2112000000,
+           "available_hz": [528000000, 1068000000, 1560000000, 2112000000]}
+    exp.run(ctx=512, device="board", fingerprint={**healthy_fingerprint(), "devfreq": [dmc],
+                                                  "flags": ["memory-clock-low"]})
+    data = load_experiment(store, "synthetic")
+    timings = timing_table(data.runs).set_index("ctx")
     assert timings.loc[256, "flags"] == "loaded; low-memory"
     assert timings.loc[512, "flags"] == "memory-clock-low"
+    devices = devices_table(data.runs, data.snapshots).set_index("device")
+    assert devices.loc["board", "memory_clock"] == "dmc 528/2112 MHz (dmc_ondemand)"
+    assert devices.loc["local", "memory_clock"] == ""
     report = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()
     assert "loaded; low-memory" in report and "memory-clock-low" in report
     store.close()
