@@ -218,8 +218,9 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "
-                "non-performance governor, emulated devices (timings are not the hardware's), "
-                "failed runs.",
+                "non-performance governor, a memory clock below its maximum, a loaded machine "
+                "or low free memory before the run, emulated devices (timings are not the "
+                "hardware's), failed runs.",
                 tables=[Table("timings", timings, timing_display(timings))]),
         Section("failures", "Failed and unfinished runs",
                 tables=[Table("failures", aggregate.failures_table(runs))], always=True),
