@@ -71,13 +71,14 @@ def test_missing_model_dir(lmc_asan, tmp_path, prompt):
 
 def test_missing_safetensors(lmc_asan, broken, prompt):
     (broken / "model.safetensors").unlink()
-    assert_input_error(generate(lmc_asan, broken, prompt), "model.safetensors: No such file")
+    assert_input_error(generate(lmc_asan, broken, prompt),
+                       "neither model.safetensors nor model.safetensors.index.json found")
 
 
 @pytest.mark.parametrize("text, expected", [
     ("{not json", "invalid JSON"),
     ("[1, 2]", "expected a JSON object"),
-    ('{"model_type": "llama"}', "model_type 'llama' is not supported"),
+    ('{"model_type": "gemma"}', "model_type 'gemma' is not supported"),
 ])
 def test_corrupt_config(lmc_asan, broken, prompt, text, expected):
     (broken / "config.json").write_text(text)
@@ -271,9 +272,9 @@ def test_fuzz_target_builds_and_runs(tmp_path):
     if not shutil.which("clang"):
         pytest.skip("clang is not installed (scripts/setup.sh installs it)")
     engine = Path(__file__).resolve().parents[1] / "engine"
-    sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "loader.c", "ops.c", "matmul.c",
-               "weights.c", "util.c", "threads.c", "kvcache.c", "attend.c", "attention.c",
-               "select.c"]
+    sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "checkpoint.c", "config.c",
+               "loader.c", "ops.c", "matmul.c", "weights.c", "util.c", "threads.c", "kvcache.c",
+               "attend.c", "attention.c", "select.c"]
     binary = tmp_path / "fuzz_loader"
     build = subprocess.run(
         ["clang", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",

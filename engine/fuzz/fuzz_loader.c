@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../model.h"
-#include "../safetensors.h"
+#include "../checkpoint.h"
 
 static const char CONFIG[] =
     "{\"model_type\": \"qwen3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (config_parse(&config, CONFIG, sizeof CONFIG - 1, "fixed config") != 0) __builtin_trap();
     SafeTensors st;
     if (st_parse(&st, body, n, "fuzz/model.safetensors") != 0) return 0;
-    if (model_check_tensors(&config, &st) == 0) {
+    Checkpoint ck = {.shards = &st, .n_shards = 1, .path = "fuzz/model.safetensors"};
+    if (model_check_tensors(&config, &ck) == 0) {
         /* every tensor that passed the checks must convert without reading out of bounds */
         float buf[256];
         for (int i = 0; i < st.count; i++) {
