@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_engine import run_lmc, write_tokens
+from util_safetensors import read_safetensors, write_safetensors
 
 MODEL = "gqa2_untied_bf16"
 
@@ -24,17 +25,6 @@ def assert_input_error(proc, expected: str) -> None:
     assert lines[0].startswith("lmc: error: ")
     assert expected in lines[0], f"{expected!r} not in {lines[0]!r}"
     assert proc.stdout == ""
-
-
-def read_safetensors(path: Path) -> tuple[dict, bytes]:
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
-
-
-def write_safetensors(path: Path, header: dict, data: bytes) -> None:
-    blob = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
 
 
 @pytest.fixture
