@@ -89,3 +89,24 @@ def test_sharded_qwen3_is_bit_identical_to_the_single_file(lmc, tiny_model, tmp_
         a, la = lmc_generate(lmc, single, prompt, tmp_path / "a.bin", "--wq", wq)
         b, lb = lmc_generate(lmc, sharded, prompt, tmp_path / "b.bin", "--wq", wq)
         assert b["tokens"] == a["tokens"] and lb.tobytes() == la.tobytes()
+
+
+def test_sharded_weights_identity(tiny_model, tmp_path):
+    """The harness identifies a sharded model by its index and every shard (run keys, reproduce)."""
+    from harness.errors import InputError
+    from harness.plan import model_identity, weights_sha256
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model("gqa1_tied_f32"), model)
+    single = weights_sha256(model)
+    index = shard_checkpoint(model, 2)
+    sha, config = model_identity(model)
+    assert sha != single and sha == weights_sha256(model) and config["model_type"] == "qwen3"
+    shard = model / sorted(set(index["weight_map"].values()))[1]
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 1
+    shard.write_bytes(bytes(raw))
+    assert weights_sha256(model) != sha
+    shard.unlink()
+    with pytest.raises(InputError, match=shard.name):
+        weights_sha256(model)
