@@ -22,11 +22,13 @@ static const struct {
     Arch arch;
     int qk_norm;
     const char *prefix; /* of the text model's tensors */
+    int tied;           /* tie_word_embeddings when config.json does not say (the config class's
+                         * default: MiniCPM's is true, and its 2B checkpoint has no lm_head) */
 } ARCHS[] = {
-    {"qwen3", ARCH_QWEN3, 1, "model."},
-    {"qwen3_vl", ARCH_QWEN3_VL, 1, "model.language_model."},
-    {"llama", ARCH_LLAMA, 0, "model."},
-    {"minicpm", ARCH_MINICPM, 0, "model."},
+    {"qwen3", ARCH_QWEN3, 1, "model.", 0},
+    {"qwen3_vl", ARCH_QWEN3_VL, 1, "model.language_model.", 0},
+    {"llama", ARCH_LLAMA, 0, "model.", 0},
+    {"minicpm", ARCH_MINICPM, 0, "model.", 1},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 #define ALLOWED_ARCHS "qwen3, qwen3_vl, llama, minicpm"
@@ -153,8 +155,8 @@ static int parse_rope(Config *c, const JsonValue *tc, const char *path) {
     return 0;
 }
 
-/* the text model's shape, norms, RoPE, embeddings tie and activation */
-static int parse_text(Config *c, const JsonValue *tc, const char *path) {
+/* the text model's shape, norms, RoPE, embeddings tie (tied: the default) and activation */
+static int parse_text(Config *c, const JsonValue *tc, int tied, const char *path) {
     if (get_int(tc, "hidden_size", 1, 0, 1, 65536, path, &c->hidden) ||
         get_int(tc, "intermediate_size", 1, 0, 1, 1 << 20, path, &c->intermediate) ||
         get_int(tc, "num_hidden_layers", 1, 0, 1, 1024, path, &c->n_layers) ||
@@ -183,7 +185,7 @@ static int parse_text(Config *c, const JsonValue *tc, const char *path) {
         lmc_set_error("%s: 'tie_word_embeddings' must be true or false", path);
         return -1;
     }
-    c->tied = tie ? tie->boolean : 0;
+    c->tied = tie ? tie->boolean : tied;
     const char *biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++)
         if (is_true(tc, biases[i])) {
@@ -249,7 +251,7 @@ int config_parse(Config *c, const char *text, size_t len, const char *path) {
         }
         if (refuse_moe(tc, NULL, path)) goto done;
     }
-    if (parse_text(c, tc, path)) goto done;
+    if (parse_text(c, tc, ARCHS[a].tied, path)) goto done;
     if (tc != root && is_true(root, "tie_word_embeddings")) c->tied = 1;
     if (c->arch == ARCH_MINICPM && parse_minicpm(c, root, path)) goto done;
     const JsonValue *dt = json_get(root, "dtype");

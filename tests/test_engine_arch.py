@@ -110,3 +110,30 @@ def test_sharded_weights_identity(tiny_model, tmp_path):
     shard.unlink()
     with pytest.raises(InputError, match=shard.name):
         weights_sha256(model)
+
+
+@pytest.mark.parametrize("name, edit", [
+    # Llama 3.x files before transformers 5: rope_scaling + a top-level rope_theta
+    ("llama3_rope", lambda c: c.update(rope_theta=c["rope_parameters"]["rope_theta"],
+                                       rope_scaling=c.pop("rope_parameters"))),
+    # Qwen3-VL as released: rope_scaling (mrope, type default) and rope_theta in text_config,
+    # the tie at the top level only
+    ("qwen3_vl", lambda c: (c["text_config"].update(
+        rope_theta=c["text_config"]["rope_parameters"]["rope_theta"],
+        rope_scaling=c["text_config"].pop("rope_parameters")),
+        c["text_config"].pop("tie_word_embeddings"))),
+    # MiniCPM's config class ties the embeddings unless told otherwise
+    ("minicpm", lambda c: c.pop("tie_word_embeddings")),
+], ids=["llama3-rope_scaling", "qwen3_vl-rope_scaling", "minicpm-tie-default"])
+def test_older_config_forms_read_the_same(lmc, arch_model, tmp_path, name, edit):
+    model_dir, _ = arch_model(name)
+    older = tmp_path / "older"
+    shutil.copytree(model_dir, older)
+    cfg = json.loads((older / "config.json").read_text())
+    edit(cfg)
+    (older / "config.json").write_text(json.dumps(cfg))
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320, n=40, seed=3))
+    a, la = lmc_generate(lmc, model_dir, prompt, tmp_path / "a.bin")
+    b, lb = lmc_generate(lmc, older, prompt, tmp_path / "b.bin")
+    assert b["config"]["model_config"] == a["config"]["model_config"]
+    assert b["tokens"] == a["tokens"] and lb.tobytes() == la.tobytes()
