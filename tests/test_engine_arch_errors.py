@@ -5,32 +5,16 @@ test_engine_errors."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-from fixtures_engine import run_lmc, write_tokens
-from test_engine_errors import assert_input_error
+from test_engine_errors import assert_input_error, generate
 from util_safetensors import read_safetensors, shard_checkpoint, write_safetensors
 
-BASE = "gqa2_untied_bf16"
-
 
 @pytest.fixture
-def model(tiny_model, tmp_path):
-    target = tmp_path / "model"
-    shutil.copytree(tiny_model(BASE), target)
-    return target
-
-
-@pytest.fixture
-def sharded(model):
-    """The model split into three shards; returns (directory, index)."""
-    return model, shard_checkpoint(model, 3)
-
-
-def generate(lmc_asan, model, tmp_path):
-    prompt = write_tokens(tmp_path / "prompt.txt", [1, 2, 3, 4])
-    return run_lmc(lmc_asan, "generate", "--model", model, "--prompt", prompt, "--max-new", 2)
+def sharded(broken):
+    """test_engine_errors' writable tiny model split into three shards: (directory, index)."""
+    return broken, shard_checkpoint(broken, 3)
 
 
 def edit_config(model, edit) -> None:
@@ -69,35 +53,35 @@ def _rope_scaling(kind: str):
     (lambda c: c.update(model_type="llama", mlp_bias=True), "mlp_bias=true is not supported"),
 ], ids=["moe-type", "moe-experts", "vl-moe", "vl-no-text-config", "vl-tensor-prefix",
         "rope-yarn", "llama3-incomplete", "minicpm-no-scale", "mlp-bias"])
-def test_unsupported_configs(lmc_asan, model, tmp_path, edit, expected):
-    edit_config(model, edit)
-    assert_input_error(generate(lmc_asan, model, tmp_path), expected)
+def test_unsupported_configs(lmc_asan, broken, prompt, edit, expected):
+    edit_config(broken, edit)
+    assert_input_error(generate(lmc_asan, broken, prompt), expected)
 
 
-def test_index_refuses_paths_outside_the_model(lmc_asan, sharded, tmp_path):
+def test_index_refuses_paths_outside_the_model(lmc_asan, sharded, prompt):
     model, index = sharded
     name = next(iter(index["weight_map"]))
     index["weight_map"][name] = "../elsewhere.safetensors"
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert_input_error(generate(lmc_asan, model, tmp_path), "plain file name")
+    assert_input_error(generate(lmc_asan, model, prompt), "plain file name")
 
 
-def test_index_names_the_wrong_shard(lmc_asan, sharded, tmp_path):
+def test_index_names_the_wrong_shard(lmc_asan, sharded, prompt):
     model, index = sharded
     name, shard = next(iter(index["weight_map"].items()))
     index["weight_map"][name] = next(f for f in index["weight_map"].values() if f != shard)
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert_input_error(generate(lmc_asan, model, tmp_path), f"tensor '{name}' in")
+    assert_input_error(generate(lmc_asan, model, prompt), f"tensor '{name}' in")
 
 
-def test_missing_shard(lmc_asan, sharded, tmp_path):
+def test_missing_shard(lmc_asan, sharded, prompt):
     model, index = sharded
     shard = sorted(set(index["weight_map"].values()))[1]
     (model / shard).unlink()
-    assert_input_error(generate(lmc_asan, model, tmp_path), f"cannot open {model / shard}")
+    assert_input_error(generate(lmc_asan, model, prompt), f"cannot open {model / shard}")
 
 
-def test_tensor_in_two_shards(lmc_asan, sharded, tmp_path):
+def test_tensor_in_two_shards(lmc_asan, sharded, prompt):
     model, index = sharded
     first, second = sorted(set(index["weight_map"].values()))[:2]
     name = next(n for n, f in index["weight_map"].items() if f == first)
@@ -106,12 +90,12 @@ def test_tensor_in_two_shards(lmc_asan, sharded, tmp_path):
     begin, end = src_header[name]["data_offsets"]
     header[name] = dict(src_header[name], data_offsets=[len(data), len(data) + end - begin])
     write_safetensors(model / second, header, data + src_data[begin:end])
-    assert_input_error(generate(lmc_asan, model, tmp_path), f"tensor '{name}' is in two shards")
+    assert_input_error(generate(lmc_asan, model, prompt), f"tensor '{name}' is in two shards")
 
 
 @pytest.mark.parametrize("text", ['{"metadata": {}}', '{"weight_map": {}}', "[]", "{oops"])
-def test_bad_index(lmc_asan, sharded, tmp_path, text):
+def test_bad_index(lmc_asan, sharded, prompt, text):
     model, _ = sharded
     (model / "model.safetensors.index.json").write_text(text)
     expected = "invalid JSON" if text == "{oops" else "non-empty object 'weight_map'"
-    assert_input_error(generate(lmc_asan, model, tmp_path), expected)
+    assert_input_error(generate(lmc_asan, model, prompt), expected)

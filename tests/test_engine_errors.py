@@ -12,10 +12,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from fixtures_engine import run_lmc, write_tokens
+from fixtures_engine import BROKEN_MODEL, run_lmc, write_tokens
 from util_safetensors import read_safetensors, write_safetensors
 
-MODEL = "gqa2_untied_bf16"
+MODEL = BROKEN_MODEL
 
 
 def assert_input_error(proc, expected: str) -> None:
@@ -25,19 +25,6 @@ def assert_input_error(proc, expected: str) -> None:
     assert lines[0].startswith("lmc: error: ")
     assert expected in lines[0], f"{expected!r} not in {lines[0]!r}"
     assert proc.stdout == ""
-
-
-@pytest.fixture
-def broken(tiny_model, tmp_path):
-    """A writable copy of a tiny model; edit it to break it."""
-    target = tmp_path / "model"
-    shutil.copytree(tiny_model(MODEL), target)
-    return target
-
-
-@pytest.fixture
-def prompt(tmp_path):
-    return write_tokens(tmp_path / "prompt.txt", [1, 2, 3, 4])
 
 
 def generate(lmc_asan, model, prompt, *extra):
