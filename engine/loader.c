@@ -1,148 +1,14 @@
-/* loader.c — config.json and model.safetensors into a Model, validating everything.
+/* loader.c — config.json (config.c) and the checkpoint (checkpoint.c) into a Model.
  *
- * config.json: both the older form (top-level rope_theta, torch_dtype) and transformers 5's
- * (rope_parameters {"rope_theta", "rope_type"}, dtype). Tensors are checked by name, dtype
- * and shape against the config before any is converted. */
-#include <math.h>
+ * Tensors are checked by name, dtype and shape against the config before any is converted.
+ * Names are the text model's prefix (Config.prefix) + the Llama/Qwen3 layout; tensors outside
+ * it (Qwen3-VL's vision tower) are not read. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
 #include "model.h"
-#include "safetensors.h"
 #include "util.h"
-
-/* ---------------------------------------------------------------- config.json */
-
-static int get_int(const JsonValue *root, const char *key, int required, int dflt, int lo, int hi,
-                   const char *path, int *out) {
-    const JsonValue *v = json_get(root, key);
-    if (!v || v->type == JSON_NULL) {
-        if (required) {
-            lmc_set_error("%s: missing key '%s'", path, key);
-            return -1;
-        }
-        *out = dflt;
-        return 0;
-    }
-    if (v->type != JSON_NUMBER || floor(v->number) != v->number || v->number < lo || v->number > hi) {
-        lmc_set_error("%s: '%s' must be an integer in [%d, %d]", path, key, lo, hi);
-        return -1;
-    }
-    *out = (int)v->number;
-    return 0;
-}
-
-static int get_positive(const JsonValue *obj, const char *key, const char *path, double *out) {
-    const JsonValue *v = json_get(obj, key);
-    if (!v || v->type != JSON_NUMBER || !(v->number > 0.0)) {
-        lmc_set_error("%s: '%s' must be a positive number", path, key);
-        return -1;
-    }
-    *out = v->number;
-    return 0;
-}
-
-/* only plain RoPE is implemented: anything that rescales positions is refused */
-static int check_rope_type(const JsonValue *obj, const char *where, const char *path) {
-    if (!obj || obj->type == JSON_NULL) return 0;
-    if (obj->type != JSON_OBJECT) {
-        lmc_set_error("%s: '%s' must be an object", path, where);
-        return -1;
-    }
-    const char *keys[] = {"rope_type", "type"};
-    for (int i = 0; i < 2; i++) {
-        const JsonValue *t = json_get(obj, keys[i]);
-        if (t && t->type == JSON_STRING && strcmp(t->string, "default") != 0) {
-            lmc_set_error("%s: %s.%s '%.40s' is not supported (allowed: default)", path, where,
-                          keys[i], t->string);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-int config_parse(Config *c, const char *text, size_t len, const char *path) {
-    memset(c, 0, sizeof *c);
-    JsonValue *root = json_parse(text, len, path);
-    if (!root) return -1;
-    int rc = -1;
-    if (root->type != JSON_OBJECT) {
-        lmc_set_error("%s: expected a JSON object, found a %s", path, json_type_name(root->type));
-        goto done;
-    }
-    const JsonValue *mt = json_get(root, "model_type");
-    if (mt && (mt->type != JSON_STRING || strcmp(mt->string, "qwen3") != 0)) {
-        lmc_set_error("%s: model_type %s%.40s%s is not supported (allowed: qwen3)", path,
-                      mt->type == JSON_STRING ? "'" : "", mt->type == JSON_STRING ? mt->string : "(not a string)",
-                      mt->type == JSON_STRING ? "'" : "");
-        goto done;
-    }
-    if (get_int(root, "hidden_size", 1, 0, 1, 65536, path, &c->hidden) ||
-        get_int(root, "intermediate_size", 1, 0, 1, 1 << 20, path, &c->intermediate) ||
-        get_int(root, "num_hidden_layers", 1, 0, 1, 1024, path, &c->n_layers) ||
-        get_int(root, "num_attention_heads", 1, 0, 1, 1024, path, &c->n_heads) ||
-        get_int(root, "vocab_size", 1, 0, 1, 1 << 22, path, &c->vocab) ||
-        get_int(root, "max_position_embeddings", 1, 0, 1, 1 << 24, path, &c->max_pos))
-        goto done;
-    if (get_int(root, "num_key_value_heads", 0, c->n_heads, 1, 1024, path, &c->n_kv_heads) ||
-        get_int(root, "head_dim", 0, c->hidden / c->n_heads, 2, LMC_MAX_HEAD_DIM, path, &c->head_dim))
-        goto done;
-    if (c->head_dim % 2 != 0 || c->head_dim < 2) {
-        lmc_set_error("%s: 'head_dim' %d must be even (RoPE rotates pairs)", path, c->head_dim);
-        goto done;
-    }
-    if (c->n_heads % c->n_kv_heads != 0) {
-        lmc_set_error("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                      path, c->n_heads, c->n_kv_heads);
-        goto done;
-    }
-    const JsonValue *eps = json_get(root, "rms_norm_eps");
-    double d;
-    if (eps) {
-        if (get_positive(root, "rms_norm_eps", path, &d)) goto done;
-        c->rms_eps = (float)d;
-    } else {
-        c->rms_eps = 1e-6f;
-    }
-    /* rope_theta: transformers 5 nests it in rope_parameters; older files keep it top level */
-    const JsonValue *rp = json_get(root, "rope_parameters");
-    if (check_rope_type(rp, "rope_parameters", path) ||
-        check_rope_type(json_get(root, "rope_scaling"), "rope_scaling", path))
-        goto done;
-    if (rp && rp->type == JSON_OBJECT && json_get(rp, "rope_theta")) {
-        if (get_positive(rp, "rope_theta", path, &c->rope_theta)) goto done;
-    } else if (json_get(root, "rope_theta")) {
-        if (get_positive(root, "rope_theta", path, &c->rope_theta)) goto done;
-    } else {
-        lmc_set_error("%s: missing key 'rope_theta' (top level or in rope_parameters)", path);
-        goto done;
-    }
-    const JsonValue *tie = json_get(root, "tie_word_embeddings");
-    if (tie && tie->type != JSON_BOOL) {
-        lmc_set_error("%s: 'tie_word_embeddings' must be true or false", path);
-        goto done;
-    }
-    c->tied = tie ? tie->boolean : 0;
-    const JsonValue *bias = json_get(root, "attention_bias");
-    if (bias && bias->type == JSON_BOOL && bias->boolean) {
-        lmc_set_error("%s: attention_bias=true is not supported (Qwen3 has no attention bias)", path);
-        goto done;
-    }
-    const JsonValue *act = json_get(root, "hidden_act");
-    if (act && (act->type != JSON_STRING || strcmp(act->string, "silu") != 0)) {
-        lmc_set_error("%s: hidden_act must be \"silu\"", path);
-        goto done;
-    }
-    const JsonValue *dt = json_get(root, "dtype");
-    if (!dt) dt = json_get(root, "torch_dtype");
-    snprintf(c->dtype, sizeof c->dtype, "%s", dt && dt->type == JSON_STRING ? dt->string : "unknown");
-    rc = 0;
-done:
-    json_free(root);
-    return rc;
-}
 
 /* ---------------------------------------------------------------- tensor checks */
 
@@ -151,15 +17,15 @@ typedef struct {
     int64_t rows, cols; /* cols = 0: a vector of `rows` */
 } Expect;
 
-static int expect_tensor(const SafeTensors *st, const Expect *e) {
-    const StTensor *t = st_find(st, e->name);
+static int expect_tensor(const Checkpoint *ck, const Expect *e) {
+    const StTensor *t = ckpt_find(ck, e->name);
     if (!t) {
-        lmc_set_error("%s: missing tensor '%s'", st->path, e->name);
+        lmc_set_error("%s: missing tensor '%s'", ck->path, e->name);
         return -1;
     }
     if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
         lmc_set_error("%s: tensor '%s' has unsupported dtype %s (allowed: F32, BF16, F16)",
-                      st->path, e->name, st_dtype_name(t->dtype));
+                      ck->path, e->name, st_dtype_name(t->dtype));
         return -1;
     }
     int ok = e->cols ? (t->ndim == 2 && t->shape[0] == e->rows && t->shape[1] == e->cols)
@@ -170,10 +36,10 @@ static int expect_tensor(const SafeTensors *st, const Expect *e) {
         for (int d = 0; d < t->ndim && n < sizeof got - 24; d++)
             n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         if (e->cols)
-            lmc_set_error("%s: tensor '%s' has shape [%s], config needs [%lld, %lld]", st->path,
+            lmc_set_error("%s: tensor '%s' has shape [%s], config needs [%lld, %lld]", ck->path,
                           e->name, got, (long long)e->rows, (long long)e->cols);
         else
-            lmc_set_error("%s: tensor '%s' has shape [%s], config needs [%lld]", st->path, e->name,
+            lmc_set_error("%s: tensor '%s' has shape [%s], config needs [%lld]", ck->path, e->name,
                           got, (long long)e->rows);
         return -1;
     }
@@ -188,12 +54,13 @@ static Expect mk(const char *name, int64_t rows, int64_t cols) {
     return e;
 }
 
-/* the per-layer tensors: suffix, rows, cols (0 = vector) */
+/* the per-layer tensors: suffix, rows, cols (0 = vector); q_norm and k_norm (5, 6) only
+ * exist with qk_norm */
 static void layer_expects(const Config *c, int l, Expect out[11]) {
     int64_t H = c->hidden, D = c->head_dim, q = (int64_t)c->n_heads * D, kv = (int64_t)c->n_kv_heads * D;
     int64_t I = c->intermediate;
     char p[64];
-    snprintf(p, sizeof p, "model.layers.%d.", l);
+    snprintf(p, sizeof p, "%slayers.%d.", c->prefix, l);
     char n[96];
 #define E(i, suffix, r, cc) (snprintf(n, sizeof n, "%s%s", p, suffix), out[i] = mk(n, r, cc))
     E(0, "input_layernorm.weight", H, 0);
@@ -210,29 +77,52 @@ static void layer_expects(const Config *c, int l, Expect out[11]) {
 #undef E
 }
 
-int model_check_tensors(const Config *c, const SafeTensors *st) {
-    Expect e = mk("model.embed_tokens.weight", c->vocab, c->hidden);
-    if (expect_tensor(st, &e)) return -1;
-    e = mk("model.norm.weight", c->hidden, 0);
-    if (expect_tensor(st, &e)) return -1;
-    if (st_find(st, "lm_head.weight") || !c->tied) {
+static Expect named(const Config *c, const char *suffix, int64_t rows, int64_t cols) {
+    char n[96];
+    snprintf(n, sizeof n, "%s%s", c->prefix, suffix);
+    return mk(n, rows, cols);
+}
+
+static int is_qk_norm(int i) { return i == 5 || i == 6; }
+
+int model_check_tensors(const Config *c, const Checkpoint *ck) {
+    Expect e = named(c, "embed_tokens.weight", c->vocab, c->hidden);
+    if (expect_tensor(ck, &e)) return -1;
+    e = named(c, "norm.weight", c->hidden, 0);
+    if (expect_tensor(ck, &e)) return -1;
+    if (ckpt_find(ck, "lm_head.weight") || !c->tied) {
         e = mk("lm_head.weight", c->vocab, c->hidden);
-        if (expect_tensor(st, &e)) return -1;
+        if (expect_tensor(ck, &e)) return -1;
     }
     for (int l = 0; l < c->n_layers; l++) {
         Expect le[11];
         layer_expects(c, l, le);
         for (int i = 0; i < 11; i++)
-            if (expect_tensor(st, &le[i])) return -1;
+            if ((c->qk_norm || !is_qk_norm(i)) && expect_tensor(ck, &le[i])) return -1;
     }
     return 0;
 }
 
+/* a multimodal checkpoint holds more than the text model: say what is left unused */
+static void note_unused(const Config *c, const Checkpoint *ck, const char *dir) {
+    if (c->arch != ARCH_QWEN3_VL) return;
+    size_t plen = strlen(c->prefix);
+    int unused = 0;
+    for (int s = 0; s < ck->n_shards; s++)
+        for (int t = 0; t < ck->shards[s].count; t++) {
+            const char *name = ck->shards[s].tensors[t].name;
+            unused += strncmp(name, c->prefix, plen) != 0 && strcmp(name, "lm_head.weight") != 0;
+        }
+    if (unused)
+        fprintf(stderr, "lmc: note: %s: %d tensors outside %s* (the vision tower) are ignored; "
+                        "lmc runs the text model on token ids only\n", dir, unused, c->prefix);
+}
+
 /* ---------------------------------------------------------------- conversion */
 
-static float *load_vector(const SafeTensors *st, const char *name, size_t n) {
+static float *load_vector(const Checkpoint *ck, const char *name, size_t n) {
     float *v = lmc_alloc((size_t)n, sizeof(float), name);
-    st_to_f32(st_find(st, name), v, n); /* checked by model_check_tensors */
+    st_to_f32(ckpt_find(ck, name), v, n); /* checked by model_check_tensors */
     return v;
 }
 
@@ -261,12 +151,12 @@ static void convert_rows(void *arg, int begin, int end) {
     lmc_free(row);
 }
 
-static void load_mat(Mat *m, const SafeTensors *st, const char *name, int rows, int cols, int wq,
+static void load_mat(Mat *m, const Checkpoint *ck, const char *name, int rows, int cols, int wq,
                      ThreadPool *pool) {
     memset(m, 0, sizeof *m);
     m->rows = rows;
     m->cols = cols;
-    const StTensor *t = st_find(st, name);
+    const StTensor *t = ckpt_find(ck, name);
     if (wq == WQ_F32) {
         m->f = lmc_alloc((size_t)rows * (size_t)cols, sizeof(float), name);
         st_to_f32(t, m->f, (size_t)rows * (size_t)cols);
@@ -298,23 +188,24 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     if (rc != 0) return -1;
     const Config *c = &m->cfg;
 
-    SafeTensors st;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (st_open(&st, path) != 0) return -1;
-    if (model_check_tensors(c, &st) != 0) {
-        st_close(&st);
+    Checkpoint ck;
+    if (ckpt_open(&ck, dir) != 0) return -1;
+    if (model_check_tensors(c, &ck) != 0) {
+        ckpt_close(&ck);
         return -1;
     }
-    const StTensor *emb = st_find(&st, "model.embed_tokens.weight");
-    snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(emb->dtype));
+    note_unused(c, &ck, dir);
+    Expect emb = named(c, "embed_tokens.weight", c->vocab, c->hidden);
+    Expect norm = named(c, "norm.weight", c->hidden, 0);
+    snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(ckpt_find(&ck, emb.name)->dtype));
     int H = c->hidden, D = c->head_dim, Q = c->n_heads * D, KV = c->n_kv_heads * D, I = c->intermediate;
-    m->embed = load_vector(&st, "model.embed_tokens.weight", (size_t)c->vocab * (size_t)H);
-    m->final_norm = load_vector(&st, "model.norm.weight", H);
-    if (st_find(&st, "lm_head.weight")) {
-        load_mat(&m->lm_head, &st, "lm_head.weight", c->vocab, H, wq, pool);
+    m->embed = load_vector(&ck, emb.name, (size_t)c->vocab * (size_t)H);
+    m->final_norm = load_vector(&ck, norm.name, H);
+    if (ckpt_find(&ck, "lm_head.weight")) {
+        load_mat(&m->lm_head, &ck, "lm_head.weight", c->vocab, H, wq, pool);
     } else if (wq != WQ_F32) {
         m->tied_used = 1;
-        load_mat(&m->lm_head, &st, "model.embed_tokens.weight", c->vocab, H, wq, pool);
+        load_mat(&m->lm_head, &ck, emb.name, c->vocab, H, wq, pool);
     } else {
         m->tied_used = 1;
         /* one copy serves both: the lm_head takes the embedding (packed), and embedding
@@ -328,19 +219,21 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
         Expect e[11];
         layer_expects(c, l, e);
         Layer *L = &m->layers[l];
-        L->attn_norm = load_vector(&st, e[0].name, H);
-        load_mat(&L->q, &st, e[1].name, Q, H, wq, pool);
-        load_mat(&L->k, &st, e[2].name, KV, H, wq, pool);
-        load_mat(&L->v, &st, e[3].name, KV, H, wq, pool);
-        load_mat(&L->o, &st, e[4].name, H, Q, wq, pool);
-        L->q_norm = load_vector(&st, e[5].name, D);
-        L->k_norm = load_vector(&st, e[6].name, D);
-        L->ffn_norm = load_vector(&st, e[7].name, H);
-        load_mat(&L->gate, &st, e[8].name, I, H, wq, pool);
-        load_mat(&L->up, &st, e[9].name, I, H, wq, pool);
-        load_mat(&L->down, &st, e[10].name, H, I, wq, pool);
+        L->attn_norm = load_vector(&ck, e[0].name, H);
+        load_mat(&L->q, &ck, e[1].name, Q, H, wq, pool);
+        load_mat(&L->k, &ck, e[2].name, KV, H, wq, pool);
+        load_mat(&L->v, &ck, e[3].name, KV, H, wq, pool);
+        load_mat(&L->o, &ck, e[4].name, H, Q, wq, pool);
+        if (c->qk_norm) {
+            L->q_norm = load_vector(&ck, e[5].name, D);
+            L->k_norm = load_vector(&ck, e[6].name, D);
+        }
+        L->ffn_norm = load_vector(&ck, e[7].name, H);
+        load_mat(&L->gate, &ck, e[8].name, I, H, wq, pool);
+        load_mat(&L->up, &ck, e[9].name, I, H, wq, pool);
+        load_mat(&L->down, &ck, e[10].name, H, I, wq, pool);
     }
-    st_close(&st);
+    ckpt_close(&ck);
     return 0;
 }
 

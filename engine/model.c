@@ -1,13 +1,14 @@
-/* model.c — the Qwen3 forward pass for a chunk of tokens, as transformers' Qwen3ForCausalLM:
+/* model.c — the forward pass for a chunk of tokens, as transformers' Qwen3ForCausalLM (and
+ * LlamaForCausalLM, Qwen3-VL's text model, MiniCPM: the switches in brackets, see config.c):
  *
- *   x = embed[token]
+ *   x = embed[token]                      [* embed_scale]
  *   per layer:  h = rmsnorm(x)            (input_layernorm)
  *               q, k, v = Wq h, Wk h, Wv h (GQA: n_kv_heads key/value heads)
- *               q, k = rmsnorm per head (q_norm, k_norm), then RoPE (rotate_half)
- *               cache k, v; a = attention(q) over the cache; x += Wo a
+ *               q, k = rmsnorm per head (q_norm, k_norm) [qk_norm only], then RoPE (rotate_half)
+ *               cache k, v; a = attention(q) over the cache; x += Wo a   [* residual_scale]
  *               h = rmsnorm(x)            (post_attention_layernorm)
- *               x += Wdown (silu(Wgate h) * Wup h)
- *   logits = lm_head(rmsnorm(x))          (final norm)
+ *               x += Wdown (silu(Wgate h) * Wup h)                       [* residual_scale]
+ *   logits = lm_head(rmsnorm(x))          (final norm)  [rmsnorm(x) / logit_div]
  *
  * The weight products run over the whole chunk (matmul.c); attention runs token by token. */
 #include <math.h>
@@ -15,6 +16,24 @@
 
 #include "model.h"
 #include "util.h"
+
+/* RoPE frequency i (of head_dim / 2) as transformers computes it in float32: 1 / theta^(2i/d),
+ * and for "llama3" rescaled by wavelength: long waves (beyond original_max / low_freq_factor)
+ * slowed by `factor`, short ones (below original_max / high_freq_factor) kept, the band
+ * between interpolated */
+static float rope_inv_freq(const Config *c, int i) {
+    float expo = (float)(2 * i) / (float)c->head_dim;
+    float inv_freq = (float)(1.0 / pow(c->rope_theta, (double)expo));
+    if (!c->rope_llama3) return inv_freq;
+    float factor = (float)c->rope_factor, low = (float)c->rope_low_freq;
+    float wavelen = (float)(2.0 * 3.14159265358979323846) / inv_freq;
+    float low_wavelen = (float)(c->rope_orig_max / c->rope_low_freq);
+    float high_wavelen = (float)(c->rope_orig_max / c->rope_high_freq);
+    if (wavelen > low_wavelen) return inv_freq / factor;
+    if (wavelen < high_wavelen) return inv_freq;
+    float smooth = ((float)c->rope_orig_max / wavelen - low) / (float)(c->rope_high_freq - c->rope_low_freq);
+    return (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
+}
 
 void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
                  int all_logits, ThreadPool *pool) {
@@ -50,9 +69,7 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
     r->rope_sin = lmc_alloc((size_t)capacity * half, sizeof(float), "rope table");
     for (int p = 0; p < capacity; p++)
         for (int i = 0; i < half; i++) {
-            float expo = (float)(2 * i) / (float)c->head_dim;
-            float inv_freq = (float)(1.0 / pow(c->rope_theta, (double)expo));
-            float angle = (float)p * inv_freq;
+            float angle = (float)p * rope_inv_freq(c, i);
             r->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);
             r->rope_sin[(size_t)p * half + i] = (float)sin((double)angle);
         }
@@ -73,17 +90,27 @@ void model_embed(const Model *m, int token, float *out) {
     else mat_row_f32(&m->lm_head, token, out);
 }
 
-static void add_into(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+/* the residual add; MiniCPM scales the branch first (the plain add stays a plain add, so the
+ * other architectures' bits do not depend on the switch) */
+static void add_into(float *x, const float *y, size_t n, float scale) {
+    if (scale == 1.0f)
+        for (size_t i = 0; i < n; i++) x[i] += y[i];
+    else
+        for (size_t i = 0; i < n; i++) x[i] += y[i] * scale;
 }
 
-/* Qwen3 normalises each query and key head, then rotates it (token at position pos) */
+static void scale_by(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Qwen3 normalises each query and key head (norm != NULL), then each is rotated (token at
+ * position pos); Llama only rotates */
 static void norm_rope_heads(float *v, int n_heads, const float *norm, const Config *c, const Runner *r, int pos) {
     int D = c->head_dim, half = D / 2;
     const float *cos_row = r->rope_cos + (size_t)pos * half, *sin_row = r->rope_sin + (size_t)pos * half;
     for (int h = 0; h < n_heads; h++) {
         float *vh = v + (size_t)h * D;
-        rmsnorm(vh, vh, norm, D, c->rms_eps);
+        if (norm) rmsnorm(vh, vh, norm, D, c->rms_eps);
         rope_apply(vh, D, cos_row, sin_row);
     }
 }
@@ -97,6 +124,7 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
     size_t nH = (size_t)n * H;
     for (int t = 0; t < n; t++)
         model_embed(m, tokens[t], r->x + (size_t)t * H);
+    if (c->embed_scale != 1.0f) scale_by(r->x, nH, c->embed_scale);
     r->attn_ms = 0.0;
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -120,7 +148,7 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
         }
         MatOut o = {&L->o, r->xb, H};
         matmul(&o, 1, r->att, Q, n, &r->xq, r->pool);
-        add_into(r->x, r->xb, nH);
+        add_into(r->x, r->xb, nH, c->residual_scale);
 
         /* ---- MLP block (SwiGLU) */
         for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->ffn_norm, H, c->rms_eps);
@@ -128,13 +156,15 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
         matmul_swiglu(&gate, &up, r->xb, H, n, &r->xq, r->pool); /* hb = silu(gate) * up */
         MatOut down = {&L->down, r->xb, H};
         matmul(&down, 1, r->hb, I, n, &r->xq, r->pool);
-        add_into(r->x, r->xb, nH);
+        add_into(r->x, r->xb, nH, c->residual_scale);
     }
     if (want == LOGITS_NONE) return NULL;
     int first = want == LOGITS_LAST ? n - 1 : 0;
     for (int t = first; t < n; t++) {
         float *xt = r->x + (size_t)t * H;
         rmsnorm(xt, xt, m->final_norm, H, c->rms_eps);
+        if (c->logit_div != 1.0f)
+            for (int i = 0; i < H; i++) xt[i] /= c->logit_div;
     }
     MatOut head = {&m->lm_head, r->logits, c->vocab};
     matmul(&head, 1, r->x + (size_t)first * H, H, n - first, &r->xq, r->pool);

@@ -1,4 +1,4 @@
-/* model.h — a Qwen3 model: configuration, weights, and the forward pass. */
+/* model.h — a Qwen3-family or Llama-family model: configuration, weights, the forward pass. */
 #ifndef LMC_MODEL_H
 #define LMC_MODEL_H
 
@@ -8,19 +8,32 @@
 #include "kvcache.h"
 #include "matmul.h"
 #include "ops.h"
-#include "safetensors.h"
+#include "checkpoint.h"
 #include "threads.h"
 
+typedef enum { ARCH_QWEN3, ARCH_QWEN3_VL, ARCH_LLAMA, ARCH_MINICPM } Arch;
+
 typedef struct {
+    Arch arch;
+    char model_type[16];
+    char prefix[32]; /* tensor names of the text model: "model." or "model.language_model." */
     int hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim, vocab, max_pos;
     float rms_eps;
     double rope_theta;
+    char rope_type[16]; /* "default" or "llama3" */
+    int rope_llama3;    /* Llama 3 frequency scaling, with these parameters: */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int rope_orig_max;  /* original_max_position_embeddings */
+    int qk_norm;        /* per-head RMSNorm of q and k before RoPE (Qwen3, Qwen3-VL) */
+    /* MiniCPM's factors, 1 elsewhere: embeddings are multiplied by embed_scale, each residual
+     * branch by residual_scale, and the final hidden state divided by logit_div */
+    float embed_scale, residual_scale, logit_div;
     int tied;         /* tie_word_embeddings */
     char dtype[16];   /* torch_dtype / dtype, informational */
 } Config;
 
 typedef struct {
-    float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm, k_norm: NULL without qk_norm */
     Mat q, k, v, o, gate, up, down;
 } Layer;
 
@@ -39,12 +52,15 @@ typedef struct {
 /* the embedding of token into out[hidden] */
 void model_embed(const Model *m, int token, float *out);
 
-/* ---- loader.c */
+/* ---- config.c */
 /* Parse config.json text; -1 + error naming the key on failure. */
 int config_parse(Config *c, const char *text, size_t len, const char *path);
-/* Check tensors in an open safetensors file against the config (names, shapes, dtypes). */
-int model_check_tensors(const Config *c, const SafeTensors *st);
-/* Load DIR/config.json + DIR/model.safetensors; matrices stored as wq (WQ_F32, WQ_Q8, WQ_BF16). */
+
+/* ---- loader.c */
+/* Check a checkpoint's tensors against the config (names, shapes, dtypes). */
+int model_check_tensors(const Config *c, const Checkpoint *ck);
+/* Load DIR/config.json + the checkpoint (model.safetensors or its shards); matrices stored as
+ * wq (WQ_F32, WQ_Q8, WQ_BF16). */
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool);
 void model_free(Model *m);
 

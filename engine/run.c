@@ -76,14 +76,14 @@ static void write_config(FILE *f, const Options *o, const Session *s) {
     fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", wq_name(o->wq),
             s->capacity, o->max_new);
     for (int i = 0; i < o->n_stops; i++) fprintf(f, "%s%d", i ? ", " : "", o->stops[i]);
-    fprintf(f, "], \"model_config\": {\"hidden_size\": %d, \"intermediate_size\": %d, "
-               "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+    fprintf(f, "], \"model_config\": {\"model_type\": \"%s\", \"hidden_size\": %d, "
+               "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
                "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %d, "
-               "\"rope_theta\": %.17g, \"rms_norm_eps\": %.9g, \"tied_embeddings\": %s, "
-               "\"weights_dtype\": \"%s\"}}",
-            c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab,
-            c->max_pos, c->rope_theta, (double)c->rms_eps, s->model.tied_used ? "true" : "false",
-            s->model.weights_dtype);
+               "\"rope_theta\": %.17g, \"rope_type\": \"%s\", \"rms_norm_eps\": %.9g, "
+               "\"tied_embeddings\": %s, \"weights_dtype\": \"%s\"}}",
+            c->model_type, c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads,
+            c->head_dim, c->vocab, c->max_pos, c->rope_theta, c->rope_type, (double)c->rms_eps,
+            s->model.tied_used ? "true" : "false", s->model.weights_dtype);
 }
 
 /* averaged selection diagnostics and bytes read, as one JSON object */

@@ -95,15 +95,36 @@ def check_revisions(spec: Spec) -> None:
                              ) from None
 
 
+def weights_sha256(model_dir: Path) -> str:
+    """The identity of a model's weights: the sha256 of model.safetensors, or for a sharded
+    checkpoint the sha256 of the lines "NAME SHA256" of its index and then of each shard (by
+    name), so a change to any shard or to the index changes it."""
+    single = model_dir / "model.safetensors"
+    if single.is_file():
+        return sha256_file(single)
+    index = model_dir / "model.safetensors.index.json"
+    if not index.is_file():
+        raise InputError(f"model {model_dir}: neither model.safetensors nor "
+                         "model.safetensors.index.json")
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{index}: no readable 'weight_map' ({exc!r})") from exc
+    digest = hashlib.sha256()
+    for name in [index.name, *shards]:
+        if not isinstance(name, str) or "/" in name or not (model_dir / name).is_file():
+            raise InputError(f"{index}: shard {name!r} is not a file in {model_dir}")
+        digest.update(f"{name} {sha256_file(model_dir / name)}\n".encode())
+    return digest.hexdigest()
+
+
 def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
-    weights = model_dir / "model.safetensors"
-    if not weights.is_file():
-        raise InputError(f"model {model_dir}: no model.safetensors")
+    sha = weights_sha256(model_dir)
     try:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"model {model_dir}: unreadable config.json ({exc})") from exc
-    return sha256_file(weights), config
+    return sha, config
 
 
 def _identity_params(point: WorkloadPoint) -> dict[str, Any]:

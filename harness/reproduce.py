@@ -2,10 +2,11 @@
 
 Same device (by name, from the inventory), the identical engine binary (by sha256: the recorded
 file when it is intact, else rebuilt from the recorded revision and verified), the identical
-model (sha256 of model.safetensors verified), the identical prompt ids (from the store) and the
-identical engine flags (``config.argv_options`` recorded with the run). The result is compared
-with the original: generated tokens (first divergent step), perplexity, and the timing ratio
-new / original. Nothing is written to the store (the original run keeps its key).
+model (sha256 of its weights verified: model.safetensors, or a sharded checkpoint's index and
+shards), the identical prompt ids (from the store) and the identical engine flags
+(``config.argv_options`` recorded with the run). The result is compared with the original:
+generated tokens (first divergent step), perplexity, and the timing ratio new / original.
+Nothing is written to the store (the original run keeps its key).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def verified_model(model: dict[str, Any] | None) -> str | None:
     path = Path(model["path"])
     sha, _ = model_identity(path)
     if sha != model["sha256"]:
-        raise RunFailure(f"model {path}: model.safetensors has sha256 {sha}, the run used "
+        raise RunFailure(f"model {path}: the weights have sha256 {sha}, the run used "
                          f"{model['sha256']}; restore that model to reproduce the run")
     return str(path)
 

@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "fixtures_engine",
+    "fixtures_arch",
     "fixtures_model",
     "fixtures_farm",
     "fixtures_db",

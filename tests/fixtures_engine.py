@@ -9,6 +9,7 @@ greedy tokens are decided by clear margins.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,24 @@ def hf_reference(model_dir: Path, ids: list[int], max_new: int):
         out = model.generate(prompt, max_new_tokens=max_new, min_new_tokens=max_new,
                              do_sample=False)
     return logits, out[0, len(ids):].tolist()
+
+
+# the model the error tests break
+BROKEN_MODEL = "gqa2_untied_bf16"
+
+
+@pytest.fixture
+def broken(tiny_model, tmp_path: Path) -> Path:
+    """A writable copy of the BROKEN_MODEL tiny model; edit it to break it."""
+    target = tmp_path / "model"
+    shutil.copytree(tiny_model(BROKEN_MODEL), target)
+    return target
+
+
+@pytest.fixture
+def prompt(tmp_path: Path) -> Path:
+    """A four-token prompt file."""
+    return write_tokens(tmp_path / "prompt.txt", [1, 2, 3, 4])
 
 
 def write_tokens(path: Path, ids: list[int]) -> Path:

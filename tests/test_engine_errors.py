@@ -12,9 +12,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from fixtures_engine import run_lmc, write_tokens
+from fixtures_engine import BROKEN_MODEL, run_lmc, write_tokens
+from util_safetensors import read_safetensors, write_safetensors
 
-MODEL = "gqa2_untied_bf16"
+MODEL = BROKEN_MODEL
 
 
 def assert_input_error(proc, expected: str) -> None:
@@ -24,30 +25,6 @@ def assert_input_error(proc, expected: str) -> None:
     assert lines[0].startswith("lmc: error: ")
     assert expected in lines[0], f"{expected!r} not in {lines[0]!r}"
     assert proc.stdout == ""
-
-
-def read_safetensors(path: Path) -> tuple[dict, bytes]:
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
-
-
-def write_safetensors(path: Path, header: dict, data: bytes) -> None:
-    blob = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
-
-
-@pytest.fixture
-def broken(tiny_model, tmp_path):
-    """A writable copy of a tiny model; edit it to break it."""
-    target = tmp_path / "model"
-    shutil.copytree(tiny_model(MODEL), target)
-    return target
-
-
-@pytest.fixture
-def prompt(tmp_path):
-    return write_tokens(tmp_path / "prompt.txt", [1, 2, 3, 4])
 
 
 def generate(lmc_asan, model, prompt, *extra):
@@ -71,13 +48,14 @@ def test_missing_model_dir(lmc_asan, tmp_path, prompt):
 
 def test_missing_safetensors(lmc_asan, broken, prompt):
     (broken / "model.safetensors").unlink()
-    assert_input_error(generate(lmc_asan, broken, prompt), "model.safetensors: No such file")
+    assert_input_error(generate(lmc_asan, broken, prompt),
+                       "neither model.safetensors nor model.safetensors.index.json found")
 
 
 @pytest.mark.parametrize("text, expected", [
     ("{not json", "invalid JSON"),
     ("[1, 2]", "expected a JSON object"),
-    ('{"model_type": "llama"}', "model_type 'llama' is not supported"),
+    ('{"model_type": "gemma"}', "model_type 'gemma' is not supported"),
 ])
 def test_corrupt_config(lmc_asan, broken, prompt, text, expected):
     (broken / "config.json").write_text(text)
@@ -271,9 +249,9 @@ def test_fuzz_target_builds_and_runs(tmp_path):
     if not shutil.which("clang"):
         pytest.skip("clang is not installed (scripts/setup.sh installs it)")
     engine = Path(__file__).resolve().parents[1] / "engine"
-    sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "loader.c", "ops.c", "matmul.c",
-               "weights.c", "util.c", "threads.c", "kvcache.c", "attend.c", "attention.c",
-               "select.c"]
+    sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "checkpoint.c", "config.c",
+               "loader.c", "ops.c", "matmul.c", "weights.c", "util.c", "threads.c", "kvcache.c",
+               "attend.c", "attention.c", "select.c"]
     binary = tmp_path / "fuzz_loader"
     build = subprocess.run(
         ["clang", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",

@@ -1,15 +1,17 @@
 /* fuzz_loader.c — libFuzzer target for the parsers that read untrusted files:
- * config.json (json.c + config_parse) and the safetensors header (safetensors.c), plus the
- * tensor checks against the parsed config.
+ * config.json (json.c + config.c), the safetensors header (safetensors.c) and a sharded
+ * checkpoint's index (checkpoint.c), plus the tensor checks against the parsed config.
  *
- * The first input byte picks what the rest is: even -> a safetensors file image checked
- * against a fixed small config; odd -> config.json text. Build and run: see engine/README.md. */
+ * The first input byte picks what the rest is: odd -> config.json text; 2 mod 4 ->
+ * model.safetensors.index.json text (its shards are looked for in a directory that does not
+ * exist, so no file is opened); 0 mod 4 -> a safetensors file image checked against a fixed
+ * small config. Build and run: see engine/README.md. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "../model.h"
-#include "../safetensors.h"
+#include "../checkpoint.h"
 
 static const char CONFIG[] =
     "{\"model_type\": \"qwen3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
@@ -27,10 +29,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         config_parse(&config, (const char *)body, n, "fuzz/config.json");
         return 0;
     }
+    if ((data[0] & 3) == 2) {
+        Checkpoint index;
+        ckpt_open_index(&index, "/nonexistent/lmc-fuzz", (const char *)body, n,
+                        "fuzz/model.safetensors.index.json");
+        return 0;
+    }
     if (config_parse(&config, CONFIG, sizeof CONFIG - 1, "fixed config") != 0) __builtin_trap();
     SafeTensors st;
     if (st_parse(&st, body, n, "fuzz/model.safetensors") != 0) return 0;
-    if (model_check_tensors(&config, &st) == 0) {
+    Checkpoint ck = {.shards = &st, .n_shards = 1, .path = "fuzz/model.safetensors"};
+    if (model_check_tensors(&config, &ck) == 0) {
         /* every tensor that passed the checks must convert without reading out of bounds */
         float buf[256];
         for (int i = 0; i < st.count; i++) {

@@ -1,8 +1,9 @@
 """Write seed inputs for fuzz_loader into a directory (stdlib only).
 
 Usage: python3 engine/fuzz/make_corpus.py CORPUS_DIR
-Seeds: a valid config.json (odd first byte) and a valid safetensors image for the fuzz
-target's fixed config (even first byte), in BF16 and F32.
+Seeds: valid config.json files of every architecture (odd first byte), a sharded checkpoint's
+index (first byte 2) and a valid safetensors image for the fuzz target's fixed config (first
+byte 0), in BF16 and F32.
 """
 
 import json
@@ -47,10 +48,26 @@ def safetensors(dtype: str, size: int) -> bytes:
     return struct.pack("<Q", len(blob)) + blob + data
 
 
+ROPE = {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+CONFIGS = {
+    "config": CONFIG,
+    "config_llama3": {**CONFIG, "model_type": "llama", "rope_parameters": ROPE},
+    "config_minicpm": {**CONFIG, "model_type": "minicpm", "scale_emb": 12, "scale_depth": 1.4,
+                       "dim_model_base": 256},
+    "config_qwen3_vl": {"model_type": "qwen3_vl", "text_config": CONFIG,
+                        "vision_config": {"depth": 1}},
+}
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config").write_bytes(b"\x01" + json.dumps(CONFIG).encode())
+    for name, config in CONFIGS.items():
+        (out / name).write_bytes(b"\x01" + json.dumps(config).encode())
+    index = {"metadata": {"total_size": 1}, "weight_map": {
+        name: f"model-0000{i % 2 + 1}-of-00002.safetensors" for i, name in enumerate(shapes())}}
+    (out / "index").write_bytes(b"\x02" + json.dumps(index).encode())
     (out / "st_bf16").write_bytes(b"\x00" + safetensors("BF16", 2))
     (out / "st_f32").write_bytes(b"\x00" + safetensors("F32", 4))
 

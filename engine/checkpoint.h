@@ -1,0 +1,29 @@
+/* checkpoint.h — a model's tensors: one model.safetensors, or the shards that
+ * model.safetensors.index.json names, looked up by tensor name across all of them. */
+#ifndef LMC_CHECKPOINT_H
+#define LMC_CHECKPOINT_H
+
+#include "safetensors.h"
+
+/* more shards than any published checkpoint has (the largest have a few hundred) */
+#define CKPT_MAX_SHARDS 4096
+
+typedef struct {
+    SafeTensors *shards;
+    int n_shards;
+    char path[512]; /* the file that named the tensors: model.safetensors or the index */
+} Checkpoint;
+
+/* Open DIR/model.safetensors if it exists, else DIR/model.safetensors.index.json and every
+ * shard its weight_map names (plain file names in DIR). Checks that each mapped tensor is in
+ * its shard and that no tensor is in two shards. -1 + error naming the file on failure. */
+int ckpt_open(Checkpoint *ck, const char *dir);
+/* Parse index.json text and open its shards from dir (ckpt_open's second half). */
+int ckpt_open_index(Checkpoint *ck, const char *dir, const char *text, size_t len, const char *path);
+void ckpt_close(Checkpoint *ck);
+
+const StTensor *ckpt_find(const Checkpoint *ck, const char *name);
+/* tensors in all shards */
+int ckpt_count(const Checkpoint *ck);
+
+#endif
