@@ -13,7 +13,6 @@ retry elsewhere; an engine that exits non-zero is a ``failed`` run with its exit
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 import time
@@ -26,7 +25,7 @@ from db.records import Outcome, RunResult, Snapshot, timings_from_steps
 from devices.errors import CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
 from devices.transport import Transport
-from harness import workloads
+from harness import engine_output, workloads
 from harness.matrix import EngineConfig, WorkloadPoint
 
 if TYPE_CHECKING:
@@ -172,18 +171,19 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
         return _finish(report, clock)
     report.exit_code = result.exit_code
     report.engine_ms = round(result.wall_s * 1000.0, 3)
-    report.stdout = result.stdout
+    report.stdout = engine_output.kept_stdout(result.stdout, accepted=False)
     if result.exit_code != 0:
         report.status = "failed"
         report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
             f"lmc exited with code {result.exit_code} and printed nothing on stderr"
         return _finish(report, clock)
+    # checked here, on the device side: the driver only ever sees a valid document
     try:
-        report.engine_json = json.loads(result.stdout)
-        report.status = "ok"
-    except json.JSONDecodeError as exc:
-        report.status = "failed"
-        report.error = f"lmc printed no valid JSON ({exc}): {result.stdout[:200]!r}"
+        report.engine_json = engine_output.parse(result.stdout, job.command)
+    except engine_output.EngineOutputError as exc:
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    report.status, report.stdout = "ok", result.stdout
     return _finish(report, clock)
 
 
