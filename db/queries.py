@@ -145,13 +145,15 @@ def list_runs(session: Session, experiment: str | None, status: str | None) -> l
 
 
 MIN_KEY_PREFIX = 6
+# Row ids are 64-bit signed integers in every backend; a larger number names no row.
+MAX_ROW_ID = 2**63 - 1
 
 
 def get_run(session: Session, run_id_or_key: int | str) -> RunDetail:
     """The run with this key, else this id (a number), else the one key with this prefix."""
     text = str(run_id_or_key).strip()
     run = session.scalar(select(Run).where(Run.run_key == text))
-    if run is None and text.isdigit():
+    if run is None and text.isascii() and text.isdigit() and int(text) <= MAX_ROW_ID:
         run = session.get(Run, int(text))
     if run is None and len(text) >= MIN_KEY_PREFIX:
         # `runs list` shows key prefixes; accept one when it names a single run.

@@ -11,6 +11,7 @@ they can only cross with their own policy: ``exact`` takes none of them.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class _Checker:
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(key, f"must be a number, got {value!r}")
+            if not math.isfinite(value):  # nan passes every range check; inf never ends
+                raise self.fail(key, f"must be a finite number, got {value!r}")
             value = float(value)
         elif kind == "str":
             if not isinstance(value, str):
@@ -162,9 +165,12 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise InputError naming the file and key on any problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                         f"offset {exc.start}); TOML files must be UTF-8") from None
     return parse_spec(text, path)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.audit.verdict import Verdict
+from reports.outdir import output_dir
 from reports.render import Section
 from reports.tables import CSS, to_markdown
 
@@ -95,8 +96,7 @@ def audit_json(verdicts: list[Verdict]) -> str:
 
 def write_audit(out_dir: str | Path, title: str, verdicts: list[Verdict]) -> Path:
     """audit.md, audit.json and a standalone audit.html in ``out_dir``; returns audit.md."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     (out / "audit.md").write_text(audit_markdown(title, verdicts), encoding="utf-8")
     (out / "audit.json").write_text(audit_json(verdicts), encoding="utf-8")
     (out / "audit.html").write_text(
