@@ -17,6 +17,7 @@ from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
 from harness.engine_output import KEPT_STDOUT_CHARS, EngineOutputError, parse
 from harness.spec import load_spec
+from reports.render import render_report
 
 HUGE = 10**30
 # A plausible engine document whose fields the cases below replace.
@@ -38,6 +39,9 @@ CASES = {
     6: ("""\"$@\" | sed 's/"schema": "lmc\\/1", "command": "generate", //'""", "'schema'"),
     # the engine's real output followed by 100 MB of JSON whitespace
     7: ("\"$@\"; head -c 100000000 /dev/zero | tr '\\0' ' '", "more than"),
+    # an engine failure whose stderr is HTML and markdown (escaped in every report format)
+    8: ("echo '" + "<script>alert(1)</script> | [x](javascript:alert(1))" + "' >&2; exit 3",
+        "<script>"),
 }
 
 WRAPPER = """#!/bin/sh
@@ -91,8 +95,17 @@ max_new = 4
         run = runs[runs["k"] == k].iloc[0]
         assert run["status"] == "failed", (k, run["error"])
         assert reason in run["error"], (k, run["error"])
-        assert run["exit_code"] == 0 and pd.isna(run["prefill_ms"])  # nothing of it stored
-        assert len(run["raw_json"]) <= KEPT_STDOUT_CHARS
+        assert pd.isna(run["prefill_ms"])  # nothing of the document was stored
+        assert run["exit_code"] == (3 if k == 8 else 0)
+        assert pd.isna(run["raw_json"]) or len(run["raw_json"]) <= KEPT_STDOUT_CHARS
+
+    # the board's stderr is in the report as text, never as markup
+    with Store.open(f"sqlite:///{tmp_path}/hostile.db") as store:
+        render_report(store, "hostile", tmp_path / "report")
+    for name in ("report.md", "index.html"):
+        page = (tmp_path / "report" / name).read_text()
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script" not in page, name
+    assert "\\| \\[x\\](javascript:alert(1))" in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("stdout,reason", [
