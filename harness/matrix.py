@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +20,9 @@ from typing import Any, Protocol, TypeVar
 from harness.errors import InputError
 from harness.spec import Spec, WorkloadAxes
 
+# The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
+# memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
+MAX_RUNS = 20000
 # Engine subcommand per workload kind.
 COMMANDS = {"needle": "generate", "decode": "generate", "ppl": "ppl", "attn-bench": "attn-bench"}
 
@@ -177,6 +181,34 @@ def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
                         for repeat in range(spec.repeats):
                             cells.append(Cell(point, config, revision, placement, repeat))
     return cells
+
+
+def _config_count(spec: Spec, kind: str) -> int:
+    """len(_engine_configs(spec, kind, ...)) without building them: axis values are distinct,
+    and only the axes a command ignores collapse."""
+    engine = spec.engine
+    uses_model = kind != "attn-bench"
+    shared = (len(engine.kv) * len(engine.threads or [0])
+              * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
+    return shared * sum(len(p.k) * len(p.block) * len(p.probes) for p in engine.policies)
+
+
+def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:
+    """len(expand(spec, placements)) per placement key, counted without expanding, so that a
+    matrix too large to plan is refused at once."""
+    per_revision = sum(math.prod(len(values) for values in w.axes.values())
+                       * _config_count(spec, w.kind) for w in spec.workloads)
+    return {p.key: len(spec.revisions) * per_revision * spec.repeats for p in placements}
+
+
+def check_size(spec: Spec, placements: Sequence[Placement], max_runs: int) -> int:
+    """The matrix's number of runs; InputError when it is above ``max_runs``."""
+    total = sum(count_cells(spec, placements).values())
+    if total > max_runs:
+        raise InputError(f"{spec.path}: the matrix has {total} runs, more than the limit of "
+                         f"{max_runs}; cut its axes, or raise the limit with --max-runs "
+                         "(`benchfarm run --dry-run` shows the size and an estimated time)")
+    return total
 
 
 def run_key(build: dict[str, Any], model_sha256: str | None, workload_hash: str,
