@@ -15,10 +15,11 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness.errors import InputError
-from harness.spec import Spec, WorkloadAxes
+from harness.spec import SWITCHES, Spec, WorkloadAxes
 
 # The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
 # memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
@@ -63,9 +64,17 @@ class EngineConfig:
     threads: int
     prefill_attn: str | None
     measure_selection: bool
+    # engine switches (harness.spec.SWITCHES); None: the engine's default
+    importance: bool | None = None
+    recency: bool | None = None
+    probe_summary: bool | None = None
+    ref_attn: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config for run keys and records; switches at their default are left out, so a
+        run keeps the key it had before switches were axes."""
+        return {name: value for name, value in asdict(self).items()
+                if value is not None or name not in SWITCHES}
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,10 @@ class WorkloadPoint:
         return COMMANDS[self.kind]
 
     def label(self) -> str:
-        return self.kind + " " + " ".join(f"{k}={v}" for k, v in self.params)
+        """For progress lines: a filler file by its name, a needle template as "own"."""
+        shown = {k: Path(v).name if k == "filler" else "own" if k in ("needle", "question")
+                 else v for k, v in self.params}
+        return self.kind + " " + " ".join(f"{k}={v}" for k, v in shown.items())
 
 
 @dataclass(frozen=True)
@@ -149,9 +161,11 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
     measures = COMMANDS[kind] in ("generate", "attn-bench")
     configs: list[EngineConfig] = []
     for policy in engine.policies:
-        for k, block, probes, kv, wq, threads, prefill in itertools.product(
+        names = sorted(policy.switches)
+        for k, block, probes, kv, wq, threads, prefill, *switches in itertools.product(
             policy.k, policy.block, policy.probes, engine.kv, engine.wq,
             engine.threads or [default_threads], engine.prefill_attn,
+            *(policy.switches[name] for name in names),
         ):
             config = EngineConfig(
                 policy=policy.name, k=k, block=block, probes=probes,
@@ -160,6 +174,7 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
                 threads=threads,
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=engine.measure_selection and measures,
+                **dict(zip(names, switches, strict=True)),
             )
             if config not in configs:  # axes a command ignores would only repeat a config
                 configs.append(config)
@@ -190,7 +205,9 @@ def _config_count(spec: Spec, kind: str) -> int:
     uses_model = kind != "attn-bench"
     shared = (len(engine.kv) * len(engine.threads or [0])
               * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
-    return shared * sum(len(p.k) * len(p.block) * len(p.probes) for p in engine.policies)
+    return shared * sum(len(p.k) * len(p.block) * len(p.probes)
+                        * math.prod(len(values) for values in p.switches.values())
+                        for p in engine.policies)
 
 
 def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:

@@ -77,6 +77,7 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
     if config.measure_selection:
         opts.append("--measure-selection")
+    opts += switch_flags(config)
     if workload.kind == "attn-bench":
         for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
                            ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed")):
@@ -88,6 +89,13 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
         if stop_id is not None:
             opts += ["--stop", str(stop_id)]
     return tuple(opts)
+
+
+def switch_flags(config: EngineConfig) -> list[str]:
+    """The flags of the engine switches a config sets away from the engine's defaults."""
+    flags = {"importance": "--no-importance", "recency": "--no-recency",
+             "probe_summary": "--probe-summary", "ref_attn": "--ref-attn"}
+    return [flag for name, flag in flags.items() if getattr(config, name) is not None]
 
 
 class PushMemo:
