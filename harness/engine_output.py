@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from devices.transport import Transport
 
 SCHEMA = "lmc/1"
 # The largest document accepted. A `generate` of thousands of tokens with --measure-selection
@@ -166,3 +169,47 @@ def _attn_bench(doc: dict[str, Any]) -> None:
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "generate": _generate, "ppl": _ppl, "attn-bench": _attn_bench,
 }
+
+
+# --trace-selection: the engine writes the selected blocks into a file in the device's workdir
+# (a fixed name: a board runs one job at a time), which is fetched, checked and removed.
+TRACE_FLAG = "--trace-selection"
+TRACE_FILE = "benchfarm-selection-trace.txt"
+TRACE_KEY = "selection_trace"  # where the fetched trace joins the engine's document
+MAX_TRACE_BYTES = 16 * 1024 * 1024
+
+
+def trace_path(options: tuple[str, ...]) -> str | None:
+    """The trace file a run's engine options name, if they ask for one."""
+    if TRACE_FLAG not in options:
+        return None
+    return options[options.index(TRACE_FLAG) + 1]
+
+
+def fetch_trace(transport: Transport, path: str) -> str:
+    """The trace the engine wrote on the device, checked; the file is removed."""
+    data = transport.fetch(path)
+    transport.run_host(["rm", "-f", path], timeout=30.0)
+    return parse_trace(data)
+
+
+def parse_trace(data: bytes) -> str:
+    """The trace text (engine/README.md, Trace): a `#` line, then per decode step, layer and
+    query head `query_pos layer head n_selected block_id...`."""
+    if len(data) > MAX_TRACE_BYTES:
+        raise EngineOutputError(f"the selection trace has {len(data)} bytes, more than the "
+                                f"{MAX_TRACE_BYTES} kept with a run")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EngineOutputError("the selection trace is not UTF-8 text") from None
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("#"):
+        raise EngineOutputError("the selection trace does not start with its '#' header line")
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split()
+        if (len(fields) < 4 or not all(f.isascii() and f.isdigit() for f in fields)
+                or int(fields[3]) != len(fields) - 4):
+            raise EngineOutputError(f"selection trace line {number}: expected `query_pos layer "
+                                    f"head n_selected block_id...`, got {line[:80]!r}")
+    return text

@@ -69,12 +69,13 @@ class EngineConfig:
     recency: bool | None = None
     probe_summary: bool | None = None
     ref_attn: bool | None = None
+    trace_selection: bool | None = None  # --trace-selection (None: no trace)
 
     def as_dict(self) -> dict[str, Any]:
         """The config for run keys and records; switches at their default are left out, so a
         run keeps the key it had before switches were axes."""
         return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in SWITCHES}
+                if value is not None or name not in (*SWITCHES, "trace_selection")}
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
                 threads=threads,
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=engine.measure_selection and measures,
+                trace_selection=True if engine.trace_selection and measures else None,
                 **dict(zip(names, switches, strict=True)),
             )
             if config not in configs:  # axes a command ignores would only repeat a config

@@ -77,6 +77,8 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
     if config.measure_selection:
         opts.append("--measure-selection")
+    if config.trace_selection:
+        opts += [engine_output.TRACE_FLAG, engine_output.TRACE_FILE]
     opts += switch_flags(config)
     if workload.kind == "attn-bench":
         for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
@@ -186,8 +188,12 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
             f"lmc exited with code {result.exit_code} and printed nothing on stderr"
         return _finish(report, clock)
     # checked here, on the device side: the driver only ever sees a valid document
+    trace = engine_output.trace_path(job.options)
     try:
         report.engine_json = engine_output.parse(result.stdout, job.command)
+        if trace is not None and not job.warmup:
+            report.engine_json[engine_output.TRACE_KEY] = engine_output.fetch_trace(transport,
+                                                                                    trace)
     except engine_output.EngineOutputError as exc:
         report.status, report.error = "failed", str(exc)
         return _finish(report, clock)
@@ -253,6 +259,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     if planned.job.command != "ppl":
         for key, value in _selection_outcome(data.get("selection") or {}).items():
             setattr(outcome, key, value)
+    if engine_output.TRACE_KEY in data:
+        outcome.extra[engine_output.TRACE_KEY] = data[engine_output.TRACE_KEY]
     result.outcome = outcome
     return result
 

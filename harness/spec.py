@@ -63,7 +63,8 @@ TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
     "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload",
 }
-ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection"}
+ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
+               "trace_selection"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class EngineAxes:
     threads: list[int] | None  # None: each device's own `threads`
     prefill_attn: list[str]
     measure_selection: bool
+    trace_selection: bool = False  # generate and attn-bench runs keep the selected blocks
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,8 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
                                 choices=PREFILL_ATTN),
         measure_selection=check.scalar(table.get("measure_selection", False),
                                        "engine.measure_selection", "bool"),
+        trace_selection=check.scalar(table.get("trace_selection", False),
+                                     "engine.trace_selection", "bool"),
     )
 
 

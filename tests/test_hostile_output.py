@@ -15,7 +15,7 @@ from fixtures_ray import stored_runs
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
-from harness.engine_output import KEPT_STDOUT_CHARS, EngineOutputError, parse
+from harness.engine_output import KEPT_STDOUT_CHARS, EngineOutputError, parse, parse_trace
 from harness.spec import load_spec
 from reports.render import render_report
 
@@ -133,3 +133,17 @@ def test_parse_accepts_the_documented_forms() -> None:
     bench = {"schema": "lmc/1", "command": "attn-bench", "ctx": 64, "ms": 0.01,
              "runs": [0.01, 0.02], "selection": {"bytes_read": 8192, "mass": 1.0000001}}
     assert parse(json.dumps(bench), "attn-bench")["runs"] == [0.01, 0.02]
+
+
+@pytest.mark.parametrize("data,reason", [
+    (b"", "header"),
+    (b"10 0 0 1 0\n", "header"),
+    (b"# t\n10 0 0 2 0\n", "line 2"),  # says two blocks, lists one
+    (b"# t\n10 0 0 1 -3\n", "line 2"),
+    (b"# t\n\xff\n", "UTF-8"),
+    (b"# t\n" + b"1 0 0 0\n" * (3 * 1024 * 1024), "more than"),
+])
+def test_parse_trace_refuses_what_the_engine_does_not_write(data: bytes, reason: str) -> None:
+    with pytest.raises(EngineOutputError) as caught:
+        parse_trace(data)
+    assert reason in str(caught.value)

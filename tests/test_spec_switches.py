@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures_engine import run_lmc
 from fixtures_ray import stored_runs
 
 from db.store import Store
@@ -116,3 +117,30 @@ def test_switches_and_text_are_validated(needle_model: Path, tmp_path: Path, tab
     with pytest.raises(InputError) as caught:
         load_spec(path)
     assert str(path) in str(caught.value) and f"key '{key}'" in str(caught.value)
+
+
+def test_selection_traces_are_fetched_from_the_board_and_stored(
+        ray_address: str, needle_model: Path, lmc: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "trace.toml"
+    spec.write_text(spec_text(needle_model, "trace", switches=False).replace(
+        "warmups = 0\n", "warmups = 0\n[engine]\ntrace_selection = true\n"))
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{tmp_path}/work"\n')
+    with Store.open(f"sqlite:///{tmp_path}/trace.db") as store:
+        summary = run_experiment(load_spec(spec), load_inventory(inventory), store, ["local"])
+        assert summary.counts["ok"] == 3
+        details = [store.get_run(int(i)) for i in stored_runs(store, "trace")["id"]]
+    for detail in details:
+        trace = detail.outcome["extra"]["selection_trace"]
+        options = detail.run["config"]["argv_options"]
+        assert "--trace-selection" in options
+        # the same engine on the same ids and flags writes the same trace here
+        prompt = tmp_path / "ids.txt"
+        prompt.write_text(" ".join(map(str, detail.workload["ids"])))
+        options[options.index("--trace-selection") + 1] = str(tmp_path / "again.txt")
+        run_lmc(lmc, "generate", "--model", str(needle_model), "--prompt", str(prompt),
+                *options)
+        assert trace == (tmp_path / "again.txt").read_text()
+        steps = len(detail.token_timings)
+        assert steps and len(trace.splitlines()) == 1 + steps * 2 * 2  # layers x heads
+    assert list((tmp_path / "work").iterdir()) and not list((tmp_path / "work").glob("*trace*"))
