@@ -36,10 +36,8 @@ class EngineOutputError(ValueError):
     """The engine's stdout is not a valid `lmc/1` document for the command that was run."""
 
 
-def kept_stdout(stdout: str, accepted: bool) -> str:
-    """What of stdout is stored: all of an accepted document, the head of a refused one."""
-    if accepted or len(stdout) <= KEPT_STDOUT_CHARS:
-        return stdout
+def kept_stdout(stdout: str) -> str:
+    """What is stored of a stdout that was not accepted: its head."""
     return stdout[:KEPT_STDOUT_CHARS]
 
 

@@ -2,12 +2,14 @@
 
 ``execute`` runs inside a DeviceRunner actor: it pushes the engine binary and the model into
 the device's content-addressed cache, takes a fingerprint, runs `lmc` with the run's flags and
-the prompt ids on its standard input, takes a second fingerprint, and parses the engine's JSON.
-It returns a plain ``RunReport``; mapping that into database records happens in the driver
-(``to_run_result``), which is the only writer.
+the prompt ids on its standard input, takes a second fingerprint, and checks the engine's JSON
+against its schema (``harness.engine_output``: board output is untrusted). It returns a plain
+``RunReport``; mapping that into database records happens in the driver (``to_run_result``),
+which is the only writer.
 
 A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
-retry elsewhere; an engine that exits non-zero is a ``failed`` run with its exit code and stderr.
+retry elsewhere; an engine that exits non-zero, or prints a document outside the schema, is a
+``failed`` run with its exit code and stderr, or the reason the document was refused.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
         return _finish(report, clock)
     report.exit_code = result.exit_code
     report.engine_ms = round(result.wall_s * 1000.0, 3)
-    report.stdout = engine_output.kept_stdout(result.stdout, accepted=False)
+    report.stdout = engine_output.kept_stdout(result.stdout)  # all of it once accepted
     if result.exit_code != 0:
         report.status = "failed"
         report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
