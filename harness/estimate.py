@@ -37,7 +37,8 @@ class Estimate:
         out += [f"  board {name}: about {duration_text(s)} of work"
                 for name, s in sorted(self.board_s.items())]
         out.append(f"estimated time: {duration_text(self.total_s)} ({known} of {self.runs} "
-                   "runs estimated from stored durations; boards run in parallel)")
+                   "runs estimated from stored durations; boards run in parallel; not counted: "
+                   "Ray's start, builds, workload generation, warm-ups)")
         if self.unknown:
             out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
                        "leaves them out")
