@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -101,21 +102,27 @@ def test_inventory_refuses_resources_ray_defines(tmp_path: Path, capsys) -> None
     assert code == 2 and str(path) in err and "key 'resources'" in err and "'CPU'" in err
 
 
+@contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs mounted on ``folder`` for the duration (mounting needs root)."""
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     """A folder nothing can be written into: a read-only tmpfs for root (whom permission bits
     do not stop), else a folder without write permission."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
     if os.geteuid() == 0:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
-                       check=True)
-        try:
+        with tmpfs(tmp_path / "ro", "ro,size=1m") as folder:
             yield folder
-        finally:
-            subprocess.run(["umount", str(folder)], check=True)
     else:
-        folder.chmod(0o555)
+        folder = tmp_path / "ro"
+        folder.mkdir(mode=0o555)
         yield folder
 
 
@@ -165,13 +172,8 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MiB file system to fill (a tmpfs; mounting needs root, as CI runs)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    folder = tmp_path / "small"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], check=True)
-    try:
+    with tmpfs(tmp_path / "small", "size=2m") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 def test_a_full_disk_fails_the_write_cleanly_and_keeps_whole_runs(small_fs: Path) -> None:
