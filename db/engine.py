@@ -6,19 +6,22 @@ DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, withou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, InternalError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from db.errors import StoreInputError
+from db.errors import StoreError, StoreInputError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# SQLite result codes of a file that was a store and no longer works: corrupted, disk full, I/O.
+SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_FULL", "SQLITE_IOERR")
 # Execution option naming the statement that opens a SQLite transaction (see migrate).
 SQLITE_BEGIN = "benchfarm_sqlite_begin"
 
@@ -85,7 +88,31 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "handle_error", _database_failure(shown))
     return engine
+
+
+def _database_failure(shown: str) -> Callable[[ExceptionContext], None]:
+    """A database that fails on a working connection (disk full, a corrupted file, an I/O
+    error) is a failure while running: one line naming the store instead of a traceback. The
+    failed statement's transaction is rolled back, so the store keeps only whole runs.
+
+    Other failures while connecting (no server, a wrong password, a file that is no database
+    at all) are left to ``Store.open``, which reports them as bad input."""
+
+    def handle(context: ExceptionContext) -> None:
+        original = context.original_exception
+        damaged = getattr(original, "sqlite_errorname", "").startswith(SQLITE_DAMAGE)
+        # constraint violations and bad statements are bugs: they keep their own exceptions
+        failed = damaged or isinstance(context.sqlalchemy_exception,
+                                       OperationalError | InternalError)
+        if context.is_disconnect or not failed or (context.connection is None and not damaged):
+            return
+        reason = (str(original).splitlines() or [type(original).__name__])[0]
+        raise StoreError(f"--db {shown}: the database failed ({reason}); the statement's "
+                         "transaction was rolled back") from original
+
+    return handle
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:

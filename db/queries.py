@@ -120,6 +120,27 @@ def list_experiments(session: Session) -> list[str]:
     return list(session.scalars(select(Experiment.name).order_by(Experiment.name)))
 
 
+@dataclass
+class RunDuration:
+    """How long one stored ok run took (for estimates of runs not done yet)."""
+
+    device: str
+    command: str
+    policy: str | None
+    k: int | None
+    workload: dict[str, Any]  # the workload parameters the run was planned with
+    wall_ms: float
+
+
+def run_durations(session: Session) -> list[RunDuration]:
+    query = (select(Device.name, Run.command, Run.policy, Run.k, Run.config, Run.wall_ms)
+             .join(Device, Run.device_id == Device.id)
+             .where(Run.status == "ok", Run.wall_ms.is_not(None)))
+    return [RunDuration(device, command, policy, k, dict((config or {}).get("workload") or {}),
+                        wall_ms)
+            for device, command, policy, k, config, wall_ms in session.execute(query)]
+
+
 def list_runs(session: Session, experiment: str | None, status: str | None) -> list[RunListing]:
     if status is not None and status not in RUN_STATUSES:
         raise StoreInputError(f"run status {status!r}: allowed {', '.join(RUN_STATUSES)}")
@@ -145,13 +166,15 @@ def list_runs(session: Session, experiment: str | None, status: str | None) -> l
 
 
 MIN_KEY_PREFIX = 6
+# Row ids are 64-bit signed integers in every backend; a larger number names no row.
+MAX_ROW_ID = 2**63 - 1
 
 
 def get_run(session: Session, run_id_or_key: int | str) -> RunDetail:
     """The run with this key, else this id (a number), else the one key with this prefix."""
     text = str(run_id_or_key).strip()
     run = session.scalar(select(Run).where(Run.run_key == text))
-    if run is None and text.isdigit():
+    if run is None and text.isascii() and text.isdigit() and int(text) <= MAX_ROW_ID:
         run = session.get(Run, int(text))
     if run is None and len(text) >= MIN_KEY_PREFIX:
         # `runs list` shows key prefixes; accept one when it names a single run.

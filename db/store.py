@@ -250,6 +250,11 @@ class Store:
         with self.session() as s:
             return queries.list_runs(s, experiment, status)
 
+    def run_durations(self) -> list[queries.RunDuration]:
+        """The wall time of every stored ok run, with what identifies its kind of work."""
+        with self.session() as s:
+            return queries.run_durations(s)
+
     def get_run(self, run_id_or_key: int | str) -> queries.RunDetail:
         with self.session() as s:
             return queries.get_run(s, run_id_or_key)

@@ -159,11 +159,20 @@ def _absolute_posix_path(value: Any) -> str:
     return text.rstrip("/") or "/"
 
 
+# Resources Ray declares for every node; a board may only ask for custom ones.
+RAY_RESOURCES = ("CPU", "GPU", "TPU", "memory", "object_store_memory")
+RAY_RESOURCE_PREFIXES = ("node:", "accelerator_type:")
+
+
 def _resources(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         raise ValueError('a table of resource name = amount, e.g. {gateway-a = 1}')
     out = {}
     for key, amount in value.items():
+        if key in RAY_RESOURCES or key.startswith(RAY_RESOURCE_PREFIXES):
+            raise ValueError(f"a table of custom resources; {key!r} is one Ray defines itself "
+                             f"(reserved: {', '.join(RAY_RESOURCES)}, "
+                             f"{', '.join(p + '*' for p in RAY_RESOURCE_PREFIXES)})")
         out[key] = _positive_float(amount)
     return out
 

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
-from harness.matrix import resolve_placements
+from harness.matrix import MAX_RUNS, check_size, resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
 from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
@@ -36,13 +36,15 @@ class RunSummary:
 
 def run_experiment(spec: Spec, inventory: Inventory, store: Store,
                    selectors: Sequence[str] | None = None, force: bool = False,
-                   ray_address: str | None = None, stream: TextIO | None = None) -> RunSummary:
+                   ray_address: str | None = None, stream: TextIO | None = None,
+                   max_runs: int = MAX_RUNS) -> RunSummary:
     resources: dict[str, float] = {}
     for device in inventory.devices.values():
         for name, amount in device.resources.items():
             resources[name] = max(resources.get(name, 0.0), amount)
+    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
+    check_size(spec, placements, max_runs)  # before Ray starts and before anything is stored
     with ray_session(ray_address, resources):
-        placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
         plan = make_plan(spec, inventory, store, build_on_ray, selectors, force)
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)

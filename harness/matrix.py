@@ -11,14 +11,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness.errors import InputError
-from harness.spec import Spec, WorkloadAxes
+from harness.spec import SWITCHES, Spec, WorkloadAxes
 
+# The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
+# memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
+MAX_RUNS = 20000
 # Engine subcommand per workload kind.
 COMMANDS = {"needle": "generate", "decode": "generate", "ppl": "ppl", "attn-bench": "attn-bench"}
 
@@ -59,9 +64,18 @@ class EngineConfig:
     threads: int
     prefill_attn: str | None
     measure_selection: bool
+    # engine switches (harness.spec.SWITCHES); None: the engine's default
+    importance: bool | None = None
+    recency: bool | None = None
+    probe_summary: bool | None = None
+    ref_attn: bool | None = None
+    trace_selection: bool | None = None  # --trace-selection (None: no trace)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config for run keys and records; switches at their default are left out, so a
+        run keeps the key it had before switches were axes."""
+        return {name: value for name, value in asdict(self).items()
+                if value is not None or name not in (*SWITCHES, "trace_selection")}
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,10 @@ class WorkloadPoint:
         return COMMANDS[self.kind]
 
     def label(self) -> str:
-        return self.kind + " " + " ".join(f"{k}={v}" for k, v in self.params)
+        """For progress lines: a filler file by its name, a needle template as "own"."""
+        shown = {k: Path(v).name if k == "filler" else "own" if k in ("needle", "question")
+                 else v for k, v in self.params}
+        return self.kind + " " + " ".join(f"{k}={v}" for k, v in shown.items())
 
 
 @dataclass(frozen=True)
@@ -145,9 +162,11 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
     measures = COMMANDS[kind] in ("generate", "attn-bench")
     configs: list[EngineConfig] = []
     for policy in engine.policies:
-        for k, block, probes, kv, wq, threads, prefill in itertools.product(
+        names = sorted(policy.switches)
+        for k, block, probes, kv, wq, threads, prefill, *switches in itertools.product(
             policy.k, policy.block, policy.probes, engine.kv, engine.wq,
             engine.threads or [default_threads], engine.prefill_attn,
+            *(policy.switches[name] for name in names),
         ):
             config = EngineConfig(
                 policy=policy.name, k=k, block=block, probes=probes,
@@ -156,6 +175,8 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
                 threads=threads,
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=engine.measure_selection and measures,
+                trace_selection=True if engine.trace_selection and measures else None,
+                **dict(zip(names, switches, strict=True)),
             )
             if config not in configs:  # axes a command ignores would only repeat a config
                 configs.append(config)
@@ -177,6 +198,36 @@ def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
                         for repeat in range(spec.repeats):
                             cells.append(Cell(point, config, revision, placement, repeat))
     return cells
+
+
+def _config_count(spec: Spec, kind: str) -> int:
+    """len(_engine_configs(spec, kind, ...)) without building them: axis values are distinct,
+    and only the axes a command ignores collapse."""
+    engine = spec.engine
+    uses_model = kind != "attn-bench"
+    shared = (len(engine.kv) * len(engine.threads or [0])
+              * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
+    return shared * sum(len(p.k) * len(p.block) * len(p.probes)
+                        * math.prod(len(values) for values in p.switches.values())
+                        for p in engine.policies)
+
+
+def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:
+    """len(expand(spec, placements)) per placement key, counted without expanding, so that a
+    matrix too large to plan is refused at once."""
+    per_revision = sum(math.prod(len(values) for values in w.axes.values())
+                       * _config_count(spec, w.kind) for w in spec.workloads)
+    return {p.key: len(spec.revisions) * per_revision * spec.repeats for p in placements}
+
+
+def check_size(spec: Spec, placements: Sequence[Placement], max_runs: int) -> int:
+    """The matrix's number of runs; InputError when it is above ``max_runs``."""
+    total = sum(count_cells(spec, placements).values())
+    if total > max_runs:
+        raise InputError(f"{spec.path}: the matrix has {total} runs, more than the limit of "
+                         f"{max_runs}; cut its axes, or raise the limit with --max-runs "
+                         "(`benchfarm run --dry-run` shows the size and an estimated time)")
+    return total
 
 
 def run_key(build: dict[str, Any], model_sha256: str | None, workload_hash: str,

@@ -135,17 +135,21 @@ def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> M
     """Generate one workload (ids, answer) and store it; attn-bench data is synthetic."""
     params = _identity_params(point)
     answer, span, stop_id = None, None, None
+    filler = params.get("filler", "grammar")  # spec settings, present only when set
     if point.kind == "needle":
+        template = workloads.NeedleTemplate(
+            needle=params.get("needle", workloads.DEFAULT_NEEDLE.needle),
+            question=params.get("question", workloads.DEFAULT_NEEDLE.question))
         prompt = workloads.needle_prompt(model_dir, params["ctx"], params["depth"],
-                                         params["seed"])
+                                         params["seed"], filler, template)
         ids, content_hash, answer, span = prompt.ids, prompt.hash, prompt.answer, \
             prompt.needle_span
         stop_id = prompt.stop_ids[0] if prompt.stop_ids else None
     elif point.kind == "ppl":
-        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"])
+        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"], filler)
         ids, content_hash = stream.ids, stream.hash
     elif point.kind == "decode":
-        stream = workloads.decode_prompt(model_dir, params["ctx"], params["seed"])
+        stream = workloads.decode_prompt(model_dir, params["ctx"], params["seed"], filler)
         ids, content_hash = stream.ids, stream.hash
         stop_id = stream.stop_ids[0] if stream.stop_ids else None
     else:  # attn-bench: seeded synthetic data, identified by its parameters

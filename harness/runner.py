@@ -2,18 +2,19 @@
 
 ``execute`` runs inside a DeviceRunner actor: it pushes the engine binary and the model into
 the device's content-addressed cache, takes a fingerprint, runs `lmc` with the run's flags and
-the prompt ids on its standard input, takes a second fingerprint, and parses the engine's JSON.
-It returns a plain ``RunReport``; mapping that into database records happens in the driver
-(``to_run_result``), which is the only writer.
+the prompt ids on its standard input, takes a second fingerprint, and checks the engine's JSON
+against its schema (``harness.engine_output``: board output is untrusted). It returns a plain
+``RunReport``; mapping that into database records happens in the driver (``to_run_result``),
+which is the only writer.
 
 A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
-retry elsewhere; an engine that exits non-zero is a ``failed`` run with its exit code and stderr.
+retry elsewhere; an engine that exits non-zero, or prints a document outside the schema, is a
+``failed`` run with its exit code and stderr, or the reason the document was refused.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 import time
@@ -26,7 +27,7 @@ from db.records import Outcome, RunResult, Snapshot, timings_from_steps
 from devices.errors import CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
 from devices.transport import Transport
-from harness import workloads
+from harness import engine_output, workloads
 from harness.matrix import EngineConfig, WorkloadPoint
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
     if config.measure_selection:
         opts.append("--measure-selection")
+    if config.trace_selection:
+        opts += [engine_output.TRACE_FLAG, engine_output.TRACE_FILE]
+    opts += switch_flags(config)
     if workload.kind == "attn-bench":
         for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
                            ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed")):
@@ -89,6 +93,13 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
         if stop_id is not None:
             opts += ["--stop", str(stop_id)]
     return tuple(opts)
+
+
+def switch_flags(config: EngineConfig) -> list[str]:
+    """The flags of the engine switches a config sets away from the engine's defaults."""
+    flags = {"importance": "--no-importance", "recency": "--no-recency",
+             "probe_summary": "--probe-summary", "ref_attn": "--ref-attn"}
+    return [flag for name, flag in flags.items() if getattr(config, name) is not None]
 
 
 class PushMemo:
@@ -172,18 +183,23 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
         return _finish(report, clock)
     report.exit_code = result.exit_code
     report.engine_ms = round(result.wall_s * 1000.0, 3)
-    report.stdout = result.stdout
+    report.stdout = engine_output.kept_stdout(result.stdout)  # all of it once accepted
     if result.exit_code != 0:
         report.status = "failed"
         report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
             f"lmc exited with code {result.exit_code} and printed nothing on stderr"
         return _finish(report, clock)
+    # checked here, on the device side: the driver only ever sees a valid document
+    trace = engine_output.trace_path(job.options)
     try:
-        report.engine_json = json.loads(result.stdout)
-        report.status = "ok"
-    except json.JSONDecodeError as exc:
-        report.status = "failed"
-        report.error = f"lmc printed no valid JSON ({exc}): {result.stdout[:200]!r}"
+        report.engine_json = engine_output.parse(result.stdout, job.command)
+        if trace is not None and not job.warmup:
+            report.engine_json[engine_output.TRACE_KEY] = engine_output.fetch_trace(transport,
+                                                                                    trace)
+    except engine_output.EngineOutputError as exc:
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    report.status, report.stdout = "ok", result.stdout
     return _finish(report, clock)
 
 
@@ -245,6 +261,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     if planned.job.command != "ppl":
         for key, value in _selection_outcome(data.get("selection") or {}).items():
             setattr(outcome, key, value)
+    if engine_output.TRACE_KEY in data:
+        outcome.extra[engine_output.TRACE_KEY] = data[engine_output.TRACE_KEY]
     result.outcome = outcome
     return result
 

@@ -11,6 +11,7 @@ they can only cross with their own policy: ``exact`` takes none of them.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.workloads.text import DEFAULT_NEEDLE, NeedleTemplate, TextFiller
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle")
@@ -28,6 +30,14 @@ WORKTREE = "worktree"  # the revision name of the engine sources in the working 
 
 # Defaults of the policy-specific axes when a non-exact policy names none.
 POLICY_AXIS_DEFAULTS = {"k": 32, "block": 32, "probes": 8}
+# Engine switches as spec axes of true/false: the policies that take each, and the engine's
+# default (a value equal to it is the same run as no axis, so run keys do not change).
+SWITCHES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "importance": (("sparse",), True),  # false: --no-importance
+    "recency": (("sparse", "h2o", "quest", "random"), True),  # false: --no-recency
+    "probe_summary": (("sparse",), False),  # true: --probe-summary
+    "ref_attn": (("exact",), False),  # true: --ref-attn
+}
 
 # Per workload kind: its axes (crossed) and its scalar settings, with defaults (None = required).
 WORKLOAD_AXES: dict[str, dict[str, Any]] = {
@@ -42,11 +52,19 @@ WORKLOAD_SETTINGS: dict[str, dict[str, Any]] = {
     "decode": {"max_new": 32},
     "attn-bench": {"runs": 5, "seed": 0},
 }
+# Per workload kind: its own text, set only where a spec wants it (a path to a plain-text filler
+# file, relative to the spec's folder, instead of the built-in grammar; the needle sentence and
+# its question, as harness.workloads.NeedleTemplate takes them).
+WORKLOAD_TEXT: dict[str, tuple[str, ...]] = {
+    "needle": ("filler", "needle", "question"), "ppl": ("filler",), "decode": ("filler",),
+    "attn-bench": (),
+}
 TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
     "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload",
 }
-ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection"}
+ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
+               "trace_selection"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,8 @@ class PolicyAxes:
     k: list[int | None]
     block: list[int | None]
     probes: list[int | None]
+    # switch name -> values; None is the engine's default (see SWITCHES)
+    switches: dict[str, list[bool | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class EngineAxes:
     threads: list[int] | None  # None: each device's own `threads`
     prefill_attn: list[str]
     measure_selection: bool
+    trace_selection: bool = False  # generate and attn-bench runs keep the selected blocks
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,8 @@ class _Checker:
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(key, f"must be a number, got {value!r}")
+            if not math.isfinite(value):  # nan passes every range check; inf never ends
+                raise self.fail(key, f"must be a finite number, got {value!r}")
             value = float(value)
         elif kind == "str":
             if not isinstance(value, str):
@@ -162,9 +185,12 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise InputError naming the file and key on any problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                         f"offset {exc.start}); TOML files must be UTF-8") from None
     return parse_spec(text, path)
 
 
@@ -240,7 +266,7 @@ def _workloads(check: _Checker, value: Any) -> list[WorkloadAxes]:
             raise check.fail(f"{key}.kind",
                              f"unknown kind {kind!r}; allowed: {', '.join(WORKLOAD_AXES)}")
         axes_spec, settings_spec = WORKLOAD_AXES[kind], WORKLOAD_SETTINGS[kind]
-        check.table(table, key, {"kind", *axes_spec, *settings_spec})
+        check.table(table, key, {"kind", *axes_spec, *settings_spec, *WORKLOAD_TEXT[kind]})
         axes: dict[str, list[Any]] = {}
         for axis, default in axes_spec.items():
             if axis not in table and default is None:
@@ -257,6 +283,7 @@ def _workloads(check: _Checker, value: Any) -> list[WorkloadAxes]:
             settings[setting] = check.minimum(
                 check.scalar(table.get(setting, default), f"{key}.{setting}", "int"),
                 f"{key}.{setting}", low)
+        settings.update(_workload_text(check, table, key, kind))
         if kind == "attn-bench":
             for heads, kv_heads in ((h, g) for h in axes["heads"] for g in axes["kv_heads"]):
                 if heads % kv_heads:
@@ -278,21 +305,25 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
             continue
         key = f"engine.policy.{name}"
         axes = policy_table[name]
+        switches = {switch for switch, (takers, _) in SWITCHES.items() if name in takers}
         if name == "exact":
             if not isinstance(axes, dict):
                 raise check.fail(key, "must be a table")
-            if axes:
-                bad = sorted(axes)[0]
-                raise check.fail(f"{key}.{bad}", "exact attention takes no policy axes "
-                                 "(k, block and probes apply to the non-exact policies only)")
-            policies.append(PolicyAxes(name, [None], [None], [None]))
+            bad = sorted(set(axes) - switches)
+            if bad:
+                raise check.fail(f"{key}.{bad[0]}", "exact attention takes no policy axes but "
+                                 f"{', '.join(sorted(switches))} (k, block and probes apply to "
+                                 "the non-exact policies only)")
+            policies.append(PolicyAxes(name, [None], [None], [None],
+                                       _switches(check, axes, key, switches)))
             continue
-        axes = check.table(axes, key, set(POLICY_AXIS_DEFAULTS))
+        axes = check.table(axes, key, set(POLICY_AXIS_DEFAULTS) | switches)
         values = {
             axis: check.axis(axes.get(axis, default), f"{key}.{axis}", "int", low=1)
             for axis, default in POLICY_AXIS_DEFAULTS.items()
         }
-        policies.append(PolicyAxes(name, values["k"], values["block"], values["probes"]))
+        policies.append(PolicyAxes(name, values["k"], values["block"], values["probes"],
+                                   _switches(check, axes, key, switches)))
     threads = None
     if "threads" in table:
         threads = check.axis(table["threads"], "engine.threads", "int", low=1)
@@ -305,4 +336,40 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
                                 choices=PREFILL_ATTN),
         measure_selection=check.scalar(table.get("measure_selection", False),
                                        "engine.measure_selection", "bool"),
+        trace_selection=check.scalar(table.get("trace_selection", False),
+                                     "engine.trace_selection", "bool"),
     )
+
+
+def _switches(check: _Checker, axes: dict[str, Any], key: str,
+              names: set[str]) -> dict[str, list[bool | None]]:
+    """The switch axes a policy table sets, the engine's default value written as None."""
+    found = {}
+    for name in sorted(names & set(axes)):
+        default = SWITCHES[name][1]
+        values = check.axis(axes[name], f"{key}.{name}", "bool")
+        found[name] = [None if value == default else value for value in values]
+    return found
+
+
+def _workload_text(check: _Checker, table: dict[str, Any], key: str, kind: str) -> dict[str, str]:
+    """The text settings a workload table sets away from the defaults, checked; left out when
+    at the default, so that a workload keeps its identity (and its runs their keys)."""
+    found: dict[str, str] = {}
+    for name in WORKLOAD_TEXT[kind]:
+        value = check.scalar(table.get(name, ""), f"{key}.{name}", "str")
+        if name == "filler" and value not in ("", "grammar"):
+            value = str((check.path.parent / value).resolve())
+            try:
+                TextFiller(value)  # readable, UTF-8, holds sentences
+            except InputError as exc:
+                raise check.fail(f"{key}.{name}", str(exc)) from None
+        if value not in ("", "grammar", getattr(DEFAULT_NEEDLE, name, None)):
+            found[name] = value
+    try:
+        NeedleTemplate(needle=found.get("needle", DEFAULT_NEEDLE.needle),
+                       question=found.get("question", DEFAULT_NEEDLE.question))
+    except InputError as exc:
+        raise check.fail(f"{key}.{'needle' if 'needle' in found else 'question'}", str(exc)
+                         ) from None
+    return found

@@ -13,6 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -25,6 +26,9 @@ from reports.stats import CV_FLAG, summarize
 # Workload parameters lifted into columns (whichever the workload kind has).
 PARAM_COLUMNS = ("ctx", "depth", "seed", "length", "heads", "kv_heads", "head_dim")
 # Engine defaults that config labels leave out (the label names only what differs).
+# A run's config holds an engine switch only when the spec set it away from the default.
+SWITCH_LABELS = {"importance": "no-importance", "recency": "no-recency",
+                 "probe_summary": "probe-summary", "ref_attn": "ref-attn"}
 LABEL_DEFAULTS = {"block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_attn": "exact"}
 # Per-run timings summarised over repeats. engine_ms (the whole engine process) is the timing
 # of ppl runs; for generate runs it includes loading the model, so it is only flagged for ppl.
@@ -84,10 +88,22 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
         if value is not None and value != default and not (policy == "exact" and
                                                            name in ("block", "probes")):
             parts.append(f"{name}={value}")
+    config = _json(get("config"))
+    if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
+        parts += [label for name, label in SWITCH_LABELS.items()
+                  if config.get(name) is not None]
     threads = _int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")
     return " ".join(parts)
+
+
+def _text_label(params: dict[str, Any]) -> str:
+    """A workload's own filler or needle (spec settings), so that its runs form cells apart."""
+    parts = [f"filler={Path(params['filler']).name}"] if params.get("filler") else []
+    if params.get("needle") or params.get("question"):
+        parts.append("own-needle")
+    return "".join(" " + part for part in parts)
 
 
 def load_experiment(store: Any, experiment: str) -> ExperimentData:
@@ -127,7 +143,8 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                 value = raw.get("ctx")
             values.append(value)
         table[column] = pd.Series(values, index=table.index, dtype="object")
-    table["config"] = [config_label(row) for _, row in table.iterrows()]
+    table["config"] = [config_label(row) + _text_label(param)
+                       for (_, row), param in zip(table.iterrows(), params, strict=True)]
     table["flags"] = _run_flags(table, snapshots)
     table["same_as_exact"] = same_as_exact(table)
     return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)

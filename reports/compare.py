@@ -22,6 +22,7 @@ import pandas as pd
 from reports.aggregate import first_divergence, flatten_runs, merge_flags, plain_key
 from reports.aggregate import generated_tokens as tokens
 from reports.errors import ReportInputError
+from reports.outdir import output_dir
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
 from reports.tables import CSS, to_html, to_markdown, write_csv
 
@@ -214,8 +215,7 @@ def terminal_table(comparison: Comparison) -> str:
 
 def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
     """compare.csv, compare.md and a self-contained compare.html; returns the HTML path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     write_csv(comparison.table, out / "compare.csv")
     title = f"benchfarm compare: B = {comparison.b.text} vs A = {comparison.a.text}"
     (out / "compare.md").write_text(f"# {title}\n\n{comparison.summary()}\n\n"

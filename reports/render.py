@@ -19,6 +19,7 @@ import pandas as pd
 from reports import aggregate, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
+from reports.outdir import output_dir
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
@@ -290,8 +291,7 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended.
     """
     data = aggregate.load_experiment(store, experiment)  # an unknown experiment fails here
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     sections = build_sections(data) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"

@@ -7,6 +7,7 @@ A row with a non-empty ``flags`` column is marked (``flagged`` class in HTML, ``
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -56,16 +57,30 @@ def _rows(frame: pd.DataFrame) -> list[list[str]]:
     return [[fmt(v) for v in row] for row in frame.itertuples(index=False, name=None)]
 
 
+# Characters that would make text in markdown something other than text: a table cell's end,
+# a code span, a link; and the backslash that escapes them.
+MARKDOWN_SPECIAL = re.compile(r"([\\|`\[\]])")
+
+
+def markdown_text(text: str) -> str:
+    """Untrusted text (board stderr, names) as literal markdown on one line: HTML escaped as the
+    HTML report escapes it (markdown viewers render inline HTML), markdown syntax
+    backslash-escaped, line breaks as spaces."""
+    flat = " ".join(text.splitlines())
+    return MARKDOWN_SPECIAL.sub(r"\\\1", escape(flat, quote=False))
+
+
 def to_markdown(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_(no rows)_\n"
-    header = [str(c) for c in frame.columns]
+    header = [markdown_text(str(c)) for c in frame.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     flag_index = header.index("flags") if "flags" in header else None
     for cells in _rows(frame):
+        cells = [markdown_text(c) for c in cells]
         if flag_index is not None and cells[flag_index]:
             cells[flag_index] = "⚑ " + cells[flag_index]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

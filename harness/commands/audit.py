@@ -32,6 +32,7 @@ from reports.audit import (
     terminal_table,
 )
 from reports.audit.report import write_audit
+from reports.outdir import output_dir
 
 DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
 
@@ -139,6 +140,8 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory, mo
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        output_dir(args.out)  # refuse an unwritable --out before the audit runs anything
     inventory = load_inventory(args.inventory)
     with Store.open(args.db) as store:
         verdicts = audit_claims(args.claims, store, inventory, Path(args.model),

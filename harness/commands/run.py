@@ -1,17 +1,35 @@
-"""`benchfarm run SPEC`: run an experiment matrix on the farm; resumable."""
+"""`benchfarm run SPEC`: run an experiment matrix on the farm; resumable.
+
+``--dry-run`` runs nothing and writes nothing: it prints the matrix's size per placement and an
+estimated time from the durations of stored runs (harness.estimate).
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from db.errors import StoreInputError
+from db.queries import RunDuration
 from db.store import Store
-from devices.inventory import load_inventory
+from devices.inventory import Inventory, load_inventory
 from harness.coordinator import run_experiment
-from harness.spec import load_spec
+from harness.estimate import estimate
+from harness.matrix import MAX_RUNS, check_size, count_cells, resolve_placements
+from harness.spec import Spec, load_spec
 
 
 def device_list(text: str) -> list[str]:
     return [item for item in text.split(",") if item]
+
+
+def run_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "else the local farm's if it is up, else only `local`)")
     parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
+    parser.add_argument("--max-runs", type=run_count, default=MAX_RUNS,
+                        help="refuse a matrix of more runs than this (default: %(default)s)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run nothing: print the matrix's size and an estimated time from "
+                        "stored durations")
     parser.set_defaults(func=run)
 
 
@@ -31,8 +54,30 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 when every run of the matrix is stored (ok or failed), 1 when some are pending."""
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
+    if args.dry_run:
+        return dry_run(args, spec, inventory)
     with Store.open(args.db) as store:
         summary = run_experiment(spec, inventory, store, args.devices, args.force,
-                                 args.ray_address)
+                                 args.ray_address, max_runs=args.max_runs)
     print(summary.line())
     return 0 if summary.complete else 1
+
+
+def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
+    placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    total = sum(count_cells(spec, placements).values())
+    print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
+          "--max-runs)")
+    check_size(spec, placements, args.max_runs)
+    for line in estimate(spec, placements, stored_durations(args.db)).lines():
+        print(line)
+    return 0
+
+
+def stored_durations(url: str) -> list[RunDuration]:
+    try:
+        with Store.open(url, create=False) as store:
+            return store.run_durations()
+    except StoreInputError as exc:
+        print(f"  no stored durations to go by ({exc})")
+        return []

@@ -33,6 +33,7 @@ specs by the harness before anything runs (reports does not import the harness).
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ class _Check:
     def number(self, value: Any, where: str, key: str, low: float | None = None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(where, key, f"must be a number, got {value!r}")
+        if not math.isfinite(value):  # nan passes every comparison, inf every bound
+            raise self.fail(where, key, f"must be a finite number, got {value!r}")
         if low is not None and value < low:
             raise self.fail(where, key, f"must be >= {low:g}, got {value!r}")
         return float(value)
@@ -173,6 +176,9 @@ def load_claims(path: str | Path) -> ClaimsFile:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ReportInputError(f"cannot read claims file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportInputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                               f"offset {exc.start}); TOML files must be UTF-8") from None
     return parse_claims(text, path)
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from reports.audit.verdict import Verdict
+from reports.outdir import output_dir
 from reports.render import Section
-from reports.tables import CSS, to_markdown
+from reports.tables import CSS, markdown_text, to_markdown
 
 COLUMNS = ["claim", "verdict", "measured", "expected", "evidence runs", "reason"]
 
@@ -49,20 +50,20 @@ def audit_markdown(title: str, verdicts: list[Verdict]) -> str:
     out = [f"# {title}\n", to_markdown(verdict_table(verdicts)), "## Claims\n"]
     for v in verdicts:
         c = v.claim
-        out.append(f"### {c.id}: {v.verdict}\n")
-        out.append(f"- statement: {c.statement}")
-        out.append(f"- source: {c.source}")
+        out.append(f"### {markdown_text(c.id)}: {v.verdict}\n")
+        out.append(f"- statement: {markdown_text(c.statement)}")
+        out.append(f"- source: {markdown_text(c.source)}")
         out.append(f"- metric: {c.metric}" + (f" ({c.quantity})" if c.quantity else ""))
         if c.expected_text():
             out.append(f"- expected: {c.expected_text()}")
         if v.measured_text:
-            out.append(f"- measured: {v.measured_text}")
-        out.append(f"- reason: {v.reason}")
+            out.append(f"- measured: {markdown_text(v.measured_text)}")
+        out.append(f"- reason: {markdown_text(v.reason)}")
         if v.experiment:
             runs = " ".join(map(str, v.evidence)) or "none"
             out.append(f"- evidence: experiment {v.experiment}, runs {runs}")
         if c.note:
-            out.append(f"- note: {c.note}")
+            out.append(f"- note: {markdown_text(c.note)}")
         out.append("")
     return "\n".join(out)
 
@@ -95,8 +96,7 @@ def audit_json(verdicts: list[Verdict]) -> str:
 
 def write_audit(out_dir: str | Path, title: str, verdicts: list[Verdict]) -> Path:
     """audit.md, audit.json and a standalone audit.html in ``out_dir``; returns audit.md."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     (out / "audit.md").write_text(audit_markdown(title, verdicts), encoding="utf-8")
     (out / "audit.json").write_text(audit_json(verdicts), encoding="utf-8")
     (out / "audit.html").write_text(
