@@ -39,7 +39,27 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     a->head_stats = lmc_alloc(H, sizeof(SelStats), "selection statistics");
 }
 
+int attention_needs_features(const AttnOptions *opt) {
+    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV;
+}
+
+void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path) {
+    a->feat = feat;
+    a->key_score = lmc_alloc((size_t)a->capacity, sizeof(float), "key scores");
+    const Gbm *g = a->opt.gbm;
+    if (!g) return;
+    a->gbm_cols = lmc_alloc((size_t)g->n_features, sizeof(int), "predictor columns");
+    for (int c = 0; c < g->n_features; c++) {
+        a->gbm_cols[c] = keyfeat_lookup(feat, g->names[c]);
+        if (a->gbm_cols[c] < 0)
+            lmc_die_input("--predictor %s reads feature '%s', which this model does not have (features: keyfeat.h)",
+                          predictor_path, g->names[c]);
+    }
+}
+
 void attention_free(Attention *a) {
+    lmc_free(a->gbm_cols);
+    lmc_free(a->key_score);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->scratch[h]);
     lmc_free(a->scratch);
     lmc_free(a->importance);
@@ -93,7 +113,7 @@ static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select
 
 /* attended probabilities are needed to record prefill importance or H2O mass */
 static int needs_probs(const Attention *a, int phase) {
-    return (phase == ATTN_PREFILL && a->importance) || (phase != ATTN_BENCH && a->mass);
+    return (phase == ATTN_PREFILL && a->importance) || (phase != ATTN_BENCH && (a->mass || a->feat));
 }
 
 /* what head h's selection reads (probe_scores, probe_rows: see SelectInput; NULL, 0: the
@@ -108,6 +128,7 @@ static SelectInput head_input(const LayerJob *job, int h, const float *probe_sco
         .importance = decode && a->importance ? a->importance + (size_t)job->layer * a->capacity : NULL,
         .mass = a->mass ? a->mass + ((size_t)job->layer * a->n_heads + h) * a->capacity : NULL,
         .probs = a->exact_probs + (size_t)h * a->capacity,
+        .key_score = a->key_score,
         .probe_scores = probe_scores,
         .probe_rows = probe_rows,
     };
@@ -281,9 +302,34 @@ static void attend_sparse_groups(void *arg, int begin, int end) {
     for (int g = begin; g < end; g++) attend_sparse_group(arg, g);
 }
 
+/* h2o-prev, gbm: every key's score for this query and layer, one chunk of keys per item (each
+ * key on its own: same bits for any --threads) */
+#define SCORE_CHUNK 64
+
+static void score_keys(void *arg, int begin, int end) {
+    const LayerJob *job = arg;
+    const Attention *a = job->a;
+    const Gbm *g = a->opt.gbm;
+    float x[GBM_MAX_FEATURES];
+    for (int c = begin; c < end; c++)
+        for (int j = c * SCORE_CHUNK; j < (c + 1) * SCORE_CHUNK && j <= job->pos; j++) {
+            if (!g) { /* h2o-prev */
+                a->key_score[j] = keyfeat_value(a->feat, job->layer, j, KF_PREV_MASS);
+                continue;
+            }
+            for (int i = 0; i < g->n_features; i++) x[i] = keyfeat_value(a->feat, job->layer, j, a->gbm_cols[i]);
+            /* the trees predict ln(mass + 1e-6); blocks are ranked by summed predicted mass */
+            a->key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
+        }
+}
+
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
+    int n_blocks = (pos + a->kv->block) / a->kv->block;
+    int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
+    if (attention_needs_features(&a->opt) && policy_runs && a->opt.sel.k < n_blocks)
+        pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
     else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);
@@ -300,6 +346,12 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
                 for (int p = p0; p < p1; p++) imp[p] += probs[p];
             }
         }
+    }
+    if (a->feat && phase != ATTN_BENCH) {
+        for (int h = 0; h < a->n_heads; h++)
+            keyfeat_record(a->feat, layer, h, a->sel + (size_t)h * a->n_blocks, a->n_sel[h], bs,
+                           a->att_probs + (size_t)h * a->capacity);
+        if (layer == a->n_layers - 1) keyfeat_dump_query(a->feat);
     }
     if (a->opt.trace && phase != ATTN_PREFILL) {
         for (int h = 0; h < a->n_heads; h++) {

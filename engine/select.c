@@ -9,7 +9,7 @@
 #include "ops.h"
 #include "util.h"
 
-static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle"};
+static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm"};
 
 const char *policy_name(Policy p) { return POLICY_NAMES[p]; }
 
@@ -250,6 +250,12 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
     case POL_WINDOW: count = select_window(cfg, n_blocks, sel); break;
     case POL_H2O:
         block_sums(in->mass, in->n_pos, cfg->block, n_blocks, s->score);
+        bytes = sizeof(float) * (size_t)in->n_pos;
+        count = top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
+        break;
+    case POL_H2O_PREV:
+    case POL_GBM:
+        block_sums(in->key_score, in->n_pos, cfg->block, n_blocks, s->score);
         bytes = sizeof(float) * (size_t)in->n_pos;
         count = top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
         break;
