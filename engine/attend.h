@@ -24,6 +24,7 @@ typedef struct {
     const char *predictor_path;
     FILE *features;     /* --dump-features, or NULL */
     int features_every; /* --dump-every */
+    int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
 } AttnOptions;
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */
@@ -58,7 +59,11 @@ typedef struct {
     KeyFeat *feat;
     int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
     float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
+    unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
 } Attention;
+
+/* the policies --kv-budget can evict by (-1 + a message for the others) */
+int attention_can_evict(Policy p);
 
 /* h2o-prev and gbm score keys from the key features */
 int attention_needs_features(const AttnOptions *opt);

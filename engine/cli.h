@@ -16,6 +16,7 @@ typedef struct {
     const char *model, *prompt, *text, *dump_logits, *trace, *inputs, *dump_out;
     const char *predictor, *dump_features;
     int dump_every, layer; /* --dump-every; predict: --layer */
+    int kv_budget;         /* --kv-budget, 0: off */
     /* attention */
     Policy policy;
     int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;

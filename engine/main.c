@@ -45,6 +45,7 @@ static const OptSpec OPTIONS[] = {
     {"--layer", C_PRED, T_INT, OFF(layer), 0, 4095, 0},
     {"--dump-features", C_MODEL, T_STR, OFF(dump_features), 0, 0, 0},
     {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
+    {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
@@ -179,6 +180,7 @@ AttnOptions cli_attn_options(const Options *o) {
         fprintf(a.trace, "# lmc selection trace: query_pos layer head n_selected block_ids...\n");
     }
     a.predictor_path = o->predictor;
+    a.kv_budget = o->kv_budget;
     a.features_every = o->dump_every;
     if (o->dump_features) {
         a.features = fopen(o->dump_features, "wb");
@@ -191,11 +193,11 @@ AttnOptions cli_attn_options(const Options *o) {
 void cli_write_attn_config(FILE *f, const Options *o) {
     fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d, \"importance\": %s, "
                "\"recency\": %s, \"probe_summary\": %s, \"prefill_attn\": \"%s\", \"seed\": %llu, "
-               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s",
+               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s, \"kv_budget\": %d",
             policy_name(o->policy), o->k, o->block, o->probes, o->importance ? "true" : "false",
             o->recency ? "true" : "false", o->probe_summary ? "true" : "false",
             o->prefill_sparse ? "sparse" : "exact", (unsigned long long)o->seed,
-            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false");
+            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false", o->kv_budget);
 }
 
 /* ---------------------------------------------------------------- info */

@@ -239,6 +239,13 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
     size_t bytes = 0;
     int count;
     memset(s->used, 0, (size_t)n_blocks);
+    if (in->evicted) { /* eviction decided what is left: attend to all of it */
+        count = 0;
+        for (int b = 0; b < n_blocks; b++)
+            if (!in->evicted[b]) sel[count++] = b;
+        *select_bytes = 0;
+        return count;
+    }
     if (cfg->policy == POL_EXACT || cfg->k >= n_blocks) {
         /* every block fits the budget: no choice to make, nothing to read */
         for (int b = 0; b < n_blocks; b++) sel[b] = b;

@@ -33,6 +33,9 @@ typedef struct {
     const float *mass;       /* h2o: accumulated attention mass per position */
     const float *probs;      /* oracle: exact attention probabilities per position */
     const float *key_score;  /* h2o-prev, gbm: the score of each position (higher: keep) */
+    /* --kv-budget: blocks dropped from this head's cache for good (1 = evicted), or NULL;
+     * with it the head attends to every block still cached */
+    const unsigned char *evicted;
     /* sparse: this head's probe score per block, already computed for its GQA group
      * (select_probe_group), and the probe rows to charge it (the group's rows once); NULL:
      * the head probes for itself */

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     tr = actions.add_parser("train", help="dump features, train per layer, evaluate, export")
     tr.add_argument("--model", type=Path, required=True, help="model directory (HF layout)")
-    tr.add_argument("--out", type=Path, required=True, help="directory for the .gbm files and metrics")
+    tr.add_argument("--out", type=Path, required=True,
+                    help="directory for the .gbm files and metrics.json")
     tr.add_argument("--lmc", help="lmc binary (default: build it for this machine)")
     tr.add_argument("--ctx", type=_positive, default=512, help="tokens per text (default 512)")
     tr.add_argument("--train-texts", type=_positive, default=4)
@@ -66,8 +67,8 @@ def format_table(result: Evaluation) -> str:
     for name, overall in result.overall.items():
         rows = [("all", overall), *((str(i), s) for i, s in enumerate(result.per_layer[name]))]
         for label, s in rows:
-            lines.append(f"{name:<10} {label:>5} {s.rho:7.3f} {s.recall32:7.3f} {s.captured32:7.3f} "
-                         f"{s.lost50:7.3f}")
+            lines.append(f"{name:<10} {label:>5} {s.rho:7.3f} {s.recall32:7.3f} "
+                         f"{s.captured32:7.3f} {s.lost50:7.3f}")
     return "\n".join(lines)
 
 
@@ -88,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
         scorers[name] = baseline_scores(test_dump, name)
     result = evaluate(test_dump, scorers)
     report = {"model": str(args.model), "ctx": args.ctx, "train_texts": args.train_texts,
-              "test_texts": args.test_texts, "every": args.every, "train_rows": len(train_dump.rows),
-              "test_rows": len(test_dump.rows), "predictors": files, "metrics": result.to_dict()}
+              "test_texts": args.test_texts, "every": args.every,
+              "train_rows": len(train_dump.rows), "test_rows": len(test_dump.rows),
+              "predictors": files, "metrics": result.to_dict()}
     (args.out / "metrics.json").write_text(json.dumps(report, indent=1) + "\n")
     print(format_table(result))
     print(f"wrote {args.out / 'metrics.json'} and {len(files)} predictor files")

@@ -72,8 +72,9 @@ def run_dump(lmc: Sequence[str], model: Path, ids: Sequence[int], every: int, te
         ids_file, out = Path(tmp) / "text.ids", Path(tmp) / "keys.bin"
         ids_file.write_text(" ".join(map(str, ids)) + "\n")
         done = subprocess.run(
-            [*lmc, "ppl", "--model", str(model), "--text", str(ids_file), "--dump-features", str(out),
-             "--dump-every", str(every)], capture_output=True, text=True, timeout=timeout)
+            [*lmc, "ppl", "--model", str(model), "--text", str(ids_file),
+             "--dump-features", str(out), "--dump-every", str(every)],
+            capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RunFailure(f"lmc ppl --dump-features failed (exit {done.returncode}): "
                              f"{done.stderr.strip()[:500]}")

@@ -59,8 +59,8 @@ class LayerModels:
         x = _matrix(dump, self.names)
         layer = dump.column("layer").astype(int)
         out = np.empty(len(x))
-        for l, model in enumerate(self.models):
-            mask = layer == l
+        for index, model in enumerate(self.models):
+            mask = layer == index
             if mask.any():
                 out[mask] = model.predict(x[mask])
         return out
@@ -96,10 +96,11 @@ def train(dump: KeyDump, feature_set: str, max_iter: int = 100, seed: int = 0) -
     x, y = _matrix(dump, names), np.log(dump.column("target").astype(np.float64) + MASS_FLOOR)
     layer = dump.column("layer").astype(int)
     models = []
-    for l in range(n_layers(dump)):
-        mask = layer == l
-        model = HistGradientBoostingRegressor(max_iter=max_iter, max_leaf_nodes=31, learning_rate=0.1,
-                                              early_stopping=False, random_state=seed)
+    for index in range(n_layers(dump)):
+        mask = layer == index
+        model = HistGradientBoostingRegressor(max_iter=max_iter, max_leaf_nodes=31,
+                                              learning_rate=0.1, early_stopping=False,
+                                              random_state=seed)
         models.append(model.fit(x[mask], y[mask]))
     return LayerModels(feature_set, names, models)
 
@@ -124,8 +125,9 @@ def evaluate(dump: KeyDump, scorers: dict[str, np.ndarray]) -> Evaluation:
     for name, score in scorers.items():
         result.overall[name] = rank_scores(score, mass, groups)
         result.per_layer[name] = [
-            rank_scores(score, mass, [g for g, gl in zip(groups, layer_of, strict=True) if gl == l])
-            for l in range(n_layers(dump))]
+            rank_scores(score, mass,
+                        [g for g, at in zip(groups, layer_of, strict=True) if at == index])
+            for index in range(n_layers(dump))]
     return result
 
 
@@ -142,10 +144,10 @@ def export_text(models: LayerModels) -> str:
     """The ``lmc-gbm 1`` file (engine/predictor.h): every float in C99 hex, nothing rounded."""
     lines = ["lmc-gbm 1", f"features {len(models.names)} {' '.join(models.names)}",
              f"layers {len(models.models)}"]
-    for l, model in enumerate(models.models):
+    for index, model in enumerate(models.models):
         predictors = [it[0] for it in model._predictors]  # one tree per iteration (regression)
         baseline = float(np.asarray(model._baseline_prediction).ravel()[0])
-        lines.append(f"layer {l} baseline {baseline.hex()} trees {len(predictors)}")
+        lines.append(f"layer {index} baseline {baseline.hex()} trees {len(predictors)}")
         for tree in predictors:
             nodes = tree.nodes
             lines.append(f"tree {len(nodes)}")
@@ -153,8 +155,9 @@ def export_text(models: LayerModels) -> str:
                 if n["is_categorical"]:
                     raise InputError("categorical splits cannot be exported to lmc")
                 thr = float(_float32_at_most(float(n["num_threshold"])))
-                lines.append(f"{int(n['feature_idx'])} {thr.hex()} {int(n['left'])} {int(n['right'])} "
-                             f"{int(n['is_leaf'])} {float(n['value']).hex()} {int(n['missing_go_to_left'])}")
+                lines.append(f"{int(n['feature_idx'])} {thr.hex()} {int(n['left'])} "
+                             f"{int(n['right'])} {int(n['is_leaf'])} {float(n['value']).hex()} "
+                             f"{int(n['missing_go_to_left'])}")
     return "\n".join(lines) + "\n"
 
 
