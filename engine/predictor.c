@@ -13,7 +13,8 @@ typedef struct {
     const char *path;
     char *text;
     char *at;
-    int line;
+    int line;     /* the line the cursor is on */
+    int tok_line; /* the line of the last token read (what errors name) */
 } Cursor;
 
 static char *next_token(Cursor *c) {
@@ -21,6 +22,7 @@ static char *next_token(Cursor *c) {
         if (*c->at == '\n') c->line++;
         c->at++;
     }
+    c->tok_line = c->line;
     if (!*c->at) return NULL;
     char *tok = c->at;
     while (*c->at && *c->at != ' ' && *c->at != '\t' && *c->at != '\n' && *c->at != '\r') c->at++;
@@ -34,7 +36,7 @@ static char *next_token(Cursor *c) {
 static int expect_word(Cursor *c, const char *word) {
     char *t = next_token(c);
     if (!t || strcmp(t, word) != 0) {
-        lmc_set_error("--predictor %s: line %d: expected '%s', got '%.32s'", c->path, c->line, word, t ? t : "end of file");
+        lmc_set_error("--predictor %s: line %d: expected '%s', got '%.32s'", c->path, c->tok_line, word, t ? t : "end of file");
         return -1;
     }
     return 0;
@@ -44,7 +46,7 @@ static int read_int(Cursor *c, const char *what, int lo, int hi, int *out) {
     char *t = next_token(c), *end;
     long v = t ? strtol(t, &end, 10) : 0;
     if (!t || *end || v < lo || v > hi) {
-        lmc_set_error("--predictor %s: line %d: %s must be an integer in [%d, %d], got '%.32s'", c->path, c->line,
+        lmc_set_error("--predictor %s: line %d: %s must be an integer in [%d, %d], got '%.32s'", c->path, c->tok_line,
                       what, lo, hi, t ? t : "end of file");
         return -1;
     }
@@ -56,7 +58,7 @@ static int read_double(Cursor *c, const char *what, double *out) {
     char *t = next_token(c), *end;
     double v = t ? strtod(t, &end) : 0.0;
     if (!t || *end) {
-        lmc_set_error("--predictor %s: line %d: %s must be a number, got '%.32s'", c->path, c->line, what,
+        lmc_set_error("--predictor %s: line %d: %s must be a number, got '%.32s'", c->path, c->tok_line, what,
                       t ? t : "end of file");
         return -1;
     }
@@ -73,13 +75,13 @@ static int read_node(Cursor *c, GbmNode *n, int index, int n_nodes, int n_featur
         read_int(c, "node missing_left", 0, 1, &n->missing_left))
         return -1;
     if (!n->leaf && (n->left <= index || n->right <= index)) {
-        lmc_set_error("--predictor %s: line %d: node %d has a child at or before itself", c->path, c->line, index);
+        lmc_set_error("--predictor %s: line %d: node %d has a child at or before itself", c->path, c->tok_line, index);
         return -1;
     }
     /* exact: the exporter wrote a float value (the largest float not above the split) */
     n->threshold = (float)thr;
     if ((double)n->threshold != thr && !isnan(thr)) {
-        lmc_set_error("--predictor %s: line %d: threshold %.17g is not a float32 value", c->path, c->line, thr);
+        lmc_set_error("--predictor %s: line %d: threshold %.17g is not a float32 value", c->path, c->tok_line, thr);
         return -1;
     }
     n->value = value;
@@ -116,7 +118,7 @@ static int read_layer(Cursor *c, GbmLayer *L, int l, int n_features) {
 
 int gbm_load(Gbm *g, const char *path) {
     memset(g, 0, sizeof *g);
-    Cursor c = {path, NULL, NULL, 1};
+    Cursor c = {path, NULL, NULL, 1, 1};
     size_t len;
     if (lmc_read_file(path, &c.text, &len) != 0) {
         lmc_set_error("cannot read --predictor file %s", path);
@@ -142,7 +144,7 @@ int gbm_load(Gbm *g, const char *path) {
     for (int l = 0; l < g->n_layers; l++)
         if (read_layer(&c, &g->layers[l], l, g->n_features)) goto done;
     if (next_token(&c)) {
-        lmc_set_error("--predictor %s: line %d: unexpected text after the last layer", path, c.line);
+        lmc_set_error("--predictor %s: line %d: unexpected text after the last layer", path, c.tok_line);
         goto done;
     }
     rc = 0;
