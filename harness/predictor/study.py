@@ -186,15 +186,16 @@ def render_markdown(study: Study, ranks: Evaluation, ppl_rows: list[dict[str, An
              f"trees trained on {study.train_texts} needle prompts, ranked on "
              f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts.",
              "", "## Key ranking (held-out texts; all layers, then per layer)", "",
-             "| scorer | layer | Spearman rho | top-32 recall | mass in top 32 | mass lost at 50 % |",
-             "|---|---|---|---|---|---|"]
+             "| scorer | layer | Spearman rho | top-32 recall | mass in top 32 "
+             "| mass lost at 50 % |", "|---|---|---|---|---|---|"]
     for name, overall in ranks.overall.items():
         for label, s in [("all", overall), *((str(i), s) for i, s in
                                               enumerate(ranks.per_layer[name]))]:
             lines.append(f"| {name} | {label} | {s.rho:.3f} | {s.recall32:.3f} | "
                          f"{s.captured32:.3f} | {s.lost50:.3f} |")
     lines += ["", f"## Perplexity change against exact attention (gbm = `{study.predictor}`)", "",
-              "| mode | budget | policy | ppl | exact ppl | delta ppl % |", "|---|---|---|---|---|---|"]
+              "| mode | budget | policy | ppl | exact ppl | delta ppl % |",
+              "|---|---|---|---|---|---|"]
     for r in ppl_rows:
         lines.append(f"| {r['mode']} | {r['budget']:.0%} | {r['policy']} | {r['ppl']:.6g} | "
                      f"{r['ppl_exact']:.6g} | {r['delta_ppl_pct']:+.2f} |")
