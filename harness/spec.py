@@ -20,7 +20,8 @@ from typing import Any
 from harness.errors import InputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle")
+# gbm needs a predictor file on the device: `benchfarm predictor study` runs it (not specs)
+POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev")
 KV_FORMATS = ("f32", "q8")
 WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")

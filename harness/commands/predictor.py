@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("predictor", help="train and evaluate the attention predictor")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     study = actions.add_parser("study", help="train, rank, run the budgets, write the report")
-    study.add_argument("study", type=Path, help="study file (e.g. specs/predictor_study.toml)")
+    study.add_argument("study", type=Path, help="study file (e.g. specs/studies/predictor.toml)")
     study.add_argument("--out", type=Path, help="output directory (default reports/<name>)")
     study.add_argument("--lmc", help="lmc binary (default: build it for this machine)")
     study.set_defaults(func=run)

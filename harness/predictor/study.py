@@ -1,11 +1,11 @@
-"""A predictor study (``specs/predictor_*.toml``): train seed 004's predictor on a model, then
+"""A predictor study (``specs/studies/*.toml``): train seed 004's predictor on a model, then
 set it against the baselines at equal KV budgets, offline (rank metrics on held-out texts) and
 in ``lmc`` (perplexity change against exact attention), and write the report.
 
 The study file (every key optional but ``name`` and ``model``; errors name the file and key):
 
     name = "predictor-study"
-    model = "../models/needle-tiny"      # relative to the study file
+    model = "../../models/needle-tiny"   # relative to the study file
     ctx = 512                            # tokens per text
     train_texts = 4                      # needle prompts that train the trees
     test_texts = 2                       # held-out needle prompts for the rank metrics
