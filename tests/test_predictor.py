@@ -11,8 +11,10 @@ import pytest
 from fixtures_engine import lmc_json, run_lmc, write_tokens
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from harness.errors import InputError
 from harness.predictor.dump import read_dump, run_dump
 from harness.predictor.metrics import query_scores
+from harness.predictor.study import load_study
 from harness.predictor.train import LayerModels, train, write_predictor
 
 MODEL = "gqa4_untied_f32_old"  # 8 query heads over 2 KV heads, 2 layers, vocabulary 320
@@ -229,9 +231,38 @@ def test_rank_metrics_on_a_hand_checked_query():
 
 
 def test_dump_reader_names_a_bad_file(tmp_path):
-    from harness.errors import InputError
-
     bad = tmp_path / "x.bin"
     bad.write_bytes(b"lmc-keyfeat 1 5 1\nquery layer key distance target\n" + b"\0" * 7)
     with pytest.raises(InputError, match="not whole rows"):
         read_dump(bad)
+
+
+def test_study_trains_ranks_and_runs_the_budgets(lmc, needle_model, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    study = tmp_path / "study.toml"
+    study.write_text(f'name = "mini"\nmodel = "{needle_model}"\nctx = 160\ntrain_texts = 1\n'
+                     'test_texts = 1\nppl_texts = 1\nevery = 2\nsets = ["v1", "cascade"]\n'
+                     'predictor = "cascade"\nmax_iter = 5\nblock = 16\nbudgets = [0.25]\n'
+                     'policies = ["gbm", "window"]\nmodes = ["select", "evict"]\n')
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "predictor", "study", str(study),
+                           "--out", str(out), "--lmc", str(lmc)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((out / "study.json").read_text())
+    ranking = record["ranking"]
+    assert set(ranking) == {"v1", "cascade", "h2o-prev", "recency", "random"}
+    for scores in ranking.values():
+        assert scores["overall"]["queries"] > 0 and len(scores["layers"]) == 2
+        assert -1 <= scores["overall"]["rho"] <= 1 and 0 <= scores["overall"]["lost50"] <= 1
+    assert len(record["ppl"]) == 2 * 1 * 2
+    for row in record["ppl"]:
+        assert row["delta_ppl_pct"] == pytest.approx(100 * (row["ppl"] / row["ppl_exact"] - 1))
+    assert "| evict | 25% | gbm |" in (out / "index.md").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(study.read_text().replace("budgets = [0.25]", "budgets = [1.5]"))
+    with pytest.raises(InputError, match=f"{bad}: key 'budgets'"):
+        load_study(bad)
