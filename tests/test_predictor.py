@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from fixtures_engine import lmc_json, run_lmc, write_tokens
 from sklearn.ensemble import HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from harness.errors import InputError
 from harness.predictor.dump import read_dump, run_dump
@@ -89,8 +90,9 @@ def test_c_trees_equal_scikit_learn_bit_for_bit(lmc, tmp_path):
     x[:, 2] = np.round(x[:, 2] * 4)  # repeated values: thresholds between close neighbours
     y = 3 * x[:, 0] + np.sin(x[:, 1] * 3) + x[:, 2] * x[:, 3] + 0.1 * rng.standard_normal(4000)
     names = ["distance", "pos", "freq", "emb_dot", "s64", "prev_mass"]
-    models = [HistGradientBoostingRegressor(max_iter=40, random_state=s).fit(x, y + s)
-              for s in range(2)]
+    with threadpool_limits(1):  # OpenMP threads spin on a shared machine (train.OMP_THREADS)
+        models = [HistGradientBoostingRegressor(max_iter=40, random_state=s).fit(x, y + s)
+                  for s in range(2)]
     path = write_predictor(LayerModels("test", names, models), tmp_path / "t.gbm")
     # random inputs, plus every split threshold's float neighbours (where rounding would show)
     probe = [rng.standard_normal((3000, 6)).astype(np.float32) * 2]
@@ -108,7 +110,9 @@ def test_c_trees_equal_scikit_learn_bit_for_bit(lmc, tmp_path):
                    "--inputs", tmp_path / "x.bin", "--dump-out", tmp_path / "y.bin")
     assert out["rows"] == len(inputs) and out["features"] == 6
     c_pred = np.fromfile(tmp_path / "y.bin", dtype="<f8")
-    assert np.array_equal(c_pred, models[1].predict(inputs.astype(np.float64)))
+    with threadpool_limits(1):
+        want = models[1].predict(inputs.astype(np.float64))
+    assert np.array_equal(c_pred, want)
 
 
 @pytest.fixture(scope="module")
