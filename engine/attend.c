@@ -25,7 +25,8 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
         a->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
         a->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
     }
-    if (opt->sel.policy == POL_H2O)
+    /* h2o-prev ranks layer 0 (which has no previous layer) by its accumulated mass, as h2o */
+    if (opt->sel.policy == POL_H2O || opt->sel.policy == POL_H2O_PREV)
         a->mass = lmc_alloc((size_t)a->n_layers * H * C, sizeof(float), "h2o attention mass");
     a->exact_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
     a->att_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
@@ -37,9 +38,35 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     a->scratch = lmc_alloc(H, sizeof(SelectScratch), "selection scratch");
     for (int h = 0; h < n_heads; h++) select_scratch_init(&a->scratch[h], kv->n_blocks);
     a->head_stats = lmc_alloc(H, sizeof(SelStats), "selection statistics");
+    if (opt->kv_budget) a->evicted = lmc_alloc((size_t)a->n_layers * H * NB, 1, "evicted blocks");
+}
+
+int attention_can_evict(Policy p) {
+    return p == POL_WINDOW || p == POL_H2O || p == POL_H2O_PREV || p == POL_GBM || p == POL_RANDOM;
+}
+
+int attention_needs_features(const AttnOptions *opt) {
+    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV;
+}
+
+void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path) {
+    a->feat = feat;
+    a->key_score = lmc_alloc((size_t)a->capacity, sizeof(float), "key scores");
+    const Gbm *g = a->opt.gbm;
+    if (!g) return;
+    a->gbm_cols = lmc_alloc((size_t)g->n_features, sizeof(int), "predictor columns");
+    for (int c = 0; c < g->n_features; c++) {
+        a->gbm_cols[c] = keyfeat_lookup(feat, g->names[c]);
+        if (a->gbm_cols[c] < 0)
+            lmc_die_input("--predictor %s reads feature '%s', which this model does not have (features: keyfeat.h)",
+                          predictor_path, g->names[c]);
+    }
 }
 
 void attention_free(Attention *a) {
+    lmc_free(a->gbm_cols);
+    lmc_free(a->key_score);
+    lmc_free(a->evicted);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->scratch[h]);
     lmc_free(a->scratch);
     lmc_free(a->importance);
@@ -93,7 +120,7 @@ static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select
 
 /* attended probabilities are needed to record prefill importance or H2O mass */
 static int needs_probs(const Attention *a, int phase) {
-    return (phase == ATTN_PREFILL && a->importance) || (phase != ATTN_BENCH && a->mass);
+    return (phase == ATTN_PREFILL && a->importance) || (phase != ATTN_BENCH && (a->mass || a->feat));
 }
 
 /* what head h's selection reads (probe_scores, probe_rows: see SelectInput; NULL, 0: the
@@ -108,6 +135,8 @@ static SelectInput head_input(const LayerJob *job, int h, const float *probe_sco
         .importance = decode && a->importance ? a->importance + (size_t)job->layer * a->capacity : NULL,
         .mass = a->mass ? a->mass + ((size_t)job->layer * a->n_heads + h) * a->capacity : NULL,
         .probs = a->exact_probs + (size_t)h * a->capacity,
+        .key_score = a->key_score,
+        .evicted = a->evicted ? a->evicted + ((size_t)job->layer * a->n_heads + h) * a->n_blocks : NULL,
         .probe_scores = probe_scores,
         .probe_rows = probe_rows,
     };
@@ -281,9 +310,82 @@ static void attend_sparse_groups(void *arg, int begin, int end) {
     for (int g = begin; g < end; g++) attend_sparse_group(arg, g);
 }
 
+/* h2o-prev, gbm: every key's score for this query and layer, one chunk of keys per item (each
+ * key on its own: same bits for any --threads) */
+#define SCORE_CHUNK 64
+
+static void score_keys(void *arg, int begin, int end) {
+    const LayerJob *job = arg;
+    const Attention *a = job->a;
+    const Gbm *g = a->opt.gbm;
+    float x[GBM_MAX_FEATURES];
+    for (int c = begin; c < end; c++)
+        for (int j = c * SCORE_CHUNK; j < (c + 1) * SCORE_CHUNK && j <= job->pos; j++) {
+            if (!g && job->layer == 0) { /* h2o-prev, first layer: accumulated mass, all heads */
+                float m = 0.0f;
+                for (int h = 0; h < a->n_heads; h++) m += a->mass[(size_t)h * a->capacity + j];
+                a->key_score[j] = m;
+                continue;
+            }
+            if (!g) { /* h2o-prev: the previous layer's mass for this query */
+                a->key_score[j] = keyfeat_value(a->feat, job->layer, j, KF_PREV_MASS);
+                continue;
+            }
+            for (int i = 0; i < g->n_features; i++) x[i] = keyfeat_value(a->feat, job->layer, j, a->gbm_cols[i]);
+            /* the trees predict ln(mass + 1e-6); blocks are ranked by summed predicted mass */
+            a->key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
+        }
+}
+
+/* --kv-budget: the score that keeps key p of head h (higher: kept longer); window keeps the
+ * newest, random draws a fixed value per (seed, layer, head, key) */
+static float keep_score(const Attention *a, int layer, int h, int p) {
+    switch (a->opt.sel.policy) {
+    case POL_WINDOW: return (float)p;
+    case POL_H2O: return a->mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
+    case POL_RANDOM: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
+    default: return a->key_score[p]; /* h2o-prev, gbm */
+    }
+}
+
+/* Before the query at pos attends: while head h keeps more than budget / block blocks, drop
+ * the one with the lowest summed keep score (ties: the lower index) for good. The newest block
+ * (still filling) always stays, and so does block 0 under window (StreamingLLM's sink). */
+static void evict(Attention *a, int layer, int pos) {
+    int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
+    int keep = a->opt.kv_budget / bs;
+    int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
+    for (int h = 0; h < a->n_heads; h++) {
+        unsigned char *gone = a->evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
+        int live = 0;
+        for (int b = 0; b < n_blocks; b++) live += !gone[b];
+        while (live > keep) {
+            int worst = -1;
+            float worst_score = 0.0f;
+            for (int b = first; b < n_blocks - 1; b++) {
+                if (gone[b]) continue;
+                float sc = 0.0f;
+                for (int p = b * bs; p < (b + 1) * bs; p++) sc += keep_score(a, layer, h, p);
+                if (worst < 0 || sc < worst_score) {
+                    worst = b;
+                    worst_score = sc;
+                }
+            }
+            if (worst < 0) break;
+            gone[worst] = 1;
+            live--;
+        }
+    }
+}
+
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
+    int n_blocks = (pos + a->kv->block) / a->kv->block;
+    int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
+    if (attention_needs_features(&a->opt) && policy_runs && (a->opt.sel.k < n_blocks || a->evicted))
+        pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
+    if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos);
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
     else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);
@@ -300,6 +402,12 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
                 for (int p = p0; p < p1; p++) imp[p] += probs[p];
             }
         }
+    }
+    if (a->feat && phase != ATTN_BENCH) {
+        for (int h = 0; h < a->n_heads; h++)
+            keyfeat_record(a->feat, layer, h, a->sel + (size_t)h * a->n_blocks, a->n_sel[h], bs,
+                           a->att_probs + (size_t)h * a->capacity);
+        if (layer == a->n_layers - 1) keyfeat_dump_query(a->feat);
     }
     if (a->opt.trace && phase != ATTN_PREFILL) {
         for (int h = 0; h < a->n_heads; h++) {

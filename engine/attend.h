@@ -6,7 +6,9 @@
 
 #include <stdio.h>
 
+#include "keyfeat.h"
 #include "kvcache.h"
+#include "predictor.h"
 #include "select.h"
 #include "threads.h"
 
@@ -18,6 +20,11 @@ typedef struct {
     int reference;      /* --ref-attn: exact attention by the plain reference */
     int measure;        /* --measure-selection */
     FILE *trace;        /* --trace-selection, or NULL */
+    const Gbm *gbm;     /* --attn gbm: the --predictor trees */
+    const char *predictor_path;
+    FILE *features;     /* --dump-features, or NULL */
+    int features_every; /* --dump-every */
+    int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
 } AttnOptions;
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */
@@ -48,7 +55,21 @@ typedef struct {
     SelectScratch *scratch;         /* [head] */
     SelStats *head_stats;           /* [head] */
     ThreadPool *pool;
+    /* key features (keyfeat.h): set by the runner for h2o-prev, gbm and --dump-features */
+    KeyFeat *feat;
+    int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
+    float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
+    unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
 } Attention;
+
+/* the policies --kv-budget can evict by (-1 + a message for the others) */
+int attention_can_evict(Policy p);
+
+/* h2o-prev and gbm score keys from the key features */
+int attention_needs_features(const AttnOptions *opt);
+/* give the attention its key features; maps the predictor's columns to feature ids (exits 2
+ * naming the feature when the predictor reads one the features lack) */
+void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path);
 
 void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool);
 void attention_free(Attention *a);

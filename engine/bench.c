@@ -34,6 +34,9 @@ int cmd_attn_bench(const Options *o) {
         lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
     if (o->ref_attn && o->policy != POL_EXACT)
         lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
+    if (o->policy == POL_H2O_PREV || o->policy == POL_GBM)
+        lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench",
+                      policy_name(o->policy));
     int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim;
     size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
     size_t total = nq + 2 * nkv + (size_t)ctx;

@@ -14,6 +14,9 @@ typedef struct {
     const char *command;
     /* files */
     const char *model, *prompt, *text, *dump_logits, *trace, *inputs, *dump_out;
+    const char *predictor, *dump_features;
+    int dump_every, layer; /* --dump-every; predict: --layer */
+    int kv_budget;         /* --kv-budget, 0: off */
     /* attention */
     Policy policy;
     int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;
@@ -36,5 +39,6 @@ void cli_write_attn_config(FILE *f, const Options *o);
 int cmd_generate(const Options *o);
 int cmd_ppl(const Options *o);
 int cmd_attn_bench(const Options *o);
+int cmd_predict(const Options *o);
 
 #endif

@@ -4,6 +4,7 @@
  *   lmc generate   --model DIR --prompt FILE [options]
  *   lmc ppl        --model DIR --text FILE [options]
  *   lmc attn-bench --ctx N --heads H --kv-heads G --head-dim D [options]
+ *   lmc predict    --predictor FILE --layer L --inputs FILE --dump-out FILE
  *
  * Every option is documented in engine/README.md. Output: one JSON document on stdout.
  * Bad input: exit 2 and one line "lmc: error: ..." on stderr. */
@@ -20,7 +21,7 @@
 
 /* ---------------------------------------------------------------- option table */
 
-enum { C_GEN = 1, C_PPL = 2, C_BENCH = 4, C_MODEL = C_GEN | C_PPL, C_ALL = 7 };
+enum { C_GEN = 1, C_PPL = 2, C_BENCH = 4, C_PRED = 8, C_MODEL = C_GEN | C_PPL, C_ALL = 7 };
 enum { T_FLAG, T_INT, T_STR, T_POLICY, T_KVTYPE, T_WTYPE, T_PREFILL, T_U64 };
 
 typedef struct {
@@ -38,8 +39,13 @@ static const OptSpec OPTIONS[] = {
     {"--text", C_PPL, T_STR, OFF(text), 0, 0, 0},
     {"--dump-logits", C_GEN, T_STR, OFF(dump_logits), 0, 0, 0},
     {"--trace-selection", C_GEN | C_BENCH, T_STR, OFF(trace), 0, 0, 0},
-    {"--inputs", C_BENCH, T_STR, OFF(inputs), 0, 0, 0},
-    {"--dump-out", C_BENCH, T_STR, OFF(dump_out), 0, 0, 0},
+    {"--inputs", C_BENCH | C_PRED, T_STR, OFF(inputs), 0, 0, 0},
+    {"--dump-out", C_BENCH | C_PRED, T_STR, OFF(dump_out), 0, 0, 0},
+    {"--predictor", C_MODEL | C_PRED, T_STR, OFF(predictor), 0, 0, 0},
+    {"--layer", C_PRED, T_INT, OFF(layer), 0, 4095, 0},
+    {"--dump-features", C_MODEL, T_STR, OFF(dump_features), 0, 0, 0},
+    {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
+    {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
@@ -68,6 +74,7 @@ static const OptSpec OPTIONS[] = {
 static int command_bit(const char *command) {
     if (strcmp(command, "generate") == 0) return C_GEN;
     if (strcmp(command, "ppl") == 0) return C_PPL;
+    if (strcmp(command, "predict") == 0) return C_PRED;
     return C_BENCH;
 }
 
@@ -93,6 +100,7 @@ void cli_parse(Options *o, const char *command, int argc, char **argv) {
     o->max_new = 32;
     o->runs = 7;
     o->warmup = 1;
+    o->dump_every = 1;
     int cbit = command_bit(command);
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -130,7 +138,7 @@ void cli_parse(Options *o, const char *command, int argc, char **argv) {
         case T_POLICY:
             if (policy_parse(value, (Policy *)field) != 0)
                 lmc_die_input("--attn '%.64s' is not a policy (allowed: exact, sparse, window, h2o, "
-                              "quest, random, oracle)", value);
+                              "quest, random, oracle, h2o-prev, gbm)", value);
             break;
         case T_KVTYPE:
             if (strcmp(value, "f32") == 0) *(int *)field = 0;
@@ -171,17 +179,25 @@ AttnOptions cli_attn_options(const Options *o) {
         if (!a.trace) lmc_die_input("cannot write --trace-selection file %s: %s", o->trace, strerror(errno));
         fprintf(a.trace, "# lmc selection trace: query_pos layer head n_selected block_ids...\n");
     }
+    a.predictor_path = o->predictor;
+    a.kv_budget = o->kv_budget;
+    a.features_every = o->dump_every;
+    if (o->dump_features) {
+        a.features = fopen(o->dump_features, "wb");
+        if (!a.features)
+            lmc_die_input("cannot write --dump-features file %s: %s", o->dump_features, strerror(errno));
+    }
     return a;
 }
 
 void cli_write_attn_config(FILE *f, const Options *o) {
     fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d, \"importance\": %s, "
                "\"recency\": %s, \"probe_summary\": %s, \"prefill_attn\": \"%s\", \"seed\": %llu, "
-               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s",
+               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s, \"kv_budget\": %d",
             policy_name(o->policy), o->k, o->block, o->probes, o->importance ? "true" : "false",
             o->recency ? "true" : "false", o->probe_summary ? "true" : "false",
             o->prefill_sparse ? "sparse" : "exact", (unsigned long long)o->seed,
-            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false");
+            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false", o->kv_budget);
 }
 
 /* ---------------------------------------------------------------- info */
@@ -197,18 +213,19 @@ static int cmd_info(void) {
     printf(", \"arch\": ");
     json_write_string(stdout, LMC_TARGET);
     printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": [\"exact\", \"sparse\", \"window\", "
-           "\"h2o\", \"quest\", \"random\", \"oracle\"]}\n", simd_features(), Q8_GROUP);
+           "\"h2o\", \"quest\", \"random\", \"oracle\", \"h2o-prev\", \"gbm\"]}\n", simd_features(), Q8_GROUP);
     return 0;
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: lmc info | generate --model DIR --prompt FILE [options] | "
                     "ppl --model DIR --text FILE [options] | "
-                    "attn-bench --ctx N --heads H --kv-heads G --head-dim D [options]\n");
+                    "attn-bench --ctx N --heads H --kv-heads G --head-dim D [options] | "
+                    "predict --predictor FILE --layer L --inputs FILE --dump-out FILE\n");
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) lmc_die_input("no command given (allowed: info, generate, ppl, attn-bench; see engine/README.md)");
+    if (argc < 2) lmc_die_input("no command given (allowed: info, generate, ppl, attn-bench, predict; see engine/README.md)");
     const char *command = argv[1];
     if (strcmp(command, "info") == 0) {
         if (argc > 2) lmc_die_input("unknown option '%.64s' for 'info' (it takes none)", argv[2]);
@@ -218,11 +235,13 @@ int main(int argc, char **argv) {
         usage();
         return 0;
     }
-    if (strcmp(command, "generate") && strcmp(command, "ppl") && strcmp(command, "attn-bench"))
-        lmc_die_input("unknown command '%.64s' (allowed: info, generate, ppl, attn-bench)", command);
+    if (strcmp(command, "generate") && strcmp(command, "ppl") && strcmp(command, "attn-bench") &&
+        strcmp(command, "predict"))
+        lmc_die_input("unknown command '%.64s' (allowed: info, generate, ppl, attn-bench, predict)", command);
     Options o;
     cli_parse(&o, command, argc - 2, argv + 2);
     if (strcmp(command, "generate") == 0) return cmd_generate(&o);
     if (strcmp(command, "ppl") == 0) return cmd_ppl(&o);
+    if (strcmp(command, "predict") == 0) return cmd_predict(&o);
     return cmd_attn_bench(&o);
 }

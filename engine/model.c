@@ -43,12 +43,21 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
     r->pool = pool;
     r->capacity = capacity;
     r->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
-    r->logit_rows = all_logits ? r->chunk : 1;
     int keep_minmax = opt->sel.policy == POL_QUEST;
     int keep_sum = opt->sel.policy == POL_SPARSE && opt->sel.probe_summary;
     kv_init(&r->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8,
             keep_minmax, keep_sum);
     attention_init(&r->attn, opt, &r->kv, c->n_heads, pool);
+    r->use_feat = attention_needs_features(opt) || opt->features;
+    if (r->use_feat) {
+        r->chunk = 1;
+        keyfeat_init(&r->feat, c->n_layers, c->n_heads, capacity, c->hidden, c->vocab);
+        r->feat.dump = opt->features;
+        r->feat.dump_every = opt->features_every;
+        if (r->feat.dump) keyfeat_dump_header(&r->feat);
+        attention_set_features(&r->attn, &r->feat, opt->predictor_path);
+    }
+    r->logit_rows = all_logits ? r->chunk : 1;
     size_t T = (size_t)r->chunk, H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
     size_t KV = (size_t)c->n_kv_heads * c->head_dim, I = (size_t)c->intermediate;
     r->x = lmc_alloc(T * H, sizeof(float), "activations");
@@ -77,6 +86,7 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
 
 void runner_free(Runner *r) {
     attention_free(&r->attn);
+    if (r->use_feat) keyfeat_free(&r->feat);
     kv_free(&r->kv);
     qacts_free(&r->xq);
     float *bufs[] = {r->x, r->xb, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->logits, r->rope_cos, r->rope_sin};
@@ -122,8 +132,10 @@ float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want
         lmc_die_runtime("forward: %d tokens for a runner of %d", n, r->chunk);
     int H = c->hidden, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, I = c->intermediate;
     size_t nH = (size_t)n * H;
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
         model_embed(m, tokens[t], r->x + (size_t)t * H);
+        if (r->use_feat) keyfeat_append(&r->feat, tokens[t], r->x + (size_t)t * H);
+    }
     if (c->embed_scale != 1.0f) scale_by(r->x, nH, c->embed_scale);
     r->attn_ms = 0.0;
 

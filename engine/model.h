@@ -84,6 +84,9 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [capacity x head_dim/2] */
     int capacity;
     double attn_ms; /* attention time (all layers, all tokens) of the last forward */
+    KeyFeat feat;   /* key features (h2o-prev, gbm, --dump-features); then chunk is 1, so the
+                     * features of a query never see a later token */
+    int use_feat;
 } Runner;
 
 /* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk) */

@@ -20,6 +20,7 @@ typedef struct {
     ThreadPool *pool;
     Runner runner;
     AttnOptions attn;
+    Gbm gbm; /* --predictor */
 } Session;
 
 static void check_attn_options(const Options *o) {
@@ -27,6 +28,14 @@ static void check_attn_options(const Options *o) {
         lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
     if (o->ref_attn && o->policy != POL_EXACT)
         lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
+    if (o->policy == POL_GBM && !o->predictor) lmc_die_input("--attn gbm needs --predictor FILE");
+    if (o->kv_budget && !attention_can_evict(o->policy))
+        lmc_die_input("--kv-budget evicts by the policy's scores: --attn window, h2o, h2o-prev, gbm or random "
+                      "(got --attn %s)", policy_name(o->policy));
+    if (o->kv_budget && o->kv_budget < o->block)
+        lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
+    if (o->predictor && o->policy != POL_GBM)
+        lmc_die_input("--predictor applies to --attn gbm only (got --attn %s)", policy_name(o->policy));
 }
 
 /* load the model and the token file, check them against each other, size the context */
@@ -56,12 +65,20 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
     long long need = (long long)s->n_tokens + extra;
     s->capacity = need < ctx ? (int)need : ctx;
     s->attn = cli_attn_options(o);
+    if (o->predictor) {
+        if (gbm_load(&s->gbm, o->predictor) != 0) lmc_die_input("%s", lmc_last_error());
+        if (s->gbm.n_layers != c->n_layers)
+            lmc_die_input("--predictor %s has %d layers, the model %d", o->predictor, s->gbm.n_layers, c->n_layers);
+        s->attn.gbm = &s->gbm;
+    }
     runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
 }
 
 static void session_close(Session *s) {
     if (s->attn.trace) fclose(s->attn.trace);
+    if (s->attn.features && fclose(s->attn.features) != 0) lmc_die_runtime("cannot write the --dump-features file");
     runner_free(&s->runner);
+    gbm_free(&s->gbm);
     pool_destroy(s->pool);
     model_free(&s->model);
     free(s->tokens);

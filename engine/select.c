@@ -9,7 +9,7 @@
 #include "ops.h"
 #include "util.h"
 
-static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle"};
+static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm"};
 
 const char *policy_name(Policy p) { return POLICY_NAMES[p]; }
 
@@ -239,6 +239,13 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
     size_t bytes = 0;
     int count;
     memset(s->used, 0, (size_t)n_blocks);
+    if (in->evicted) { /* eviction decided what is left: attend to all of it */
+        count = 0;
+        for (int b = 0; b < n_blocks; b++)
+            if (!in->evicted[b]) sel[count++] = b;
+        *select_bytes = 0;
+        return count;
+    }
     if (cfg->policy == POL_EXACT || cfg->k >= n_blocks) {
         /* every block fits the budget: no choice to make, nothing to read */
         for (int b = 0; b < n_blocks; b++) sel[b] = b;
@@ -250,6 +257,12 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
     case POL_WINDOW: count = select_window(cfg, n_blocks, sel); break;
     case POL_H2O:
         block_sums(in->mass, in->n_pos, cfg->block, n_blocks, s->score);
+        bytes = sizeof(float) * (size_t)in->n_pos;
+        count = top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
+        break;
+    case POL_H2O_PREV:
+    case POL_GBM:
+        block_sums(in->key_score, in->n_pos, cfg->block, n_blocks, s->score);
         bytes = sizeof(float) * (size_t)in->n_pos;
         count = top_k_with_recency(cfg, s->score, s->used, n_blocks, sel);
         break;

@@ -11,13 +11,15 @@
 
 #include "kvcache.h"
 
-typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE } Policy;
+/* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (attend.c fills it: the previous
+ * layer's attention mass, or the predictor's estimate of this layer's) */
+typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE, POL_H2O_PREV, POL_GBM } Policy;
 
 typedef struct {
     Policy policy;
     int k, block, probes;
     int importance;    /* sparse: reserve (k+1)/2 blocks by prefill importance */
-    int recency;       /* keep the last block (sparse, h2o, quest, random) */
+    int recency;       /* keep the last block (sparse, h2o, h2o-prev, gbm, quest, random) */
     int probe_summary; /* sparse: probe full blocks by their key centroid, not sampled keys */
     uint64_t seed;     /* random */
 } SelectConfig;
@@ -30,6 +32,10 @@ typedef struct {
     const float *importance; /* sparse: prefill importance per position, or NULL (none yet) */
     const float *mass;       /* h2o: accumulated attention mass per position */
     const float *probs;      /* oracle: exact attention probabilities per position */
+    const float *key_score;  /* h2o-prev, gbm: the score of each position (higher: keep) */
+    /* --kv-budget: blocks dropped from this head's cache for good (1 = evicted), or NULL;
+     * with it the head attends to every block still cached */
+    const unsigned char *evicted;
     /* sparse: this head's probe score per block, already computed for its GQA group
      * (select_probe_group), and the probe rows to charge it (the group's rows once); NULL:
      * the head probes for itself */

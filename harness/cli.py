@@ -25,6 +25,7 @@ SUBCOMMANDS = [
     "audit",
     "reproduce",
     "demo",
+    "predictor",
 ]
 
 DEFAULT_DB = "sqlite:///benchfarm.db"

@@ -22,7 +22,8 @@ from harness.errors import InputError
 from harness.workloads.text import DEFAULT_NEEDLE, NeedleTemplate, TextFiller
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle")
+# gbm needs a predictor file on the device: `benchfarm predictor study` runs it (not specs)
+POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev")
 KV_FORMATS = ("f32", "q8")
 WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")
