@@ -9,10 +9,11 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.cluster import check_resources, ray_session
 from harness.matrix import resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
-from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
+from harness.scheduler import Scheduler, build_on_ray
 from harness.spec import Spec
 
 
