@@ -115,9 +115,9 @@ def check_resources(boards: list[Device]) -> None:
                 nodes[fits[0]][resource] -= amount
             holders[fits[0]].append(device.name)
             continue
-        want = ", ".join(f"{r}={a:g}" for r, a in sorted(device.resources.items()))
+        want = ", ".join(f"{r!r} = {a:g}" for r, a in sorted(device.resources.items()))
         seen = "; ".join(
-            f"node {ip} has " + (", ".join(f"{r}={free[r]:g} left" for r in device.resources
+            f"node {ip} has " + (", ".join(f"{r!r}: {free[r]:g} left" for r in device.resources
                                            if r in free) or "none of them")
             + (f" (runners of {', '.join(holders[ip])} placed there)" if holders[ip] else "")
             for ip, free in sorted(nodes.items()))

@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +49,8 @@ class TwoNodeCluster:
     hidden: list[Path]  # folders the worker node must not see (the work tree is always one)
     token: str = field(default_factory=lambda: secrets.token_hex(32))
     address: str = ""
+    # Ray's temp dirs: short paths, Ray's socket paths must stay under 108 bytes
+    ray_dirs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bf-ray-")))
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def node_cache(self, node: str) -> Path:
@@ -60,7 +64,7 @@ class TwoNodeCluster:
 
     def _ray_start(self, node: str, ip: str, resources: str, head: bool) -> list[str]:
         argv = [str(RAY), "start", "--block", "--disable-usage-stats",
-                f"--node-ip-address={ip}", f"--temp-dir={self.base / (node + '-ray')}",
+                f"--node-ip-address={ip}", f"--temp-dir={self.ray_dirs / node}",
                 "--num-cpus=1", f"--resources={resources}",
                 f"--dashboard-agent-listen-port={free_port(ip)}",
                 "--object-store-memory=100000000"]
@@ -101,7 +105,7 @@ class TwoNodeCluster:
     def stop(self) -> None:
         """Stop both nodes: SIGTERM to each node's process group, SIGKILL what remains."""
         for proc in reversed(self.procs):
-            for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
                 try:
                     os.killpg(proc.pid, sig)
                 except ProcessLookupError:
@@ -112,6 +116,7 @@ class TwoNodeCluster:
                     time.sleep(0.1)
             proc.poll()
         self.procs.clear()
+        shutil.rmtree(self.ray_dirs, ignore_errors=True)
 
 
 def _group_alive(pgid: int) -> bool:
