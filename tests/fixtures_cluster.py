@@ -127,8 +127,8 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def start_cluster(base: Path, hidden: list[Path]) -> TwoNodeCluster:
-    cluster = TwoNodeCluster(base, hidden)
+def start_cluster(base: Path, hidden: list[Path], token: str | None = None) -> TwoNodeCluster:
+    cluster = TwoNodeCluster(base, hidden, token or secrets.token_hex(32))
     try:
         cluster.start()
     except BaseException:
