@@ -162,7 +162,11 @@ class NodeCache:
         entries = self._call(self.server.tree, sha256, name=name)
         blobs = {rel: self.blob(sha, f"{name}/{rel}") for rel, sha, _ in entries}
         folder = self.root / "trees" / sha256
-        if all((folder / rel).resolve() == blob for rel, blob in blobs.items()):
+
+        def intact() -> bool:
+            return all((folder / rel).resolve() == blob for rel, blob in blobs.items())
+
+        if intact():
             return folder
         tmp = folder.with_name(f"{sha256}.incoming-{secrets.token_hex(4)}")
         for rel, blob in blobs.items():
@@ -170,9 +174,12 @@ class NodeCache:
             (tmp / rel).symlink_to(blob)
         try:
             tmp.rename(folder)
-        except OSError:  # another actor built it meanwhile, or a stale one is in the way
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.rename(folder)
+        except OSError:  # another runner built it meanwhile (keep that), or a stale one is there
+            if intact():
+                shutil.rmtree(tmp)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+                tmp.rename(folder)
         return folder
 
     def _fetch(self, sha256: str, name: str, path: Path) -> Path:
