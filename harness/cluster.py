@@ -104,11 +104,13 @@ def check_resources(boards: list[Device]) -> None:
     A runner holds its board's custom resources for as long as it lives, so the boards must fit
     on the nodes together: each is given the first node with enough left (first fit).
     """
-    nodes = {n["NodeManagerAddress"]: dict(n["Resources"]) for n in ray.nodes() if n["Alive"]}
-    holders: dict[str, list[str]] = {ip: [] for ip in nodes}
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    names = {n["NodeID"]: n["NodeManagerAddress"] for n in alive}  # node id -> IP, for messages
+    nodes = {n["NodeID"]: dict(n["Resources"]) for n in alive}
+    holders: dict[str, list[str]] = {node: [] for node in nodes}
     wanting = {d.name: d for d in boards if d.resources}
     for device in wanting.values():
-        fits = [ip for ip, free in nodes.items()
+        fits = [node for node, free in nodes.items()
                 if all(free.get(r, 0.0) >= a for r, a in device.resources.items())]
         if fits:
             for resource, amount in device.resources.items():
@@ -117,10 +119,11 @@ def check_resources(boards: list[Device]) -> None:
             continue
         want = ", ".join(f"{r!r} = {a:g}" for r, a in sorted(device.resources.items()))
         seen = "; ".join(
-            f"node {ip} has " + (", ".join(f"{r!r}: {free[r]:g} left" for r in device.resources
-                                           if r in free) or "none of them")
-            + (f" (runners of {', '.join(holders[ip])} placed there)" if holders[ip] else "")
-            for ip, free in sorted(nodes.items()))
+            f"node {names[node]} has "
+            + (", ".join(f"{r!r}: {free[r]:g} left" for r in device.resources if r in free)
+               or "none of them")
+            + (f" (runners of {', '.join(holders[node])} placed there)" if holders[node] else "")
+            for node, free in sorted(nodes.items(), key=lambda item: names[item[0]]))
         raise InputError(f"device {device.name!r}: key 'resources': no node of the Ray cluster "
                          f"can place its runner ({want}): {seen}")
 

@@ -41,7 +41,9 @@ def run_experiment(spec: Spec, inventory: Inventory, store: Store,
     resources: dict[str, float] = {}
     for device in inventory.devices.values():
         for name, amount in device.resources.items():
-            resources[name] = max(resources.get(name, 0.0), amount)
+            # a runner holds its board's resources while it lives: a local instance, where
+            # every board runs, declares enough for all of them at once
+            resources[name] = resources.get(name, 0.0) + amount
     with ray_session(ray_address, resources):
         placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
