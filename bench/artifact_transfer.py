@@ -43,10 +43,10 @@ MODEL = REPO / "models" / "needle-tiny"
 
 
 @ray.remote(num_cpus=0)
-def fetch_into_fresh_cache(server: object, sha256: str, tree: bool) -> float:
+def fetch_into_fresh_cache(server: object, sha256: str, tree: bool, in_flight: int) -> float:
     root = Path(tempfile.mkdtemp(prefix="bf-bench-cache-"))
     try:
-        cache = NodeCache(server, root)
+        cache = NodeCache(server, root, in_flight)
         start = time.perf_counter()
         cache.tree(sha256, "bench") if tree else cache.blob(sha256, "bench")
         return time.perf_counter() - start
@@ -89,23 +89,26 @@ def main() -> int:
         server = start_server(catalogue, "bench")
         load = os.getloadavg()[0]
         print(f"load average at start: {load:.2f}; {args.repeats} fetches each, medians")
-        print(f"{'artifact':34} {'same node ms':>13} {'second node ms':>15} {'MB/s (2nd)':>11} "
-              f"{'local copy ms':>14}")
+        print(f"{'artifact':34} {'in flight':>9} {'same node ms':>13} {'second node ms':>15} "
+              f"{'MB/s (2nd)':>11} {'local copy ms':>14}")
+        cases = [(node, window) for window in (1, 2) for node in ("node_head", "node_worker")]
         for label, sha, tree, size, path in items:
-            times: dict[str, list[float]] = {"node_head": [], "node_worker": []}
+            times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
             copies: list[float] = []
             for _ in range(args.repeats):
-                for node, runs in times.items():  # alternate, so both see the same load
+                for (node, window), runs in times.items():  # alternate: all see the same load
                     task = fetch_into_fresh_cache.options(resources={node: 0.01})
-                    runs.append(ray.get(task.remote(server, sha, tree)))
+                    runs.append(ray.get(task.remote(server, sha, tree, window)))
                 if path is not None:
                     start = time.perf_counter()
                     shutil.copyfile(path, work / "copy.bin")
                     copies.append(time.perf_counter() - start)
-            head = statistics.median(times["node_head"]) * 1000
-            worker = statistics.median(times["node_worker"]) * 1000
             copy = f"{statistics.median(copies) * 1000:14.1f}" if copies else f"{'-':>14}"
-            print(f"{label:34} {head:13.1f} {worker:15.1f} {size / worker / 1000:11.1f} {copy}")
+            for window in (1, 2):
+                head = statistics.median(times[("node_head", window)]) * 1000
+                worker = statistics.median(times[("node_worker", window)]) * 1000
+                print(f"{label:34} {window:9d} {head:13.1f} {worker:15.1f} "
+                      f"{size / worker / 1000:11.1f} {copy}")
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
     finally:
         ray.shutdown()

@@ -129,9 +129,14 @@ def start_server(catalogue: Catalogue, label: str) -> Any:
 class NodeCache:
     """Materialises artifacts by hash on this node; used inside a DeviceRunner actor."""
 
-    def __init__(self, server: Any, root: Path | None = None) -> None:
+    def __init__(self, server: Any, root: Path | None = None, in_flight: int = 2,
+                 chunk_bytes: int = CHUNK_BYTES) -> None:
         self.server = server
         self.root = root or default_cache_root()
+        # chunk requests kept in flight: the transfer of one overlaps hashing and writing the
+        # one before (bench/artifact_transfer.py compares 1 and 2)
+        self.in_flight = in_flight
+        self.chunk_bytes = chunk_bytes
         self.node = node_name()
         # blob sha256 -> (inode, size, mtime, ctime) when this process last verified it; any
         # write changes the ctime, so an unchanged signature means unchanged content
@@ -188,12 +193,16 @@ class NodeCache:
         digest = hashlib.sha256()
         try:
             with incoming.open("wb") as out:
-                offset = 0
-                while chunk := self._call(self.server.read, sha256, offset, CHUNK_BYTES,
-                                          name=name):
+                # requests past the end return b"": the first empty chunk ends the file
+                size = self.chunk_bytes
+                ahead = [self.server.read.remote(sha256, i * size, size)
+                         for i in range(self.in_flight)]
+                offset = self.in_flight * size
+                while chunk := self._get(ahead.pop(0), name):
+                    ahead.append(self.server.read.remote(sha256, offset, size))
+                    offset += size
                     digest.update(chunk)
                     out.write(chunk)
-                    offset += len(chunk)
             if digest.hexdigest() != sha256:
                 raise ArtifactMismatch(
                     f"{name}: the driver served content with sha256 {digest.hexdigest()} for the "
@@ -208,8 +217,11 @@ class NodeCache:
         return path
 
     def _call(self, method: Any, *args: Any, name: str) -> Any:
+        return self._get(method.remote(*args), name)
+
+    def _get(self, ref: Any, name: str) -> Any:
         try:
-            return ray.get(method.remote(*args))
+            return ray.get(ref)
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None) or exc
             raise ArtifactMissing(

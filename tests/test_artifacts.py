@@ -43,7 +43,8 @@ def test_node_cache_fetches_by_hash_and_refuses_a_tampered_copy(ray_address: str
     data = os.urandom(3 * 1024 * 1024 + 17)
     (tmp_path / "driver").mkdir()
     server, shas = served(ray_address, {"lmc": data}, tmp_path / "driver")
-    cache = NodeCache(server, tmp_path / "node")
+    # 1 MiB chunks, two in flight: the file arrives in four pieces, in order
+    cache = NodeCache(server, tmp_path / "node", in_flight=2, chunk_bytes=1 << 20)
     path = cache.blob(shas["lmc"], "engine binary lmc")
     assert path.read_bytes() == data and path.name == shas["lmc"]
     assert cache.blob(shas["lmc"], "engine binary lmc") == path  # cached: no second fetch
