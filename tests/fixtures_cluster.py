@@ -127,14 +127,23 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def start_cluster(base: Path, hidden: list[Path], token: str | None = None) -> TwoNodeCluster:
-    cluster = TwoNodeCluster(base, hidden, token or secrets.token_hex(32))
+def _started(cluster: TwoNodeCluster) -> TwoNodeCluster:
     try:
         cluster.start()
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def start_cluster(base: Path, hidden: list[Path], token: str | None = None) -> TwoNodeCluster:
+    """Start the cluster; a second try when a node did not come up (Ray gives a raylet a fixed
+    30 s to register, which a machine busy with other jobs can exceed)."""
+    token = token or secrets.token_hex(32)
+    try:
+        return _started(TwoNodeCluster(base, hidden, token))
+    except RuntimeError:
+        return _started(TwoNodeCluster(base, hidden, token))
 
 
 @pytest.fixture(scope="module")
