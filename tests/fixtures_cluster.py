@@ -136,14 +136,17 @@ def _started(cluster: TwoNodeCluster) -> TwoNodeCluster:
     return cluster
 
 
-def start_cluster(base: Path, hidden: list[Path], token: str | None = None) -> TwoNodeCluster:
-    """Start the cluster; a second try when a node did not come up (Ray gives a raylet a fixed
-    30 s to register, which a machine busy with other jobs can exceed)."""
+def start_cluster(base: Path, hidden: list[Path], token: str | None = None,
+                  tries: int = 3) -> TwoNodeCluster:
+    """Start the cluster, again when a node did not come up: Ray gives a raylet a fixed 30 s to
+    register, which a machine busy with other jobs can exceed (seen at load average 20+)."""
     token = token or secrets.token_hex(32)
-    try:
-        return _started(TwoNodeCluster(base, hidden, token))
-    except RuntimeError:
-        return _started(TwoNodeCluster(base, hidden, token))
+    for _ in range(tries - 1):
+        try:
+            return _started(TwoNodeCluster(base, hidden, token))
+        except RuntimeError:
+            continue
+    return _started(TwoNodeCluster(base, hidden, token))
 
 
 @pytest.fixture(scope="module")
