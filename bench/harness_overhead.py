@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 from db.store import Store  # noqa: E402
 from devices.farm import farm_down, farm_up  # noqa: E402
 from devices.inventory import Device, device_table, load_inventory  # noqa: E402
+from harness.cluster import ray_session  # noqa: E402
 from harness.coordinator import run_experiment  # noqa: E402
-from harness.scheduler import ray_session  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "models" / "needle-tiny"

@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,13 +266,18 @@ def tree_manifest(local_dir: Path, device: str) -> list[tuple[str, _LocalFile]]:
     return sorted(entries, key=lambda e: e[0])
 
 
+def tree_sha256(entries: Iterable[tuple[str, str]]) -> str:
+    """The name of a tree: the sha256 of its manifest ("<sha256>  <relpath>" lines, sorted)."""
+    manifest = "".join(f"{sha}  {rel}\n" for rel, sha in sorted(entries))
+    return hashlib.sha256(manifest.encode()).hexdigest()
+
+
 def push_tree(transport: Transport, local_dir: Path) -> str:
     if not local_dir.is_dir():
         raise TransferFailed(transport.device.name, f"cannot push {local_dir}: not a directory")
     before = transport.bytes_sent
     entries = tree_manifest(local_dir, transport.device.name)
-    manifest = "".join(f"{f.sha256}  {rel}\n" for rel, f in entries)
-    tree_sha = hashlib.sha256(manifest.encode()).hexdigest()
+    tree_sha = tree_sha256((rel, f.sha256) for rel, f in entries)
     tree, cache = transport.path("trees", tree_sha), transport.path("cache")
     pairs = [x for rel, f in entries for x in (rel, f.sha256)]
     status, tree_ok = _ensure_blobs(transport, [f for _, f in entries], [tree, *pairs])

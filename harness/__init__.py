@@ -1,6 +1,9 @@
 """benchfarm coordinator: command line, specs, matrices, builds, scheduling, workloads."""
 
+import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The checkout. A Ray worker imports this package from a copy that runtime_env shipped, so a
+# build task on the driver's node is told where the checkout is (see harness.scheduler).
+REPO_ROOT = Path(os.environ.get("BENCHFARM_REPO_ROOT") or Path(__file__).resolve().parent.parent)
 ENGINE_DIR = REPO_ROOT / "engine"

@@ -9,10 +9,11 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.cluster import check_resources, ray_session
 from harness.matrix import MAX_RUNS, check_size, resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
-from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
+from harness.scheduler import Scheduler, build_on_ray
 from harness.spec import Spec
 
 
@@ -41,7 +42,9 @@ def run_experiment(spec: Spec, inventory: Inventory, store: Store,
     resources: dict[str, float] = {}
     for device in inventory.devices.values():
         for name, amount in device.resources.items():
-            resources[name] = max(resources.get(name, 0.0), amount)
+            # a runner holds its board's resources while it lives: a local instance, where
+            # every board runs, declares enough for all of them at once
+            resources[name] = resources.get(name, 0.0) + amount
     placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
     check_size(spec, placements, max_runs)  # before Ray starts and before anything is stored
     with ray_session(ray_address, resources):

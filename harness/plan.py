@@ -18,6 +18,7 @@ from typing import Any
 from db.store import Store
 from devices.inventory import Device, Inventory
 from harness import workloads
+from harness.artifacts import Catalogue
 from harness.build import BuildRecord, git_output, sha256_file
 from harness.errors import InputError
 from harness.matrix import (
@@ -76,6 +77,7 @@ class Plan:
     device_ids: dict[str, int]
     builds: dict[tuple[str, str], BuildRecord]
     runs: list[PlannedRun]  # the whole matrix, in run order
+    catalogue: Catalogue  # the artifacts the runs name, by sha256, where the driver has them
     todo: list[PlannedRun] = field(default_factory=list)  # the runs to execute now
 
     @property
@@ -173,10 +175,14 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
     builds = build(targets)
     build_ids = {target: store.record_build(asdict(record)) for target, record in builds.items()}
 
-    model_sha, model_id = None, None
+    catalogue = Catalogue.empty()
+    for record in builds.values():
+        catalogue.add_file(Path(record.binary), record.binary_sha256)
+    model_sha, model_id, model_tree = None, None, None
     if spec.model is not None:
         model_sha, config = model_identity(spec.model)
         model_id = store.upsert_model(str(spec.model), model_sha, config)
+        model_tree = catalogue.add_tree(spec.model)
     experiment_id = store.upsert_experiment(spec.name, spec.text, spec.hash)
     device_ids = {
         name: store.upsert_device(name, d.arch, d.cls, d.emulated,
@@ -200,7 +206,9 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
                   + (f" k={cell.config.k}" if cell.config.k is not None else ""),
             command=cell.workload.command,
             binary=record.binary,
+            binary_sha256=record.binary_sha256,
             model_dir=str(spec.model) if uses_model else None,
+            model_sha256=model_tree if uses_model else None,
             ids=material.ids,
             options=engine_options(cell.workload, cell.config, material.stop_id),
             timeout_s=spec.timeout_s,
@@ -219,4 +227,5 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
     runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
     done = set() if force else store.completed_run_keys([r.key for r in runs])
     todo = [r for r in runs if r.key not in done]
-    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, todo)
+    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, catalogue,
+                todo)

@@ -18,6 +18,7 @@ from typing import Any
 from db.store import Store
 from devices.inventory import Inventory
 from devices.transport import connect
+from harness.artifacts import Catalogue
 from harness.build import build_engine, sha256_file
 from harness.errors import InputError, RunFailure
 from harness.plan import model_identity
@@ -130,12 +131,15 @@ def reproduce(store: Store, run: str, inventory: Inventory,
         raise InputError(f"run {row['id']} ran on device {name!r}, which is not in the "
                          f"inventory (devices: {', '.join(sorted(inventory.devices))})")
     binary, rebuilt = verified_binary(detail.build)
+    model_dir = verified_model(detail.model)
     command = row["command"]
     ids = None
     if command != "attn-bench" and detail.workload is not None:
         ids = tuple(int(i) for i in detail.workload["ids"])
     job = RunJob(run_key=f"{row['run_key']}-reproduce", label=f"reproduce run {row['id']}",
-                 command=command, binary=str(binary), model_dir=verified_model(detail.model),
+                 command=command, binary=str(binary),
+                 binary_sha256=detail.build["binary_sha256"], model_dir=model_dir,
+                 model_sha256=model_dir and Catalogue.empty().add_tree(Path(model_dir)),
                  ids=ids, options=tuple(options), timeout_s=timeout_s)
     with connect(device) as transport:
         report = execute(job, name, PushMemo(transport), scratch_dir())

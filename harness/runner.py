@@ -18,7 +18,7 @@ import hashlib
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from devices.errors import CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
 from devices.transport import Transport
 from harness import engine_output, workloads
+from harness.artifacts import ArtifactError, ArtifactMismatch, NodeCache
 from harness.matrix import EngineConfig, WorkloadPoint
 
 if TYPE_CHECKING:
@@ -39,13 +40,16 @@ STDERR_KEEP = 4000
 
 @dataclass(frozen=True)
 class RunJob:
-    """Everything a board needs for one run; picklable, paths are on the coordinator."""
+    """Everything a board needs for one run; picklable. Artifacts are named by sha256; the
+    paths are the coordinator's until ``localise`` points them into a node's cache."""
 
     run_key: str
     label: str  # for progress lines and errors
     command: str  # generate | ppl | attn-bench
-    binary: str
+    binary: str  # a path where the job runs (the driver's, or a node cache's)
+    binary_sha256: str  # what the run planned: a push of anything else is refused
     model_dir: str | None
+    model_sha256: str | None  # the model tree's manifest hash (see devices.cache)
     ids: tuple[int, ...] | None  # prompt / text token ids (None for attn-bench)
     options: tuple[str, ...]  # engine flags after the file arguments
     timeout_s: float
@@ -103,37 +107,38 @@ def switch_flags(config: EngineConfig) -> list[str]:
 
 
 class PushMemo:
-    """Artifacts already pushed through one connection, by local path, size and mtime.
+    """Artifacts already pushed through one connection, by sha256.
 
-    The device's cache verifies an artifact's hash when it is pushed; within one connection a
-    binary or model used by every run is pushed (and verified) once instead of once per run.
-    A new connection (after a board was lost) starts a new memo.
+    The device's cache verifies an artifact's hash when it is pushed, and the push is checked
+    against the hash the run planned; within one connection an artifact used by every run is
+    pushed (and verified) once instead of once per run. A new connection (after a board was
+    lost) starts a new memo.
     """
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self.remote: dict[tuple, str] = {}
+        self.remote: dict[str, str] = {}
 
-    @staticmethod
-    def _signature(path: Path) -> tuple:
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file())
-            return (str(path), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
-                                     for p in files))
-        stat = path.stat()
-        return (str(path), stat.st_size, stat.st_mtime_ns)
+    def push(self, path: Path, sha256: str, tree: bool = False) -> str:
+        if sha256 not in self.remote:
+            transport = self.transport
+            remote = str(transport.push_tree(path) if tree else transport.push(path))
+            pushed = transport.last_push.sha256 if transport.last_push else "nothing"
+            if pushed != sha256:
+                raise ArtifactMismatch(
+                    f"{path}: what was pushed to device {transport.device.name!r} has sha256 "
+                    f"{pushed}, the run planned {sha256}: refused, the engine was not run")
+            self.remote[sha256] = remote
+        return self.remote[sha256]
 
-    def push(self, path: Path) -> str:
-        key = self._signature(path)
-        if key not in self.remote:
-            self.remote[key] = str(self.transport.push(path))
-        return self.remote[key]
 
-    def push_tree(self, path: Path) -> str:
-        key = self._signature(path)
-        if key not in self.remote:
-            self.remote[key] = str(self.transport.push_tree(path))
-        return self.remote[key]
+def localise(job: RunJob, cache: NodeCache) -> RunJob:
+    """The job with its artifacts materialised (by hash) in this node's cache."""
+    binary = cache.blob(job.binary_sha256, f"engine binary {Path(job.binary).name}")
+    model = None
+    if job.model_sha256 is not None and job.model_dir is not None:
+        model = str(cache.tree(job.model_sha256, f"model {Path(job.model_dir).name}"))
+    return replace(job, binary=str(binary), model_dir=model)
 
 
 def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
@@ -160,9 +165,9 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
     report = RunReport(job.run_key, device_name, "lost", started, started, 0.0)
     transport = pushes.transport
     try:
-        argv = [pushes.push(Path(job.binary)), job.command]
-        if job.model_dir is not None:
-            argv += ["--model", pushes.push_tree(Path(job.model_dir))]
+        argv = [pushes.push(Path(job.binary), job.binary_sha256), job.command]
+        if job.model_dir is not None and job.model_sha256 is not None:
+            argv += ["--model", pushes.push(Path(job.model_dir), job.model_sha256, tree=True)]
         # the token ids travel as the command's standard input: a prompt is small and often
         # new, and pushing it into the device cache would cost round trips of its own
         ids = ids_file(job.ids, scratch) if job.ids is not None else None
@@ -175,7 +180,7 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
             probed = probed_run(transport, argv, timeout=job.timeout_s, stdin_file=ids)
             result = probed.result
             report.snapshots = {"before": probed.before, "after": probed.after}
-    except CommandTimeout as exc:
+    except (CommandTimeout, ArtifactError) as exc:
         report.status, report.error = "failed", str(exc)
         return _finish(report, clock)
     except DeviceError as exc:

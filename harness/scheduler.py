@@ -15,12 +15,8 @@ Ctrl-C stores the in-flight runs as interrupted before the actors go.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,8 +26,11 @@ import ray
 from db.store import Store
 from devices.errors import DeviceError
 from devices.inventory import Device
+from harness import REPO_ROOT
+from harness.artifacts import ArtifactError, Credentials, NodeCache, start_server
 from harness.build import BuildRecord, build_engine
-from harness.errors import InputError, RunFailure
+from harness.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, on_driver_node, wait_placed
+from harness.errors import RunFailure
 from harness.plan import Plan, PlannedRun
 from harness.progress import Progress
 from harness.runner import (
@@ -40,52 +39,11 @@ from harness.runner import (
     RunReport,
     base_result,
     execute,
+    localise,
     scratch_dir,
     to_run_result,
 )
 from harness.spec import WORKTREE
-
-# Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
-# loopback address keeps a local instance off the network.
-LOCAL_NODE_IP = os.environ.get("BENCHFARM_RAY_NODE_IP", "127.0.0.2")
-
-
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast on a GCS address nothing listens on (Ray itself retries for minutes)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return  # "auto", ray:// client addresses: left to Ray
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise RunFailure(f"--ray-address {address}: no Ray cluster answers there ({exc})"
-                         ) from None
-
-
-@contextmanager
-def ray_session(address: str | None, resources: dict[str, float] | None = None) -> Iterator[None]:
-    """Join ``address``, or start a local Ray instance declaring the inventory's resources.
-
-    An instance the caller already started (tests, notebooks) is used as it is and left running.
-    """
-    if ray.is_initialized():
-        yield
-        return
-    try:
-        if address:
-            check_reachable(address)
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address=LOCAL_NODE_IP, resources=resources or None,
-                     object_store_memory=256 * 1024 * 1024)
-    except ConnectionError as exc:
-        raise RunFailure(f"--ray-address {address}: cannot join the Ray cluster ({exc})") from exc
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
 
 # ---------------------------------------------------------------------------------------------
 # Builds: one Ray task per (revision, target)
@@ -98,7 +56,12 @@ def _build_task(revision: str, target: str) -> BuildRecord:
 
 
 def build_on_ray(targets: list[tuple[str, str]]) -> dict[tuple[str, str], BuildRecord]:
-    refs = {target: _build_task.remote(*target) for target in targets}
+    """Build every (revision, target) in parallel, on the driver's node."""
+    where = {"scheduling_strategy": on_driver_node(),
+             "runtime_env": {"env_vars": {"BENCHFARM_REPO_ROOT": str(REPO_ROOT)}}}
+    refs = {target: _build_task.options(name=f"build {target[0]} {target[1]}", **where
+                                        ).remote(*target)
+            for target in targets}
     records = {}
     for target, ref in refs.items():
         try:
@@ -119,18 +82,28 @@ def build_on_ray(targets: list[tuple[str, str]]) -> dict[tuple[str, str], BuildR
 
 @ray.remote(num_cpus=0, max_concurrency=1)
 class DeviceRunner:
-    """Holds the connection to one board and runs jobs on it, one at a time."""
+    """Holds the connection to one board and runs jobs on it, one at a time.
 
-    def __init__(self, device: Device) -> None:
-        self.device = device
+    It may live on any node: the SSH credentials come with it, and each job's artifacts are
+    fetched by hash into the node's cache (``harness.artifacts``) before they are pushed.
+    """
+
+    def __init__(self, device: Device, credentials: Credentials, server: Any) -> None:
+        self.device = credentials.install(device)
+        self.cache = NodeCache(server)
         self.transport: Any = None
         self.pushes: PushMemo | None = None
 
     def run(self, job: RunJob) -> RunReport:
         from devices.transport import connect
 
+        started = datetime.now(UTC)
+        try:
+            job = localise(job, self.cache)
+        except ArtifactError as exc:  # not the board's fault: the run fails, the board stays
+            return RunReport(job.run_key, self.device.name, "failed", started,
+                             datetime.now(UTC), 0.0, error=str(exc))
         if self.transport is None:
-            started = datetime.now(UTC)
             try:
                 self.transport = connect(self.device)
                 self.pushes = PushMemo(self.transport)
@@ -157,20 +130,13 @@ class DeviceRunner:
             self.transport = self.pushes = None
 
 
-def _actor_for(device: Device) -> Any:
-    """The board's actor, placed on a node that declares the board's custom resources."""
-    options = {"resources": dict(device.resources)} if device.resources else {}
-    return DeviceRunner.options(**options).remote(device)
-
-
-def check_resources(boards: list[Device]) -> None:
-    available = ray.cluster_resources()
-    for device in boards:
-        for resource, amount in device.resources.items():
-            if available.get(resource, 0) < amount:
-                raise InputError(
-                    f"device {device.name!r}: key 'resources': the Ray cluster has no "
-                    f"{resource!r} >= {amount:g} (it has: {', '.join(sorted(available))})")
+def _actor_for(device: Device, server: Any) -> Any:
+    """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
+    the board's custom resources."""
+    options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
+    job = ray.get_runtime_context().get_job_id()
+    return DeviceRunner.options(name=f"board:{device.name}:{job}", namespace=NAMESPACE,
+                                **options).remote(device, Credentials.of(device), server)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,12 +173,13 @@ class Scheduler:
         self.queues: dict[str, deque[PlannedRun]] = {p.key: deque() for p in plan.placements}
         for run in plan.todo:
             self.queues[run.placement.key].append(run)
+        self.server = start_server(plan.catalogue, ray.get_runtime_context().get_job_id())
         self.boards: dict[str, Board] = {}
         for placement in plan.placements:
             for name in placement.devices:
                 if name not in self.boards:
                     device = plan.boards[name]
-                    self.boards[name] = Board(device, _actor_for(device), [])
+                    self.boards[name] = Board(device, _actor_for(device, self.server), [])
                 serves = self.boards[name].serves
                 if placement.by_class:
                     serves.append(placement.key)
@@ -233,6 +200,7 @@ class Scheduler:
 
     def run(self) -> Counter[str]:
         try:
+            wait_placed({n: b.actor for n, b in self.boards.items()}, PLACEMENT_TIMEOUT_S)
             while True:
                 self._give_up_unservable()
                 self._dispatch()
@@ -253,6 +221,7 @@ class Scheduler:
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
+            ray.kill(self.server)
         return self.counts
 
     def _dispatch(self) -> None:
@@ -268,7 +237,8 @@ class Scheduler:
             if not warmup:
                 self._take(run)
                 run.attempts += 1
-            board.busy = Dispatch(board.actor.run.remote(job), run, warmup)
+            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{job.label}"
+            board.busy = Dispatch(board.actor.run.options(name=label).remote(job), run, warmup)
 
     def _next_for(self, board: Board, now: float) -> PlannedRun | None:
         name = board.device.name
@@ -298,7 +268,7 @@ class Scheduler:
             report: RunReport = ray.get(dispatch.ref)
         except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
             if isinstance(exc, ray.exceptions.RayActorError):
-                board.actor = _actor_for(board.device)
+                board.actor = _actor_for(board.device, self.server)
             report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
                                datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
         if report.status == "lost":

@@ -7,4 +7,5 @@ pytest_plugins = [
     "fixtures_farm",
     "fixtures_db",
     "fixtures_ray",
+    "fixtures_cluster",
 ]

@@ -15,7 +15,7 @@ import ray
 
 from db.store import Store
 from devices.farm import farm_down, farm_up
-from harness.scheduler import LOCAL_NODE_IP
+from harness.cluster import LOCAL_NODE_IP
 
 
 @pytest.fixture(scope="session")

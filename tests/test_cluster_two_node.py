@@ -1,0 +1,156 @@
+"""`benchfarm run` on a real two-node Ray cluster whose worker node cannot see the work tree.
+
+The worker node runs in its own mount namespace with tmpfs over the work tree and the farm's
+state (keys, known_hosts): the code reaches it through runtime_env, the engine and the model by
+hash through Ray, the SSH credentials with the device records. Boards of the local farm are
+pinned to each node by custom resources. The coordinator is the real command line, joining the
+cluster with --ray-address and its token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_cluster import TwoNodeCluster
+from fixtures_ray import CoordFarm, stored_runs
+
+from db.store import Store
+
+pytestmark = pytest.mark.usefixtures("two_node_cluster")
+DRIVER_TIMEOUT_S = 300
+
+
+def pinned_inventory(farm: CoordFarm, folder: Path, pins: dict[str, str]) -> Path:
+    """The farm's inventory plus `local` (the machine of whichever node hosts its runner), with
+    ``resources = {<pin> = 1}`` on each named board."""
+    text = farm.inventory.read_text() + \
+        f'\n[[device]]\nname = "local"\nworkdir = "{folder}/local-work"\n'
+    for name, resource in pins.items():
+        text = text.replace(f'name = "{name}"\n',
+                            f'name = "{name}"\nresources = {{ {resource} = 1 }}\n')
+    path = folder / "pinned.toml"
+    path.write_text(text)
+    return path
+
+
+def spec_file(folder: Path, name: str, model: Path) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f"""
+name = "{name}"
+model = "{model}"
+devices = ["farm-x86", "local"]
+warmups = 0
+
+[engine.policy.exact]
+
+[engine.policy.sparse]
+k = [4]
+
+[[workload]]
+kind = "needle"
+ctx = 128
+depth = [0.5]
+seed = 0
+max_new = 4
+""")
+    return path
+
+
+def driver(cluster: TwoNodeCluster, folder: Path, *args: str,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`benchfarm --db ... <args> --ray-address <head>`, run from a folder outside the tree."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "--db", f"sqlite:///{folder}/farm.db", *args,
+         "--ray-address", cluster.address],
+        cwd=folder, env=env or cluster.env(), capture_output=True, text=True,
+        timeout=DRIVER_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def pinned(two_node_cluster: TwoNodeCluster, coord_farm: CoordFarm,
+           tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """farm-x86 (over SSH) from the worker node, `local` on the head node."""
+    return pinned_inventory(coord_farm, tmp_path_factory.mktemp("pinned"),
+                            {"farm-x86": "node_worker", "local": "node_head"})
+
+
+def test_matrix_completes_on_both_nodes_then_a_tampered_node_copy_is_refused(
+        two_node_cluster: TwoNodeCluster, coord_farm: CoordFarm, pinned: Path,
+        needle_model: Path, tmp_path: Path) -> None:
+    cluster = two_node_cluster
+    spec = spec_file(tmp_path, "two-node", needle_model)
+    first = driver(cluster, tmp_path, "run", str(spec), "--inventory", str(pinned))
+    assert first.returncode == 0, first.stderr[-3000:]
+    store = Store.open(f"sqlite:///{tmp_path}/farm.db")
+    runs = stored_runs(store, "two-node")
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"}, runs[["status", "error"]]
+    assert runs.groupby("device_name").size().to_dict() == {"farm-x86": 2, "local": 2}
+    x86 = runs["build_binary_sha256"].iloc[0]
+    assert set(runs["build_binary_sha256"]) == {x86}
+
+    # Both nodes materialised the engine and the model from Ray, by hash, in their own caches.
+    worker_blobs = cluster.node_cache("worker") / "blobs"
+    weights = hashlib.sha256((needle_model / "model.safetensors").read_bytes()).hexdigest()
+    for node in ("worker", "head"):
+        assert {x86, weights} <= {p.name for p in (cluster.node_cache(node) / "blobs").iterdir()}
+    assert (worker_blobs / x86).read_bytes() == Path(_binary_path(store, x86)).read_bytes()
+
+    # Tamper with the worker node's copy of the engine: the next run there refuses it.
+    tampered = b"#!/bin/sh\necho '{}'\n"
+    blob = worker_blobs / x86
+    blob.chmod(0o755)
+    blob.write_bytes(tampered)
+    second = driver(cluster, tmp_path, "run", str(spec), "--inventory", str(pinned), "--force")
+    assert second.returncode == 0, second.stderr[-3000:]
+    runs = stored_runs(store, "two-node")
+    failed = runs[runs["status"] == "failed"]
+    assert failed["device_name"].tolist() == ["farm-x86"], runs[["status", "error"]]
+    error = failed["error"].iloc[0]
+    assert "refused" in error and x86 in error and "node cache" in error, error
+    assert re.search(r"node 127\.0\.14\.2\b", error), error
+    assert (runs["status"] == "ok").sum() == 3
+    # the copy was moved aside, fetched again by hash, and never reached the board
+    refused = list((cluster.node_cache("worker") / "refused").iterdir())
+    assert [p.read_bytes() for p in refused] == [tampered]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == x86
+    board_cache = coord_farm.state / "nodes" / "farm-x86" / "work" / "cache"
+    assert hashlib.sha256(tampered).hexdigest() not in {p.name for p in board_cache.iterdir()}
+    store.close()
+
+
+def _binary_path(store: Store, sha256: str) -> str:
+    builds = store.frames("two-node")["runs"]
+    return builds.loc[builds["build_binary_sha256"] == sha256, "build_binary"].iloc[0]
+
+
+def test_two_runners_on_one_node_resource_are_refused_before_anything_runs(
+        two_node_cluster: TwoNodeCluster, coord_farm: CoordFarm, needle_model: Path,
+        tmp_path: Path) -> None:
+    inventory = pinned_inventory(coord_farm, tmp_path,
+                                 {"farm-x86": "node_worker", "local": "node_worker"})
+    proc = driver(two_node_cluster, tmp_path, "run", str(spec_file(tmp_path, "crowded",
+                                                                    needle_model)),
+                  "--inventory", str(inventory))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "'local'" in message and "key 'resources'" in message, message
+    assert "'node_worker': 0 left" in message and "farm-x86" in message, message
+    assert "Traceback" not in proc.stderr
+
+
+def test_joining_without_the_clusters_token_names_the_token(
+        two_node_cluster: TwoNodeCluster, needle_model: Path, tmp_path: Path) -> None:
+    # token mode on, no token: RAY_AUTH_TOKEN unset and no ~/.ray/auth_token in this HOME
+    env = two_node_cluster.env(HOME=str(tmp_path))
+    env.pop("RAY_AUTH_TOKEN")
+    proc = driver(two_node_cluster, tmp_path, "run",
+                  str(spec_file(tmp_path, "no-token", needle_model)), env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "token authentication" in message and "RAY_AUTH_TOKEN" in message, message
+    assert "Traceback" not in proc.stderr
