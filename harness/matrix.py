@@ -14,6 +14,7 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness.errors import InputError
@@ -79,7 +80,9 @@ class WorkloadPoint:
         return COMMANDS[self.kind]
 
     def label(self) -> str:
-        return self.kind + " " + " ".join(f"{k}={v}" for k, v in self.params)
+        # A text file is named by its file name: the full path is in the stored parameters.
+        return self.kind + " " + " ".join(
+            f"{k}={Path(v).name if k == 'text' else v}" for k, v in self.params)
 
 
 @dataclass(frozen=True)
