@@ -102,10 +102,20 @@ def encode_stream(tokenizer: Tokenizer, texts: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def batch(stream: torch.Tensor, length: int, rng: random.Random) -> torch.Tensor:
+def batch(stream: torch.Tensor, length: int, rng: random.Random,
+          copy_fraction: float = 0.0) -> torch.Tensor:
+    """Random windows of ``length + 1`` ids; in ``copy_fraction`` of them a span of 16-96 ids is
+    written again further on (at any distance), so that copying from far back pays off."""
     size = max(1, TOKENS_PER_BATCH // length)
     starts = [rng.randrange(len(stream) - length - 1) for _ in range(size)]
-    return torch.stack([stream[s:s + length + 1] for s in starts])
+    rows = torch.stack([stream[s:s + length + 1] for s in starts])
+    for row in rows:
+        if rng.random() < copy_fraction:
+            span = rng.randint(16, min(96, length // 4))
+            source = rng.randrange(length + 1 - 2 * span)
+            target = rng.randint(source + span, length + 1 - span)
+            row[target:target + span] = row[source:source + span].clone()
+    return rows
 
 
 @torch.no_grad()
@@ -140,6 +150,8 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=2048, help="window length late in the run")
     parser.add_argument("--long-from", type=float, default=0.75,
                         help="progress from which windows are --long tokens")
+    parser.add_argument("--copy-fraction", type=float, default=0.0,
+                        help="share of training windows with a span repeated further on")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=100)
@@ -150,8 +162,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train_texts, held_texts = read_corpus(args.sources)
-    tokenizer = train_tokenizer(train_texts, args.vocab)
-    save_tokenizer(tokenizer, args.out, unk_token=None)
+    if args.ckpt.exists() and (args.out / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(args.out / "tokenizer.json"))  # resuming: keep ids
+    else:
+        tokenizer = train_tokenizer(train_texts, args.vocab)
+        save_tokenizer(tokenizer, args.out, unk_token=None)
     heldout = held_out_text(held_texts)
     (args.out / "heldout.txt").write_text(heldout)
     stream = encode_stream(tokenizer, train_texts)
@@ -184,7 +199,7 @@ def main() -> None:
     started, seen = time.time() - elapsed, 0
     while (fraction := progress_at(step, args.steps, time.time() - started, args.minutes)) < 1:
         length = args.long if fraction >= args.long_from else args.short
-        ids = batch(stream, length, rng)
+        ids = batch(stream, length, rng, args.copy_fraction)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, fraction, args.lr, args.warmup)
         logits = model(input_ids=ids[:, :-1]).logits
