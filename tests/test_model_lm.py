@@ -1,10 +1,10 @@
 """The shipped language model (models/pydoc-lm): transformers and lmc agree on it, its tokenizer
-round-trips, and it predicts its held-out text far better than uniform guessing, worse under a
-25 % KV budget (the model card's figures, on one window each)."""
+round-trips, and it predicts its held-out text far better than uniform guessing, and worse
+when h2o or random selection restrict attention to a 25 % KV budget (the model card's figures,
+on one window each)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -59,8 +59,9 @@ def test_far_below_uniform_and_worse_at_a_quarter_budget(lmc: Path,
     assert exact["ppl"] < MAX_FRACTION_OF_UNIFORM * vocab
     budget = ["--k", "8", "--block", "32", "--prefill-attn", "sparse", "--threads", "2"]
     costs = {}
-    for policy in ("window", "random"):
+    for policy in ("h2o", "random"):
         out = lmc_json(lmc, "ppl", "--model", LM, "--text", path, "--attn", policy, *budget)
         costs[policy] = out["ppl"] / exact["ppl"] - 1
-    assert costs["random"] > 0.05 and costs["window"] > 0.0, costs
-    assert math.isfinite(exact["nll"])
+    # The card's +5 % (random) and +11 % (h2o) on this window; a model that ignored everything
+    # but its own block would not lose 2 % to either.
+    assert costs["random"] > 0.02 and costs["h2o"] > 0.02, costs
