@@ -9,11 +9,15 @@ perplexity workloads read). Tokenizer: byte-level BPE trained here on the traini
 
 Plain next-token loss on random windows of the concatenated training files (documents separated
 by <|endoftext|>): 512-token windows first, 2048-token windows for the last part of the run, so
-that perplexity at 512/1024/2048 is measured at lengths the model has seen.
+that perplexity at 512/1024/2048 is measured at lengths the model has seen. With
+--copy-fraction, that share of the windows repeats a span further on, to reward reading far back.
 
-    OMP_WAIT_POLICY=PASSIVE nice .venv/bin/python models/train_lm.py --minutes 30
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python models/train_lm.py --minutes 30   # stopped at step 100
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python models/train_lm.py --minutes 36 --copy-fraction 0.5
 
-Resumable: a checkpoint is written to --ckpt at every evaluation; rerunning continues from it.
+(the two phases that produced models/pydoc-lm; its README has the figures). Resumable: a
+checkpoint is written to --ckpt at every evaluation; rerunning continues from it, with the
+tokenizer already in --out.
 """
 
 from __future__ import annotations
