@@ -93,9 +93,10 @@ class WorkloadPoint:
         return COMMANDS[self.kind]
 
     def label(self) -> str:
-        """For progress lines: a filler file by its name, a needle template as "own"."""
-        shown = {k: Path(v).name if k == "filler" else "own" if k in ("needle", "question")
-                 else v for k, v in self.params}
+        """For progress lines: a filler or text file by its name (the full path is in the stored
+        parameters), a needle template as "own"."""
+        shown = {k: Path(v).name if k in ("filler", "text")
+                 else "own" if k in ("needle", "question") else v for k, v in self.params}
         return self.kind + " " + " ".join(f"{k}={v}" for k, v in shown.items())
 
 

@@ -148,7 +148,8 @@ def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> M
             prompt.needle_span
         stop_id = prompt.stop_ids[0] if prompt.stop_ids else None
     elif point.kind == "ppl":
-        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"], filler)
+        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"], filler,
+                                      text=params.get("text"))
         ids, content_hash = stream.ids, stream.hash
     elif point.kind == "decode":
         stream = workloads.decode_prompt(model_dir, params["ctx"], params["seed"], filler)

@@ -49,7 +49,7 @@ WORKLOAD_AXES: dict[str, dict[str, Any]] = {
 }
 WORKLOAD_SETTINGS: dict[str, dict[str, Any]] = {
     "needle": {"max_new": 16},
-    "ppl": {},
+    "ppl": {"text": None},  # None: optional, left out of the workload's parameters when absent
     "decode": {"max_new": 32},
     "attn-bench": {"runs": 5, "seed": 0},
 }
@@ -280,6 +280,10 @@ def _workloads(check: _Checker, value: Any) -> list[WorkloadAxes]:
                 axes[axis] = check.axis(raw, f"{key}.{axis}", "int", low=low)
         settings = {}
         for setting, default in settings_spec.items():
+            if setting == "text":
+                if setting in table:
+                    settings[setting] = _text_file(check, table[setting], f"{key}.{setting}")
+                continue
             low = 0 if setting == "seed" else 1
             settings[setting] = check.minimum(
                 check.scalar(table.get(setting, default), f"{key}.{setting}", "int"),
@@ -292,6 +296,16 @@ def _workloads(check: _Checker, value: Any) -> list[WorkloadAxes]:
                                      f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
         result.append(WorkloadAxes(kind=kind, axes=axes, settings=settings))
     return result
+
+
+def _text_file(check: _Checker, value: Any, key: str) -> str:
+    """A text file named relative to the spec's folder, as an absolute path."""
+    given = check.scalar(value, key, "str")
+    path = (check.path.parent / given).resolve()
+    if not path.is_file():
+        raise check.fail(key, f"{given!r} (resolved relative to the spec's folder to {path}) "
+                         "is not a file")
+    return str(path)
 
 
 def _engine(check: _Checker, value: Any) -> EngineAxes:

@@ -35,9 +35,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+def pre_tokenizer(pattern: str = SPLIT_PATTERN) -> pre_tokenizers.PreTokenizer:
+    """Split by ``pattern``, then map bytes to printable characters (exact round trips)."""
     return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
 
@@ -57,7 +58,7 @@ def _sample_texts(count: int) -> list[str]:
 
 
 def build_tokenizer() -> Tokenizer:
-    pre = _pre_tokenizer()
+    pre = pre_tokenizer()
     pieces: set[str] = set()
     for word in [*lexicon(), *KEYS, "system", "user", "assistant"]:
         for form in (word, " " + word):
@@ -73,15 +74,20 @@ def build_tokenizer() -> Tokenizer:
 
 
 def write_tokenizer(out_dir: Path) -> Tokenizer:
+    return save_tokenizer(build_tokenizer(), out_dir, unk_token=UNK)
+
+
+def save_tokenizer(tokenizer: Tokenizer, out_dir: Path, unk_token: str | None) -> Tokenizer:
+    """Write ``tokenizer.json`` and a ``tokenizer_config.json`` with the Qwen-style chat
+    template and special tokens, as transformers' ``AutoTokenizer`` reads them."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
     tokenizer.save(str(out_dir / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 32768,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
-        "unk_token": UNK,
+        "unk_token": unk_token,
         "bos_token": None,
         "add_bos_token": False,
         "clean_up_tokenization_spaces": False,

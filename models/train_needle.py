@@ -62,9 +62,10 @@ QK_NORM_GAIN = 1.5
 
 
 def model_config(vocab_size: int, max_len: int, layers: int = 2, heads: int = 2,
-                 kv_heads: int = 1, head_dim: int = 64) -> Qwen3Config:
+                 kv_heads: int = 1, head_dim: int = 64, hidden: int = 128,
+                 intermediate: int = 512) -> Qwen3Config:
     return Qwen3Config(
-        vocab_size=-(-vocab_size // 64) * 64, hidden_size=128, intermediate_size=512,
+        vocab_size=-(-vocab_size // 64) * 64, hidden_size=hidden, intermediate_size=intermediate,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         head_dim=head_dim,
         max_position_embeddings=max_len, rope_parameters={"rope_type": "default",

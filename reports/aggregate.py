@@ -296,8 +296,16 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
                         else cell["attn_median_ms"].median()),
             "n": len(cell),
         })
-    columns = keys + ["recall", "same_as_exact", "ppl", "decode_ms", "attn_ms", "n"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
+    columns = keys + ["recall", "same_as_exact", "ppl", "ppl_vs_exact_pct", "decode_ms",
+                      "attn_ms", "n"]
+    table = pd.DataFrame(rows, columns=columns)
+    # The perplexity cost of each config, (ppl / ppl(exact) - 1) x 100, on the same texts.
+    for _, cell in _groups(table, ["device", "kind", "size"]):
+        exact = cell[(cell["policy"] == "exact") & cell["ppl"].notna()]["ppl"]
+        if not exact.empty:
+            table.loc[cell.index, "ppl_vs_exact_pct"] = (
+                pd.to_numeric(cell["ppl"]) / float(exact.iloc[0]) - 1.0) * 100.0
+    return _sorted(table, keys)
 
 
 def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:

@@ -201,8 +201,10 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
         Section("k-sweep", "k-sweep",
                 "Recall, tokens identical to exact attention (same prompt, device, repeat), "
                 "perplexity and timings against the number of selected blocks k; exact "
-                "attention is the dashed reference line. Critical k: the smallest k whose recall "
-                "matches exact, for it and every larger k measured.",
+                "attention is the dashed reference line; ppl_vs_exact_pct is a config's "
+                "perplexity cost against exact attention on the same texts, in percent. "
+                "Critical k: the smallest k whose recall matches exact, for it and every larger "
+                "k measured.",
                 tables=[Table("critical_k", aggregate.critical_k_table(sweep)),
                         Table("k_sweep", sweep)],
                 figures=figures.k_sweep_charts(sweep)),

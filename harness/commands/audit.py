@@ -40,8 +40,9 @@ DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("audit", help="audit published claims (claims/*.toml)")
     parser.add_argument("claims", help="claims file, e.g. claims/seed_000_sparse_topk.toml")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL),
-                        help="the model the claims' experiments run (default: %(default)s)")
+    parser.add_argument("--model", type=Path,
+                        help="the model every claims experiment runs (default: the experiment's "
+                             f"own `model`, else {DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     parser.add_argument("--devices", type=device_list, action="extend",
                         help="device names or classes, comma-separated (default: local)")
     parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
@@ -82,26 +83,31 @@ def _is_table_array(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
-def compose_spec(name: str, fragment: dict[str, Any], model: Path, devices: list[str],
+def compose_spec(name: str, fragment: dict[str, Any], model: Path | None, devices: list[str],
                  claims_path: Path) -> Spec:
-    """A full spec from a claims file's experiment fragment; errors name the claims file."""
+    """A full spec from a claims file's experiment fragment; errors name the claims file.
+
+    The model is ``model`` when given, else the fragment's own ``model`` (relative to the claims
+    file), else the shipped needle model."""
     table: dict[str, Any] = {"name": name, "devices": devices}
     kinds = {w.get("kind") for w in fragment.get("workload", []) if isinstance(w, dict)}
     if kinds - {"attn-bench"}:  # attn-bench runs on synthetic data and needs no model
-        table["model"] = str(model.resolve())
-    table.update(fragment)
+        table["model"] = str((model or DEFAULT_MODEL).resolve())
+    table.update({k: v for k, v in fragment.items() if k != "model" or model is None})
     text = "\n".join(toml_table("", table)) + "\n"
     where = claims_path.parent / f"{claims_path.name}#experiment.{name}"
     return parse_spec(text, where)
 
 
-def environment(model: Path, inventory: Inventory) -> Environment:
-    names = [model.resolve().name]
-    try:
-        config = json.loads((model / "config.json").read_text())
-        names += [str(config[k]) for k in ("_name_or_path", "name") if config.get(k)]
-    except (OSError, ValueError):
-        pass
+def environment(models: list[Path], inventory: Inventory) -> Environment:
+    names = []
+    for model in models:
+        names.append(model.resolve().name)
+        try:
+            config = json.loads((model / "config.json").read_text())
+            names += [str(config[k]) for k in ("_name_or_path", "name") if config.get(k)]
+        except (OSError, ValueError):
+            pass
     devices = tuple(DeviceInfo(d.name, d.cls, d.emulated) for d in inventory.devices.values())
     return Environment(models=tuple(dict.fromkeys(names)), devices=devices)
 
@@ -112,8 +118,8 @@ def local_builds(targets: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
             for rev, arch in targets}
 
 
-def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory, model: Path,
-                 devices: list[str], ray_address: str | None = None,
+def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
+                 model: Path | None, devices: list[str], ray_address: str | None = None,
                  run_missing: bool = True) -> list[Verdict]:
     """Audit one claims file: validate its experiments, run what is missing, judge each claim.
 
@@ -136,7 +142,9 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory, mo
         plan = make_plan(specs[name], inventory, store, local_builds, devices)
         return [r.key for r in plan.runs]
 
-    return run_audit(claims, store, environment(model, inventory), runner)
+    models = sorted({spec.model for spec in specs.values() if spec.model is not None}
+                    or {model or DEFAULT_MODEL})
+    return run_audit(claims, store, environment(models, inventory), runner)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         output_dir(args.out)  # refuse an unwritable --out before the audit runs anything
     inventory = load_inventory(args.inventory)
     with Store.open(args.db) as store:
-        verdicts = audit_claims(args.claims, store, inventory, Path(args.model),
+        verdicts = audit_claims(args.claims, store, inventory, args.model,
                                 args.devices or ["local"], args.ray_address,
                                 run_missing=not args.stored_only)
     print(terminal_table(verdicts))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from db.store import Store
 from devices.inventory import load_inventory
+from harness import REPO_ROOT
 from harness.commands.audit import DEFAULT_MODEL, audit_claims
 from harness.commands.run import device_list
 from reports.audit import audit_section, write_audit
@@ -23,8 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="output folder (default: reports/<experiment>)")
     parser.add_argument("--claims", action="append", default=[],
                         help="claims file(s) to audit on the stored runs, added as a section")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL),
-                        help="the model the claims were run with (default: %(default)s)")
+    parser.add_argument("--model", type=Path,
+                        help="the model the claims were run with (default: each claims "
+                             "experiment's own `model`, else "
+                             f"{DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     parser.add_argument("--devices", type=device_list, action="extend",
                         help="the devices the claims were run on (default: local)")
     parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if args.claims:
             inventory = load_inventory(args.inventory)
             verdicts = [v for path in args.claims
-                        for v in audit_claims(path, store, inventory, Path(args.model),
+                        for v in audit_claims(path, store, inventory, args.model,
                                               args.devices or ["local"], run_missing=False)]
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))

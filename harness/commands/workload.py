@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     ppl = kinds.add_parser("ppl", help="held-out text for perplexity")
     ppl.add_argument("--length", type=int, required=True, help="number of tokens")
+    ppl.add_argument("--text", type=Path,
+                     help="a UTF-8 text file; seed S takes its S-th window of --length tokens")
 
     decode = kinds.add_parser("decode", help="chat prompt for pure decode-speed runs")
     decode.add_argument("--ctx", type=int, required=True, help="prompt length in tokens")
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "needle":
         record = needle_prompt(args.model, args.ctx, args.depth, args.seed, filler=args.filler)
     elif args.kind == "ppl":
-        record = ppl_tokens(args.model, args.length, args.seed, filler=args.filler)
+        record = ppl_tokens(args.model, args.length, args.seed, filler=args.filler,
+                            text=args.text)
     else:
         record = decode_prompt(args.model, args.ctx, args.seed, filler=args.filler)
     if args.ids_out:

@@ -173,24 +173,44 @@ def needle_prompt(model_dir: str | Path | ModelTokenizer, ctx: int, depth: float
 
 
 def ppl_tokens(model_dir: str | Path | ModelTokenizer, length: int, seed: int,
-               filler: str | GrammarFiller | TextFiller = "grammar") -> TokenStream:
+               filler: str | GrammarFiller | TextFiller = "grammar",
+               text: str | Path | None = None) -> TokenStream:
     """Exactly ``length`` ids of plain prose (no chat template) for teacher-forced perplexity.
 
-    Drawn from the ``ppl/<seed>`` stream, which training never used (it draws from integer-seeded
-    generators), so the text is held out although it comes from the same grammar.
+    With ``text`` (a UTF-8 file, e.g. a model's held-out text), the file is tokenised as a whole
+    and seed ``s`` takes its ``s``-th window of ``length`` ids (windows do not overlap). Without
+    it, the ids come from the filler's ``ppl/<seed>`` stream, which training never used (it draws
+    from integer-seeded generators), so the text is held out although it comes from the same
+    grammar.
     """
     _check_length("length", length, minimum=2)
     _check_length("seed", seed, minimum=0)
     tok = _tokenizer(model_dir)
-    sentences = resolve_filler(filler).sentences(random.Random(f"ppl/{seed}"))
-    text, ids = "", []
-    while len(ids) < length:
-        chunk = " ".join(next(sentences) for _ in range(64))
-        text = f"{text} {chunk}" if text else chunk
-        ids = tok.encode(text)
-    ids = ids[:length]
+    if text is not None:
+        ids = _text_window(tok, Path(text), length, seed)
+    else:
+        sentences = resolve_filler(filler).sentences(random.Random(f"ppl/{seed}"))
+        prose, ids = "", []
+        while len(ids) < length:
+            chunk = " ".join(next(sentences) for _ in range(64))
+            prose = f"{prose} {chunk}" if prose else chunk
+            ids = tok.encode(prose)
+        ids = ids[:length]
     return TokenStream(kind="ppl", ids=ids, hash=ids_hash(ids), length=length, seed=seed,
                        stop_ids=tok.stop_ids)
+
+
+def _text_window(tok: ModelTokenizer, path: Path, length: int, seed: int) -> list[int]:
+    try:
+        ids = tok.encode(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"ppl text {path}: cannot read it as UTF-8 text ({exc})") from exc
+    windows = len(ids) // length
+    if seed >= windows:
+        raise InputError(f"ppl text {path}: {len(ids)} tokens hold {windows} windows of "
+                         f"{length} tokens (seeds 0-{windows - 1}); seed {seed} needs "
+                         f"{(seed + 1) * length}")
+    return ids[seed * length:(seed + 1) * length]
 
 
 def decode_prompt(model_dir: str | Path | ModelTokenizer, ctx: int, seed: int,

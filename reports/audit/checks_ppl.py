@@ -1,6 +1,14 @@
-"""Perplexity claims: a config's perplexity, or its change against another config in percent."""
+"""Perplexity claims: a config's perplexity, or its change against another config in percent.
+
+Both are judged only when the model predicts the text at all: ``model_guard`` makes the claim
+"not comparable" when the model's exact-attention perplexity on the claim's workload is not far
+below uniform guessing over its vocabulary (a model that cannot predict the text turns any
+policy's perplexity change into noise).
+"""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 
@@ -11,6 +19,41 @@ from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, sele
 def _ppl_runs(runs: pd.DataFrame, selector: dict) -> pd.DataFrame:
     chosen = ok_runs(select(runs, selector))
     return chosen[chosen["ppl"].notna()]
+
+
+# Exact perplexity must be below this fraction of the vocabulary size (uniform guessing), i.e.
+# the model's nll at least ln 10 = 2.3 nats below uniform, for its perplexity figures to count.
+MAX_FRACTION_OF_UNIFORM = 0.1
+
+
+def _vocab_size(raw_json: object) -> int | None:
+    try:
+        return int(json.loads(str(raw_json))["config"]["model_config"]["vocab_size"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def model_guard(measured: pd.DataFrame, runs: pd.DataFrame) -> str | None:
+    """Why the perplexity of the models behind ``measured`` on their workloads means nothing,
+    or None. ``runs`` is the whole experiment: the exact-attention runs on the same workloads and
+    models are the reference, whether or not the claim measures them."""
+    same = runs[runs["workload_id"].isin(set(measured["workload_id"]))
+                & runs["model_id"].isin(set(measured["model_id"]))]
+    exact = _ppl_runs(same, {"policy": ["exact"]})
+    if exact.empty:
+        return ("no successful exact-attention ppl run on the claim's workload, so whether the "
+                "model predicts this text at all is unknown (add policy exact to the experiment)")
+    vocab = {_vocab_size(raw) for raw in exact["raw_json"]} - {None}
+    if not vocab:
+        return "the exact-attention ppl runs do not record the model's vocabulary size"
+    uniform = float(max(vocab))
+    value = float(exact["ppl"].median())
+    if value > MAX_FRACTION_OF_UNIFORM * uniform:
+        return (f"the model does not predict this text: its exact-attention perplexity is "
+                f"{value:.4g} against {uniform:.0f} for uniform guessing over its vocabulary "
+                f"(must be below {MAX_FRACTION_OF_UNIFORM * uniform:.4g}), so perplexity "
+                f"figures on it are noise; run a language model (models/pydoc-lm)")
+    return None
 
 
 def ppl(claim: Claim, runs: pd.DataFrame) -> Measurement:

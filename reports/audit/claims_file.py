@@ -14,6 +14,7 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     id = "000-k32-identical"
     source = "seeds/000 section 3"
     statement = "k = 32 gives output byte-identical to exact attention"
+    quote = "k=32 与精确在输出上逐字节一致"  # the source's own words, verbatim (optional)
     metric = "identical_tokens"            # see reports.audit.checks.METRICS
     expected = 1.0
     tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
@@ -50,7 +51,7 @@ SELECTOR_KEYS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefi
                  "ctx", "depth", "seed", "length", "device", "device_class")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most",
-              "unit", "experiment", "measure", "fair", "quantity", "note"}
+              "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
 MEASURE_KEYS = {"a", "b", "baseline", "field", "baseline_min_recall"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
 ANY = "any"
@@ -93,6 +94,7 @@ class Claim:
     fair: Fairness
     quantity: str  # `reported` claims: what was measured (that benchfarm cannot measure)
     note: str
+    quote: str = ""  # the source's own sentence (or table row) the figures come from, verbatim
 
     def tolerance_text(self) -> str:
         if self.tolerance is not None:
@@ -271,7 +273,8 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
         expected=expected, tolerance=tolerance, rel_tolerance=rel_tolerance,
         at_least=at_least, at_most=at_most,
         unit=str(raw.get("unit", "")), experiment=experiment, measure=measure, fair=fair,
-        quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")))
+        quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")),
+        quote=check.text(raw.get("quote", ""), where, "quote") if "quote" in raw else "")
 
 
 def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:

@@ -7,7 +7,8 @@ Order of judgement for one claim:
 2. evidence: the runs of the claim's experiment, run by the harness through ``runner`` when the
    claims file defines it (only what is missing runs), else taken from the store as they are;
 3. fairness of the evidence: emulated timings, device class, context length;
-4. the metric's check (``METRICS``) measures a value; the value against expected ± tolerance
+4. perplexity claims: the model must predict the workload's text (``checks_ppl.model_guard``);
+5. the metric's check (``METRICS``) measures a value; the value against expected ± tolerance
    (or the bounds at_least / at_most) gives reproduced / not reproduced.
 """
 
@@ -134,8 +135,14 @@ def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | Non
     return runs, None
 
 
+PPL_METRICS = ("ppl", "ppl_change")
+
+
 def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
-    runs, reason = fair_runs(claim, runs)
+    measured, reason = fair_runs(claim, runs)
+    if not reason and claim.metric in PPL_METRICS:
+        reason = checks_ppl.model_guard(measured, runs)
+    runs = measured
     if reason:
         return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment)
     measurement = METRICS[claim.metric](claim, runs)
