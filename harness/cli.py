@@ -11,12 +11,18 @@ import importlib
 import os
 import sys
 
+from harness.errors import Terminated, sigterm_as_interrupt
+
 SUBCOMMANDS = [
     "build",
     "workload",
     "farm",
     "devices",
     "run",
+    "submit",
+    "serve",
+    "queue",
+    "cancel",
     "status",
     "runs",
     "export",
@@ -58,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    sigterm_as_interrupt()
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print("benchfarm: interrupted by SIGTERM", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("benchfarm: interrupted", file=sys.stderr)
         return 130

@@ -10,7 +10,13 @@ Faults: a board that is lost (connection refused, dropped, transfer failed) gets
 the queue, with exponential backoff, up to ``retries`` more tries; a pooled run goes to another
 board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
 runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
-Ctrl-C stores the in-flight runs as interrupted before the actors go.
+Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
+`benchfarm cancel` stores them as cancelled.
+
+Sharing boards with other coordinators (harness.sharing): a board's lease is taken in the store
+before each dispatch, renewed while the run is in flight and released once its result is
+stored; a board leased by another coordinator, or whose lock file another coordinator's
+command holds (status ``busy`` from the runner), is tried again a moment later.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from db.store import Store
 from devices.errors import DeviceError
 from devices.inventory import Device
 from harness.build import BuildRecord, build_engine
-from harness.errors import InputError, RunFailure
+from harness.errors import InputError, RunFailure, sigterm_as_interrupt
 from harness.plan import Plan, PlannedRun
 from harness.progress import Progress
 from harness.runner import (
@@ -43,6 +49,7 @@ from harness.runner import (
     scratch_dir,
     to_run_result,
 )
+from harness.sharing import LEASE_POLL_S, Cancelled, Sharing
 from harness.spec import WORKTREE
 
 # Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
@@ -81,6 +88,7 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
                      object_store_memory=256 * 1024 * 1024)
     except ConnectionError as exc:
         raise RunFailure(f"--ray-address {address}: cannot join the Ray cluster ({exc})") from exc
+    sigterm_as_interrupt()  # ray.init replaced the handler with an immediate exit
     try:
         yield
     finally:
@@ -195,12 +203,15 @@ class Board:
     losses: int = 0  # consecutive
     dead: bool = False
     last_error: str = ""
+    lease: str | None = None  # the lease id held for the dispatch in flight
+    waiting_on: str = ""  # who holds the board (noted once while waiting)
     warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
 
 
 class Scheduler:
-    def __init__(self, plan: Plan, store: Store, progress: Progress) -> None:
+    def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing) -> None:
         self.plan = plan
+        self.sharing = sharing
         self.spec = plan.spec
         self.store = store
         self.progress = progress
@@ -234,6 +245,7 @@ class Scheduler:
     def run(self) -> Counter[str]:
         try:
             while True:
+                self._renew()
                 self._give_up_unservable()
                 self._dispatch()
                 busy = [b for b in self.boards.values() if b.busy]
@@ -248,12 +260,43 @@ class Scheduler:
                     if board.busy.ref in ready:
                         self._collect(board)
         except KeyboardInterrupt:
-            self._interrupt()
+            self._stop_in_flight("interrupted",
+                                 "the coordinator was interrupted while this run was in flight")
+            raise
+        except Cancelled:
+            self._stop_in_flight("cancelled", "cancelled by `benchfarm cancel` while in flight")
             raise
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
+                self._release(board)
         return self.counts
+
+    def _renew(self) -> None:
+        held = {b.lease: b for b in self.boards.values() if b.lease}
+        for lease_id in self.sharing.tick(list(held)):
+            self.progress.note(f"device {held[lease_id].device.name!r}: its lease expired "
+                               "while a run was in flight (was the coordinator stalled for "
+                               "longer than the lease time?); another coordinator may use it")
+
+    def _release(self, board: Board) -> None:
+        if board.lease:
+            self.sharing.release(board.lease)
+            board.lease = None
+
+    def _lease(self, board: Board, run: PlannedRun, warmup: bool, now: float) -> bool:
+        """Take the board's lease for this dispatch; False (and a note) when another holds it."""
+        lease = self.sharing.acquire(board.device.name, None if warmup else run.key)
+        if lease.holder == self.sharing.holder:
+            board.lease, board.waiting_on = lease.lease_id, ""
+            return True
+        board.not_before = now + LEASE_POLL_S
+        if board.waiting_on != lease.holder:
+            board.waiting_on = lease.holder
+            self.progress.note(f"device {board.device.name!r} is leased by {lease.holder} "
+                               f"(experiment {lease.experiment}) until {lease.expires:%H:%M:%S} "
+                               "UTC; waiting")
+        return False
 
     def _dispatch(self) -> None:
         now = time.monotonic()
@@ -264,6 +307,8 @@ class Scheduler:
             if run is None:
                 continue
             warmup = board.warmed[run.group] < self.spec.warmups
+            if not self._lease(board, run, warmup, now):
+                continue
             job: RunJob = replace(run.job, warmup=True) if warmup else run.job
             if not warmup:
                 self._take(run)
@@ -292,6 +337,7 @@ class Scheduler:
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
+        self._release(board)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
@@ -304,6 +350,9 @@ class Scheduler:
         if report.status == "lost":
             self._lost(board, dispatch, report.error or "lost")
             return
+        if report.status == "busy":
+            self._busy(board, dispatch, report.error or "busy")
+            return
         board.losses = 0
         board.not_before = time.monotonic() + self.spec.cooldown_s
         run = dispatch.run
@@ -314,9 +363,20 @@ class Scheduler:
             return
         result = to_run_result(report, run, self.plan.device_ids[board.device.name],
                                self.spec.model)
+        result.lease_id = board.lease
         self.store.save_run(result)
         self.counts[report.status] += 1
         self.progress.record(board.device.name, report.status, run.job.label)
+
+    def _busy(self, board: Board, dispatch: Dispatch, error: str) -> None:
+        """The board's lock file was taken: nothing ran; the run waits for the board."""
+        board.not_before = time.monotonic() + LEASE_POLL_S
+        if not dispatch.warmup:
+            dispatch.run.attempts -= 1
+            self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
+        if board.waiting_on != error:
+            board.waiting_on = error
+            self.progress.note(f"{error}; waiting")
 
     def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
         name = board.device.name
@@ -357,18 +417,19 @@ class Scheduler:
                               f"no board of {key} left to run it ({errors})")
             queue.clear()
 
-    def _interrupt(self) -> None:
+    def _stop_in_flight(self, status: str, error: str) -> None:
         in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
         for board in in_flight:
-            self._placeholder([board.busy.run], "interrupted", board.device.name,
-                              "the coordinator was interrupted while this run was in flight")
+            self._placeholder([board.busy.run], status, board.device.name, error, board.lease)
 
     def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
-                     error: str) -> None:
+                     error: str, lease: str | None = None) -> None:
         """Record runs that did not finish: update stored non-ok rows, insert missing ones."""
         missing = self.store.mark_runs([r.key for r in runs], status, error)
         for run in runs:
             if run.key in missing:
-                self.store.save_run(base_result(run, self.plan.device_ids[device], status, error))
+                result = base_result(run, self.plan.device_ids[device], status, error)
+                result.lease_id = lease
+                self.store.save_run(result)
             self.counts[status] += 1
             self.progress.record(device, status, run.job.label)

@@ -6,7 +6,8 @@ import argparse
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
+from harness.coordinator import Coordinator, run_experiment
+from harness.sharing import lease_ttl, positive_seconds
 from harness.spec import load_spec
 
 
@@ -24,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "else the local farm's if it is up, else only `local`)")
     parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
+    parser.add_argument("--lease-ttl", type=positive_seconds,
+                        help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
+                             "or 30)")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     with Store.open(args.db) as store:
         summary = run_experiment(spec, inventory, store, args.devices, args.force,
-                                 args.ray_address)
+                                 args.ray_address,
+                                 coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)))
     print(summary.line())
     return 0 if summary.complete else 1
