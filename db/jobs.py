@@ -11,6 +11,7 @@ heartbeat and stops.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from db.engine import retry_locked
 from db.leases import utcnow
-from db.models import Job
+from db.models import Device, Experiment, ExperimentRun, Job, Lease, Run
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
@@ -44,6 +45,22 @@ class JobInfo:
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PlacementProgress:
+    """One placement (a board, or a class pooling boards) of a running experiment."""
+
+    placement: str
+    total: int  # runs of the matrix placed here
+    done: int  # stored ok
+    failed: int
+    running: int  # boards of the placement leased for this experiment now
+    pending: int  # the rest: not run yet, or interrupted / cancelled / pending rows
+
+    @property
+    def line(self) -> list[object]:
+        return [self.placement, self.total, self.done, self.failed, self.pending, self.running]
 
 
 class Jobs:
@@ -158,3 +175,30 @@ class Jobs:
         """The newest job of ``experiment`` (running ones first)."""
         jobs = [j for j in self.list() if j.experiment == experiment]
         return jobs[0] if jobs else None
+
+    def progress(self, experiment: str) -> list[PlacementProgress]:
+        """Per placement of the experiment's newest job: total / done / failed / running /
+        pending; empty when no job recorded its totals."""
+        job = self.latest(experiment)
+        if job is None or not job.totals:
+            return []
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(Run.config, Run.status, Device.name)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.id)
+                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+                .join(Device, Device.id == Run.device_id)
+                .where(Experiment.name == experiment)).all()
+            leased = conn.execute(
+                select(Lease.board, Device.cls).outerjoin(Device, Device.name == Lease.board)
+                .where(Lease.experiment == experiment, Lease.run_key.is_not(None),
+                       Lease.expires >= utcnow())).all()
+        counts: Counter[tuple[str, str]] = Counter(
+            ((config or {}).get("placement", device), status) for config, status, device in rows)
+        result = []
+        for placement, total in sorted(job.totals.items()):
+            done, failed = counts[(placement, "ok")], counts[(placement, "failed")]
+            running = sum(1 for board, cls in leased if placement in (board, cls))
+            result.append(PlacementProgress(placement, total, done, failed, running,
+                                            max(total - done - failed - running, 0)))
+        return result

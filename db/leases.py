@@ -6,8 +6,9 @@ result is stored; while the run is in flight it renews the lease (heartbeat). A 
 for at most one lease time. Times are the coordinators' clocks in UTC, so the machines sharing
 a store need synchronised clocks (NTP); the lease time should dwarf any skew.
 
-Taking a lease is atomic on every backend: a conditional UPDATE of the board's row (free or
-already ours), else an INSERT, whose primary key makes a second concurrent INSERT fail.
+Taking a lease is atomic on every backend: a conditional UPDATE of the board's row (expired and
+no other waiter), else an INSERT, whose primary key makes a second concurrent INSERT fail. A
+released lease keeps its row, expired, so that the board's waiter is remembered.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Engine, delete, insert, or_, select, update
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from db.engine import retry_locked
@@ -24,6 +26,8 @@ from db.models import Lease
 
 # Tries of the update-else-insert race before a lease counts as taken by the winner.
 ACQUIRE_TRIES = 3
+# A waiter that has not asked again for this long has gone: the board is anyone's.
+WAITER_S = 5.0
 
 
 def utcnow() -> datetime:
@@ -42,6 +46,16 @@ class LeaseInfo:
     expires: datetime
 
 
+@dataclass(frozen=True)
+class Claim:
+    granted: LeaseInfo | None  # our new lease
+    current: LeaseInfo | None  # else the lease in the way (None: it changed hands meanwhile)
+
+
+def _lease_fields(values: Any) -> dict[str, Any]:
+    return {name: values[name] for name in LeaseInfo.__dataclass_fields__ if name in values}
+
+
 class Leases:
     """The ``leases`` table; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
 
@@ -51,38 +65,41 @@ class Leases:
 
     @retry_locked
     def acquire(self, board: str, holder: str, ttl_s: float, experiment: str | None = None,
-                run_key: str | None = None) -> LeaseInfo:
-        """Take ``board`` for ``holder`` when it is free (or already the holder's).
+                run_key: str | None = None) -> Claim:
+        """Take ``board`` for ``holder`` when it is free and no other coordinator waits for it.
 
-        Returns the new lease, or the current one of another holder when the board is taken:
-        compare ``.holder`` with ``holder``.
+        A holder that finds the board taken becomes its waiter, and the next holder to release
+        it lets the waiter have it: two coordinators alternate instead of one starving the
+        other. Returns the claim: ``granted`` (our new lease) or the ``current`` lease.
         """
         table = self.table
         for _ in range(ACQUIRE_TRIES):
             moment = utcnow()
             values = {"lease_id": str(uuid.uuid4()), "holder": holder, "experiment": experiment,
                       "run_key": run_key, "acquired": moment, "heartbeat": moment,
-                      "expires": moment + timedelta(seconds=ttl_s)}
+                      "expires": moment + timedelta(seconds=ttl_s), "waiter": None,
+                      "waiting_since": None}
+            fresh_waiter = (table.c.waiter.is_not(None) & (table.c.waiter != holder)
+                            & (table.c.waiting_since >= moment - timedelta(seconds=WAITER_S)))
             with self.engine.begin() as conn:
                 taken = conn.execute(update(table).where(
-                    table.c.board == board,
-                    or_(table.c.expires < moment, table.c.holder == holder)).values(**values))
+                    table.c.board == board, table.c.expires < moment,
+                    ~fresh_waiter).values(**values))
                 if taken.rowcount == 1:
-                    return LeaseInfo(board=board, **values)
+                    return Claim(LeaseInfo(board=board, **_lease_fields(values)), None)
+                conn.execute(update(table).where(
+                    table.c.board == board, ~fresh_waiter).values(waiter=holder,
+                                                                  waiting_since=moment))
                 current = conn.execute(select(table).where(table.c.board == board)).first()
             if current is not None:
-                return LeaseInfo(**current._mapping)
+                return Claim(None, LeaseInfo(**_lease_fields(current._mapping)))
             try:
                 with self.engine.begin() as conn:
                     conn.execute(insert(table).values(board=board, **values))
-                return LeaseInfo(board=board, **values)
+                return Claim(LeaseInfo(board=board, **_lease_fields(values)), None)
             except IntegrityError:
                 continue  # another coordinator inserted it first: look again
-        current_lease = self.get(board)
-        if current_lease is None:
-            raise RuntimeError(f"lease of {board!r}: it changed hands {ACQUIRE_TRIES} times "
-                               "while being taken")
-        return current_lease
+        return Claim(None, self.get(board))
 
     @retry_locked
     def renew(self, lease_ids: list[str], ttl_s: float) -> set[str]:
@@ -92,21 +109,25 @@ class Leases:
         moment = utcnow()
         table = self.table
         with self.engine.begin() as conn:
-            conn.execute(update(table).where(table.c.lease_id.in_(lease_ids)).values(
+            # an expired lease stays lost: another holder may have had the board meanwhile
+            conn.execute(update(table).where(table.c.lease_id.in_(lease_ids),
+                                             table.c.expires >= moment).values(
                 heartbeat=moment, expires=moment + timedelta(seconds=ttl_s)))
-            held = set(conn.scalars(select(table.c.lease_id)
-                                    .where(table.c.lease_id.in_(lease_ids))))
+            held = set(conn.scalars(select(table.c.lease_id).where(
+                table.c.lease_id.in_(lease_ids), table.c.expires >= moment)))
         return set(lease_ids) - held
 
     @retry_locked
     def release(self, lease_id: str) -> None:
+        """Free the board now; the row stays (with its waiter) for the next claim."""
         with self.engine.begin() as conn:
-            conn.execute(delete(self.table).where(self.table.c.lease_id == lease_id))
+            conn.execute(update(self.table).where(self.table.c.lease_id == lease_id)
+                         .values(expires=utcnow()))
 
     def get(self, board: str) -> LeaseInfo | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(self.table).where(self.table.c.board == board)).first()
-        return None if row is None else LeaseInfo(**row._mapping)
+        return None if row is None else LeaseInfo(**_lease_fields(row._mapping))
 
     def active(self) -> list[LeaseInfo]:
         """The leases not expired, by board."""
@@ -114,4 +135,4 @@ class Leases:
         with self.engine.connect() as conn:
             rows = conn.execute(select(table).where(table.c.expires >= utcnow())
                                 .order_by(table.c.board)).all()
-        return [LeaseInfo(**row._mapping) for row in rows]
+        return [LeaseInfo(**_lease_fields(row._mapping)) for row in rows]

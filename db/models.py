@@ -230,6 +230,8 @@ class Lease(Base):
     acquired: Mapped[datetime]
     heartbeat: Mapped[datetime]
     expires: Mapped[datetime]
+    waiter: Mapped[str | None] = mapped_column(String(200))  # next in turn (see db.leases)
+    waiting_since: Mapped[datetime | None]
 
 
 class Job(Base):

@@ -286,12 +286,13 @@ class Scheduler:
 
     def _lease(self, board: Board, run: PlannedRun, warmup: bool, now: float) -> bool:
         """Take the board's lease for this dispatch; False (and a note) when another holds it."""
-        lease = self.sharing.acquire(board.device.name, None if warmup else run.key)
-        if lease.holder == self.sharing.holder:
-            board.lease, board.waiting_on = lease.lease_id, ""
+        claim = self.sharing.acquire(board.device.name, None if warmup else run.key)
+        if claim.granted:
+            board.lease, board.waiting_on = claim.granted.lease_id, ""
             return True
         board.not_before = now + LEASE_POLL_S
-        if board.waiting_on != lease.holder:
+        lease = claim.current
+        if lease and lease.holder != self.sharing.holder and board.waiting_on != lease.holder:
             board.waiting_on = lease.holder
             self.progress.note(f"device {board.device.name!r} is leased by {lease.holder} "
                                f"(experiment {lease.experiment}) until {lease.expires:%H:%M:%S} "

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from db.leases import LeaseInfo
+from db.leases import Claim
 from db.store import Store
 from harness.errors import InputError
 
@@ -70,8 +70,8 @@ class Sharing:
     job_id: int | None = None
     last_tick: float = 0.0
 
-    def acquire(self, board: str, run_key: str | None) -> LeaseInfo:
-        """The board's lease: ours (``.holder == self.holder``) or the other holder's."""
+    def acquire(self, board: str, run_key: str | None) -> Claim:
+        """The board's lease for us (``.granted``), or the one in the way (``.current``)."""
         return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
                                          run_key)
 

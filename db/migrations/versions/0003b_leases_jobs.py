@@ -50,6 +50,8 @@ def upgrade() -> None:
         sa.Column("acquired", sa.DateTime(), nullable=False),
         sa.Column("heartbeat", sa.DateTime(), nullable=False),
         sa.Column("expires", sa.DateTime(), nullable=False),
+        sa.Column("waiter", sa.String(200), nullable=True),
+        sa.Column("waiting_since", sa.DateTime(), nullable=True),
         sa.PrimaryKeyConstraint("board", name="pk_leases"),
         sa.UniqueConstraint("lease_id", name="uq_leases_lease_id"),
     )
