@@ -1,0 +1,196 @@
+"""Coordinators sharing a store and a board, as real `benchfarm` processes on the real engine,
+model and Ray: two `run`s on one SQLite file and on PostgreSQL, a SIGKILLed lease holder, and
+submit -> serve -> queue -> cancel -> restarted serve."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures_db import fresh_postgres_database
+from fixtures_ray import count_ok, needle_spec, start_cli, stored_runs
+
+from db.store import Store
+
+DEPTHS = (0.1, 0.4, 0.7, 1.0)  # with exact + sparse: 8 runs per experiment
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+def board_runs(store: Store, experiments: list[str]) -> pd.DataFrame:
+    runs = pd.concat([stored_runs(store, name).assign(experiment=name) for name in experiments])
+    return runs.sort_values("started_at").reset_index(drop=True)
+
+
+def assert_no_overlap(runs: pd.DataFrame) -> None:
+    starts, ends = list(runs["started_at"]), list(runs["finished_at"])
+    for i in range(1, len(runs)):
+        assert starts[i] >= ends[i - 1], f"runs {i - 1} and {i} overlap on the board:\n{runs}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_coordinators_take_turns_on_one_board(
+        backend: str, request: pytest.FixtureRequest, ray_address: str, needle_model: Path,
+        tmp_path: Path) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/shared.db"
+    else:
+        url = fresh_postgres_database(request.getfixturevalue("postgres_server"))
+    Store.open(url).close()
+    names = ["turns-a", "turns-b"]
+    specs = [needle_spec(tmp_path, name, needle_model, ["local"], depths=DEPTHS, ctx=256,
+                         extra=f"order_seed = {i}") for i, name in enumerate(names)]
+    procs = [start_cli(["--db", url, "run", str(spec), "--ray-address", ray_address],
+                       tmp_path) for spec in specs]
+    outcomes = [finish(proc) for proc in procs]
+    for code, out, err in outcomes:
+        assert code == 0, err
+        assert "8 ok" in out, out
+    with Store.open(url) as store:
+        runs = board_runs(store, names)
+        jobs = store.jobs.list(None)
+    assert len(runs) == 16 and runs["run_key"].is_unique and set(runs["status"]) == {"ok"}
+    assert runs["lease_id"].notna().all() and runs["lease_id"].is_unique
+    assert_no_overlap(runs)
+    # they took turns, not one whole matrix after the other
+    switches = int((runs["experiment"] != runs["experiment"].shift()).sum()) - 1
+    assert switches >= 3, runs[["experiment", "started_at"]]
+    assert sorted((j.experiment, j.state, j.kind) for j in jobs) == [
+        ("turns-a", "done", "run"), ("turns-b", "done", "run")]
+
+
+def test_a_killed_holders_lease_expires_and_the_other_coordinator_goes_on(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/killed.db"
+    store = Store.open(url)
+    ttl = "12"  # longer than the survivor's start: it finds the lease still held
+    victim_spec = needle_spec(tmp_path, "victim", needle_model, ["local"], depths=DEPTHS,
+                              ctx=256)
+    victim = start_cli(["--db", url, "run", str(victim_spec), "--ray-address", ray_address,
+                        "--lease-ttl", ttl], tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while count_ok(store, "victim") < 1 or store.leases.active() == []:
+            assert victim.poll() is None, victim.communicate()
+            assert time.monotonic() < deadline, "the coordinator made no progress"
+            time.sleep(0.02)
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+    held = store.leases.get("local")
+    assert held is not None and held.experiment == "victim"
+    survivor_spec = needle_spec(tmp_path, "survivor", needle_model, ["local"], depths=(0.5,))
+    survivor = start_cli(["--db", url, "run", str(survivor_spec), "--ray-address",
+                          ray_address, "--lease-ttl", ttl], tmp_path)
+    code, out, err = finish(survivor)
+    assert code == 0, err
+    assert "2 ok" in out
+    assert f"is leased by {held.holder}" in err
+    survived = stored_runs(store, "survivor")
+    assert set(survived["status"]) == {"ok"}
+    # nothing of the survivor ran on the board before the dead holder's lease ran out
+    assert survived["started_at"].min() >= held.expires - pd.Timedelta(seconds=1)
+    assert store.leases.get("local").holder != held.holder
+    store.close()
+
+
+def wait_for(predicate, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/queue.db"
+    store = Store.open(url)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        proc = start_cli(["--db", url, *args], tmp_path)
+        code, out, err = finish(proc, 60)
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    long_spec = needle_spec(tmp_path, "q-long", needle_model, ["local"], depths=DEPTHS,
+                            ctx=256, extra="cooldown_s = 0.3")
+    dropped_spec = needle_spec(tmp_path, "q-dropped", needle_model, ["local"])
+    assert cli("submit", str(long_spec), "--priority", "2", "--owner", "ann").returncode == 0
+    assert cli("submit", str(dropped_spec)).returncode == 0
+    queued = cli("queue")
+    assert queued.stdout.index("q-long") < queued.stdout.index("q-dropped"), queued.stdout
+
+    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--poll", "0.2"],
+                      tmp_path)
+    try:
+        wait_for(lambda: count_ok(store, "q-long") >= 2 or serve.poll() is not None,
+                 "two runs of q-long")
+        status = cli("status", "q-long")
+        assert status.returncode == 0 and "running" in status.stdout, status
+        os.kill(serve.pid, signal.SIGTERM)  # like `ray job stop` or systemd
+        code, _, err = finish(serve, 60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+    assert code == 143, err
+    before = stored_runs(store, "q-long")
+    done = set(before.loc[before["status"] == "ok", "run_key"])
+    assert 2 <= len(done) < 8
+    assert set(before["status"]) <= {"ok", "interrupted"}
+    long_job = store.jobs.latest("q-long")
+    assert long_job.state == "queued" and "requeued" in long_job.message
+
+    cancelled = cli("cancel", "q-dropped")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cli("cancel", "q-dropped").returncode == 2  # nothing left to cancel
+
+    restarted = cli("serve", "--ray-address", ray_address, "--until-idle")
+    assert restarted.returncode == 0, restarted.stderr
+    after = stored_runs(store, "q-long")
+    assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
+    kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
+    assert (kept == before.set_index("run_key").loc[kept.index, "finished_at"]).all()
+    assert stored_runs(store, "q-dropped").empty
+    states = {j.experiment: j.state for j in store.jobs.list(None)}
+    assert states == {"q-long": "done", "q-dropped": "cancelled"}
+    assert "q-long" not in cli("queue").stdout  # nothing active left
+    store.close()
+
+
+def test_cancel_stops_a_running_job_and_marks_its_in_flight_run(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/cancel.db"
+    store = Store.open(url)
+    # 4096-token prompts: a run is in flight most of the time
+    spec = needle_spec(tmp_path, "q-cancel", needle_model, ["local"], depths=DEPTHS, ctx=4096)
+    submit = finish(start_cli(["--db", url, "submit", str(spec)], tmp_path), 60)
+    assert submit[0] == 0, submit[2]
+    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--until-idle"],
+                      tmp_path)
+    try:
+        wait_for(lambda: count_ok(store, "q-cancel") >= 1 or serve.poll() is not None,
+                 "a first run")
+        time.sleep(0.3)
+        store.jobs.cancel("q-cancel")
+        code, out, err = finish(serve, 120)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+    assert code == 0, err
+    assert "cancelled" in out
+    runs = stored_runs(store, "q-cancel")
+    assert set(runs["status"]) <= {"ok", "cancelled"} and len(runs) < 8
+    assert (runs["status"] == "cancelled").sum() == 1, runs[["status", "error"]]
+    assert store.jobs.latest("q-cancel").state == "cancelled"
+    store.close()
