@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from harness.errors import Terminated, sigterm_as_interrupt
+from harness.errors import sigterm_as_interrupt, terminated
 
 SUBCOMMANDS = [
     "build",
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     sigterm_as_interrupt()
     try:
         return int(args.func(args) or 0)
-    except Terminated:
-        print("benchfarm: interrupted by SIGTERM", file=sys.stderr)
-        return 143
     except KeyboardInterrupt:
+        if terminated():
+            print("benchfarm: stopped by SIGTERM", file=sys.stderr)
+            return 143
         print("benchfarm: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - mapped to exit codes below

@@ -41,6 +41,8 @@ class RunSummary:
         line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
                 f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
                 f"{c['pending']} pending now")
+        if c["elsewhere"]:
+            line += f", {c['elsewhere']} done meanwhile by another coordinator"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 

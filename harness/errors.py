@@ -29,8 +29,18 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill PID`, `ray job stop`, systemd): handled like Ctrl-C."""
 
 
-def _raise_terminated(_signum: int, _frame: object) -> None:
+_terminated: list[int] = []  # the SIGTERMs received (libraries may re-raise a plain
+# KeyboardInterrupt in place of ours, so the CLI asks terminated() instead of the type)
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    _terminated.append(signum)
     raise Terminated
+
+
+def terminated() -> bool:
+    """Whether this process received SIGTERM."""
+    return bool(_terminated)
 
 
 def sigterm_as_interrupt() -> None:

@@ -77,6 +77,7 @@ class Plan:
     builds: dict[tuple[str, str], BuildRecord]
     runs: list[PlannedRun]  # the whole matrix, in run order
     todo: list[PlannedRun] = field(default_factory=list)  # the runs to execute now
+    force: bool = False  # redo runs stored as ok
 
     @property
     def skipped(self) -> int:
@@ -194,4 +195,4 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
     runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
     done = set() if force else store.completed_run_keys([r.key for r in runs])
     todo = [r for r in runs if r.key not in done]
-    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, todo)
+    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, todo, force)

@@ -310,11 +310,29 @@ class Scheduler:
             warmup = board.warmed[run.group] < self.spec.warmups
             if not self._lease(board, run, warmup, now):
                 continue
+            if not warmup:
+                run = self._first_not_done(board, run, now)
+                if run is None:
+                    self._release(board)
+                    continue
             job: RunJob = replace(run.job, warmup=True) if warmup else run.job
             if not warmup:
                 self._take(run)
                 run.attempts += 1
             board.busy = Dispatch(board.actor.run.remote(job), run, warmup)
+
+    def _first_not_done(self, board: Board, run: PlannedRun | None,
+                        now: float) -> PlannedRun | None:
+        """Under the board's lease: drop the runs another coordinator of the store finished
+        meanwhile (two people running one spec run each of its runs once)."""
+        while run is not None and not self.plan.force and \
+                self.store.completed_run_keys([run.key]):
+            self._take(run)
+            self.store.link_runs(self.plan.experiment_id, [run.key])
+            self.counts["elsewhere"] += 1
+            self.progress.record(board.device.name, "elsewhere", run.job.label)
+            run = self._next_for(board, now)
+        return run
 
     def _next_for(self, board: Board, now: float) -> PlannedRun | None:
         name = board.device.name
