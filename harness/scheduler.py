@@ -204,7 +204,8 @@ class Board:
     dead: bool = False
     last_error: str = ""
     lease: str | None = None  # the lease id held for the dispatch in flight
-    waiting_on: str = ""  # who holds the board (noted once while waiting)
+    waiting_on: str = ""  # who holds the board's lease (noted once while waiting)
+    locked_by: str = ""  # the lock file error last noted (once while waiting)
     warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
 
 
@@ -372,7 +373,7 @@ class Scheduler:
         if report.status == "busy":
             self._busy(board, dispatch, report.error or "busy")
             return
-        board.losses = 0
+        board.losses, board.locked_by = 0, ""
         board.not_before = time.monotonic() + self.spec.cooldown_s
         run = dispatch.run
         if dispatch.warmup:
@@ -393,8 +394,8 @@ class Scheduler:
         if not dispatch.warmup:
             dispatch.run.attempts -= 1
             self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
-        if board.waiting_on != error:
-            board.waiting_on = error
+        if board.locked_by != error:
+            board.locked_by = error
             self.progress.note(f"{error}; waiting")
 
     def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
