@@ -20,7 +20,7 @@ from harness.matrix import resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
 from harness.scheduler import Scheduler, build_on_ray, check_resources, ray_session
-from harness.sharing import Cancelled, Sharing, lease_ttl, new_holder
+from harness.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
 from harness.spec import Spec
 
 
@@ -68,8 +68,9 @@ def run_experiment(spec: Spec, inventory: Inventory, store: Store,
                                 devices=list(selectors) if selectors else None, force=force,
                                 holder=who.holder)
     try:
-        summary = _run(spec, inventory, store, selectors, force, ray_address, stream,
-                       Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+        with job_heartbeat(store, job_id, who.ttl_s / 3):
+            summary = _run(spec, inventory, store, selectors, force, ray_address, stream,
+                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
     except BaseException as exc:
         if one_shot:
             store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")

@@ -12,10 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from db.errors import StoreError
 from db.leases import Claim
 from db.store import Store
 from harness.errors import InputError
@@ -88,3 +94,25 @@ class Sharing:
         if self.job_id is not None and self.store.jobs.heartbeat(self.job_id) == "cancelled":
             raise Cancelled(f"experiment {self.experiment} was cancelled")
         return lost
+
+
+@contextmanager
+def job_heartbeat(store: Store, job_id: int, interval_s: float) -> Iterator[None]:
+    """Heartbeat the job from a thread while the driver may be busy for long (builds, workload
+    generation, planning): a job whose heartbeat stops is taken over by another `serve`."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            try:
+                store.jobs.heartbeat(job_id)
+            except (StoreError, SQLAlchemyError):
+                return  # the driver meets the same store error and reports it
+
+    thread = threading.Thread(target=beat, name="benchfarm-job-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from db.engine import create_store_engine, migrate
 from db.models import Run
 from db.store import Store
+from harness.sharing import job_heartbeat
 
 
 def test_a_taken_board_is_refused_then_handed_over(store: Store) -> None:
@@ -134,3 +135,15 @@ def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> No
         with pytest.raises(IntegrityError), store.engine.begin() as conn:
             conn.execute(Run.__table__.update().where(Run.__table__.c.run_key == "old-run")
                          .values(status="bogus"))
+
+
+def test_a_busy_coordinator_keeps_its_job(store: Store) -> None:
+    """While the driver builds and plans (no scheduler ticks), a thread heartbeats its job, so
+    no `serve` takes it over; once that stops, one does."""
+    job = store.jobs.add("busy", "/s/busy.toml", "name = 'busy'\n", owner="ann")
+    assert store.jobs.claim_next("serve-1", stale_after_s=60).id == job
+    with job_heartbeat(store, job, 0.2):
+        time.sleep(1.5)
+        assert store.jobs.claim_next("serve-2", stale_after_s=1) is None
+    time.sleep(1.2)
+    assert store.jobs.claim_next("serve-2", stale_after_s=1).id == job
