@@ -3,6 +3,7 @@ waiting, turns, expiry, concurrent coordinators, and the 0003b migration of exis
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -147,3 +148,27 @@ def test_a_busy_coordinator_keeps_its_job(store: Store) -> None:
         assert store.jobs.claim_next("serve-2", stale_after_s=1) is None
     time.sleep(1.2)
     assert store.jobs.claim_next("serve-2", stale_after_s=1).id == job
+
+
+def test_a_write_waits_for_another_writer_instead_of_failing(sqlite_url: str) -> None:
+    """Another process's write transaction holds SQLite's lock for a second: the store's write
+    waits for it (BEGIN IMMEDIATE + busy timeout) instead of raising "database is locked"."""
+    store = Store.open(sqlite_url)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None,
+                            check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO leases (board, lease_id, holder, acquired, heartbeat, expires) "
+                  "VALUES ('x', 'l', 'h', '2026-01-01', '2026-01-01', '2026-01-01')")
+    committer = threading.Timer(1.0, other.commit)
+    committer.start()
+    started = time.monotonic()
+    try:
+        refs = add_refs(store)
+        store.save_run(sample_result(refs, "waited"))
+    finally:
+        committer.join()
+        other.close()
+    assert time.monotonic() - started >= 0.9
+    assert store.get_run("waited").run["status"] == "ok"
+    assert store.leases.get("x").holder == "h"
+    store.close()

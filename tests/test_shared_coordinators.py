@@ -5,6 +5,7 @@ submit -> serve -> queue -> cancel -> restarted serve."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -144,7 +145,10 @@ def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
                  "a run of q-long")
         status = cli("status", "q-long")
         assert status.returncode == 0, status.stderr
-        assert "job 1: running" in status.stdout and "local" in status.stdout, status.stdout
+        assert "job 1: running" in status.stdout, status.stdout
+        # the progress table: board, total, done, failed, pending, running
+        row = re.search(r"^local +8 +(\d+) +0 +(\d+) +([01])$", status.stdout, re.M)
+        assert row and int(row[1]) >= 1 and sum(map(int, row.groups())) == 8, status.stdout
         wait_for(lambda: count_ok(store, "q-long") >= 2 or serve.poll() is not None,
                  "two runs of q-long")
         os.kill(serve.pid, signal.SIGTERM)  # like `ray job stop` or systemd
