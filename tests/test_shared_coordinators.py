@@ -16,7 +16,9 @@ import pytest
 from fixtures_db import fresh_postgres_database
 from fixtures_ray import count_ok, needle_spec, start_cli, stored_runs
 
+from db.leases import utcnow
 from db.store import Store
+from harness.cli import main
 
 DEPTHS = (0.1, 0.4, 0.7, 1.0)  # with exact + sparse: 8 runs per experiment
 
@@ -28,6 +30,34 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]
         proc.kill()
         out, err = proc.communicate()
     return proc.returncode, out, err
+
+
+def wait_for(predicate, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """A quick `benchfarm` command in this process (a new Python would take seconds)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
+def slow_local_board(folder: Path, seconds: float) -> Path:
+    """An inventory whose `local` board sleeps before every command: runs of a known length."""
+    inventory = folder / "slow.toml"
+    inventory.write_text('[[device]]\nname = "local"\n'
+                         f'workdir = "{folder}/work"\n'
+                         f'exec_prefix = ["sh", "-c", "sleep {seconds}; exec \\"$0\\" \\"$@\\""]\n')
+    return inventory
 
 
 def assert_no_overlap(runs: pd.DataFrame) -> None:
@@ -81,65 +111,64 @@ def test_a_killed_holders_lease_expires_and_the_other_coordinator_goes_on(
         ray_address: str, needle_model: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/killed.db"
     store = Store.open(url)
-    ttl = "12"  # longer than the survivor's start: it finds the lease still held
+    ttl = "3"
     victim_spec = needle_spec(tmp_path, "victim", needle_model, ["local"], depths=DEPTHS,
                               ctx=256)
-    victim = start_cli(["--db", url, "run", str(victim_spec), "--ray-address", ray_address,
-                        "--lease-ttl", ttl], tmp_path)
+    survivor_spec = needle_spec(tmp_path, "survivor", needle_model, ["local"],
+                                depths=(0.2, 0.5, 0.8), ctx=256)
+    victim, survivor = (start_cli(["--db", url, "run", str(spec), "--ray-address",
+                                   ray_address, "--lease-ttl", ttl], tmp_path)
+                        for spec in (victim_spec, survivor_spec))
     try:
-        deadline = time.monotonic() + 180
-        while count_ok(store, "victim") < 1 or store.leases.active() == []:
+        def victim_holds_the_board() -> bool:
+            job, lease = store.jobs.latest("victim"), store.leases.get("local")
+            return (count_ok(store, "victim") >= 1 and job is not None and lease is not None
+                    and lease.holder == job.holder and lease.expires > utcnow())
+
+        try:
+            wait_for(lambda: victim_holds_the_board() or victim.poll() is not None,
+                     "the victim to hold the board")
             assert victim.poll() is None, victim.communicate()
-            assert time.monotonic() < deadline, "the coordinator made no progress"
-            time.sleep(0.02)
+        finally:
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.communicate()
+        held = store.leases.get("local")  # read after the kill: it can no longer be renewed
+        assert held.holder == store.jobs.latest("victim").holder
+        code, out, err = finish(survivor)
     finally:
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.communicate()
-    held = store.leases.get("local")
-    assert held is not None and held.experiment == "victim"
-    survivor_spec = needle_spec(tmp_path, "survivor", needle_model, ["local"], depths=(0.5,))
-    survivor = start_cli(["--db", url, "run", str(survivor_spec), "--ray-address",
-                          ray_address, "--lease-ttl", ttl], tmp_path)
-    code, out, err = finish(survivor)
+        if survivor.poll() is None:
+            survivor.kill()
     assert code == 0, err
-    assert "2 ok" in out
-    assert f"is leased by {held.holder}" in err
+    assert "6 ok" in out, out
     survived = stored_runs(store, "survivor")
     assert set(survived["status"]) == {"ok"}
-    # nothing of the survivor ran on the board before the dead holder's lease ran out
-    assert survived["started_at"].min() >= held.expires - pd.Timedelta(seconds=1)
+    # the survivor's runs after the kill waited for the dead holder's lease to run out
+    later = survived[survived["started_at"] > held.acquired]
+    assert not later.empty and later["started_at"].min() >= held.expires
     assert store.leases.get("local").holder != held.holder
     store.close()
 
 
-def wait_for(predicate, what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
-        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+        ray_address: str, needle_model: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/queue.db"
     store = Store.open(url)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        proc = start_cli(["--db", url, *args], tmp_path)
-        code, out, err = finish(proc, 60)
-        return subprocess.CompletedProcess(args, code, out, err)
+        return cli_here(capsys, "--db", url, *args)
 
-    # 2048-token prompts: the matrix takes long enough to be stopped halfway
-    long_spec = needle_spec(tmp_path, "q-long", needle_model, ["local"], depths=DEPTHS,
-                            ctx=2048)
+    # runs of a second or more: the matrix is stopped halfway, with a run in flight
+    inventory = str(slow_local_board(tmp_path, 1))
+    long_spec = needle_spec(tmp_path, "q-long", needle_model, ["local"], depths=DEPTHS)
     dropped_spec = needle_spec(tmp_path, "q-dropped", needle_model, ["local"])
     assert cli("submit", str(long_spec), "--priority", "2", "--owner", "ann").returncode == 0
     assert cli("submit", str(dropped_spec)).returncode == 0
     queued = cli("queue")
     assert queued.stdout.index("q-long") < queued.stdout.index("q-dropped"), queued.stdout
 
-    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--poll", "0.2"],
-                      tmp_path)
+    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--poll", "0.2",
+                       "--inventory", inventory], tmp_path)
     try:
         wait_for(lambda: count_ok(store, "q-long") >= 1 or serve.poll() is not None,
                  "a run of q-long")
@@ -169,8 +198,9 @@ def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
     assert cancelled.returncode == 0, cancelled.stderr
     assert cli("cancel", "q-dropped").returncode == 2  # nothing left to cancel
 
-    restarted = cli("serve", "--ray-address", ray_address, "--until-idle")
-    assert restarted.returncode == 0, restarted.stderr
+    restarted = finish(start_cli(["--db", url, "serve", "--ray-address", ray_address,
+                                  "--until-idle", "--inventory", inventory], tmp_path))
+    assert restarted[0] == 0, restarted[2]
     after = stored_runs(store, "q-long")
     assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
     kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
@@ -183,15 +213,18 @@ def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
 
 
 def test_cancel_stops_a_running_job_and_marks_its_in_flight_run(
-        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+        ray_address: str, needle_model: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/cancel.db"
     store = Store.open(url)
-    # 4096-token prompts: a run is in flight most of the time
-    spec = needle_spec(tmp_path, "q-cancel", needle_model, ["local"], depths=DEPTHS, ctx=4096)
-    submit = finish(start_cli(["--db", url, "submit", str(spec)], tmp_path), 60)
-    assert submit[0] == 0, submit[2]
-    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--until-idle"],
-                      tmp_path)
+    # every command 2 s longer than the scheduler waits for a result before it looks at its
+    # job again, so the cancel lands inside a run
+    inventory = slow_local_board(tmp_path, 2)
+    spec = needle_spec(tmp_path, "q-cancel", needle_model, ["local"], depths=DEPTHS)
+    submit = cli_here(capsys, "--db", url, "submit", str(spec))
+    assert submit.returncode == 0, submit.stderr
+    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--until-idle",
+                       "--inventory", str(inventory)], tmp_path)
     try:
         wait_for(lambda: count_ok(store, "q-cancel") >= 1 or serve.poll() is not None,
                  "a first run")
