@@ -149,7 +149,7 @@ def test_a_killed_holders_lease_expires_and_the_other_coordinator_goes_on(
     store.close()
 
 
-def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
+def test_submit_serve_stop_cancel_restart_loses_nothing_and_runs_nothing_twice(
         ray_address: str, needle_model: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path}/queue.db"
@@ -158,14 +158,18 @@ def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
     def cli(*args: str) -> subprocess.CompletedProcess:
         return cli_here(capsys, "--db", url, *args)
 
-    # runs of a second or more: the matrix is stopped halfway, with a run in flight
-    inventory = str(slow_local_board(tmp_path, 1))
-    long_spec = needle_spec(tmp_path, "q-long", needle_model, ["local"], depths=DEPTHS)
-    dropped_spec = needle_spec(tmp_path, "q-dropped", needle_model, ["local"])
-    assert cli("submit", str(long_spec), "--priority", "2", "--owner", "ann").returncode == 0
-    assert cli("submit", str(dropped_spec)).returncode == 0
-    queued = cli("queue")
-    assert queued.stdout.index("q-long") < queued.stdout.index("q-dropped"), queued.stdout
+    # every command 1.5 s longer: SIGTERM and cancel land with a run in flight (longer than the
+    # scheduler waits for a result before it looks at its job again)
+    inventory = str(slow_local_board(tmp_path, 1.5))
+    specs = {name: needle_spec(tmp_path, name, needle_model, ["local"], depths=depths)
+             for name, depths in (("q-long", DEPTHS), ("q-cancel", (0.15, 0.45, 0.75, 0.95)),
+                                  ("q-dropped", DEPTHS))}
+    assert cli("submit", str(specs["q-long"]), "--priority", "2", "--owner", "ann"
+               ).returncode == 0
+    assert cli("submit", str(specs["q-cancel"]), "--priority", "1").returncode == 0
+    assert cli("submit", str(specs["q-dropped"])).returncode == 0
+    queued = cli("queue").stdout
+    assert queued.index("q-long") < queued.index("q-cancel") < queued.index("q-dropped")
 
     serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--poll", "0.2",
                        "--inventory", inventory], tmp_path)
@@ -198,46 +202,29 @@ def test_submit_serve_cancel_restart_loses_nothing_and_runs_nothing_twice(
     assert cancelled.returncode == 0, cancelled.stderr
     assert cli("cancel", "q-dropped").returncode == 2  # nothing left to cancel
 
-    restarted = finish(start_cli(["--db", url, "serve", "--ray-address", ray_address,
-                                  "--until-idle", "--inventory", inventory], tmp_path))
-    assert restarted[0] == 0, restarted[2]
+    # the restarted service finishes q-long, then q-cancel is cancelled in the middle of a run
+    restarted = start_cli(["--db", url, "serve", "--ray-address", ray_address,
+                           "--until-idle", "--inventory", inventory], tmp_path)
+    try:
+        wait_for(lambda: count_ok(store, "q-cancel") >= 1 or restarted.poll() is not None,
+                 "a run of q-cancel")
+        time.sleep(0.3)
+        store.jobs.cancel("q-cancel")
+        code, out, err = finish(restarted)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+    assert code == 0, err
     after = stored_runs(store, "q-long")
     assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
     kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
     assert (kept == before.set_index("run_key").loc[kept.index, "finished_at"]).all()
+    stopped = stored_runs(store, "q-cancel")  # other depths: other runs than q-long's
+    assert set(stopped["status"]) == {"ok", "cancelled"} and len(stopped) < 8
+    assert (stopped["status"] == "cancelled").sum() == 1, stopped[["status", "error"]]
     assert stored_runs(store, "q-dropped").empty
     states = {j.experiment: j.state for j in store.jobs.list(None)}
-    assert states == {"q-long": "done", "q-dropped": "cancelled"}
-    assert "q-long" not in cli("queue").stdout  # nothing active left
-    store.close()
-
-
-def test_cancel_stops_a_running_job_and_marks_its_in_flight_run(
-        ray_address: str, needle_model: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"sqlite:///{tmp_path}/cancel.db"
-    store = Store.open(url)
-    # every command 2 s longer than the scheduler waits for a result before it looks at its
-    # job again, so the cancel lands inside a run
-    inventory = slow_local_board(tmp_path, 2)
-    spec = needle_spec(tmp_path, "q-cancel", needle_model, ["local"], depths=DEPTHS)
-    submit = cli_here(capsys, "--db", url, "submit", str(spec))
-    assert submit.returncode == 0, submit.stderr
-    serve = start_cli(["--db", url, "serve", "--ray-address", ray_address, "--until-idle",
-                       "--inventory", str(inventory)], tmp_path)
-    try:
-        wait_for(lambda: count_ok(store, "q-cancel") >= 1 or serve.poll() is not None,
-                 "a first run")
-        time.sleep(0.3)
-        store.jobs.cancel("q-cancel")
-        code, out, err = finish(serve, 120)
-    finally:
-        if serve.poll() is None:
-            serve.kill()
-    assert code == 0, err
+    assert states == {"q-long": "done", "q-cancel": "cancelled", "q-dropped": "cancelled"}
     assert "cancelled" in out
-    runs = stored_runs(store, "q-cancel")
-    assert set(runs["status"]) <= {"ok", "cancelled"} and len(runs) < 8
-    assert (runs["status"] == "cancelled").sum() == 1, runs[["status", "error"]]
-    assert store.jobs.latest("q-cancel").state == "cancelled"
+    assert "q-long" not in cli("queue").stdout  # nothing active left
     store.close()
