@@ -6,9 +6,12 @@ DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, withou
 
 from __future__ import annotations
 
+import functools
+import random
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -24,6 +27,12 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_FULL", "SQLITE_IOERR")
 # Execution option naming the statement that opens a SQLite transaction (see migrate).
 SQLITE_BEGIN = "benchfarm_sqlite_begin"
+# How long a SQLite statement waits for another process's write lock before it gives up, and
+# how many times a whole transaction is then retried (see retry_locked).
+BUSY_TIMEOUT_S = 10.0
+LOCKED_RETRIES = 5
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -65,7 +74,9 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
         if database in ("", ":memory:"):
             # One shared connection, or every connection would see its own empty database.
             options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        elif not database.startswith("file:"):
+        else:
+            options = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+        if database not in ("", ":memory:") and not database.startswith("file:"):
             path = Path(database).expanduser().resolve()
             if not create and not path.is_file():
                 raise StoreInputError(
@@ -127,3 +138,44 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         with connection.begin():
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+
+
+def writer(engine: Engine) -> Engine:
+    """``engine`` for write transactions: on SQLite they open with BEGIN IMMEDIATE.
+
+    A deferred transaction that reads and then writes cannot wait for another writer (SQLite
+    answers "database is locked" at once, since waiting could deadlock); IMMEDIATE takes the
+    write lock first, so it waits in the busy timeout instead. Other backends are unaffected.
+    """
+    return engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+
+
+def is_locked(exc: OperationalError) -> bool:
+    return "database is locked" in str(exc.orig) or "database table is locked" in str(exc.orig)
+
+
+def retry_locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Retry a whole write transaction that met SQLite's busy timeout, then fail with advice.
+
+    Each call of ``method`` must be one transaction, so that a retry redoes all of it.
+    """
+
+    @functools.wraps(method)
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
+        attempt = 0
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except OperationalError as exc:
+                if not is_locked(exc):
+                    raise
+                attempt += 1
+                if attempt > LOCKED_RETRIES:
+                    raise StoreError(
+                        f"the SQLite result store stayed locked by another process for over "
+                        f"{LOCKED_RETRIES * BUSY_TIMEOUT_S:.0f} s; check for a stuck benchfarm "
+                        "process, or use PostgreSQL for many coordinators (README, team and "
+                        "cluster)") from None
+                time.sleep(random.uniform(0.05, 0.5) * attempt)
+
+    return retrying

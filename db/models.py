@@ -112,7 +112,7 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('ok', 'failed', 'interrupted', 'pending')", name="status"
+            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled')", name="status"
         ),
         Index(None, "experiment_id", "status"),
     )
@@ -149,6 +149,7 @@ class Run(Base):
     attn_ms_per_token: Mapped[float | None] = mapped_column(Float)
     prompt_tokens: Mapped[int | None]
     raw_json: Mapped[str | None] = mapped_column(Text)
+    lease_id: Mapped[str | None] = mapped_column(String(36))  # the board lease it ran under
 
 
 class ExperimentRun(Base):
@@ -210,3 +211,54 @@ class OutcomeRow(Base):
     bytes_read: Mapped[int | None] = mapped_column(BigInteger)
     attn_median_ms: Mapped[float | None] = mapped_column(Float)
     extra: Mapped[dict[str, Any]]
+
+
+class Lease(Base):
+    """Who may use a board now: one row per board, taken atomically before each run.
+
+    A lease is free when its row is missing or ``expires`` has passed; its holder renews it
+    (heartbeat) while the run is in flight, so a dead holder's lease lapses by itself.
+    """
+
+    __tablename__ = "leases"
+
+    board: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lease_id: Mapped[str] = mapped_column(String(36), unique=True)  # new for every acquisition
+    holder: Mapped[str] = mapped_column(String(200))  # host:pid:nonce of the coordinator
+    experiment: Mapped[str | None] = mapped_column(String(200))
+    run_key: Mapped[str | None] = mapped_column(String(128))  # None during a warm-up
+    acquired: Mapped[datetime]
+    heartbeat: Mapped[datetime]
+    expires: Mapped[datetime]
+    waiter: Mapped[str | None] = mapped_column(String(200))  # next in turn (see db.leases)
+    waiting_since: Mapped[datetime | None]
+
+
+class Job(Base):
+    """One experiment for a coordinator: queued by `submit`, or run at once by `run`."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "state IN ('queued', 'running', 'done', 'failed', 'cancelled')", name="state"
+        ),
+        Index(None, "state", "priority"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment: Mapped[str] = mapped_column(String(200), index=True)
+    spec_path: Mapped[str] = mapped_column(Text)  # where the spec was read (relative paths)
+    spec_text: Mapped[str] = mapped_column(Text)  # the spec as submitted
+    devices: Mapped[list[Any] | None]  # --devices selectors, None for the spec's own
+    force: Mapped[bool] = mapped_column(Boolean)
+    kind: Mapped[str] = mapped_column(String(8))  # "queue" (submitted) or "run" (one-shot)
+    priority: Mapped[int]
+    owner: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16))
+    holder: Mapped[str | None] = mapped_column(String(200))  # the coordinator running it
+    heartbeat: Mapped[datetime | None]
+    totals: Mapped[dict[str, Any] | None]  # placement (board or class) -> runs in the matrix
+    message: Mapped[str | None] = mapped_column(Text)  # the outcome line or the error
+    submitted_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

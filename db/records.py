@@ -14,8 +14,9 @@ from typing import Any
 
 # A run is "ok" when the engine finished and its output was parsed; "failed" when the engine (or
 # the transport) failed for good; "interrupted" when the coordinator stopped while it was in
-# flight; "pending" when no board could run it (a later `benchfarm run` finishes it).
-RUN_STATUSES = ("ok", "failed", "interrupted", "pending")
+# flight; "pending" when no board could run it (a later `benchfarm run` finishes it);
+# "cancelled" when `benchfarm cancel` stopped its experiment while it was in flight.
+RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled")
 SNAPSHOT_PHASES = ("before", "after")
 
 
@@ -96,6 +97,7 @@ class RunResult:
     attn_ms_per_token: float | None = None
     prompt_tokens: int | None = None
     raw_json: str | None = None  # the engine's stdout, verbatim
+    lease_id: str | None = None  # the board lease (db.leases) the run was made under
     token_timings: list[TokenTiming] = field(default_factory=list)
     outcome: Outcome | None = None
     snapshots: list[Snapshot] = field(default_factory=list)

@@ -21,8 +21,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
-from db.engine import create_store_engine, migrate
+from db.engine import create_store_engine, migrate, retry_locked, writer
 from db.errors import StoreError, StoreInputError
+from db.jobs import Jobs
+from db.leases import Leases
 from db.models import (
     Build,
     Device,
@@ -63,7 +65,10 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self.writer = writer(engine)  # write transactions (BEGIN IMMEDIATE on SQLite)
+        self._sessions = sessionmaker(self.writer, expire_on_commit=False)
+        self.leases = Leases(self.writer)
+        self.jobs = Jobs(self.writer)
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:
@@ -101,6 +106,7 @@ class Store:
 
     # -- reference rows ------------------------------------------------------------------------
 
+    @retry_locked
     def upsert_experiment(self, name: str, spec_text: str, spec_hash: str) -> int:
         """The experiment named ``name``; its spec is updated to the one being run."""
         with self.session() as s:
@@ -112,6 +118,7 @@ class Store:
             s.flush()
             return row.id
 
+    @retry_locked
     def upsert_device(self, name: str, arch: str, cls: str, emulated: bool,
                       info: dict[str, Any]) -> int:
         with self.session() as s:
@@ -124,6 +131,7 @@ class Store:
             s.flush()
             return row.id
 
+    @retry_locked
     def record_build(self, record: dict[str, Any]) -> int:
         """Store a harness BuildRecord (as ``dataclasses.asdict``); one row per (sha256, target)."""
         with self.session() as s:
@@ -142,6 +150,7 @@ class Store:
             s.flush()
             return row.id
 
+    @retry_locked
     def upsert_model(self, path: str, sha256: str, config: dict[str, Any]) -> int:
         with self.session() as s:
             row = s.scalar(select(Model).where(Model.path == str(path), Model.sha256 == sha256))
@@ -152,6 +161,7 @@ class Store:
             s.flush()
             return row.id
 
+    @retry_locked
     def upsert_workload(self, kind: str, params: dict[str, Any], content_hash: str,
                         ids: Iterable[int], answer: str | None = None,
                         needle_span: Iterable[int] | None = None) -> int:
@@ -180,6 +190,7 @@ class Store:
                 done.update(conn.scalars(ok.where(Run.run_key.in_(chunk))))
             return done
 
+    @retry_locked
     def save_run(self, result: RunResult) -> int:
         """Store one run and all its rows in ONE transaction; returns the run id.
 
@@ -189,7 +200,7 @@ class Store:
         _check_result(result)
         values = _run_values(result)
         runs = Run.__table__
-        with self.engine.begin() as conn:
+        with self.writer.begin() as conn:
             run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
             if run_id is None:
                 run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
@@ -203,6 +214,7 @@ class Store:
             _insert_children(conn, run_id, result)
         return run_id
 
+    @retry_locked
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:
         """Make the stored runs with these keys part of the experiment as well.
 
@@ -213,13 +225,14 @@ class Store:
         keys = list(dict.fromkeys(run_keys))
         runs = Run.__table__
         found: dict[str, int] = {}
-        with self.engine.begin() as conn:
+        with self.writer.begin() as conn:
             for chunk in _chunks(keys):
                 found.update(conn.execute(
                     select(runs.c.run_key, runs.c.id).where(runs.c.run_key.in_(chunk))).all())
             _link(conn, experiment_id, list(found.values()))
         return set(keys) - set(found)
 
+    @retry_locked
     def mark_runs(self, keys: Iterable[str], status: str, error: str | None = None) -> set[str]:
         """Set ``status`` (e.g. interrupted, pending) and ``error`` on the stored, non-ok runs.
 
@@ -231,7 +244,7 @@ class Store:
         keys = list(dict.fromkeys(keys))
         runs = Run.__table__
         stored: set[str] = set()
-        with self.engine.begin() as conn:
+        with self.writer.begin() as conn:
             for chunk in _chunks(keys):
                 stored.update(conn.scalars(select(runs.c.run_key).where(runs.c.run_key.in_(chunk))))
                 conn.execute(update(runs)
@@ -283,6 +296,7 @@ RUN_FIELDS = (
     "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "repeat",
     "attempts", "status", "exit_code", "error", "wall_ms", "engine_ms", "overhead_ms",
     "prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens", "raw_json",
+    "lease_id",
 )
 
 

@@ -52,6 +52,10 @@ class CommandTimeout(DeviceError):
     """A command ran past its timeout; its process group was killed."""
 
 
+class BoardLocked(DeviceError):
+    """Another coordinator's command holds the board's lock file; nothing ran (try later)."""
+
+
 class TransferFailed(DeviceError):
     """An artifact could not be pushed, verified or fetched."""
 

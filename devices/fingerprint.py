@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devices.boardlock import check_locked, locked
 from devices.cache import INTACT_FUNCTION, intact_args, push_again
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
 from devices.flags import snapshot_flags
@@ -111,7 +112,8 @@ class ProbedRun:
 
 
 def probed_run(transport: Transport, argv: list[str], timeout: float,
-               cpus: list[int] | None = None, stdin_file: Path | None = None) -> ProbedRun:
+               cpus: list[int] | None = None, stdin_file: Path | None = None,
+               lock: bool = False) -> ProbedRun:
     """``probe``, ``transport.run(argv, ...)``, ``probe`` in one remote command instead of three.
 
     The artifacts that ``argv`` names (elements equal to paths this transport's pushes returned)
@@ -125,15 +127,22 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
     carry a random token, and the command's stderr is returned without them. Its wall time is
     taken on the device (GNU date), so it leaves out the SSH round trip; where the device's
     `date` has no nanoseconds it is the whole remote command's wall time.
+
+    With ``lock`` the whole command runs under the board's lock file (devices.boardlock) and
+    raises BoardLocked, having run nothing, when another coordinator's command holds it.
     """
     marker = f"benchfarm-probe-{secrets.token_hex(8)}"
     for attempt in (1, 2):
         first = "-" if transport.static_facts else "static"
         command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}", first,
                    *intact_args(transport, argv), *device_argv(transport.device, argv, cpus)]
+        if lock:
+            command = locked(command)
         started = time.time()
         whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
                                    stdin_file=stdin_file)
+        if lock:
+            check_locked(transport.device.name, transport.device.workdir, whole)
         if not (whole.exit_code == STALE_EXIT and whole.stderr == f"{marker} stale\n"):
             break
         if attempt == 2:

@@ -11,12 +11,18 @@ import importlib
 import os
 import sys
 
+from harness.errors import sigterm_as_interrupt, terminated
+
 SUBCOMMANDS = [
     "build",
     "workload",
     "farm",
     "devices",
     "run",
+    "submit",
+    "serve",
+    "queue",
+    "cancel",
     "status",
     "runs",
     "export",
@@ -59,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    sigterm_as_interrupt()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        if terminated():
+            print("benchfarm: stopped by SIGTERM", file=sys.stderr)
+            return 143
         print("benchfarm: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - mapped to exit codes below

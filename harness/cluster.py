@@ -17,7 +17,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from devices.inventory import Device
-from harness.errors import InputError, RunFailure
+from harness.errors import InputError, RunFailure, sigterm_as_interrupt
 
 NAMESPACE = "benchfarm"  # the board runners and artifact servers are named actors in it
 # How long the board runners may take to start (on a cluster: fetching the code first).
@@ -87,6 +87,7 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
                      object_store_memory=256 * 1024 * 1024)
     except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
         raise join_failure(str(address), exc) from exc
+    sigterm_as_interrupt()  # ray.init replaced the handler with an immediate exit
     try:
         yield
     finally:

@@ -1,7 +1,14 @@
-"""`benchfarm run` end to end: plan a spec on Ray, run what is missing, report the counts."""
+"""`benchfarm run` (and each job of `benchfarm serve`) end to end: plan a spec on Ray, run what
+is missing, report the counts.
+
+Every coordination is a job in the store (db.jobs): `run` adds one that it runs at once,
+`serve` claims a queued one. The job carries the matrix's totals per placement (for `status`)
+and its heartbeat; board leases make coordinators sharing a store take turns on each board.
+"""
 
 from __future__ import annotations
 
+import getpass
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,10 +17,11 @@ from typing import TextIO
 from db.store import Store
 from devices.inventory import Inventory
 from harness.cluster import check_resources, ray_session
-from harness.matrix import MAX_RUNS, check_size, resolve_placements
+from harness.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan import make_plan
 from harness.progress import Progress
 from harness.scheduler import Scheduler, build_on_ray
+from harness.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
 from harness.spec import Spec
 
 
@@ -23,39 +31,87 @@ class RunSummary:
     total: int  # runs in the matrix
     skipped: int  # already stored as ok
     counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
+    cancelled: bool = False  # stopped by `benchfarm cancel`
 
     @property
     def complete(self) -> bool:
-        return not (self.counts["pending"] or self.counts["interrupted"])
+        return not (self.counts["pending"] or self.counts["interrupted"] or self.cancelled)
 
     def line(self) -> str:
         c = self.counts
-        return (f"experiment {self.experiment}: {self.total} runs in the matrix, "
+        line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
                 f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
                 f"{c['pending']} pending now")
+        if c["elsewhere"]:
+            line += f", {c['elsewhere']} done meanwhile by another coordinator"
+        return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
+
+
+@dataclass
+class Coordinator:
+    """Who is coordinating: the holder id for leases and jobs, and the lease time."""
+
+    holder: str = field(default_factory=new_holder)
+    ttl_s: float = field(default_factory=lease_ttl)
 
 
 def run_experiment(spec: Spec, inventory: Inventory, store: Store,
                    selectors: Sequence[str] | None = None, force: bool = False,
                    ray_address: str | None = None, stream: TextIO | None = None,
-                   max_runs: int = MAX_RUNS) -> RunSummary:
+                   max_runs: int = MAX_RUNS, coordinator: Coordinator | None = None,
+                   job_id: int | None = None) -> RunSummary:
+    """Run the spec's missing runs; ``job_id``: the queued job being served (else a one-shot
+    job is recorded, finished when this returns)."""
+    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
+    check_size(spec, placements, max_runs)  # before Ray starts and before anything is stored
+    who = coordinator or Coordinator()
+    one_shot = job_id is None
+    if one_shot:
+        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=getpass.getuser(),
+                                devices=list(selectors) if selectors else None, force=force,
+                                holder=who.holder)
+    try:
+        with job_heartbeat(store, job_id, who.ttl_s / 3):
+            summary = _run(spec, inventory, store, placements, selectors, force, ray_address,
+                           stream, Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+    except BaseException as exc:
+        if one_shot:
+            store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+        raise
+    if one_shot:
+        store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())
+    return summary
+
+
+def inventory_resources(inventory: Inventory) -> dict[str, float]:
+    """The Ray custom resources a local Ray instance declares for the inventory's boards: a
+    runner holds its board's resources while it lives, so a local instance, where every board
+    runs, declares enough for all of them at once."""
     resources: dict[str, float] = {}
     for device in inventory.devices.values():
         for name, amount in device.resources.items():
-            # a runner holds its board's resources while it lives: a local instance, where
-            # every board runs, declares enough for all of them at once
             resources[name] = resources.get(name, 0.0) + amount
-    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
-    check_size(spec, placements, max_runs)  # before Ray starts and before anything is stored
-    with ray_session(ray_address, resources):
+    return resources
+
+
+def _run(spec: Spec, inventory: Inventory, store: Store, placements: list[Placement],
+         selectors: Sequence[str] | None, force: bool, ray_address: str | None,
+         stream: TextIO | None, sharing: Sharing) -> RunSummary:
+    with ray_session(ray_address, inventory_resources(inventory)):
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
         plan = make_plan(spec, inventory, store, build_on_ray, selectors, force)
+        if sharing.job_id is not None:
+            store.jobs.set_totals(sharing.job_id,
+                                  dict(Counter(r.placement.key for r in plan.runs)))
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
         progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, stream)
         progress.show()
+        scheduler = Scheduler(plan, store, progress, sharing)
         try:
             if plan.todo:
-                summary.counts = Scheduler(plan, store, progress).run()
+                summary.counts = scheduler.run()
+        except Cancelled:
+            summary.counts, summary.cancelled = scheduler.counts, True
         finally:
             progress.close()
     return summary

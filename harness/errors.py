@@ -5,6 +5,9 @@ Every project exception that a user can act on carries an ``exit_code`` class at
 follow the same convention without importing this module (they import none of the others).
 """
 
+import signal
+import threading
+
 
 class BenchfarmError(Exception):
     exit_code = 1
@@ -20,3 +23,28 @@ class RunFailure(BenchfarmError):
     """Something failed while running (a build, a remote command, a store write)."""
 
     exit_code = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`, `ray job stop`, systemd): handled like Ctrl-C."""
+
+
+_terminated: list[int] = []  # the SIGTERMs received (libraries may re-raise a plain
+# KeyboardInterrupt in place of ours, so the CLI asks terminated() instead of the type)
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    _terminated.append(signum)
+    raise Terminated
+
+
+def terminated() -> bool:
+    """Whether this process received SIGTERM."""
+    return bool(_terminated)
+
+
+def sigterm_as_interrupt() -> None:
+    """Make SIGTERM raise Terminated in the main thread (ray.init installs its own handler,
+    which exits at once, so call this again after it)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)

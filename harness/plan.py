@@ -79,6 +79,7 @@ class Plan:
     runs: list[PlannedRun]  # the whole matrix, in run order
     catalogue: Catalogue  # the artifacts the runs name, by sha256, where the driver has them
     todo: list[PlannedRun] = field(default_factory=list)  # the runs to execute now
+    force: bool = False  # redo runs stored as ok
 
     @property
     def skipped(self) -> int:
@@ -229,4 +230,4 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
     done = set() if force else store.completed_run_keys([r.key for r in runs])
     todo = [r for r in runs if r.key not in done]
     return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, catalogue,
-                todo)
+                todo, force)

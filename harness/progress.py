@@ -29,7 +29,7 @@ class Progress:
     @property
     def remaining(self) -> int:
         return self.total - sum(self.counts[s] for s in ("ok", "failed", "pending",
-                                                          "interrupted"))
+                                                          "interrupted", "elsewhere"))
 
     def record(self, board: str | None, status: str, label: str = "") -> None:
         """Count one run that reached a final state this session; print the progress."""

@@ -10,6 +10,8 @@ which is the only writer.
 A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
 retry elsewhere; an engine that exits non-zero, or prints a document outside the schema, is a
 ``failed`` run with its exit code and stderr, or the reason the document was refused.
+Every command runs under the board's lock file (devices.boardlock); one that finds it taken by
+another coordinator is reported ``busy``, having run nothing, and the scheduler tries later.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from db.records import Outcome, RunResult, Snapshot, timings_from_steps
-from devices.errors import CommandTimeout, DeviceError
+from devices.boardlock import check_locked, locked
+from devices.errors import BoardLocked, CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
-from devices.transport import Transport
+from devices.transport import Transport, device_argv
 from harness import engine_output, workloads
 from harness.artifacts import ArtifactError, ArtifactMismatch, NodeCache
 from harness.matrix import EngineConfig, WorkloadPoint
@@ -60,7 +63,7 @@ class RunJob:
 class RunReport:
     run_key: str
     device: str
-    status: str  # ok | failed | lost
+    status: str  # ok | failed | lost | busy (the board's lock file was taken; nothing ran)
     started_at: datetime
     finished_at: datetime
     wall_ms: float  # the whole run as the actor saw it: pushes, fingerprints, engine
@@ -175,13 +178,20 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
             argv += ["--text" if job.command == "ppl" else "--prompt", "-"]
         argv += list(job.options)
         if job.warmup:
-            result = transport.run(argv, timeout=job.timeout_s, stdin_file=ids)
+            device = transport.device
+            result = transport.run_host(locked(device_argv(device, argv, None)),
+                                        timeout=job.timeout_s, stdin_file=ids)
+            check_locked(device.name, device.workdir, result)
         else:
-            probed = probed_run(transport, argv, timeout=job.timeout_s, stdin_file=ids)
+            probed = probed_run(transport, argv, timeout=job.timeout_s, stdin_file=ids,
+                                lock=True)
             result = probed.result
             report.snapshots = {"before": probed.before, "after": probed.after}
     except (CommandTimeout, ArtifactError) as exc:
         report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except BoardLocked as exc:
+        report.status, report.error = "busy", str(exc)
         return _finish(report, clock)
     except DeviceError as exc:
         report.error = str(exc)

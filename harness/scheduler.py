@@ -10,7 +10,13 @@ Faults: a board that is lost (connection refused, dropped, transfer failed) gets
 the queue, with exponential backoff, up to ``retries`` more tries; a pooled run goes to another
 board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
 runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
-Ctrl-C stores the in-flight runs as interrupted before the actors go.
+Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
+`benchfarm cancel` stores them as cancelled.
+
+Sharing boards with other coordinators (harness.sharing): a board's lease is taken in the store
+before each dispatch, renewed while the run is in flight and released once its result is
+stored; a board leased by another coordinator, or whose lock file another coordinator's
+command holds (status ``busy`` from the runner), is tried again a moment later.
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from harness.runner import (
     scratch_dir,
     to_run_result,
 )
+from harness.sharing import Cancelled, Sharing
 from harness.spec import WORKTREE
+from harness.turns import BoardTurns
 
 # ---------------------------------------------------------------------------------------------
 # Builds: one Ray task per (revision, target)
@@ -161,12 +169,16 @@ class Board:
     losses: int = 0  # consecutive
     dead: bool = False
     last_error: str = ""
+    lease: str | None = None  # the lease id held for the dispatch in flight
+    waiting_on: str = ""  # who holds the board's lease (noted once while waiting)
+    locked_by: str = ""  # the lock file error last noted (once while waiting)
     warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
 
 
-class Scheduler:
-    def __init__(self, plan: Plan, store: Store, progress: Progress) -> None:
+class Scheduler(BoardTurns):
+    def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing) -> None:
         self.plan = plan
+        self.sharing = sharing
         self.spec = plan.spec
         self.store = store
         self.progress = progress
@@ -202,6 +214,7 @@ class Scheduler:
         try:
             wait_placed({n: b.actor for n, b in self.boards.items()}, PLACEMENT_TIMEOUT_S)
             while True:
+                self._renew()
                 self._give_up_unservable()
                 self._dispatch()
                 busy = [b for b in self.boards.values() if b.busy]
@@ -216,11 +229,16 @@ class Scheduler:
                     if board.busy.ref in ready:
                         self._collect(board)
         except KeyboardInterrupt:
-            self._interrupt()
+            self._stop_in_flight("interrupted",
+                                 "the coordinator was interrupted while this run was in flight")
+            raise
+        except Cancelled:
+            self._stop_in_flight("cancelled", "cancelled by `benchfarm cancel` while in flight")
             raise
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
+                self._release(board)
             ray.kill(self.server)
         return self.counts
 
@@ -233,6 +251,13 @@ class Scheduler:
             if run is None:
                 continue
             warmup = board.warmed[run.group] < self.spec.warmups
+            if not self._lease(board, run, warmup, now):
+                continue
+            if not warmup:
+                run = self._first_not_done(board, run, now)
+                if run is None:
+                    self._release(board)
+                    continue
             job: RunJob = replace(run.job, warmup=True) if warmup else run.job
             if not warmup:
                 self._take(run)
@@ -240,28 +265,13 @@ class Scheduler:
             label = f"{board.device.name}: {'warm-up ' if warmup else ''}{job.label}"
             board.busy = Dispatch(board.actor.run.options(name=label).remote(job), run, warmup)
 
-    def _next_for(self, board: Board, now: float) -> PlannedRun | None:
-        name = board.device.name
-        for key in board.serves:
-            others = any(not b.dead and b is not board and key in b.serves
-                         for b in self.boards.values())
-            for run in self.queues[key]:
-                if run.not_before > now:
-                    continue
-                if others and name in run.lost_on:  # leave it to another board of the pool
-                    continue
-                return run
-        return None
-
-    def _take(self, run: PlannedRun) -> None:
-        self.queues[run.placement.key].remove(run)
-
     def _collect(self, board: Board) -> None:
         # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
         # the store write still marks the run interrupted.
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
+        self._release(board)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
@@ -274,7 +284,10 @@ class Scheduler:
         if report.status == "lost":
             self._lost(board, dispatch, report.error or "lost")
             return
-        board.losses = 0
+        if report.status == "busy":
+            self._busy(board, dispatch, report.error or "busy")
+            return
+        board.losses, board.locked_by = 0, ""
         board.not_before = time.monotonic() + self.spec.cooldown_s
         run = dispatch.run
         if dispatch.warmup:
@@ -284,6 +297,7 @@ class Scheduler:
             return
         result = to_run_result(report, run, self.plan.device_ids[board.device.name],
                                self.spec.model)
+        result.lease_id = board.lease
         self.store.save_run(result)
         self.counts[report.status] += 1
         self.progress.record(board.device.name, report.status, run.job.label)
@@ -327,18 +341,19 @@ class Scheduler:
                               f"no board of {key} left to run it ({errors})")
             queue.clear()
 
-    def _interrupt(self) -> None:
+    def _stop_in_flight(self, status: str, error: str) -> None:
         in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
         for board in in_flight:
-            self._placeholder([board.busy.run], "interrupted", board.device.name,
-                              "the coordinator was interrupted while this run was in flight")
+            self._placeholder([board.busy.run], status, board.device.name, error, board.lease)
 
     def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
-                     error: str) -> None:
+                     error: str, lease: str | None = None) -> None:
         """Record runs that did not finish: update stored non-ok rows, insert missing ones."""
         missing = self.store.mark_runs([r.key for r in runs], status, error)
         for run in runs:
             if run.key in missing:
-                self.store.save_run(base_result(run, self.plan.device_ids[device], status, error))
+                result = base_result(run, self.plan.device_ids[device], status, error)
+                result.lease_id = lease
+                self.store.save_run(result)
             self.counts[status] += 1
             self.progress.record(device, status, run.job.label)

@@ -5,6 +5,10 @@ write small specs and read back what the store holds."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +102,20 @@ def stored_runs(store: Store, experiment: str) -> pd.DataFrame:
 def count_ok(store: Store, experiment: str) -> int:
     runs = stored_runs(store, experiment)
     return int((runs["status"] == "ok").sum())
+
+
+def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
+    # A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and a
+    # Python started with SIGINT ignored keeps ignoring it: the CLI gets the default
+    # disposition back here (handlers, unlike ignores, are reset by exec), or Ctrl-C could
+    # not reach it
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -8,13 +8,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from fixtures_ray import CoordFarm, count_ok, needle_spec, stored_runs
+from fixtures_ray import CoordFarm, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
 from devices.flags import snapshot_flags
@@ -105,23 +104,6 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
         assert all("safetensors" in e or "model" in e for e in runs["error"]), runs["error"]
         # failed runs are not "done": a rerun tries them again
         assert run_experiment(spec, inventory, store, ["local"]).skipped == 0
-
-
-def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
-    # A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and a
-    # Python started with SIGINT ignored keeps ignoring it: the CLI gets the default
-    # disposition back here (handlers, unlike ignores, are reset by exec), or Ctrl-C could
-    # not reach it
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,

@@ -18,7 +18,7 @@ from db.models import Base, Run
 from db.store import KEY_CHUNK
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
-          "token_timings", "outcomes", "experiment_runs"}
+          "token_timings", "outcomes", "experiment_runs", "leases", "jobs"}
 
 
 def count(store: Store, table: str) -> int:
@@ -30,7 +30,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0002"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0003b"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -168,7 +168,8 @@ def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
     assert (listing.device, listing.recall, listing.status) == ("rk1", 1.0, "ok")
 
     summary = store.experiment_summary("exp")
-    assert summary.counts == {"ok": 2, "failed": 1, "interrupted": 0, "pending": 0}
+    assert summary.counts == {"ok": 2, "failed": 1, "interrupted": 0, "pending": 0,
+                              "cancelled": 0}
     assert summary.total == 3 and summary.devices == {"local": summary.counts}
     (group,) = summary.groups
     assert (group.runs, group.decode_ms_per_token, group.recall) == (2, 13.5, 1.0)
@@ -273,7 +274,7 @@ def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
     old = Store(engine)  # the 0001 schema: no experiment_runs yet
     refs = add_refs(old)
     values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns}
+              if k in Run.__table__.columns and k != "lease_id"}  # lease_id: 0003b
     with engine.begin() as conn:
         conn.execute(Run.__table__.insert().values(**values))
     old.close()

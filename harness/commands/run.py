@@ -12,9 +12,10 @@ from db.errors import StoreInputError
 from db.queries import RunDuration
 from db.store import Store
 from devices.inventory import Inventory, load_inventory
-from harness.coordinator import run_experiment
+from harness.coordinator import Coordinator, run_experiment
 from harness.estimate import estimate
 from harness.matrix import MAX_RUNS, check_size, count_cells, resolve_placements
+from harness.sharing import lease_ttl, positive_seconds
 from harness.spec import Spec, load_spec
 
 
@@ -47,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the matrix's size and an estimated time from "
                         "stored durations")
+    parser.add_argument("--lease-ttl", type=positive_seconds,
+                        help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
+                             "or 30)")
     parser.set_defaults(func=run)
 
 
@@ -58,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         return dry_run(args, spec, inventory)
     with Store.open(args.db) as store:
         summary = run_experiment(spec, inventory, store, args.devices, args.force,
-                                 args.ray_address, max_runs=args.max_runs)
+                                 args.ray_address, max_runs=args.max_runs,
+                                 coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)))
     print(summary.line())
     return 0 if summary.complete else 1
 

@@ -60,10 +60,26 @@ def render_summary(summary: ExperimentSummary) -> str:
     return "\n".join(parts)
 
 
+def render_progress(store: Store, name: str) -> str:
+    """The newest job of the experiment, and its matrix per board (or class pool)."""
+    job = store.jobs.latest(name)
+    if job is None:
+        return ""
+    parts = [f"job {job.id}: {job.state} (owner {job.owner}, priority {job.priority}"
+             + (f", coordinator {job.holder}" if job.state == "running" else "") + ")"]
+    rows = store.jobs.progress(name)
+    if rows:
+        parts += ["", format_table(["board", "total", "done", "failed", "pending", "running"],
+                                   [row.line for row in rows])]
+    return "\n".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     with Store.open(args.db, create=False) as store:
         if args.experiment:
-            print(render_summary(store.experiment_summary(args.experiment)))
+            summary = store.experiment_summary(args.experiment)
+            progress = render_progress(store, args.experiment)
+            print(render_summary(summary) + (f"\n\n{progress}" if progress else ""))
             return 0
         names = store.list_experiments()
         if not names:

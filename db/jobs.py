@@ -1,0 +1,204 @@
+"""The job queue: experiments submitted for `benchfarm serve`, and one-shot `benchfarm run`s.
+
+A job is ``queued`` until a coordinator claims it (``running``, with the coordinator as its
+``holder``), then ``done``, ``failed`` or ``cancelled``. The holder heartbeats while it runs the
+job; a queued job whose holder stopped heartbeating (a SIGKILLed `serve`) is claimed again by
+the next `serve`, and the runs it already stored as ok are skipped, so nothing runs twice. A
+one-shot run (kind ``run``) whose coordinator vanished is marked failed instead: nobody would
+otherwise know to finish it. ``cancel`` marks a job cancelled; its holder sees it at its next
+heartbeat and stops.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from db.engine import retry_locked
+from db.leases import utcnow
+from db.models import Device, Experiment, ExperimentRun, Job, Lease, Run
+
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+ACTIVE = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    experiment: str
+    spec_path: str
+    spec_text: str
+    devices: list[Any] | None
+    force: bool
+    kind: str
+    priority: int
+    owner: str
+    state: str
+    holder: str | None
+    heartbeat: datetime | None
+    totals: dict[str, Any] | None
+    message: str | None
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PlacementProgress:
+    """One placement (a board, or a class pooling boards) of a running experiment."""
+
+    placement: str
+    total: int  # runs of the matrix placed here
+    done: int  # stored ok
+    failed: int
+    running: int  # boards of the placement leased for this experiment now
+    pending: int  # the rest: not run yet, or interrupted / cancelled / pending rows
+
+    @property
+    def line(self) -> list[object]:
+        return [self.placement, self.total, self.done, self.failed, self.pending, self.running]
+
+
+class Jobs:
+    """The ``jobs`` table; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.table = Job.__table__
+
+    @retry_locked
+    def add(self, experiment: str, spec_path: str, spec_text: str, *, owner: str,
+            devices: list[str] | None = None, force: bool = False, priority: int = 0,
+            holder: str | None = None) -> int:
+        """A queued job, or with ``holder`` a one-shot run that this holder starts now."""
+        moment = utcnow()
+        values: dict[str, Any] = {
+            "experiment": experiment, "spec_path": spec_path, "spec_text": spec_text,
+            "devices": devices, "force": force, "priority": priority, "owner": owner,
+            "kind": "queue", "state": "queued", "submitted_at": moment}
+        if holder is not None:
+            values |= {"kind": "run", "state": "running", "holder": holder,
+                       "heartbeat": moment, "started_at": moment}
+        with self.engine.begin() as conn:
+            return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
+
+    @retry_locked
+    def claim_next(self, holder: str, stale_after_s: float) -> JobInfo | None:
+        """Reclaim jobs of dead holders, then take the queued job of highest priority."""
+        table = self.table
+        moment = utcnow()
+        stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
+        with self.engine.begin() as conn:
+            running = (table.c.state == "running") & stale
+            conn.execute(update(table).where(running, table.c.kind == "queue").values(
+                state="queued", holder=None,
+                message="requeued: its coordinator stopped heartbeating"))
+            conn.execute(update(table).where(running, table.c.kind == "run").values(
+                state="failed", finished_at=moment,
+                message="its `benchfarm run` stopped heartbeating (killed?)"))
+            job_id = conn.scalar(select(table.c.id).where(table.c.state == "queued")
+                                 .order_by(table.c.priority.desc(), table.c.id).limit(1))
+            if job_id is None:
+                return None
+            conn.execute(update(table).where(table.c.id == job_id).values(
+                state="running", holder=holder, heartbeat=moment, started_at=moment,
+                message=None))
+        return self.get(job_id)
+
+    @retry_locked
+    def heartbeat(self, job_id: int) -> str:
+        """Renew the job's heartbeat; returns its state (``cancelled`` means: stop)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(self.table).where(self.table.c.id == job_id)
+                         .values(heartbeat=utcnow()))
+            return conn.scalar(select(self.table.c.state).where(self.table.c.id == job_id))
+
+    @retry_locked
+    def set_totals(self, job_id: int, totals: dict[str, int]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(self.table).where(self.table.c.id == job_id)
+                         .values(totals=dict(totals)))
+
+    @retry_locked
+    def finish(self, job_id: int, state: str, message: str) -> None:
+        """End a running job (a cancelled one stays cancelled; the message is kept)."""
+        if state not in JOB_STATES:
+            raise ValueError(f"job state {state!r}: allowed {', '.join(JOB_STATES)}")
+        table = self.table
+        with self.engine.begin() as conn:
+            conn.execute(update(table).where(table.c.id == job_id).values(message=message))
+            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
+                         .values(state=state, finished_at=utcnow()))
+
+    @retry_locked
+    def requeue(self, job_id: int, message: str) -> None:
+        """Put a running job back in the queue (its coordinator stopped; a restart resumes)."""
+        table = self.table
+        with self.engine.begin() as conn:
+            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
+                         .values(state="queued", holder=None, message=message))
+
+    @retry_locked
+    def cancel(self, experiment: str) -> list[int]:
+        """Cancel the queued and running jobs of ``experiment``; returns their ids."""
+        table = self.table
+        active = (table.c.experiment == experiment) & table.c.state.in_(ACTIVE)
+        with self.engine.begin() as conn:
+            ids = list(conn.scalars(select(table.c.id).where(active)))
+            conn.execute(update(table).where(table.c.id.in_(ids)).values(
+                state="cancelled", finished_at=utcnow(), message="cancelled by `benchfarm cancel`"))
+        return ids
+
+    def get(self, job_id: int) -> JobInfo:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(self.table).where(self.table.c.id == job_id)).one()
+        return JobInfo(**row._mapping)
+
+    def list(self, states: tuple[str, ...] | None = None) -> list[JobInfo]:
+        """Jobs in queue order: running first, then queued by priority, then the rest, newest
+        first."""
+        query = select(self.table)
+        if states:
+            query = query.where(self.table.c.state.in_(states))
+        with self.engine.connect() as conn:
+            jobs = [JobInfo(**row._mapping) for row in conn.execute(query)]
+        order = {"running": 0, "queued": 1}
+        return sorted(jobs, key=lambda j: (order.get(j.state, 2), -j.priority
+                                           if j.state == "queued" else 0,
+                                           j.id if j.state in order else -j.id))
+
+    def latest(self, experiment: str) -> JobInfo | None:
+        """The newest job of ``experiment`` (running ones first)."""
+        jobs = [j for j in self.list() if j.experiment == experiment]
+        return jobs[0] if jobs else None
+
+    def progress(self, experiment: str) -> list[PlacementProgress]:
+        """Per placement of the experiment's newest job: total / done / failed / running /
+        pending; empty when no job recorded its totals."""
+        job = self.latest(experiment)
+        if job is None or not job.totals:
+            return []
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(Run.config, Run.status, Device.name)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.id)
+                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+                .join(Device, Device.id == Run.device_id)
+                .where(Experiment.name == experiment)).all()
+            leased = conn.execute(
+                select(Lease.board, Device.cls).outerjoin(Device, Device.name == Lease.board)
+                .where(Lease.experiment == experiment, Lease.run_key.is_not(None),
+                       Lease.expires >= utcnow())).all()
+        counts: Counter[tuple[str, str]] = Counter(
+            ((config or {}).get("placement", device), status) for config, status, device in rows)
+        result = []
+        for placement, total in sorted(job.totals.items()):
+            done, failed = counts[(placement, "ok")], counts[(placement, "failed")]
+            running = sum(1 for board, cls in leased if placement in (board, cls))
+            result.append(PlacementProgress(placement, total, done, failed, running,
+                                            max(total - done - failed - running, 0)))
+        return result
