@@ -17,8 +17,8 @@ from pathlib import Path
 from db.jobs import JobInfo
 from db.store import Store
 from devices.inventory import Inventory, load_inventory
+from harness.cluster import ray_session
 from harness.coordinator import Coordinator, inventory_resources, run_experiment
-from harness.scheduler import ray_session
 from harness.sharing import lease_ttl, positive_seconds
 from harness.spec import parse_spec
 
