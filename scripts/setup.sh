@@ -13,6 +13,7 @@ packages=(
   chromium                                                         # report rendering test
   postgresql                                                       # the store on a non-SQLite URL
   procps util-linux                                                # taskset, ps for fingerprints
+  cmake ninja-build g++ g++-aarch64-linux-gnu                      # llama.cpp (llama-bench engine)
 )
 missing=()
 for pkg in "${packages[@]}"; do
