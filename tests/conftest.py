@@ -6,4 +6,5 @@ pytest_plugins = [
     "fixtures_farm",
     "fixtures_db",
     "fixtures_ray",
+    "fixtures_llama",
 ]

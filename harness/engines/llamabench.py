@@ -126,7 +126,7 @@ class LlamaBenchConfig:
         return self.cache_type
 
 
-def test_name(row: dict[str, Any]) -> str:
+def bench_test_name(row: dict[str, Any]) -> str:
     """llama-bench's own names: pp512, tg128, pp512+tg128; ``@d<n>`` at a depth."""
     n_prompt, n_gen, depth = (int(row.get(k) or 0) for k in ("n_prompt", "n_gen", "n_depth"))
     parts = ([f"pp{n_prompt}"] if n_prompt else []) + ([f"tg{n_gen}"] if n_gen else [])
@@ -193,7 +193,7 @@ class LlamaBenchEngine:
                 result.prefill_ms, result.prompt_tokens = mean_ms, n_prompt
             elif n_gen and not n_prompt:
                 result.decode_ms_per_token = mean_ms / n_gen
-            tests.append({"test": test_name(row)}
+            tests.append({"test": bench_test_name(row)}
                          | {k: v for k, v in row.items() if k not in BUILD_FIELDS})
         build = {k: data[0].get(k) for k in BUILD_FIELDS} if data else {}
         result.extra = {"llama_bench": {"tests": tests, "build": build}}
