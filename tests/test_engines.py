@@ -13,7 +13,7 @@ import pytest
 
 from harness.engines import ENGINES, get_engine
 from harness.engines.base import Measurements
-from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, options, bench_test_name
+from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.errors import InputError
 from harness.spec import parse_spec
 from harness.workloads import decode_prompt
