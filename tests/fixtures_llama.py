@@ -2,7 +2,8 @@
 minutes the first time), and the shipped needle model converted to GGUF in the session.
 
 The llama.cpp build is opt-in like PostgreSQL: BENCHFARM_TEST_LLAMACPP=1 (scripts/test.sh sets
-it). Without it the tests that need llama-bench are skipped, saying so."""
+it once both targets are built and cached). Without it the tests that need llama-bench are
+skipped, saying so."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ LLAMA_OPT_IN = "BENCHFARM_TEST_LLAMACPP"
 def llama_build(target: str) -> Path:
     if os.environ.get(LLAMA_OPT_IN) != "1":
         pytest.skip(f"llama.cpp tests are opt-in: set {LLAMA_OPT_IN}=1 (builds llama-bench "
-                    "once into build/llama-cpp; scripts/test.sh does)")
+                    "once into build/llama-cpp; scripts/test.sh does when both targets are cached)")
     return Path(build_llama_bench(target).binary)
 
 

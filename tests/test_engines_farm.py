@@ -17,6 +17,7 @@ from harness.coordinator import run_experiment
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.spec import load_spec
 from reports.aggregate import load_experiment, timing_table
+from reports.audit.evidence import select
 from reports.compare import compare_runs
 from reports.render import render_report
 
@@ -94,6 +95,7 @@ max_new = {MAX_NEW}
     for row in comparison.table.itertuples():
         mask = (llama["device_name"] == row.device)
         assert row.median_b == pytest.approx(llama.loc[mask, "decode_ms_per_token"].iloc[0])
+    assert len(select(data.runs, {"engine": ["llama-bench"]})) == 2  # claims select by engine
     index = render_report(store, "engines", tmp_path / "report")
     assert "llama-bench kv=f16 t=1" in index.read_text()
     store.close()
