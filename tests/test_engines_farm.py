@@ -15,6 +15,8 @@ from db.store import Store
 from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
+from harness.errors import InputError
+from harness.reproduce import reproduce
 from harness.spec import load_spec
 from reports.aggregate import load_experiment, timing_table
 from reports.audit.evidence import select
@@ -98,4 +100,6 @@ max_new = {MAX_NEW}
     assert len(select(data.runs, {"engine": ["llama-bench"]})) == 2  # claims select by engine
     index = render_report(store, "engines", tmp_path / "report")
     assert "llama-bench kv=f16 t=1" in index.read_text()
+    with pytest.raises(InputError, match="reproduce reruns lmc runs only"):
+        reproduce(store, str(x86["run_key"]), load_inventory(coord_farm.inventory))
     store.close()
