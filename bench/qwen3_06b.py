@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.engines.gguf import round_to_bf16_bits
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO_ROOT / "build" / "models"
 DTYPES = ("F32", "BF16")
@@ -99,13 +101,6 @@ def hf_config(shape: Qwen3Shape, dtype: str) -> dict:
         "tie_word_embeddings": True,
         "torch_dtype": {"F32": "float32", "BF16": "bfloat16"}[dtype],
     }
-
-
-def round_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> the upper 16 bits of its nearest bfloat16 (round half to even), as uint16."""
-    bits = values.astype(np.float32).view(np.uint32)
-    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return ((bits + rounding) >> np.uint32(16)).astype(np.uint16)
 
 
 def tensor_chunks(name: str, dims: tuple[int, ...], kind: str, seed: int):

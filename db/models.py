@@ -69,6 +69,7 @@ class Build(Base):
     __table_args__ = (UniqueConstraint("binary_sha256", "target"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    engine: Mapped[str] = mapped_column(String(32), server_default="lmc")  # harness.engines name
     target: Mapped[str] = mapped_column(String(32))
     variant: Mapped[str] = mapped_column(String(32))
     toolchain: Mapped[str] = mapped_column(String(32))
@@ -124,6 +125,7 @@ class Run(Base):
     build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id"))
     model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"))
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
+    engine: Mapped[str] = mapped_column(String(32), server_default="lmc")  # harness.engines name
     command: Mapped[str] = mapped_column(String(32))
     config: Mapped[dict[str, Any]]
     policy: Mapped[str | None] = mapped_column(String(32))

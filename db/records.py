@@ -68,8 +68,9 @@ class RunResult:
     run_key: str
     experiment_id: int
     device_id: int
-    command: str  # engine subcommand: "generate", "ppl" or "attn-bench"
+    command: str  # engine subcommand: "generate", "ppl", "attn-bench"; "llama-bench"
     status: str = "ok"  # one of RUN_STATUSES
+    engine: str = "lmc"  # the harness.engines adapter that ran it
     build_id: int | None = None
     model_id: int | None = None  # None for `attn-bench` (synthetic data)
     workload_id: int | None = None

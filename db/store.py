@@ -140,6 +140,7 @@ class Store:
             if row is None:
                 row = Build(created_at=now())
                 s.add(row)
+            row.engine = str(record.get("engine", "lmc"))
             for column in ("target", "variant", "toolchain", "compiler", "compiler_version",
                            "source_hash", "revision", "binary", "binary_sha256"):
                 setattr(row, column, str(record[column]))
@@ -292,8 +293,8 @@ def _check_result(result: RunResult) -> None:
 
 
 RUN_FIELDS = (
-    "run_key", "experiment_id", "device_id", "build_id", "model_id", "workload_id", "command",
-    "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "repeat",
+    "run_key", "experiment_id", "device_id", "build_id", "model_id", "workload_id", "engine",
+    "command", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "repeat",
     "attempts", "status", "exit_code", "error", "wall_ms", "engine_ms", "overhead_ms",
     "prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens", "raw_json",
     "lease_id",

@@ -195,6 +195,7 @@ class BuildRecord:
     build_seconds: float
     rebuilt: bool
     extra: dict = field(default_factory=dict)
+    engine: str = "lmc"  # the harness.engines adapter the binary belongs to
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from harness.engines.llamabench import NAME as LLAMA_BENCH
+from harness.engines.llamabench import LlamaBenchConfig
 from harness.errors import InputError
 from harness.spec import SWITCHES, Spec, WorkloadAxes
 
@@ -103,10 +105,11 @@ class WorkloadPoint:
 @dataclass(frozen=True)
 class Cell:
     workload: WorkloadPoint
-    config: EngineConfig
+    config: EngineConfig | LlamaBenchConfig  # the config record of the cell's engine
     revision: str
     placement: Placement
     repeat: int
+    engine: str = "lmc"  # harness.engines name
 
 
 def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
@@ -187,17 +190,29 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
 def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
     """All cells of the matrix, in a fixed order (revision, placement, workload, config, repeat).
 
-    Policy-specific axes are crossed with their own policy only (see harness.spec).
+    Policy-specific axes are crossed with their own policy only (see harness.spec). lmc's cells
+    cross the spec's revisions; llama-bench's (decode workloads only) are built from its own
+    source, once per placement.
     """
     cells = []
-    for revision in spec.revisions:
+    if "lmc" in spec.engines:
+        for revision in spec.revisions:
+            for placement in placements:
+                for workload in spec.workloads:
+                    configs = _engine_configs(spec, workload.kind, placement.threads)
+                    for point in _workload_points(workload):
+                        for config in configs:
+                            for repeat in range(spec.repeats):
+                                cells.append(Cell(point, config, revision, placement, repeat))
+    if spec.llama_bench is not None:
         for placement in placements:
-            for workload in spec.workloads:
-                configs = _engine_configs(spec, workload.kind, placement.threads)
+            configs = spec.llama_bench.configs(placement.threads)
+            for workload in (w for w in spec.workloads if w.kind == "decode"):
                 for point in _workload_points(workload):
                     for config in configs:
                         for repeat in range(spec.repeats):
-                            cells.append(Cell(point, config, revision, placement, repeat))
+                            cells.append(Cell(point, config, LLAMA_BENCH, placement, repeat,
+                                              engine=LLAMA_BENCH))
     return cells
 
 

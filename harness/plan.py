@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,14 @@ from devices.inventory import Device, Inventory
 from harness import workloads
 from harness.artifacts import Catalogue
 from harness.build import BuildRecord, git_output, sha256_file
+from harness.engines import llamabench
+from harness.engines.base import Artifact
+from harness.engines.llamabench import NAME as LLAMA_BENCH
+from harness.engines.llamabench import LlamaBenchAxes, LlamaBenchConfig, LlamaBenchEngine
 from harness.errors import InputError
 from harness.matrix import (
     Cell,
+    EngineConfig,
     Placement,
     WorkloadPoint,
     expand,
@@ -166,6 +171,64 @@ def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> M
                             answer, stop_id)
 
 
+def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree: str | None,
+            material: MaterialWorkload, timeout_s: float) -> RunJob:
+    config = cell.config
+    assert isinstance(config, EngineConfig)
+    return RunJob(
+        run_key="",
+        label=f"{cell.workload.label()} {config.policy}"
+              + (f" k={config.k}" if config.k is not None else ""),
+        command=cell.workload.command,
+        binary=record.binary,
+        binary_sha256=record.binary_sha256,
+        model_dir=None if model_dir is None else str(model_dir),
+        model_sha256=None if model_dir is None else model_tree,
+        ids=material.ids,
+        options=engine_options(cell.workload, config, material.stop_id),
+        timeout_s=timeout_s,
+    )
+
+
+def llama_job(cell: Cell, record: BuildRecord, artifact: Artifact, timeout_s: float) -> RunJob:
+    config = cell.config
+    assert isinstance(config, LlamaBenchConfig)
+    return RunJob(
+        run_key="",
+        label=f"{cell.workload.label()} llama-bench {config.gguf_type}",
+        command=LLAMA_BENCH,
+        binary=record.binary,
+        binary_sha256=record.binary_sha256,
+        model_dir=str(artifact.path),
+        model_sha256=artifact.sha256,
+        model_file=True,  # one GGUF file, not a model folder
+        ids=None,  # llama-bench makes its own tokens
+        options=llamabench.options(cell.workload.get("ctx"), cell.workload.get("max_new"),
+                                   config),
+        timeout_s=timeout_s,
+        engine=LLAMA_BENCH,
+    )
+
+
+def llama_builds(axes: LlamaBenchAxes, archs: list[str]) -> dict[tuple[str, str], BuildRecord]:
+    """llama-bench for every architecture, on the driver (cached: instant once built)."""
+    engine = LlamaBenchEngine(axes.source, axes.rev)
+    return {(LLAMA_BENCH, arch): engine.build(arch) for arch in archs}
+
+
+def llama_artifacts(axes: LlamaBenchAxes, model_dir: Path | None,
+                    store: Store) -> dict[str, tuple[Artifact, int]]:
+    """Per GGUF type: the GGUF file (converted from the spec's model, or the one named) and its
+    models row."""
+    engine = LlamaBenchEngine(axes.source, axes.rev)
+    found = {}
+    for gguf_type in axes.gguf_type:
+        artifact = engine.artifact(model_dir, gguf_type, axes.gguf)
+        found[gguf_type] = (artifact, store.upsert_model(str(artifact.path), artifact.sha256,
+                                                         artifact.info))
+    return found
+
+
 def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
               selectors: Sequence[str] | None = None, force: bool = False) -> Plan:
     devices = list(inventory.devices.values())
@@ -173,8 +236,13 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
     check_revisions(spec)
     boards = {name: inventory.devices[name] for p in placements for name in p.devices}
 
-    targets = sorted({(rev, p.arch) for rev in spec.revisions for p in placements})
-    builds = build(targets)
+    archs = sorted({p.arch for p in placements})
+    builds = build([(rev, arch) for rev in spec.revisions for arch in archs]) \
+        if "lmc" in spec.engines else {}
+    llama_models: dict[str, tuple[Artifact, int]] = {}
+    if spec.llama_bench is not None:
+        builds |= llama_builds(spec.llama_bench, archs)
+        llama_models = llama_artifacts(spec.llama_bench, spec.model, store)
     build_ids = {target: store.record_build(asdict(record)) for target, record in builds.items()}
 
     catalogue = Catalogue.empty()
@@ -185,6 +253,8 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
         model_sha, config = model_identity(spec.model)
         model_id = store.upsert_model(str(spec.model), model_sha, config)
         model_tree = catalogue.add_tree(spec.model)
+    for artifact, _ in llama_models.values():
+        catalogue.add_file(artifact.path, artifact.sha256)
     experiment_id = store.upsert_experiment(spec.name, spec.text, spec.hash)
     device_ids = {
         name: store.upsert_device(name, d.arch, d.cls, d.emulated,
@@ -200,27 +270,22 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
         if material is None:
             material = materials[cell.workload] = materialise(store, spec.model, cell.workload)
         record = builds[(cell.revision, cell.placement.arch)]
-        key = run_key(asdict(record), model_sha, material.hash, cell)
-        uses_model = cell.workload.kind != "attn-bench"
-        job = RunJob(
-            run_key=key,
-            label=f"{cell.workload.label()} {cell.config.policy}"
-                  + (f" k={cell.config.k}" if cell.config.k is not None else ""),
-            command=cell.workload.command,
-            binary=record.binary,
-            binary_sha256=record.binary_sha256,
-            model_dir=str(spec.model) if uses_model else None,
-            model_sha256=model_tree if uses_model else None,
-            ids=material.ids,
-            options=engine_options(cell.workload, cell.config, material.stop_id),
-            timeout_s=spec.timeout_s,
-        )
+        if isinstance(cell.config, LlamaBenchConfig):
+            artifact, cell_model_id = llama_models[cell.config.gguf_type]
+            cell_sha, uses_model = artifact.sha256, True
+            job = llama_job(cell, record, artifact, spec.timeout_s)
+        else:
+            cell_sha, cell_model_id = model_sha, model_id
+            uses_model = cell.workload.kind != "attn-bench"
+            job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
+                          material, spec.timeout_s)
+        key = run_key(asdict(record), cell_sha, material.hash, cell)
         runs.append(PlannedRun(
-            key=key, cell=cell, job=job,
-            group=f"{record.binary_sha256}/{model_sha if uses_model else '-'}",
+            key=key, cell=cell, job=replace(job, run_key=key),
+            group=f"{record.binary_sha256}/{cell_sha if uses_model else '-'}",
             experiment_id=experiment_id,
             build_id=build_ids[(cell.revision, cell.placement.arch)],
-            model_id=model_id if uses_model else None,
+            model_id=cell_model_id if uses_model else None,
             workload_id=material.workload_id,
             answer=material.answer,
         ))

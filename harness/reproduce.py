@@ -121,6 +121,9 @@ def reproduce(store: Store, run: str, inventory: Inventory,
     row = detail.run
     if row["status"] != "ok":
         raise InputError(f"run {row['id']} is {row['status']}; only ok runs can be reproduced")
+    if row.get("engine", "lmc") != "lmc":
+        raise InputError(f"run {row['id']} ran engine {row['engine']}; reproduce reruns lmc "
+                         "runs only (rerun its spec with --force instead)")
     options = (row.get("config") or {}).get("argv_options")
     if detail.build is None or options is None:
         raise InputError(f"run {row['id']} has no recorded build or engine flags "

@@ -32,6 +32,7 @@ from devices.fingerprint import probed_run
 from devices.transport import Transport, device_argv
 from harness import engine_output, workloads
 from harness.artifacts import ArtifactError, ArtifactMismatch, NodeCache
+from harness.engines import get_engine
 from harness.matrix import EngineConfig, WorkloadPoint
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class RunJob:
     options: tuple[str, ...]  # engine flags after the file arguments
     timeout_s: float
     warmup: bool = False
+    engine: str = "lmc"  # harness.engines name: how argv is made and stdout parsed
+    model_file: bool = False  # the model is one file (a GGUF for llama-bench), not a folder
 
 
 @dataclass
@@ -71,7 +74,7 @@ class RunReport:
     engine_ms: float | None = None  # the engine process alone
     stdout: str = ""
     error: str | None = None
-    engine_json: dict[str, Any] | None = None
+    engine_json: Any = None  # the engine's parsed stdout (lmc: a dict; llama-bench: a list)
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> fingerprint
 
 
@@ -140,7 +143,9 @@ def localise(job: RunJob, cache: NodeCache) -> RunJob:
     binary = cache.blob(job.binary_sha256, f"engine binary {Path(job.binary).name}")
     model = None
     if job.model_sha256 is not None and job.model_dir is not None:
-        model = str(cache.tree(job.model_sha256, f"model {Path(job.model_dir).name}"))
+        name = f"model {Path(job.model_dir).name}"
+        model = str(cache.blob(job.model_sha256, name) if job.model_file
+                    else cache.tree(job.model_sha256, name))
     return replace(job, binary=str(binary), model_dir=model)
 
 
@@ -167,16 +172,17 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
     clock = time.perf_counter()
     report = RunReport(job.run_key, device_name, "lost", started, started, 0.0)
     transport = pushes.transport
+    engine = get_engine(job.engine)
     try:
-        argv = [pushes.push(Path(job.binary), job.binary_sha256), job.command]
+        model = None
         if job.model_dir is not None and job.model_sha256 is not None:
-            argv += ["--model", pushes.push(Path(job.model_dir), job.model_sha256, tree=True)]
+            # a model folder (lmc) or one file (a GGUF for llama-bench)
+            model = pushes.push(Path(job.model_dir), job.model_sha256, tree=not job.model_file)
         # the token ids travel as the command's standard input: a prompt is small and often
         # new, and pushing it into the device cache would cost round trips of its own
         ids = ids_file(job.ids, scratch) if job.ids is not None else None
-        if ids is not None:
-            argv += ["--text" if job.command == "ppl" else "--prompt", "-"]
-        argv += list(job.options)
+        binary = pushes.push(Path(job.binary), job.binary_sha256)
+        argv = engine.argv(job.command, binary, model, ids is not None, job.options)
         if job.warmup:
             device = transport.device
             result = transport.run_host(locked(device_argv(device, argv, None)),
@@ -202,17 +208,24 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
     if result.exit_code != 0:
         report.status = "failed"
         report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
-            f"lmc exited with code {result.exit_code} and printed nothing on stderr"
+            f"{job.engine} exited with code {result.exit_code} and printed nothing on stderr"
         return _finish(report, clock)
     # checked here, on the device side: the driver only ever sees a valid document
     trace = engine_output.trace_path(job.options)
     try:
-        report.engine_json = engine_output.parse(result.stdout, job.command)
+        if job.engine == "lmc":  # lmc's document is checked against its schema
+            report.engine_json = engine_output.parse(result.stdout, job.command)
+        else:
+            report.engine_json = engine.parse(result.stdout)
         if trace is not None and not job.warmup:
             report.engine_json[engine_output.TRACE_KEY] = engine_output.fetch_trace(transport,
                                                                                     trace)
     except engine_output.EngineOutputError as exc:
         report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except ValueError as exc:  # json.JSONDecodeError is one
+        report.status = "failed"
+        report.error = f"{job.engine} printed no valid output ({exc}): {result.stdout[:200]!r}"
         return _finish(report, clock)
     report.status, report.stdout = "ok", result.stdout
     return _finish(report, clock)
@@ -256,12 +269,13 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     data = report.engine_json
     if data is None:
         return result
+    figures = get_engine(planned.job.engine).measurements(planned.job.command, data)
     for name in ("prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens"):
-        setattr(result, name, data.get(name))
-    outcome = Outcome()
+        setattr(result, name, getattr(figures, name))
+    result.token_timings = timings_from_steps(figures.steps)
+    outcome = Outcome(extra=figures.extra)
     if planned.job.command == "generate":
         generated = [int(t) for t in data.get("tokens", [])]
-        result.token_timings = timings_from_steps(data.get("steps", []))
         outcome.generated_ids = generated
         if model_dir is not None:
             outcome.text = workloads.answer_text(model_dir, generated)
@@ -271,9 +285,9 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
                                                            planned.answer) else 0.0
     elif planned.job.command == "ppl":
         outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
-    else:
+    elif planned.job.command == "attn-bench":
         outcome.attn_median_ms = data.get("ms")
-    if planned.job.command != "ppl":
+    if planned.job.command in ("generate", "attn-bench"):
         for key, value in _selection_outcome(data.get("selection") or {}).items():
             setattr(outcome, key, value)
     if engine_output.TRACE_KEY in data:
@@ -288,10 +302,12 @@ def base_result(planned: PlannedRun, device_id: int, status: str,
     of a run that is pending or was interrupted."""
     cell = planned.cell
     config = cell.config
+    lmc_axes = config.as_dict()  # llama-bench's config has no policy, k, block ...
     return RunResult(
         run_key=planned.key,
         experiment_id=planned.experiment_id,
         device_id=device_id,
+        engine=cell.engine,
         command=planned.job.command,
         status=status,
         build_id=planned.build_id,
@@ -301,8 +317,9 @@ def base_result(planned: PlannedRun, device_id: int, status: str,
                                    "revision": cell.revision,
                                    "placement": cell.placement.key,
                                    "argv_options": list(planned.job.options)},
-        policy=config.policy, k=config.k, block=config.block, probes=config.probes,
-        kv=config.kv, wq=config.wq, threads=config.threads, prefill_attn=config.prefill_attn,
+        policy=lmc_axes.get("policy"), k=lmc_axes.get("k"), block=lmc_axes.get("block"),
+        probes=lmc_axes.get("probes"), kv=config.kv, wq=config.wq, threads=config.threads,
+        prefill_attn=lmc_axes.get("prefill_attn"),
         repeat=cell.repeat,
         attempts=max(planned.attempts, 1),
         error=error,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.engines.llamabench import SECTION as LLAMA_SECTION
+from harness.engines.llamabench import LlamaBenchAxes, parse_section
 from harness.errors import InputError
 from harness.workloads.text import DEFAULT_NEEDLE, NeedleTemplate, TextFiller
 
@@ -62,8 +64,10 @@ WORKLOAD_TEXT: dict[str, tuple[str, ...]] = {
 }
 TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
-    "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload",
+    "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload", "engines",
+    LLAMA_SECTION,
 }
+ENGINE_NAMES = ("lmc", "llama-bench")  # harness.engines.ENGINES; a spec runs one or several
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
                "trace_selection"}
 
@@ -115,8 +119,10 @@ class Spec:
     backoff_s: float  # first wait before a lost board is tried again; doubles every time
     order_seed: int
     timeout_s: float
-    engine: EngineAxes
+    engine: EngineAxes  # lmc's axes (the [engine] table)
     workloads: list[WorkloadAxes] = field(default_factory=list)
+    engines: list[str] = field(default_factory=lambda: ["lmc"])
+    llama_bench: LlamaBenchAxes | None = None  # the [llama-bench] table
 
 
 class _Checker:
@@ -220,6 +226,15 @@ def parse_spec(text: str, path: Path) -> Spec:
     elif any(w.kind != "attn-bench" for w in workloads):
         raise check.fail("model", "required for needle, ppl and decode workloads "
                          "(a Hugging Face model directory, relative to the spec's folder)")
+    engines = check.axis(data.get("engines", ["lmc"]), "engines", "str", choices=ENGINE_NAMES)
+    llama_bench = None
+    if "llama-bench" in engines:
+        llama_bench = parse_section(check, data.get(LLAMA_SECTION, {}), path.parent)
+        if not any(w.kind == "decode" for w in workloads):
+            raise check.fail("engines", "llama-bench runs decode workloads (pp<ctx>, "
+                             "tg<max_new>): add a [[workload]] of kind = \"decode\"")
+    elif LLAMA_SECTION in data:
+        raise check.fail(LLAMA_SECTION, "the spec's `engines` does not list llama-bench")
 
     devices = check.axis(data.get("devices", ["local"]), "devices", "str")
     for device in devices:
@@ -248,6 +263,8 @@ def parse_spec(text: str, path: Path) -> Spec:
         timeout_s=number("timeout_s", "float", 900.0, 1),
         engine=_engine(check, data.get("engine", {})),
         workloads=workloads,
+        engines=engines,
+        llama_bench=llama_bench,
     )
 
 

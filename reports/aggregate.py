@@ -77,7 +77,9 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     """A short, stable name of an engine config: ``exact``, ``sparse k=32``, ``h2o k=8 kv=q8``."""
     get = row.get
     policy = get("policy") or "exact"
-    parts = [str(policy)]
+    engine = get("engine")
+    # another engine's runs have no attention policy: its name leads the label instead
+    parts = [str(engine) if isinstance(engine, str) and engine != "lmc" else str(policy)]
     k = _int_or_none(get("k"))
     if policy != "exact" and k is not None:
         parts.append(f"k={k}")

@@ -74,8 +74,9 @@ def load_runs(store: Any, experiments: list[str] | None) -> pd.DataFrame:
 
 
 def resolve(runs: pd.DataFrame, text: str) -> Side:
-    """A device name, a device class, or an engine revision / source hash / binary sha256."""
-    for kind, column in (("device", "device"), ("class", "device_class")):
+    """A device name, a device class, an engine (lmc, llama-bench), or an engine revision /
+    source hash / binary sha256."""
+    for kind, column in (("device", "device"), ("class", "device_class"), ("engine", "engine")):
         mask = runs[column] == text
         if mask.any():
             return Side(text, kind, mask)
@@ -83,10 +84,11 @@ def resolve(runs: pd.DataFrame, text: str) -> Side:
         mask = runs[column].fillna("").astype(str).str.startswith(text)
         if len(text) >= 4 and mask.any():
             return Side(text, "revision", mask)
-    known = sorted(set(runs["device"])) + sorted(set(runs["device_class"]))
+    known = (sorted(set(runs["device"])) + sorted(set(runs["device_class"]))
+             + sorted(set(runs["engine"])))
     raise ReportInputError(
-        f"{text!r} is neither a device, a device class nor an engine revision in the store; "
-        f"devices and classes: {', '.join(dict.fromkeys(known))}; revisions: "
+        f"{text!r} is neither a device, a device class, an engine nor an engine revision in the "
+        f"store; devices, classes and engines: {', '.join(dict.fromkeys(known))}; revisions: "
         f"{', '.join(sorted(set(runs['build_revision'].dropna())))}")
 
 
@@ -136,8 +138,7 @@ def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, by_device: bool):
-    keys = POINT + ["base_config"] + (["device"] if by_device else [])
+def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, keys: list[str]):
     groups_b = {plain_key(k): g for k, g in runs_b.groupby(keys, dropna=False, sort=False)}
     for key, cell_a in runs_a.groupby(keys, dropna=False, sort=True):
         if plain_key(key) in groups_b:
@@ -187,16 +188,27 @@ def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
         raise ReportInputError(f"{a!r} is a {side_a.kind} but {b!r} is a {side_b.kind}; compare "
                                "devices with devices, classes with classes, revisions with "
                                "revisions")
-    runs_a = runs[side_a.mask]
+    keys = POINT + ["base_config"] + (["device"] if side_a.kind == "revision" else [])
+    if side_a.kind == "engine":
+        runs, keys = _engine_neutral(runs), POINT[1:] + ["base_config", "device"]
+    runs_a = runs[side_a.mask.reindex(runs.index)]
     aa = aa_table(runs_a, metric, steps, threshold)
     floor = noise_floor(aa["ratio"]) if len(aa) else None
     if a == b:
         return Comparison(side_a, side_b, metric, threshold, floor, aa)
     used = max(threshold, floor or 0.0)
-    by_device = side_a.kind == "revision"
     rows = [_row(key, ca, cb, metric, steps, used)
-            for key, ca, cb in _pairs(runs_a, runs[side_b.mask], by_device)]
+            for key, ca, cb in _pairs(runs_a, runs[side_b.mask.reindex(runs.index)], keys)]
     return Comparison(side_a, side_b, metric, used, floor, _table(rows))
+
+
+def _engine_neutral(runs: pd.DataFrame) -> pd.DataFrame:
+    """Across engines, a config is its weight format and threads on the same device and
+    workload point; of lmc's policies only exact attention is what another engine computes."""
+    runs = runs[runs["policy"].isna() | (runs["policy"] == "exact")].copy()
+    runs["base_config"] = [f"wq={w} t={int(t)}" for w, t in zip(runs["wq"], runs["threads"],
+                                                                  strict=True)]
+    return runs
 
 
 def terminal_table(comparison: Comparison) -> str:

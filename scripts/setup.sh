@@ -15,6 +15,7 @@ packages=(
   chromium                                                         # report rendering test
   postgresql                                                       # the store on a non-SQLite URL
   procps util-linux                                                # taskset, ps for fingerprints
+  cmake ninja-build g++ g++-aarch64-linux-gnu                      # llama.cpp (llama-bench engine)
 )
 if [ "${1:-}" = "train" ]; then
   packages+=(python3.11-doc)   # /usr/share/doc/python3.11/html/_sources: models/pydoc-lm's data

@@ -8,4 +8,5 @@ pytest_plugins = [
     "fixtures_db",
     "fixtures_ray",
     "fixtures_cluster",
+    "fixtures_llama",
 ]

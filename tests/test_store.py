@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import asdict, replace
+from datetime import datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from fixtures_db import BUILD_RECORD, add_refs, sample_result
+from fixtures_db import BUILD_RECORD, StoreRefs, add_refs, sample_result
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
 from db.engine import create_store_engine, migrate
-from db.models import Base, Run
+from db.models import Base, Build, Run
 from db.store import KEY_CHUNK
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
@@ -30,7 +31,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0003b"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0005"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -268,19 +269,51 @@ def test_a_run_shared_by_two_experiments_belongs_to_both(store: Store, refs) -> 
     assert count(store, "experiment_runs") == 3
 
 
+def refs_before_engines(old: Store) -> StoreRefs:
+    """Reference rows in a schema older than 0005, whose builds have no engine column (the ORM
+    class has it, so the build goes in through the table's old columns)."""
+    build = {k: v for k, v in BUILD_RECORD.items() if k in Build.__table__.columns
+             and k != "engine"}
+    with old.engine.begin() as conn:
+        build_id = conn.execute(Build.__table__.insert().values(
+            **build, created_at=datetime(2025, 3, 1))).inserted_primary_key[0]
+    return StoreRefs(old.upsert_experiment("exp", "name = 'exp'\n", "h1"),
+                     old.upsert_device("local", "x86_64", "x86", False, {}), build_id,
+                     old.upsert_model("models/tiny", "d" * 64, {}),
+                     old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
+
+
 def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
     engine = create_store_engine(sqlite_url)
     migrate(engine, "0001")
     old = Store(engine)  # the 0001 schema: no experiment_runs yet
-    refs = add_refs(old)
+    refs = refs_before_engines(old)
     values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns and k != "lease_id"}  # lease_id: 0003b
+              if k in Run.__table__.columns and k not in ("lease_id", "engine")}  # 0003b, 0005
     with engine.begin() as conn:
         conn.execute(Run.__table__.insert().values(**values))
     old.close()
     with Store.open(sqlite_url) as store:
         assert [r.run_key for r in store.list_runs("exp")] == ["old-run"]
         assert store.frames("exp")["runs"]["run_key"].tolist() == ["old-run"]
+
+
+def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    migrate(engine, "0002")
+    old = Store(engine)  # the 0002 schema: no engine columns
+    with engine.connect() as conn:
+        assert "engine" not in {c["name"] for c in inspect(conn).get_columns("runs")}
+    refs = refs_before_engines(old)
+    values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
+              if k in Run.__table__.columns and k != "engine"}
+    with engine.begin() as conn:
+        conn.execute(Run.__table__.insert().values(**values))
+    old.close()
+    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+        assert conn.execute(text("SELECT engine FROM runs")).scalars().all() == ["lmc"]
+        assert conn.execute(text("SELECT engine FROM builds")).scalars().all() == ["lmc"]
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
 
 def test_schema_changes_are_transactional(store: Store) -> None:

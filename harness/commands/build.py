@@ -1,24 +1,33 @@
-"""`benchfarm build`: build lmc for a target and print the build record as JSON."""
+"""`benchfarm build`: build an engine for a target and print the build record as JSON."""
 
 from __future__ import annotations
 
 import argparse
 
 from harness.build import TARGETS, VARIANTS, build_engine, host_arch
+from harness.engines.llamacpp_build import PYPI, build_llama_bench
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("build", help="build the lmc engine with ninja")
+    parser = subparsers.add_parser("build", help="build the lmc engine with ninja (or "
+                                   "llama.cpp's llama-bench with CMake)")
+    parser.add_argument("--engine", choices=("lmc", "llama-bench"), default="lmc")
     parser.add_argument("--target", choices=TARGETS, default=host_arch())
-    parser.add_argument("--rev", help="git revision to build (default: the working tree)")
-    parser.add_argument("--variant", choices=VARIANTS, default="release")
-    parser.add_argument("--toolchain", choices=("gcc", "zig"), default="gcc")
+    parser.add_argument("--rev", help="git revision to build (default: the working tree; "
+                        "llama-bench: a revision of --source)")
+    parser.add_argument("--variant", choices=VARIANTS, default="release", help="lmc only")
+    parser.add_argument("--toolchain", choices=("gcc", "zig"), default="gcc", help="lmc only")
+    parser.add_argument("--source", default=PYPI, help="llama-bench only: 'pypi' (the "
+                        "llama.cpp vendored in the llama-cpp-python sdist) or a llama.cpp tree")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    record = build_engine(
-        target=args.target, rev=args.rev, variant=args.variant, toolchain_name=args.toolchain
-    )
+    if args.engine == "llama-bench":
+        record = build_llama_bench(args.target, args.source, args.rev)
+    else:
+        record = build_engine(
+            target=args.target, rev=args.rev, variant=args.variant, toolchain_name=args.toolchain
+        )
     print(record.to_json())
     return 0

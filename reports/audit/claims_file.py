@@ -47,8 +47,9 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 METRICS = ("identical_tokens", "recall", "time", "time_ratio", "ppl", "ppl_change", "reported")
 TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
-SELECTOR_KEYS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "kind",
-                 "ctx", "depth", "seed", "length", "device", "device_class")
+SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
+                 "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
+                 "device_class")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
