@@ -144,12 +144,14 @@ def test_two_runners_on_one_node_resource_are_refused_before_anything_runs(
 
 
 def test_joining_without_the_clusters_token_names_the_token(
-        two_node_cluster: TwoNodeCluster, needle_model: Path, tmp_path: Path) -> None:
+        two_node_cluster: TwoNodeCluster, pinned: Path, needle_model: Path,
+        tmp_path: Path) -> None:
     # token mode on, no token: RAY_AUTH_TOKEN unset and no ~/.ray/auth_token in this HOME
     env = two_node_cluster.env(HOME=str(tmp_path))
     env.pop("RAY_AUTH_TOKEN")
     proc = driver(two_node_cluster, tmp_path, "run",
-                  str(spec_file(tmp_path, "no-token", needle_model)), env=env)
+                  str(spec_file(tmp_path, "no-token", needle_model)), "--inventory", str(pinned),
+                  env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()[-1]
     assert "token authentication" in message and "RAY_AUTH_TOKEN" in message, message

@@ -79,8 +79,11 @@ def test_two_coordinators_take_turns_on_one_board(
     names = ["turns-a", "turns-b"]
     specs = [needle_spec(tmp_path, name, needle_model, ["local"], depths=DEPTHS, ctx=256)
              for name in names]
-    procs = [start_cli(["--db", url, "run", str(spec), "--ray-address", ray_address],
-                       tmp_path) for spec in specs]
+    # runs of a known length (the board sleeps before each command): the matrix outlasts the
+    # seconds between the two coordinators' starts (joining Ray ships the code first)
+    inventory = str(slow_local_board(tmp_path, 0.8))
+    procs = [start_cli(["--db", url, "run", str(spec), "--inventory", inventory,
+                        "--ray-address", ray_address], tmp_path) for spec in specs]
     outcomes = [finish(proc) for proc in procs]
     for code, _, err in outcomes:
         assert code == 0, err
@@ -116,8 +119,10 @@ def test_a_killed_holders_lease_expires_and_the_other_coordinator_goes_on(
                               ctx=256)
     survivor_spec = needle_spec(tmp_path, "survivor", needle_model, ["local"],
                                 depths=(0.2, 0.5, 0.8), ctx=256)
-    victim, survivor = (start_cli(["--db", url, "run", str(spec), "--ray-address",
-                                   ray_address, "--lease-ttl", ttl], tmp_path)
+    # runs of a known length: the victim is surely mid-matrix when it is killed
+    inventory = str(slow_local_board(tmp_path, 0.5))
+    victim, survivor = (start_cli(["--db", url, "run", str(spec), "--inventory", inventory,
+                                   "--ray-address", ray_address, "--lease-ttl", ttl], tmp_path)
                         for spec in (victim_spec, survivor_spec))
     try:
         def victim_holds_the_board() -> bool:
