@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming
+from db.models import Build
 
 # PostgreSQL runs are opt-in: BENCHFARM_TEST_POSTGRES=1 (needs Debian's postgresql and psycopg).
 POSTGRES_OPT_IN = "BENCHFARM_TEST_POSTGRES"
@@ -53,6 +54,20 @@ def add_refs(store: Store, experiment: str = "exp", device: str = "local") -> St
                                           "w" * 16, [1, 2, 3, 4], answer="ramen",
                                           needle_span=[1, 3]),
     )
+
+
+def refs_before_engines(old: Store) -> StoreRefs:
+    """Reference rows in a schema older than 0005, whose builds have no engine column (the ORM
+    class has it, so the build goes in through the table's old columns)."""
+    build = {k: v for k, v in BUILD_RECORD.items() if k in Build.__table__.columns
+             and k != "engine"}
+    with old.engine.begin() as conn:
+        build_id = conn.execute(Build.__table__.insert().values(
+            **build, created_at=datetime(2025, 3, 1))).inserted_primary_key[0]
+    return StoreRefs(old.upsert_experiment("exp", "name = 'exp'\n", "h1"),
+                     old.upsert_device("local", "x86_64", "x86", False, {}), build_id,
+                     old.upsert_model("models/tiny", "d" * 64, {}),
+                     old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
 
 
 def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,

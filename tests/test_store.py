@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import asdict, replace
-from datetime import datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from fixtures_db import BUILD_RECORD, StoreRefs, add_refs, sample_result
+from fixtures_db import BUILD_RECORD, add_refs, refs_before_engines, sample_result
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
 from db.engine import create_store_engine, migrate
-from db.models import Base, Build, Run
+from db.models import Base, Run
 from db.store import KEY_CHUNK
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
@@ -269,19 +268,6 @@ def test_a_run_shared_by_two_experiments_belongs_to_both(store: Store, refs) -> 
     assert count(store, "experiment_runs") == 3
 
 
-def refs_before_engines(old: Store) -> StoreRefs:
-    """Reference rows in a schema older than 0005, whose builds have no engine column (the ORM
-    class has it, so the build goes in through the table's old columns)."""
-    build = {k: v for k, v in BUILD_RECORD.items() if k in Build.__table__.columns
-             and k != "engine"}
-    with old.engine.begin() as conn:
-        build_id = conn.execute(Build.__table__.insert().values(
-            **build, created_at=datetime(2025, 3, 1))).inserted_primary_key[0]
-    return StoreRefs(old.upsert_experiment("exp", "name = 'exp'\n", "h1"),
-                     old.upsert_device("local", "x86_64", "x86", False, {}), build_id,
-                     old.upsert_model("models/tiny", "d" * 64, {}),
-                     old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
-
 
 def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
     engine = create_store_engine(sqlite_url)
@@ -306,7 +292,7 @@ def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str
         assert "engine" not in {c["name"] for c in inspect(conn).get_columns("runs")}
     refs = refs_before_engines(old)
     values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns and k != "engine"}
+              if k in Run.__table__.columns and k not in ("lease_id", "engine")}  # 0003b, 0005
     with engine.begin() as conn:
         conn.execute(Run.__table__.insert().values(**values))
     old.close()
