@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming
-from db.models import Build
+from db.models import Build, Run
 
 # PostgreSQL runs are opt-in: BENCHFARM_TEST_POSTGRES=1 (needs Debian's postgresql and psycopg).
 POSTGRES_OPT_IN = "BENCHFARM_TEST_POSTGRES"
@@ -68,6 +68,14 @@ def refs_before_engines(old: Store) -> StoreRefs:
                      old.upsert_device("local", "x86_64", "x86", False, {}), build_id,
                      old.upsert_model("models/tiny", "d" * 64, {}),
                      old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
+
+
+def insert_old_run(engine: Engine, refs: StoreRefs, key: str) -> None:
+    """A run row as a schema before 0003b (no lease_id) and 0005 (no engine) holds it."""
+    values = {k: v for k, v in vars(sample_result(refs, key)).items()
+              if k in Run.__table__.columns and k not in ("lease_id", "engine")}
+    with engine.begin() as conn:
+        conn.execute(Run.__table__.insert().values(**values))
 
 
 def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,

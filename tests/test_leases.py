@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_db import add_refs, refs_before_engines, sample_result
+from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_result
 from sqlalchemy.exc import IntegrityError
 
 from db.engine import create_store_engine, migrate
@@ -123,10 +123,7 @@ def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> No
     migrate(engine, "0002")
     old = Store(engine)
     refs = refs_before_engines(old)
-    values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns and k not in ("lease_id", "engine")}  # 0003b, 0005
-    with engine.begin() as conn:
-        conn.execute(Run.__table__.insert().values(**values))
+    insert_old_run(engine, refs, "old-run")
     old.close()
     with Store.open(url) as store:
         assert [r.run_key for r in store.list_runs()] == ["old-run"]

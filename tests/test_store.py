@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from fixtures_db import BUILD_RECORD, add_refs, refs_before_engines, sample_result
+from fixtures_db import BUILD_RECORD, add_refs, insert_old_run, refs_before_engines, sample_result
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -274,10 +274,7 @@ def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
     migrate(engine, "0001")
     old = Store(engine)  # the 0001 schema: no experiment_runs yet
     refs = refs_before_engines(old)
-    values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns and k not in ("lease_id", "engine")}  # 0003b, 0005
-    with engine.begin() as conn:
-        conn.execute(Run.__table__.insert().values(**values))
+    insert_old_run(engine, refs, "old-run")
     old.close()
     with Store.open(sqlite_url) as store:
         assert [r.run_key for r in store.list_runs("exp")] == ["old-run"]
@@ -291,10 +288,7 @@ def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str
     with engine.connect() as conn:
         assert "engine" not in {c["name"] for c in inspect(conn).get_columns("runs")}
     refs = refs_before_engines(old)
-    values = {k: v for k, v in vars(sample_result(refs, "old-run")).items()
-              if k in Run.__table__.columns and k not in ("lease_id", "engine")}  # 0003b, 0005
-    with engine.begin() as conn:
-        conn.execute(Run.__table__.insert().values(**values))
+    insert_old_run(engine, refs, "old-run")
     old.close()
     with Store.open(sqlite_url) as store, store.engine.connect() as conn:
         assert conn.execute(text("SELECT engine FROM runs")).scalars().all() == ["lmc"]
