@@ -51,7 +51,9 @@ TARGET_CMAKE = {
                 "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
                 "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
                 "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16",
-                "-DCMAKE_EXE_LINKER_FLAGS=-static"],
+                # a static binary cannot link the cross toolchain's libgomp.so: ggml's own
+                # thread pool instead of OpenMP
+                "-DGGML_OPENMP=OFF", "-DCMAKE_EXE_LINKER_FLAGS=-static"],
 }
 # What a source tree's identity is computed over (the files the llama-bench target compiles).
 SOURCE_DIRS = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "tools",
