@@ -213,10 +213,7 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
     # checked here, on the device side: the driver only ever sees a valid document
     trace = engine_output.trace_path(job.options)
     try:
-        if job.engine == "lmc":  # lmc's document is checked against its schema
-            report.engine_json = engine_output.parse(result.stdout, job.command)
-        else:
-            report.engine_json = engine.parse(result.stdout)
+        report.engine_json = engine.parse(result.stdout, job.command)
         if trace is not None and not job.warmup:
             report.engine_json[engine_output.TRACE_KEY] = engine_output.fetch_trace(transport,
                                                                                     trace)

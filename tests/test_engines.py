@@ -53,7 +53,7 @@ def outputs(lmc: Path, llama_bench: Path, needle_model: Path, needle_gguf: Path,
 def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> None:
     engine = get_engine(name)
     command, stdout = outputs[name]
-    figures = engine.measurements(command, engine.parse(stdout))
+    figures = engine.measurements(command, engine.parse(stdout, command))
     assert isinstance(figures, Measurements)
     assert figures.prompt_tokens == CTX
     assert figures.prefill_ms is not None and figures.prefill_ms > 0
@@ -63,9 +63,9 @@ def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> Non
     for other, (_, text) in outputs.items():
         if other != name:
             with pytest.raises(ValueError):
-                engine.parse(text)
+                engine.parse(text, command)
     with pytest.raises(ValueError):
-        engine.parse("Segmentation fault\n")
+        engine.parse("Segmentation fault\n", command)
     argv = engine.health_argv("/bin/engine")
     assert argv[0] == "/bin/engine" and len(argv) == 2
 
@@ -74,7 +74,8 @@ def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> Non
 def test_llama_bench_figures_are_its_own_json(outputs: dict[str, tuple[str, str]]) -> None:
     rows = json.loads(outputs["llama-bench"][1])
     engine = get_engine("llama-bench")
-    figures = engine.measurements("llama-bench", engine.parse(outputs["llama-bench"][1]))
+    figures = engine.measurements("llama-bench",
+                                engine.parse(outputs["llama-bench"][1], "llama-bench"))
     by_shape = {(r["n_prompt"], r["n_gen"]): r for r in rows}
     pp, tg = by_shape[(CTX, 0)], by_shape[(0, MAX_NEW)]
     for row in (pp, tg):

@@ -56,8 +56,9 @@ class Engine(Protocol):
         """The command line on the device; paths are the device's (pushed) paths."""
         ...
 
-    def parse(self, stdout: str) -> Any:
-        """The engine's stdout as data; raises ValueError when it is not the engine's output."""
+    def parse(self, stdout: str, command: str) -> Any:
+        """The engine's stdout of ``command`` as data; raises ValueError when it is not the
+        engine's output (board output is untrusted: check what later code relies on)."""
         ...
 
     def measurements(self, command: str, data: Any) -> Measurements:

@@ -175,7 +175,7 @@ class LlamaBenchEngine:
              options: Sequence[str]) -> list[str]:
         return [binary, "-m", str(model), *options]
 
-    def parse(self, stdout: str) -> Any:
+    def parse(self, stdout: str, command: str) -> Any:
         rows = json.loads(stdout)
         if not isinstance(rows, list) or not all(isinstance(r, dict) and "samples_ns" in r
                                                  for r in rows):

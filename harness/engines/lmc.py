@@ -7,10 +7,10 @@ output is the one JSON document of the engine contract (engine/README.md).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from harness import engine_output
 from harness.build import BuildRecord, build_engine
 from harness.engines.base import Measurements
 
@@ -32,11 +32,8 @@ class LmcEngine:
             argv += ["--text" if command == "ppl" else "--prompt", "-"]
         return argv + list(options)
 
-    def parse(self, stdout: str) -> Any:
-        data = json.loads(stdout)
-        if not isinstance(data, dict):
-            raise ValueError(f"lmc printed {type(data).__name__}, not a JSON object")
-        return data
+    def parse(self, stdout: str, command: str) -> Any:
+        return engine_output.parse(stdout, command)  # the lmc/1 schema, checked
 
     def measurements(self, command: str, data: Any) -> Measurements:
         return Measurements(

@@ -53,7 +53,7 @@ def lmc_generator(lmc: str | Path | list[str], model_dir: str | Path,
         if done.returncode != 0:
             raise RunFailure(f"lmc generate failed (exit {done.returncode}): "
                              f"{done.stderr.strip()[:500]}")
-        return [int(t) for t in engine.parse(done.stdout)["tokens"]]
+        return [int(t) for t in engine.parse(done.stdout, "generate")["tokens"]]
 
     return generate
 
