@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,35 @@ def stored_runs(store: Store, experiment: str) -> pd.DataFrame:
 def count_ok(store: Store, experiment: str) -> int:
     runs = stored_runs(store, experiment)
     return int((runs["status"] == "ok").sum())
+
+
+@dataclass
+class StderrWatch:
+    """A CLI's stderr, read line by line by a thread of its own; ``seen`` is set at the first
+    line holding the marker."""
+
+    lines: list[str]
+    seen: threading.Event
+    reader: threading.Thread
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def watch_stderr(proc: subprocess.Popen, marker: str) -> StderrWatch:
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return StderrWatch(lines, seen, reader)
 
 
 def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fixtures_ray import needle_spec, start_cli, stored_runs
+from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 
 from db.store import Store
 from devices.boardlock import LOCK_FILE
@@ -53,27 +52,17 @@ def test_a_coordinator_with_its_own_store_waits_for_the_lock(
     inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{workdir}"\n')
     spec = needle_spec(tmp_path, "locked", needle_model, ["local"])
     url = f"sqlite:///{tmp_path}/own.db"
-    lines: list[str] = []
-    waiting = threading.Event()
     with board_lock(workdir):
         proc = start_cli(["--db", url, "run", str(spec), "--inventory", str(inventory),
                           "--ray-address", ray_address], tmp_path)
-
-        def read() -> None:
-            for line in proc.stderr:
-                lines.append(line)
-                if "is held by another coordinator" in line:
-                    waiting.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        assert waiting.wait(120), "".join(lines)
+        watch = watch_stderr(proc, "is held by another coordinator")
+        assert watch.seen.wait(120), watch.text
         time.sleep(1.0)  # several more tries while it is held
         with Store.open(url) as store:
             assert stored_runs(store, "locked").empty
     out = proc.stdout.read()
     proc.wait(timeout=120)
-    reader.join(timeout=10)
-    assert proc.returncode == 0, "".join(lines)
+    watch.reader.join(timeout=10)
+    assert proc.returncode == 0, watch.text
     assert "2 ok" in out
-    assert sum("lock file" in line for line in lines) == 1  # said once, not every try
+    assert sum("lock file" in line for line in watch.lines) == 1  # said once, not every try

@@ -8,12 +8,18 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from fixtures_ray import CoordFarm, count_ok, needle_spec, start_cli, stored_runs
+from fixtures_ray import (
+    CoordFarm,
+    count_ok,
+    needle_spec,
+    start_cli,
+    stored_runs,
+    watch_stderr,
+)
 
 from db.store import Store
 from devices.flags import snapshot_flags
@@ -148,27 +154,17 @@ def interrupt_after_first_result(proc: subprocess.Popen) -> str:
     """SIGINT the CLI just after its progress line reports a finished run, when the next run is
     under way (runs of about half a second here, each started within milliseconds of the
     last); its whole stderr."""
-    lines: list[str] = []
-    first_result = threading.Event()
-
-    def read() -> None:
-        for line in proc.stderr:
-            lines.append(line)
-            if " ok local:" in line:
-                first_result.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    watch = watch_stderr(proc, " ok local:")
     try:
-        assert first_result.wait(180), "the coordinator made no progress: " + "".join(lines)
+        assert watch.seen.wait(180), "the coordinator made no progress: " + watch.text
         time.sleep(0.15)
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(timeout=10)
-    return "".join(lines)
+    watch.reader.join(timeout=10)
+    return watch.text
 
 
 def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
