@@ -8,10 +8,10 @@ Layout under the device's workdir::
                               manifest ("<sha256>  <relpath>" lines, sorted)
 
 Every push asks the device about what it already has (one remote command for all files): a blob
-is hashed there, unless this transport already verified it and its inode, size, mtime and ctime
-are unchanged since (any write changes the ctime). Only missing or corrupt files are uploaded.
-The shell scripts below are constants: paths reach them as positional parameters, never as
-shell text.
+is hashed there, unless this ``ArtifactCache`` already verified it and its inode, size, mtime
+and ctime are unchanged since (any write changes the ctime). Only missing or corrupt files are
+uploaded. The shell scripts below are constants: paths reach them as positional parameters,
+never as shell text.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devices.errors import TransferFailed
-from devices.transport import PushedArtifact, PushResult, Transport
+from devices.transport import Transport
 
 HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a while
 
@@ -132,6 +132,28 @@ intact() {
 """
 
 
+@dataclass
+class PushResult:
+    """What one push did: ``status`` is "cached", "sent" or "repaired" (a corrupt copy replaced)."""
+
+    local: str
+    remote: str
+    sha256: str
+    size: int
+    bytes_sent: int
+    status: str
+
+
+@dataclass(frozen=True)
+class PushedArtifact:
+    """What a push put on the device, so a later run can check it is still intact."""
+
+    local: Path  # the file or directory that was pushed
+    is_tree: bool
+    blobs: tuple[str, ...]  # sha256 of each cached file it consists of
+    links: tuple[tuple[str, str], ...] = ()  # a tree's entries: (path on the device, sha256)
+
+
 @dataclass(frozen=True)
 class _LocalFile:
     path: Path
@@ -171,87 +193,6 @@ class _CacheState:
     tree_ok: bool  # the tree asked about exists and each entry links to its blob
 
 
-def _cache_state(transport: Transport, shas: list[str],
-                 tree: list[str] | None = None) -> _CacheState:
-    """What the device's cache holds of ``shas`` (and whether ``tree`` = [tree dir, relpath,
-    sha256, ...] is intact), in one remote command.
-
-    A blob is hashed on the device unless this transport verified it before and its stat
-    signature has not changed since; the signature is remembered only when it is well formed.
-    """
-    memo = transport.verified_blobs
-    args = [x for sha in sorted(set(shas)) for x in (sha, memo.get(sha, "-"))]
-    if tree is not None:
-        args += ["--tree", *tree]
-    code, out, err = _sh(transport, STATE_SCRIPT, [transport.path("cache"), *args])
-    if code != 0:
-        raise TransferFailed(transport.device.name, f"cannot use the cache directory "
-                                                    f"{transport.path('cache')}: {err.strip()}")
-    state = _CacheState(set(), set(), False)
-    signatures, hashes = {}, {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "same":
-            state.valid.add(parts[1])
-            state.present.add(parts[1])
-        elif len(parts) == 3 and parts[0] == "sig":
-            signatures[parts[1]] = parts[2]
-        elif len(parts) == 2 and parts[0] == "tree":
-            state.tree_ok = parts[1] == "yes"
-        elif len(parts) == 2:
-            hashes[parts[1]] = parts[0]
-    for name, sig in signatures.items():  # hashed now: verified or not
-        state.present.add(name)
-        memo.pop(name, None)
-        if hashes.get(name) == name:
-            state.valid.add(name)
-            if SIGNATURE_RE.match(sig):
-                memo[name] = sig
-    for name in set(shas) - state.present:
-        memo.pop(name, None)
-    return state
-
-
-def _ensure_blobs(transport: Transport, files: list[_LocalFile],
-                  tree: list[str] | None = None) -> tuple[dict[str, str], bool]:
-    """Make every file present and verified in the cache; returns (sha256 -> status, whether
-    ``tree`` was intact: see ``_cache_state``)."""
-    by_sha = {f.sha256: f for f in files}
-    state = _cache_state(transport, list(by_sha), tree)
-    status = {sha: "cached" for sha in state.valid}
-    missing = [f for sha, f in by_sha.items() if sha not in state.valid]
-    if not missing:
-        return status, state.tree_ok
-    pairs: list[str] = []
-    for f in missing:
-        incoming = f".incoming-{f.sha256[:16]}-{secrets.token_hex(4)}"
-        transport.bytes_sent += transport.upload(f.path, transport.path("cache", incoming))
-        pairs += [incoming, f.sha256]
-        status[f.sha256] = "repaired" if f.sha256 in state.present else "sent"
-    code, out, err = _sh(transport, FINALIZE_SCRIPT, [transport.path("cache"), *pairs])
-    if code != 0:
-        raise TransferFailed(transport.device.name,
-                             f"artifact verification failed after upload: {err.strip()}")
-    for line in out.splitlines():
-        sha, _, sig = line.partition(" ")
-        if sha in status and SIGNATURE_RE.match(sig):
-            transport.verified_blobs[sha] = sig
-    return status, state.tree_ok
-
-
-def push_file(transport: Transport, local_path: Path) -> str:
-    if not local_path.is_file():
-        raise TransferFailed(transport.device.name, f"cannot push {local_path}: not a file")
-    before = transport.bytes_sent
-    f = _local_file(local_path)
-    status = _ensure_blobs(transport, [f])[0][f.sha256]
-    remote = transport.path("cache", f.sha256)
-    transport.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
-                                     transport.bytes_sent - before, status)
-    transport.pushed[remote] = PushedArtifact(local_path, False, (f.sha256,))
-    return remote
-
-
 def tree_manifest(local_dir: Path, device: str) -> list[tuple[str, _LocalFile]]:
     """(relative path, file) for every file under ``local_dir``, sorted; symlinks followed."""
     entries = []
@@ -272,57 +213,159 @@ def tree_sha256(entries: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(manifest.encode()).hexdigest()
 
 
-def push_tree(transport: Transport, local_dir: Path) -> str:
-    if not local_dir.is_dir():
-        raise TransferFailed(transport.device.name, f"cannot push {local_dir}: not a directory")
-    before = transport.bytes_sent
-    entries = tree_manifest(local_dir, transport.device.name)
-    tree_sha = tree_sha256((rel, f.sha256) for rel, f in entries)
-    tree, cache = transport.path("trees", tree_sha), transport.path("cache")
-    pairs = [x for rel, f in entries for x in (rel, f.sha256)]
-    status, tree_ok = _ensure_blobs(transport, [f for _, f in entries], [tree, *pairs])
-    if not tree_ok:
-        code, _, err = _sh(transport, TREE_BUILD_SCRIPT, [tree, cache, *pairs])
+class ArtifactCache:
+    """The device's cache as one connection sees it: pushes through ``transport`` (its four
+    primitives only), and what this connection verified and pushed.
+
+    The state lives as long as the connection's user keeps this object: a blob verified through
+    it is not hashed again while its stat signature is unchanged, and a path a push returned can
+    be checked (``intact_args``) and pushed again (``push_again``) before a run uses it.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.bytes_sent = 0  # uploaded through this object
+        self.last_push: PushResult | None = None
+        # sha256 -> stat signature of cached blobs verified through this object
+        self.verified_blobs: dict[str, str] = {}
+        self.pushed: dict[str, PushedArtifact] = {}  # by the path a push returned
+        self.dir = transport.path("cache")
+
+    @property
+    def device(self) -> str:
+        return self.transport.device.name
+
+    def push(self, local_path: Path | str) -> str:
+        """Put a file in the device's content-addressed cache; returns its path there."""
+        local_path = Path(local_path)
+        if not local_path.is_file():
+            raise TransferFailed(self.device, f"cannot push {local_path}: not a file")
+        before = self.bytes_sent
+        f = _local_file(local_path)
+        status = self._ensure_blobs([f])[0][f.sha256]
+        remote = self.transport.path("cache", f.sha256)
+        self.last_push = PushResult(str(local_path), remote, f.sha256, f.size,
+                                    self.bytes_sent - before, status)
+        self.pushed[remote] = PushedArtifact(local_path, False, (f.sha256,))
+        return remote
+
+    def push_tree(self, local_dir: Path | str) -> str:
+        """Put a directory (e.g. a model) on the device, content-addressed; returns its path."""
+        local_dir = Path(local_dir)
+        if not local_dir.is_dir():
+            raise TransferFailed(self.device, f"cannot push {local_dir}: not a directory")
+        before = self.bytes_sent
+        entries = tree_manifest(local_dir, self.device)
+        tree_sha = tree_sha256((rel, f.sha256) for rel, f in entries)
+        tree = self.transport.path("trees", tree_sha)
+        pairs = [x for rel, f in entries for x in (rel, f.sha256)]
+        status, tree_ok = self._ensure_blobs([f for _, f in entries], [tree, *pairs])
+        if not tree_ok:
+            code, _, err = _sh(self.transport, TREE_BUILD_SCRIPT, [tree, self.dir, *pairs])
+            if code != 0:
+                raise TransferFailed(self.device,
+                                     f"cannot build tree {shlex.quote(tree)}: {err.strip()}")
+        overall = "cached"
+        for s in ("sent", "repaired"):
+            if s in status.values():
+                overall = s
+        self.last_push = PushResult(str(local_dir), tree, tree_sha,
+                                    sum(f.size for _, f in entries),
+                                    self.bytes_sent - before, overall)
+        self.pushed[tree] = PushedArtifact(
+            local_dir, True, tuple(f.sha256 for _, f in entries),
+            tuple((f"{tree}/{rel}", f.sha256) for rel, f in entries))
+        return tree
+
+    def intact_args(self, argv: list[str]) -> list[str]:
+        """The arguments of INTACT_FUNCTION for what ``argv`` uses of this object's pushes: the
+        signature of each blob at its verification (a blob whose stat gave no well-formed
+        signature is not checked), and each tree entry."""
+        named = [item for _, item in self._named(argv)]
+        memo = self.verified_blobs
+        blobs = sorted({sha for item in named for sha in item.blobs if sha in memo})
+        links = [x for item in named for link in item.links for x in link]
+        return [self.dir, " ".join(blobs), "\n".join(memo[sha] for sha in blobs),
+                str(len(links) // 2), *links]
+
+    def push_again(self, argv: list[str]) -> None:
+        """Push every artifact ``argv`` uses again: verified on the device, repaired if need
+        be."""
+        for arg, item in self._named(argv):
+            again = self.push_tree(item.local) if item.is_tree else self.push(item.local)
+            if again != arg:
+                raise TransferFailed(self.device,
+                                     f"{item.local} changed here since it was pushed as {arg}; "
+                                     "push it again and run with the new path")
+
+    def _named(self, argv: list[str]) -> list[tuple[str, PushedArtifact]]:
+        """The artifacts pushed through this object whose paths are elements of ``argv``."""
+        return [(arg, self.pushed[arg]) for arg in dict.fromkeys(map(str, argv))
+                if arg in self.pushed]
+
+    def _state(self, shas: list[str], tree: list[str] | None = None) -> _CacheState:
+        """What the device's cache holds of ``shas`` (and whether ``tree`` = [tree dir,
+        relpath, sha256, ...] is intact), in one remote command.
+
+        A blob is hashed on the device unless it was verified through this object before and
+        its stat signature has not changed since; the signature is remembered only when it is
+        well formed.
+        """
+        memo = self.verified_blobs
+        args = [x for sha in sorted(set(shas)) for x in (sha, memo.get(sha, "-"))]
+        if tree is not None:
+            args += ["--tree", *tree]
+        code, out, err = _sh(self.transport, STATE_SCRIPT, [self.dir, *args])
         if code != 0:
-            raise TransferFailed(transport.device.name,
-                                 f"cannot build tree {shlex.quote(tree)}: {err.strip()}")
-    overall = "cached"
-    for s in ("sent", "repaired"):
-        if s in status.values():
-            overall = s
-    transport.last_push = PushResult(str(local_dir), tree, tree_sha,
-                                     sum(f.size for _, f in entries),
-                                     transport.bytes_sent - before, overall)
-    transport.pushed[tree] = PushedArtifact(
-        local_dir, True, tuple(f.sha256 for _, f in entries),
-        tuple((f"{tree}/{rel}", f.sha256) for rel, f in entries))
-    return tree
+            raise TransferFailed(self.device, f"cannot use the cache directory {self.dir}: "
+                                              f"{err.strip()}")
+        state = _CacheState(set(), set(), False)
+        signatures, hashes = {}, {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "same":
+                state.valid.add(parts[1])
+                state.present.add(parts[1])
+            elif len(parts) == 3 and parts[0] == "sig":
+                signatures[parts[1]] = parts[2]
+            elif len(parts) == 2 and parts[0] == "tree":
+                state.tree_ok = parts[1] == "yes"
+            elif len(parts) == 2:
+                hashes[parts[1]] = parts[0]
+        for name, sig in signatures.items():  # hashed now: verified or not
+            state.present.add(name)
+            memo.pop(name, None)
+            if hashes.get(name) == name:
+                state.valid.add(name)
+                if SIGNATURE_RE.match(sig):
+                    memo[name] = sig
+        for name in set(shas) - state.present:
+            memo.pop(name, None)
+        return state
 
-
-def _named(transport: Transport, argv: list[str]) -> list[tuple[str, PushedArtifact]]:
-    """The artifacts pushed through this transport whose paths are elements of ``argv``."""
-    return [(arg, transport.pushed[arg]) for arg in dict.fromkeys(map(str, argv))
-            if arg in transport.pushed]
-
-
-def intact_args(transport: Transport, argv: list[str]) -> list[str]:
-    """The arguments of INTACT_FUNCTION for what ``argv`` uses of this transport's pushes: the
-    signature of each blob at its verification (a blob whose stat gave no well-formed signature
-    is not checked), and each tree entry."""
-    named = [item for _, item in _named(transport, argv)]
-    memo = transport.verified_blobs
-    blobs = sorted({sha for item in named for sha in item.blobs if sha in memo})
-    links = [x for item in named for link in item.links for x in link]
-    return [transport.path("cache"), " ".join(blobs), "\n".join(memo[sha] for sha in blobs),
-            str(len(links) // 2), *links]
-
-
-def push_again(transport: Transport, argv: list[str]) -> None:
-    """Push every artifact ``argv`` uses again: verified on the device, repaired if need be."""
-    for arg, item in _named(transport, argv):
-        again = push_tree(transport, item.local) if item.is_tree else push_file(transport,
-                                                                                  item.local)
-        if again != arg:
-            raise TransferFailed(transport.device.name,
-                                 f"{item.local} changed here since it was pushed as {arg}; "
-                                 "push it again and run with the new path")
+    def _ensure_blobs(self, files: list[_LocalFile],
+                      tree: list[str] | None = None) -> tuple[dict[str, str], bool]:
+        """Make every file present and verified in the cache; returns (sha256 -> status,
+        whether ``tree`` was intact: see ``_state``)."""
+        by_sha = {f.sha256: f for f in files}
+        state = self._state(list(by_sha), tree)
+        status = {sha: "cached" for sha in state.valid}
+        missing = [f for sha, f in by_sha.items() if sha not in state.valid]
+        if not missing:
+            return status, state.tree_ok
+        pairs: list[str] = []
+        for f in missing:
+            incoming = f".incoming-{f.sha256[:16]}-{secrets.token_hex(4)}"
+            self.bytes_sent += self.transport.upload(f.path, self.transport.path("cache",
+                                                                                  incoming))
+            pairs += [incoming, f.sha256]
+            status[f.sha256] = "repaired" if f.sha256 in state.present else "sent"
+        code, out, err = _sh(self.transport, FINALIZE_SCRIPT, [self.dir, *pairs])
+        if code != 0:
+            raise TransferFailed(self.device,
+                                 f"artifact verification failed after upload: {err.strip()}")
+        for line in out.splitlines():
+            sha, _, sig = line.partition(" ")
+            if sha in status and SIGNATURE_RE.match(sig):
+                self.verified_blobs[sha] = sig
+        return status, state.tree_ok

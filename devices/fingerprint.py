@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devices.boardlock import check_locked, locked
-from devices.cache import INTACT_FUNCTION, intact_args, push_again
+from devices.cache import INTACT_FUNCTION, ArtifactCache
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
 from devices.flags import snapshot_flags
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
@@ -113,12 +113,13 @@ class ProbedRun:
 
 def probed_run(transport: Transport, argv: list[str], timeout: float,
                cpus: list[int] | None = None, stdin_file: Path | None = None,
-               lock: bool = False) -> ProbedRun:
+               lock: bool = False, cache: ArtifactCache | None = None) -> ProbedRun:
     """``probe``, ``transport.run(argv, ...)``, ``probe`` in one remote command instead of three.
 
-    The artifacts that ``argv`` names (elements equal to paths this transport's pushes returned)
-    are checked first, in the same command: each blob's stat signature must be the one it had
-    when it was verified, each tree entry must still link to its blob (see devices.cache). If
+    With ``cache`` (pushes through ``transport``), the artifacts that ``argv`` names (elements
+    equal to paths its pushes returned) are checked first, in the same command: each blob's
+    stat signature must be the one it had when it was verified, each tree entry must still
+    link to its blob (see devices.cache). If
     not, nothing runs; they are pushed again (verified, repaired) and the command is sent once
     more. So a caller may push an artifact once per connection and still run only verified
     artifacts.
@@ -132,10 +133,11 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
     raises BoardLocked, having run nothing, when another coordinator's command holds it.
     """
     marker = f"benchfarm-probe-{secrets.token_hex(8)}"
+    pushes = cache or ArtifactCache(transport)  # a fresh one names no artifact: nothing to check
     for attempt in (1, 2):
         first = "-" if transport.static_facts else "static"
         command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}", first,
-                   *intact_args(transport, argv), *device_argv(transport.device, argv, cpus)]
+                   *pushes.intact_args(argv), *device_argv(transport.device, argv, cpus)]
         if lock:
             command = locked(command)
         started = time.time()
@@ -149,7 +151,7 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
             raise TransferFailed(transport.device.name, f"the cached artifacts of "
                                                         f"`{describe(argv)}` changed again on "
                                                         "the device right after a push")
-        push_again(transport, argv)
+        pushes.push_again(argv)
     name = transport.device.name
     try:
         before, rest = _between(whole.stderr, f"{marker} before\n", f"{marker} engine\n")

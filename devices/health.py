@@ -1,15 +1,18 @@
 """`devices check`: is a device ready to run benchmarks?
 
 Reachable, the architecture it claims, a writable workdir with free space, and (given a binary
-built for it) ``lmc info`` runs there and reports the same architecture.
+built for it) the engine's own health command runs there (``lmc info``: and reports the same
+architecture). What that command is and how its output is judged comes from the engine's
+adapter (``harness.engines``), as an :class:`EngineCheck`: this package knows no engine.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devices.cache import ArtifactCache
 from devices.errors import DeviceError
 from devices.inventory import Device
 from devices.transport import Transport, connect
@@ -17,6 +20,18 @@ from devices.transport import Transport, connect
 MIN_FREE_MB = 200  # a small model, a few binaries and their trees
 CHECK_TIMEOUT_S = 60.0
 WRITE_TEST = 'f=".benchfarm-write-test.$$" && : > "$f" && rm -f -- "$f"'
+
+
+@dataclass(frozen=True)
+class EngineCheck:
+    """How to prove an engine runs on a device."""
+
+    name: str  # the check's name in the report, e.g. "lmc info"
+    binary: Path | None  # the engine built for the device's architecture
+    problem: str | None  # why there is no binary
+    argv: Callable[[str], list[str]]  # the command, given the binary's path on the device
+    # (stdout, stderr, device arch) -> (ok, detail), for a command that exited 0
+    verdict: Callable[[str, str, str], tuple[bool, str]]
 
 
 @dataclass
@@ -39,10 +54,9 @@ class CheckReport:
         self.items.append(CheckItem(name, ok, detail))
 
 
-def check_device(device: Device, binary: Path | None, binary_problem: str | None = None,
+def check_device(device: Device, engine: EngineCheck,
                  min_free_mb: int = MIN_FREE_MB) -> CheckReport:
-    """Run every check; a failed step is recorded, not raised. ``binary`` is an lmc built for
-    the device's arch (``binary_problem`` says why there is none)."""
+    """Run every check; a failed step is recorded, not raised."""
     report = CheckReport(device.name)
     try:
         transport = connect(device)
@@ -53,7 +67,7 @@ def check_device(device: Device, binary: Path | None, binary_problem: str | None
         report.add("reachable", True, device.address)
         try:
             _check_host(transport, report, min_free_mb)
-            _check_engine(transport, report, binary, binary_problem)
+            _check_engine(transport, report, engine)
         except DeviceError as exc:
             report.add("connection", False, str(exc))
     return report
@@ -86,25 +100,17 @@ def _check_host(transport: Transport, report: CheckReport, min_free_mb: int) -> 
                f"{free_mb} MiB free in {device.workdir} (need {min_free_mb})")
 
 
-def _check_engine(transport: Transport, report: CheckReport, binary: Path | None,
-                  binary_problem: str | None) -> None:
-    if binary is None:
-        report.add("lmc info", False, binary_problem or "no engine binary for this device")
+def _check_engine(transport: Transport, report: CheckReport, engine: EngineCheck) -> None:
+    if engine.binary is None:
+        report.add(engine.name, False, engine.problem or "no engine binary for this device")
         return
-    remote = transport.push(binary)
-    pushed = transport.last_push
-    result = transport.run([remote, "info"], timeout=CHECK_TIMEOUT_S)
+    cache = ArtifactCache(transport)
+    remote = cache.push(engine.binary)
+    pushed = cache.last_push
+    result = transport.run(engine.argv(remote), timeout=CHECK_TIMEOUT_S)
     if not result.ok:
-        report.add("lmc info", False, f"exit code {result.exit_code}: {result.stderr.strip()}")
+        report.add(engine.name, False, f"exit code {result.exit_code}: {result.stderr.strip()}")
         return
-    try:
-        info = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        report.add("lmc info", False, f"printed no JSON: {result.stdout[:120]!r}")
-        return
-    arch = info.get("arch")
-    simd = info.get("simd")
-    simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
-    ok = arch in (None, transport.device.arch)
-    report.add("lmc info", ok, f"version {info.get('version')}, arch {arch}, simd [{simd_text}], "
-               f"push {pushed.status if pushed else '?'}, {result.wall_s * 1000:.0f} ms")
+    ok, detail = engine.verdict(result.stdout, result.stderr, transport.device.arch)
+    report.add(engine.name, ok, f"{detail}, push {pushed.status if pushed else '?'}, "
+               f"{result.wall_s * 1000:.0f} ms")

@@ -1,9 +1,12 @@
 """The transport interface: how the coordinator reaches a device.
 
 Two implementations: ``LocalTransport`` (this machine, subprocesses) and ``SSHTransport``
-(paramiko). Both share the artifact cache protocol (``devices.cache``) and the way a run's
-command line is built (``device_argv``), so they differ only in four primitives: run a command
-on the host, upload a file, read a file, close.
+(paramiko). A transport is its four primitives: run a command on the host (``run_host``), put a
+file there (``upload``), get a file's contents (``fetch``), and ``close``; the only state it keeps
+is what cannot change while its connection lasts (``static_facts``, see devices.fingerprint).
+What is built on them is shared and lives elsewhere: a run's command line (``device_argv``,
+``run``), the content-addressed artifact cache and what a connection knows of it
+(``devices.cache.ArtifactCache``), fingerprints (``devices.fingerprint``).
 
 Commands are always argv lists. On SSH every element is quoted with ``shlex.quote`` before it
 reaches the remote shell, so no name or parameter can inject shell syntax.
@@ -38,28 +41,6 @@ class CommandResult:
         return self.exit_code == 0
 
 
-@dataclass
-class PushResult:
-    """What one push did: ``status`` is "cached", "sent" or "repaired" (a corrupt copy replaced)."""
-
-    local: str
-    remote: str
-    sha256: str
-    size: int
-    bytes_sent: int
-    status: str
-
-
-@dataclass(frozen=True)
-class PushedArtifact:
-    """What a push put on the device, so a later run can check it is still intact."""
-
-    local: Path  # the file or directory that was pushed
-    is_tree: bool
-    blobs: tuple[str, ...]  # sha256 of each cached file it consists of
-    links: tuple[tuple[str, str], ...] = ()  # a tree's entries: (path on the device, sha256)
-
-
 def device_argv(device: Device, argv: list[str], cpus: list[int] | None) -> list[str]:
     """The full argv of a run: pinning, then the device's exec prefix, then the command."""
     pinned = cpus if cpus is not None else device.cpus
@@ -90,16 +71,11 @@ class Transport(ABC):
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.bytes_sent = 0  # over the lifetime of this transport
-        self.last_push: PushResult | None = None
-        # sha256 -> stat signature of cached blobs this transport verified (see devices.cache)
-        self.verified_blobs: dict[str, str] = {}
-        self.pushed: dict[str, PushedArtifact] = {}  # by the path a push returned
         # what cannot change while the device is up (arch, kernel, CPU model and parts), from
         # the first fingerprint on this connection (see devices.fingerprint)
         self.static_facts: dict[str, Any] | None = None
 
-    # -- primitives each transport implements -------------------------------------------------
+    # -- the four primitives each transport implements -------------------------------------
 
     @abstractmethod
     def run_host(self, argv: list[str], timeout: float,
@@ -124,18 +100,6 @@ class Transport(ABC):
         """Run a benchmark command: pinned to ``cpus`` (default: the device's), exec prefix
         prepended. ``stdin_file`` is a local file streamed to the command's stdin."""
         return self.run_host(device_argv(self.device, argv, cpus), timeout, stdin_file)
-
-    def push(self, local_path: Path | str) -> str:
-        """Put a file in the device's content-addressed cache; returns its path there."""
-        from devices.cache import push_file
-
-        return push_file(self, Path(local_path))
-
-    def push_tree(self, local_dir: Path | str) -> str:
-        """Put a directory (e.g. a model) on the device, content-addressed; returns its path."""
-        from devices.cache import push_tree
-
-        return push_tree(self, Path(local_dir))
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.device.workdir, *parts)

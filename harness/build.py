@@ -280,6 +280,60 @@ def run_ninja(build_dir: Path) -> str:
     return proc.stdout
 
 
+@dataclass
+class _Planned:
+    """A build before it runs: its identity, and where its directory and binary go."""
+
+    record: BuildRecord  # binary_sha256 empty: nothing is built yet
+    sources: list[Path]
+    toolchain: Toolchain
+    build_dir: Path
+
+
+def _plan_build(src_dir: Path, revision: str, target: str, variant: str, toolchain_name: str,
+                build_root: Path) -> _Planned:
+    toolchain = find_toolchain(target, toolchain_name)
+    sources = engine_sources(src_dir)
+    src_hash = source_hash(src_dir)
+    compiler_version = toolchain.version()
+    cflags, ldflags = flags_for(toolchain, variant)
+    key_material = json.dumps(
+        [src_hash, toolchain.name, list(toolchain.cc), compiler_version, cflags, ldflags]
+    )
+    build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
+    build_dir = build_root / f"{target}-{variant}-{build_key}"
+    record = BuildRecord(
+        target=target, variant=variant, toolchain=toolchain.name,
+        compiler=" ".join(toolchain.cc), compiler_version=compiler_version, cflags=cflags,
+        ldflags=ldflags, source_hash=src_hash, revision=revision, build_key=build_key,
+        binary=str(build_dir / "lmc"), binary_sha256="", build_seconds=0.0, rebuilt=False,
+    )
+    return _Planned(record, sources, toolchain, build_dir)
+
+
+@contextlib.contextmanager
+def _engine_source(rev: str | None, engine_dir: Path | None):
+    """(engine source dir, revision text): the working tree's, or revision ``rev`` exported
+    into a temporary directory that lives as long as the context."""
+    if rev is None:
+        yield engine_dir or ENGINE_DIR, worktree_revision()
+        return
+    with tempfile.TemporaryDirectory(prefix="benchfarm-src-") as tmp:
+        revision, src_dir = export_revision(rev, Path(tmp))
+        yield src_dir, revision
+
+
+def build_identity(target: str | None = None, rev: str | None = None,
+                   variant: str = "release", toolchain_name: str = "gcc",
+                   build_root: Path | None = None, engine_dir: Path | None = None) -> BuildRecord:
+    """The record ``build_engine`` would return, without building or writing anything: what a
+    run key needs (source hash, target, compiler version, flags). ``binary_sha256`` is empty
+    (the binary may not exist)."""
+    with _engine_source(rev, engine_dir) as (src_dir, revision):
+        return _plan_build(src_dir, revision, target or host_arch(), variant, toolchain_name,
+                           build_root or default_build_root()).record
+
+
 def build_engine(
     target: str | None = None,
     rev: str | None = None,
@@ -290,63 +344,37 @@ def build_engine(
 ) -> BuildRecord:
     """Build `lmc` for ``target`` (default: this machine) and return its record."""
     target = target or host_arch()
-    toolchain = find_toolchain(target, toolchain_name)
-    build_root = build_root or default_build_root()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="benchfarm-src-") as tmp:
-        if rev is not None:
-            revision, src_dir = export_revision(rev, Path(tmp))
-        else:
-            src_dir = engine_dir or ENGINE_DIR
-            revision = worktree_revision()
-        sources = engine_sources(src_dir)
-        src_hash = source_hash(src_dir)
-        compiler_version = toolchain.version()
-        cflags, ldflags = flags_for(toolchain, variant)
-        key_material = json.dumps(
-            [src_hash, toolchain.name, list(toolchain.cc), compiler_version, cflags, ldflags]
-        )
-        build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
-        build_dir = build_root / f"{target}-{variant}-{build_key}"
-        binary = build_dir / "lmc"
+    with _engine_source(rev, engine_dir) as (src_dir, revision):
+        planned = _plan_build(src_dir, revision, target, variant, toolchain_name,
+                              build_root or default_build_root())
+        record, build_dir = planned.record, planned.build_dir
+        binary = Path(record.binary)
         build_dir.mkdir(parents=True, exist_ok=True)
         # Several processes (parallel test sessions, Ray workers) may build the same key at
         # once: one builds, the others wait and then find the finished binary.
         with build_lock(build_dir):
-            rebuilt = not binary.exists()
-            if rebuilt:
+            record.rebuilt = not binary.exists()
+            if record.rebuilt:
                 (build_dir / "obj").mkdir(parents=True, exist_ok=True)
                 # Sources are copied so that the build directory is self-contained and a
                 # revision's sources outlive the temporary checkout.
                 src_copy = build_dir / "src"
                 src_copy.mkdir(exist_ok=True)
-                for path in sources:
+                for path in planned.sources:
                     shutil.copy2(path, src_copy / path.name)
-                copied = [src_copy / p.name for p in sources]
+                copied = [src_copy / p.name for p in planned.sources]
                 write_build_header(build_dir, {
-                    "LMC_SOURCE_HASH": src_hash,
-                    "LMC_COMPILER": compiler_version,
-                    "LMC_FLAGS": " ".join(cflags + ldflags),
+                    "LMC_SOURCE_HASH": record.source_hash,
+                    "LMC_COMPILER": record.compiler_version,
+                    "LMC_FLAGS": " ".join(record.cflags + record.ldflags),
                     "LMC_TARGET": target,
                 })
-                write_ninja(build_dir, copied, toolchain.cc, cflags, ldflags)
+                write_ninja(build_dir, copied, planned.toolchain.cc, record.cflags,
+                            record.ldflags)
                 run_ninja(build_dir)
-    record = BuildRecord(
-        target=target,
-        variant=variant,
-        toolchain=toolchain.name,
-        compiler=" ".join(toolchain.cc),
-        compiler_version=compiler_version,
-        cflags=cflags,
-        ldflags=ldflags,
-        source_hash=src_hash,
-        revision=revision,
-        build_key=build_key,
-        binary=str(binary),
-        binary_sha256=sha256_file(binary),
-        build_seconds=round(time.monotonic() - started, 3),
-        rebuilt=rebuilt,
-    )
+    record.binary_sha256 = sha256_file(binary)
+    record.build_seconds = round(time.monotonic() - started, 3)
     (build_dir / "record.json").write_text(record.to_json())
     return record
 

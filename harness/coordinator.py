@@ -18,7 +18,7 @@ from db.store import Store
 from devices.inventory import Inventory
 from harness.cluster import check_resources, ray_session
 from harness.matrix import MAX_RUNS, Placement, check_size, resolve_placements
-from harness.plan import make_plan
+from harness.plan import make_plan, plan_archs, prepare, register_plan
 from harness.progress import Progress
 from harness.scheduler import Scheduler, build_on_ray
 from harness.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
@@ -99,7 +99,8 @@ def _run(spec: Spec, inventory: Inventory, store: Store, placements: list[Placem
          stream: TextIO | None, sharing: Sharing) -> RunSummary:
     with ray_session(ray_address, inventory_resources(inventory)):
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
-        plan = make_plan(spec, inventory, store, build_on_ray, selectors, force)
+        materials = prepare(spec, plan_archs(spec, inventory, selectors), build_on_ray)
+        plan = register_plan(make_plan(spec, inventory, materials, selectors), store, force)
         if sharing.job_id is not None:
             store.jobs.set_totals(sharing.job_id,
                                   dict(Counter(r.placement.key for r in plan.runs)))

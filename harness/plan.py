@@ -1,9 +1,15 @@
-"""From a validated spec to the runs still to do: builds, model, workloads, run keys, resume.
+"""From a validated spec to the runs of its matrix: model, workloads, run keys.
 
-Everything a run's key depends on is made concrete here, on the driver, before any board is
-touched: the engine is built for every (revision, target), the model hashed, every workload
-generated (its ids hashed), and the reference rows written to the store. Runs already stored as
-ok are dropped unless ``force``.
+Planning is three steps, and only the last writes to the store:
+
+- ``prepare`` makes what the runs use: every engine build per (revision, target) and
+  llama-bench's GGUF files (it writes under build/, never the store); ``identities`` gives the
+  same records without building anything, for judging stored runs (``audit --stored-only``).
+- ``make_plan`` names every run of the matrix on the driver from those: the model hashed, every
+  workload generated (its ids hashed), each run's key and job. It builds nothing and writes
+  nothing.
+- ``register_plan`` stores the reference rows (experiment, builds, models, workloads, devices),
+  gives each run its row ids, and leaves out the runs already stored as ok unless ``force``.
 """
 
 from __future__ import annotations
@@ -19,11 +25,11 @@ from db.store import Store
 from devices.inventory import Device, Inventory
 from harness import workloads
 from harness.artifacts import Catalogue
-from harness.build import BuildRecord, git_output, sha256_file
-from harness.engines import llamabench
+from harness.build import BuildRecord, build_identity, git_output, sha256_file
+from harness.engines import llamabench, lmc
 from harness.engines.base import Artifact
 from harness.engines.llamabench import NAME as LLAMA_BENCH
-from harness.engines.llamabench import LlamaBenchAxes, LlamaBenchConfig, LlamaBenchEngine
+from harness.engines.llamabench import LlamaBenchConfig, LlamaBenchEngine
 from harness.errors import InputError
 from harness.matrix import (
     Cell,
@@ -35,7 +41,7 @@ from harness.matrix import (
     resolve_placements,
     run_key,
 )
-from harness.runner import RunJob, engine_options
+from harness.runner import RunJob
 from harness.spec import WORKTREE, Spec
 
 # Settings that change how a run uses a workload, not the workload's ids.
@@ -45,11 +51,23 @@ BuildFn = Callable[[list[tuple[str, str]]], dict[tuple[str, str], BuildRecord]]
 
 
 @dataclass
+class Materials:
+    """What the runs use that must exist before they can be named: each engine build by
+    (revision, target) (llama-bench's under the revision ``llama-bench``), and llama-bench's
+    GGUF by type."""
+
+    builds: dict[tuple[str, str], BuildRecord]
+    gguf: dict[str, Artifact] = field(default_factory=dict)
+
+
+@dataclass
 class MaterialWorkload:
-    workload_id: int
+    kind: str
+    params: dict[str, Any]  # what identifies it (run settings left out)
     hash: str
     ids: tuple[int, ...] | None
     answer: str | None
+    needle_span: Any
     stop_id: int | None
 
 
@@ -59,11 +77,13 @@ class PlannedRun:
     cell: Cell
     job: RunJob
     group: str  # warm-up group: (build, model); a board warms up once per group
-    experiment_id: int
-    build_id: int
-    model_id: int | None
-    workload_id: int
+    model_sha: str | None  # the model (or GGUF) the run reads, None for attn-bench
     answer: str | None
+    # the rows it refers to: 0 / None until register_plan stored them
+    experiment_id: int = 0
+    build_id: int = 0
+    model_id: int | None = None
+    workload_id: int = 0
     attempts: int = 0  # tries so far (board losses)
     not_before: float = 0.0  # monotonic time before which it is not retried
     lost_on: set[str] = field(default_factory=set)  # boards it was lost on (pools avoid them)
@@ -76,13 +96,16 @@ class PlannedRun:
 @dataclass
 class Plan:
     spec: Spec
-    experiment_id: int
     placements: list[Placement]
     boards: dict[str, Device]  # every board a placement may use
-    device_ids: dict[str, int]
     builds: dict[tuple[str, str], BuildRecord]
+    models: dict[str, tuple[Path, dict[str, Any]]]  # sha256 -> (path, info) of each model
+    workloads: dict[WorkloadPoint, MaterialWorkload]
     runs: list[PlannedRun]  # the whole matrix, in run order
     catalogue: Catalogue  # the artifacts the runs name, by sha256, where the driver has them
+    # set by register_plan:
+    experiment_id: int = 0
+    device_ids: dict[str, int] = field(default_factory=dict)
     todo: list[PlannedRun] = field(default_factory=list)  # the runs to execute now
     force: bool = False  # redo runs stored as ok
 
@@ -139,8 +162,8 @@ def _identity_params(point: WorkloadPoint) -> dict[str, Any]:
     return {k: v for k, v in point.params if k not in RUN_SETTINGS}
 
 
-def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> MaterialWorkload:
-    """Generate one workload (ids, answer) and store it; attn-bench data is synthetic."""
+def materialise(model_dir: Path | None, point: WorkloadPoint) -> MaterialWorkload:
+    """Generate one workload (ids, answer); attn-bench data is synthetic."""
     params = _identity_params(point)
     answer, span, stop_id = None, None, None
     filler = params.get("filler", "grammar")  # spec settings, present only when set
@@ -165,10 +188,8 @@ def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> M
         ids = None
         material = json.dumps({"kind": point.kind, **params}, sort_keys=True)
         content_hash = hashlib.sha256(material.encode()).hexdigest()
-    workload_id = store.upsert_workload(point.kind, params, content_hash, ids or [], answer,
-                                        span)
-    return MaterialWorkload(workload_id, content_hash, None if ids is None else tuple(ids),
-                            answer, stop_id)
+    return MaterialWorkload(point.kind, params, content_hash,
+                            None if ids is None else tuple(ids), answer, span, stop_id)
 
 
 def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree: str | None,
@@ -185,7 +206,7 @@ def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree:
         model_dir=None if model_dir is None else str(model_dir),
         model_sha256=None if model_dir is None else model_tree,
         ids=material.ids,
-        options=engine_options(cell.workload, config, material.stop_id),
+        options=lmc.options(cell.workload, config, material.stop_id),
         timeout_s=timeout_s,
     )
 
@@ -210,89 +231,113 @@ def llama_job(cell: Cell, record: BuildRecord, artifact: Artifact, timeout_s: fl
     )
 
 
-def llama_builds(axes: LlamaBenchAxes, archs: list[str]) -> dict[tuple[str, str], BuildRecord]:
-    """llama-bench for every architecture, on the driver (cached: instant once built)."""
-    engine = LlamaBenchEngine(axes.source, axes.rev)
-    return {(LLAMA_BENCH, arch): engine.build(arch) for arch in archs}
+def plan_archs(spec: Spec, inventory: Inventory,
+               selectors: Sequence[str] | None = None) -> list[str]:
+    """The architectures the spec's placements run on: what ``prepare`` builds for."""
+    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
+    return sorted({p.arch for p in placements})
 
 
-def llama_artifacts(axes: LlamaBenchAxes, model_dir: Path | None,
-                    store: Store) -> dict[str, tuple[Artifact, int]]:
-    """Per GGUF type: the GGUF file (converted from the spec's model, or the one named) and its
-    models row."""
-    engine = LlamaBenchEngine(axes.source, axes.rev)
-    found = {}
-    for gguf_type in axes.gguf_type:
-        artifact = engine.artifact(model_dir, gguf_type, axes.gguf)
-        found[gguf_type] = (artifact, store.upsert_model(str(artifact.path), artifact.sha256,
-                                                         artifact.info))
-    return found
-
-
-def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
-              selectors: Sequence[str] | None = None, force: bool = False) -> Plan:
-    devices = list(inventory.devices.values())
-    placements = resolve_placements(spec, devices, selectors)
+def prepare(spec: Spec, archs: list[str], build: BuildFn) -> Materials:
+    """Build every engine the spec runs for ``archs`` (cached: instant once built) and make
+    llama-bench's GGUF files. Writes under build/ only."""
     check_revisions(spec)
-    boards = {name: inventory.devices[name] for p in placements for name in p.devices}
-
-    archs = sorted({p.arch for p in placements})
     builds = build([(rev, arch) for rev in spec.revisions for arch in archs]) \
         if "lmc" in spec.engines else {}
-    llama_models: dict[str, tuple[Artifact, int]] = {}
+    gguf: dict[str, Artifact] = {}
+    axes = spec.llama_bench
+    if axes is not None:
+        engine = LlamaBenchEngine(axes.source, axes.rev)
+        builds |= {(LLAMA_BENCH, arch): engine.build(arch) for arch in archs}
+        gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
+    return Materials(builds, gguf)
+
+
+def identities(spec: Spec, archs: list[str]) -> Materials:
+    """What ``prepare`` would return, with nothing built or written: enough to name the runs
+    (their keys), not to execute them. lmc only: llama-bench's identity is that of a build and
+    a GGUF conversion, which this does not make."""
+    check_revisions(spec)
     if spec.llama_bench is not None:
-        builds |= llama_builds(spec.llama_bench, archs)
-        llama_models = llama_artifacts(spec.llama_bench, spec.model, store)
-    build_ids = {target: store.record_build(asdict(record)) for target, record in builds.items()}
+        raise InputError(f"{spec.path}: judging stored runs without building is possible for "
+                         "lmc experiments only; this one runs llama-bench (run it, or audit "
+                         "without --stored-only)")
+    return Materials({(rev, arch): build_identity(arch, None if rev == WORKTREE else rev)
+                      for rev in spec.revisions for arch in archs})
+
+
+def make_plan(spec: Spec, inventory: Inventory, materials: Materials,
+              selectors: Sequence[str] | None = None) -> Plan:
+    """Every run of the matrix, named: keys, jobs, warm-up groups. Builds nothing and writes
+    nothing; ``register_plan`` stores it."""
+    devices = list(inventory.devices.values())
+    placements = resolve_placements(spec, devices, selectors)
+    boards = {name: inventory.devices[name] for p in placements for name in p.devices}
+    builds = materials.builds
 
     catalogue = Catalogue.empty()
     for record in builds.values():
         catalogue.add_file(Path(record.binary), record.binary_sha256)
-    model_sha, model_id, model_tree = None, None, None
+    models: dict[str, tuple[Path, dict[str, Any]]] = {}
+    model_sha, model_tree = None, None
     if spec.model is not None:
         model_sha, config = model_identity(spec.model)
-        model_id = store.upsert_model(str(spec.model), model_sha, config)
+        models[model_sha] = (spec.model, config)
         model_tree = catalogue.add_tree(spec.model)
-    for artifact, _ in llama_models.values():
+    for artifact in materials.gguf.values():
+        models[artifact.sha256] = (artifact.path, artifact.info)
         catalogue.add_file(artifact.path, artifact.sha256)
+
+    materials_of: dict[WorkloadPoint, MaterialWorkload] = {}
+    runs = []
+    for cell in expand(spec, placements):
+        material = materials_of.get(cell.workload)
+        if material is None:
+            material = materials_of[cell.workload] = materialise(spec.model, cell.workload)
+        record = builds[(cell.revision, cell.placement.arch)]
+        if isinstance(cell.config, LlamaBenchConfig):
+            artifact = materials.gguf[cell.config.gguf_type]
+            key_sha, uses_model = artifact.sha256, True
+            job = llama_job(cell, record, artifact, spec.timeout_s)
+        else:
+            key_sha, uses_model = model_sha, cell.workload.kind != "attn-bench"
+            job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
+                          material, spec.timeout_s)
+        key = run_key(asdict(record), key_sha, material.hash, cell)
+        runs.append(PlannedRun(
+            key=key, cell=cell, job=replace(job, run_key=key),
+            group=f"{record.binary_sha256}/{key_sha if uses_model else '-'}",
+            model_sha=key_sha if uses_model else None, answer=material.answer,
+        ))
+    # Two revisions with identical engine sources give identical keys: run such a cell once.
+    runs = list({r.key: r for r in reversed(runs)}.values())[::-1]
+    runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
+    return Plan(spec, placements, boards, builds, models, materials_of, runs, catalogue)
+
+
+def register_plan(plan: Plan, store: Store, force: bool = False) -> Plan:
+    """Store the plan's reference rows and give its runs their row ids; ``todo`` = the runs not
+    yet stored as ok (all of them with ``force``)."""
+    spec = plan.spec
+    build_ids = {target: store.record_build(asdict(record))
+                 for target, record in plan.builds.items()}
+    model_ids = {sha: store.upsert_model(str(path), sha, info)
+                 for sha, (path, info) in plan.models.items()}
+    workload_ids = {point: store.upsert_workload(m.kind, m.params, m.hash, list(m.ids or []),
+                                                 m.answer, m.needle_span)
+                    for point, m in plan.workloads.items()}
     experiment_id = store.upsert_experiment(spec.name, spec.text, spec.hash)
     device_ids = {
         name: store.upsert_device(name, d.arch, d.cls, d.emulated,
                                   {"address": d.address, "cpus": d.cpus, "threads": d.threads,
                                    "exec_prefix": d.exec_prefix})
-        for name, d in boards.items()
+        for name, d in plan.boards.items()
     }
-
-    materials: dict[WorkloadPoint, MaterialWorkload] = {}
-    runs = []
-    for cell in expand(spec, placements):
-        material = materials.get(cell.workload)
-        if material is None:
-            material = materials[cell.workload] = materialise(store, spec.model, cell.workload)
-        record = builds[(cell.revision, cell.placement.arch)]
-        if isinstance(cell.config, LlamaBenchConfig):
-            artifact, cell_model_id = llama_models[cell.config.gguf_type]
-            cell_sha, uses_model = artifact.sha256, True
-            job = llama_job(cell, record, artifact, spec.timeout_s)
-        else:
-            cell_sha, cell_model_id = model_sha, model_id
-            uses_model = cell.workload.kind != "attn-bench"
-            job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
-                          material, spec.timeout_s)
-        key = run_key(asdict(record), cell_sha, material.hash, cell)
-        runs.append(PlannedRun(
-            key=key, cell=cell, job=replace(job, run_key=key),
-            group=f"{record.binary_sha256}/{cell_sha if uses_model else '-'}",
-            experiment_id=experiment_id,
-            build_id=build_ids[(cell.revision, cell.placement.arch)],
-            model_id=cell_model_id if uses_model else None,
-            workload_id=material.workload_id,
-            answer=material.answer,
-        ))
-    # Two revisions with identical engine sources give identical keys: run such a cell once.
-    runs = list({r.key: r for r in reversed(runs)}.values())[::-1]
-    runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
-    done = set() if force else store.completed_run_keys([r.key for r in runs])
-    todo = [r for r in runs if r.key not in done]
-    return Plan(spec, experiment_id, placements, boards, device_ids, builds, runs, catalogue,
-                todo, force)
+    for run in plan.runs:
+        run.experiment_id = experiment_id
+        run.build_id = build_ids[(run.cell.revision, run.placement.arch)]
+        run.model_id = None if run.model_sha is None else model_ids[run.model_sha]
+        run.workload_id = workload_ids[run.cell.workload]
+    done = set() if force else store.completed_run_keys([r.key for r in plan.runs])
+    return replace(plan, experiment_id=experiment_id, device_ids=device_ids,
+                   todo=[r for r in plan.runs if r.key not in done], force=force)

@@ -1,11 +1,13 @@
 """What one run does on a device, through a transport.
 
-``execute`` runs inside a DeviceRunner actor: it pushes the engine binary and the model into
-the device's content-addressed cache, takes a fingerprint, runs `lmc` with the run's flags and
-the prompt ids on its standard input, takes a second fingerprint, and checks the engine's JSON
-against its schema (``harness.engine_output``: board output is untrusted). It returns a plain
-``RunReport``; mapping that into database records happens in the driver (``to_run_result``),
-which is the only writer.
+This is the device side of a run, what runs inside a DeviceRunner actor (or `reproduce`):
+``localise`` materialises a job's artifacts in the node's cache, ``execute`` pushes the engine
+binary and the model into the device's content-addressed cache (``PushMemo``: once per
+connection), takes a fingerprint, runs the engine with the argv its adapter makes
+(``harness.engines``) and the prompt ids on its standard input, takes a second fingerprint,
+and has the adapter check the engine's output (board output is untrusted). It returns a plain
+``RunReport``; mapping that into database records is the driver's (``harness.results``), which
+is the only writer. Nothing here knows the plan.
 
 A transport error (board lost, timeout) is reported as status ``lost`` so that the scheduler can
 retry elsewhere; an engine that exits non-zero, or prints a document outside the schema, is a
@@ -23,20 +25,16 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from db.records import Outcome, RunResult, Snapshot, timings_from_steps
 from devices.boardlock import check_locked, locked
+from devices.cache import ArtifactCache
 from devices.errors import BoardLocked, CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
 from devices.transport import Transport, device_argv
-from harness import engine_output, workloads
+from harness import engine_output
 from harness.artifacts import ArtifactError, ArtifactMismatch, NodeCache
 from harness.engines import get_engine
-from harness.matrix import EngineConfig, WorkloadPoint
-
-if TYPE_CHECKING:
-    from harness.plan import PlannedRun
 
 # The tail of stderr kept with a failed run: enough for the engine's one-line error and context.
 STDERR_KEEP = 4000
@@ -78,40 +76,6 @@ class RunReport:
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> fingerprint
 
 
-def engine_options(workload: WorkloadPoint, config: EngineConfig,
-                   stop_id: int | None = None) -> tuple[str, ...]:
-    """The `lmc` flags of one run (without --model/--prompt/--text, which are device paths)."""
-    opts: list[str] = ["--attn", config.policy]
-    for flag, value in (("--k", config.k), ("--block", config.block),
-                        ("--probes", config.probes)):
-        if value is not None:
-            opts += [flag, str(value)]
-    opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
-    if config.measure_selection:
-        opts.append("--measure-selection")
-    if config.trace_selection:
-        opts += [engine_output.TRACE_FLAG, engine_output.TRACE_FILE]
-    opts += switch_flags(config)
-    if workload.kind == "attn-bench":
-        for flag, name in (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
-                           ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed")):
-            opts += [flag, str(workload.get(name))]
-        return tuple(opts)
-    opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
-    if workload.command == "generate":
-        opts += ["--max-new", str(workload.get("max_new"))]
-        if stop_id is not None:
-            opts += ["--stop", str(stop_id)]
-    return tuple(opts)
-
-
-def switch_flags(config: EngineConfig) -> list[str]:
-    """The flags of the engine switches a config sets away from the engine's defaults."""
-    flags = {"importance": "--no-importance", "recency": "--no-recency",
-             "probe_summary": "--probe-summary", "ref_attn": "--ref-attn"}
-    return [flag for name, flag in flags.items() if getattr(config, name) is not None]
-
-
 class PushMemo:
     """Artifacts already pushed through one connection, by sha256.
 
@@ -123,16 +87,17 @@ class PushMemo:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+        self.cache = ArtifactCache(transport)  # what this connection verified and pushed
         self.remote: dict[str, str] = {}
 
     def push(self, path: Path, sha256: str, tree: bool = False) -> str:
         if sha256 not in self.remote:
-            transport = self.transport
-            remote = str(transport.push_tree(path) if tree else transport.push(path))
-            pushed = transport.last_push.sha256 if transport.last_push else "nothing"
+            cache = self.cache
+            remote = cache.push_tree(path) if tree else cache.push(path)
+            pushed = cache.last_push.sha256 if cache.last_push else "nothing"
             if pushed != sha256:
                 raise ArtifactMismatch(
-                    f"{path}: what was pushed to device {transport.device.name!r} has sha256 "
+                    f"{path}: what was pushed to device {cache.device!r} has sha256 "
                     f"{pushed}, the run planned {sha256}: refused, the engine was not run")
             self.remote[sha256] = remote
         return self.remote[sha256]
@@ -190,7 +155,7 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
             check_locked(device.name, device.workdir, result)
         else:
             probed = probed_run(transport, argv, timeout=job.timeout_s, stdin_file=ids,
-                                lock=True)
+                                lock=True, cache=pushes.cache)
             result = probed.result
             report.snapshots = {"before": probed.before, "after": probed.after}
     except (CommandTimeout, ArtifactError) as exc:
@@ -238,86 +203,3 @@ def scratch_dir() -> Path:
     path = Path(tempfile.gettempdir()) / "benchfarm-scratch"
     path.mkdir(exist_ok=True)
     return path
-
-
-def _selection_outcome(figures: dict[str, Any]) -> dict[str, Any]:
-    """The engine's --measure-selection figures, under the outcome's field names."""
-    names = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
-             "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
-    found = {names[k]: v for k, v in figures.items() if k in names}
-    if "bytes_read" in found:
-        found["bytes_read"] = int(found["bytes_read"])
-    return found
-
-
-def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
-                  model_dir: Path | None) -> RunResult:
-    """The store's record of one finished (ok or failed) run."""
-    result = base_result(planned, device_id, report.status, report.error)
-    result.exit_code = report.exit_code
-    result.started_at, result.finished_at = report.started_at, report.finished_at
-    result.wall_ms, result.engine_ms = report.wall_ms, report.engine_ms
-    if report.engine_ms is not None:
-        result.overhead_ms = round(report.wall_ms - report.engine_ms, 3)
-    result.raw_json = report.stdout or None
-    result.snapshots = [Snapshot(phase, fp, report.started_at if phase == "before"
-                                 else report.finished_at)
-                        for phase, fp in report.snapshots.items()]
-    data = report.engine_json
-    if data is None:
-        return result
-    figures = get_engine(planned.job.engine).measurements(planned.job.command, data)
-    for name in ("prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens"):
-        setattr(result, name, getattr(figures, name))
-    result.token_timings = timings_from_steps(figures.steps)
-    outcome = Outcome(extra=figures.extra)
-    if planned.job.command == "generate":
-        generated = [int(t) for t in data.get("tokens", [])]
-        outcome.generated_ids = generated
-        if model_dir is not None:
-            outcome.text = workloads.answer_text(model_dir, generated)
-        if planned.answer is not None and model_dir is not None:
-            outcome.expected_answer = planned.answer
-            outcome.recall = 1.0 if workloads.check_answer(model_dir, generated,
-                                                           planned.answer) else 0.0
-    elif planned.job.command == "ppl":
-        outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
-    elif planned.job.command == "attn-bench":
-        outcome.attn_median_ms = data.get("ms")
-    if planned.job.command in ("generate", "attn-bench"):
-        for key, value in _selection_outcome(data.get("selection") or {}).items():
-            setattr(outcome, key, value)
-    if engine_output.TRACE_KEY in data:
-        outcome.extra[engine_output.TRACE_KEY] = data[engine_output.TRACE_KEY]
-    result.outcome = outcome
-    return result
-
-
-def base_result(planned: PlannedRun, device_id: int, status: str,
-                error: str | None) -> RunResult:
-    """A run record without measurements: the start of every record, and by itself the record
-    of a run that is pending or was interrupted."""
-    cell = planned.cell
-    config = cell.config
-    lmc_axes = config.as_dict()  # llama-bench's config has no policy, k, block ...
-    return RunResult(
-        run_key=planned.key,
-        experiment_id=planned.experiment_id,
-        device_id=device_id,
-        engine=cell.engine,
-        command=planned.job.command,
-        status=status,
-        build_id=planned.build_id,
-        model_id=planned.model_id,
-        workload_id=planned.workload_id,
-        config=config.as_dict() | {"workload": dict(cell.workload.params),
-                                   "revision": cell.revision,
-                                   "placement": cell.placement.key,
-                                   "argv_options": list(planned.job.options)},
-        policy=lmc_axes.get("policy"), k=lmc_axes.get("k"), block=lmc_axes.get("block"),
-        probes=lmc_axes.get("probes"), kv=config.kv, wq=config.wq, threads=config.threads,
-        prefill_attn=lmc_axes.get("prefill_attn"),
-        repeat=cell.repeat,
-        attempts=max(planned.attempts, 1),
-        error=error,
-    )

@@ -39,16 +39,8 @@ from harness.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, on_driver_node, wait
 from harness.errors import RunFailure
 from harness.plan import Plan, PlannedRun
 from harness.progress import Progress
-from harness.runner import (
-    PushMemo,
-    RunJob,
-    RunReport,
-    base_result,
-    execute,
-    localise,
-    scratch_dir,
-    to_run_result,
-)
+from harness.results import base_result, to_run_result
+from harness.runner import PushMemo, RunJob, RunReport, execute, localise, scratch_dir
 from harness.sharing import Cancelled, Sharing
 from harness.spec import WORKTREE
 from harness.turns import BoardTurns

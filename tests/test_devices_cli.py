@@ -7,6 +7,7 @@ from pathlib import Path
 
 from devices.health import check_device
 from harness.cli import main
+from harness.engines import LMC, engine_check
 
 
 def binaries_args(args_program: dict[str, Path]) -> list[str]:
@@ -30,7 +31,7 @@ def test_check_passes_on_both_farm_nodes(farm, args_program, capsys) -> None:
 def test_check_reports_a_wrong_binary_and_an_unreachable_device(farm, args_program,
                                                                 tmp_path: Path) -> None:
     # An x86_64 binary cannot run on the aarch64 node: `lmc info` fails, the rest passes.
-    report = check_device(farm.arm, args_program["x86_64"])
+    report = check_device(farm.arm, engine_check(LMC, args_program["x86_64"]))
     assert not report.ok
     assert [(i.name, i.ok) for i in report.items] == [
         ("reachable", True), ("arch", True), ("workdir", True), ("free disk", True),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures_farm import gone
 
+from devices.cache import ArtifactCache
 from devices.errors import CommandTimeout, TransferFailed
 from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, local_device
@@ -33,7 +34,8 @@ def test_output_and_fingerprints_arrive_apart(device: Device, args_program,
     marker = tmp_path / "pwned"
     nasty = ["two words", f"$(touch {marker})", f"; touch {marker}", "a\nb", ""]
     with connect(device) as t:
-        remote = t.push(args_program[device.arch])
+        c = ArtifactCache(t)
+        remote = c.push(args_program[device.arch])
         started = time.monotonic()
         probed = probed_run(t, [remote, *nasty], timeout=60)
         elapsed = time.monotonic() - started
@@ -110,24 +112,25 @@ def test_changed_artifacts_are_pushed_again_before_the_command_runs(
     (model / "weights.bin").write_text("w" * 64)
     expected = f"arch={device.arch}\n"
     with connect(device) as t:
-        remote, tree = t.push(program), t.push_tree(model)
+        c = ArtifactCache(t)
+        remote, tree = c.push(program), c.push_tree(model)
         expected += f"[{tree}]\n"
-        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
-        sent = t.bytes_sent
+        assert probed_run(t, [remote, tree], timeout=60, cache=c).result.stdout == expected
+        sent = c.bytes_sent
 
         # A cached blob overwritten in place (same size): pushed again before it runs.
         blob = Path(remote)
         blob.chmod(0o755)
         blob.write_bytes(b"#!/bin/sh\necho tampered\n".ljust(len(genuine), b"#"))
-        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
-        assert t.bytes_sent == sent + len(genuine)
+        assert probed_run(t, [remote, tree], timeout=60, cache=c).result.stdout == expected
+        assert c.bytes_sent == sent + len(genuine)
         assert blob.read_bytes() == genuine
 
         # A tree entry pointed at another blob: the tree is rebuilt.
         link = Path(tree, "config.json")
         link.unlink()
         link.symlink_to(os.path.realpath(Path(tree, "weights.bin")))
-        assert probed_run(t, [remote, tree], timeout=60).result.stdout == expected
+        assert probed_run(t, [remote, tree], timeout=60, cache=c).result.stdout == expected
         assert t.fetch(f"{tree}/config.json").decode() == '{"hidden_size": 8}'
 
         # Damaged there and changed here since its push: the caller's path is stale.
@@ -135,4 +138,4 @@ def test_changed_artifacts_are_pushed_again_before_the_command_runs(
         blob.write_bytes(b"x")
         program.write_bytes(genuine + b"\0")
         with pytest.raises(TransferFailed, match=f"{device.name}.*changed here since"):
-            probed_run(t, [remote], timeout=60)
+            probed_run(t, [remote], timeout=60, cache=c)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures_farm import gone
 
-from devices.cache import local_sha256
+from devices.cache import ArtifactCache, local_sha256
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device, local_device
 from devices.transport import connect
@@ -37,19 +37,20 @@ def test_push_run_fetch_and_second_push_sends_nothing(device: Device, args_progr
     # The farm is shared by the whole session: start from a cold cache for this program.
     (Path(device.workdir) / "cache" / local_sha256(binary)).unlink(missing_ok=True)
     with connect(device) as t:
-        remote = t.push(binary)
-        first = t.last_push
+        c = ArtifactCache(t)
+        remote = c.push(binary)
+        first = c.last_push
         assert first.status == "sent" and first.bytes_sent == binary.stat().st_size > 0
         assert remote == f"{device.workdir}/cache/{first.sha256}"
 
-        assert t.push(binary) == remote
-        assert (t.last_push.status, t.last_push.bytes_sent) == ("cached", 0)
+        assert c.push(binary) == remote
+        assert (c.last_push.status, c.last_push.bytes_sent) == ("cached", 0)
 
         result = t.run([remote, "hello", "two words"], timeout=60)
         assert result.exit_code == 0, result.stderr
         assert result.stdout == f"arch={device.arch}\n[hello]\n[two words]\n"
         assert t.fetch(remote) == binary.read_bytes()
-        assert t.bytes_sent == first.bytes_sent
+        assert c.bytes_sent == first.bytes_sent
 
 
 @pytest.mark.parametrize("device", NODES, indirect=True)
@@ -57,29 +58,30 @@ def test_tampered_cached_artifact_is_detected_and_replaced(device: Device, tmp_p
     artifact = tmp_path / "ids.txt"
     artifact.write_text("151644 872 198 " * 100)
     with connect(device) as t:
-        remote = t.push(artifact)
+        c = ArtifactCache(t)
+        remote = c.push(artifact)
         cached = on_disk(device, remote)
         cached.chmod(0o644)
         cached.write_text("151644 872 199 " * 100)  # same size, one token changed
 
-        assert t.push(artifact) == remote
-        assert t.last_push.status == "repaired"
-        assert t.last_push.bytes_sent == artifact.stat().st_size
+        assert c.push(artifact) == remote
+        assert c.last_push.status == "repaired"
+        assert c.last_push.bytes_sent == artifact.stat().st_size
         assert t.fetch(remote) == artifact.read_bytes()
 
         # Verified blobs are not re-hashed while unchanged, but any write changes the ctime,
         # even when size and mtime are forged back.
-        assert t.push(artifact) == remote and t.last_push.status == "cached"
+        assert c.push(artifact) == remote and c.last_push.status == "cached"
         stat = cached.stat()
         cached.write_text("151644 872 197 " * 100)
         os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-        t.push(artifact)
-        assert t.last_push.status == "repaired"
+        c.push(artifact)
+        assert c.last_push.status == "repaired"
         assert cached.read_bytes() == artifact.read_bytes()
 
         cached.unlink()  # a vanished artifact is simply sent again
-        t.push(artifact)
-        assert t.last_push.status == "sent"
+        c.push(artifact)
+        assert c.last_push.status == "sent"
         assert cached.read_bytes() == artifact.read_bytes()
 
 
@@ -100,24 +102,25 @@ def test_push_tree_is_content_addressed_and_names_cannot_inject(device: Device,
     for rel, text in files.items():
         (model / rel).write_text(text)
     with connect(device) as t:
-        tree = t.push_tree(model)
-        assert t.last_push.status == "sent"
+        c = ArtifactCache(t)
+        tree = c.push_tree(model)
+        assert c.last_push.status == "sent"
         for rel, text in files.items():
             assert t.fetch(f"{tree}/{rel}").decode() == text
         cat = t.run_host(["cat", "--", f"{tree}/config.json", f"{tree}/$(touch pwned)"], 30)
         assert cat.stdout == files["config.json"] + "a"
 
-        assert t.push_tree(model) == tree
-        assert (t.last_push.status, t.last_push.bytes_sent) == ("cached", 0)
+        assert c.push_tree(model) == tree
+        assert (c.last_push.status, c.last_push.bytes_sent) == ("cached", 0)
 
         # A damaged blob is repaired; a changed directory gets a new tree.
         blob = on_disk(device, os.path.realpath(f"{tree}/config.json"))
         blob.chmod(0o644)
         blob.write_text("{}")
-        assert t.push_tree(model) == tree and t.last_push.status == "repaired"
+        assert c.push_tree(model) == tree and c.last_push.status == "repaired"
         assert t.fetch(f"{tree}/config.json").decode() == files["config.json"]
         (model / "tokenizer.json").write_text("{}")
-        assert t.push_tree(model) != tree
+        assert c.push_tree(model) != tree
     assert not list(Path(device.workdir).rglob("pwned"))
     assert not list(tmp_path.rglob("pwned"))
 
@@ -132,7 +135,8 @@ def test_shell_metacharacters_in_parameters_are_passed_literally(device: Device,
     # A workdir with metacharacters is quoted too.
     device = dataclasses.replace(device, workdir=f"{device.workdir}/w $(touch {marker});x")
     with connect(device) as t:
-        remote = t.push(args_program[device.arch])
+        c = ArtifactCache(t)
+        remote = c.push(args_program[device.arch])
         result = t.run([remote, *nasty], timeout=60)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == f"arch={device.arch}\n" + "".join(f"[{a}]\n" for a in nasty)

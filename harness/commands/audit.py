@@ -3,8 +3,9 @@
 The claims file's experiments (spec fragments) become full specs with the model and devices
 given here; every fragment is validated before anything runs. Then, for each claim that can be
 compared at all, its experiment runs what is missing (stored ok runs are reused) and
-``reports.audit`` gives the verdict. ``--stored-only`` runs nothing and judges on what the
-store already holds (the matrix is still planned, to know which stored runs are the evidence).
+``reports.audit`` gives the verdict. ``--stored-only`` runs, builds and writes nothing and judges
+on what the store already holds (the matrix is still planned, without building or storing
+anything, to know which stored runs are the evidence: ``harness.plan.identities``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from harness.build import build_engine
 from harness.commands.run import device_list
 from harness.coordinator import run_experiment
 from harness.errors import InputError
-from harness.plan import make_plan
+from harness.plan import identities, make_plan, plan_archs, prepare
 from harness.spec import WORKTREE, Spec, parse_spec
 from reports.audit import (
     DeviceInfo,
@@ -135,12 +136,15 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
 
         Keys, not the experiment's name, find the evidence: a run belongs to the experiment
         that first stored it, which may be another one (run keys are global)."""
+        spec = specs[name]
+        archs = plan_archs(spec, inventory, devices)
         if run_missing:
-            summary = run_experiment(specs[name], inventory, store, devices,
-                                     ray_address=ray_address)
+            summary = run_experiment(spec, inventory, store, devices, ray_address=ray_address)
             print(summary.line())
-        plan = make_plan(specs[name], inventory, store, local_builds, devices)
-        return [r.key for r in plan.runs]
+            materials = prepare(spec, archs, local_builds)  # all cached by the run
+        else:
+            materials = identities(spec, archs)  # builds nothing, writes nothing
+        return [r.key for r in make_plan(spec, inventory, materials, devices).runs]
 
     models = sorted({spec.model for spec in specs.values() if spec.model is not None}
                     or {model or DEFAULT_MODEL})

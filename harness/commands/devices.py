@@ -15,7 +15,8 @@ from devices.fingerprint import probe
 from devices.health import check_device
 from devices.inventory import Device, load_inventory
 from devices.transport import connect
-from harness.build import TARGETS, build_engine
+from harness.build import TARGETS
+from harness.engines import LMC, engine_check, get_engine
 from harness.errors import InputError
 
 
@@ -86,7 +87,7 @@ def _engine_for(arch: str, given: dict[str, Path],
         return given[arch], None
     if arch not in cache:
         try:
-            cache[arch] = (Path(build_engine(target=arch).binary), None)
+            cache[arch] = (Path(get_engine(LMC).build(arch, None).binary), None)
         except Exception as exc:  # noqa: BLE001 - any build failure becomes a failed check
             if getattr(type(exc), "exit_code", None) is None:
                 raise
@@ -99,7 +100,7 @@ def _check(devices: list[Device], given: dict[str, Path], as_json: bool) -> int:
     reports = []
     for device in devices:
         binary, problem = _engine_for(device.arch, given, built)
-        report = check_device(device, binary, problem)
+        report = check_device(device, engine_check(LMC, binary, problem))
         reports.append(report)
         if not as_json:
             print(f"{device.name}: {'ok' if report.ok else 'FAILED'}")

@@ -68,3 +68,8 @@ class Engine(Protocol):
     def health_argv(self, binary: str) -> list[str]:
         """A quick command that proves the binary runs on a device."""
         ...
+
+    def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
+        """Whether the health command's output (it exited 0) shows a working engine on a
+        device of ``arch``, and a line that says what it showed."""
+        ...

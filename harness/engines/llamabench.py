@@ -201,3 +201,8 @@ class LlamaBenchEngine:
 
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "--version"]
+
+    def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
+        """``llama-bench --version`` prints its version and build on stderr ("version: ...")."""
+        first = stderr.strip().splitlines()[0] if stderr.strip() else ""
+        return first.startswith("version:"), first or "printed nothing on stderr"

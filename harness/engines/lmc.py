@@ -2,19 +2,55 @@
 
 Builds go through :func:`harness.build.build_engine` (ninja, per target and git revision); the
 model is a Hugging Face directory pushed as a tree; token ids travel on standard input; the
-output is the one JSON document of the engine contract (engine/README.md).
+output is the one JSON document of the engine contract (engine/README.md). ``options`` is the
+one place that turns a workload point and lmc's config into its flags.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import engine_output
 from harness.build import BuildRecord, build_engine
 from harness.engines.base import Measurements
 
+if TYPE_CHECKING:  # harness.matrix imports the engines: only the types are needed here
+    from harness.matrix import EngineConfig, WorkloadPoint
+
 NAME = "lmc"
+# The engine switches a config may set away from the engine's defaults, and their flags.
+SWITCH_FLAGS = {"importance": "--no-importance", "recency": "--no-recency",
+                "probe_summary": "--probe-summary", "ref_attn": "--ref-attn"}
+ATTN_BENCH_FLAGS = (("--ctx", "ctx"), ("--heads", "heads"), ("--kv-heads", "kv_heads"),
+                    ("--head-dim", "head_dim"), ("--runs", "runs"), ("--seed", "seed"))
+
+
+def options(workload: WorkloadPoint, config: EngineConfig,
+            stop_id: int | None = None) -> tuple[str, ...]:
+    """The `lmc` flags of one run (without --model/--prompt/--text, which are device paths)."""
+    opts: list[str] = ["--attn", config.policy]
+    for flag, value in (("--k", config.k), ("--block", config.block),
+                        ("--probes", config.probes)):
+        if value is not None:
+            opts += [flag, str(value)]
+    opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
+    if config.measure_selection:
+        opts.append("--measure-selection")
+    if config.trace_selection:
+        opts += [engine_output.TRACE_FLAG, engine_output.TRACE_FILE]
+    opts += [flag for name, flag in SWITCH_FLAGS.items() if getattr(config, name) is not None]
+    if workload.kind == "attn-bench":
+        for flag, name in ATTN_BENCH_FLAGS:
+            opts += [flag, str(workload.get(name))]
+        return tuple(opts)
+    opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
+    if workload.command == "generate":
+        opts += ["--max-new", str(workload.get("max_new"))]
+        if stop_id is not None:
+            opts += ["--stop", str(stop_id)]
+    return tuple(opts)
 
 
 class LmcEngine:
@@ -46,3 +82,16 @@ class LmcEngine:
 
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "info"]
+
+    def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
+        """``lmc info`` must print its JSON and, where it names one, the device's arch."""
+        try:
+            info = json.loads(stdout)
+        except json.JSONDecodeError:
+            return False, f"printed no JSON: {stdout[:120]!r}"
+        if not isinstance(info, dict):
+            return False, f"printed no JSON object: {stdout[:120]!r}"
+        simd = info.get("simd")
+        simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
+        return info.get("arch") in (None, arch), (f"version {info.get('version')}, arch "
+                                                  f"{info.get('arch')}, simd [{simd_text}]")
