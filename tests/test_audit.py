@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -239,8 +241,15 @@ fair = { model = "MiniCPM5-2B" }
 """
 
 
+def db_rows(path: Path) -> list[str]:
+    """Every row of every table of a SQLite file, as SQL text (read-only)."""
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return list(db.iterdump())
+
+
 def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
-                                        capsys: pytest.CaptureFixture) -> None:
+                                        capsys: pytest.CaptureFixture,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.cli import main
 
     path = claims_file(tmp_path, ATTN_CLAIMS)
@@ -260,8 +269,15 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
 
     assert main(argv) == 0  # stored runs are reused: nothing runs twice
     assert "4 already done, 0 ok" in capsys.readouterr().out
-    assert main([*argv, "--stored-only"]) == 0  # nothing runs; the same evidence is found
+    # --stored-only runs, builds and stores nothing, and finds the same evidence: its run keys
+    # come from the engine's identity, not from a build (none may appear in an empty build dir)
+    rows = db_rows(tmp_path / "cli.db")
+    monkeypatch.setenv("BENCHFARM_BUILD_DIR", str(tmp_path / "no-builds"))
+    assert main([*argv, "--stored-only"]) == 0
     assert "runs in the matrix" not in capsys.readouterr().out
+    assert db_rows(tmp_path / "cli.db") == rows
+    assert not (tmp_path / "no-builds").exists()
+    monkeypatch.delenv("BENCHFARM_BUILD_DIR")
     again = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert again[0]["evidence"] == timed["evidence"]
     assert again[0]["measured"] == timed["measured"]
