@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.build import build_engine  # noqa: E402
+from harness.engines.lmc import run_here  # noqa: E402
+from harness.errors import RunFailure  # noqa: E402
 
 POLICIES = {
     "exact": ["--attn", "exact"],
@@ -31,14 +32,13 @@ POLICIES = {
 
 
 def one_run(binary: str, ctx: int, args: argparse.Namespace, policy: list[str]) -> float:
-    cmd = [binary, "attn-bench", "--ctx", str(ctx), "--heads", str(args.heads),
-           "--kv-heads", str(args.kv_heads), "--head-dim", str(args.head_dim),
-           "--kv", args.kv, "--threads", str(args.threads), "--runs", str(args.runs),
-           "--warmup", "1", *policy]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)["ms"]
+    options = ["--ctx", str(ctx), "--heads", str(args.heads), "--kv-heads", str(args.kv_heads),
+               "--head-dim", str(args.head_dim), "--kv", args.kv, "--threads", str(args.threads),
+               "--runs", str(args.runs), "--warmup", "1", *policy]
+    try:
+        return run_here(binary, "attn-bench", None, None, options)["ms"]
+    except RunFailure as exc:
+        sys.exit(str(exc))
 
 
 def main() -> None:

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,17 +26,14 @@ import shard_model  # noqa: E402
 from roofline import bench_prompt, positive_int  # noqa: E402
 
 from harness.build import build_engine  # noqa: E402
+from harness.engines.lmc import run_here  # noqa: E402
 
 
-def run_once(lmc: str, model: Path, prompt: Path, args: argparse.Namespace) -> dict:
-    argv = [lmc, "generate", "--model", str(model), "--prompt", str(prompt), "--max-new",
-            str(args.decode), "--threads", str(args.threads), "--wq", args.wq]
+def run_once(lmc: str, model: Path, prompt: list[int], args: argparse.Namespace) -> dict:
+    options = ["--max-new", str(args.decode), "--threads", str(args.threads), "--wq", args.wq]
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    doc = run_here(lmc, "generate", model, prompt, options)
     wall = (time.perf_counter() - start) * 1000.0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
-    doc = json.loads(proc.stdout)
     return {"wall_ms": wall, "prefill_ms": doc["prefill_ms"],
             "decode_ms": doc["decode_ms_per_token"], "tokens": doc["tokens"]}
 
@@ -68,16 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     engines = {"A": (build_engine(rev=args.base_rev).binary, single),
                "B": (build_engine().binary, single),
                "C": (build_engine().binary, sharded_copy(single, args.shards))}
-    with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as fh:
-        fh.write(" ".join(map(str, bench_prompt(args.prompt_len, 151936))) + "\n")
-    prompt = Path(fh.name)
+    prompt = bench_prompt(args.prompt_len, 151936)
     runs: dict[str, list[dict]] = {k: [] for k in engines}
-    try:
-        for r in range(args.rounds):
-            for key in sorted(engines, reverse=bool(r % 2)):
-                runs[key].append(run_once(*engines[key], prompt, args))
-    finally:
-        prompt.unlink()
+    for r in range(args.rounds):
+        for key in sorted(engines, reverse=bool(r % 2)):
+            runs[key].append(run_once(*engines[key], prompt, args))
     tokens = {json.dumps(run["tokens"]) for rs in runs.values() for run in rs}
     if len(tokens) != 1:
         print("error: the engines gave different tokens", file=sys.stderr)

@@ -12,16 +12,15 @@ median over rounds of the run's median decode ms per token, and its ratio to exa
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.build import build_engine  # noqa: E402
+from harness.engines.lmc import run_here  # noqa: E402
+from harness.errors import RunFailure  # noqa: E402
 from harness.workloads import needle_prompt  # noqa: E402
 
 
@@ -36,14 +35,14 @@ def configs(predictor: str, k: int, budget: int) -> dict[str, list[str]]:
     }
 
 
-def decode_ms(binary: str, model: Path, prompt: Path, args: argparse.Namespace,
+def decode_ms(binary: str, model: Path, prompt: list[int], args: argparse.Namespace,
               extra: list[str]) -> float:
-    cmd = [binary, "generate", "--model", str(model), "--prompt", str(prompt), "--max-new",
-           str(args.decode), "--block", str(args.block), "--threads", str(args.threads), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)["decode_ms_per_token"]
+    options = ["--max-new", str(args.decode), "--block", str(args.block), "--threads",
+               str(args.threads), *extra]
+    try:
+        return run_here(binary, "generate", model, prompt, options)["decode_ms_per_token"]
+    except RunFailure as exc:
+        sys.exit(str(exc))
 
 
 def positive(text: str) -> int:
@@ -68,13 +67,10 @@ def main() -> None:
     k = max(1, blocks // 4)  # a 25 % budget
     table = configs(args.predictor, k, k * args.block)
     times: dict[str, list[float]] = {name: [] for name in table}
-    with tempfile.TemporaryDirectory() as tmp:
-        prompt = Path(tmp) / "prompt.ids"
-        ids = needle_prompt(args.model, args.ctx, 0.5, 0).ids
-        prompt.write_text(" ".join(map(str, ids)) + "\n")
-        for _ in range(args.rounds):
-            for name, extra in table.items():
-                times[name].append(decode_ms(binary, args.model, prompt, args, extra))
+    prompt = list(needle_prompt(args.model, args.ctx, 0.5, 0).ids)
+    for _ in range(args.rounds):
+        for name, extra in table.items():
+            times[name].append(decode_ms(binary, args.model, prompt, args, extra))
     exact = statistics.median(times["exact"])
     print(f"model {args.model.name}, ctx {args.ctx}, block {args.block}, {args.rounds} rounds, "
           f"{args.threads} thread(s)")

@@ -31,12 +31,12 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.build import build_c_program, build_engine
+from harness.engines.lmc import LmcEngine, run_here
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -87,8 +87,8 @@ def environment(lmc: Path | None = None) -> dict:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if lmc is not None:
-        info = json.loads(subprocess.run([str(lmc), "info"], capture_output=True, text=True,
-                                         check=True).stdout)
+        info = json.loads(subprocess.run(LmcEngine().health_argv(str(lmc)), capture_output=True,
+                                         text=True, check=True).stdout)
         env.update({k: info.get(k) for k in ("version", "source_hash", "compiler", "flags",
                                              "simd")})
     return env
@@ -197,21 +197,11 @@ def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
 def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int, threads: int,
                      wq: str = "f32", kv: str = "f32", ctx: int | None = None,
                      timeout: float = 900) -> dict:
-    """One ``lmc generate`` run; returns its JSON document."""
-    with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as fh:
-        fh.write(" ".join(map(str, prompt)) + "\n")
-        prompt_file = fh.name
-    argv = [str(lmc), "generate", "--model", str(model_dir), "--prompt", prompt_file,
-            "--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
+    """One ``lmc generate`` run through the engine's adapter; returns its checked document."""
+    options = ["--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
     if ctx is not None:
-        argv += ["--ctx", str(ctx)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    finally:
-        os.unlink(prompt_file)
-    if proc.returncode != 0:
-        raise RuntimeError(f"lmc generate failed ({proc.returncode}): {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
+        options += ["--ctx", str(ctx)]
+    return run_here(lmc, "generate", model_dir, prompt, options, timeout)
 
 
 # ---------------------------------------------------------------------------------------------

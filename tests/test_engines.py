@@ -14,7 +14,8 @@ import pytest
 from harness.engines import ENGINES, get_engine
 from harness.engines.base import Measurements
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
-from harness.errors import InputError
+from harness.engines.lmc import run_here
+from harness.errors import InputError, RunFailure
 from harness.spec import parse_spec
 from harness.workloads import decode_prompt
 
@@ -90,6 +91,24 @@ def test_llama_bench_figures_are_its_own_json(outputs: dict[str, tuple[str, str]
     assert figures.extra["llama_bench"]["build"] == {k: rows[0][k] for k in BUILD_FIELDS}
 
 
+@pytest.mark.parametrize(("name", "binary"), [("lmc", "lmc"), ("llama-bench", "llama_bench")])
+def test_health_check_runs_the_real_engine(name: str, binary: str, request: pytest.FixtureRequest,
+                                           args_program: dict[str, Path]) -> None:
+    # what `devices check` runs, from the adapter: a working engine passes for its arch only
+    engine, path = get_engine(name), request.getfixturevalue(binary)
+    done = subprocess.run(engine.health_argv(str(path)), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    ok, detail = engine.health_verdict(done.stdout, done.stderr, "x86_64")
+    assert ok, detail
+    # another program's output (the stand-in engine echoes its argv) is not a healthy engine
+    other = subprocess.run([str(args_program["x86_64"]), "--version"], capture_output=True,
+                           text=True, timeout=60)
+    assert not engine.health_verdict(other.stdout, other.stderr, "x86_64")[0]
+    if name == "lmc":
+        assert not engine.health_verdict(done.stdout, done.stderr, "aarch64")[0]
+
+
 def test_lmc_argv_puts_the_ids_on_stdin_for_its_command() -> None:
     engine = get_engine("lmc")
     assert engine.argv("ppl", "/b/lmc", "/m", True, ["--threads", "2"]) == \
@@ -150,3 +169,16 @@ def test_spec_expands_llama_bench_cells_beside_lmc(needle_model: Path, tmp_path:
     assert engines.count("lmc") == 2 and engines.count("llama-bench") == 4
     llama = {(c.config.gguf_type, c.config.threads) for c in cells if c.engine == "llama-bench"}
     assert llama == {("f32", 1), ("f32", 2), ("q8_0", 1), ("q8_0", 2)}
+
+
+def test_run_here_is_the_adapter_on_this_machine(lmc: Path, needle_model: Path,
+                                                 tmp_path: Path) -> None:
+    # what benches and studies call: ids on stdin, the checked document back, failures named
+    ids = decode_prompt(needle_model, CTX, 0).ids
+    doc = run_here(lmc, "generate", needle_model, ids, ["--max-new", "2", "--threads", "1"])
+    assert doc["prompt_tokens"] == CTX and len(doc["tokens"]) == 2
+    with pytest.raises(RunFailure, match=r"generate --model \S*missing .* failed \(exit 2\)"):
+        run_here(lmc, "generate", tmp_path / "missing", ids, ["--max-new", "1"])
+    # a prefix ending with the binary (as an emulator's): here a shell that prints no document
+    with pytest.raises(RunFailure, match="output field 'schema'"):
+        run_here(["sh", "-c", "echo '{}'", "sh", str(lmc)], "ppl", needle_model, ids)

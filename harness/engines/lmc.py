@@ -9,12 +9,16 @@ one place that turns a workload point and lmc's config into its flags.
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import engine_output
 from harness.build import BuildRecord, build_engine
 from harness.engines.base import Measurements
+from harness.errors import RunFailure
 
 if TYPE_CHECKING:  # harness.matrix imports the engines: only the types are needed here
     from harness.matrix import EngineConfig, WorkloadPoint
@@ -51,6 +55,29 @@ def options(workload: WorkloadPoint, config: EngineConfig,
         if stop_id is not None:
             opts += ["--stop", str(stop_id)]
     return tuple(opts)
+
+
+def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path | None,
+             ids: Sequence[int] | None, options: Sequence[str] = (),
+             timeout: float | None = 900) -> dict[str, Any]:
+    """Run lmc on this machine, as the farm runs it (argv and checked output from the adapter),
+    for benches and studies that need no board: ``binary`` is its path or an argv prefix ending
+    with it (an emulator, then the binary); the ids go to standard input. Returns the engine's
+    document; RunFailure names the command when it fails or prints no valid document."""
+    prefix = [str(binary)] if isinstance(binary, (str, Path)) else [str(x) for x in binary]
+    engine = LmcEngine()
+    argv = [*prefix[:-1], *engine.argv(command, prefix[-1], None if model is None else str(model),
+                                       ids is not None, options)]
+    stdin = None if ids is None else " ".join(map(str, ids)) + "\n"
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+    shown = shlex.join(argv[len(prefix) - 1:])
+    if done.returncode != 0:
+        raise RunFailure(f"`{shown}` failed (exit {done.returncode}): "
+                         f"{done.stderr.strip()[:500]}")
+    try:
+        return engine.parse(done.stdout, command)
+    except engine_output.EngineOutputError as exc:
+        raise RunFailure(f"`{shown}`: {exc}") from exc
 
 
 class LmcEngine:

@@ -7,8 +7,6 @@ attention mass the key got at that layer, mean over query heads).
 
 from __future__ import annotations
 
-import json
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import InputError, RunFailure
+from harness.engines.lmc import run_here
+from harness.errors import InputError
 
 
 @dataclass
@@ -69,14 +68,8 @@ def run_dump(lmc: Sequence[str], model: Path, ids: Sequence[int], every: int, te
     """Run ``lmc ppl`` over ``ids`` with exact attention and read back its key features (every
     ``every``-th query position)."""
     with tempfile.TemporaryDirectory(prefix="benchfarm-keyfeat-") as tmp:
-        ids_file, out = Path(tmp) / "text.ids", Path(tmp) / "keys.bin"
-        ids_file.write_text(" ".join(map(str, ids)) + "\n")
-        done = subprocess.run(
-            [*lmc, "ppl", "--model", str(model), "--text", str(ids_file),
-             "--dump-features", str(out), "--dump-every", str(every)],
-            capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise RunFailure(f"lmc ppl --dump-features failed (exit {done.returncode}): "
-                             f"{done.stderr.strip()[:500]}")
-        json.loads(done.stdout)  # the run's own report must be a whole document
+        out = Path(tmp) / "keys.bin"
+        # the run's own document is checked too: a whole one, or RunFailure
+        run_here(lmc, "ppl", model, ids, ["--dump-features", str(out), "--dump-every",
+                                          str(every)], timeout)
         return read_dump(out, text)

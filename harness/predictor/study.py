@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import tempfile
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError, RunFailure
+from harness.engines.lmc import run_here
+from harness.errors import InputError
 from harness.predictor.dump import KeyDump, concat, run_dump
 from harness.predictor.train import (
     BASELINES,
@@ -137,13 +136,8 @@ def rank_study(study: Study, lmc: list[str], out: Path) -> tuple[Evaluation, dic
     return evaluate(test_dump, scorers), files
 
 
-def _nll(lmc: list[str], model: Path, ids_file: Path, args: Sequence[str]) -> float:
-    done = subprocess.run([*lmc, "ppl", "--model", str(model), "--text", str(ids_file), *args],
-                          capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RunFailure(f"lmc ppl {' '.join(args)} failed (exit {done.returncode}): "
-                         f"{done.stderr.strip()[:500]}")
-    return float(json.loads(done.stdout)["nll"])
+def _nll(lmc: list[str], model: Path, ids: Sequence[int], args: Sequence[str]) -> float:
+    return float(run_here(lmc, "ppl", model, ids, args, timeout=1800)["nll"])
 
 
 def budget_args(study: Study, policy: str, mode: str, budget: float, predictor: Path) -> list[str]:
@@ -162,21 +156,16 @@ def budget_args(study: Study, policy: str, mode: str, budget: float, predictor: 
 def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, Any]]:
     """Perplexity of every policy x mode x budget against exact attention, over the texts."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="benchfarm-study-") as tmp:
-        files = []
-        for seed in range(study.ppl_texts):
-            ids = ppl_tokens(study.model, study.ctx, seed).ids
-            files.append(Path(tmp) / f"ppl{seed}.ids")
-            files[-1].write_text(" ".join(map(str, ids)) + "\n")
-        exact = sum(_nll(lmc, study.model, f, []) for f in files) / len(files)
-        for mode in study.modes:
-            for budget in study.budgets:
-                for policy in study.policies:
-                    args = budget_args(study, policy, mode, budget, predictor)
-                    nll = sum(_nll(lmc, study.model, f, args) for f in files) / len(files)
-                    rows.append({"policy": policy, "mode": mode, "budget": budget,
-                                 "ppl": math.exp(nll), "ppl_exact": math.exp(exact),
-                                 "delta_ppl_pct": 100 * (math.exp(nll - exact) - 1)})
+    texts = [ppl_tokens(study.model, study.ctx, seed).ids for seed in range(study.ppl_texts)]
+    exact = sum(_nll(lmc, study.model, ids, []) for ids in texts) / len(texts)
+    for mode in study.modes:
+        for budget in study.budgets:
+            for policy in study.policies:
+                args = budget_args(study, policy, mode, budget, predictor)
+                nll = sum(_nll(lmc, study.model, ids, args) for ids in texts) / len(texts)
+                rows.append({"policy": policy, "mode": mode, "budget": budget,
+                             "ppl": math.exp(nll), "ppl_exact": math.exp(exact),
+                             "delta_ppl_pct": 100 * (math.exp(nll - exact) - 1)})
     return rows
 
 

@@ -5,15 +5,12 @@ Used by bench/needle_grid.py (the full grid in the model card) and by the fast t
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engines.lmc import LmcEngine
-from harness.errors import RunFailure
-from harness.workloads.prompts import check_answer, ids_text, needle_prompt
+from harness.engines.lmc import run_here
+from harness.workloads.prompts import check_answer, needle_prompt
 from harness.workloads.tokenizer import load_tokenizer
 
 # generate(ids, max_new, stop_id) -> generated ids
@@ -36,24 +33,11 @@ class GridCell:
 def lmc_generator(lmc: str | Path | list[str], model_dir: str | Path,
                   extra_args: Sequence[str] = (), timeout: float = 600) -> GenerateFn:
     """Greedy generation by the lmc binary (or argv prefix, e.g. under an emulator)."""
-    argv = [str(lmc)] if isinstance(lmc, (str, Path)) else list(lmc)
-    engine = LmcEngine()
 
     def generate(ids: list[int], max_new: int, stop_id: int) -> list[int]:
-        with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as handle:
-            handle.write(ids_text(ids))
-        command = engine.argv("generate", argv[-1], str(model_dir), False,
-                              ["--prompt", handle.name, "--max-new", str(max_new),
-                               "--stop", str(stop_id), *extra_args])
-        try:
-            done = subprocess.run([*argv[:-1], *command], capture_output=True, text=True,
-                                  timeout=timeout)
-        finally:
-            Path(handle.name).unlink(missing_ok=True)
-        if done.returncode != 0:
-            raise RunFailure(f"lmc generate failed (exit {done.returncode}): "
-                             f"{done.stderr.strip()[:500]}")
-        return [int(t) for t in engine.parse(done.stdout, "generate")["tokens"]]
+        options = ["--max-new", str(max_new), "--stop", str(stop_id), *extra_args]
+        doc = run_here(lmc, "generate", model_dir, ids, options, timeout)
+        return [int(t) for t in doc["tokens"]]
 
     return generate
 
