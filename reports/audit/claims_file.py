@@ -28,6 +28,10 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     device_class = "any"
     context = 2061
 
+Published llama-bench rows may be given as ``[[llama_bench]]`` tables instead of (or beside)
+``[[claim]]``: each becomes a claim of metric ``llama_bench_tps`` with an experiment of its own
+(``reports.audit.llamabench_rows``).
+
 Every error names the file, the claim and the key. The experiment fragments are validated as
 specs by the harness before anything runs (reports does not import the harness).
 """
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -56,6 +61,7 @@ CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "r
 MEASURE_KEYS = {"a", "b", "baseline", "field", "baseline_min_recall"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
 ANY = "any"
+LLAMA_BENCH_TPS = "llama_bench_tps"  # the metric of a [[llama_bench]] row
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,7 @@ def parse_claims(text: str, path: Path) -> ClaimsFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
-    check.table(data, "file", "", {"source", "claim", "experiment"})
+    check.table(data, "file", "", {"source", "claim", "experiment", "llama_bench"})
     default_source = data.get("source")
     experiments = data.get("experiment", {})
     if not isinstance(experiments, dict):
@@ -202,16 +208,43 @@ def parse_claims(text: str, path: Path) -> ClaimsFile:
                              "experiment names are [a-z0-9][a-z0-9._-]*")
         if not isinstance(fragment, dict):
             raise check.fail("file", f"experiment.{name}", "must be a table (a spec fragment)")
-    raw_claims = data.get("claim")
-    if not isinstance(raw_claims, list) or not raw_claims:
-        raise check.fail("file", "claim", "at least one [[claim]] table is required")
+    raw_claims = data.get("claim", [])
+    rows = parse_rows(check, data.get("llama_bench", []), default_source, NAME_RE)
+    if not isinstance(raw_claims, list) or not (raw_claims or rows):
+        raise check.fail("file", "claim", "at least one [[claim]] (or [[llama_bench]]) table "
+                         "is required")
     claims: list[Claim] = []
     for index, raw in enumerate(raw_claims):
         claim = _claim(check, raw, index, default_source, experiments)
         if any(c.id == claim.id for c in claims):
             raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
         claims.append(claim)
+    for row in rows:
+        if any(c.id == row.id for c in claims):
+            raise check.fail(f"llama_bench '{row.id}'", "id", "is used by a claim too")
+        if row.experiment in experiments:
+            raise check.fail("file", f"experiment.{row.experiment}",
+                             f"the name is taken by llama_bench row '{row.id}'")
+        claims.append(_row_claim(row))
+        if row.unrunnable() is None:
+            experiments[row.experiment] = row.fragment()
     return ClaimsFile(path=path, claims=claims, experiments=experiments)
+
+
+def _row_claim(row: LlamaBenchRow) -> Claim:
+    """A published llama-bench row as a claim: its t/s, run the same way on the same board
+    class with the same model (emulated devices never count: their timings are the
+    emulator's)."""
+    reason = row.unrunnable()
+    return Claim(
+        id=row.id, source=row.source, statement=row.statement,
+        metric="reported" if reason else LLAMA_BENCH_TPS, expected=row.tps, tolerance=None,
+        rel_tolerance=row.rel_tolerance, at_least=None, at_most=None, unit="t/s",
+        experiment=None if reason else row.experiment,
+        measure=Measure(a={"engine": ["llama-bench"], "threads": [row.threads]},
+                        field=row.test),
+        fair=Fairness(models=(row.model,), device_class=row.board, allow_emulated=False),
+        quantity=reason or "", note=row.note)
 
 
 def _claim(check: _Check, raw: Any, index: int, default_source: Any,

@@ -24,8 +24,14 @@ import sqlalchemy
 
 from db.models import Experiment, Run
 from reports.aggregate import flatten_runs
-from reports.audit import checks_identity, checks_ppl, checks_recall, checks_timing
-from reports.audit.claims_file import ANY, Claim, ClaimsFile
+from reports.audit import (
+    checks_identity,
+    checks_llamabench,
+    checks_ppl,
+    checks_recall,
+    checks_timing,
+)
+from reports.audit.claims_file import ANY, LLAMA_BENCH_TPS, Claim, ClaimsFile
 from reports.audit.evidence import Measurement, select
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
@@ -36,6 +42,7 @@ METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "time_ratio": checks_timing.time_ratio,
     "ppl": checks_ppl.ppl,
     "ppl_change": checks_ppl.ppl_change,
+    LLAMA_BENCH_TPS: checks_llamabench.tokens_per_second,
 }
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
@@ -108,7 +115,11 @@ def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | Non
     if ANY not in fair.models:
         names = runs["model_path"].fillna("").map(lambda p: _norm(str(p).rstrip("/")
                                                                   .rsplit("/", 1)[-1]))
-        runs = runs[names.isin({_norm(m) for m in fair.models})]
+        wanted = {_norm(m) for m in fair.models}
+        # a GGUF converted by benchfarm is named after its model: <model>-<sha>-<type>.gguf
+        converted = names.map(lambda n: n.endswith("gguf") and any(n.startswith(m)
+                                                                  for m in wanted))
+        runs = runs[names.isin(wanted) | converted]
         if runs.empty:
             return runs, f"no runs with the claimed model ({' or '.join(fair.models)})"
     if fair.device_class != ANY:
