@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import gguf_convert  # noqa: E402
 import qwen3_06b  # noqa: E402
 import roofline  # noqa: E402
+import vs_llamacpp  # noqa: E402
 import weight_stream  # noqa: E402
 
 from harness.build import build_c_program  # noqa: E402
@@ -209,3 +210,11 @@ def test_benches_refuse_counts_below_one(script: str, args: list[str]) -> None:
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "expected a whole number >= 1" in proc.stderr and proc.stdout == ""
+
+
+def test_vs_llamacpp_refuses_a_spec_without_both_engines(tmp_path: Path, capsys) -> None:
+    # before Ray starts or anything is stored: exit 2 naming the file and the key
+    spec = BENCH_DIR.parent / "specs" / "demo.toml"
+    assert vs_llamacpp.main(["--spec", str(spec), "--db", f"sqlite:///{tmp_path}/x.db"]) == 2
+    assert f"{spec}: key 'engines' must name both" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()

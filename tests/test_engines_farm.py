@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,9 @@ from reports.aggregate import load_experiment, timing_table
 from reports.audit.evidence import select
 from reports.compare import compare_runs
 from reports.render import render_report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import vs_llamacpp  # noqa: E402
 
 CTX, MAX_NEW, REPS = 24, 4, 2
 
@@ -98,6 +102,16 @@ max_new = {MAX_NEW}
     assert list(comparison.table["device"]) == [device]
     assert comparison.table["median_b"].iloc[0] == pytest.approx(row["decode_ms_per_token"])
     assert len(select(data.runs, {"engine": ["llama-bench"]})) == 1  # claims select by engine
+    # bench/vs_llamacpp.py's table: both engines' figures and their ratio, per metric
+    side = vs_llamacpp.side_by_side(store, "engines").set_index("metric")
+    lmc = runs[runs["engine"] == "lmc"].iloc[0]
+    for metric, column in (("decode ms/token", "decode_ms_per_token"),
+                           ("prefill ms", "prefill_ms")):
+        assert side.loc[metric, "device"] == device
+        assert side.loc[metric, "lmc"] == pytest.approx(lmc[column])
+        assert side.loc[metric, "llama-bench"] == pytest.approx(row[column])
+        assert side.loc[metric, "ratio llama-bench/lmc"] == pytest.approx(row[column]
+                                                                          / lmc[column])
     index = render_report(store, "engines", tmp_path / "report")
     assert "llama-bench kv=f16 t=1" in index.read_text()
     with pytest.raises(InputError, match="reproduce reruns lmc runs only"):
