@@ -276,6 +276,12 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     assert main([*argv, "--stored-only"]) == 0
     assert "runs in the matrix" not in capsys.readouterr().out
     assert db_rows(tmp_path / "cli.db") == rows
+    # and so does a report with the claims' audit as a section (judged on the stored runs)
+    assert main(["--db", f"sqlite:///{tmp_path}/cli.db", "report", "audit-test-attn",
+                 "--claims", str(path), "--inventory", str(inventory),
+                 "--out", str(tmp_path / "report")]) == 0
+    assert "sparse-faster" in (tmp_path / "report" / "audit.md").read_text()
+    assert db_rows(tmp_path / "cli.db") == rows
     assert not (tmp_path / "no-builds").exists()
     monkeypatch.delenv("BENCHFARM_BUILD_DIR")
     again = json.loads((tmp_path / "out" / "audit.json").read_text())
