@@ -141,3 +141,14 @@ def test_a_row_is_audited_by_running_its_test_on_the_x86_node(
     assert verdict["measured"] == pytest.approx(statistics.fmean(tg[0]["samples_ts"]),
                                                 rel=1e-3)
     assert verdict["measured"] == pytest.approx(tg[0]["avg_ts"], rel=1e-3)
+
+    # judged again on the stored runs only: the same verdict, and the store as it was
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = list(conn.iterdump())
+    assert main([*argv, "--stored-only"]) == 0
+    assert "runs in the matrix" not in capsys.readouterr().out
+    again = json.loads((tmp_path / "out" / "audit.json").read_text())[0]
+    assert (again["verdict"], again["measured"], again["evidence"]) == (
+        verdict["verdict"], verdict["measured"], verdict["evidence"])
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        assert list(conn.iterdump()) == rows

@@ -131,3 +131,24 @@ def test_unknown_revision_is_refused_before_anything_runs(tmp_path: Path) -> Non
                                              '["worktree", "HEAD", "no-such-rev"]'))
     with pytest.raises(InputError, match=r"key 'revisions': 'no-such-rev' is not a git revision"):
         check_revisions(load_spec(path))
+
+
+def test_a_build_is_named_without_building_it(engine_build, engine_build_aarch64,
+                                              tmp_path: Path) -> None:
+    # what `audit --stored-only` keys runs by: the same identity as the real build, for each
+    # target and for a git revision, while nothing is compiled or written
+    from dataclasses import asdict
+
+    from harness.build import build_identity
+
+    for built in (engine_build, engine_build_aarch64):
+        named = build_identity(built.target)
+        for field in ("source_hash", "target", "compiler_version", "cflags", "ldflags",
+                      "build_key", "binary"):
+            assert getattr(named, field) == getattr(built, field), field
+        assert named.binary_sha256 == ""
+    empty = tmp_path / "no-builds"
+    named = build_identity("x86_64", rev="HEAD", build_root=empty)
+    assert not empty.exists() and named.binary.startswith(f"{empty}/x86_64-release-")
+    assert len(named.revision) == 40 and len(named.source_hash) == 64  # HEAD's commit, exported
+    assert set(asdict(named)) == set(asdict(engine_build))
