@@ -72,12 +72,15 @@ class EngineConfig:
     probe_summary: bool | None = None
     ref_attn: bool | None = None
     trace_selection: bool | None = None  # --trace-selection (None: no trace)
+    kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
+    predictor: str | None = None  # gbm: the sha256 of its tree file (harness.spec.Predictor)
 
     def as_dict(self) -> dict[str, Any]:
-        """The config for run keys and records; switches at their default are left out, so a
-        run keeps the key it had before switches were axes."""
+        """The config for run keys and records; switches at their default (and the axes added
+        later, when unset) are left out, so a run keeps the key it had before they existed."""
+        optional = (*SWITCHES, "trace_selection", "kv_budget", "predictor")
         return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in (*SWITCHES, "trace_selection")}
+                if value is not None or name not in optional}
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,8 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
     configs: list[EngineConfig] = []
     for policy in engine.policies:
         names = sorted(policy.switches)
-        for k, block, probes, kv, wq, threads, prefill, *switches in itertools.product(
-            policy.k, policy.block, policy.probes, engine.kv, engine.wq,
+        for k, block, probes, budget, kv, wq, threads, prefill, *switches in itertools.product(
+            policy.k, policy.block, policy.probes, policy.kv_budget, engine.kv, engine.wq,
             engine.threads or [default_threads], engine.prefill_attn,
             *(policy.switches[name] for name in names),
         ):
@@ -180,6 +183,8 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=engine.measure_selection and measures,
                 trace_selection=True if engine.trace_selection and measures else None,
+                kv_budget=budget if uses_model else None,
+                predictor=policy.predictor.sha256 if policy.predictor else None,
                 **dict(zip(names, switches, strict=True)),
             )
             if config not in configs:  # axes a command ignores would only repeat a config
@@ -224,6 +229,7 @@ def _config_count(spec: Spec, kind: str) -> int:
     shared = (len(engine.kv) * len(engine.threads or [0])
               * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
     return shared * sum(len(p.k) * len(p.block) * len(p.probes)
+                        * (len(p.kv_budget) if uses_model else 1)
                         * math.prod(len(values) for values in p.switches.values())
                         for p in engine.policies)
 

@@ -172,7 +172,10 @@ def materialise(store: Store, model_dir: Path | None, point: WorkloadPoint) -> M
 
 
 def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree: str | None,
-            material: MaterialWorkload, timeout_s: float) -> RunJob:
+            material: MaterialWorkload, timeout_s: float,
+            predictors: dict[str, Path] | None = None) -> RunJob:
+    """The job of one lmc cell; ``predictors`` maps a gbm tree file's sha256 to its path."""
+    predictors = predictors or {}
     config = cell.config
     assert isinstance(config, EngineConfig)
     return RunJob(
@@ -187,6 +190,8 @@ def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree:
         ids=material.ids,
         options=engine_options(cell.workload, config, material.stop_id),
         timeout_s=timeout_s,
+        predictor=None if config.predictor is None else str(predictors[config.predictor]),
+        predictor_sha256=config.predictor,
     )
 
 
@@ -255,6 +260,10 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
         model_tree = catalogue.add_tree(spec.model)
     for artifact, _ in llama_models.values():
         catalogue.add_file(artifact.path, artifact.sha256)
+    predictors = {p.predictor.sha256: p.predictor.path for p in spec.engine.policies
+                  if p.predictor is not None}
+    for sha, path in predictors.items():
+        catalogue.add_file(path, sha)
     experiment_id = store.upsert_experiment(spec.name, spec.text, spec.hash)
     device_ids = {
         name: store.upsert_device(name, d.arch, d.cls, d.emulated,
@@ -278,7 +287,7 @@ def make_plan(spec: Spec, inventory: Inventory, store: Store, build: BuildFn,
             cell_sha, cell_model_id = model_sha, model_id
             uses_model = cell.workload.kind != "attn-bench"
             job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
-                          material, spec.timeout_s)
+                          material, spec.timeout_s, predictors)
         key = run_key(asdict(record), cell_sha, material.hash, cell)
         runs.append(PlannedRun(
             key=key, cell=cell, job=replace(job, run_key=key),

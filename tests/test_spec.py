@@ -86,7 +86,7 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
         ("[engine.policy.exact]", "[engine.policy.exact]\nk = 4", "'engine.policy.exact.k'",
          "non-exact policies only"),
         ("[engine.policy.sparse]", "[engine.policy.fancy]", "'engine.policy.fancy'",
-         "allowed: exact, h2o, h2o-prev, oracle, quest, random, sparse, window"),
+         "allowed: exact, gbm, h2o, h2o-prev, oracle, quest, random, sparse, window"),
         ("k = [1, 4, 32]", "k = [1, 1]", "'engine.policy.sparse.k'", "listed twice"),
         ("k = [1, 4, 32]", "topk = 4", "'engine.policy.sparse.topk'",
          "allowed: block, importance, k, probe_summary, probes, recency"),

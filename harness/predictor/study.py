@@ -10,6 +10,7 @@ The study file (every key optional but ``name`` and ``model``; errors name the f
     train_texts = 4                      # needle prompts that train the trees
     test_texts = 2                       # held-out needle prompts for the rank metrics
     ppl_texts = 2                        # plain-prose texts for the perplexity runs
+    text = "../../models/pydoc-lm/heldout.txt"  # optional: every text is a window of this file
     every = 4                            # dump every N-th query position
     sets = ["v1", "v2", "cascade", "v3"] # feature sets to train and rank
     predictor = "cascade"                # the set lmc runs as --attn gbm
@@ -18,6 +19,13 @@ The study file (every key optional but ``name`` and ``model``; errors name the f
     budgets = [0.25, 0.5]                # fractions of the context kept
     policies = ["gbm", "h2o", "h2o-prev", "window", "random"]
     modes = ["select", "evict"]          # per-query --k selection / --kv-budget eviction
+
+Without ``text`` the trees train and rank on needle prompts and the perplexity runs over the
+grammar prose (the needle model's own text). With ``text`` (a UTF-8 file relative to the study
+file, e.g. a language model's held-out text) every text is a window of ``ctx`` tokens of that
+file, and the three parts take disjoint windows: training the first ``train_texts``, ranking the
+next ``test_texts``, perplexity the next ``ppl_texts`` (so neither evaluation sees a training
+text).
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ class Study:
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5])
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
     modes: list[str] = field(default_factory=lambda: list(MODES))
+    text: Path | None = None  # windows of this file instead of needle prompts and grammar prose
 
 
 def load_study(path: Path) -> Study:
@@ -108,19 +117,32 @@ def load_study(path: Path) -> Study:
             for b in budgets):
         raise fail("budgets", f"must be a non-empty list of fractions in (0, 1); got {budgets!r}")
     study.budgets = [float(b) for b in budgets]
+    if "text" in data:
+        if not isinstance(data["text"], str):
+            raise fail("text", "must be a string: a text file relative to the study file")
+        study.text = (Path(path).parent / data["text"]).resolve()
+        if not study.text.is_file():
+            raise fail("text", f"{study.text} is not a file")
     study.predictor = data.get("predictor", defaults.predictor)
     if study.predictor not in study.sets:
         raise fail("predictor", f"must be one of the trained sets {study.sets}")
     return study
 
 
+def text_ids(study: Study, index: int, ppl: bool = False) -> list[int]:
+    """The ids of the study's text ``index``: window ``index`` of the study's text file, or
+    else a needle prompt (ranking) or grammar prose (``ppl``) seeded by it."""
+    if study.text is not None:
+        return ppl_tokens(study.model, study.ctx, index, text=study.text).ids
+    if ppl:
+        return ppl_tokens(study.model, study.ctx, index).ids
+    return needle_prompt(study.model, study.ctx, (index % 5) / 4, index).ids
+
+
 def dump_texts(study: Study, lmc: list[str], first: int, count: int) -> KeyDump:
-    """Exact-attention dumps of needle prompts with seeds first .. first+count-1."""
-    dumps = []
-    for seed in range(first, first + count):
-        ids = needle_prompt(study.model, study.ctx, (seed % 5) / 4, seed).ids
-        dumps.append(run_dump(lmc, study.model, ids, study.every, text=seed))
-    return concat(dumps)
+    """Exact-attention dumps of the texts first .. first+count-1."""
+    return concat([run_dump(lmc, study.model, text_ids(study, i), study.every, text=i)
+                   for i in range(first, first + count)])
 
 
 def rank_study(study: Study, lmc: list[str], out: Path) -> tuple[Evaluation, dict[str, Path]]:
@@ -164,8 +186,10 @@ def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, A
     rows = []
     with tempfile.TemporaryDirectory(prefix="benchfarm-study-") as tmp:
         files = []
-        for seed in range(study.ppl_texts):
-            ids = ppl_tokens(study.model, study.ctx, seed).ids
+        # with a text file, the windows after the ranking ones; else the prose's own seeds
+        first = study.train_texts + study.test_texts if study.text is not None else 0
+        for seed in range(first, first + study.ppl_texts):
+            ids = text_ids(study, seed, ppl=True)
             files.append(Path(tmp) / f"ppl{seed}.ids")
             files[-1].write_text(" ".join(map(str, ids)) + "\n")
         exact = sum(_nll(lmc, study.model, f, []) for f in files) / len(files)
@@ -181,10 +205,15 @@ def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, A
 
 
 def render_markdown(study: Study, ranks: Evaluation, ppl_rows: list[dict[str, Any]]) -> str:
+    if study.text is not None:
+        texts = (f"windows of `{study.text.name}`: trees trained on {study.train_texts}, ranked "
+                 f"on the next {study.test_texts}, perplexity over the next {study.ppl_texts}")
+    else:
+        texts = (f"trees trained on {study.train_texts} needle prompts, ranked on "
+                 f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts")
     lines = [f"# Predictor study: {study.name}", "",
              f"Model `{study.model.name}`, context {study.ctx}, blocks of {study.block}; "
-             f"trees trained on {study.train_texts} needle prompts, ranked on "
-             f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts.",
+             f"{texts}.",
              "", "## Key ranking (held-out texts; all layers, then per layer)", "",
              "| scorer | layer | Spearman rho | top-32 recall | mass in top 32 "
              "| mass lost at 50 % |", "|---|---|---|---|---|---|"]
@@ -208,6 +237,7 @@ def run_study(study: Study, lmc: list[str], out: Path) -> dict[str, Any]:
     ranks, files = rank_study(study, lmc, out)
     ppl_rows = ppl_study(study, lmc, files[study.predictor])
     record = {"name": study.name, "model": str(study.model), "ctx": study.ctx,
+              "text": None if study.text is None else str(study.text),
               "block": study.block, "predictor": study.predictor,
               "predictors": {k: str(v) for k, v in files.items()},
               "ranking": ranks.to_dict(), "ppl": ppl_rows}

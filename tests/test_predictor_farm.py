@@ -1,0 +1,126 @@
+"""gbm as a spec policy: the predictor file is an artifact named by its sha256 (in the run's
+config and run key), pushed to the farm node by hash like the engine and the model; and
+``kv_budget`` as a spec axis (lmc --kv-budget). Real Ray, a real farm node over SSH, the real
+engine and the shipped needle model; the reference is lmc run directly on this machine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_engine import lmc_json, write_tokens
+from fixtures_ray import CoordFarm, stored_runs
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.coordinator import run_experiment
+from harness.errors import InputError
+from harness.predictor.dump import run_dump
+from harness.predictor.train import train, write_predictor
+from harness.spec import load_spec
+from harness.workloads import ppl_tokens
+
+LENGTH = 96
+
+
+def make_predictor(lmc: Path, model: Path, out: Path, max_iter: int) -> Path:
+    """Cascade trees trained on one dumped text (tiny: the plumbing is under test here)."""
+    dump = run_dump([str(lmc)], model, ppl_tokens(model, LENGTH, 7).ids, every=2, text=0)
+    return write_predictor(train(dump, "cascade", max_iter=max_iter), out)
+
+
+def gbm_spec(folder: Path, model: Path, predictor: str, devices: str = '["farm-x86"]',
+             extra: str = "") -> Path:
+    path = folder / "gbm.toml"
+    path.write_text(f"""
+name = "gbm-farm"
+model = "{model}"
+devices = {devices}
+[engine]
+prefill_attn = "sparse"
+[engine.policy.exact]
+[engine.policy.gbm]
+predictor = "{predictor}"
+k = 2
+block = 16
+kv_budget = [32, 48]
+{extra}
+[[workload]]
+kind = "ppl"
+length = {LENGTH}
+seed = 0
+""")
+    return path
+
+
+def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
+        ray_address: str, coord_farm: CoordFarm, lmc: Path, needle_model: Path,
+        tmp_path: Path) -> None:
+    predictor = make_predictor(lmc, needle_model, tmp_path / "cascade.gbm", max_iter=4)
+    sha = hashlib.sha256(predictor.read_bytes()).hexdigest()
+    spec = load_spec(gbm_spec(tmp_path, needle_model, predictor.name))
+    inventory = load_inventory(coord_farm.inventory)
+    store = Store.open(f"sqlite:///{tmp_path}/gbm.db")
+    summary = run_experiment(spec, inventory, store)
+    assert (summary.total, summary.counts["ok"]) == (3, 3), summary
+
+    runs = stored_runs(store, "gbm-farm")
+    outcomes = store.frames("gbm-farm")["outcomes"].set_index("run_id")
+    ids = write_tokens(tmp_path / "ids.txt", ppl_tokens(needle_model, LENGTH, 0).ids)
+    budgets = set()
+    for row in runs.itertuples():
+        config = json.loads(row.config)
+        if row.policy == "exact":
+            assert "predictor" not in config and "kv_budget" not in config
+            continue
+        assert config["predictor"] == sha  # the content's identity, not a path
+        budgets.add(config["kv_budget"])
+        options = config["argv_options"]
+        assert options[options.index("--kv-budget") + 1] == str(config["kv_budget"])
+        # the node ran the pushed copy: the same nll as lmc here with the driver's file
+        local = lmc_json(lmc, "ppl", "--model", str(needle_model), "--text", str(ids),
+                         "--attn", "gbm", "--predictor", str(predictor), "--block", "16",
+                         "--k", "2", "--prefill-attn", "sparse",
+                         "--kv-budget", str(config["kv_budget"]))
+        assert outcomes.loc[row.id, "nll"] == pytest.approx(local["nll"], rel=0, abs=0)
+    assert budgets == {32, 48}
+    # the farm node's content-addressed cache holds the predictor under its sha256
+    workdir = inventory.devices["farm-x86"].workdir
+    assert list(Path(workdir).rglob(sha)), f"no cached copy named {sha} under {workdir}"
+    nll = dict(zip(runs["run_key"], outcomes.loc[runs["id"], "nll"], strict=True))
+
+    # other trees under the same file name are another run (exact is not redone)
+    make_predictor(lmc, needle_model, predictor, max_iter=9)
+    again = run_experiment(load_spec(spec.path), inventory, store)
+    assert (again.skipped, again.counts["ok"]) == (1, 2), again
+    rerun = stored_runs(store, "gbm-farm")
+    assert len(rerun) == 5 and len(set(rerun["run_key"]) - set(nll)) == 2
+    store.close()
+
+
+def test_spec_refuses_gbm_without_trees_and_budgets_where_lmc_cannot_evict(
+        needle_model: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.gbm").write_text("not trees\n")
+    cases = [
+        (gbm_spec(tmp_path, needle_model, "missing.gbm"), "engine.policy.gbm.predictor"),
+        (gbm_spec(tmp_path, needle_model, "notes.gbm"), "not an lmc-gbm predictor file"),
+    ]
+    for path, message in cases:
+        with pytest.raises(InputError, match=message):
+            load_spec(path)
+    no_trees = tmp_path / "no-trees.toml"
+    no_trees.write_text(f'name = "x"\nmodel = "{needle_model}"\n[engine.policy.gbm]\nk = 2\n'
+                        '[[workload]]\nkind = "ppl"\nlength = 64\n')
+    with pytest.raises(InputError, match="engine.policy.gbm.predictor.*gbm needs its trees"):
+        load_spec(no_trees)
+    for policy, budget, message in (("sparse", 64, "unknown key|not allowed|allowed"),
+                                    ("window", 16, "less than one block")):
+        bad = tmp_path / f"{policy}.toml"
+        bad.write_text(f'name = "x"\nmodel = "{needle_model}"\n[engine.policy.{policy}]\n'
+                       f'kv_budget = {budget}\n[[workload]]\nkind = "ppl"\nlength = 64\n')
+        with pytest.raises(InputError, match=f"engine.policy.{policy}.kv_budget"):
+            load_spec(bad)
+        with pytest.raises(InputError, match=message):
+            load_spec(bad)
