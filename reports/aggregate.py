@@ -94,6 +94,10 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
         parts += [label for name, label in SWITCH_LABELS.items()
                   if config.get(name) is not None]
+        if config.get("kv_budget") is not None:  # eviction for good (lmc --kv-budget)
+            parts.append(f"kv-budget={config['kv_budget']}")
+        if config.get("predictor"):  # gbm's trees, by the start of their sha256
+            parts.append(f"trees={str(config['predictor'])[:8]}")
     threads = _int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")
@@ -145,6 +149,9 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                 value = raw.get("ctx")
             values.append(value)
         table[column] = pd.Series(values, index=table.index, dtype="object")
+    configs = [_json(c) for c in table["config"]]
+    table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
+                                    for c in configs], index=table.index, dtype="object")
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
     table["flags"] = _run_flags(table, snapshots)

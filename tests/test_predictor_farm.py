@@ -16,9 +16,10 @@ from fixtures_ray import CoordFarm, stored_runs
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.coordinator import run_experiment
-from harness.errors import InputError
+from harness.errors import InputError, RunFailure
 from harness.predictor.dump import run_dump
 from harness.predictor.train import train, write_predictor
+from harness.reproduce import reproduce
 from harness.spec import load_spec
 from harness.workloads import ppl_tokens
 
@@ -90,9 +91,14 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
     workdir = inventory.devices["farm-x86"].workdir
     assert list(Path(workdir).rglob(sha)), f"no cached copy named {sha} under {workdir}"
     nll = dict(zip(runs["run_key"], outcomes.loc[runs["id"], "nll"], strict=True))
+    gbm_run = int(runs.loc[runs["policy"] == "gbm", "id"].iloc[0])
+    repro = reproduce(store, str(gbm_run), inventory)  # the stored file, verified by hash
+    assert (repro.status, repro.identical) == ("ok", True), repro.text()
 
     # other trees under the same file name are another run (exact is not redone)
     make_predictor(lmc, needle_model, predictor, max_iter=9)
+    with pytest.raises(RunFailure, match=f"predictor {predictor}: the run used trees"):
+        reproduce(store, str(gbm_run), inventory)
     again = run_experiment(load_spec(spec.path), inventory, store)
     assert (again.skipped, again.counts["ok"]) == (1, 2), again
     rerun = stored_runs(store, "gbm-farm")

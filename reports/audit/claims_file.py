@@ -49,7 +49,7 @@ TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
 SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
                  "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
-                 "device_class")
+                 "device_class", "kv_budget")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
