@@ -46,7 +46,7 @@ int attention_can_evict(Policy p) {
 }
 
 int attention_needs_features(const AttnOptions *opt) {
-    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV;
+    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV || opt->rank_every;
 }
 
 void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path) {
@@ -378,14 +378,27 @@ static void evict(Attention *a, int layer, int pos) {
     }
 }
 
+/* --measure-keys: every key's keep score summed over heads, taken before the query attends (h2o's
+ * mass must not hold the query's own attention yet) */
+static void rank_scores(Attention *a, int layer, int pos) {
+    for (int p = 0; p <= pos; p++) {
+        float s = 0.0f;
+        for (int h = 0; h < a->n_heads; h++) s += keep_score(a, layer, h, p);
+        a->rank->score[p] = s;
+    }
+}
+
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
     int n_blocks = (pos + a->kv->block) / a->kv->block;
     int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
-    if (attention_needs_features(&a->opt) && policy_runs && (a->opt.sel.k < n_blocks || a->evicted))
+    int ranking = a->rank && phase != ATTN_BENCH && keyrank_due(a->rank, pos);
+    int scored = a->opt.sel.policy == POL_GBM || a->opt.sel.policy == POL_H2O_PREV;
+    if (scored && ((policy_runs && (a->opt.sel.k < n_blocks || a->evicted)) || ranking))
         pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
     if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos);
+    if (ranking) rank_scores(a, layer, pos);
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
     else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);
@@ -407,6 +420,10 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
         for (int h = 0; h < a->n_heads; h++)
             keyfeat_record(a->feat, layer, h, a->sel + (size_t)h * a->n_blocks, a->n_sel[h], bs,
                            a->att_probs + (size_t)h * a->capacity);
+        if (ranking) {
+            for (int p = 0; p < n_pos; p++) a->rank->mass[p] = keyfeat_mass(a->feat, layer, p);
+            keyrank_add(a->rank, layer, n_pos);
+        }
         if (layer == a->n_layers - 1) keyfeat_dump_query(a->feat);
     }
     if (a->opt.trace && phase != ATTN_PREFILL) {

@@ -23,9 +23,10 @@ The study file (every key optional but ``name`` and ``model``; errors name the f
 Without ``text`` the trees train and rank on needle prompts and the perplexity runs over the
 grammar prose (the needle model's own text). With ``text`` (a UTF-8 file relative to the study
 file, e.g. a language model's held-out text) every text is a window of ``ctx`` tokens of that
-file, and the three parts take disjoint windows: training the first ``train_texts``, ranking the
-next ``test_texts``, perplexity the next ``ppl_texts`` (so neither evaluation sees a training
-text).
+file (window s = the ppl workload's seed s), and the three parts take disjoint windows:
+perplexity the first ``ppl_texts`` (the windows a ppl spec with seeds 0, 1, ... runs, so the
+trained trees can run there too without having seen them), training the last ``train_texts``,
+ranking the ``test_texts`` before those.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from harness.predictor.train import (
     train,
     write_predictor,
 )
-from harness.workloads import needle_prompt, ppl_tokens
+from harness.workloads import load_tokenizer, needle_prompt, ppl_tokens
 
 POLICIES = ("gbm", "h2o", "h2o-prev", "window", "random")
 MODES = ("select", "evict")
@@ -139,16 +140,32 @@ def text_ids(study: Study, index: int, ppl: bool = False) -> list[int]:
     return needle_prompt(study.model, study.ctx, (index % 5) / 4, index).ids
 
 
-def dump_texts(study: Study, lmc: list[str], first: int, count: int) -> KeyDump:
-    """Exact-attention dumps of the texts first .. first+count-1."""
+def rank_texts(study: Study) -> tuple[range, range]:
+    """The texts that train the trees and the held-out ones that rank keys."""
+    if study.text is None:
+        return range(study.train_texts), range(study.train_texts,
+                                               study.train_texts + study.test_texts)
+    windows = len(load_tokenizer(study.model).encode(study.text.read_text(encoding="utf-8"))) \
+        // study.ctx
+    need = study.ppl_texts + study.test_texts + study.train_texts
+    if need > windows:
+        raise InputError(f"{study.path}: key 'text': {study.text} holds {windows} windows of "
+                         f"{study.ctx} tokens; ppl_texts + test_texts + train_texts need {need}")
+    first_train = windows - study.train_texts
+    return range(first_train, windows), range(first_train - study.test_texts, first_train)
+
+
+def dump_texts(study: Study, lmc: list[str], texts: range) -> KeyDump:
+    """Exact-attention dumps of the texts."""
     return concat([run_dump(lmc, study.model, text_ids(study, i), study.every, text=i)
-                   for i in range(first, first + count)])
+                   for i in texts])
 
 
 def rank_study(study: Study, lmc: list[str], out: Path) -> tuple[Evaluation, dict[str, Path]]:
     """Train every feature set, rank the held-out keys with them and the baselines."""
-    train_dump = dump_texts(study, lmc, 0, study.train_texts)
-    test_dump = dump_texts(study, lmc, study.train_texts, study.test_texts)
+    train_texts, test_texts = rank_texts(study)
+    train_dump = dump_texts(study, lmc, train_texts)
+    test_dump = dump_texts(study, lmc, test_texts)
     scorers, files = {}, {}
     for feature_set in study.sets:
         models = train(train_dump, feature_set, max_iter=study.max_iter)
@@ -186,9 +203,7 @@ def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, A
     rows = []
     with tempfile.TemporaryDirectory(prefix="benchfarm-study-") as tmp:
         files = []
-        # with a text file, the windows after the ranking ones; else the prose's own seeds
-        first = study.train_texts + study.test_texts if study.text is not None else 0
-        for seed in range(first, first + study.ppl_texts):
+        for seed in range(study.ppl_texts):
             ids = text_ids(study, seed, ppl=True)
             files.append(Path(tmp) / f"ppl{seed}.ids")
             files[-1].write_text(" ".join(map(str, ids)) + "\n")
@@ -206,8 +221,10 @@ def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, A
 
 def render_markdown(study: Study, ranks: Evaluation, ppl_rows: list[dict[str, Any]]) -> str:
     if study.text is not None:
-        texts = (f"windows of `{study.text.name}`: trees trained on {study.train_texts}, ranked "
-                 f"on the next {study.test_texts}, perplexity over the next {study.ppl_texts}")
+        train, test = rank_texts(study)
+        texts = (f"windows of {study.ctx} tokens of `{study.text.name}`: trees trained on "
+                 f"windows {train.start}-{train.stop - 1}, keys ranked on {test.start}-"
+                 f"{test.stop - 1}, perplexity over 0-{study.ppl_texts - 1}")
     else:
         texts = (f"trees trained on {study.train_texts} needle prompts, ranked on "
                  f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts")
