@@ -90,8 +90,10 @@ def engine_options(workload: WorkloadPoint, config: EngineConfig,
                         ("--probes", config.probes)):
         if value is not None:
             opts += [flag, str(value)]
-    if config.kv_budget is not None:
-        opts += ["--kv-budget", str(config.kv_budget)]
+    for flag, value in (("--kv-budget", config.kv_budget),
+                        ("--measure-keys", config.measure_keys)):
+        if value is not None:
+            opts += [flag, str(value)]
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]
     if config.measure_selection:
         opts.append("--measure-selection")
@@ -295,6 +297,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
                                                            planned.answer) else 0.0
     elif planned.job.command == "ppl":
         outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
+        if "key_ranking" in data:  # --measure-keys
+            outcome.extra["key_ranking"] = data["key_ranking"]
     elif planned.job.command == "attn-bench":
         outcome.attn_median_ms = data.get("ms")
     if planned.job.command in ("generate", "attn-bench"):

@@ -75,7 +75,7 @@ TOP_LEVEL_KEYS = {
 }
 ENGINE_NAMES = ("lmc", "llama-bench")  # harness.engines.ENGINES; a spec runs one or several
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
-               "trace_selection"}
+               "trace_selection", "measure_keys"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,8 @@ class EngineAxes:
     prefill_attn: list[str]
     measure_selection: bool
     trace_selection: bool = False  # generate and attn-bench runs keep the selected blocks
+    # ppl runs of the evicting policies rank the keys of every N-th query (lmc --measure-keys)
+    measure_keys: int | None = None
 
 
 @dataclass(frozen=True)
@@ -396,6 +398,9 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
                                        "engine.measure_selection", "bool"),
         trace_selection=check.scalar(table.get("trace_selection", False),
                                      "engine.trace_selection", "bool"),
+        measure_keys=check.minimum(check.scalar(table["measure_keys"], "engine.measure_keys",
+                                                "int"), "engine.measure_keys", 1)
+        if "measure_keys" in table else None,
     )
 
 

@@ -34,6 +34,8 @@ LABEL_DEFAULTS = {"block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_a
 # of ppl runs; for generate runs it includes loading the model, so it is only flagged for ppl.
 TIMINGS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
            "engine_ms", "overhead_ms")
+# lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
+RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
 CELL_KEYS = ["device", "command", "kind", "ctx", "depth", "seed", "length", "config"]
 
 
@@ -149,14 +151,25 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                 value = raw.get("ctx")
             values.append(value)
         table[column] = pd.Series(values, index=table.index, dtype="object")
-    configs = [_json(c) for c in table["config"]]
-    table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
-                                    for c in configs], index=table.index, dtype="object")
+    _engine_columns(table)
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
     table["flags"] = _run_flags(table, snapshots)
     table["same_as_exact"] = same_as_exact(table)
     return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+
+
+def _engine_columns(table: pd.DataFrame) -> None:
+    """Columns from a run's stored config and outcome figures: ``kv_budget`` (eviction), and
+    ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS of the policy's key ranking, all layers)."""
+    configs = [_json(c) for c in table["config"]]
+    table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
+                                    for c in configs], index=table.index, dtype="object")
+    extras = [_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
+    rankings = [e.get("key_ranking") or {} if isinstance(e, dict) else {} for e in extras]
+    for name in RANK_METRICS:
+        table[f"rank_{name}"] = pd.Series([r.get(name) for r in rankings], index=table.index,
+                                          dtype="float64")
 
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat", "threads"]
@@ -390,6 +403,17 @@ def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
         "n": len(cell)} for key, cell in _groups(measured, keys)]
     columns = keys + ["mass", "oracle_recall", "max_abs_diff", "bytes_read", "n"]
     return _sorted(pd.DataFrame(rows, columns=columns), keys)
+
+
+def key_rank_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Seed 004's key-ranking figures (lmc --measure-keys) per (device, config, length): the
+    median over runs (texts) of each run's mean over its measured queries and layers."""
+    measured = runs[(runs["status"] == "ok") & runs["rank_rho"].notna()]
+    keys = ["device", "config", "length"]
+    rows = [dict(zip(keys, key, strict=True))
+            | {name: cell[f"rank_{name}"].median() for name in RANK_METRICS} | {"n": len(cell)}
+            for key, cell in _groups(measured, keys)]
+    return _sorted(pd.DataFrame(rows, columns=keys + list(RANK_METRICS) + ["n"]), keys)
 
 
 def failures_table(runs: pd.DataFrame) -> pd.DataFrame:

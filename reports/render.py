@@ -217,6 +217,12 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",
                 tables=[Table("selection", selection)],
                 figures=figures.selection_charts(selection)),
+        Section("key-ranking", "Key ranking (seed 004's metrics)",
+                "How well each policy's keep score orders the keys of a query against the true "
+                "attention mass (ppl runs with engine.measure_keys; engine/keyrank.h): Spearman "
+                "rho, recall of the true top-32 keys, mass inside the top 32, and mass lost "
+                "when the half with the lowest scores is evicted. Medians over the texts.",
+                tables=[Table("key_ranking", aggregate.key_rank_table(runs))]),
         device_comparison(data),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "

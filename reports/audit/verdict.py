@@ -24,7 +24,7 @@ import sqlalchemy
 
 from db.models import Experiment, Run
 from reports.aggregate import flatten_runs
-from reports.audit import checks_identity, checks_ppl, checks_recall, checks_timing
+from reports.audit import checks_identity, checks_ppl, checks_rank, checks_recall, checks_timing
 from reports.audit.claims_file import ANY, Claim, ClaimsFile
 from reports.audit.evidence import Measurement, select
 
@@ -36,6 +36,7 @@ METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "time_ratio": checks_timing.time_ratio,
     "ppl": checks_ppl.ppl,
     "ppl_change": checks_ppl.ppl_change,
+    "key_rank": checks_rank.key_rank,
 }
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
