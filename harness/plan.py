@@ -181,7 +181,8 @@ def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree:
     return RunJob(
         run_key="",
         label=f"{cell.workload.label()} {config.policy}"
-              + (f" k={config.k}" if config.k is not None else ""),
+              + (f" k={config.k}" if config.k is not None and config.kv_budget is None else "")
+              + (f" kv-budget={config.kv_budget}" if config.kv_budget is not None else ""),
         command=cell.workload.command,
         binary=record.binary,
         binary_sha256=record.binary_sha256,

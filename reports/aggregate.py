@@ -83,7 +83,9 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     # another engine's runs have no attention policy: its name leads the label instead
     parts = [str(engine) if isinstance(engine, str) and engine != "lmc" else str(policy)]
     k = _int_or_none(get("k"))
-    if policy != "exact" and k is not None:
+    config = _json(get("config"))
+    evicting = isinstance(config, dict) and config.get("kv_budget") is not None
+    if policy != "exact" and k is not None and not evicting:  # eviction does not use k
         parts.append(f"k={k}")
     for name, default in LABEL_DEFAULTS.items():
         value = get(name)
@@ -92,7 +94,6 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
         if value is not None and value != default and not (policy == "exact" and
                                                            name in ("block", "probes")):
             parts.append(f"{name}={value}")
-    config = _json(get("config"))
     if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
         parts += [label for name, label in SWITCH_LABELS.items()
                   if config.get(name) is not None]
@@ -301,7 +302,7 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     ``size`` is the context length (needle, decode, attn-bench) or the text length (ppl). Exact
     rows have no k: they are the reference line.
     """
-    ok = runs[runs["status"] == "ok"].copy()
+    ok = runs[(runs["status"] == "ok") & runs["kv_budget"].isna()].copy()  # eviction: k unused
     ok["size"] = ok["ctx"].where(ok["ctx"].notna(), ok["length"])
     keys = ["device", "kind", "size", "policy", "k"]
     rows = []
@@ -402,6 +403,25 @@ def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
         "bytes_read": cell["bytes_read"].median(),
         "n": len(cell)} for key, cell in _groups(measured, keys)]
     columns = keys + ["mass", "oracle_recall", "max_abs_diff", "bytes_read", "n"]
+    return _sorted(pd.DataFrame(rows, columns=columns), keys)
+
+
+def eviction_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Perplexity under eviction (lmc --kv-budget) per (device, length, policy, kv_budget): the
+    median over texts, and its cost against the median of exact attention on the same device and
+    length, in percent."""
+    ok = runs[(runs["status"] == "ok") & runs["ppl"].notna()]
+    keys = ["device", "length", "policy", "kv_budget"]
+    rows = []
+    for key, cell in _groups(ok[ok["kv_budget"].notna()], keys):
+        exact = ok[(ok["policy"] == "exact") & (ok["device"] == key[0])
+                   & (ok["length"] == key[1])]["ppl"]
+        ppl = float(cell["ppl"].median())
+        rows.append(dict(zip(keys, key, strict=True)) | {
+            "ppl": ppl, "exact_ppl": exact.median() if len(exact) else None,
+            "ppl_vs_exact_pct": (ppl / float(exact.median()) - 1.0) * 100.0 if len(exact)
+            else None, "n": len(cell)})
+    columns = keys + ["ppl", "exact_ppl", "ppl_vs_exact_pct", "n"]
     return _sorted(pd.DataFrame(rows, columns=columns), keys)
 
 

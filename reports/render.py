@@ -217,6 +217,11 @@ def build_sections(data: aggregate.ExperimentData) -> list[Section]:
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",
                 tables=[Table("selection", selection)],
                 figures=figures.selection_charts(selection)),
+        Section("eviction", "Eviction (KV budget)",
+                "Perplexity when each head keeps at most kv_budget positions and drops the rest "
+                "for good (lmc --kv-budget), by the policy's keep score; the cost against exact "
+                "attention on the same texts, in percent (medians over the texts).",
+                tables=[Table("eviction", aggregate.eviction_table(runs))]),
         Section("key-ranking", "Key ranking (seed 004's metrics)",
                 "How well each policy's keep score orders the keys of a query against the true "
                 "attention mass (ppl runs with engine.measure_keys; engine/keyrank.h): Spearman "

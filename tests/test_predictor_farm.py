@@ -1,7 +1,9 @@
 """gbm as a spec policy: the predictor file is an artifact named by its sha256 (in the run's
-config and run key), pushed to the farm node by hash like the engine and the model; and
-``kv_budget`` as a spec axis (lmc --kv-budget). Real Ray, a real farm node over SSH, the real
-engine and the shipped needle model; the reference is lmc run directly on this machine."""
+config and run key), pushed to the farm node by hash like the engine and the model;
+``kv_budget`` as a spec axis (lmc --kv-budget); ``measure_keys`` (lmc --measure-keys): the
+key-ranking figures stored per run, shown by the report and judged by the audit's key_rank
+metric. Real Ray, a real farm node over SSH, the real engine and the shipped needle model; the
+reference is lmc run directly on this machine."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_engine import lmc_json, write_tokens
 from fixtures_ray import CoordFarm, stored_runs
@@ -22,6 +25,7 @@ from harness.predictor.train import train, write_predictor
 from harness.reproduce import reproduce
 from harness.spec import load_spec
 from harness.workloads import ppl_tokens
+from reports.aggregate import key_rank_table, load_experiment
 
 LENGTH = 96
 
@@ -130,3 +134,78 @@ def test_spec_refuses_gbm_without_trees_and_budgets_where_lmc_cannot_evict(
             load_spec(bad)
         with pytest.raises(InputError, match=message):
             load_spec(bad)
+
+
+RANK_CLAIMS = """
+source = "test"
+[experiment.rank]
+model = "{model}"
+repeats = 1
+warmups = 0
+[experiment.rank.engine]
+measure_keys = 8
+[experiment.rank.engine.policy.window]
+[experiment.rank.engine.policy.random]
+[experiment.rank.engine.policy.exact]
+[[experiment.rank.workload]]
+kind = "ppl"
+length = {length}
+seed = [0, 1]
+
+[[claim]]
+id = "random-loses-half"
+statement = "a random half loses about half"
+metric = "key_rank"
+at_least = 0.0
+at_most = 1.0
+experiment = "rank"
+measure = {{ a = {{ policy = "random" }}, field = "lost50" }}
+
+[[claim]]
+id = "random-ranks-above-recency"
+statement = "random orders keys better than recency"
+metric = "key_rank"
+at_least = 0.5
+experiment = "rank"
+measure = {{ a = {{ policy = "window" }}, b = {{ policy = "random" }}, field = "rho" }}
+"""
+
+
+def test_key_ranking_is_stored_per_run_and_judged_by_the_audit(
+        ray_address: str, lmc: Path, needle_model: Path, tmp_path: Path) -> None:
+    from harness.cli import main
+
+    claims = tmp_path / "claims.toml"
+    claims.write_text(RANK_CLAIMS.format(model=needle_model, length=LENGTH))
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{tmp_path}/work"\n')
+    db = f"sqlite:///{tmp_path}/rank.db"
+    assert main(["--db", db, "audit", str(claims), "--inventory", str(inventory),
+                 "--ray-address", ray_address, "--out", str(tmp_path / "out")]) == 0
+
+    # the reference: lmc run here on the same texts, its own key_ranking figures
+    direct: dict[str, list[dict]] = {}
+    for policy in ("window", "random"):
+        for seed in (0, 1):
+            ids = write_tokens(tmp_path / "t.txt", ppl_tokens(needle_model, LENGTH, seed).ids)
+            doc = lmc_json(lmc, "ppl", "--model", str(needle_model), "--text", str(ids),
+                           "--attn", policy, "--measure-keys", "8")
+            direct.setdefault(policy, []).append(doc["key_ranking"])
+    median = {p: {f: float(np.median([r[f] for r in rs])) for f in ("rho", "lost50")}
+              for p, rs in direct.items()}
+    verdicts = json.loads((tmp_path / "out" / "audit.json").read_text())
+    lost, order = verdicts
+    assert lost["measured"] == pytest.approx(median["random"]["lost50"], abs=1e-9)
+    assert lost["verdict"] == "reproduced" and len(lost["evidence"]) == 2
+    assert order["measured"] == pytest.approx(
+        median["random"]["rho"] - median["window"]["rho"], abs=1e-9)
+    assert order["verdict"] == ("reproduced" if order["measured"] >= 0.5 else "not reproduced")
+    # exact has no keep score: its runs carry no ranking, and ran without --measure-keys
+    with Store.open(db) as store:
+        runs = stored_runs(store, "rank")
+        for row in runs.itertuples():
+            options = json.loads(row.config)["argv_options"]
+            assert ("--measure-keys" in options) == (row.policy != "exact")
+        table = key_rank_table(load_experiment(store, "rank").runs)
+    assert sorted(table["config"].str.split().str[0]) == ["random", "window"]
+    assert (table["n"] == 2).all()
