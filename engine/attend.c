@@ -363,7 +363,7 @@ static void evict(Attention *a, int layer, int pos, const float *q_all) {
         int live = 0;
         for (int b = 0; b < n_blocks; b++) live += !gone[b];
         const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
-                                       ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim)
+                                       ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
                                        : NULL;
         while (live > keep) {
             int worst = -1;
@@ -394,7 +394,7 @@ static void rank_scores(Attention *a, int layer, int pos, const float *q_all) {
         int bs = a->kv->block;
         for (int p = 0; p <= pos; p++) score[p] = 0.0f;
         for (int h = 0; h < a->n_heads; h++) {
-            const float *block_score = evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim);
+            const float *block_score = evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, NULL);
             for (int p = 0; p <= pos; p++) score[p] += block_score[p / bs];
         }
         return;

@@ -31,7 +31,7 @@ from harness.workloads.text import DEFAULT_NEEDLE, NeedleTemplate, TextFiller
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm")
 # The policies lmc can evict by (--kv-budget; engine/attend.c attention_can_evict).
-EVICTING = ("window", "h2o", "h2o-prev", "gbm", "random", "sparse", "quest")
+EVICTING = ("window", "h2o", "h2o-prev", "gbm", "random", "sparse", "quest", "oracle")
 KV_FORMATS = ("f32", "q8")
 WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")

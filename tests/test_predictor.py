@@ -144,7 +144,7 @@ def test_gbm_policy_keeps_the_budget_and_is_thread_independent(lmc, tiny_model, 
 
 
 @pytest.mark.parametrize("policy", ["window", "h2o", "h2o-prev", "gbm", "random", "sparse",
-                                    "quest"])
+                                    "quest", "oracle"])
 def test_kv_budget_evicts_blocks_for_good(lmc, tiny_model, predictor, tmp_path, policy):
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     trace = tmp_path / "trace.txt"
@@ -169,7 +169,7 @@ def test_kv_budget_evicts_blocks_for_good(lmc, tiny_model, predictor, tmp_path, 
     assert out["selection"]["mass"] < 1  # the evicted keys held some attention
 
 
-@pytest.mark.parametrize("policy", ["sparse", "quest"])
+@pytest.mark.parametrize("policy", ["sparse", "quest", "oracle"])
 def test_block_policies_evict_by_their_block_scores_on_any_thread_count(lmc, tiny_model,
                                                                         tmp_path, policy):
     prompt = write_tokens(tmp_path / "p.txt", IDS)
@@ -214,7 +214,6 @@ def test_h2o_prev_ranks_by_the_previous_layers_mass(lmc, tiny_model, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--attn", "gbm"], "--attn gbm needs --predictor"),
     (["--attn", "h2o", "--predictor", "x.gbm"], "--predictor applies to --attn gbm only"),
-    (["--attn", "oracle", "--kv-budget", "64"], "--kv-budget evicts by the policy's scores"),
     (["--attn", "exact", "--kv-budget", "64"], "--kv-budget evicts by the policy's scores"),
     (["--attn", "window", "--kv-budget", "4", "--block", "8"], "less than one block"),
 ])

@@ -125,7 +125,7 @@ def test_spec_refuses_gbm_without_trees_and_budgets_where_lmc_cannot_evict(
                         '[[workload]]\nkind = "ppl"\nlength = 64\n')
     with pytest.raises(InputError, match="engine.policy.gbm.predictor.*gbm needs its trees"):
         load_spec(no_trees)
-    for policy, budget, message in (("oracle", 64, "unknown key|not allowed|allowed"),
+    for policy, budget, message in (("exact", 64, "exact attention takes no policy axes"),
                                     ("window", 16, "less than one block")):
         bad = tmp_path / f"{policy}.toml"
         bad.write_text(f'name = "x"\nmodel = "{needle_model}"\n[engine.policy.{policy}]\n'
