@@ -294,3 +294,27 @@ def test_study_trains_ranks_and_runs_the_budgets(lmc, needle_model, tmp_path):
     bad.write_text(study.read_text().replace("budgets = [0.25]", "budgets = [1.5]"))
     with pytest.raises(InputError, match=f"{bad}: key 'budgets'"):
         load_study(bad)
+
+
+def test_study_text_windows_keep_training_apart_from_the_evaluated_windows(tmp_path):
+    from harness import REPO_ROOT
+    from harness.predictor.study import rank_texts, text_ids
+    from harness.workloads import load_tokenizer, ppl_tokens
+
+    lm = REPO_ROOT / "models" / "pydoc-lm"
+    study_file = tmp_path / "study.toml"
+    study_file.write_text(f'name = "t"\nmodel = "{lm}"\ntext = "{lm}/heldout.txt"\nctx = 1024\n'
+                          'train_texts = 4\ntest_texts = 2\nppl_texts = 4\n')
+    study = load_study(study_file)
+    tokens = len(load_tokenizer(lm).encode((lm / "heldout.txt").read_text(encoding="utf-8")))
+    windows = tokens // 1024
+    train_texts, test_texts = rank_texts(study)
+    assert list(train_texts) == list(range(windows - 4, windows))
+    assert list(test_texts) == list(range(windows - 6, windows - 4))
+    # the perplexity texts are a ppl spec's seeds 0-3: disjoint from both
+    assert text_ids(study, 0, ppl=True) == ppl_tokens(lm, 1024, 0, text=lm / "heldout.txt").ids
+    assert not set(range(4)) & (set(train_texts) | set(test_texts))
+    too_long = study_file.read_text().replace("ctx = 1024", "ctx = 8192")
+    study_file.write_text(too_long)
+    with pytest.raises(InputError, match=rf"key 'text'.*{tokens // 8192} windows of 8192.*need 10"):
+        rank_texts(load_study(study_file))
