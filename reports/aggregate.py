@@ -219,7 +219,7 @@ def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:
     return flags
 
 
-def _sorted(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def sorted_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return frame.sort_values(keys, kind="mergesort", na_position="first",
                              key=_sort_key).reset_index(drop=True)
 
@@ -240,7 +240,7 @@ def _sort_key(column: pd.Series) -> pd.Series:
     return column.map(natural_key)
 
 
-def _groups(frame: pd.DataFrame, keys: list[str]):
+def group_cells(frame: pd.DataFrame, keys: list[str]):
     """groupby that keeps None keys (pandas drops them by default) in a stable order."""
     return frame.groupby(keys, dropna=False, sort=True)
 
@@ -266,7 +266,7 @@ def _summary_columns(prefix: str, values: pd.Series) -> dict[str, Any]:
 def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every timing per cell (one prompt × config × device) as median/min/max/CV over repeats."""
     rows = []
-    for key, cell in _groups(runs, CELL_KEYS):
+    for key, cell in group_cells(runs, CELL_KEYS):
         ok = cell[cell["status"] == "ok"]
         row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
         row["runs_ok"] = len(ok)
@@ -283,7 +283,7 @@ def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
         row["flags"] = "; ".join(f for f in flags if f)
         rows.append(row)
     columns = CELL_KEYS + ["runs_ok", "runs_failed"]
-    return _sorted(pd.DataFrame(rows, columns=None if rows else columns), CELL_KEYS)
+    return sorted_table(pd.DataFrame(rows, columns=None if rows else columns), CELL_KEYS)
 
 
 def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -292,8 +292,8 @@ def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
     needle = runs[(runs["kind"] == "needle") & (runs["status"] == "ok")]
     rows = [dict(zip(keys, key, strict=True)) | {"recall": cell["recall"].mean(),
                                                  "n": int(cell["recall"].notna().sum())}
-            for key, cell in _groups(needle, keys)]
-    return _sorted(pd.DataFrame(rows, columns=keys + ["recall", "n"]), keys)
+            for key, cell in group_cells(needle, keys)]
+    return sorted_table(pd.DataFrame(rows, columns=keys + ["recall", "n"]), keys)
 
 
 def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -306,7 +306,7 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     ok["size"] = ok["ctx"].where(ok["ctx"].notna(), ok["length"])
     keys = ["device", "kind", "size", "policy", "k"]
     rows = []
-    for key, cell in _groups(ok, keys):
+    for key, cell in group_cells(ok, keys):
         rows.append(dict(zip(keys, key, strict=True)) | {
             "recall": cell["recall"].mean() if cell["recall"].notna().any() else None,
             "same_as_exact": (pd.to_numeric(cell["same_as_exact"]).mean()
@@ -323,12 +323,12 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
                       "attn_ms", "n"]
     table = pd.DataFrame(rows, columns=columns)
     # The perplexity cost of each config, (ppl / ppl(exact) - 1) x 100, on the same texts.
-    for _, cell in _groups(table, ["device", "kind", "size"]):
+    for _, cell in group_cells(table, ["device", "kind", "size"]):
         exact = cell[(cell["policy"] == "exact") & cell["ppl"].notna()]["ppl"]
         if not exact.empty:
             table.loc[cell.index, "ppl_vs_exact_pct"] = (
                 pd.to_numeric(cell["ppl"]) / float(exact.iloc[0]) - 1.0) * 100.0
-    return _sorted(table, keys)
+    return sorted_table(table, keys)
 
 
 def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -339,12 +339,12 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """
     needle = sweep[sweep["kind"] == "needle"]
     rows = []
-    for (device, size), cell in _groups(needle, ["device", "size"]):
+    for (device, size), cell in group_cells(needle, ["device", "size"]):
         exact = cell[cell["policy"] == "exact"]["recall"]
         if exact.empty or exact.isna().all():
             continue
         reference = float(exact.iloc[0])
-        for policy, group in _groups(cell[cell["policy"] != "exact"], ["policy"]):
+        for policy, group in group_cells(cell[cell["policy"] != "exact"], ["policy"]):
             group = group.dropna(subset=["k"]).sort_values("k")
             rows.append({"device": device, "ctx": size, "policy": policy[0],
                          "exact_recall": reference,
@@ -352,7 +352,7 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
                                                    group["recall"].tolist(), reference),
                          "ks_measured": " ".join(str(int(k)) for k in group["k"])})
     columns = ["device", "ctx", "policy", "exact_recall", "critical_k", "ks_measured"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
 
 
 def _critical_k(ks: list[float], recalls: list[float], reference: float) -> int | None:
@@ -374,7 +374,7 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
     gen = runs[(runs["command"] == "generate") & (runs["status"] == "ok")]
     keys = ["device", "config", "ctx"]
     rows = []
-    for key, cell in _groups(gen, keys):
+    for key, cell in group_cells(gen, keys):
         decode = summarize(cell["decode_ms_per_token"])
         attn = summarize(cell["attn_ms_per_token"])
         rest = summarize(cell["decode_ms_per_token"] - cell["attn_ms_per_token"])
@@ -389,7 +389,7 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
         })
     columns = keys + ["decode_ms", "decode_min", "decode_max", "decode_cv", "attn_ms", "rest_ms",
                       "n", "flags"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
+    return sorted_table(pd.DataFrame(rows, columns=columns), keys)
 
 
 def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -401,39 +401,9 @@ def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
         "oracle_recall": cell["oracle_recall"].mean(),
         "max_abs_diff": cell["max_abs_diff"].max(),
         "bytes_read": cell["bytes_read"].median(),
-        "n": len(cell)} for key, cell in _groups(measured, keys)]
+        "n": len(cell)} for key, cell in group_cells(measured, keys)]
     columns = keys + ["mass", "oracle_recall", "max_abs_diff", "bytes_read", "n"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
-
-
-def eviction_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Perplexity under eviction (lmc --kv-budget) per (device, length, policy, kv_budget): the
-    median over texts, and its cost against the median of exact attention on the same device and
-    length, in percent."""
-    ok = runs[(runs["status"] == "ok") & runs["ppl"].notna()]
-    keys = ["device", "length", "policy", "kv_budget"]
-    rows = []
-    for key, cell in _groups(ok[ok["kv_budget"].notna()], keys):
-        exact = ok[(ok["policy"] == "exact") & (ok["device"] == key[0])
-                   & (ok["length"] == key[1])]["ppl"]
-        ppl = float(cell["ppl"].median())
-        rows.append(dict(zip(keys, key, strict=True)) | {
-            "ppl": ppl, "exact_ppl": exact.median() if len(exact) else None,
-            "ppl_vs_exact_pct": (ppl / float(exact.median()) - 1.0) * 100.0 if len(exact)
-            else None, "n": len(cell)})
-    columns = keys + ["ppl", "exact_ppl", "ppl_vs_exact_pct", "n"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
-
-
-def key_rank_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Seed 004's key-ranking figures (lmc --measure-keys) per (device, config, length): the
-    median over runs (texts) of each run's mean over its measured queries and layers."""
-    measured = runs[(runs["status"] == "ok") & runs["rank_rho"].notna()]
-    keys = ["device", "config", "length"]
-    rows = [dict(zip(keys, key, strict=True))
-            | {name: cell[f"rank_{name}"].median() for name in RANK_METRICS} | {"n": len(cell)}
-            for key, cell in _groups(measured, keys)]
-    return _sorted(pd.DataFrame(rows, columns=keys + list(RANK_METRICS) + ["n"]), keys)
+    return sorted_table(pd.DataFrame(rows, columns=columns), keys)
 
 
 def failures_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -444,7 +414,7 @@ def failures_table(runs: pd.DataFrame) -> pd.DataFrame:
              "error": _last_line(r["error"])}
             for _, r in bad.iterrows()]
     columns = ["run_id", "device", "kind", "config", "status", "exit_code", "error"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["run_id"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["run_id"])
 
 
 def _last_line(text: Any) -> str:
@@ -459,7 +429,7 @@ def builds_table(runs: pd.DataFrame) -> pd.DataFrame:
     present = runs.dropna(subset=["build_binary_sha256"])
     table = present[columns].drop_duplicates()
     table.columns = [c.removeprefix("build_") for c in columns]
-    return _sorted(table, ["target", "binary_sha256"])
+    return sorted_table(table, ["target", "binary_sha256"])
 
 
 def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
@@ -471,7 +441,7 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
         device = by_id.get(int(snap["run_id"]))
         if device is not None and device not in first:
             first[device] = _json(snap["fingerprint"]) or {}
-    for device, cell in _groups(runs, ["device"]):
+    for device, cell in group_cells(runs, ["device"]):
         row = cell.iloc[0]
         fingerprint = first.get(device[0], {})
         rows.append({
@@ -485,7 +455,7 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
         })
     columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "memory_clock",
                "fingerprint_sha256", "runs", "flags"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["device"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["device"])
 
 
 def _memory_clock(fingerprint: dict) -> str:
