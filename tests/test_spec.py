@@ -89,7 +89,7 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
          "allowed: exact, gbm, h2o, h2o-prev, oracle, quest, random, sparse, window"),
         ("k = [1, 4, 32]", "k = [1, 1]", "'engine.policy.sparse.k'", "listed twice"),
         ("k = [1, 4, 32]", "topk = 4", "'engine.policy.sparse.topk'",
-         "allowed: block, importance, k, probe_summary, probes, recency"),
+         "allowed: block, importance, k, kv_budget, probe_summary, probes, recency"),
         ('kind = "needle"', 'kind = "haystack"', "'workload[0].kind'",
          "allowed: needle, ppl, decode, attn-bench"),
         ("depth = [0.0, 0.5, 1.0]", "depth = [1.5]", "'workload[0].depth'", "<= 1"),
