@@ -83,3 +83,11 @@ def test_measure_keys_needs_a_policy_with_a_keep_score(lmc, tiny_model, tmp_path
     done = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", ids, "--attn", "exact",
                    "--measure-keys", "4")
     assert done.returncode == 2 and "--measure-keys" in done.stderr and "exact" in done.stderr
+
+
+def test_key_ranking_is_the_same_for_any_thread_count(lmc, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    for policy in ("h2o", "sparse"):
+        docs = [measured(lmc, model, tmp_path, policy, "--threads", str(t))[0]["key_ranking"]
+                for t in (1, 3)]
+        assert docs[0] == docs[1] and docs[0]["queries"] > 0
