@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "evict.h"
 #include "util.h"
 
 void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool) {
@@ -42,11 +43,12 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
 }
 
 int attention_can_evict(Policy p) {
-    return p == POL_WINDOW || p == POL_H2O || p == POL_H2O_PREV || p == POL_GBM || p == POL_RANDOM;
+    return p == POL_WINDOW || p == POL_H2O || p == POL_H2O_PREV || p == POL_GBM || p == POL_RANDOM ||
+           evict_scores_blocks(p);
 }
 
 int attention_needs_features(const AttnOptions *opt) {
-    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV;
+    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV || opt->rank_every;
 }
 
 void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path) {
@@ -338,7 +340,8 @@ static void score_keys(void *arg, int begin, int end) {
 }
 
 /* --kv-budget: the score that keeps key p of head h (higher: kept longer); window keeps the
- * newest, random draws a fixed value per (seed, layer, head, key) */
+ * newest, random draws a fixed value per (seed, layer, head, key); sparse and quest score
+ * blocks, not keys (evict.h) */
 static float keep_score(const Attention *a, int layer, int h, int p) {
     switch (a->opt.sel.policy) {
     case POL_WINDOW: return (float)p;
@@ -351,7 +354,7 @@ static float keep_score(const Attention *a, int layer, int h, int p) {
 /* Before the query at pos attends: while head h keeps more than budget / block blocks, drop
  * the one with the lowest summed keep score (ties: the lower index) for good. The newest block
  * (still filling) always stays, and so does block 0 under window (StreamingLLM's sink). */
-static void evict(Attention *a, int layer, int pos) {
+static void evict(Attention *a, int layer, int pos, const float *q_all) {
     int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
     int keep = a->opt.kv_budget / bs;
     int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
@@ -359,13 +362,18 @@ static void evict(Attention *a, int layer, int pos) {
         unsigned char *gone = a->evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
         int live = 0;
         for (int b = 0; b < n_blocks; b++) live += !gone[b];
+        const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
+                                       ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
+                                       : NULL;
         while (live > keep) {
             int worst = -1;
             float worst_score = 0.0f;
             for (int b = first; b < n_blocks - 1; b++) {
                 if (gone[b]) continue;
                 float sc = 0.0f;
-                for (int p = b * bs; p < (b + 1) * bs; p++) sc += keep_score(a, layer, h, p);
+                if (block_score) sc = block_score[b];
+                else
+                    for (int p = b * bs; p < (b + 1) * bs; p++) sc += keep_score(a, layer, h, p);
                 if (worst < 0 || sc < worst_score) {
                     worst = b;
                     worst_score = sc;
@@ -378,14 +386,37 @@ static void evict(Attention *a, int layer, int pos) {
     }
 }
 
+/* --measure-keys: every key's keep score summed over heads, taken before the query attends (h2o's
+ * mass must not hold the query's own attention yet) */
+static void rank_scores(Attention *a, int layer, int pos, const float *q_all) {
+    float *score = a->rank->score;
+    if (evict_scores_blocks(a->opt.sel.policy)) { /* a key scores as its block */
+        int bs = a->kv->block;
+        for (int p = 0; p <= pos; p++) score[p] = 0.0f;
+        for (int h = 0; h < a->n_heads; h++) {
+            const float *block_score = evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, NULL);
+            for (int p = 0; p <= pos; p++) score[p] += block_score[p / bs];
+        }
+        return;
+    }
+    for (int p = 0; p <= pos; p++) {
+        float s = 0.0f;
+        for (int h = 0; h < a->n_heads; h++) s += keep_score(a, layer, h, p);
+        score[p] = s;
+    }
+}
+
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
     int n_blocks = (pos + a->kv->block) / a->kv->block;
     int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
-    if (attention_needs_features(&a->opt) && policy_runs && (a->opt.sel.k < n_blocks || a->evicted))
+    int ranking = a->rank && phase != ATTN_BENCH && keyrank_due(a->rank, pos);
+    int scored = a->opt.sel.policy == POL_GBM || a->opt.sel.policy == POL_H2O_PREV;
+    if (scored && ((policy_runs && (a->opt.sel.k < n_blocks || a->evicted)) || ranking))
         pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
-    if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos);
+    if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos, q_all);
+    if (ranking) rank_scores(a, layer, pos, q_all);
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
     else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);
@@ -407,6 +438,10 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
         for (int h = 0; h < a->n_heads; h++)
             keyfeat_record(a->feat, layer, h, a->sel + (size_t)h * a->n_blocks, a->n_sel[h], bs,
                            a->att_probs + (size_t)h * a->capacity);
+        if (ranking) {
+            for (int p = 0; p < n_pos; p++) a->rank->mass[p] = keyfeat_mass(a->feat, layer, p);
+            keyrank_add(a->rank, layer, n_pos);
+        }
         if (layer == a->n_layers - 1) keyfeat_dump_query(a->feat);
     }
     if (a->opt.trace && phase != ATTN_PREFILL) {

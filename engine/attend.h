@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "keyfeat.h"
+#include "keyrank.h"
 #include "kvcache.h"
 #include "predictor.h"
 #include "select.h"
@@ -25,6 +26,7 @@ typedef struct {
     FILE *features;     /* --dump-features, or NULL */
     int features_every; /* --dump-every */
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
+    int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
 } AttnOptions;
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */
@@ -60,12 +62,13 @@ typedef struct {
     int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
     float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
     unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
+    KeyRank *rank;          /* --measure-keys: set by the runner with the features, or NULL */
 } Attention;
 
 /* the policies --kv-budget can evict by (-1 + a message for the others) */
 int attention_can_evict(Policy p);
 
-/* h2o-prev and gbm score keys from the key features */
+/* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */
 int attention_needs_features(const AttnOptions *opt);
 /* give the attention its key features; maps the predictor's columns to feature ids (exits 2
  * naming the feature when the predictor reads one the features lack) */

@@ -17,6 +17,7 @@ typedef struct {
     const char *predictor, *dump_features;
     int dump_every, layer; /* --dump-every; predict: --layer */
     int kv_budget;         /* --kv-budget, 0: off */
+    int measure_keys;      /* --measure-keys N: rank the keys of every N-th query, 0: off */
     /* attention */
     Policy policy;
     int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;

@@ -84,6 +84,8 @@ static float head_mean(const KeyFeat *f, int layer, int j) {
     return s / (float)f->n_heads;
 }
 
+float keyfeat_mass(const KeyFeat *f, int layer, int j) { return head_mean(f, layer, j); }
+
 float keyfeat_value(const KeyFeat *f, int layer, int j, int id) {
     int t = f->n_pos - 1;
     switch (id) {

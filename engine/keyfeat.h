@@ -49,6 +49,8 @@ int keyfeat_lookup(const KeyFeat *f, const char *name);
 void keyfeat_dump_header(KeyFeat *f);
 /* append the token at position n_pos with its embedding [hidden]; it becomes the query */
 void keyfeat_append(KeyFeat *f, int token, const float *embedding);
+/* the attention probability key j got from the current query at layer l, mean over heads */
+float keyfeat_mass(const KeyFeat *f, int layer, int j);
 /* feature `id` of key j for the current query at layer l */
 float keyfeat_value(const KeyFeat *f, int layer, int j, int id);
 /* record head h's attention at layer l: probs[p] for p in the selected blocks, 0 elsewhere */

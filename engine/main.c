@@ -46,6 +46,7 @@ static const OptSpec OPTIONS[] = {
     {"--dump-features", C_MODEL, T_STR, OFF(dump_features), 0, 0, 0},
     {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
     {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
+    {"--measure-keys", C_PPL, T_INT, OFF(measure_keys), 1, 1 << 24, 0},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
@@ -181,6 +182,7 @@ AttnOptions cli_attn_options(const Options *o) {
     }
     a.predictor_path = o->predictor;
     a.kv_budget = o->kv_budget;
+    a.rank_every = o->measure_keys;
     a.features_every = o->dump_every;
     if (o->dump_features) {
         a.features = fopen(o->dump_features, "wb");

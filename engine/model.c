@@ -56,6 +56,10 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
         r->feat.dump_every = opt->features_every;
         if (r->feat.dump) keyfeat_dump_header(&r->feat);
         attention_set_features(&r->attn, &r->feat, opt->predictor_path);
+        if (opt->rank_every) {
+            keyrank_init(&r->rank, capacity, c->n_layers, opt->rank_every);
+            r->attn.rank = &r->rank;
+        }
     }
     r->logit_rows = all_logits ? r->chunk : 1;
     size_t T = (size_t)r->chunk, H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
@@ -87,6 +91,7 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
 void runner_free(Runner *r) {
     attention_free(&r->attn);
     if (r->use_feat) keyfeat_free(&r->feat);
+    if (r->rank.score) keyrank_free(&r->rank);
     kv_free(&r->kv);
     qacts_free(&r->xq);
     float *bufs[] = {r->x, r->xb, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->logits, r->rope_cos, r->rope_sin};

@@ -87,6 +87,7 @@ typedef struct {
     KeyFeat feat;   /* key features (h2o-prev, gbm, --dump-features); then chunk is 1, so the
                      * features of a query never see a later token */
     int use_feat;
+    KeyRank rank; /* --measure-keys (with the features), see keyrank.h */
 } Runner;
 
 /* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk) */

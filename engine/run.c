@@ -30,10 +30,13 @@ static void check_attn_options(const Options *o) {
         lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
     if (o->policy == POL_GBM && !o->predictor) lmc_die_input("--attn gbm needs --predictor FILE");
     if (o->kv_budget && !attention_can_evict(o->policy))
-        lmc_die_input("--kv-budget evicts by the policy's scores: --attn window, h2o, h2o-prev, gbm or random "
-                      "(got --attn %s)", policy_name(o->policy));
+        lmc_die_input("--kv-budget evicts by the policy's scores: --attn window, h2o, h2o-prev, gbm, random, sparse, "
+                      "quest or oracle (got --attn %s)", policy_name(o->policy));
     if (o->kv_budget && o->kv_budget < o->block)
         lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
+    if (o->measure_keys && !attention_can_evict(o->policy))
+        lmc_die_input("--measure-keys ranks keys by the policy's keep score: --attn window, h2o, h2o-prev, gbm, "
+                      "random, sparse, quest or oracle (got --attn %s)", policy_name(o->policy));
     if (o->predictor && o->policy != POL_GBM)
         lmc_die_input("--predictor applies to --attn gbm only (got --attn %s)", policy_name(o->policy));
 }
@@ -235,8 +238,13 @@ int cmd_ppl(const Options *o) {
     nll /= scored;
     printf("{\"schema\": \"%s\", \"command\": \"ppl\", ", LMC_SCHEMA);
     write_config(stdout, o, &s);
-    printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f}\n", s.n_tokens,
+    printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f", s.n_tokens,
            scored, nll, exp(nll), elapsed);
+    if (s.runner.attn.rank) {
+        printf(", ");
+        keyrank_write_json(stdout, s.runner.attn.rank);
+    }
+    printf("}\n");
     session_close(&s);
     return 0;
 }

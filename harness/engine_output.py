@@ -154,6 +154,33 @@ def _ppl(doc: dict[str, Any]) -> None:
     _count(doc.get("tokens"), "tokens")
     _number(doc.get("nll"), "nll")
     _number(doc.get("ppl"), "ppl")
+    ranking = doc.get("key_ranking")
+    if ranking is not None:
+        if not isinstance(ranking, dict):
+            raise _fail("key_ranking", "an object", ranking)
+        _count(ranking.get("every"), "key_ranking.every")
+        layers = ranking.get("layers")
+        if not isinstance(layers, list):
+            raise _fail("key_ranking.layers", "a list", layers)
+        _key_ranking(ranking, "key_ranking")
+        for i, part in enumerate(layers):
+            _key_ranking(part, f"key_ranking.layers[{i}]")
+
+
+def _key_ranking(part: Any, path: str) -> None:
+    """--measure-keys figures: a query count, rho in [-1, 1], the shares in [0, 1] (all null
+    when no query had enough keys)."""
+    if not isinstance(part, dict):
+        raise _fail(path, "an object", part)
+    _count(part.get("queries"), f"{path}.queries")
+    for key in ("rho", "recall32", "captured32", "lost50"):
+        value = part.get(key)
+        if value is None and part["queries"] == 0:
+            continue
+        low = -1 if key == "rho" else 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not low - 1e-9 <= value <= 1 + 1e-9:
+            raise _fail(f"{path}.{key}", f"a number from {low} to 1", value)
 
 
 def _attn_bench(doc: dict[str, Any]) -> None:

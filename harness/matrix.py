@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from harness.engines.llamabench import NAME as LLAMA_BENCH
 from harness.engines.llamabench import LlamaBenchConfig
 from harness.errors import InputError
-from harness.spec import SWITCHES, Spec, WorkloadAxes
+from harness.spec import EVICTING, SWITCHES, Spec, WorkloadAxes
 
 # The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
 # memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
@@ -72,12 +72,16 @@ class EngineConfig:
     probe_summary: bool | None = None
     ref_attn: bool | None = None
     trace_selection: bool | None = None  # --trace-selection (None: no trace)
+    kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
+    predictor: str | None = None  # gbm: the sha256 of its tree file (harness.spec.Predictor)
+    measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
 
     def as_dict(self) -> dict[str, Any]:
-        """The config for run keys and records; switches at their default are left out, so a
-        run keeps the key it had before switches were axes."""
+        """The config for run keys and records; switches at their default (and the axes added
+        later, when unset) are left out, so a run keeps the key it had before they existed."""
+        optional = (*SWITCHES, "trace_selection", "kv_budget", "predictor", "measure_keys")
         return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in (*SWITCHES, "trace_selection")}
+                if value is not None or name not in optional}
 
 
 @dataclass(frozen=True)
@@ -167,8 +171,8 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
     configs: list[EngineConfig] = []
     for policy in engine.policies:
         names = sorted(policy.switches)
-        for k, block, probes, kv, wq, threads, prefill, *switches in itertools.product(
-            policy.k, policy.block, policy.probes, engine.kv, engine.wq,
+        for k, block, probes, budget, kv, wq, threads, prefill, *switches in itertools.product(
+            policy.k, policy.block, policy.probes, policy.kv_budget, engine.kv, engine.wq,
             engine.threads or [default_threads], engine.prefill_attn,
             *(policy.switches[name] for name in names),
         ):
@@ -180,6 +184,10 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=engine.measure_selection and measures,
                 trace_selection=True if engine.trace_selection and measures else None,
+                kv_budget=budget if uses_model else None,
+                predictor=policy.predictor.sha256 if policy.predictor else None,
+                measure_keys=engine.measure_keys
+                if kind == "ppl" and policy.name in EVICTING else None,
                 **dict(zip(names, switches, strict=True)),
             )
             if config not in configs:  # axes a command ignores would only repeat a config
@@ -224,6 +232,7 @@ def _config_count(spec: Spec, kind: str) -> int:
     shared = (len(engine.kv) * len(engine.threads or [0])
               * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
     return shared * sum(len(p.k) * len(p.block) * len(p.probes)
+                        * (len(p.kv_budget) if uses_model else 1)
                         * math.prod(len(values) for values in p.switches.values())
                         for p in engine.policies)
 

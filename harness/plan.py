@@ -193,13 +193,17 @@ def materialise(model_dir: Path | None, point: WorkloadPoint) -> MaterialWorkloa
 
 
 def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree: str | None,
-            material: MaterialWorkload, timeout_s: float) -> RunJob:
+            material: MaterialWorkload, timeout_s: float,
+            predictors: dict[str, Path] | None = None) -> RunJob:
+    """The job of one lmc cell; ``predictors`` maps a gbm tree file's sha256 to its path."""
+    predictors = predictors or {}
     config = cell.config
     assert isinstance(config, EngineConfig)
     return RunJob(
         run_key="",
         label=f"{cell.workload.label()} {config.policy}"
-              + (f" k={config.k}" if config.k is not None else ""),
+              + (f" k={config.k}" if config.k is not None and config.kv_budget is None else "")
+              + (f" kv-budget={config.kv_budget}" if config.kv_budget is not None else ""),
         command=cell.workload.command,
         binary=record.binary,
         binary_sha256=record.binary_sha256,
@@ -208,6 +212,8 @@ def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree:
         ids=material.ids,
         options=lmc.options(cell.workload, config, material.stop_id),
         timeout_s=timeout_s,
+        predictor=None if config.predictor is None else str(predictors[config.predictor]),
+        predictor_sha256=config.predictor,
     )
 
 
@@ -287,6 +293,10 @@ def make_plan(spec: Spec, inventory: Inventory, materials: Materials,
     for artifact in materials.gguf.values():
         models[artifact.sha256] = (artifact.path, artifact.info)
         catalogue.add_file(artifact.path, artifact.sha256)
+    predictors = {p.predictor.sha256: p.predictor.path for p in spec.engine.policies
+                  if p.predictor is not None}
+    for sha, path in predictors.items():
+        catalogue.add_file(path, sha)
 
     materials_of: dict[WorkloadPoint, MaterialWorkload] = {}
     runs = []
@@ -302,7 +312,7 @@ def make_plan(spec: Spec, inventory: Inventory, materials: Materials,
         else:
             key_sha, uses_model = model_sha, cell.workload.kind != "attn-bench"
             job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
-                          material, spec.timeout_s)
+                          material, spec.timeout_s, predictors)
         key = run_key(asdict(record), key_sha, material.hash, cell)
         runs.append(PlannedRun(
             key=key, cell=cell, job=replace(job, run_key=key),

@@ -101,6 +101,18 @@ def verified_model(model: dict[str, Any] | None) -> str | None:
     return str(path)
 
 
+def verified_predictor(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """gbm's tree file as the run used it (path, sha256), or (None, None) without one."""
+    sha = config.get("predictor")
+    if sha is None:
+        return None, None
+    path = Path(config.get("predictor_file") or "")
+    if not path.is_file() or sha256_file(path) != sha:
+        raise RunFailure(f"predictor {path}: the run used trees with sha256 {sha}, and that "
+                         "file is gone or changed; restore it to reproduce the run")
+    return str(path), sha
+
+
 def _compare(command: str, original: dict[str, Any] | None,
              data: dict[str, Any]) -> tuple[bool | None, str]:
     original = original or {}
@@ -135,6 +147,7 @@ def reproduce(store: Store, run: str, inventory: Inventory,
                          f"inventory (devices: {', '.join(sorted(inventory.devices))})")
     binary, rebuilt = verified_binary(detail.build)
     model_dir = verified_model(detail.model)
+    predictor, predictor_sha = verified_predictor(row.get("config") or {})
     command = row["command"]
     ids = None
     if command != "attn-bench" and detail.workload is not None:
@@ -143,7 +156,8 @@ def reproduce(store: Store, run: str, inventory: Inventory,
                  command=command, binary=str(binary),
                  binary_sha256=detail.build["binary_sha256"], model_dir=model_dir,
                  model_sha256=model_dir and Catalogue.empty().add_tree(Path(model_dir)),
-                 ids=ids, options=tuple(options), timeout_s=timeout_s)
+                 ids=ids, options=tuple(options), timeout_s=timeout_s,
+                 predictor=predictor, predictor_sha256=predictor_sha)
     with connect(device) as transport:
         report = execute(job, name, PushMemo(transport), scratch_dir())
     metric, stored_in, engine_key = TIMING[command]

@@ -61,6 +61,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
                                                            planned.answer) else 0.0
     elif planned.job.command == "ppl":
         outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
+        if "key_ranking" in data:  # --measure-keys
+            outcome.extra["key_ranking"] = data["key_ranking"]
     elif planned.job.command == "attn-bench":
         outcome.attn_median_ms = data.get("ms")
     if planned.job.command in ("generate", "attn-bench"):
@@ -92,7 +94,8 @@ def base_result(planned: PlannedRun, device_id: int, status: str,
         config=config.as_dict() | {"workload": dict(cell.workload.params),
                                    "revision": cell.revision,
                                    "placement": cell.placement.key,
-                                   "argv_options": list(planned.job.options)},
+                                   "argv_options": list(planned.job.options)}
+        | ({"predictor_file": planned.job.predictor} if planned.job.predictor else {}),
         policy=lmc_axes.get("policy"), k=lmc_axes.get("k"), block=lmc_axes.get("block"),
         probes=lmc_axes.get("probes"), kv=config.kv, wq=config.wq, threads=config.threads,
         prefill_attn=lmc_axes.get("prefill_attn"),

@@ -58,6 +58,10 @@ class RunJob:
     warmup: bool = False
     engine: str = "lmc"  # harness.engines name: how argv is made and stdout parsed
     model_file: bool = False  # the model is one file (a GGUF for llama-bench), not a folder
+    # gbm's tree file, an artifact like the binary: pushed by hash, its device path appended to
+    # the options as --predictor
+    predictor: str | None = None
+    predictor_sha256: str | None = None
 
 
 @dataclass
@@ -111,7 +115,11 @@ def localise(job: RunJob, cache: NodeCache) -> RunJob:
         name = f"model {Path(job.model_dir).name}"
         model = str(cache.blob(job.model_sha256, name) if job.model_file
                     else cache.tree(job.model_sha256, name))
-    return replace(job, binary=str(binary), model_dir=model)
+    predictor = job.predictor
+    if job.predictor is not None and job.predictor_sha256 is not None:
+        predictor = str(cache.blob(job.predictor_sha256,
+                                   f"predictor {Path(job.predictor).name}"))
+    return replace(job, binary=str(binary), model_dir=model, predictor=predictor)
 
 
 def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
@@ -147,7 +155,10 @@ def execute(job: RunJob, device_name: str, pushes: PushMemo, scratch: Path) -> R
         # new, and pushing it into the device cache would cost round trips of its own
         ids = ids_file(job.ids, scratch) if job.ids is not None else None
         binary = pushes.push(Path(job.binary), job.binary_sha256)
-        argv = engine.argv(job.command, binary, model, ids is not None, job.options)
+        options = job.options
+        if job.predictor is not None and job.predictor_sha256 is not None:
+            options += ("--predictor", pushes.push(Path(job.predictor), job.predictor_sha256))
+        argv = engine.argv(job.command, binary, model, ids is not None, options)
         if job.warmup:
             device = transport.device
             result = transport.run_host(locked(device_argv(device, argv, None)),

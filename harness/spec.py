@@ -5,7 +5,11 @@ devices, and how often to repeat. Every error names the file, the key and what i
 raised before anything runs. Any axis may be written as a scalar or a list of values.
 
 Policy-specific axes (``k``, ``block``, ``probes``) live under ``[engine.policy.<name>]`` so that
-they can only cross with their own policy: ``exact`` takes none of them.
+they can only cross with their own policy: ``exact`` takes none of them. ``kv_budget`` (positions
+each head keeps, ``lmc --kv-budget``: eviction for good instead of per-query selection) is an
+axis of the policies that can evict (``EVICTING``). ``gbm`` needs ``predictor``, a tree file
+(``lmc-gbm``, written by ``benchfarm predictor study``) relative to the spec's folder: it is an
+artifact named by its sha256, which is part of the run's config (and so of its run key).
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.build import sha256_file
 from harness.engines.llamabench import SECTION as LLAMA_SECTION
 from harness.engines.llamabench import LlamaBenchAxes, parse_section
 from harness.errors import InputError
 from harness.workloads.text import DEFAULT_NEEDLE, NeedleTemplate, TextFiller
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# gbm needs a predictor file on the device: `benchfarm predictor study` runs it (not specs)
-POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev")
+POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm")
+# The policies lmc can evict by (--kv-budget; engine/attend.c attention_can_evict).
+EVICTING = ("window", "h2o", "h2o-prev", "gbm", "random", "sparse", "quest", "oracle")
 KV_FORMATS = ("f32", "q8")
 WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")
@@ -69,7 +75,7 @@ TOP_LEVEL_KEYS = {
 }
 ENGINE_NAMES = ("lmc", "llama-bench")  # harness.engines.ENGINES; a spec runs one or several
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
-               "trace_selection"}
+               "trace_selection", "measure_keys"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,16 @@ class PolicyAxes:
     probes: list[int | None]
     # switch name -> values; None is the engine's default (see SWITCHES)
     switches: dict[str, list[bool | None]] = field(default_factory=dict)
+    kv_budget: list[int | None] = field(default_factory=lambda: [None])  # None: no eviction
+    predictor: Predictor | None = None  # gbm's trees
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """gbm's tree file: where the coordinator has it, and its content's identity."""
+
+    path: Path
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,8 @@ class EngineAxes:
     prefill_attn: list[str]
     measure_selection: bool
     trace_selection: bool = False  # generate and attn-bench runs keep the selected blocks
+    # ppl runs of the evicting policies rank the keys of every N-th query (lmc --measure-keys)
+    measure_keys: int | None = None
 
 
 @dataclass(frozen=True)
@@ -349,13 +367,23 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
             policies.append(PolicyAxes(name, [None], [None], [None],
                                        _switches(check, axes, key, switches)))
             continue
-        axes = check.table(axes, key, set(POLICY_AXIS_DEFAULTS) | switches)
+        own = {"kv_budget"} if name in EVICTING else set()
+        axes = check.table(axes, key, set(POLICY_AXIS_DEFAULTS) | switches | own
+                           | ({"predictor"} if name == "gbm" else set()))
         values = {
             axis: check.axis(axes.get(axis, default), f"{key}.{axis}", "int", low=1)
             for axis, default in POLICY_AXIS_DEFAULTS.items()
         }
+        kv_budget: list[int | None] = [None]
+        if "kv_budget" in axes:
+            kv_budget = list(check.axis(axes["kv_budget"], f"{key}.kv_budget", "int", low=1))
+            small = [b for b in kv_budget for blk in values["block"] if b < blk]
+            if small:
+                raise check.fail(f"{key}.kv_budget", f"{small[0]} positions is less than one "
+                                 f"block ({max(values['block'])}); a budget keeps whole blocks")
         policies.append(PolicyAxes(name, values["k"], values["block"], values["probes"],
-                                   _switches(check, axes, key, switches)))
+                                   _switches(check, axes, key, switches), kv_budget,
+                                   _predictor(check, axes, key) if name == "gbm" else None))
     threads = None
     if "threads" in table:
         threads = check.axis(table["threads"], "engine.threads", "int", low=1)
@@ -370,7 +398,23 @@ def _engine(check: _Checker, value: Any) -> EngineAxes:
                                        "engine.measure_selection", "bool"),
         trace_selection=check.scalar(table.get("trace_selection", False),
                                      "engine.trace_selection", "bool"),
+        measure_keys=check.minimum(check.scalar(table["measure_keys"], "engine.measure_keys",
+                                                "int"), "engine.measure_keys", 1)
+        if "measure_keys" in table else None,
     )
+
+
+def _predictor(check: _Checker, axes: dict[str, Any], key: str) -> Predictor:
+    """gbm's required tree file, named relative to the spec's folder, and its sha256."""
+    if "predictor" not in axes:
+        raise check.fail(f"{key}.predictor", "gbm needs its trees: a predictor file (lmc-gbm) "
+                         "relative to the spec's folder, e.g. one `benchfarm predictor study` "
+                         "wrote (reports/<study>/predictor-cascade.gbm)")
+    path = Path(_text_file(check, axes["predictor"], f"{key}.predictor"))
+    if not path.read_bytes().startswith(b"lmc-gbm "):
+        raise check.fail(f"{key}.predictor", f"{path} is not an lmc-gbm predictor file (it "
+                         "does not start with 'lmc-gbm'); `benchfarm predictor study` writes one")
+    return Predictor(path, sha256_file(path))
 
 
 def _switches(check: _Checker, axes: dict[str, Any], key: str,

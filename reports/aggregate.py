@@ -34,6 +34,8 @@ LABEL_DEFAULTS = {"block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_a
 # of ppl runs; for generate runs it includes loading the model, so it is only flagged for ppl.
 TIMINGS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
            "engine_ms", "overhead_ms")
+# lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
+RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
 CELL_KEYS = ["device", "command", "kind", "ctx", "depth", "seed", "length", "config"]
 
 
@@ -81,7 +83,9 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     # another engine's runs have no attention policy: its name leads the label instead
     parts = [str(engine) if isinstance(engine, str) and engine != "lmc" else str(policy)]
     k = _int_or_none(get("k"))
-    if policy != "exact" and k is not None:
+    config = _json(get("config"))
+    evicting = isinstance(config, dict) and config.get("kv_budget") is not None
+    if policy != "exact" and k is not None and not evicting:  # eviction does not use k
         parts.append(f"k={k}")
     for name, default in LABEL_DEFAULTS.items():
         value = get(name)
@@ -90,10 +94,13 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
         if value is not None and value != default and not (policy == "exact" and
                                                            name in ("block", "probes")):
             parts.append(f"{name}={value}")
-    config = _json(get("config"))
     if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
         parts += [label for name, label in SWITCH_LABELS.items()
                   if config.get(name) is not None]
+        if config.get("kv_budget") is not None:  # eviction for good (lmc --kv-budget)
+            parts.append(f"kv-budget={config['kv_budget']}")
+        if config.get("predictor"):  # gbm's trees, by the start of their sha256
+            parts.append(f"trees={str(config['predictor'])[:8]}")
     threads = _int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")
@@ -145,11 +152,25 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                 value = raw.get("ctx")
             values.append(value)
         table[column] = pd.Series(values, index=table.index, dtype="object")
+    _engine_columns(table)
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
     table["flags"] = _run_flags(table, snapshots)
     table["same_as_exact"] = same_as_exact(table)
     return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+
+
+def _engine_columns(table: pd.DataFrame) -> None:
+    """Columns from a run's stored config and outcome figures: ``kv_budget`` (eviction), and
+    ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS of the policy's key ranking, all layers)."""
+    configs = [_json(c) for c in table["config"]]
+    table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
+                                    for c in configs], index=table.index, dtype="object")
+    extras = [_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
+    rankings = [e.get("key_ranking") or {} if isinstance(e, dict) else {} for e in extras]
+    for name in RANK_METRICS:
+        table[f"rank_{name}"] = pd.Series([r.get(name) for r in rankings], index=table.index,
+                                          dtype="float64")
 
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat", "threads"]
@@ -198,7 +219,7 @@ def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:
     return flags
 
 
-def _sorted(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def sorted_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return frame.sort_values(keys, kind="mergesort", na_position="first",
                              key=_sort_key).reset_index(drop=True)
 
@@ -219,7 +240,7 @@ def _sort_key(column: pd.Series) -> pd.Series:
     return column.map(natural_key)
 
 
-def _groups(frame: pd.DataFrame, keys: list[str]):
+def group_cells(frame: pd.DataFrame, keys: list[str]):
     """groupby that keeps None keys (pandas drops them by default) in a stable order."""
     return frame.groupby(keys, dropna=False, sort=True)
 
@@ -245,7 +266,7 @@ def _summary_columns(prefix: str, values: pd.Series) -> dict[str, Any]:
 def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every timing per cell (one prompt × config × device) as median/min/max/CV over repeats."""
     rows = []
-    for key, cell in _groups(runs, CELL_KEYS):
+    for key, cell in group_cells(runs, CELL_KEYS):
         ok = cell[cell["status"] == "ok"]
         row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
         row["runs_ok"] = len(ok)
@@ -262,7 +283,7 @@ def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
         row["flags"] = "; ".join(f for f in flags if f)
         rows.append(row)
     columns = CELL_KEYS + ["runs_ok", "runs_failed"]
-    return _sorted(pd.DataFrame(rows, columns=None if rows else columns), CELL_KEYS)
+    return sorted_table(pd.DataFrame(rows, columns=None if rows else columns), CELL_KEYS)
 
 
 def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -271,8 +292,8 @@ def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
     needle = runs[(runs["kind"] == "needle") & (runs["status"] == "ok")]
     rows = [dict(zip(keys, key, strict=True)) | {"recall": cell["recall"].mean(),
                                                  "n": int(cell["recall"].notna().sum())}
-            for key, cell in _groups(needle, keys)]
-    return _sorted(pd.DataFrame(rows, columns=keys + ["recall", "n"]), keys)
+            for key, cell in group_cells(needle, keys)]
+    return sorted_table(pd.DataFrame(rows, columns=keys + ["recall", "n"]), keys)
 
 
 def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -281,11 +302,11 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     ``size`` is the context length (needle, decode, attn-bench) or the text length (ppl). Exact
     rows have no k: they are the reference line.
     """
-    ok = runs[runs["status"] == "ok"].copy()
+    ok = runs[(runs["status"] == "ok") & runs["kv_budget"].isna()].copy()  # eviction: k unused
     ok["size"] = ok["ctx"].where(ok["ctx"].notna(), ok["length"])
     keys = ["device", "kind", "size", "policy", "k"]
     rows = []
-    for key, cell in _groups(ok, keys):
+    for key, cell in group_cells(ok, keys):
         rows.append(dict(zip(keys, key, strict=True)) | {
             "recall": cell["recall"].mean() if cell["recall"].notna().any() else None,
             "same_as_exact": (pd.to_numeric(cell["same_as_exact"]).mean()
@@ -302,12 +323,12 @@ def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
                       "attn_ms", "n"]
     table = pd.DataFrame(rows, columns=columns)
     # The perplexity cost of each config, (ppl / ppl(exact) - 1) x 100, on the same texts.
-    for _, cell in _groups(table, ["device", "kind", "size"]):
+    for _, cell in group_cells(table, ["device", "kind", "size"]):
         exact = cell[(cell["policy"] == "exact") & cell["ppl"].notna()]["ppl"]
         if not exact.empty:
             table.loc[cell.index, "ppl_vs_exact_pct"] = (
                 pd.to_numeric(cell["ppl"]) / float(exact.iloc[0]) - 1.0) * 100.0
-    return _sorted(table, keys)
+    return sorted_table(table, keys)
 
 
 def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -318,12 +339,12 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """
     needle = sweep[sweep["kind"] == "needle"]
     rows = []
-    for (device, size), cell in _groups(needle, ["device", "size"]):
+    for (device, size), cell in group_cells(needle, ["device", "size"]):
         exact = cell[cell["policy"] == "exact"]["recall"]
         if exact.empty or exact.isna().all():
             continue
         reference = float(exact.iloc[0])
-        for policy, group in _groups(cell[cell["policy"] != "exact"], ["policy"]):
+        for policy, group in group_cells(cell[cell["policy"] != "exact"], ["policy"]):
             group = group.dropna(subset=["k"]).sort_values("k")
             rows.append({"device": device, "ctx": size, "policy": policy[0],
                          "exact_recall": reference,
@@ -331,7 +352,7 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
                                                    group["recall"].tolist(), reference),
                          "ks_measured": " ".join(str(int(k)) for k in group["k"])})
     columns = ["device", "ctx", "policy", "exact_recall", "critical_k", "ks_measured"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
 
 
 def _critical_k(ks: list[float], recalls: list[float], reference: float) -> int | None:
@@ -353,7 +374,7 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
     gen = runs[(runs["command"] == "generate") & (runs["status"] == "ok")]
     keys = ["device", "config", "ctx"]
     rows = []
-    for key, cell in _groups(gen, keys):
+    for key, cell in group_cells(gen, keys):
         decode = summarize(cell["decode_ms_per_token"])
         attn = summarize(cell["attn_ms_per_token"])
         rest = summarize(cell["decode_ms_per_token"] - cell["attn_ms_per_token"])
@@ -368,7 +389,7 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
         })
     columns = keys + ["decode_ms", "decode_min", "decode_max", "decode_cv", "attn_ms", "rest_ms",
                       "n", "flags"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
+    return sorted_table(pd.DataFrame(rows, columns=columns), keys)
 
 
 def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -380,9 +401,9 @@ def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
         "oracle_recall": cell["oracle_recall"].mean(),
         "max_abs_diff": cell["max_abs_diff"].max(),
         "bytes_read": cell["bytes_read"].median(),
-        "n": len(cell)} for key, cell in _groups(measured, keys)]
+        "n": len(cell)} for key, cell in group_cells(measured, keys)]
     columns = keys + ["mass", "oracle_recall", "max_abs_diff", "bytes_read", "n"]
-    return _sorted(pd.DataFrame(rows, columns=columns), keys)
+    return sorted_table(pd.DataFrame(rows, columns=columns), keys)
 
 
 def failures_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -393,7 +414,7 @@ def failures_table(runs: pd.DataFrame) -> pd.DataFrame:
              "error": _last_line(r["error"])}
             for _, r in bad.iterrows()]
     columns = ["run_id", "device", "kind", "config", "status", "exit_code", "error"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["run_id"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["run_id"])
 
 
 def _last_line(text: Any) -> str:
@@ -408,7 +429,7 @@ def builds_table(runs: pd.DataFrame) -> pd.DataFrame:
     present = runs.dropna(subset=["build_binary_sha256"])
     table = present[columns].drop_duplicates()
     table.columns = [c.removeprefix("build_") for c in columns]
-    return _sorted(table, ["target", "binary_sha256"])
+    return sorted_table(table, ["target", "binary_sha256"])
 
 
 def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
@@ -420,7 +441,7 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
         device = by_id.get(int(snap["run_id"]))
         if device is not None and device not in first:
             first[device] = _json(snap["fingerprint"]) or {}
-    for device, cell in _groups(runs, ["device"]):
+    for device, cell in group_cells(runs, ["device"]):
         row = cell.iloc[0]
         fingerprint = first.get(device[0], {})
         rows.append({
@@ -434,7 +455,7 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
         })
     columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "memory_clock",
                "fingerprint_sha256", "runs", "flags"]
-    return _sorted(pd.DataFrame(rows, columns=columns), ["device"])
+    return sorted_table(pd.DataFrame(rows, columns=columns), ["device"])
 
 
 def _memory_clock(fingerprint: dict) -> str:

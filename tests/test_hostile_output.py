@@ -147,3 +147,26 @@ def test_parse_trace_refuses_what_the_engine_does_not_write(data: bytes, reason:
     with pytest.raises(EngineOutputError) as caught:
         parse_trace(data)
     assert reason in str(caught.value)
+
+
+PPL = {"schema": "lmc/1", "command": "ppl", "tokens": 10, "nll": 2.5, "ppl": 12.2}
+RANKING = {"every": 8, "queries": 2, "rho": -0.25, "recall32": 0.5, "captured32": 0.5,
+           "lost50": 0.25, "layers": [{"queries": 2, "rho": -0.25, "recall32": 0.5,
+                                       "captured32": 0.5, "lost50": 0.25},
+                                      {"queries": 0, "rho": None, "recall32": None,
+                                       "captured32": None, "lost50": None}]}
+
+
+@pytest.mark.parametrize("ranking,reason", [
+    (RANKING | {"rho": 1.5}, "'key_ranking.rho'"),
+    (RANKING | {"lost50": None}, "'key_ranking.lost50'"),  # null only without queries
+    (RANKING | {"layers": "all"}, "'key_ranking.layers'"),
+    (RANKING | {"layers": [{"queries": 1, "rho": 0, "recall32": 2, "captured32": 0,
+                            "lost50": 0}]}, "'key_ranking.layers[0].recall32'"),
+    ([1], "'key_ranking'"),
+])
+def test_parse_checks_the_key_ranking_of_a_ppl_run(ranking, reason) -> None:
+    assert parse(json.dumps(PPL | {"key_ranking": RANKING}), "ppl")["key_ranking"] == RANKING
+    with pytest.raises(EngineOutputError) as caught:
+        parse(json.dumps(PPL | {"key_ranking": ranking}), "ppl")
+    assert reason in str(caught.value)

@@ -143,7 +143,8 @@ def test_gbm_policy_keeps_the_budget_and_is_thread_independent(lmc, tiny_model, 
     assert full["tokens"] == exact["tokens"]
 
 
-@pytest.mark.parametrize("policy", ["window", "h2o", "h2o-prev", "gbm", "random"])
+@pytest.mark.parametrize("policy", ["window", "h2o", "h2o-prev", "gbm", "random", "sparse",
+                                    "quest", "oracle"])
 def test_kv_budget_evicts_blocks_for_good(lmc, tiny_model, predictor, tmp_path, policy):
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     trace = tmp_path / "trace.txt"
@@ -168,6 +169,29 @@ def test_kv_budget_evicts_blocks_for_good(lmc, tiny_model, predictor, tmp_path, 
     assert out["selection"]["mass"] < 1  # the evicted keys held some attention
 
 
+@pytest.mark.parametrize("policy", ["sparse", "quest", "oracle"])
+def test_block_policies_evict_by_their_block_scores_on_any_thread_count(lmc, tiny_model,
+                                                                        tmp_path, policy):
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    runs = []
+    for threads in (1, 3):
+        trace = tmp_path / f"{policy}{threads}.txt"
+        out = lmc_json(lmc, "generate", "--model", tiny_model(MODEL), "--prompt", prompt,
+                       "--max-new", 8, "--attn", policy, "--kv-budget", 32, "--block", 8,
+                       "--prefill-attn", "sparse", "--threads", threads,
+                       "--trace-selection", trace)
+        runs.append((out["tokens"], trace.read_text()))
+    assert runs[0] == runs[1]
+    # the blocks kept are the query's, not an order of age: heads of one KV head disagree
+    sel = read_trace(tmp_path / f"{policy}1.txt")
+    assert any(sel[(p, lay, h)] != sel[(p, lay, 0)] for p, lay, h in sel)
+    window = tmp_path / "window.txt"
+    lmc_json(lmc, "generate", "--model", tiny_model(MODEL), "--prompt", prompt, "--max-new", 8,
+             "--attn", "window", "--kv-budget", 32, "--block", 8, "--prefill-attn", "sparse",
+             "--trace-selection", window)
+    assert read_trace(window) != sel
+
+
 def test_h2o_prev_ranks_by_the_previous_layers_mass(lmc, tiny_model, tmp_path):
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     traces = []
@@ -190,7 +214,7 @@ def test_h2o_prev_ranks_by_the_previous_layers_mass(lmc, tiny_model, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--attn", "gbm"], "--attn gbm needs --predictor"),
     (["--attn", "h2o", "--predictor", "x.gbm"], "--predictor applies to --attn gbm only"),
-    (["--attn", "sparse", "--kv-budget", "64"], "--kv-budget evicts by the policy's scores"),
+    (["--attn", "exact", "--kv-budget", "64"], "--kv-budget evicts by the policy's scores"),
     (["--attn", "window", "--kv-budget", "4", "--block", "8"], "less than one block"),
 ])
 def test_bad_predictor_and_budget_options_exit_2(lmc, tiny_model, tmp_path, args, message):
@@ -270,3 +294,27 @@ def test_study_trains_ranks_and_runs_the_budgets(lmc, needle_model, tmp_path):
     bad.write_text(study.read_text().replace("budgets = [0.25]", "budgets = [1.5]"))
     with pytest.raises(InputError, match=f"{bad}: key 'budgets'"):
         load_study(bad)
+
+
+def test_study_text_windows_keep_training_apart_from_the_evaluated_windows(tmp_path):
+    from harness import REPO_ROOT
+    from harness.predictor.study import rank_texts, text_ids
+    from harness.workloads import load_tokenizer, ppl_tokens
+
+    lm = REPO_ROOT / "models" / "pydoc-lm"
+    study_file = tmp_path / "study.toml"
+    study_file.write_text(f'name = "t"\nmodel = "{lm}"\ntext = "{lm}/heldout.txt"\nctx = 1024\n'
+                          'train_texts = 4\ntest_texts = 2\nppl_texts = 4\n')
+    study = load_study(study_file)
+    tokens = len(load_tokenizer(lm).encode((lm / "heldout.txt").read_text(encoding="utf-8")))
+    windows = tokens // 1024
+    train_texts, test_texts = rank_texts(study)
+    assert list(train_texts) == list(range(windows - 4, windows))
+    assert list(test_texts) == list(range(windows - 6, windows - 4))
+    # the perplexity texts are a ppl spec's seeds 0-3: disjoint from both
+    assert text_ids(study, 0, ppl=True) == ppl_tokens(lm, 1024, 0, text=lm / "heldout.txt").ids
+    assert not set(range(4)) & (set(train_texts) | set(test_texts))
+    too_long = study_file.read_text().replace("ctx = 1024", "ctx = 8192")
+    study_file.write_text(too_long)
+    with pytest.raises(InputError, match=rf"key 'text'.*{tokens // 8192} windows of 8192.*need 10"):
+        rank_texts(load_study(study_file))

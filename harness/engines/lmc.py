@@ -36,7 +36,8 @@ def options(workload: WorkloadPoint, config: EngineConfig,
     """The `lmc` flags of one run (without --model/--prompt/--text, which are device paths)."""
     opts: list[str] = ["--attn", config.policy]
     for flag, value in (("--k", config.k), ("--block", config.block),
-                        ("--probes", config.probes)):
+                        ("--probes", config.probes), ("--kv-budget", config.kv_budget),
+                        ("--measure-keys", config.measure_keys)):
         if value is not None:
             opts += [flag, str(value)]
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]

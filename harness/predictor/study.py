@@ -10,6 +10,7 @@ The study file (every key optional but ``name`` and ``model``; errors name the f
     train_texts = 4                      # needle prompts that train the trees
     test_texts = 2                       # held-out needle prompts for the rank metrics
     ppl_texts = 2                        # plain-prose texts for the perplexity runs
+    text = "../../models/pydoc-lm/heldout.txt"  # optional: every text is a window of this file
     every = 4                            # dump every N-th query position
     sets = ["v1", "v2", "cascade", "v3"] # feature sets to train and rank
     predictor = "cascade"                # the set lmc runs as --attn gbm
@@ -18,6 +19,14 @@ The study file (every key optional but ``name`` and ``model``; errors name the f
     budgets = [0.25, 0.5]                # fractions of the context kept
     policies = ["gbm", "h2o", "h2o-prev", "window", "random"]
     modes = ["select", "evict"]          # per-query --k selection / --kv-budget eviction
+
+Without ``text`` the trees train and rank on needle prompts and the perplexity runs over the
+grammar prose (the needle model's own text). With ``text`` (a UTF-8 file relative to the study
+file, e.g. a language model's held-out text) every text is a window of ``ctx`` tokens of that
+file (window s = the ppl workload's seed s), and the three parts take disjoint windows:
+perplexity the first ``ppl_texts`` (the windows a ppl spec with seeds 0, 1, ... runs, so the
+trained trees can run there too without having seen them), training the last ``train_texts``,
+ranking the ``test_texts`` before those.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from harness.predictor.train import (
     train,
     write_predictor,
 )
-from harness.workloads import needle_prompt, ppl_tokens
+from harness.workloads import load_tokenizer, needle_prompt, ppl_tokens
 
 POLICIES = ("gbm", "h2o", "h2o-prev", "window", "random")
 MODES = ("select", "evict")
@@ -65,6 +74,7 @@ class Study:
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5])
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
     modes: list[str] = field(default_factory=lambda: list(MODES))
+    text: Path | None = None  # windows of this file instead of needle prompts and grammar prose
 
 
 def load_study(path: Path) -> Study:
@@ -107,25 +117,54 @@ def load_study(path: Path) -> Study:
             for b in budgets):
         raise fail("budgets", f"must be a non-empty list of fractions in (0, 1); got {budgets!r}")
     study.budgets = [float(b) for b in budgets]
+    if "text" in data:
+        if not isinstance(data["text"], str):
+            raise fail("text", "must be a string: a text file relative to the study file")
+        study.text = (Path(path).parent / data["text"]).resolve()
+        if not study.text.is_file():
+            raise fail("text", f"{study.text} is not a file")
     study.predictor = data.get("predictor", defaults.predictor)
     if study.predictor not in study.sets:
         raise fail("predictor", f"must be one of the trained sets {study.sets}")
     return study
 
 
-def dump_texts(study: Study, lmc: list[str], first: int, count: int) -> KeyDump:
-    """Exact-attention dumps of needle prompts with seeds first .. first+count-1."""
-    dumps = []
-    for seed in range(first, first + count):
-        ids = needle_prompt(study.model, study.ctx, (seed % 5) / 4, seed).ids
-        dumps.append(run_dump(lmc, study.model, ids, study.every, text=seed))
-    return concat(dumps)
+def text_ids(study: Study, index: int, ppl: bool = False) -> list[int]:
+    """The ids of the study's text ``index``: window ``index`` of the study's text file, or
+    else a needle prompt (ranking) or grammar prose (``ppl``) seeded by it."""
+    if study.text is not None:
+        return ppl_tokens(study.model, study.ctx, index, text=study.text).ids
+    if ppl:
+        return ppl_tokens(study.model, study.ctx, index).ids
+    return needle_prompt(study.model, study.ctx, (index % 5) / 4, index).ids
+
+
+def rank_texts(study: Study) -> tuple[range, range]:
+    """The texts that train the trees and the held-out ones that rank keys."""
+    if study.text is None:
+        return range(study.train_texts), range(study.train_texts,
+                                               study.train_texts + study.test_texts)
+    windows = len(load_tokenizer(study.model).encode(study.text.read_text(encoding="utf-8"))) \
+        // study.ctx
+    need = study.ppl_texts + study.test_texts + study.train_texts
+    if need > windows:
+        raise InputError(f"{study.path}: key 'text': {study.text} holds {windows} windows of "
+                         f"{study.ctx} tokens; ppl_texts + test_texts + train_texts need {need}")
+    first_train = windows - study.train_texts
+    return range(first_train, windows), range(first_train - study.test_texts, first_train)
+
+
+def dump_texts(study: Study, lmc: list[str], texts: range) -> KeyDump:
+    """Exact-attention dumps of the texts."""
+    return concat([run_dump(lmc, study.model, text_ids(study, i), study.every, text=i)
+                   for i in texts])
 
 
 def rank_study(study: Study, lmc: list[str], out: Path) -> tuple[Evaluation, dict[str, Path]]:
     """Train every feature set, rank the held-out keys with them and the baselines."""
-    train_dump = dump_texts(study, lmc, 0, study.train_texts)
-    test_dump = dump_texts(study, lmc, study.train_texts, study.test_texts)
+    train_texts, test_texts = rank_texts(study)
+    train_dump = dump_texts(study, lmc, train_texts)
+    test_dump = dump_texts(study, lmc, test_texts)
     scorers, files = {}, {}
     for feature_set in study.sets:
         models = train(train_dump, feature_set, max_iter=study.max_iter)
@@ -156,7 +195,7 @@ def budget_args(study: Study, policy: str, mode: str, budget: float, predictor: 
 def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, Any]]:
     """Perplexity of every policy x mode x budget against exact attention, over the texts."""
     rows = []
-    texts = [ppl_tokens(study.model, study.ctx, seed).ids for seed in range(study.ppl_texts)]
+    texts = [text_ids(study, seed, ppl=True) for seed in range(study.ppl_texts)]
     exact = sum(_nll(lmc, study.model, ids, []) for ids in texts) / len(texts)
     for mode in study.modes:
         for budget in study.budgets:
@@ -170,10 +209,17 @@ def ppl_study(study: Study, lmc: list[str], predictor: Path) -> list[dict[str, A
 
 
 def render_markdown(study: Study, ranks: Evaluation, ppl_rows: list[dict[str, Any]]) -> str:
+    if study.text is not None:
+        train, test = rank_texts(study)
+        texts = (f"windows of {study.ctx} tokens of `{study.text.name}`: trees trained on "
+                 f"windows {train.start}-{train.stop - 1}, keys ranked on {test.start}-"
+                 f"{test.stop - 1}, perplexity over 0-{study.ppl_texts - 1}")
+    else:
+        texts = (f"trees trained on {study.train_texts} needle prompts, ranked on "
+                 f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts")
     lines = [f"# Predictor study: {study.name}", "",
              f"Model `{study.model.name}`, context {study.ctx}, blocks of {study.block}; "
-             f"trees trained on {study.train_texts} needle prompts, ranked on "
-             f"{study.test_texts} held-out ones, perplexity over {study.ppl_texts} prose texts.",
+             f"{texts}.",
              "", "## Key ranking (held-out texts; all layers, then per layer)", "",
              "| scorer | layer | Spearman rho | top-32 recall | mass in top 32 "
              "| mass lost at 50 % |", "|---|---|---|---|---|---|"]
@@ -197,6 +243,7 @@ def run_study(study: Study, lmc: list[str], out: Path) -> dict[str, Any]:
     ranks, files = rank_study(study, lmc, out)
     ppl_rows = ppl_study(study, lmc, files[study.predictor])
     record = {"name": study.name, "model": str(study.model), "ctx": study.ctx,
+              "text": None if study.text is None else str(study.text),
               "block": study.block, "predictor": study.predictor,
               "predictors": {k: str(v) for k, v in files.items()},
               "ranking": ranks.to_dict(), "ppl": ppl_rows}

@@ -49,12 +49,14 @@ from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-METRICS = ("identical_tokens", "recall", "time", "time_ratio", "ppl", "ppl_change", "reported")
+METRICS = ("identical_tokens", "recall", "time", "time_ratio", "ppl", "ppl_change", "key_rank",
+           "reported")
 TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
+RANK_FIELDS = ("rho", "recall32", "captured32", "lost50")  # key_rank: lmc --measure-keys
 SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
                  "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
-                 "device_class")
+                 "device_class", "kv_budget")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
@@ -321,10 +323,13 @@ def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
     if metric in TWO_CONFIG_METRICS and "b" not in table:
         raise check.fail(where, "measure.b", f"required for metric {metric!r} (it compares "
                          "two configs, a and b)")
-    field_name = table.get("field", "decode_ms_per_token")
-    if field_name not in TIME_FIELDS:
-        raise check.fail(where, "measure.field", f"unknown timing {field_name!r}; allowed: "
-                         f"{', '.join(TIME_FIELDS)}")
+    fields = RANK_FIELDS if metric == "key_rank" else TIME_FIELDS
+    field_name = table.get("field", fields[0] if metric == "key_rank" else
+                           "decode_ms_per_token")
+    if field_name not in fields:
+        kind = "key-ranking figure" if metric == "key_rank" else "timing"
+        raise check.fail(where, "measure.field", f"unknown {kind} {field_name!r}; allowed: "
+                         f"{', '.join(fields)}")
     return Measure(
         a=check.selector(table["a"], where, "measure.a"),
         b=check.selector(table.get("b", {}), where, "measure.b"),

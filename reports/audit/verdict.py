@@ -28,6 +28,7 @@ from reports.audit import (
     checks_identity,
     checks_llamabench,
     checks_ppl,
+    checks_rank,
     checks_recall,
     checks_timing,
 )
@@ -43,6 +44,7 @@ METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "ppl": checks_ppl.ppl,
     "ppl_change": checks_ppl.ppl_change,
     LLAMA_BENCH_TPS: checks_llamabench.tokens_per_second,
+    "key_rank": checks_rank.key_rank,
 }
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).

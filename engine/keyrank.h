@@ -1,0 +1,42 @@
+/* keyrank.h — seed 004's metrics of a key ranking against the true attention mass
+ * (--measure-keys N): how well a policy's keep score (attend.c) orders the keys of a query.
+ *
+ * For the query at position t (every N-th: (t + 1) % N == 0) and layer l, with n = t + 1 keys,
+ * true masses m_j (the attention that ran, mean over query heads: keyfeat.h) and scores s_j:
+ *   rho        Spearman's rank correlation of s and m (ties get their mean rank; 0 when s
+ *              or m is constant: a constant ranking carries no order)
+ *   recall32   |top-32 by s & top-32 by m| / 32
+ *   captured32 the mass inside the top-32 by s, over the total
+ *   lost50     the mass of the n/2 (rounded down) keys with the lowest s, over the total: what
+ *              evicting half the cache by s would lose
+ * Orders are by value, ties to the lower key first. Queries with fewer than 64 keys are left
+ * out (every key would be in the top 32). The figures are means over (query, layer) pairs,
+ * over all layers and per layer; harness/predictor/metrics.py defines the same in Python. */
+#ifndef LMC_KEYRANK_H
+#define LMC_KEYRANK_H
+
+#include <stdio.h>
+
+enum { KR_RHO, KR_RECALL32, KR_CAPTURED32, KR_LOST50, KR_METRICS };
+
+typedef struct {
+    int every;      /* measured queries: positions t with (t + 1) % every == 0 */
+    int n_layers;
+    float *score;   /* [capacity]: the policy's key scores for the current query and layer */
+    float *mass;    /* [capacity]: the true masses */
+    int *order;     /* [capacity] scratch */
+    double *rank_s, *rank_m; /* [capacity] scratch */
+    double *sum;    /* [n_layers][KR_METRICS] */
+    long *queries;  /* [n_layers] */
+} KeyRank;
+
+void keyrank_init(KeyRank *r, int capacity, int n_layers, int every);
+void keyrank_free(KeyRank *r);
+/* whether the query at position pos is measured */
+int keyrank_due(const KeyRank *r, int pos);
+/* add the metrics of score[0..n) against mass[0..n) at layer l (no-op below 64 keys) */
+void keyrank_add(KeyRank *r, int layer, int n);
+/* "key_ranking": {"every", "queries", "rho", ..., "layers": [{...}, ...]} (no leading comma) */
+void keyrank_write_json(FILE *f, const KeyRank *r);
+
+#endif

@@ -1,0 +1,93 @@
+"""lmc ppl --measure-keys N: seed 004's ranking metrics (rho, top-32 recall, mass captured,
+mass lost at 50 %) of a policy's keep scores, computed in C, against the Python definitions
+(harness/predictor/metrics.py with scipy) on the same run's key-feature dump."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fixtures_engine import lmc_json, run_lmc, write_tokens
+
+from harness.predictor.dump import KeyDump, read_dump
+from harness.predictor.metrics import group_bounds, rank_scores
+from harness.predictor.train import train, write_predictor
+
+MODEL = "gqa4_untied_f32_old"  # 8 query heads over 2 KV heads, 2 layers, vocabulary 320
+IDS = [(i * 37 + (i // 7) * 5) % 320 if i % 5 else 11 for i in range(160)]
+EVERY = 4
+FIELDS = ("rho", "recall32", "captured32", "lost50")
+
+
+def measured(lmc, model, tmp_path, policy: str, *extra: str) -> tuple[dict, KeyDump]:
+    ids = write_tokens(tmp_path / "ids.txt", IDS)
+    dump = tmp_path / f"{policy}.bin"
+    doc = lmc_json(lmc, "ppl", "--model", model, "--text", ids, "--attn", policy,
+                   "--measure-keys", EVERY, "--dump-features", dump, "--dump-every", EVERY,
+                   *extra)
+    return doc, read_dump(dump)
+
+
+def python_layer(dump: KeyDump, score: np.ndarray, layer: int) -> dict:
+    mask = dump.column("layer") == layer
+    part = dump.select(mask)
+    keys = np.stack([part.column("query"), part.column("layer")], axis=1)
+    scores = rank_scores(score[mask], part.column("target").astype(np.float64),
+                         group_bounds(keys))
+    return scores.to_dict()
+
+
+def assert_same(c_layer: dict, py: dict) -> None:
+    assert c_layer["queries"] == py["queries"] > 0
+    for name in FIELDS:
+        assert c_layer[name] == pytest.approx(py[name], abs=1e-6), name
+
+
+def test_window_and_h2o_prev_rankings_match_the_python_metrics(lmc, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    exact = lmc_json(lmc, "ppl", "--model", model, "--text",
+                     write_tokens(tmp_path / "ids.txt", IDS))
+    docs = {}
+    for policy in ("window", "h2o-prev"):
+        doc, dump = measured(lmc, model, tmp_path, policy)
+        docs[policy] = doc
+        # prefill stays exact: the measurement does not change the run
+        assert doc["nll"] == exact["nll"]
+        ranking = doc["key_ranking"]
+        # queries at positions t >= 63 with (t + 1) % 4 == 0, at both layers
+        assert ranking["every"] == EVERY and ranking["queries"] == 2 * len(range(63, 159, 4))
+        if policy == "window":  # the keep score is the position: recency
+            for layer in (0, 1):
+                assert_same(ranking["layers"][layer],
+                            python_layer(dump, dump.column("key").astype(np.float64), layer))
+        else:  # the previous layer's mass (layer 0 ranks by accumulated mass, not dumped)
+            assert_same(ranking["layers"][1],
+                        python_layer(dump, dump.column("prev_mass").astype(np.float64), 1))
+    # the two scorers rank differently: the figures are the policy's, not a fixed order
+    assert docs["window"]["key_ranking"]["rho"] != docs["h2o-prev"]["key_ranking"]["rho"]
+
+
+def test_gbm_ranking_matches_the_python_trees(lmc, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    _, dump = measured(lmc, model, tmp_path, "window")
+    trees = train(dump, "cascade", max_iter=5)
+    predictor = write_predictor(trees, tmp_path / "cascade.gbm")
+    doc, _ = measured(lmc, model, tmp_path, "gbm", "--predictor", predictor)
+    predicted = trees.predict(dump)  # ln mass; lmc ranks by exp(prediction) in float32
+    score = np.exp(predicted).astype(np.float32).astype(np.float64)
+    for layer in (0, 1):
+        assert_same(doc["key_ranking"]["layers"][layer], python_layer(dump, score, layer))
+
+
+def test_measure_keys_needs_a_policy_with_a_keep_score(lmc, tiny_model, tmp_path):
+    ids = write_tokens(tmp_path / "ids.txt", IDS)
+    done = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", ids, "--attn", "exact",
+                   "--measure-keys", "4")
+    assert done.returncode == 2 and "--measure-keys" in done.stderr and "exact" in done.stderr
+
+
+def test_key_ranking_is_the_same_for_any_thread_count(lmc, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    for policy in ("h2o", "sparse"):
+        docs = [measured(lmc, model, tmp_path, policy, "--threads", str(t))[0]["key_ranking"]
+                for t in (1, 3)]
+        assert docs[0] == docs[1] and docs[0]["queries"] > 0
