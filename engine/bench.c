@@ -81,7 +81,8 @@ int cmd_attn_bench(const Options *o) {
     ThreadPool *pool = pool_create(o->threads);
     KVCache kv;
     kv_init(&kv, 1, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
-            o->policy == POL_SPARSE && o->probe_summary);
+            o->policy == POL_SPARSE && o->probe_summary,
+            o->policy == POL_SPARSE && !o->probe_summary ? o->probes : 0);
     for (int p = 0; p < ctx; p++) kv_write(&kv, 0, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);

@@ -115,6 +115,16 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
 /* probe rows scored in one batch (more probes per block fall back to one at a time) */
 #define LMC_MAX_PROBE_ROWS 64
 
+/* the max of each block's n probe scores d[g * stride + i * n ...] into best[g] (in probe
+ * order, as probe_block) */
+static void probe_max(const float *d, size_t stride, int nq, int n, float *best) {
+    for (int g = 0; g < nq; g++) {
+        best[g] = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (d[g * stride + (size_t)i] > best[g]) best[g] = d[g * stride + (size_t)i];
+    }
+}
+
 /* probe scores of block b for nq query heads of one KV head (qs: nq x head_dim): the max of
  * q.k over keys at the uniform stride inside the block (unscaled dot products; the 1/sqrt(d)
  * scale would not change the order). f32 keys: the probed rows are scored 4 at a time for
@@ -137,9 +147,7 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
             lmc_prefetch_floats(k0 + ((size_t)bs + (size_t)i * step) * stride, D);
         float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
         dot_rows_f32_x(qs, (size_t)D, nq, k0, (size_t)step * stride, n, D, d, (size_t)n);
-        for (int g = 0; g < nq; g++)
-            for (int i = 0; i < n; i++)
-                if (d[g * n + i] > best[g]) best[g] = d[g * n + i];
+        probe_max(d, (size_t)n, nq, n, best);
         return;
     }
     for (int p = p0; p < p1; p += step)
@@ -151,9 +159,27 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
 
 void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
                         size_t stride, size_t *rows) {
-    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block;
+    const KVCache *kv = in->kv;
+    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block, b = 0;
     float best[ATTN_MAX_GROUP];
-    for (int b = 0; b < n_blocks; b++) {
+    if (kv->pk && kv->pk_rows <= LMC_MAX_PROBE_ROWS) {
+        /* full blocks from the probe keys (kvcache.h): the same rows, read as one stream, the
+         * probe rows of several blocks scored in one batch */
+        int n = kv->pk_rows, per_batch = LMC_MAX_PROBE_ROWS / n, full = in->n_pos / cfg->block;
+        float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
+        for (; b < full; b += per_batch) {
+            int nb = full - b < per_batch ? full - b : per_batch;
+            dot_rows_f32_x(qs, (size_t)kv->head_dim, nq, kv_probe_keys(kv, in->layer, b, in->kvh),
+                           (size_t)kv->head_dim, nb * n, kv->head_dim, d, (size_t)(nb * n));
+            for (int j = 0; j < nb; j++) {
+                probe_max(d + (size_t)j * n, (size_t)(nb * n), nq, n, best);
+                for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)(b + j)] = best[g];
+            }
+        }
+        *rows += (size_t)full * (size_t)n;
+        b = full;
+    }
+    for (; b < n_blocks; b++) {
         probe_block(cfg, in, qs, nq, b, rows, best);
         for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)b] = best[g];
     }
@@ -167,17 +193,22 @@ static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectS
     const float *probe = in->probe_scores ? in->probe_scores : s->score;
     size_t rows = 0;
     int full_blocks = in->n_pos / bs;
-    for (int b = 0; b < n_blocks && !in->probe_scores; b++) {
-        if (cfg->probe_summary && b < full_blocks && kv->ksum) {
-            /* centroid probe: one precomputed row per block instead of `probes` keys */
+    if (in->probe_scores) {
+        rows = in->probe_rows;
+    } else if (cfg->probe_summary && kv->ksum) {
+        /* centroid probes: one precomputed row per full block instead of `probes` keys */
+        for (int b = 0; b < n_blocks; b++) {
+            if (b >= full_blocks) {
+                probe_block(cfg, in, in->q, 1, b, &rows, &s->score[b]);
+                continue;
+            }
             const float *sum = kv->ksum + kv_summary_index(kv, in->layer, b, in->kvh);
             s->score[b] = dot_f32(in->q, sum, D) * (1.0f / (float)bs);
             *bytes += sizeof(float) * (size_t)D;
-        } else {
-            probe_block(cfg, in, in->q, 1, b, &rows, &s->score[b]);
         }
+    } else {
+        select_probe_group(cfg, in, in->q, 1, s->score, (size_t)n_blocks, &rows);
     }
-    if (in->probe_scores) rows = in->probe_rows;
     *bytes += rows * kv_row_bytes(kv);
 
     int count = 0, n_imp = 0;
