@@ -196,8 +196,9 @@ def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
 
 def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int, threads: int,
                      wq: str = "f32", kv: str = "f32", ctx: int | None = None,
-                     timeout: float = 900) -> dict:
-    """One ``lmc generate`` run; returns its JSON document."""
+                     timeout: float = 900, extra: tuple[str, ...] = ()) -> dict:
+    """One ``lmc generate`` run (``extra``: more options, e.g. the policy); returns its JSON
+    document."""
     with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as fh:
         fh.write(" ".join(map(str, prompt)) + "\n")
         prompt_file = fh.name
@@ -205,6 +206,7 @@ def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int
             "--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
     if ctx is not None:
         argv += ["--ctx", str(ctx)]
+    argv += list(extra)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     finally:
