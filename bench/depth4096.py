@@ -13,6 +13,9 @@ its f16 cache with lmc's f32 (lmc has no f16 cache: it reads twice llama.cpp's K
 alternating order (ABC, CBA, ...), each in a process of its own; a ratio is lmc's tokens/s over
 llama.cpp's in the same round, reported as median [min, max] over rounds with the CV of each
 engine's tokens/s. The load average is printed before and after: the machine may be shared.
+llama.cpp's OpenMP threads spin at their barriers by default (``OMP_WAIT_POLICY=active``, its
+fastest on a quiet machine); on a loaded one a spinning barrier waits out whole time slices, so
+``--omp-wait-policy passive`` is the fairer setting there (see bench/vs_llamacpp.py).
 
 The model is the Qwen3-0.6B-shaped random model (``bench/qwen3_06b.py``, ~2 min to write;
 ``--layers N`` writes a shallower one of the same layer shape, so the prefill that fills the
@@ -68,7 +71,11 @@ def run_llama_bench(binary: str, gguf: Path, args: argparse.Namespace) -> float:
     own one-token warm-up: the rounds are the repetitions)."""
     argv = [binary, "-m", str(gguf), "-p", "0", "-n", str(args.decode), "-d", str(args.depth),
             "-r", "1", "-t", str(args.threads), "-ctk", args.kv, "-ctv", args.kv, "-o", "json"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    env = dict(os.environ)
+    if args.omp_wait_policy != "inherit":
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False,
+                          env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     tests = json.loads(proc.stdout)
@@ -113,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=QWEN3_06B.layers,
                         help="layers of the 0.6B-shaped model")
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory instead")
+    parser.add_argument("--omp-wait-policy", choices=("active", "passive", "inherit"),
+                        default="active", help="llama.cpp's OpenMP barriers (see above)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
     if args.depth < 1 or args.decode < 1 or args.rounds < 1:
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"decode at depth {args.depth} ({args.decode} tokens), weights {args.gguf_type} "
           f"(lmc --wq {LMC_WQ[args.gguf_type]}), KV {args.kv} (lmc {LMC_KV[args.kv]}), "
-          f"{args.threads} threads, "
+          f"{args.threads} threads, OMP_WAIT_POLICY {args.omp_wait_policy}, "
           f"{args.rounds} rounds, model {model_dir}")
     print(f"{'engine':<12} | {'tok/s median':>12} | {'min':>7} | {'max':>7} | {'CV':>5} | "
           f"ratio to llama.cpp per round: median [min, max]")
