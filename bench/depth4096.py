@@ -70,7 +70,8 @@ def run_llama_bench(binary: str, gguf: Path, args: argparse.Namespace) -> float:
     """tokens/s of one llama-bench tg<decode>@d<depth> test (one repetition after llama-bench's
     own one-token warm-up: the rounds are the repetitions)."""
     argv = [binary, "-m", str(gguf), "-p", "0", "-n", str(args.decode), "-d", str(args.depth),
-            "-r", "1", "-t", str(args.threads), "-ctk", args.kv, "-ctv", args.kv, "-o", "json"]
+            "-r", "1", "-t", str(args.threads), "-ctk", args.kv, "-ctv", args.kv,
+            "-fa", args.flash_attn, "-o", "json"]
     env = dict(os.environ)
     if args.omp_wait_policy != "inherit":
         env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=QWEN3_06B.layers,
                         help="layers of the 0.6B-shaped model")
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory instead")
+    parser.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
+                        help="llama-bench -fa (its default: auto)")
     parser.add_argument("--omp-wait-policy", choices=("active", "passive", "inherit"),
                         default="active", help="llama.cpp's OpenMP barriers (see above)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
@@ -150,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"decode at depth {args.depth} ({args.decode} tokens), weights {args.gguf_type} "
           f"(lmc --wq {LMC_WQ[args.gguf_type]}), KV {args.kv} (lmc {LMC_KV[args.kv]}), "
-          f"{args.threads} threads, OMP_WAIT_POLICY {args.omp_wait_policy}, "
+          f"{args.threads} threads, llama.cpp -fa {args.flash_attn}, "
+          f"OMP_WAIT_POLICY {args.omp_wait_policy}, "
           f"{args.rounds} rounds, model {model_dir}")
     print(f"{'engine':<12} | {'tok/s median':>12} | {'min':>7} | {'max':>7} | {'CV':>5} | "
           f"ratio to llama.cpp per round: median [min, max]")
