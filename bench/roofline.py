@@ -196,12 +196,13 @@ def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
 
 def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int, threads: int,
                      wq: str = "f32", kv: str = "f32", ctx: int | None = None,
-                     timeout: float = 900) -> dict:
-    """One ``lmc generate`` run through the engine's adapter; returns its checked document."""
+                     timeout: float = 900, extra: tuple[str, ...] = ()) -> dict:
+    """One ``lmc generate`` run through the engine's adapter (``extra``: more options, e.g. the
+    policy); returns its checked document."""
     options = ["--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
     if ctx is not None:
         options += ["--ctx", str(ctx)]
-    return run_here(lmc, "generate", model_dir, prompt, options, timeout)
+    return run_here(lmc, "generate", model_dir, prompt, [*options, *extra], timeout)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from devices.errors import CommandTimeout, DeviceError, TransferFailed
 from devices.flags import snapshot_flags
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
-SCHEMA = "benchfarm.fingerprint/2"  # /2: devfreq devices and the snapshot's flags
+# /2: devfreq devices and the snapshot's flags; /3: cpu_id (vendor, family, model, stepping)
+SCHEMA = "benchfarm.fingerprint/3"
 PROBE_TIMEOUT_S = 30.0
 STALE_EXIT = 99  # probed_run's script: an artifact changed since it was verified; nothing ran
 
@@ -42,6 +43,8 @@ probe() {
     get /proc/sys/kernel/osrelease ''; printf 'kernel %s\n' "$v"
     sed -n -E \
       -e 's/^(processor|model name|Hardware|CPU part)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
+      -e 's/^(vendor_id|cpu family|model|stepping)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
+      -e 's/^(CPU implementer|CPU variant)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
       /proc/cpuinfo
   fi
   read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
@@ -181,7 +184,7 @@ def _between(text: str, head: str, tail: str) -> tuple[str, str]:
     return inner, rest
 
 
-STATIC_FACTS = ("arch", "kernel", "cpu_model")
+STATIC_FACTS = ("arch", "kernel", "cpu_model", "cpu_id")
 
 
 def _facts(transport: Transport, probe_output: str, taken_at: float,
@@ -216,6 +219,7 @@ def parse_probe(text: str) -> dict[str, Any]:
     parts_by_cpu: dict[int, str] = {}
     current_cpu = -1
     models: list[str] = []
+    ids: dict[str, list[str]] = {}  # lscpu's identification fields, each distinct value once
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")
         if kind in ("arch", "kernel"):
@@ -231,6 +235,9 @@ def parse_probe(text: str) -> dict[str, Any]:
                 current_cpu = int(value) if value.isdigit() else current_cpu
             elif key == "CPU part":
                 parts_by_cpu[current_cpu] = value  # 0xd0b = Cortex-A76, 0xd05 = Cortex-A55
+                _add(ids, "part", value)
+            elif key in CPU_ID_FIELDS:
+                _add(ids, CPU_ID_FIELDS[key], value)
             elif value and value not in models:
                 models.append(value)
         elif kind == "core":
@@ -264,4 +271,19 @@ def parse_probe(text: str) -> dict[str, Any]:
     for core in facts["cores"]:
         core["part"] = parts_by_cpu.get(core["cpu"])
     facts["cpu_model"] = " / ".join(models) or None
+    facts["cpu_id"] = " ".join(f"{name} {','.join(ids[name])}" for name in CPU_ID_ORDER
+                               if name in ids) or None
     return facts
+
+
+# /proc/cpuinfo's identification fields (what lscpu shows as vendor, family, model, stepping;
+# implementer, variant and part on ARM) under the names cpu_id gives them, in its order
+CPU_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model",
+                 "stepping": "stepping", "CPU implementer": "implementer",
+                 "CPU variant": "variant"}
+CPU_ID_ORDER = ("vendor", "family", "model", "stepping", "implementer", "variant", "part")
+
+
+def _add(ids: dict[str, list[str]], name: str, value: str) -> None:
+    if value and value not in ids.setdefault(name, []):
+        ids[name].append(value)

@@ -8,6 +8,19 @@
 #include "evict.h"
 #include "util.h"
 
+const char *const STAGE_NAMES[N_STAGES] = {"probe", "importance", "select", "gather", "attend"};
+
+/* attn-bench --stages: add the time since *t to stage st of head h's row, restart *t */
+static void stage_lap(const Attention *a, int h, int st, double *t) {
+    if (!a->stage_ms) return;
+    double now = lmc_now_ms();
+    a->stage_ms[(size_t)h * N_STAGES + st] += now - *t;
+    *t = now;
+}
+
+/* the clock for stage_lap, read only when stages are timed */
+static double stage_clock(const Attention *a) { return a->stage_ms ? lmc_now_ms() : 0.0; }
+
 void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool) {
     memset(a, 0, sizeof *a);
     a->opt = *opt;
@@ -25,6 +38,9 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
         a->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
         a->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
         a->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
+        a->imp_picks = lmc_alloc(NB, sizeof(int), "importance reservation");
+        a->imp_sums = lmc_alloc(NB, sizeof(float), "importance reservation");
+        a->imp_used = lmc_alloc(NB, 1, "importance reservation");
     }
     /* h2o-prev ranks layer 0 (which has no previous layer) by its accumulated mass, as h2o */
     if (opt->sel.policy == POL_H2O || opt->sel.policy == POL_H2O_PREV)
@@ -75,6 +91,9 @@ void attention_free(Attention *a) {
     lmc_free(a->probe_scores);
     lmc_free(a->group_blocks);
     lmc_free(a->group_heads);
+    lmc_free(a->imp_picks);
+    lmc_free(a->imp_sums);
+    lmc_free(a->imp_used);
     lmc_free(a->mass);
     lmc_free(a->exact_probs);
     lmc_free(a->att_probs);
@@ -141,6 +160,8 @@ static SelectInput head_input(const LayerJob *job, int h, const float *probe_sco
         .evicted = a->evicted ? a->evicted + ((size_t)job->layer * a->n_heads + h) * a->n_blocks : NULL,
         .probe_scores = probe_scores,
         .probe_rows = probe_rows,
+        .imp_picks = a->n_imp_picks ? a->imp_picks : NULL,
+        .n_imp_picks = a->n_imp_picks,
     };
 }
 
@@ -162,9 +183,11 @@ static void attend_group(LayerJob *job, int kvh) {
         int n_q = (kvh + 1) * group - h0 < ATTN_MAX_GROUP ? (kvh + 1) * group - h0 : ATTN_MAX_GROUP;
         int *all = a->sel + (size_t)h0 * a->n_blocks;
         for (int b = 0; b < n_all; b++) all[b] = b;
+        double t = stage_clock(a);
         attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, NULL, n_all,
                     job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     need_probs ? a->att_probs + (size_t)h0 * a->capacity : NULL, (size_t)a->capacity);
+        stage_lap(a, h0, STAGE_ATTEND, &t);
         for (int h = h0; h < h0 + n_q; h++) {
             if (h > h0) memcpy(a->sel + (size_t)h * a->n_blocks, all, sizeof(int) * (size_t)n_all);
             a->n_sel[h] = n_all;
@@ -211,14 +234,17 @@ static void attend_head(LayerJob *job, int h) {
     }
     SelectInput in = head_input(job, h, NULL, 0);
     size_t select_bytes = 0;
+    double t = stage_clock(a);
     int n = select_blocks(&cfg, &in, &a->scratch[h], sel, &select_bytes);
     a->n_sel[h] = n;
+    stage_lap(a, h, STAGE_SELECT, &t);
 
     if (a->opt.reference && cfg.policy == POL_EXACT)
         attn_reference(q, kv, layer, kvh, n_pos, out, att_probs);
     else
         attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, NULL, n, out, a->kscratch + (size_t)h * bs,
                     need_probs ? att_probs : NULL, 0);
+    stage_lap(a, h, STAGE_ATTEND, &t);
     after_kernel(a, job, h, select_bytes);
     if (!measure) return;
 
@@ -273,9 +299,11 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
         SelectInput probe = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = n_pos};
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;
+        double t = stage_clock(a);
         if (!summary)
             select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks,
                                &rows);
+        stage_lap(a, h0, STAGE_PROBE, &t);
         /* each head selects on its own; which heads chose each block */
         unsigned char *chosen = a->group_heads + (size_t)h0 * a->n_blocks;
         memset(chosen, 0, (size_t)n_all);
@@ -290,6 +318,7 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
             a->n_sel[h] = select_blocks(&a->opt.sel, &in, &a->scratch[h], sel, &select_bytes[g]);
             for (int i = 0; i < a->n_sel[h]; i++) chosen[sel[i]] |= (unsigned char)(1u << g);
         }
+        stage_lap(a, h0, STAGE_SELECT, &t);
         /* one pass over the union, ascending: a row two heads chose is read once for both */
         int *blocks = a->group_blocks + (size_t)h0 * a->n_blocks, n_union = 0;
         for (int b = 0; b < n_all; b++)
@@ -297,10 +326,12 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
                 blocks[n_union] = b;
                 chosen[n_union++] = chosen[b];
             }
+        stage_lap(a, h0, STAGE_GATHER, &t);
         attn_blocks(job->q_all + (size_t)h0 * D, nq, a->kv, job->layer, kvh, n_pos, blocks, chosen,
                     n_union, job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     needs_probs(a, job->phase) ? a->att_probs + (size_t)h0 * a->capacity : NULL,
                     (size_t)a->capacity);
+        stage_lap(a, h0, STAGE_ATTEND, &t);
         for (int g = 0; g < nq; g++) {
             memset(&a->head_stats[h0 + g], 0, sizeof a->head_stats[h0 + g]);
             after_kernel(a, job, h0 + g, select_bytes[g]);
@@ -417,6 +448,15 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
         pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
     if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos, q_all);
     if (ranking) rank_scores(a, layer, pos, q_all);
+    /* the importance reservation depends on the layer's prefill importance only: choose it
+     * once for all heads (the same picks each head would make) */
+    a->n_imp_picks = 0;
+    if (a->importance && a->opt.sel.importance && phase != ATTN_PREFILL && a->opt.sel.k < n_blocks) {
+        double t = stage_clock(a);
+        a->n_imp_picks = select_importance(&a->opt.sel, a->importance + (size_t)layer * a->capacity, pos + 1,
+                                           a->imp_sums, a->imp_used, a->imp_picks);
+        stage_lap(a, 0, STAGE_IMPORTANCE, &t);
+    }
     if (grouped_exact(a, phase)) pool_run(a->pool, attend_groups, &job, a->n_kv);
     else if (grouped_sparse(a, phase)) pool_run(a->pool, attend_sparse_groups, &job, a->n_kv);
     else pool_run(a->pool, attend_heads, &job, a->n_heads);

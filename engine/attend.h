@@ -40,6 +40,12 @@ typedef struct {
     double measured;     /* head-evaluations that carry mass/recall/diff */
 } SelStats;
 
+/* the stages of a decode step that attn-bench --stages times: sparse probing, the importance
+ * reservation (once per layer), the rest of the selection (probe top-k, recency, sorting),
+ * gathering a GQA group's blocks into one list, and the attention kernel over them */
+enum { STAGE_PROBE, STAGE_IMPORTANCE, STAGE_SELECT, STAGE_GATHER, STAGE_ATTEND, N_STAGES };
+extern const char *const STAGE_NAMES[N_STAGES];
+
 typedef struct {
     AttnOptions opt;
     int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
@@ -63,6 +69,14 @@ typedef struct {
     float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
     unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
     KeyRank *rank;          /* --measure-keys: set by the runner with the features, or NULL */
+    /* sparse: this step's importance reservation, the same for every head of the layer */
+    int *imp_picks, n_imp_picks;
+    float *imp_sums;         /* [n_blocks] its block sums */
+    unsigned char *imp_used; /* [n_blocks] */
+    /* attn-bench --stages: milliseconds per stage, summed, one row per head (a GQA group's
+     * times go to its first head's row: each row is written by one thread); NULL: nothing
+     * is timed */
+    double *stage_ms; /* [n_heads][N_STAGES] */
 } Attention;
 
 /* the policies --kv-budget can evict by (-1 + a message for the others) */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "attend.h"
 #include "cli.h"
@@ -23,6 +24,28 @@ static void load_inputs(const char *path, float *buf, size_t count) {
                       path, len, count * sizeof(float));
     memcpy(buf, data, len);
     free(data);
+}
+
+/* page faults so far: the timed passes should take none (every buffer is touched before) */
+static long minor_faults(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
+}
+
+/* --stages: each stage's milliseconds per pass (summed over heads and threads, averaged over
+ * the timed passes), the mean pass, what the stages leave out of it, and the timed passes'
+ * page faults */
+static void write_stages(const Attention *a, int runs, const double *ms, long faults) {
+    double mean = 0.0, staged = 0.0;
+    for (int i = 0; i < runs; i++) mean += ms[i] / runs;
+    printf(", \"stages\": {\"ms\": {");
+    for (int st = 0; st < N_STAGES; st++) {
+        double sum = 0.0;
+        for (int h = 0; h < a->n_heads; h++) sum += a->stage_ms[(size_t)h * N_STAGES + st];
+        staged += sum / runs;
+        printf("%s\"%s\": %.5f", st ? ", " : "", STAGE_NAMES[st], sum / runs);
+    }
+    printf("}, \"mean_ms\": %.5f, \"other_ms\": %.5f, \"minor_faults\": %ld}", mean, mean - staged, faults);
 }
 
 int cmd_attn_bench(const Options *o) {
@@ -58,7 +81,8 @@ int cmd_attn_bench(const Options *o) {
     ThreadPool *pool = pool_create(o->threads);
     KVCache kv;
     kv_init(&kv, 1, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
-            o->policy == POL_SPARSE && o->probe_summary);
+            o->policy == POL_SPARSE && o->probe_summary,
+            o->policy == POL_SPARSE && !o->probe_summary ? o->probes : 0);
     for (int p = 0; p < ctx; p++) kv_write(&kv, 0, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);
@@ -79,11 +103,14 @@ int cmd_attn_bench(const Options *o) {
 
     for (int i = 0; i < o->warmup; i++) attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
     double *runs = lmc_alloc((size_t)o->runs, sizeof(double), "timings");
+    if (o->stages) a.stage_ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
+    long faults = minor_faults();
     for (int i = 0; i < o->runs; i++) {
         double t0 = lmc_now_ms();
         attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
         runs[i] = lmc_now_ms() - t0;
     }
+    faults = minor_faults() - faults;
     if (o->dump_out) {
         FILE *f = fopen(o->dump_out, "wb");
         if (!f) lmc_die_input("cannot write --dump-out file %s: %s", o->dump_out, strerror(errno));
@@ -102,8 +129,11 @@ int cmd_attn_bench(const Options *o) {
     if (measure)
         printf(", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", sel.mass / m,
                sel.recall / m, sel.max_abs_diff / m);
-    printf("}}\n");
+    printf("}");
+    if (o->stages) write_stages(&a, o->runs, runs, faults);
+    printf("}\n");
 
+    lmc_free(a.stage_ms);
     lmc_free(runs);
     lmc_free(out);
     attention_free(&a);

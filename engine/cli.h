@@ -28,6 +28,7 @@ typedef struct {
     int stops[MAX_STOPS], n_stops;
     /* attn-bench */
     int heads, kv_heads, head_dim, runs, warmup; /* attn-bench uses ctx as its context */
+    int stages;                                  /* attn-bench --stages */
 } Options;
 
 /* parse argv (after the command name); exits 2 naming the bad flag or value */

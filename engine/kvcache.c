@@ -8,7 +8,7 @@
 #include "util.h"
 
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
-             int keep_minmax, int keep_sum) {
+             int keep_minmax, int keep_sum, int probes) {
     memset(kv, 0, sizeof *kv);
     kv->n_layers = n_layers;
     kv->n_kv = n_kv;
@@ -35,6 +35,11 @@ void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, in
         kv->kmax = lmc_alloc(summaries, sizeof(float), "key block maxima");
     }
     if (keep_sum) kv->ksum = lmc_alloc(summaries, sizeof(float), "key block sums");
+    /* a full block's probes: the stride select.c probes at (step = block / probes, at least 1) */
+    kv->pk_step = probes > 0 && probes < block ? block / probes : 1;
+    kv->pk_rows = (block + kv->pk_step - 1) / kv->pk_step;
+    if (!q8 && probes > 0 && kv->pk_step > 1)
+        kv->pk = lmc_alloc(summaries * (size_t)kv->pk_rows, sizeof(float), "probe keys");
 }
 
 void kv_free(KVCache *kv) {
@@ -47,6 +52,7 @@ void kv_free(KVCache *kv) {
     lmc_free(kv->kmin);
     lmc_free(kv->kmax);
     lmc_free(kv->ksum);
+    lmc_free(kv->pk);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -63,6 +69,12 @@ void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *
             memcpy(kv->v + off, v_row + h * D, sizeof(float) * (size_t)D);
         }
     }
+    int off = pos % kv->block;
+    if (kv->pk && off % kv->pk_step == 0 && off / kv->pk_step < kv->pk_rows)
+        for (int h = 0; h < kv->n_kv; h++) {
+            float *dst = (float *)kv_probe_keys(kv, layer, pos / kv->block, h) + (size_t)(off / kv->pk_step) * D;
+            memcpy(dst, k_row + h * D, sizeof(float) * (size_t)D);
+        }
     if (!kv->kmin && !kv->ksum) return;
     /* summaries see the key as stored, so a summary agrees with what probing would read */
     int b = pos / kv->block, first = pos % kv->block == 0;

@@ -11,6 +11,11 @@
  *   kmin/kmax [layer][block][kvh][head_dim]: element-wise min/max of the block's keys (quest);
  *   ksum      [layer][block][kvh][head_dim]: element-wise sum of the block's keys, in position
  *             order (the --probe-summary centroid is ksum / positions in block).
+ * Probe keys (f32 only, sparse with sampled probes): a copy of the keys a full block's probes
+ * read, the rows at offsets 0, step, 2*step, ... (step = block / probes), contiguous per head:
+ *   pk [layer][kvh][block][probe_rows][head_dim]
+ * so probing one head's blocks is one sequential stream (the keys themselves are step rows
+ * apart, each row its own miss). Costs probe_rows / block of the key cache (1/4 by default).
  * Summaries are computed from the keys as stored (dequantised for q8), updated on each write. */
 #ifndef LMC_KVCACHE_H
 #define LMC_KVCACHE_H
@@ -35,10 +40,14 @@ typedef struct {
     float *ks, *vs;
     float *kmin, *kmax; /* NULL unless minmax summaries are kept */
     float *ksum;        /* NULL unless sum summaries are kept */
+    float *pk;          /* NULL unless probe keys are kept */
+    int pk_step, pk_rows; /* probe keys: rows apart in a block, rows per block */
 } KVCache;
 
+/* probes > 0 (f32 only): keep the probe keys of that many probes per block (none when every
+ * row is a probe: the keys are contiguous already) */
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
-             int keep_minmax, int keep_sum);
+             int keep_minmax, int keep_sum, int probes);
 void kv_free(KVCache *kv);
 /* store one position's keys and values for all KV heads (k_row, v_row: [kv_dim]) */
 void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *v_row);
@@ -60,6 +69,13 @@ size_t kv_row_bytes(const KVCache *kv);
 static inline size_t kv_summary_index(const KVCache *kv, int layer, int block, int kvh) {
     return (((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->n_kv + (size_t)kvh) *
            (size_t)kv->head_dim;
+}
+
+/* the probe keys of full block `block` of (layer, kvh): pk_rows rows of head_dim floats; the
+ * next block's follow */
+static inline const float *kv_probe_keys(const KVCache *kv, int layer, int block, int kvh) {
+    size_t b = ((size_t)layer * (size_t)kv->n_kv + (size_t)kvh) * (size_t)kv->n_blocks + (size_t)block;
+    return kv->pk + b * (size_t)kv->pk_rows * (size_t)kv->head_dim;
 }
 
 #endif

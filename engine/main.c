@@ -69,6 +69,7 @@ static const OptSpec OPTIONS[] = {
     {"--head-dim", C_BENCH, T_INT, OFF(head_dim), 2, LMC_MAX_HEAD_DIM, 0},
     {"--runs", C_BENCH, T_INT, OFF(runs), 1, 10000, 0},
     {"--warmup", C_BENCH, T_INT, OFF(warmup), 0, 10000, 0},
+    {"--stages", C_BENCH, T_FLAG, OFF(stages), 0, 0, 1},
 };
 #define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
 

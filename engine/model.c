@@ -45,8 +45,9 @@ void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt
     r->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
     int keep_minmax = opt->sel.policy == POL_QUEST;
     int keep_sum = opt->sel.policy == POL_SPARSE && opt->sel.probe_summary;
+    int probes = opt->sel.policy == POL_SPARSE && !opt->sel.probe_summary ? opt->sel.probes : 0;
     kv_init(&r->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8,
-            keep_minmax, keep_sum);
+            keep_minmax, keep_sum, probes);
     attention_init(&r->attn, opt, &r->kv, c->n_heads, pool);
     r->use_feat = attention_needs_features(opt) || opt->features;
     if (r->use_feat) {

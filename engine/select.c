@@ -50,8 +50,9 @@ static int best_unused(const float *score, const unsigned char *used, int n) {
     return best;
 }
 
-/* Greedily take up to `want` more blocks by score; returns the new count. */
-static int take_top(const float *score, unsigned char *used, int n_blocks, int *sel, int count, int want) {
+/* The seed's greedy fill one pick at a time (k scans of every block); take_top's result when
+ * a score is NaN, which orders nothing. */
+static int take_greedy(const float *score, unsigned char *used, int n_blocks, int *sel, int count, int want) {
     for (int i = 0; i < want; i++) {
         int b = best_unused(score, used, n_blocks);
         if (b < 0) break;
@@ -59,6 +60,26 @@ static int take_top(const float *score, unsigned char *used, int n_blocks, int *
         sel[count++] = b;
     }
     return count;
+}
+
+/* Greedily take up to `want` more blocks by score; returns the new count. The greedy picks
+ * are the unused blocks in (score descending, index ascending) order, so one pass keeps the
+ * best `want` seen so far in that order (a block enters only if it beats the worst kept one;
+ * an equal score later in the pass never does): O(n_blocks) instead of O(want * n_blocks). */
+static int take_top(const float *score, unsigned char *used, int n_blocks, int *sel, int count, int want) {
+    int *top = sel + count, m = 0;
+    if (want <= 0) return count;
+    for (int b = 0; b < n_blocks; b++) {
+        if (used[b]) continue;
+        float sc = score[b];
+        if (sc != sc) return take_greedy(score, used, n_blocks, sel, count, want);
+        if (m == want && !(sc > score[top[m - 1]])) continue;
+        int i = m < want ? m++ : want - 1;
+        for (; i > 0 && sc > score[top[i - 1]]; i--) top[i] = top[i - 1];
+        top[i] = b;
+    }
+    for (int i = 0; i < m; i++) used[top[i]] = 1;
+    return count + m;
 }
 
 /* sum of a per-position array over each block, in position order */
@@ -94,6 +115,16 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
 /* probe rows scored in one batch (more probes per block fall back to one at a time) */
 #define LMC_MAX_PROBE_ROWS 64
 
+/* the max of each block's n probe scores d[g * stride + i * n ...] into best[g] (in probe
+ * order, as probe_block) */
+static void probe_max(const float *d, size_t stride, int nq, int n, float *best) {
+    for (int g = 0; g < nq; g++) {
+        best[g] = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (d[g * stride + (size_t)i] > best[g]) best[g] = d[g * stride + (size_t)i];
+    }
+}
+
 /* probe scores of block b for nq query heads of one KV head (qs: nq x head_dim): the max of
  * q.k over keys at the uniform stride inside the block (unscaled dot products; the 1/sqrt(d)
  * scale would not change the order). f32 keys: the probed rows are scored 4 at a time for
@@ -116,9 +147,7 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
             lmc_prefetch_floats(k0 + ((size_t)bs + (size_t)i * step) * stride, D);
         float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
         dot_rows_f32_x(qs, (size_t)D, nq, k0, (size_t)step * stride, n, D, d, (size_t)n);
-        for (int g = 0; g < nq; g++)
-            for (int i = 0; i < n; i++)
-                if (d[g * n + i] > best[g]) best[g] = d[g * n + i];
+        probe_max(d, (size_t)n, nq, n, best);
         return;
     }
     for (int p = p0; p < p1; p += step)
@@ -130,9 +159,27 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
 
 void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
                         size_t stride, size_t *rows) {
-    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block;
+    const KVCache *kv = in->kv;
+    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block, b = 0;
     float best[ATTN_MAX_GROUP];
-    for (int b = 0; b < n_blocks; b++) {
+    if (kv->pk && kv->pk_rows <= LMC_MAX_PROBE_ROWS) {
+        /* full blocks from the probe keys (kvcache.h): the same rows, read as one stream, the
+         * probe rows of several blocks scored in one batch */
+        int n = kv->pk_rows, per_batch = LMC_MAX_PROBE_ROWS / n, full = in->n_pos / cfg->block;
+        float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
+        for (; b < full; b += per_batch) {
+            int nb = full - b < per_batch ? full - b : per_batch;
+            dot_rows_f32_x(qs, (size_t)kv->head_dim, nq, kv_probe_keys(kv, in->layer, b, in->kvh),
+                           (size_t)kv->head_dim, nb * n, kv->head_dim, d, (size_t)(nb * n));
+            for (int j = 0; j < nb; j++) {
+                probe_max(d + (size_t)j * n, (size_t)(nb * n), nq, n, best);
+                for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)(b + j)] = best[g];
+            }
+        }
+        *rows += (size_t)full * (size_t)n;
+        b = full;
+    }
+    for (; b < n_blocks; b++) {
         probe_block(cfg, in, qs, nq, b, rows, best);
         for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)b] = best[g];
     }
@@ -142,29 +189,38 @@ static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectS
                          int n_blocks, int *sel, size_t *bytes) {
     const KVCache *kv = in->kv;
     int bs = cfg->block, D = kv->head_dim;
-    float *probe = s->score, *imp = s->aux;
+    /* probed for the whole GQA group already (select_probe_group), or here */
+    const float *probe = in->probe_scores ? in->probe_scores : s->score;
     size_t rows = 0;
     int full_blocks = in->n_pos / bs;
-    for (int b = 0; b < n_blocks; b++) {
-        if (in->probe_scores) { /* probed for the whole GQA group (select_probe_group) */
-            probe[b] = in->probe_scores[b];
-        } else if (cfg->probe_summary && b < full_blocks && kv->ksum) {
-            /* centroid probe: one precomputed row per block instead of `probes` keys */
+    if (in->probe_scores) {
+        rows = in->probe_rows;
+    } else if (cfg->probe_summary && kv->ksum) {
+        /* centroid probes: one precomputed row per full block instead of `probes` keys */
+        for (int b = 0; b < n_blocks; b++) {
+            if (b >= full_blocks) {
+                probe_block(cfg, in, in->q, 1, b, &rows, &s->score[b]);
+                continue;
+            }
             const float *sum = kv->ksum + kv_summary_index(kv, in->layer, b, in->kvh);
-            probe[b] = dot_f32(in->q, sum, D) * (1.0f / (float)bs);
+            s->score[b] = dot_f32(in->q, sum, D) * (1.0f / (float)bs);
             *bytes += sizeof(float) * (size_t)D;
-        } else {
-            probe_block(cfg, in, in->q, 1, b, &rows, &probe[b]);
         }
+    } else {
+        select_probe_group(cfg, in, in->q, 1, s->score, (size_t)n_blocks, &rows);
     }
-    if (in->probe_scores) rows = in->probe_rows;
     *bytes += rows * kv_row_bytes(kv);
 
     int count = 0, n_imp = 0;
     if (cfg->importance && in->importance) {
-        block_sums(in->importance, in->n_pos, bs, n_blocks, imp);
         *bytes += sizeof(float) * (size_t)in->n_pos;
-        n_imp = take_top(imp, s->used, n_blocks, sel, 0, (cfg->k + 1) / 2);
+        if (in->imp_picks) {
+            n_imp = in->n_imp_picks;
+            memcpy(sel, in->imp_picks, sizeof(int) * (size_t)n_imp);
+            for (int i = 0; i < n_imp; i++) s->used[sel[i]] = 1;
+        } else {
+            n_imp = select_importance(cfg, in->importance, in->n_pos, s->aux, s->used, sel);
+        }
         count = n_imp;
     }
     count = take_top(probe, s->used, n_blocks, sel, count, cfg->k - count);
@@ -178,6 +234,14 @@ static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectS
         s->used[last] = 1;
     }
     return count;
+}
+
+int select_importance(const SelectConfig *cfg, const float *importance, int n_pos, float *sums,
+                      unsigned char *used, int *picks) {
+    int n_blocks = (n_pos + cfg->block - 1) / cfg->block;
+    block_sums(importance, n_pos, cfg->block, n_blocks, sums);
+    memset(used, 0, (size_t)n_blocks);
+    return take_top(sums, used, n_blocks, picks, 0, (cfg->k + 1) / 2);
 }
 
 /* ---------------------------------------------------------------- the zoo */

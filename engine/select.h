@@ -41,6 +41,11 @@ typedef struct {
      * the head probes for itself */
     const float *probe_scores;
     size_t probe_rows;
+    /* sparse: the importance reservation, already chosen for this layer and step (it is the
+     * same for every head: select_importance), n_imp_picks blocks in pick order; NULL: the
+     * head chooses it itself from importance */
+    const int *imp_picks;
+    int n_imp_picks;
 } SelectInput;
 
 /* per-thread scratch, sized for the cache's block count */
@@ -65,6 +70,13 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
  * keys only (not --probe-summary). */
 void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
                         size_t stride, size_t *rows);
+
+/* The seed's importance reservation: the (k + 1) / 2 blocks of the highest prefill importance
+ * summed over their positions (ties: the lower index), in pick order, into picks; sums (one
+ * float per block) gets the block sums, used (one flag per block) 1 for the picks. Returns the
+ * count. */
+int select_importance(const SelectConfig *cfg, const float *importance, int n_pos, float *sums,
+                      unsigned char *used, int *picks);
 
 /* the random policy's stream for one (query position, layer, head); documented in README */
 uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);

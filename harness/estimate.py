@@ -74,7 +74,9 @@ class Durations:
 
     def seconds(self, cell: Cell, board: str) -> float | None:
         config, workload = cell.config, cell.workload
-        work = (workload.command, config.policy, config.k, _size(dict(workload.params)))
+        # another engine's config (llama-bench) has no attention policy: stored as None
+        policy, k = getattr(config, "policy", None), getattr(config, "k", None)
+        work = (workload.command, policy, k, _size(dict(workload.params)))
         for key in (("board", board, *work), ("command", board, workload.command),
                     ("anywhere", *work)):
             if key in self.medians:

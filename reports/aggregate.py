@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from db.models import Experiment
 from devices.flags import memory_controllers, run_flags
+from reports.cpu import mixed_cpu_flag, run_cpu
 from reports.stats import CV_FLAG, summarize
 
 # Workload parameters lifted into columns (whichever the workload kind has).
@@ -155,7 +156,9 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
     _engine_columns(table)
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
-    table["flags"] = _run_flags(table, snapshots)
+    by_run = snapshots_by_run(snapshots)
+    table["flags"] = _run_flags(table, by_run)
+    table["cpu"] = [run_cpu(by_run.get(int(run_id), {})) for run_id in table["run_id"]]
     table["same_as_exact"] = same_as_exact(table)
     return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
 
@@ -202,10 +205,15 @@ def _key(row: pd.Series) -> tuple:
     return plain_key(row.get(k) for k in PROMPT_KEYS)
 
 
-def _run_flags(table: pd.DataFrame, snapshots: pd.DataFrame) -> list[str]:
+def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
+    """run id -> phase ("before", "after") -> the fingerprint document."""
     by_run: dict[int, dict[str, dict]] = {}
     for _, snap in snapshots.iterrows():
         by_run.setdefault(int(snap["run_id"]), {})[snap["phase"]] = _json(snap["fingerprint"])
+    return by_run
+
+
+def _run_flags(table: pd.DataFrame, by_run: dict[int, dict[str, dict]]) -> list[str]:
     flags = []
     for _, row in table.iterrows():
         found: list[str] = []
@@ -273,7 +281,7 @@ def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
         row["runs_failed"] = len(cell) - len(ok)
         for column in TIMINGS:
             row |= _summary_columns(column.removesuffix("_per_token"), ok[column])
-        flags = [merge_flags(cell["flags"])]
+        flags = [merge_flags(cell["flags"]), mixed_cpu_flag(cell["cpu"])]
         # The harness's own overhead is not a measurement of the engine: never flagged.
         unflagged = {"overhead_ms"} | ({"engine_ms"} if row["kind"] != "ppl" else set())
         noisy = [c.removesuffix("_per_token") for c in TIMINGS if c not in unflagged
@@ -447,11 +455,13 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "device": device[0], "arch": row["device_arch"], "class": row["device_class"],
             "emulated": bool(row["emulated"]),
-            "cpu": str(fingerprint.get("cpu_model") or fingerprint.get("cpu") or ""),
+            "cpu": " | ".join(dict.fromkeys(c for c in cell["cpu"] if c)),
             "kernel": str(fingerprint.get("kernel") or ""),
             "memory_clock": _memory_clock(fingerprint),
             "fingerprint_sha256": _fingerprint_hash(fingerprint),
-            "runs": len(cell), "flags": merge_flags(cell["flags"]),
+            "runs": len(cell),
+            "flags": "; ".join(f for f in (merge_flags(cell["flags"]), mixed_cpu_flag(cell["cpu"]))
+                               if f),
         })
     columns = ["device", "arch", "class", "emulated", "cpu", "kernel", "memory_clock",
                "fingerprint_sha256", "runs", "flags"]

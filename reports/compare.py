@@ -21,6 +21,7 @@ import pandas as pd
 
 from reports.aggregate import first_divergence, flatten_runs, merge_flags, plain_key
 from reports.aggregate import generated_tokens as tokens
+from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
 from reports.outdir import output_dir
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
@@ -116,7 +117,7 @@ def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
 
 
 def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric: str,
-         steps: pd.DataFrame, threshold: float) -> dict[str, Any]:
+         steps: pd.DataFrame, threshold: float, same_cpu: bool = False) -> dict[str, Any]:
     sample_a, kind_a = _samples(cell_a, metric, steps)
     sample_b, kind_b = _samples(cell_b, metric, steps)
     if kind_a != kind_b:  # compare like with like: both per run
@@ -128,13 +129,20 @@ def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric
         "median_a": pd.Series(sample_a).median() if sample_a else None,
         "median_b": pd.Series(sample_b).median() if sample_b else None,
         "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
-        "tokens": _tokens_text(cell_a, cell_b), "flags": _side_flags(cell_a, cell_b)}
+        "tokens": _tokens_text(cell_a, cell_b), "flags": _side_flags(cell_a, cell_b, same_cpu)}
 
 
-def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
-    """Why either side's timings deserve distrust (emulated, governor, throttling)."""
-    parts = [f"{side}: {flags}" for side, flags in (("A", merge_flags(cell_a["flags"])),
-                                                    ("B", merge_flags(cell_b["flags"]))) if flags]
+def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame, same_cpu: bool) -> str:
+    """Why either side's timings deserve distrust (emulated, governor, throttling, runs on more
+    than one CPU model), and, where both sides should be the same hardware (revisions and
+    engines on one device: ``same_cpu``), that their CPU models differ."""
+    parts = [f"{side}: {flags}" for side, cell in (("A", cell_a), ("B", cell_b))
+             if (flags := "; ".join(f for f in (merge_flags(cell["flags"]),
+                                                mixed_cpu_flag(cell["cpu"])) if f))]
+    if same_cpu and not mixed_cpu_flag(cell_a["cpu"]) and not mixed_cpu_flag(cell_b["cpu"]):
+        across = mixed_cpu_flag([*cell_a["cpu"], *cell_b["cpu"]])
+        if across:
+            parts.append(f"A and B ran on different CPUs ({across.partition(': ')[2]})")
     return "; ".join(parts)
 
 
@@ -197,7 +205,8 @@ def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
     if a == b:
         return Comparison(side_a, side_b, metric, threshold, floor, aa)
     used = max(threshold, floor or 0.0)
-    rows = [_row(key, ca, cb, metric, steps, used)
+    same_cpu = side_a.kind in ("revision", "engine")  # one device on both sides of a pair
+    rows = [_row(key, ca, cb, metric, steps, used, same_cpu)
             for key, ca, cb in _pairs(runs_a, runs[side_b.mask.reindex(runs.index)], keys)]
     return Comparison(side_a, side_b, metric, used, floor, _table(rows))
 

@@ -218,3 +218,22 @@ def test_vs_llamacpp_refuses_a_spec_without_both_engines(tmp_path: Path, capsys)
     assert vs_llamacpp.main(["--spec", str(spec), "--db", f"sqlite:///{tmp_path}/x.db"]) == 2
     assert f"{spec}: key 'engines' must name both" in capsys.readouterr().err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_depth_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tmp_path: Path,
+                                                          tiny_models: dict[str, Path]) -> None:
+    """bench/depth4096.py end to end on the tiny model: llama-bench's tg at depth and lmc's
+    exact and sparse decode after the same depth, a ratio per round from the same round."""
+    out = tmp_path / "depth.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "depth4096.py"), "--model", str(tiny_models["BF16"]),
+         "--depth", "96", "--decode", "4", "--rounds", "2", "--threads", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    series = {s["name"]: s["tokens_per_s"] for s in json.loads(out.read_text())["series"]}
+    assert set(series) == {"llama.cpp", "lmc exact", "lmc sparse"}
+    assert all(len(v) == 2 and min(v) > 0 for v in series.values())
+    lines = {line.split("|")[0].strip(): line for line in proc.stdout.splitlines() if "|" in line}
+    ratio = series["lmc exact"][0] / series["llama.cpp"][0]
+    ratios = sorted([ratio, series["lmc exact"][1] / series["llama.cpp"][1]])
+    assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in lines["lmc exact"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures_reports import SyntheticExperiment, build_record
+from fixtures_reports import SyntheticExperiment, build_record, healthy_fingerprint
 
 from db import Store
+from reports.aggregate import devices_table, load_experiment, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError
 from reports.stats import compare_samples, min_p_value, summarize
@@ -108,6 +109,46 @@ def test_compare_revisions_pairs_on_the_same_device(tmp_path: Path) -> None:
     assert result.table["change"].tolist() == ["faster"]
     assert result.table["device"].tolist() == ["local"]
     store.close()
+
+
+def on_cpu(model: str, cpu_id: str) -> dict:
+    return healthy_fingerprint() | {"cpu_model": model, "cpu_id": cpu_id}
+
+
+XEON = on_cpu("Intel(R) Xeon(R) Processor", "vendor GenuineIntel family 6 model 167 stepping 1")
+EPYC = on_cpu("AMD EPYC 7B13", "vendor AuthenticAMD family 25 model 1 stepping 0")
+
+
+def test_figures_from_different_cpu_models_are_flagged(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/cpus.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("new", build_record(source_hash="b" * 64, revision="rev-b",
+                                      binary_sha256="d" * 64))
+    for repeat in range(4):  # one device name, but the host under it changed between builds
+        exp.run(policy="exact", repeat=repeat, decode_ms=10.0, fingerprint=XEON)
+        exp.run(policy="exact", repeat=repeat, decode_ms=8.0, build="new", fingerprint=EPYC)
+        exp.run(policy="sparse", k=4, repeat=repeat, decode_ms=6.0,
+                fingerprint=XEON if repeat % 2 else EPYC)
+        exp.run(policy="sparse", k=4, repeat=repeat, decode_ms=5.0, build="new",
+                fingerprint=XEON)
+    flags = compare(store, "rev-a", "rev-b").table.set_index("config")["flags"]
+    assert "A and B ran on different CPUs" in flags["exact"]
+    assert "AMD EPYC 7B13 (vendor AuthenticAMD family 25" in flags["exact"]
+    assert flags["sparse k=4"].startswith("A: mixed CPU models")  # one side's runs are mixed
+    assert "different CPUs" not in flags["sparse k=4"]
+
+    runs = load_experiment(store, "synthetic").runs
+    timings = timing_table(runs).set_index("config")["flags"]
+    assert "mixed CPU models" in timings["exact t=2"]
+    assert "mixed CPU models" in timings["sparse k=4 t=2"]
+    device = devices_table(runs, load_experiment(store, "synthetic").snapshots).iloc[0]
+    assert "mixed CPU models" in device["flags"] and "AMD EPYC" in device["cpu"]
+    store.close()
+
+
+def test_one_cpu_model_is_not_flagged(farm_rows: Store) -> None:
+    table = compare(farm_rows, "rev-a", "rev-a").table
+    assert not table["flags"].str.contains("CPU").any()
 
 
 def test_unknown_or_mismatched_sides_are_input_errors(farm_rows: Store) -> None:

@@ -19,6 +19,8 @@ RK3588_OUTPUT = "\n".join([
     "mem MemAvailable 15000000 kB",
     *[line for cpu in range(8) for line in (
         f"cpuinfo processor={cpu}",
+        "cpuinfo CPU implementer=0x41",
+        f"cpuinfo CPU variant={'0x2' if cpu < 4 else '0x4'}",
         f"cpuinfo CPU part={'0xd05' if cpu < 4 else '0xd0b'}")],
     *[f"core {cpu} 1 {max_khz} {max_khz} {max_khz} performance"
       for cpu, max_khz in [(c, 1800000 if c < 4 else 2400000) for c in range(8)]],
@@ -45,6 +47,19 @@ def test_parse_rk3588_core_layout() -> None:
                                 "cur_hz": 2112000000, "min_hz": 528000000, "max_hz": 2112000000,
                                 "available_hz": [528000000, 1068000000, 1560000000, 2112000000]}
     assert fp["devfreq"][1]["device"] == "fb000000.gpu" and fp["devfreq"][1]["cur_hz"] == 3 * 10**8
+    # RK3588's /proc/cpuinfo has no model name: the parts identify the CPU
+    assert fp["cpu_model"] is None
+    assert fp["cpu_id"] == "implementer 0x41 variant 0x2,0x4 part 0xd05,0xd0b"
+
+
+def test_parse_x86_identification() -> None:
+    cores = [line for cpu in range(2) for line in (
+        f"cpuinfo processor={cpu}", "cpuinfo vendor_id=GenuineIntel", "cpuinfo cpu family=6",
+        "cpuinfo model=167", "cpuinfo model name=Intel(R) Xeon(R) Processor",
+        "cpuinfo stepping=1")]
+    fp = parse_probe("\n".join(["arch x86_64", *cores]))
+    assert fp["cpu_model"] == "Intel(R) Xeon(R) Processor"  # "model" is not the model name
+    assert fp["cpu_id"] == "vendor GenuineIntel family 6 model 167 stepping 1"
 
 
 def flags(before: dict, after: dict) -> list[str]:
@@ -113,6 +128,7 @@ def test_probe_on_the_farm_nodes(farm) -> None:
         assert fp["device"] == device.name and fp["target_arch"] == device.arch
         assert fp["arch"] == "x86_64"  # both nodes are this machine; farm-arm emulates
         assert fp["kernel"] and fp["cpu_model"] and fp["mem_total_kb"] > 0
+        assert fp["cpu_id"].startswith("vendor ")  # x86: lscpu's vendor, family, model
         assert len(fp["loadavg"]) == 3 and fp["cores"]
         assert fp["emulated"] == device.emulated
         assert ("emulated" in fp["flags"]) == device.emulated

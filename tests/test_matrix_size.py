@@ -109,3 +109,18 @@ def test_dry_run_estimates_from_stored_durations(tmp_path: Path, capsys,
     assert f"estimated time: {minutes} min {seconds:02d} s ({len(needle)} of " \
            f"{len(spec_cells)} runs estimated" in out
     assert f"{len(spec_cells) - len(needle)} runs have no stored run like them" in out
+
+
+def test_dry_run_of_the_depth4096_spec_with_llama_bench(tmp_path: Path, capsys,
+                                                        sqlite_url: str) -> None:
+    """specs/lmc_vs_llamacpp_depth4096.toml (issue 19) is a valid two-engine matrix; a dry run
+    of a spec with llama-bench counts and estimates it (it raised on the missing policy)."""
+    spec = Path(__file__).resolve().parents[1] / "specs" / "lmc_vs_llamacpp_depth4096.toml"
+    text = spec.read_text().replace('devices = ["x86"]', 'devices = ["local"]')
+    text = text.replace('"../models/pydoc-lm"', f'"{spec.parents[1] / "models" / "pydoc-lm"}"')
+    (tmp_path / "depth.toml").write_text(text)
+    assert main(["--db", sqlite_url, "run", str(tmp_path / "depth.toml"), "--dry-run"]) == 0
+    # lmc: exact and sparse k=32, llama-bench: q8_0 at depth 4096; 3 repeats each (the size
+    # line above the limit counts lmc's cells only)
+    out = capsys.readouterr().out
+    assert "local: 9 runs" in out and "(0 of 9 runs estimated" in out
