@@ -22,6 +22,7 @@ command holds (status ``busy`` from the runner), is tried again a moment later.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -130,12 +131,11 @@ class DeviceRunner:
             self.transport = self.pushes = None
 
 
-def _actor_for(device: Device, server: Any) -> Any:
+def _actor_for(device: Device, server: Any, label: str) -> Any:
     """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
     the board's custom resources."""
     options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
-    job = ray.get_runtime_context().get_job_id()
-    return DeviceRunner.options(name=f"board:{device.name}:{job}", namespace=NAMESPACE,
+    return DeviceRunner.options(name=f"board:{device.name}:{label}", namespace=NAMESPACE,
                                 **options).remote(device, Credentials.of(device), server)
 
 
@@ -177,13 +177,17 @@ class Scheduler(BoardTurns):
         self.queues: dict[str, deque[PlannedRun]] = {p.key: deque() for p in plan.placements}
         for run in plan.todo:
             self.queues[run.placement.key].append(run)
-        self.server = start_server(plan.catalogue, ray.get_runtime_context().get_job_id())
+        # actor names: the Ray job plus this scheduler's own suffix, since one driver may run
+        # several matrices in turn and ray.kill frees the previous one's names asynchronously
+        self.label = f"{ray.get_runtime_context().get_job_id()}:{uuid.uuid4().hex[:8]}"
+        self.server = start_server(plan.catalogue, self.label)
         self.boards: dict[str, Board] = {}
         for placement in plan.placements:
             for name in placement.devices:
                 if name not in self.boards:
                     device = plan.boards[name]
-                    self.boards[name] = Board(device, _actor_for(device, self.server), [])
+                    actor = _actor_for(device, self.server, self.label)
+                    self.boards[name] = Board(device, actor, [])
                 serves = self.boards[name].serves
                 if placement.by_class:
                     serves.append(placement.key)
@@ -270,7 +274,7 @@ class Scheduler(BoardTurns):
             report: RunReport = ray.get(dispatch.ref)
         except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
             if isinstance(exc, ray.exceptions.RayActorError):
-                board.actor = _actor_for(board.device, self.server)
+                board.actor = _actor_for(board.device, self.server, self.label)
             report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
                                datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
         if report.status == "lost":
