@@ -349,5 +349,8 @@ def register_plan(plan: Plan, store: Store, force: bool = False) -> Plan:
         run.model_id = None if run.model_sha is None else model_ids[run.model_sha]
         run.workload_id = workload_ids[run.cell.workload]
     done = set() if force else store.completed_run_keys([r.key for r in plan.runs])
+    # run keys do not name the experiment: runs another experiment completed become this
+    # one's too, so its summary, reports and audit tables include them
+    store.link_runs(experiment_id, done)
     return replace(plan, experiment_id=experiment_id, device_ids=device_ids,
                    todo=[r for r in plan.runs if r.key not in done], force=force)

@@ -92,6 +92,21 @@ def test_resume_skips_ok_runs_and_force_redoes_them(ray_address: str, needle_mod
     assert (rerun["finished_at"].values > runs["finished_at"].values).all()
 
 
+def test_runs_another_experiment_completed_are_skipped_and_listed(ray_address: str,
+                                                                  needle_model: Path,
+                                                                  tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/shared.db")
+    inventory = load_inventory(None)
+    first = run_experiment(load_spec(needle_spec(tmp_path, "first", needle_model, ["local"])),
+                           inventory, store, ["local"])
+    second_spec = needle_spec(tmp_path, "second", needle_model, ["local"])
+    second = run_experiment(load_spec(second_spec), inventory, store, ["local"])
+    runs_first, runs_second = stored_runs(store, "first"), stored_runs(store, "second")
+    store.close()
+    assert first.counts["ok"] == 2 and (second.skipped, sum(second.counts.values())) == (2, 0)
+    assert sorted(runs_second["run_key"]) == sorted(runs_first["run_key"])
+
+
 def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_model: Path,
                                                        tmp_path: Path) -> None:
     broken = tmp_path / "broken-model"
