@@ -147,6 +147,8 @@ ctx = 32
     ('["llama-bench"]', "decode", '[llama-bench]\nrepetitions = 0',
      "key 'llama-bench.repetitions': must be >= 1"),
     ('["llama-bench"]', "decode", '[llama-bench]\nflash = true', "key 'llama-bench.flash'"),
+    ('["llama-bench"]', "decode", '[llama-bench]\ncache_type = "f32"',
+     "key 'llama-bench.cache_type': unknown value 'f32'"),
 ])
 def test_spec_section_errors_name_the_key(engines: str, kind: str, section: str, message: str,
                                           needle_model: Path, tmp_path: Path) -> None:

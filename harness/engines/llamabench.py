@@ -33,7 +33,8 @@ from harness.engines.llamacpp_build import PYPI, build_llama_bench
 
 NAME = "llama-bench"
 GGUF_TYPES = ("f32", "q8_0", "bf16")
-CACHE_TYPES = ("f16", "f32", "q8_0")
+# the cache types this llama-bench accepts for -ctk/-ctv (it refuses f32: "invalid parameter")
+CACHE_TYPES = ("f16", "q8_0")
 # lmc's name for the same weight format (so that report labels line up)
 LMC_WQ = {"f32": "f32", "q8_0": "q8", "bf16": "bf16"}
 # The fields of a llama-bench JSON row that describe the build and machine, not the test.
