@@ -240,9 +240,20 @@ def _config_count(spec: Spec, kind: str) -> int:
 def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:
     """len(expand(spec, placements)) per placement key, counted without expanding, so that a
     matrix too large to plan is refused at once."""
-    per_revision = sum(math.prod(len(values) for values in w.axes.values())
-                       * _config_count(spec, w.kind) for w in spec.workloads)
-    return {p.key: len(spec.revisions) * per_revision * spec.repeats for p in placements}
+    def points(w: Any) -> int:
+        return math.prod(len(values) for values in w.axes.values())
+
+    lmc = 0
+    if "lmc" in spec.engines:
+        lmc = len(spec.revisions) * sum(points(w) * _config_count(spec, w.kind)
+                                        for w in spec.workloads)
+    decode_points = sum(points(w) for w in spec.workloads if w.kind == "decode")
+    counts = {}
+    for p in placements:
+        llama = 0 if spec.llama_bench is None else \
+            decode_points * len(spec.llama_bench.configs(p.threads))
+        counts[p.key] = (lmc + llama) * spec.repeats
+    return counts
 
 
 def check_size(spec: Spec, placements: Sequence[Placement], max_runs: int) -> int:

@@ -124,3 +124,14 @@ def test_dry_run_of_the_depth4096_spec_with_llama_bench(tmp_path: Path, capsys,
     # line above the limit counts lmc's cells only)
     out = capsys.readouterr().out
     assert "local: 9 runs" in out and "(0 of 9 runs estimated" in out
+
+
+@pytest.mark.parametrize("name", ["lmc_vs_llamacpp.toml", "lmc_vs_llamacpp_depth4096.toml"])
+def test_the_count_includes_llama_bench_cells(name: str) -> None:
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / name)
+    placements = resolve_placements(spec, devices(), ["local", "b1"])
+    counts = count_cells(spec, placements)
+    cells = expand(spec, placements)
+    assert any(c.engine == "llama-bench" for c in cells)
+    for placement in placements:
+        assert counts[placement.key] == sum(c.placement == placement for c in cells)
