@@ -35,28 +35,33 @@ from harness.engines.llamabench import NAME as LLAMA_BENCH  # noqa: E402
 from harness.engines.lmc import NAME as LMC  # noqa: E402
 from harness.errors import InputError  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
-from reports.compare import compare  # noqa: E402
+from reports.compare import compare_runs, load_runs  # noqa: E402
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "specs" / "lmc_vs_llamacpp.toml"
 METRICS = {"decode_ms_per_token": "decode ms/token", "prefill_ms": "prefill ms"}
 
 
 def side_by_side(store: Store, experiment: str) -> pd.DataFrame:
-    """One row per (node, workload point, weights and threads, metric): both medians, the
-    ratio llama-bench / lmc and the runs behind each."""
+    """One row per (node, workload point, lmc policy, weights and threads, metric): both
+    medians, the ratio llama-bench / lmc and the runs behind each. Each of lmc's policies in the
+    experiment (exact, sparse ...) is set against the same llama-bench runs."""
+    runs = load_runs(store, [experiment])
+    policies = sorted(set(runs.loc[runs["engine"] == LMC, "policy"].dropna()))
     frames = []
-    for metric, label in METRICS.items():
-        table = compare(store, LMC, LLAMA_BENCH, [experiment], metric).table
-        if len(table):
-            frames.append(table.assign(metric=label))
+    for policy in policies:
+        for metric, label in METRICS.items():
+            table = compare_runs(runs, runs.attrs["steps"], LMC, LLAMA_BENCH, metric,
+                                 lmc_policy=policy).table
+            if len(table):
+                frames.append(table.assign(metric=label, policy=policy))
     if not frames:
         return pd.DataFrame()
     rows = pd.concat(frames, ignore_index=True)
-    keep = [c for c in ("device", "ctx", "max_new", "config", "metric", "n_a", "median_a",
-                        "n_b", "median_b", "ratio") if c in rows.columns]
-    return rows[keep].rename(columns={"config": "weights threads", "n_a": "lmc runs",
-                                      "median_a": "lmc", "n_b": "llama-bench runs",
-                                      "median_b": "llama-bench",
+    keep = [c for c in ("device", "ctx", "max_new", "policy", "config", "metric", "n_a",
+                        "median_a", "n_b", "median_b", "ratio") if c in rows.columns]
+    return rows[keep].rename(columns={"config": "weights threads", "policy": "lmc policy",
+                                      "n_a": "lmc runs", "median_a": "lmc",
+                                      "n_b": "llama-bench runs", "median_b": "llama-bench",
                                       "ratio": "ratio llama-bench/lmc"})
 
 

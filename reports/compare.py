@@ -177,15 +177,18 @@ def aa_table(runs: pd.DataFrame, metric: str, steps: pd.DataFrame,
 
 def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             metric: str = "decode_ms_per_token",
-            threshold: float = NOISE_THRESHOLD) -> Comparison:
+            threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact") -> Comparison:
     runs = load_runs(store, experiments)
-    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold)
+    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold, lmc_policy)
 
 
 def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
                  metric: str = "decode_ms_per_token",
-                 threshold: float = NOISE_THRESHOLD) -> Comparison:
-    """``compare`` on flattened runs (``reports.aggregate.flatten_runs``) and their steps."""
+                 threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact") -> Comparison:
+    """``compare`` on flattened runs (``reports.aggregate.flatten_runs``) and their steps.
+
+    ``lmc_policy``: across engines, the lmc attention policy set against the other engine
+    (exact by default: what another engine computes)."""
     if metric not in runs.columns:
         raise ReportInputError(f"unknown timing {metric!r}; allowed: decode_ms_per_token, "
                                "attn_ms_per_token, prefill_ms, attn_median_ms, engine_ms")
@@ -198,7 +201,7 @@ def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
                                "revisions")
     keys = POINT + ["base_config"] + (["device"] if side_a.kind == "revision" else [])
     if side_a.kind == "engine":
-        runs, keys = _engine_neutral(runs), POINT[1:] + ["base_config", "device"]
+        runs, keys = _engine_neutral(runs, lmc_policy), POINT[1:] + ["base_config", "device"]
     runs_a = runs[side_a.mask.reindex(runs.index)]
     aa = aa_table(runs_a, metric, steps, threshold)
     floor = noise_floor(aa["ratio"]) if len(aa) else None
@@ -211,10 +214,11 @@ def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
     return Comparison(side_a, side_b, metric, used, floor, _table(rows))
 
 
-def _engine_neutral(runs: pd.DataFrame) -> pd.DataFrame:
+def _engine_neutral(runs: pd.DataFrame, lmc_policy: str) -> pd.DataFrame:
     """Across engines, a config is its weight format and threads on the same device and
-    workload point; of lmc's policies only exact attention is what another engine computes."""
-    runs = runs[runs["policy"].isna() | (runs["policy"] == "exact")].copy()
+    workload point; of lmc's policies only ``lmc_policy`` (exact attention, unless a sparse
+    policy is what is being set against the other engine) takes part."""
+    runs = runs[runs["policy"].isna() | (runs["policy"] == lmc_policy)].copy()
     runs["base_config"] = [f"wq={w} t={int(t)}" for w, t in zip(runs["wq"], runs["threads"],
                                                                   strict=True)]
     return runs

@@ -64,14 +64,15 @@ class SyntheticExperiment:
         self.builds[name] = self.store.record_build(record)
         return self.builds[name]
 
-    def run(self, device: str = "local", kind: str = "needle", policy: str = "exact",
+    def run(self, device: str = "local", kind: str = "needle", policy: str | None = "exact",
             k: int | None = None, ctx: int = 256, depth: float = 0.5, seed: int = 0,
             repeat: int = 0, status: str = "ok", decode_ms: float = 10.0,
             attn_ms: float = 4.0, recall: float | None = 1.0, ppl: float | None = None,
             tokens: list[int] | None = None, build: str = "default",
             fingerprint: dict[str, Any] | None = None, threads: int = 2,
             selection_mass: float | None = None, oracle_recall: float | None = None,
-            step_ms: list[float] | None = None, bytes_read: int | None = None) -> int:
+            step_ms: list[float] | None = None, bytes_read: int | None = None,
+            engine: str = "lmc") -> int:
         """Store one run; returns its id."""
         if device not in self.devices:
             self.add_device(device)
@@ -90,7 +91,7 @@ class SyntheticExperiment:
         snapshot = fingerprint or healthy_fingerprint()
         result = RunResult(
             run_key=f"{self.name}-{self.count}", experiment_id=self.experiment_id,
-            device_id=self.devices[device], command=command, status=status,
+            device_id=self.devices[device], engine=engine, command=command, status=status,
             build_id=self.builds[build], model_id=self.model_id, workload_id=workload_id,
             config={"policy": policy, "k": k}, policy=policy, k=k,
             block=None if policy == "exact" else 32, probes=None if policy == "exact" else 8,

@@ -111,6 +111,21 @@ def test_compare_revisions_pairs_on_the_same_device(tmp_path: Path) -> None:
     store.close()
 
 
+def test_across_engines_lmc_runs_exact_unless_told_which_policy(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/engines.db")
+    exp = SyntheticExperiment(store)
+    for repeat in range(3):
+        exp.run(kind="decode", policy="exact", repeat=repeat, decode_ms=10.0)
+        exp.run(kind="decode", policy="sparse", k=4, repeat=repeat, decode_ms=5.0)
+        exp.run(kind="decode", policy=None, engine="llama-bench", repeat=repeat, decode_ms=20.0)
+    exact = compare(store, "lmc", "llama-bench").table
+    sparse = compare(store, "lmc", "llama-bench", lmc_policy="sparse").table
+    store.close()
+    assert exact["median_a"].tolist() == [10.0] and exact["median_b"].tolist() == [20.0]
+    assert sparse["median_a"].tolist() == [5.0] and sparse["median_b"].tolist() == [20.0]
+    assert sparse["ratio"].iloc[0] == pytest.approx(exact["ratio"].iloc[0] * 2)
+
+
 def on_cpu(model: str, cpu_id: str) -> dict:
     return healthy_fingerprint() | {"cpu_model": model, "cpu_id": cpu_id}
 

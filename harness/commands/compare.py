@@ -22,13 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
                         help="relative change below which a difference is noise "
                              "(default: %(default)s; raised to the A/A noise floor)")
+    parser.add_argument("--lmc-policy", default="exact",
+                        help="comparing engines: the lmc attention policy set against the other "
+                             "engine (default: exact, what other engines compute)")
     parser.add_argument("--out", help="also write compare.html, compare.md and compare.csv here")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
-        result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold)
+        result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold,
+                         args.lmc_policy)
     print(terminal_table(result))
     if args.out:
         print(f"compare: {write_comparison(result, args.out)}")
