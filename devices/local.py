@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device
-from devices.transport import CommandResult, Transport, describe
+from devices.transport import CommandResult, Transport, describe, keep_capped
 
 
 class LocalTransport(Transport):
@@ -43,7 +44,7 @@ class LocalTransport(Transport):
             if stdin_file:
                 stdin.close()
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = _read_capped(proc, time.monotonic() + timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.communicate()
@@ -78,3 +79,25 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _read_capped(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes]:
+    """``proc.communicate`` with a deadline, keeping at most MAX_OUTPUT_BYTES of each stream;
+    subprocess.TimeoutExpired when the deadline passes first."""
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    with selectors.DefaultSelector() as streams:
+        for stream in kept:
+            streams.register(stream, selectors.EVENT_READ)
+        while streams.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            for key, _ in streams.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    keep_capped(kept[key.fileobj], data)
+                else:
+                    streams.unregister(key.fileobj)
+    proc.wait(max(0.0, deadline - time.monotonic()))
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr])
+

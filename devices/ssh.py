@@ -43,6 +43,7 @@ from devices.transport import (
     CommandResult,
     Transport,
     describe,
+    keep_capped,
     remote_shell_command,
 )
 
@@ -330,12 +331,12 @@ class SSHTransport(Transport):
             if stdout_open:
                 try:
                     data = channel.recv(1 << 16)
-                    out += data
+                    keep_capped(out, data)
                     stdout_open = bool(data)
                 except TimeoutError:
                     pass
             while channel.recv_stderr_ready():
-                err += channel.recv_stderr(1 << 16)
+                keep_capped(err, channel.recv_stderr(1 << 16))
             if not stdout_open and channel.exit_status_ready():
                 break
             if not stdout_open:

@@ -27,6 +27,15 @@ from devices.inventory import Device
 # `timeout` sends SIGTERM at the deadline and SIGKILL KILL_AFTER_S later.
 KILL_AFTER_S = 3.0
 GRACE_S = KILL_AFTER_S + 5.0
+# The most bytes of a command's stdout (and of its stderr) the controller keeps; the rest is
+# read and dropped, so a board that floods its output cannot exhaust the coordinator's memory.
+# Above the harness's 16 MiB limit on an engine document, which refuses such a run by name.
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+
+
+def keep_capped(kept: bytearray, data: bytes) -> None:
+    """Append ``data`` to ``kept`` up to MAX_OUTPUT_BYTES in all."""
+    kept += data[:max(0, MAX_OUTPUT_BYTES - len(kept))]
 
 
 @dataclass

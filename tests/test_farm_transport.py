@@ -13,7 +13,7 @@ from fixtures_farm import gone
 from devices.cache import ArtifactCache, local_sha256
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device, local_device
-from devices.transport import connect
+from devices.transport import MAX_OUTPUT_BYTES, connect
 
 NODES = ["farm-x86", "farm-arm", "local"]
 
@@ -180,3 +180,13 @@ def test_pinning_stdin_and_exit_codes(device: Device, tmp_path: Path) -> None:
 def test_fetch_of_a_missing_file_is_a_transfer_error(device: Device) -> None:
     with connect(device) as t, pytest.raises(TransferFailed, match=device.name):
         t.fetch("no/such/file")
+
+
+@pytest.mark.parametrize("device", ["farm-x86", "local"], indirect=True)
+def test_a_flood_of_output_is_kept_only_up_to_the_cap(device: Device) -> None:
+    flood = MAX_OUTPUT_BYTES + 3 * 1024 * 1024
+    script = f"head -c {flood} /dev/zero | tr '\\0' x; echo done >&2"
+    with connect(device) as t:
+        result = t.run(["sh", "-c", script], timeout=120)
+    assert result.exit_code == 0 and result.stderr == "done\n"
+    assert len(result.stdout) == MAX_OUTPUT_BYTES and set(result.stdout) == {"x"}
