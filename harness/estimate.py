@@ -5,14 +5,15 @@ runs most like it — the same board, command, policy, k and context (or text le
 same board and command; else the same command, policy, k and context on any board. A cell
 with none of these counts as unknown. Boards work in parallel, one run at a time, with the
 spec's cool-down after each; a pooled run goes to the pool's least loaded board. Warm-ups and
-runs already stored as ok are not taken into account (knowing them needs the engine builds).
+runs already stored as ok (named by their run keys from the builds' identities, nothing built;
+lmc only) are left out of the time.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from db.queries import RunDuration
@@ -26,19 +27,23 @@ class Estimate:
     per_placement: dict[str, int]
     board_s: dict[str, float] = field(default_factory=dict)  # seconds of work per board
     unknown: int = 0  # runs without any stored duration to go by
+    stored: int = 0  # runs already stored as ok: a run skips them
 
     @property
     def total_s(self) -> float:
         return max(self.board_s.values(), default=0.0)
 
     def lines(self) -> list[str]:
-        known = self.runs - self.unknown
+        known = self.runs - self.unknown - self.stored
         out = [f"  {key}: {count} runs" for key, count in self.per_placement.items()]
+        if self.stored:
+            out.append(f"  {self.stored} of them already stored as ok: skipped, not timed")
         out += [f"  board {name}: about {duration_text(s)} of work"
                 for name, s in sorted(self.board_s.items())]
-        out.append(f"estimated time: {duration_text(self.total_s)} ({known} of {self.runs} "
-                   "runs estimated from stored durations; boards run in parallel; not counted: "
-                   "Ray's start, builds, workload generation, warm-ups)")
+        out.append(f"estimated time: {duration_text(self.total_s)} ({known} of "
+                   f"{self.runs - self.stored} runs to do estimated from stored durations; "
+                   "boards run in parallel; not counted: Ray's start, builds, workload "
+                   "generation, warm-ups)")
         if self.unknown:
             out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
                        "leaves them out")
@@ -85,8 +90,9 @@ class Durations:
 
 
 def estimate(spec: Spec, placements: Sequence[Placement],
-             stored: Sequence[RunDuration]) -> Estimate:
-    """The estimate of a matrix small enough to plan (see harness.matrix.check_size)."""
+             stored: Sequence[RunDuration], done: Collection[Cell] = ()) -> Estimate:
+    """The estimate of a matrix small enough to plan (see harness.matrix.check_size); ``done``:
+    its cells already stored as ok, which take no time."""
     durations = Durations(stored)
     cells = expand(spec, placements)
     per_placement = {p.key: 0 for p in placements}
@@ -94,6 +100,9 @@ def estimate(spec: Spec, placements: Sequence[Placement],
     load = {name: 0.0 for p in placements for name in p.devices}
     for cell in cells:
         per_placement[cell.placement.key] += 1
+        if cell in done:
+            result.stored += 1
+            continue
         board = min(cell.placement.devices, key=lambda name: load[name])
         seconds = durations.seconds(cell, board)
         if seconds is None:

@@ -24,6 +24,7 @@ from fixtures_ray import (
 from db.store import Store
 from devices.flags import snapshot_flags
 from devices.inventory import load_inventory
+from harness.cli import main
 from harness.coordinator import run_experiment
 from harness.errors import InputError
 from harness.spec import load_spec
@@ -74,12 +75,16 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
 
 
 def test_resume_skips_ok_runs_and_force_redoes_them(ray_address: str, needle_model: Path,
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, capsys) -> None:
     spec = load_spec(needle_spec(tmp_path, "resume", needle_model, ["local"]))
     inventory = load_inventory(None)
     store = Store.open(f"sqlite:///{tmp_path}/resume.db")
     first = run_experiment(spec, inventory, store, ["local"])
     assert (first.total, first.counts["ok"]) == (2, 2)
+    # a dry run names the stored runs without building and leaves them out of the time
+    assert main(["--db", f"sqlite:///{tmp_path}/resume.db", "run", str(spec.path),
+                 "--devices", "local", "--dry-run"]) == 0
+    assert "2 of them already stored as ok: skipped" in capsys.readouterr().out
     runs = stored_runs(store, "resume")
     again = run_experiment(spec, inventory, store, ["local"])
     assert (again.skipped, sum(again.counts.values())) == (2, 0)

@@ -107,7 +107,7 @@ def test_dry_run_estimates_from_stored_durations(tmp_path: Path, capsys,
     minutes, seconds = divmod(round(expected_s), 60)
     assert f"experiment size: {len(spec_cells)} runs in the matrix" in out
     assert f"estimated time: {minutes} min {seconds:02d} s ({len(needle)} of " \
-           f"{len(spec_cells)} runs estimated" in out
+           f"{len(spec_cells)} runs to do estimated" in out
     assert f"{len(spec_cells) - len(needle)} runs have no stored run like them" in out
 
 
@@ -120,10 +120,9 @@ def test_dry_run_of_the_depth4096_spec_with_llama_bench(tmp_path: Path, capsys,
     text = text.replace('"../models/pydoc-lm"', f'"{spec.parents[1] / "models" / "pydoc-lm"}"')
     (tmp_path / "depth.toml").write_text(text)
     assert main(["--db", sqlite_url, "run", str(tmp_path / "depth.toml"), "--dry-run"]) == 0
-    # lmc: exact and sparse k=32, llama-bench: q8_0 at depth 4096; 3 repeats each (the size
-    # line above the limit counts lmc's cells only)
+    # lmc: exact and sparse k=32, llama-bench: q8_0 at depth 4096; 3 repeats each
     out = capsys.readouterr().out
-    assert "local: 9 runs" in out and "(0 of 9 runs estimated" in out
+    assert "local: 9 runs" in out and "(0 of 9 runs to do estimated" in out
 
 
 @pytest.mark.parametrize("name", ["lmc_vs_llamacpp.toml", "lmc_vs_llamacpp_depth4096.toml"])

@@ -13,8 +13,10 @@ from db.queries import RunDuration
 from db.store import Store
 from devices.inventory import Inventory, load_inventory
 from harness.coordinator import Coordinator, run_experiment
+from harness.errors import InputError
 from harness.estimate import estimate
-from harness.matrix import MAX_RUNS, check_size, count_cells, resolve_placements
+from harness.matrix import MAX_RUNS, Cell, check_size, count_cells, resolve_placements
+from harness.plan import identities, make_plan, plan_archs
 from harness.sharing import lease_ttl, positive_seconds
 from harness.spec import Spec, load_spec
 
@@ -74,9 +76,28 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
           "--max-runs)")
     check_size(spec, placements, args.max_runs)
-    for line in estimate(spec, placements, stored_durations(args.db)).lines():
+    done, why_not = stored_ok_cells(args.db, spec, inventory, args.devices)
+    for line in estimate(spec, placements, stored_durations(args.db), done).lines():
         print(line)
+    if why_not:
+        print(f"  runs already stored as ok are counted as to run: {why_not}")
     return 0
+
+
+def stored_ok_cells(url: str, spec: Spec, inventory: Inventory,
+                    selectors: list[str] | None) -> tuple[set[Cell], str | None]:
+    """The matrix's cells already stored as ok (a run would skip them), named by their run keys
+    without building anything; an empty set and the reason when they cannot be named."""
+    if spec.llama_bench is not None:
+        return set(), "llama-bench's run keys need its build"
+    try:
+        materials = identities(spec, plan_archs(spec, inventory, selectors))
+        plan = make_plan(spec, inventory, materials, selectors)
+        with Store.open(url, create=False) as store:
+            done = store.completed_run_keys([r.key for r in plan.runs])
+    except (InputError, StoreInputError) as exc:
+        return set(), str(exc)
+    return {r.cell for r in plan.runs if r.key in done}, None
 
 
 def stored_durations(url: str) -> list[RunDuration]:
