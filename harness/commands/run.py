@@ -76,34 +76,33 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
           "--max-runs)")
     check_size(spec, placements, args.max_runs)
-    done, why_not = stored_ok_cells(args.db, spec, inventory, args.devices)
-    for line in estimate(spec, placements, stored_durations(args.db), done).lines():
+    durations: list[RunDuration] = []
+    done: set[Cell] = set()
+    try:
+        with Store.open(args.db, create=False) as store:
+            durations = store.run_durations()
+            done = stored_ok_cells(store, spec, inventory, args.devices)
+    except StoreInputError as exc:
+        print(f"  no stored durations to go by ({exc})")
+    for line in estimate(spec, placements, durations, done).lines():
         print(line)
-    if why_not:
-        print(f"  runs already stored as ok are counted as to run: {why_not}")
     return 0
 
 
-def stored_ok_cells(url: str, spec: Spec, inventory: Inventory,
-                    selectors: list[str] | None) -> tuple[set[Cell], str | None]:
+def stored_ok_cells(store: Store, spec: Spec, inventory: Inventory,
+                    selectors: list[str] | None) -> set[Cell]:
     """The matrix's cells already stored as ok (a run would skip them), named by their run keys
-    without building anything; an empty set and the reason when they cannot be named."""
+    without building anything; an empty set, with the reason printed, when they cannot be."""
     if spec.llama_bench is not None:
-        return set(), "llama-bench's run keys need its build"
-    try:
-        materials = identities(spec, plan_archs(spec, inventory, selectors))
-        plan = make_plan(spec, inventory, materials, selectors)
-        with Store.open(url, create=False) as store:
+        why = "llama-bench's run keys need its build"
+    else:
+        try:
+            materials = identities(spec, plan_archs(spec, inventory, selectors))
+            plan = make_plan(spec, inventory, materials, selectors)
+        except InputError as exc:
+            why = str(exc)
+        else:
             done = store.completed_run_keys([r.key for r in plan.runs])
-    except (InputError, StoreInputError) as exc:
-        return set(), str(exc)
-    return {r.cell for r in plan.runs if r.key in done}, None
-
-
-def stored_durations(url: str) -> list[RunDuration]:
-    try:
-        with Store.open(url, create=False) as store:
-            return store.run_durations()
-    except StoreInputError as exc:
-        print(f"  no stored durations to go by ({exc})")
-        return []
+            return {r.cell for r in plan.runs if r.key in done}
+    print(f"  runs already stored as ok are counted as to run: {why}")
+    return set()
