@@ -3,10 +3,10 @@
 Runs ``specs/lmc_vs_llamacpp.toml`` (or the spec given with ``--spec``, e.g. one at another
 prompt depth) exactly as ``benchfarm run`` does: both engines are built, the model converted to
 GGUF for llama-bench, every run stored with its run key (stored ok runs are reused unless
-``--force``). Then it prints, from the store, each node's figures side by side: per weight format
-and thread count the median of lmc and of llama-bench, and the ratio llama-bench / lmc (above 1:
-lmc is faster), for decode ms/token and prefill ms. The same comparison is
-``benchfarm compare lmc llama-bench --experiment NAME``.
+``--force``). Then it prints, from the store, each node's figures side by side: per lmc policy,
+weight format and thread count the median of lmc and of llama-bench, and the ratio llama-bench /
+lmc (above 1: lmc is faster), for decode ms/token and prefill ms. The same comparison is
+``benchfarm compare lmc llama-bench --experiment NAME [--lmc-policy P]``.
 
     benchfarm farm up                                   # the local farm (x86 + emulated arm)
     .venv/bin/python bench/vs_llamacpp.py [--spec FILE] [--devices x86] [--db URL]
