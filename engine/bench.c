@@ -1,6 +1,11 @@
 /* bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over a KV
  * cache of --ctx positions, timed on its own.
  *
+ * One layer attended pass after pass keeps whatever of its KV fits in the last-level cache
+ * there: a selection that reads less than the cache holds then runs from it, which a decode
+ * step (every layer in turn) never does. --layers N holds N copies of the layer and attends
+ * them in turn each pass, so the data comes from memory as in decode; times are per layer.
+ *
  * Inputs are seeded synthetic data (uniform in [-1, 1) for q, k, v; [0, 1) for the
  * per-position importance that the sparse rule reserves blocks by and that H2O uses as its
  * accumulated mass), or an exact file (--inputs) so tests can check the engine against a
@@ -35,9 +40,10 @@ static long minor_faults(void) {
 /* --stages: each stage's milliseconds per pass (summed over heads and threads, averaged over
  * the timed passes), the mean pass, what the stages leave out of it, and the timed passes'
  * page faults */
-static void write_stages(const Attention *a, int runs, const double *ms, long faults) {
+static void write_stages(const Attention *a, int runs, int layers, const double *ms, long faults) {
     double mean = 0.0, staged = 0.0;
     for (int i = 0; i < runs; i++) mean += ms[i] / runs;
+    runs *= layers; /* the stage clocks ran for every layer of every pass */
     printf(", \"stages\": {\"ms\": {");
     for (int st = 0; st < N_STAGES; st++) {
         double sum = 0.0;
@@ -60,7 +66,7 @@ int cmd_attn_bench(const Options *o) {
     if (o->policy == POL_H2O_PREV || o->policy == POL_GBM)
         lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench",
                       policy_name(o->policy));
-    int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim;
+    int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim, L = o->layers;
     size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
     size_t total = nq + 2 * nkv + (size_t)ctx;
     float *buf = lmc_alloc(total, sizeof(float), "attn-bench inputs");
@@ -80,15 +86,19 @@ int cmd_attn_bench(const Options *o) {
     opt.measure = 0;
     ThreadPool *pool = pool_create(o->threads);
     KVCache kv;
-    kv_init(&kv, 1, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
+    kv_init(&kv, L, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
             o->policy == POL_SPARSE && o->probe_summary,
             o->policy == POL_SPARSE && !o->probe_summary ? o->probes : 0);
-    for (int p = 0; p < ctx; p++) kv_write(&kv, 0, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
+    for (int l = 0; l < L; l++) /* the same data in every layer, each its own memory */
+        for (int p = 0; p < ctx; p++) kv_write(&kv, l, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);
-    if (a.importance) memcpy(a.importance, importance, sizeof(float) * (size_t)ctx);
-    if (a.mass)
-        for (int h = 0; h < H; h++) memcpy(a.mass + (size_t)h * ctx, importance, sizeof(float) * (size_t)ctx);
+    for (int l = 0; l < L; l++) {
+        if (a.importance) memcpy(a.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
+        if (a.mass)
+            for (int h = 0; h < H; h++)
+                memcpy(a.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);
+    }
     float *out = lmc_alloc(nq, sizeof(float), "attention output");
 
     /* untimed passes first: the trace and the diagnostics */
@@ -101,14 +111,15 @@ int cmd_attn_bench(const Options *o) {
     a.opt.measure = 0;
     if (trace) fclose(trace);
 
-    for (int i = 0; i < o->warmup; i++) attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
+    for (int i = 0; i < o->warmup; i++)
+        for (int l = 0; l < L; l++) attend_layer(&a, l, ctx - 1, q, out, ATTN_BENCH, NULL);
     double *runs = lmc_alloc((size_t)o->runs, sizeof(double), "timings");
     if (o->stages) a.stage_ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
     long faults = minor_faults();
     for (int i = 0; i < o->runs; i++) {
         double t0 = lmc_now_ms();
-        attend_layer(&a, 0, ctx - 1, q, out, ATTN_BENCH, NULL);
-        runs[i] = lmc_now_ms() - t0;
+        for (int l = 0; l < L; l++) attend_layer(&a, l, ctx - 1, q, out, ATTN_BENCH, NULL);
+        runs[i] = (lmc_now_ms() - t0) / L;
     }
     faults = minor_faults() - faults;
     if (o->dump_out) {
@@ -121,7 +132,8 @@ int cmd_attn_bench(const Options *o) {
     printf("{\"schema\": \"%s\", \"command\": \"attn-bench\", \"config\": {", LMC_SCHEMA);
     cli_write_attn_config(stdout, o);
     printf("}, \"ctx\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"policy\": \"%s\", "
-           "\"ms\": %.5f, \"runs\": [", ctx, H, G, D, policy_name(o->policy), lmc_median(runs, o->runs));
+           "\"layers\": %d, \"ms\": %.5f, \"runs\": [", ctx, H, G, D, policy_name(o->policy), L,
+           lmc_median(runs, o->runs));
     for (int i = 0; i < o->runs; i++) printf("%s%.5f", i ? ", " : "", runs[i]);
     double m = sel.measured > 0 ? sel.measured : 1;
     printf("], \"selection\": {\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
@@ -130,7 +142,7 @@ int cmd_attn_bench(const Options *o) {
         printf(", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", sel.mass / m,
                sel.recall / m, sel.max_abs_diff / m);
     printf("}");
-    if (o->stages) write_stages(&a, o->runs, runs, faults);
+    if (o->stages) write_stages(&a, o->runs, L, runs, faults);
     printf("}\n");
 
     lmc_free(a.stage_ms);

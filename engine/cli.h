@@ -29,6 +29,7 @@ typedef struct {
     /* attn-bench */
     int heads, kv_heads, head_dim, runs, warmup; /* attn-bench uses ctx as its context */
     int stages;                                  /* attn-bench --stages */
+    int layers;                                  /* attn-bench: layers attended in turn per pass */
 } Options;
 
 /* parse argv (after the command name); exits 2 naming the bad flag or value */

@@ -70,6 +70,7 @@ static const OptSpec OPTIONS[] = {
     {"--runs", C_BENCH, T_INT, OFF(runs), 1, 10000, 0},
     {"--warmup", C_BENCH, T_INT, OFF(warmup), 0, 10000, 0},
     {"--stages", C_BENCH, T_FLAG, OFF(stages), 0, 0, 1},
+    {"--layers", C_BENCH, T_INT, OFF(layers), 1, 1024, 0},
 };
 #define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
 
@@ -102,6 +103,7 @@ void cli_parse(Options *o, const char *command, int argc, char **argv) {
     o->max_new = 32;
     o->runs = 7;
     o->warmup = 1;
+    o->layers = 1;
     o->dump_every = 1;
     int cbit = command_bit(command);
     for (int i = 0; i < argc; i++) {

@@ -4,6 +4,8 @@ choosing exactly what the seed's greedy rule chooses, ties and NaN scores includ
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 from fixtures_engine import lmc_json
@@ -36,6 +38,28 @@ def test_stages_change_no_output(lmc, tmp_path):
             for threads, flags in ((1, []), (1, ["--stages"]), (3, ["--stages"]))]
     for trace, out in outs[1:]:
         assert trace == outs[0][0] and out.tobytes() == outs[0][1].tobytes()
+
+
+@pytest.mark.parametrize("policy", [["--attn", "exact"], ["--attn", "sparse", "--k", 6]])
+def test_layers_in_turn_attend_the_same_data(lmc, tmp_path, policy):
+    """--layers N: N copies of the layer attended in turn each pass (KV from memory, as in
+    decode) give the one layer's output bit for bit, and the times and stages stay per layer."""
+    bench = random_bench(tmp_path, ctx=700, heads=6, kv_heads=2, dim=32, seed=4)
+    one_doc, one_trace, one = bench.run(lmc, *policy, "--block", 16, tag="one")
+    doc, trace, out = bench.run(lmc, *policy, "--block", 16, "--layers", 3, "--stages", "--runs", 4,
+                                tag="three")
+    assert one_doc["layers"] == 1 and doc["layers"] == 3 and len(doc["runs"]) == 4
+    assert trace == one_trace and out.tobytes() == one.tobytes()
+    st = doc["stages"]
+    assert st["mean_ms"] == pytest.approx(sum(doc["runs"]) / 4, rel=1e-3, abs=1e-4)
+    # per layer: the stages (summed over the 3 layers, divided by them) fit inside the pass
+    assert 0 < sum(st["ms"].values()) <= st["mean_ms"] * 1.05 + 1e-3
+
+
+def test_layers_is_checked(lmc):
+    proc = subprocess.run([str(lmc), "attn-bench", "--ctx", "64", "--heads", "2", "--kv-heads", "1",
+                           "--head-dim", "8", "--layers", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--layers" in proc.stderr
 
 
 @pytest.mark.parametrize("k, flags, ref_args", [
