@@ -36,7 +36,6 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (opt->sel.policy == POL_SPARSE) {
         a->importance = lmc_alloc((size_t)a->n_layers * C, sizeof(float), "prefill importance");
         a->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
-        if (kv->pk) a->probe_dots = lmc_alloc(H * NB * (size_t)kv->pk_rows, sizeof(float), "probe dot products");
         a->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
         a->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
         a->imp_picks = lmc_alloc(NB, sizeof(int), "importance reservation");
@@ -90,7 +89,6 @@ void attention_free(Attention *a) {
     lmc_free(a->scratch);
     lmc_free(a->importance);
     lmc_free(a->probe_scores);
-    lmc_free(a->probe_dots);
     lmc_free(a->group_blocks);
     lmc_free(a->group_heads);
     lmc_free(a->imp_picks);
@@ -121,25 +119,23 @@ static int in_selection(const int *sel, int n, int b) {
     return 0;
 }
 
-/* what every head does after its kernel ran: H2O mass, bytes read (probe_dots: the kernel
- * took its full blocks' probe-row scores from probing, so those keys were not read again) */
-static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select_bytes, int probe_dots) {
+/* what every head does after its kernel ran: H2O mass, bytes read */
+static void after_kernel(Attention *a, const LayerJob *job, int h, size_t select_bytes) {
     int bs = a->kv->block, n_pos = job->pos + 1;
     const int *sel = a->sel + (size_t)h * a->n_blocks;
     const float *att_probs = a->att_probs + (size_t)h * a->capacity;
     float *h2o_mass = a->mass ? a->mass + ((size_t)job->layer * a->n_heads + h) * a->capacity : NULL;
     int record_mass = job->phase != ATTN_BENCH && h2o_mass;
-    size_t attended = 0, keys_reused = 0;
+    size_t attended = 0;
     for (int i = 0; i < a->n_sel[h]; i++) {
         int p0 = sel[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
         attended += (size_t)(p1 - p0);
-        if (probe_dots && p1 - p0 == bs) keys_reused += (size_t)a->kv->pk_rows;
         if (record_mass)
             for (int p = p0; p < p1; p++) h2o_mass[p] += att_probs[p];
     }
     SelStats *st = &a->head_stats[h];
     st->select_bytes = (double)select_bytes;
-    st->kv_bytes = (double)((attended * 2 - keys_reused) * kv_row_bytes(a->kv));
+    st->kv_bytes = (double)(attended * 2 * kv_row_bytes(a->kv));
     st->heads = 1;
 }
 
@@ -188,7 +184,7 @@ static void attend_group(LayerJob *job, int kvh) {
         int *all = a->sel + (size_t)h0 * a->n_blocks;
         for (int b = 0; b < n_all; b++) all[b] = b;
         double t = stage_clock(a);
-        attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, NULL, n_all, NULL,
+        attn_blocks(job->q_all + (size_t)h0 * D, n_q, kv, job->layer, kvh, n_pos, all, NULL, n_all,
                     job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     need_probs ? a->att_probs + (size_t)h0 * a->capacity : NULL, (size_t)a->capacity);
         stage_lap(a, h0, STAGE_ATTEND, &t);
@@ -196,7 +192,7 @@ static void attend_group(LayerJob *job, int kvh) {
             if (h > h0) memcpy(a->sel + (size_t)h * a->n_blocks, all, sizeof(int) * (size_t)n_all);
             a->n_sel[h] = n_all;
             memset(&a->head_stats[h], 0, sizeof a->head_stats[h]);
-            after_kernel(a, job, h, 0, 0);
+            after_kernel(a, job, h, 0);
         }
     }
 }
@@ -234,7 +230,7 @@ static void attend_head(LayerJob *job, int h) {
         int *all = a->oracle_sel + (size_t)h * a->n_blocks;
         int n_all = (n_pos + bs - 1) / bs;
         for (int b = 0; b < n_all; b++) all[b] = b;
-        attn_blocks(q, 1, kv, layer, kvh, n_pos, all, NULL, n_all, NULL, exact_out, a->kscratch + (size_t)h * bs, exact_probs, 0);
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, all, NULL, n_all, exact_out, a->kscratch + (size_t)h * bs, exact_probs, 0);
     }
     SelectInput in = head_input(job, h, NULL, 0);
     size_t select_bytes = 0;
@@ -246,10 +242,10 @@ static void attend_head(LayerJob *job, int h) {
     if (a->opt.reference && cfg.policy == POL_EXACT)
         attn_reference(q, kv, layer, kvh, n_pos, out, att_probs);
     else
-        attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, NULL, n, NULL, out, a->kscratch + (size_t)h * bs,
+        attn_blocks(q, 1, kv, layer, kvh, n_pos, sel, NULL, n, out, a->kscratch + (size_t)h * bs,
                     need_probs ? att_probs : NULL, 0);
     stage_lap(a, h, STAGE_ATTEND, &t);
-    after_kernel(a, job, h, select_bytes, 0);
+    after_kernel(a, job, h, select_bytes);
     if (!measure) return;
 
     /* diagnostics against exact attention */
@@ -304,11 +300,9 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
         float *scores = a->probe_scores + (size_t)h0 * a->n_blocks;
         size_t rows = 0;
         double t = stage_clock(a);
-        /* the probe rows' dot products, kept for the kernel (probe keys of full blocks only) */
-        float *dots = a->probe_dots ? a->probe_dots + (size_t)h0 * a->n_blocks * (size_t)a->kv->pk_rows : NULL;
-        if (summary || !select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores,
-                                           (size_t)a->n_blocks, &rows, dots))
-            dots = NULL;
+        if (!summary)
+            select_probe_group(&a->opt.sel, &probe, job->q_all + (size_t)h0 * D, nq, scores, (size_t)a->n_blocks,
+                               &rows);
         stage_lap(a, h0, STAGE_PROBE, &t);
         /* each head selects on its own; which heads chose each block */
         unsigned char *chosen = a->group_heads + (size_t)h0 * a->n_blocks;
@@ -334,13 +328,13 @@ static void attend_sparse_group(LayerJob *job, int kvh) {
             }
         stage_lap(a, h0, STAGE_GATHER, &t);
         attn_blocks(job->q_all + (size_t)h0 * D, nq, a->kv, job->layer, kvh, n_pos, blocks, chosen,
-                    n_union, dots, job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
+                    n_union, job->out_all + (size_t)h0 * D, a->kscratch + (size_t)h0 * bs,
                     needs_probs(a, job->phase) ? a->att_probs + (size_t)h0 * a->capacity : NULL,
                     (size_t)a->capacity);
         stage_lap(a, h0, STAGE_ATTEND, &t);
         for (int g = 0; g < nq; g++) {
             memset(&a->head_stats[h0 + g], 0, sizeof a->head_stats[h0 + g]);
-            after_kernel(a, job, h0 + g, select_bytes[g], dots != NULL);
+            after_kernel(a, job, h0 + g, select_bytes[g]);
         }
     }
 }

@@ -54,7 +54,6 @@ typedef struct {
     float *mass;       /* [layer][head][capacity]: accumulated attention mass (h2o) or NULL */
     /* per-head scratch, so heads run in parallel without sharing anything */
     float *probe_scores; /* sparse: [n_heads][n_blocks] probe scores of a GQA group */
-    float *probe_dots;   /* sparse: [n_heads][n_blocks][pk_rows] the probe rows' dot products (probe keys kept) */
     int *group_blocks;   /* sparse: [n_heads][n_blocks] the union of a GQA group's blocks */
     unsigned char *group_heads; /* sparse: [n_heads][n_blocks] which of its heads chose each */
     float *exact_probs, *att_probs; /* [head][capacity] */

@@ -32,16 +32,9 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
     for (int p = 0; p < n_pos; p++) kv_value_axpy(kv, layer, p, kvh, s[p], out);
 }
 
-/* the keys of rows [p, p + count) of one block that the kernel reads: every row, or with the
- * probe rows' dot products at hand (step > 1) all but those at multiples of step */
-static void prefetch_keys(const float *k, int p, int count, int step, int D) {
-    for (int r = p; r < p + count; r++)
-        if (step == 1 || r % step) lmc_prefetch_floats(k + (size_t)r * (size_t)D, D);
-}
-
 void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, const unsigned char *heads, int n_blocks, const float *probe_dots,
-                 float *out, float *scratch, float *probs, size_t probs_stride) {
+                 const int *blocks, const unsigned char *heads, int n_blocks, float *out,
+                 float *scratch, float *probs, size_t probs_stride) {
     const unsigned all = (1u << n_q) - 1;
 #define BLOCK_HEADS(i) (heads ? (unsigned)heads[i] : all) /* heads that attend block blocks[i] */
     int D = kv->head_dim, bs = kv->block;
@@ -60,31 +53,23 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         unsigned mask = BLOCK_HEADS(i);
         for (int g = 0; g < n_q; g++) bmax[g] = -INFINITY;
         if (!kv->q8) {
-            /* a segment of rows at a time (4, or with probe dots one probe row and the rows up
-             * to the next), scored for every query head of the group while in L1 (each row
-             * loaded once; the rows x the heads are independent sums), with the next keys and
-             * these values prefetched. A probe row's score is the dot product probing computed
-             * (the same dot_f32 bits), so its key is not read twice. */
+            /* 4 rows at a time, scored for every query head of the group while in L1 (each
+             * row loaded once; 4 rows x the heads are independent sums), with the next keys
+             * and these values prefetched */
             const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
             const float *v = kv->v + kv_row(kv, layer, p0, kvh) * stride;
             int np = p1 - p0;
-            int step = probe_dots && kv->pk && np == bs ? kv->pk_step : 1;
-            int seg = step > 1 ? step : 4, first = step > 1 ? 1 : 0;
-            const float *pd = step > 1 ? probe_dots + (size_t)blocks[i] * (size_t)kv->pk_rows : NULL;
-            size_t pd_stride = (size_t)kv->n_blocks * (size_t)kv->pk_rows;
-            for (int p = 0; p < np; p += seg) {
-                int c = (np - p < seg ? np - p : seg) - first;
-                prefetch_keys(k, p + seg, seg, step, D);
-                lmc_prefetch_floats(v + (size_t)p * stride, seg * D);
-                const float *kr = k + (size_t)(p + first) * stride;
-                if (mask == all && c > 0)
-                    dot_rows_f32_x(q, (size_t)D, n_q, kr, stride, c, D, scratch + p + first, (size_t)bs);
-                for (int g = 0; g < n_q; g++) {
-                    if (!(mask >> g & 1u)) continue;
-                    if (mask != all && c > 0) /* the heads that attend this block, one at a time (the rows stay in L1) */
-                        dot_rows_f32_x(q + (size_t)g * D, 0, 1, kr, stride, c, D, scratch + g * bs + p + first, 0);
-                    if (first) scratch[g * bs + p] = pd[(size_t)g * pd_stride + (size_t)(p / step)];
-                }
+            for (int p = 0; p < np; p += 4) {
+                int c = np - p < 4 ? np - p : 4;
+                lmc_prefetch_floats(k + (size_t)(p + 4) * stride, 4 * D);
+                lmc_prefetch_floats(v + (size_t)p * stride, 4 * D);
+                if (mask == all)
+                    dot_rows_f32_x(q, (size_t)D, n_q, k + (size_t)p * stride, stride, c, D, scratch + p, (size_t)bs);
+                else /* the heads that attend this block, one at a time (the rows stay in L1) */
+                    for (int g = 0; g < n_q; g++)
+                        if (mask >> g & 1u)
+                            dot_rows_f32_x(q + (size_t)g * D, 0, 1, k + (size_t)p * stride, stride, c, D,
+                                           scratch + g * bs + p, 0);
             }
             for (int g = 0; g < n_q; g++) {
                 if (!(mask >> g & 1u)) continue;
@@ -120,8 +105,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
             int q0 = blocks[i + 1] * bs;
             int q1 = q0 + bs < n_pos ? q0 + bs : n_pos;
             int rows = q1 - q0 < NEXT_KEYS_ROWS ? q1 - q0 : NEXT_KEYS_ROWS; /* stay well inside L1 */
-            int step = probe_dots && kv->pk && q1 - q0 == bs ? kv->pk_step : 1;
-            prefetch_keys(kv->k + kv_row(kv, layer, q0, kvh) * stride, 0, rows, step, D);
+            if (rows > 0) lmc_prefetch_floats(kv->k + kv_row(kv, layer, q0, kvh) * stride, rows * D);
         }
         for (int g = 0; g < n_q; g++) {
             if (!(mask >> g & 1u)) continue;

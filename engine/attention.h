@@ -26,12 +26,10 @@ void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n
  * g attends block blocks[i]; a head's blocks are then the ascending sub-list it selected, read
  * together with the other heads' (heads of a GQA group that select different blocks share
  * the rows they have in common), with exactly its arithmetic when alone.
- * probe_dots (may be NULL): the dot products of the probe rows of full blocks, as
- * select_probe_group wrote them for these heads; those keys are then not read again.
  * probs (may be NULL): head g's probabilities go to probs + g * probs_stride, at every
  * position it attends; other entries are left untouched. */
 void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
-                 const int *blocks, const unsigned char *heads, int n_blocks, const float *probe_dots,
-                 float *out, float *scratch, float *probs, size_t probs_stride);
+                 const int *blocks, const unsigned char *heads, int n_blocks, float *out,
+                 float *scratch, float *probs, size_t probs_stride);
 
 #endif

@@ -16,7 +16,7 @@ static void oracle_block_mass(Attention *a, int layer, int h, int n_pos, const f
         score[b] = 0.0f;
         if (!gone || !gone[b]) cached[n++] = b;
     }
-    attn_blocks(q, 1, a->kv, layer, h / (a->n_heads / a->n_kv), n_pos, cached, NULL, n, NULL,
+    attn_blocks(q, 1, a->kv, layer, h / (a->n_heads / a->n_kv), n_pos, cached, NULL, n,
                 a->exact_out + (size_t)h * a->head_dim, a->kscratch + (size_t)h * bs, probs, 0);
     for (int i = 0; i < n; i++) {
         int p0 = cached[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;

@@ -157,36 +157,32 @@ static void probe_block(const SelectConfig *cfg, const SelectInput *in, const fl
         }
 }
 
-int select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
-                       size_t stride, size_t *rows, float *dots) {
+void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
+                        size_t stride, size_t *rows) {
     const KVCache *kv = in->kv;
-    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block, b = 0, with_dots = 0;
+    int n_blocks = (in->n_pos + cfg->block - 1) / cfg->block, b = 0;
     float best[ATTN_MAX_GROUP];
     if (kv->pk && kv->pk_rows <= LMC_MAX_PROBE_ROWS) {
         /* full blocks from the probe keys (kvcache.h): the same rows, read as one stream, the
-         * probe rows of several blocks scored in one batch, straight into dots when kept */
+         * probe rows of several blocks scored in one batch */
         int n = kv->pk_rows, per_batch = LMC_MAX_PROBE_ROWS / n, full = in->n_pos / cfg->block;
-        float batch[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
+        float d[ATTN_MAX_GROUP * LMC_MAX_PROBE_ROWS];
         for (; b < full; b += per_batch) {
             int nb = full - b < per_batch ? full - b : per_batch;
-            float *d = dots ? dots + (size_t)b * (size_t)n : batch;
-            size_t ds = dots ? stride * (size_t)n : (size_t)(nb * n);
             dot_rows_f32_x(qs, (size_t)kv->head_dim, nq, kv_probe_keys(kv, in->layer, b, in->kvh),
-                           (size_t)kv->head_dim, nb * n, kv->head_dim, d, ds);
+                           (size_t)kv->head_dim, nb * n, kv->head_dim, d, (size_t)(nb * n));
             for (int j = 0; j < nb; j++) {
-                probe_max(d + (size_t)j * n, ds, nq, n, best);
+                probe_max(d + (size_t)j * n, (size_t)(nb * n), nq, n, best);
                 for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)(b + j)] = best[g];
             }
         }
         *rows += (size_t)full * (size_t)n;
         b = full;
-        with_dots = dots != NULL;
     }
     for (; b < n_blocks; b++) {
         probe_block(cfg, in, qs, nq, b, rows, best);
         for (int g = 0; g < nq; g++) scores[(size_t)g * stride + (size_t)b] = best[g];
     }
-    return with_dots;
 }
 
 static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
@@ -211,7 +207,7 @@ static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectS
             *bytes += sizeof(float) * (size_t)D;
         }
     } else {
-        select_probe_group(cfg, in, in->q, 1, s->score, (size_t)n_blocks, &rows, NULL);
+        select_probe_group(cfg, in, in->q, 1, s->score, (size_t)n_blocks, &rows);
     }
     *bytes += rows * kv_row_bytes(kv);
 

@@ -67,12 +67,9 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
 /* Sparse probing for nq <= ATTN_MAX_GROUP query heads of one KV head (qs: nq x head_dim,
  * in->q unused) over every block: scores[g * stride + b], bit for bit what each head's own
  * probing computes, each probe row read once for the group; *rows += the rows read. Sampled
- * keys only (not --probe-summary). dots (may be NULL): room for every probe row's dot product,
- * head g's full block b at dots + (g * stride + b) * kv->pk_rows, so that attention need not
- * read those keys again (attn_blocks). Returns 1 when dots were written (the probe keys of
- * full blocks are kept: kvcache.h), else 0. */
-int select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
-                       size_t stride, size_t *rows, float *dots);
+ * keys only (not --probe-summary). */
+void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
+                        size_t stride, size_t *rows);
 
 /* The seed's importance reservation: the (k + 1) / 2 blocks of the highest prefill importance
  * summed over their positions (ties: the lower index), in pick order, into picks; sums (one

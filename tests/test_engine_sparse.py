@@ -293,9 +293,8 @@ def test_full_budget_is_bit_identical_to_exact(lmc, tmp_path, policy):
 @pytest.mark.parametrize("flags", [[], ["--probe-summary"], ["--probes", 3], ["--probes", 4]])
 def test_a_group_reads_shared_blocks_once_without_changing_a_bit(lmc, tmp_path, flags):
     # 4 query heads per KV head choose different blocks; the grouped path reads the union of
-    # their blocks once and takes the probe rows' scores of full blocks from probing (probe
-    # rows 2, 5 and 4 apart; the last block is partial), --measure-selection runs each head
-    # on its own and reads every key it attends
+    # their blocks once (probe keys 2, 5 and 4 rows apart; the last block is partial),
+    # --measure-selection runs each head on its own
     bench = random_bench(tmp_path, ctx=300, heads=8, kv_heads=2, dim=16, seed=11)
     args = ("--attn", "sparse", "--k", 5, "--block", 16, *flags)
     _, trace, grouped = bench.run(lmc, *args, tag="grouped")
@@ -358,8 +357,7 @@ def test_bytes_read_accounting(lmc, tmp_path):
     # sparse: 8 probe keys in each of 10 blocks, read once for the GQA group of 2 heads, + the
     # importance array per head
     assert docs["sparse"]["select_bytes"] == 10 * 8 * row + 2 * 320 * 4
-    # each head attends 4 full blocks, whose 8 probe keys it does not read again
-    assert docs["sparse"]["kv_bytes"] == 2 * 4 * (32 * 2 - 8) * row
+    assert docs["sparse"]["kv_bytes"] == 2 * 4 * 32 * 2 * row  # 4 full blocks per head
     assert docs["quest"]["select_bytes"] == 2 * 10 * 2 * row
 
 
