@@ -16,6 +16,12 @@ taken inside the timed passes (0 expected: every buffer is touched before).
     .venv/bin/python bench/attention.py --ctx 4096 --kv q8 --rounds 7
     .venv/bin/python bench/attention.py --ctx 4096 --layers 8   # KV from memory, as in decode
 
+Every table also gives what each sparse variant's step reads, as a fraction of exact's bytes,
+counted from the blocks it selected (`--trace-selection` of one untimed pass): the probe keys
+(or key centroids), read once per GQA group (centroids once per head), plus the K and V rows of
+the union of the group's blocks, each read once for the group. Where the time ratio sits at the
+bytes ratio, the step runs at exact's rate per byte and only reading less would make it faster.
+
 One layer attended pass after pass keeps what of its KV fits in the last-level cache; a policy
 that reads less than that cache holds (sparse at 4K: about 16 MB of 33 MB) then runs from it,
 which a decode step never does. ``--layers N`` attends N copies of the layer in turn (times per
@@ -29,6 +35,8 @@ import json
 import os
 import statistics
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,14 +54,46 @@ POLICIES = {
 
 
 STAGES = ("probe", "importance", "select", "gather", "attend")
+BLOCK, PROBES = 32, 8  # lmc's defaults, which POLICIES run with
 
 
-def one_run(binary: str, ctx: int, args: argparse.Namespace, policy: list[str]) -> dict:
+def row_bytes(head_dim: int, kv: str) -> int:
+    """One head's key (or value) row: f32, or q8 values with an f32 scale per 32."""
+    return head_dim * 4 if kv == "f32" else head_dim + 4 * -(-head_dim // 32)
+
+
+def probe_rows(ctx: int, summary: bool) -> int:
+    """Rows one head's probing reads (select.c): per full block its probes at the stride
+    block / probes (or one centroid row), per partial block its own stride."""
+    full, rows = ctx // BLOCK, 0
+    if ctx % BLOCK:
+        step = max(1, (ctx % BLOCK) // PROBES)
+        rows += -(-(ctx % BLOCK) // step)
+    return rows + full * (1 if summary else -(-BLOCK // max(1, BLOCK // PROBES)))
+
+
+def bytes_fraction(trace: Path, ctx: int, args: argparse.Namespace, summary: bool) -> float:
+    """What the grouped sparse step read, over exact's bytes (see the module docstring)."""
+    chosen: dict[int, set[int]] = {}  # KV head -> union of its query heads' blocks
+    for line in trace.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        pos, layer, head, _, *ids = map(int, line.split())
+        if layer == 0 and pos == ctx - 1:
+            chosen.setdefault(head // (args.heads // args.kv_heads), set()).update(ids)
+    row = row_bytes(args.head_dim, args.kv)
+    probes = probe_rows(ctx, summary) * row * (args.heads if summary else args.kv_heads)
+    attended = sum(min(BLOCK, ctx - b * BLOCK) for blocks in chosen.values() for b in blocks)
+    return (probes + 2 * attended * row) / (2 * ctx * args.kv_heads * row)
+
+
+def one_run(binary: str, ctx: int, args: argparse.Namespace, policy: list[str],
+            extra: Sequence[str] = ()) -> dict:
     """attn-bench's document: "ms" (the median pass) and with --stages "stages"."""
     options = ["--ctx", str(ctx), "--heads", str(args.heads), "--kv-heads", str(args.kv_heads),
                "--head-dim", str(args.head_dim), "--kv", args.kv, "--threads", str(args.threads),
                "--runs", str(args.runs), "--warmup", "1", "--layers", str(args.layers), *policy,
-               *(["--stages"] if args.stages else [])]
+               *(["--stages"] if args.stages else []), *extra]
     try:
         return run_here(binary, "attn-bench", None, None, options)
     except RunFailure as exc:
@@ -98,6 +138,7 @@ def main() -> None:
     results: dict[int, dict[str, float]] = {}
     ratios: dict[int, dict[str, list[float]]] = {}
     stages: dict[int, dict[str, list[dict]]] = {}
+    fractions: dict[int, dict[str, float]] = {}
     for ctx in args.ctx:
         samples: dict[str, list[float]] = {name: [] for name in POLICIES}
         stages[ctx] = {name: [] for name in POLICIES}
@@ -107,6 +148,13 @@ def main() -> None:
                 samples[name].append(doc["ms"])
                 if args.stages:
                     stages[ctx][name].append(doc["stages"])
+        with tempfile.TemporaryDirectory() as tmp:  # what each sparse step reads
+            for name, policy in POLICIES.items():
+                if "sparse" in policy:
+                    trace = Path(tmp) / "trace.txt"
+                    one_run(binary, ctx, args, policy, ["--trace-selection", str(trace)])
+                    fractions.setdefault(ctx, {})[name] = bytes_fraction(
+                        trace, ctx, args, "--probe-summary" in policy)
         results[ctx] = {name: statistics.median(v) for name, v in samples.items()}
         # per round, side by side: the spread of each policy's ratio to exact
         ratios[ctx] = {name: [s / e for s, e in zip(v, samples["exact"], strict=True)]
@@ -115,7 +163,8 @@ def main() -> None:
 
     if args.json:
         print(json.dumps({"config": vars(args) | {"binary": binary}, "ms": results,
-                          "ratios": ratios, "stages": stages if args.stages else None,
+                          "ratios": ratios, "bytes_fraction": fractions,
+                          "stages": stages if args.stages else None,
                           "loadavg": {"before": load_before, "after": load_after}}, indent=2))
         return
     print(f"decode attention, one step, {args.heads} heads / {args.kv_heads} KV heads x "
@@ -137,6 +186,12 @@ def main() -> None:
         print(f"{ctx:>6} | " + " | ".join(
             f"{name} {statistics.median(r):.3f} [{min(r):.3f}, {max(r):.3f}]"
             for name, r in ratios[ctx].items() if name != "exact"))
+    print("\nbytes a step reads, over exact's (probe keys once per GQA group, centroids once "
+          "per head, the union of a group's blocks once): time ratio / bytes ratio")
+    for ctx in results:
+        print(f"{ctx:>6} | " + " | ".join(
+            f"{name} {statistics.median(ratios[ctx][name]):.3f} / {f:.3f}"
+            for name, f in fractions[ctx].items()))
     if args.stages:
         print("\nstages, ms per pass (median over rounds; faults: page faults in the timed "
               "passes, the most of any round)")
