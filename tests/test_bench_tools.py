@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH_DIR))
 
+import attention  # noqa: E402
 import gguf_convert  # noqa: E402
 import qwen3_06b  # noqa: E402
 import roofline  # noqa: E402
@@ -237,3 +239,26 @@ def test_depth_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tmp_
     ratio = series["lmc exact"][0] / series["llama.cpp"][0]
     ratios = sorted([ratio, series["lmc exact"][1] / series["llama.cpp"][1]])
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in lines["lmc exact"]
+
+
+@pytest.mark.parametrize("k, summary", [(32, False), (32, True), (2, False)])
+def test_attention_bench_counts_the_bytes_a_grouped_step_reads(lmc: Path, tmp_path: Path,
+                                                               k: int, summary: bool) -> None:
+    # 2 query heads on 1 KV head, 10 full blocks of 32 positions, rows of 16 f32
+    trace = tmp_path / "trace.txt"
+    subprocess.run([str(lmc), "attn-bench", "--ctx", "320", "--heads", "2", "--kv-heads", "1",
+                    "--head-dim", "16", "--attn", "sparse", "--k", str(k), "--no-importance",
+                    "--runs", "1", "--trace-selection", str(trace),
+                    *(["--probe-summary"] if summary else [])], check=True, capture_output=True)
+    picks = [set(map(int, line.split()[4:])) for line in trace.read_text().splitlines()
+             if not line.startswith("#")]
+    assert len(picks) == 2
+    union = picks[0] | picks[1]  # a block both heads chose is read once
+    probes = 10 * 2 if summary else 10 * 8  # centroids per head, or 8 probe keys per block once
+    want = (probes + 2 * 32 * len(union)) / (2 * 320)
+    args = argparse.Namespace(heads=2, kv_heads=1, head_dim=16, kv="f32")
+    assert attention.bytes_fraction(trace, 320, args, summary) == pytest.approx(want)
+    if k == 32:
+        assert union == set(range(10))
+    else:
+        assert len(union) in (2, 3) and 9 in union  # the recency block, and each head's top probe
