@@ -21,7 +21,9 @@ from typing import Any, Protocol, TypeVar
 from harness.engines.llamabench import NAME as LLAMA_BENCH
 from harness.engines.llamabench import LlamaBenchConfig
 from harness.errors import InputError
-from harness.spec import EVICTING, SWITCHES, Spec, WorkloadAxes
+from harness.spec import Spec
+from harness.spec_engine import EVICTING, SWITCHES
+from harness.spec_workloads import WorkloadAxes
 
 # The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
 # memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
@@ -66,14 +68,14 @@ class EngineConfig:
     threads: int
     prefill_attn: str | None
     measure_selection: bool
-    # engine switches (harness.spec.SWITCHES); None: the engine's default
+    # engine switches (harness.spec_engine.SWITCHES); None: the engine's default
     importance: bool | None = None
     recency: bool | None = None
     probe_summary: bool | None = None
     ref_attn: bool | None = None
     trace_selection: bool | None = None  # --trace-selection (None: no trace)
     kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
-    predictor: str | None = None  # gbm: the sha256 of its tree file (harness.spec.Predictor)
+    predictor: str | None = None  # gbm: the sha256 of its tree file (harness.spec_engine.Predictor)
     measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
 
     def as_dict(self) -> dict[str, Any]:
@@ -198,8 +200,8 @@ def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineC
 def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
     """All cells of the matrix, in a fixed order (revision, placement, workload, config, repeat).
 
-    Policy-specific axes are crossed with their own policy only (see harness.spec). lmc's cells
-    cross the spec's revisions; llama-bench's (decode workloads only) are built from its own
+    Policy-specific axes are crossed with their own policy only (see harness.spec_engine). lmc's
+    cells cross the spec's revisions; llama-bench's (decode workloads only) are built from its own
     source, once per placement.
     """
     cells = []

@@ -24,7 +24,7 @@ from harness.errors import InputError, RunFailure
 from harness.plan import model_identity
 from harness.runner import PushMemo, RunJob, execute, scratch_dir
 from harness.spec import WORKTREE
-from reports.aggregate import first_divergence
+from reports.runs import first_divergence
 
 # The timing compared per engine command: its name, and its key in the stored run (or outcome)
 # and in the engine's JSON (None: the engine process's wall time, measured by the harness).

@@ -19,11 +19,12 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import first_divergence, flatten_runs, merge_flags, plain_key
-from reports.aggregate import generated_tokens as tokens
+from reports.cells import merge_flags, plain_key
 from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
 from reports.outdir import output_dir
+from reports.runs import first_divergence, flatten_runs
+from reports.runs import generated_tokens as tokens
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
 from reports.tables import CSS, to_html, to_markdown, write_csv
 
@@ -185,7 +186,7 @@ def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
 def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
                  metric: str = "decode_ms_per_token",
                  threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact") -> Comparison:
-    """``compare`` on flattened runs (``reports.aggregate.flatten_runs``) and their steps.
+    """``compare`` on flattened runs (``reports.runs.flatten_runs``) and their steps.
 
     ``lmc_policy``: across engines, the lmc attention policy set against the other engine
     (exact by default: what another engine computes)."""

@@ -20,6 +20,7 @@ from reports import aggregate, figures, seed004_tables
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
 from reports.outdir import output_dir
+from reports.runs import ExperimentData, load_experiment
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
@@ -74,7 +75,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def manifest(data: aggregate.ExperimentData) -> dict[str, Any]:
+def manifest(data: ExperimentData) -> dict[str, Any]:
     """What was run, with what, where; and how to re-run it."""
     runs = data.runs
 
@@ -152,7 +153,7 @@ TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/to
                   ("engine_ms", "engine process ms"), ("overhead_ms", "harness overhead ms")]
 
 
-def device_comparison(data: aggregate.ExperimentData) -> Section:
+def device_comparison(data: ExperimentData) -> Section:
     """Every other device against a reference (the first real device): the x86-vs-ARM view."""
     ok = data.runs[data.runs["status"] == "ok"]
     devices = sorted(set(ok["device"]))
@@ -175,7 +176,7 @@ def device_comparison(data: aggregate.ExperimentData) -> Section:
     return Section("devices", "Devices compared", text, tables=tables)
 
 
-def build_sections(data: aggregate.ExperimentData) -> list[Section]:
+def build_sections(data: ExperimentData) -> list[Section]:
     runs = data.runs
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
@@ -303,7 +304,7 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
 
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended.
     """
-    data = aggregate.load_experiment(store, experiment)  # an unknown experiment fails here
+    data = load_experiment(store, experiment)  # an unknown experiment fails here
     out = output_dir(out_dir)
     sections = build_sections(data) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV

@@ -1,12 +1,13 @@
 """Seed 004's tables of a report: perplexity under eviction (lmc --kv-budget) and the ranking
 figures of each policy's keep score (lmc --measure-keys), from the flattened runs
-(reports.aggregate.flatten_runs: its ``kv_budget`` and ``rank_<metric>`` columns)."""
+(reports.runs.flatten_runs: its ``kv_budget`` and ``rank_<metric>`` columns)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from reports.aggregate import RANK_METRICS, group_cells, sorted_table
+from reports.cells import group_cells, sorted_table
+from reports.runs import RANK_METRICS
 
 
 def eviction_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -8,9 +8,10 @@ import pytest
 from fixtures_reports import SyntheticExperiment, build_record, healthy_fingerprint
 
 from db import Store
-from reports.aggregate import devices_table, load_experiment, timing_table
+from reports.aggregate import devices_table, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError
+from reports.runs import load_experiment
 from reports.stats import compare_samples, min_p_value, summarize
 
 

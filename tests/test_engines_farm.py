@@ -20,10 +20,11 @@ from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_tes
 from harness.errors import InputError
 from harness.reproduce import reproduce
 from harness.spec import load_spec
-from reports.aggregate import load_experiment, timing_table
+from reports.aggregate import timing_table
 from reports.audit.evidence import select
 from reports.compare import compare_runs
 from reports.render import render_report
+from reports.runs import load_experiment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import vs_llamacpp  # noqa: E402

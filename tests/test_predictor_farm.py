@@ -25,7 +25,7 @@ from harness.predictor.train import train, write_predictor
 from harness.reproduce import reproduce
 from harness.spec import load_spec
 from harness.workloads import ppl_tokens
-from reports.aggregate import load_experiment
+from reports.runs import load_experiment
 from reports.seed004_tables import key_rank_table
 
 LENGTH = 96

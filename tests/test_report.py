@@ -16,11 +16,11 @@ from reports.aggregate import (
     devices_table,
     k_sweep_table,
     latency_table,
-    load_experiment,
     needle_table,
     timing_table,
 )
 from reports.render import render_report
+from reports.runs import load_experiment
 
 CHROMIUM = "/usr/bin/chromium"
 # Recall by (k, ctx): k = 1 fails everywhere, k = 4 only at 512, k >= 8 matches exact.

@@ -30,6 +30,7 @@ from harness import REPO_ROOT
 from harness.build import BuildRecord, sha256_file
 from harness.engines.base import Artifact, Measurements
 from harness.engines.llamacpp_build import PYPI, build_llama_bench
+from harness.spec_check import SpecChecker
 
 NAME = "llama-bench"
 GGUF_TYPES = ("f32", "q8_0", "bf16")
@@ -66,7 +67,7 @@ class LlamaBenchAxes:
                 for d in self.depth for c in self.cache_type]
 
 
-def parse_section(check: Any, value: Any, spec_dir: Path) -> LlamaBenchAxes:
+def parse_section(check: SpecChecker, value: Any, spec_dir: Path) -> LlamaBenchAxes:
     """Validate the ``[llama-bench]`` table with the spec's checker (errors name the key)."""
     table = check.table(value, SECTION, SECTION_KEYS)
     source = check.scalar(table.get("source", PYPI), f"{SECTION}.source", "str")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.aggregate import first_divergence
-from reports.aggregate import generated_tokens as tokens
 from reports.audit.claims_file import Claim
 from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
+from reports.runs import first_divergence
+from reports.runs import generated_tokens as tokens
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat"]
 

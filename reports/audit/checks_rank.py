@@ -1,6 +1,6 @@
 """Key-ranking claims (seed 004's predictor metrics): a policy's Spearman rho, top-32 recall,
 mass captured by the top 32 or mass lost at 50 % eviction, as lmc measured them on the run
-(``lmc ppl --measure-keys``: the ``rank_<field>`` columns of reports.aggregate), the median over
+(``lmc ppl --measure-keys``: the ``rank_<field>`` columns of reports.runs), the median over
 the runs of ``a``; with ``b``, the difference median(b) - median(a).
 """
 

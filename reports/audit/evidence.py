@@ -16,7 +16,7 @@ import pandas as pd
 # Selector keys whose values are compared as numbers (ctx 2061 matches 2061.0).
 NUMERIC_KEYS = {"k", "block", "probes", "threads", "ctx", "depth", "seed", "length",
                 "kv_budget"}
-# Where selector keys live in the flattened runs table (reports.aggregate.flatten_runs).
+# Where selector keys live in the flattened runs table (reports.runs.flatten_runs).
 COLUMNS = {"device_class": "device_class", "device": "device"}
 
 

@@ -23,7 +23,6 @@ import pandas as pd
 import sqlalchemy
 
 from db.models import Experiment, Run
-from reports.aggregate import flatten_runs
 from reports.audit import (
     checks_identity,
     checks_llamabench,
@@ -34,6 +33,7 @@ from reports.audit import (
 )
 from reports.audit.claims_file import ANY, LLAMA_BENCH_TPS, Claim, ClaimsFile
 from reports.audit.evidence import Measurement, select
+from reports.runs import flatten_runs
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {

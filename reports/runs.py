@@ -1,0 +1,217 @@
+"""An experiment's raw rows flattened into one row per run (pandas).
+
+``load_experiment`` reads the store's frames and ``flatten_runs`` turns them into one row per
+run: config, device, build, workload parameters, outcome, the config's label, the run's flags
+(``devices.flags``), its CPU (``reports.cpu``) and whether its tokens equal exact attention's.
+The report's tables (``reports.aggregate``), compare and the audit read that frame.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import select
+
+from db.models import Experiment
+from devices.flags import run_flags
+from reports.cells import plain_key
+from reports.cpu import run_cpu
+
+# Workload parameters lifted into columns (whichever the workload kind has).
+PARAM_COLUMNS = ("ctx", "depth", "seed", "length", "heads", "kv_heads", "head_dim")
+# Engine defaults that config labels leave out (the label names only what differs).
+# A run's config holds an engine switch only when the spec set it away from the default.
+SWITCH_LABELS = {"importance": "no-importance", "recency": "no-recency",
+                 "probe_summary": "probe-summary", "ref_attn": "ref-attn"}
+LABEL_DEFAULTS = {"block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_attn": "exact"}
+# lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
+RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
+
+
+@dataclass
+class ExperimentData:
+    name: str
+    spec_text: str
+    spec_hash: str
+    runs: pd.DataFrame  # one row per run, every column flattened (see load_experiment)
+    steps: pd.DataFrame  # token_timings rows: run_id, step, token, ms, attn_ms
+    snapshots: pd.DataFrame  # device_snapshots rows with the fingerprint JSON text
+
+
+def stored_json(text: Any) -> Any:
+    """A column stored as JSON text, parsed; None for SQL NULL (None, or NaN in a frame)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    return json.loads(text) if isinstance(text, str) else text
+
+
+def int_or_none(value: Any) -> int | None:
+    """An integer column's value as an int; None for SQL NULL (None, or NaN in a frame)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value)
+
+
+def generated_tokens(value: Any) -> list[int] | None:
+    """The generated ids of a run (stored as JSON text), or None when it generated nothing."""
+    value = stored_json(value)
+    return None if value is None else [int(t) for t in value]
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first step where two generations differ (None when identical)."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def config_label(row: pd.Series | dict[str, Any]) -> str:
+    """A short, stable name of an engine config: ``exact``, ``sparse k=32``, ``h2o k=8 kv=q8``."""
+    get = row.get
+    policy = get("policy") or "exact"
+    engine = get("engine")
+    # another engine's runs have no attention policy: its name leads the label instead
+    parts = [str(engine) if isinstance(engine, str) and engine != "lmc" else str(policy)]
+    k = int_or_none(get("k"))
+    config = stored_json(get("config"))
+    evicting = isinstance(config, dict) and config.get("kv_budget") is not None
+    if policy != "exact" and k is not None and not evicting:  # eviction does not use k
+        parts.append(f"k={k}")
+    for name, default in LABEL_DEFAULTS.items():
+        value = get(name)
+        if isinstance(value, float):
+            value = int_or_none(value)
+        if value is not None and value != default and not (policy == "exact" and
+                                                           name in ("block", "probes")):
+            parts.append(f"{name}={value}")
+    if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
+        parts += [label for name, label in SWITCH_LABELS.items()
+                  if config.get(name) is not None]
+        if config.get("kv_budget") is not None:  # eviction for good (lmc --kv-budget)
+            parts.append(f"kv-budget={config['kv_budget']}")
+        if config.get("predictor"):  # gbm's trees, by the start of their sha256
+            parts.append(f"trees={str(config['predictor'])[:8]}")
+    threads = int_or_none(get("threads"))
+    if threads is not None:
+        parts.append(f"t={threads}")
+    return " ".join(parts)
+
+
+def _text_label(params: dict[str, Any]) -> str:
+    """A workload's own filler or needle (spec settings), so that its runs form cells apart."""
+    parts = [f"filler={Path(params['filler']).name}"] if params.get("filler") else []
+    if params.get("needle") or params.get("question"):
+        parts.append("own-needle")
+    return "".join(" " + part for part in parts)
+
+
+def load_experiment(store: Any, experiment: str) -> ExperimentData:
+    """Read an experiment's rows and flatten them into one DataFrame row per run."""
+    frames = store.frames(experiment)
+    with store.session() as session:
+        exp = session.scalar(select(Experiment).where(Experiment.name == experiment))
+        spec_text, spec_hash = exp.spec_text, exp.spec_hash
+    return ExperimentData(
+        name=experiment, spec_text=spec_text, spec_hash=spec_hash,
+        runs=flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"]),
+        steps=frames["token_timings"], snapshots=frames["snapshots"])
+
+
+def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
+                 snapshots: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: run columns, outcome columns, workload parameters, label and flags."""
+    table = runs.rename(columns={"id": "run_id"}).copy()
+    if len(outcomes):
+        table = table.merge(outcomes, on="run_id", how="left", suffixes=("", "_outcome"))
+    else:
+        for column in outcomes.columns:
+            if column != "run_id":
+                table[column] = None
+    table["device"] = table["device_name"]
+    table["device_class"] = table["device_cls"]
+    table["emulated"] = table["device_emulated"].astype(bool)
+    table["kind"] = table["workload_kind"].where(table["workload_kind"].notna(), table["command"])
+    params = [(stored_json(p) or {}) for p in table["workload_params"]]
+    raws = [(stored_json(r) or {}) if isinstance(r, str) and r.startswith("{") else {}
+            for r in table["raw_json"]]
+    for column in PARAM_COLUMNS:
+        values = []
+        for param, raw in zip(params, raws, strict=True):
+            value = param.get(column)
+            if value is None and column == "ctx":  # attn-bench without a workload row
+                value = raw.get("ctx")
+            values.append(value)
+        table[column] = pd.Series(values, index=table.index, dtype="object")
+    _engine_columns(table)
+    table["config"] = [config_label(row) + _text_label(param)
+                       for (_, row), param in zip(table.iterrows(), params, strict=True)]
+    by_run = snapshots_by_run(snapshots)
+    table["flags"] = _run_flags(table, by_run)
+    table["cpu"] = [run_cpu(by_run.get(int(run_id), {})) for run_id in table["run_id"]]
+    table["same_as_exact"] = same_as_exact(table)
+    return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+
+
+def _engine_columns(table: pd.DataFrame) -> None:
+    """Columns from a run's stored config and outcome figures: ``kv_budget`` (eviction), and
+    ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS of the policy's key ranking, all layers)."""
+    configs = [stored_json(c) for c in table["config"]]
+    table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
+                                    for c in configs], index=table.index, dtype="object")
+    extras = [stored_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
+    rankings = [e.get("key_ranking") or {} if isinstance(e, dict) else {} for e in extras]
+    for name in RANK_METRICS:
+        table[f"rank_{name}"] = pd.Series([r.get(name) for r in rankings], index=table.index,
+                                          dtype="float64")
+
+
+PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat", "threads"]
+
+
+def same_as_exact(table: pd.DataFrame) -> pd.Series:
+    """Per generate run: 1.0 when its tokens equal exact attention's on the same prompt, device,
+    repeat and thread count, 0.0 when they differ, None when there is no exact run to compare."""
+    exact: dict[tuple, list[int]] = {}
+    for _, row in table.iterrows():
+        ids = generated_tokens(row.get("generated_ids"))
+        if row["policy"] == "exact" and row["status"] == "ok" and ids is not None:
+            exact[_key(row)] = ids
+    values = []
+    for _, row in table.iterrows():
+        ids = generated_tokens(row.get("generated_ids"))
+        reference = exact.get(_key(row))
+        values.append(None if ids is None or reference is None or row["status"] != "ok"
+                      else float(ids == reference))
+    return pd.Series(values, index=table.index, dtype="object")
+
+
+def _key(row: pd.Series) -> tuple:
+    return plain_key(row.get(k) for k in PROMPT_KEYS)
+
+
+def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
+    """run id -> phase ("before", "after") -> the fingerprint document."""
+    by_run: dict[int, dict[str, dict]] = {}
+    for _, snap in snapshots.iterrows():
+        by_run.setdefault(int(snap["run_id"]), {})[snap["phase"]] = stored_json(snap["fingerprint"])
+    return by_run
+
+
+def _run_flags(table: pd.DataFrame, by_run: dict[int, dict[str, dict]]) -> list[str]:
+    flags = []
+    for _, row in table.iterrows():
+        found: list[str] = []
+        if row["emulated"]:
+            found.append("emulated")
+        if row["status"] != "ok":
+            found.append(str(row["status"]))
+        phases = by_run.get(int(row["run_id"]), {})
+        found += run_flags(phases.get("before"), phases.get("after"))
+        flags.append("; ".join(dict.fromkeys(found)))
+    return flags
