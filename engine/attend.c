@@ -343,100 +343,6 @@ static void attend_sparse_groups(void *arg, int begin, int end) {
     for (int g = begin; g < end; g++) attend_sparse_group(arg, g);
 }
 
-/* h2o-prev, gbm: every key's score for this query and layer, one chunk of keys per item (each
- * key on its own: same bits for any --threads) */
-#define SCORE_CHUNK 64
-
-static void score_keys(void *arg, int begin, int end) {
-    const LayerJob *job = arg;
-    const Attention *a = job->a;
-    const Gbm *g = a->opt.gbm;
-    float x[GBM_MAX_FEATURES];
-    for (int c = begin; c < end; c++)
-        for (int j = c * SCORE_CHUNK; j < (c + 1) * SCORE_CHUNK && j <= job->pos; j++) {
-            if (!g && job->layer == 0) { /* h2o-prev, first layer: accumulated mass, all heads */
-                float m = 0.0f;
-                for (int h = 0; h < a->n_heads; h++) m += a->mass[(size_t)h * a->capacity + j];
-                a->key_score[j] = m;
-                continue;
-            }
-            if (!g) { /* h2o-prev: the previous layer's mass for this query */
-                a->key_score[j] = keyfeat_value(a->feat, job->layer, j, KF_PREV_MASS);
-                continue;
-            }
-            for (int i = 0; i < g->n_features; i++) x[i] = keyfeat_value(a->feat, job->layer, j, a->gbm_cols[i]);
-            /* the trees predict ln(mass + 1e-6); blocks are ranked by summed predicted mass */
-            a->key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
-        }
-}
-
-/* --kv-budget: the score that keeps key p of head h (higher: kept longer); window keeps the
- * newest, random draws a fixed value per (seed, layer, head, key); sparse and quest score
- * blocks, not keys (evict.h) */
-static float keep_score(const Attention *a, int layer, int h, int p) {
-    switch (a->opt.sel.policy) {
-    case POL_WINDOW: return (float)p;
-    case POL_H2O: return a->mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
-    case POL_RANDOM: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
-    default: return a->key_score[p]; /* h2o-prev, gbm */
-    }
-}
-
-/* Before the query at pos attends: while head h keeps more than budget / block blocks, drop
- * the one with the lowest summed keep score (ties: the lower index) for good. The newest block
- * (still filling) always stays, and so does block 0 under window (StreamingLLM's sink). */
-static void evict(Attention *a, int layer, int pos, const float *q_all) {
-    int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
-    int keep = a->opt.kv_budget / bs;
-    int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
-    for (int h = 0; h < a->n_heads; h++) {
-        unsigned char *gone = a->evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
-        int live = 0;
-        for (int b = 0; b < n_blocks; b++) live += !gone[b];
-        const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
-                                       ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
-                                       : NULL;
-        while (live > keep) {
-            int worst = -1;
-            float worst_score = 0.0f;
-            for (int b = first; b < n_blocks - 1; b++) {
-                if (gone[b]) continue;
-                float sc = 0.0f;
-                if (block_score) sc = block_score[b];
-                else
-                    for (int p = b * bs; p < (b + 1) * bs; p++) sc += keep_score(a, layer, h, p);
-                if (worst < 0 || sc < worst_score) {
-                    worst = b;
-                    worst_score = sc;
-                }
-            }
-            if (worst < 0) break;
-            gone[worst] = 1;
-            live--;
-        }
-    }
-}
-
-/* --measure-keys: every key's keep score summed over heads, taken before the query attends (h2o's
- * mass must not hold the query's own attention yet) */
-static void rank_scores(Attention *a, int layer, int pos, const float *q_all) {
-    float *score = a->rank->score;
-    if (evict_scores_blocks(a->opt.sel.policy)) { /* a key scores as its block */
-        int bs = a->kv->block;
-        for (int p = 0; p <= pos; p++) score[p] = 0.0f;
-        for (int h = 0; h < a->n_heads; h++) {
-            const float *block_score = evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, NULL);
-            for (int p = 0; p <= pos; p++) score[p] += block_score[p / bs];
-        }
-        return;
-    }
-    for (int p = 0; p <= pos; p++) {
-        float s = 0.0f;
-        for (int h = 0; h < a->n_heads; h++) s += keep_score(a, layer, h, p);
-        score[p] = s;
-    }
-}
-
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all};
@@ -445,9 +351,9 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
     int ranking = a->rank && phase != ATTN_BENCH && keyrank_due(a->rank, pos);
     int scored = a->opt.sel.policy == POL_GBM || a->opt.sel.policy == POL_H2O_PREV;
     if (scored && ((policy_runs && (a->opt.sel.k < n_blocks || a->evicted)) || ranking))
-        pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
-    if (a->evicted && policy_runs && phase != ATTN_BENCH) evict(a, layer, pos, q_all);
-    if (ranking) rank_scores(a, layer, pos, q_all);
+        evict_score_keys(a, layer, pos);
+    if (a->evicted && policy_runs && phase != ATTN_BENCH) evict_blocks(a, layer, pos, q_all);
+    if (ranking) evict_rank_scores(a, layer, pos, q_all);
     /* the importance reservation depends on the layer's prefill importance only: choose it
      * once for all heads (the same picks each head would make) */
     a->n_imp_picks = 0;

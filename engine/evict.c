@@ -1,6 +1,8 @@
 /* evict.c — see evict.h */
 #include "evict.h"
 
+#include <math.h>
+
 #include "attention.h"
 
 int evict_scores_blocks(Policy p) { return p == POL_SPARSE || p == POL_QUEST || p == POL_ORACLE; }
@@ -46,4 +48,105 @@ const float *evict_block_scores(Attention *a, int layer, int h, int pos, const f
     size_t bytes = 0;
     select_blocks(&cfg, &in, &a->scratch[h], a->oracle_sel + (size_t)h * a->n_blocks, &bytes);
     return score;
+}
+
+/* ---------------------------------------------------------------- keys, eviction, ranking */
+
+/* h2o-prev, gbm: every key's score for this query and layer, one chunk of keys per item (each
+ * key on its own: same bits for any --threads) */
+#define SCORE_CHUNK 64
+
+typedef struct {
+    Attention *a;
+    int layer, pos;
+} ScoreJob;
+
+static void score_keys(void *arg, int begin, int end) {
+    const ScoreJob *job = arg;
+    const Attention *a = job->a;
+    const Gbm *g = a->opt.gbm;
+    float x[GBM_MAX_FEATURES];
+    for (int c = begin; c < end; c++)
+        for (int j = c * SCORE_CHUNK; j < (c + 1) * SCORE_CHUNK && j <= job->pos; j++) {
+            if (!g && job->layer == 0) { /* h2o-prev, first layer: accumulated mass, all heads */
+                float m = 0.0f;
+                for (int h = 0; h < a->n_heads; h++) m += a->mass[(size_t)h * a->capacity + j];
+                a->key_score[j] = m;
+                continue;
+            }
+            if (!g) { /* h2o-prev: the previous layer's mass for this query */
+                a->key_score[j] = keyfeat_value(a->feat, job->layer, j, KF_PREV_MASS);
+                continue;
+            }
+            for (int i = 0; i < g->n_features; i++) x[i] = keyfeat_value(a->feat, job->layer, j, a->gbm_cols[i]);
+            /* the trees predict ln(mass + 1e-6); blocks are ranked by summed predicted mass */
+            a->key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
+        }
+}
+
+/* --kv-budget: the score that keeps key p of head h (higher: kept longer); window keeps the
+ * newest, random draws a fixed value per (seed, layer, head, key); sparse and quest score
+ * blocks, not keys (evict.h) */
+static float keep_score(const Attention *a, int layer, int h, int p) {
+    switch (a->opt.sel.policy) {
+    case POL_WINDOW: return (float)p;
+    case POL_H2O: return a->mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
+    case POL_RANDOM: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
+    default: return a->key_score[p]; /* h2o-prev, gbm */
+    }
+}
+
+void evict_score_keys(Attention *a, int layer, int pos) {
+    ScoreJob job = {a, layer, pos};
+    pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
+}
+
+void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
+    int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
+    int keep = a->opt.kv_budget / bs;
+    int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
+    for (int h = 0; h < a->n_heads; h++) {
+        unsigned char *gone = a->evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
+        int live = 0;
+        for (int b = 0; b < n_blocks; b++) live += !gone[b];
+        const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
+                                       ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
+                                       : NULL;
+        while (live > keep) {
+            int worst = -1;
+            float worst_score = 0.0f;
+            for (int b = first; b < n_blocks - 1; b++) {
+                if (gone[b]) continue;
+                float sc = 0.0f;
+                if (block_score) sc = block_score[b];
+                else
+                    for (int p = b * bs; p < (b + 1) * bs; p++) sc += keep_score(a, layer, h, p);
+                if (worst < 0 || sc < worst_score) {
+                    worst = b;
+                    worst_score = sc;
+                }
+            }
+            if (worst < 0) break;
+            gone[worst] = 1;
+            live--;
+        }
+    }
+}
+
+void evict_rank_scores(Attention *a, int layer, int pos, const float *q_all) {
+    float *score = a->rank->score;
+    if (evict_scores_blocks(a->opt.sel.policy)) { /* a key scores as its block */
+        int bs = a->kv->block;
+        for (int p = 0; p <= pos; p++) score[p] = 0.0f;
+        for (int h = 0; h < a->n_heads; h++) {
+            const float *block_score = evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, NULL);
+            for (int p = 0; p <= pos; p++) score[p] += block_score[p / bs];
+        }
+        return;
+    }
+    for (int p = 0; p <= pos; p++) {
+        float s = 0.0f;
+        for (int h = 0; h < a->n_heads; h++) s += keep_score(a, layer, h, p);
+        score[p] = s;
+    }
 }

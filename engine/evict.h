@@ -1,6 +1,7 @@
-/* evict.h — keep scores of the block-scoring policies (sparse, quest, oracle) for --kv-budget
- * and --measure-keys: the score the policy gives each block for the current query, the one its
- * per-query selection (select.c) ranks by. */
+/* evict.h — keep scores and what uses them: --kv-budget eviction and --measure-keys ranking.
+ * Key-scoring policies keep a score per key (window: the newest, h2o: accumulated mass, random:
+ * a fixed draw, h2o-prev and gbm: Attention.key_score); block-scoring ones (sparse, quest,
+ * oracle) give each block the score their per-query selection (select.c) ranks by. */
 #ifndef LMC_EVICT_H
 #define LMC_EVICT_H
 
@@ -16,5 +17,19 @@ int evict_scores_blocks(Policy p);
  * selects again. */
 const float *evict_block_scores(Attention *a, int layer, int h, int pos, const float *q,
                                 const unsigned char *gone);
+
+/* h2o-prev, gbm: every key's score for the query at pos into a->key_score (the previous
+ * layer's mass, or the predictor's estimate; same bits for any --threads) */
+void evict_score_keys(Attention *a, int layer, int pos);
+
+/* --kv-budget, before the query at pos attends: while head h keeps more than budget / block
+ * blocks, drop the one with the lowest summed keep score (ties: the lower index) for good. The
+ * newest block (still filling) always stays, and so does block 0 under window (StreamingLLM's
+ * sink). */
+void evict_blocks(Attention *a, int layer, int pos, const float *q_all);
+
+/* --measure-keys: every key's keep score summed over heads into a->rank->score, taken before
+ * the query attends (h2o's mass must not hold the query's own attention yet) */
+void evict_rank_scores(Attention *a, int layer, int pos, const float *q_all);
 
 #endif
