@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from devices.cache import ArtifactCache
+from devices.connect import connect
 from devices.farm import QEMU_AARCH64, farm_down, farm_up
 from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, load_inventory
-from devices.transport import connect
 from harness.build import build_engine
 from harness.engines import LMC, get_engine
 

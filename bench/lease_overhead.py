@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from db.store import Store
+from devices.connect import connect
 from devices.fingerprint import probed_run
 from devices.inventory import Device, load_inventory, local_device
-from devices.transport import connect
 
 
 def per_run_ms(samples: list[float], runs: int) -> str:

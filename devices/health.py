@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devices.cache import ArtifactCache
+from devices.connect import connect
 from devices.errors import DeviceError
 from devices.inventory import Device
-from devices.transport import Transport, connect
+from devices.transport import Transport
 
 MIN_FREE_MB = 200  # a small model, a few binaries and their trees
 CHECK_TIMEOUT_S = 60.0

@@ -118,14 +118,3 @@ class Transport(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def connect(device: Device) -> Transport:
-    """A transport to ``device``: local for ``local``, SSH for everything else."""
-    if device.is_local:
-        from devices.local import LocalTransport
-
-        return LocalTransport(device)
-    from devices.ssh import SSHTransport
-
-    return SSHTransport(device)

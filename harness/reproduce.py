@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from db.store import Store
+from devices.connect import connect
 from devices.inventory import Inventory
-from devices.transport import connect
 from harness.artifacts import Catalogue
 from harness.build import build_engine, sha256_file
 from harness.errors import InputError, RunFailure

@@ -96,7 +96,7 @@ class DeviceRunner:
         self.pushes: PushMemo | None = None
 
     def run(self, job: RunJob) -> RunReport:
-        from devices.transport import connect
+        from devices.connect import connect
 
         started = datetime.now(UTC)
         try:

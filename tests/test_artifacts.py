@@ -13,8 +13,8 @@ import ray
 from fixtures_farm import Farm
 
 from devices.cache import local_sha256
+from devices.connect import connect
 from devices.inventory import Device
-from devices.transport import connect
 from harness.artifacts import (
     ArtifactMismatch,
     ArtifactMissing,

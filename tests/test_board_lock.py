@@ -17,10 +17,10 @@ from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 
 from db.store import Store
 from devices.boardlock import LOCK_FILE
+from devices.connect import connect
 from devices.errors import BoardLocked
 from devices.fingerprint import probed_run
 from devices.inventory import Device, local_device
-from devices.transport import connect
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from devices.connect import connect
 from devices.errors import (
     AuthFailed,
     DeviceUnreachable,
@@ -22,7 +23,6 @@ from devices.errors import (
 )
 from devices.inventory import Device, load_inventory
 from devices.ssh import key_fingerprint, trust_device
-from devices.transport import connect
 from harness.cli import main
 
 

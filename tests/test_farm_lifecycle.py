@@ -18,9 +18,9 @@ import pytest
 from fixtures_farm import start_farm
 
 from devices import procs
+from devices.connect import connect
 from devices.errors import DeviceUnreachable
 from devices.farm import farm_down, farm_status, farm_up, stop_node
-from devices.transport import connect
 from harness.cli import main
 
 

@@ -14,10 +14,10 @@ import pytest
 from fixtures_farm import gone
 
 from devices.cache import ArtifactCache
+from devices.connect import connect
 from devices.errors import CommandTimeout, TransferFailed
 from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, local_device
-from devices.transport import connect
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ import pytest
 from fixtures_farm import gone
 
 from devices.cache import ArtifactCache, local_sha256
+from devices.connect import connect
 from devices.errors import CommandTimeout, TransferFailed
 from devices.inventory import Device, local_device
-from devices.transport import MAX_OUTPUT_BYTES, connect
+from devices.transport import MAX_OUTPUT_BYTES
 
 NODES = ["farm-x86", "farm-arm", "local"]
 

@@ -11,10 +11,10 @@ import argparse
 import json
 from pathlib import Path
 
+from devices.connect import connect
 from devices.fingerprint import probe
 from devices.health import check_device
 from devices.inventory import Device, load_inventory
-from devices.transport import connect
 from harness.build import TARGETS
 from harness.engines import LMC, engine_check, get_engine
 from harness.errors import InputError
