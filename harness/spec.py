@@ -22,7 +22,7 @@ from harness.engines.llamabench import SECTION as LLAMA_SECTION
 from harness.engines.llamabench import LlamaBenchAxes, parse_section
 from harness.errors import InputError
 from harness.spec_check import SpecChecker
-from harness.spec_engine import EngineAxes, parse_engine
+from harness.spec_engine import FEATURE_POLICIES, EngineAxes, parse_engine
 from harness.spec_workloads import WorkloadAxes, parse_workloads
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -96,6 +96,13 @@ def parse_spec(text: str, path: Path) -> Spec:
     elif any(w.kind != "attn-bench" for w in workloads):
         raise check.fail("model", "required for needle, ppl and decode workloads "
                          "(a Hugging Face model directory, relative to the spec's folder)")
+    engine = parse_engine(check, data.get("engine", {}))
+    featured = [p.name for p in engine.policies if p.name in FEATURE_POLICIES]
+    if featured and any(w.kind == "attn-bench" for w in workloads):
+        raise check.fail(f"engine.policy.{featured[0]}",
+                         f"{featured[0]} scores keys from token features, which attn-bench's "
+                         "synthetic data has none of (lmc runs it in generate and ppl only): "
+                         "put the attn-bench workload and this policy in separate specs")
     engines = check.axis(data.get("engines", ["lmc"]), "engines", "str", choices=ENGINE_NAMES)
     llama_bench = None
     if "llama-bench" in engines:
@@ -131,7 +138,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         backoff_s=number("backoff_s", "float", 1.0, 0),
         order_seed=number("order_seed", "int", 0, 0),
         timeout_s=number("timeout_s", "float", 900.0, 1),
-        engine=parse_engine(check, data.get("engine", {})),
+        engine=engine,
         workloads=workloads,
         engines=engines,
         llama_bench=llama_bench,

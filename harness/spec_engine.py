@@ -21,6 +21,8 @@ from harness.spec_check import SpecChecker
 POLICIES = ("exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm")
 # The policies lmc can evict by (--kv-budget; engine/attend.c attention_can_evict).
 EVICTING = ("window", "h2o", "h2o-prev", "gbm", "random", "sparse", "quest", "oracle")
+# policies that score keys from token features (lmc's keyfeat.c): generate and ppl only
+FEATURE_POLICIES = ("h2o-prev", "gbm")
 KV_FORMATS = ("f32", "q8")
 WQ_FORMATS = ("f32", "q8", "bf16")  # bf16: BF16 weight files kept as stored
 PREFILL_ATTN = ("exact", "sparse")

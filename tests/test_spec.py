@@ -75,6 +75,17 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
     assert len(spec.hash) == 64
 
 
+def test_feature_policies_are_refused_with_attn_bench(spec_dir: Path) -> None:
+    # h2o-prev scores keys from token features, which attn-bench's synthetic data lacks: the
+    # spec says so when read, not each run when it fails on the board
+    text = GOOD.replace("[engine.policy.sparse]", "[engine.policy.h2o-prev]").replace(
+        "k = [1, 4, 32]", "k = [4]")
+    load_spec(write(spec_dir, text))  # with needle workloads only it is fine
+    bench = text + '\n[[workload]]\nkind = "attn-bench"\nctx = [256]\n'
+    message = error_of(spec_dir, bench)
+    assert "key 'engine.policy.h2o-prev'" in message and "attn-bench" in message
+
+
 @pytest.mark.parametrize(
     ("old", "new", "key", "allowed"),
     [
