@@ -25,7 +25,9 @@ WORKLOAD_SETTINGS: dict[str, dict[str, Any]] = {
     "needle": {"max_new": 16},
     "ppl": {"text": None},  # None: optional, left out of the workload's parameters when absent
     "decode": {"max_new": 32},
-    "attn-bench": {"runs": 5, "seed": 0},
+    # layers: copies of the layer attended in turn (lmc attn-bench --layers), so the KV comes
+    # from memory as in decode; None: optional, left out (one layer) so that runs keep their keys
+    "attn-bench": {"runs": 5, "seed": 0, "layers": None},
 }
 # Per workload kind: its own text, set only where a spec wants it (a path to a plain-text filler
 # file, relative to the spec's folder, instead of the built-in grammar; the needle sentence and
@@ -75,9 +77,13 @@ def parse_workloads(check: SpecChecker, value: Any) -> list[WorkloadAxes]:
                 axes[axis] = check.axis(raw, f"{key}.{axis}", "int", low=low)
         settings = {}
         for setting, default in settings_spec.items():
-            if setting == "text":
-                if setting in table:
+            if default is None:  # optional: left out of the workload's parameters when absent
+                if setting == "text" and setting in table:
                     settings[setting] = check.relative_file(table[setting], f"{key}.{setting}")
+                elif setting in table:
+                    settings[setting] = check.minimum(
+                        check.scalar(table[setting], f"{key}.{setting}", "int"),
+                        f"{key}.{setting}", 1)
                 continue
             low = 0 if setting == "seed" else 1
             settings[setting] = check.minimum(

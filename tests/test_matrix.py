@@ -152,3 +152,30 @@ def test_a_build_is_named_without_building_it(engine_build, engine_build_aarch64
     assert not empty.exists() and named.binary.startswith(f"{empty}/x86_64-release-")
     assert len(named.revision) == 40 and len(named.source_hash) == 64  # HEAD's commit, exported
     assert set(asdict(named)) == set(asdict(engine_build))
+
+
+def test_attn_bench_layers_reach_the_engine_and_keep_old_keys(tmp_path: Path, lmc: Path) -> None:
+    """An attn-bench workload's optional `layers` (KV from memory, as in decode) becomes lmc's
+    --layers; a workload without it keeps its parameters, so its runs keep their keys."""
+    from harness.engines.lmc import options, run_here
+
+    def bench_cells(extra: str) -> list:
+        (tmp_path / "model").mkdir(exist_ok=True)
+        (tmp_path / "model" / "config.json").write_text("{}")
+        path = tmp_path / "spec.toml"
+        text = SPEC.format(devices='["local"]')
+        path.write_text(text.replace("ctx = 1024", "ctx = 1024" + extra))
+        spec = load_spec(path)
+        return [c for c in expand(spec, resolve_placements(spec, BOARDS))
+                if c.workload.kind == "attn-bench"]
+
+    plain, layered = bench_cells(""), bench_cells("\nlayers = 3\nheads = 4\nkv_heads = 2")
+    assert all("layers" not in dict(c.workload.params) for c in plain)
+    assert "--layers" not in options(plain[0].workload, plain[0].config)
+    cell = layered[0]
+    argv = options(cell.workload, cell.config)
+    assert argv[argv.index("--layers") + 1] == "3"
+    doc = run_here(lmc, "attn-bench", None, None, argv)
+    assert doc["layers"] == 3 and doc["ctx"] == 1024
+    with pytest.raises(InputError, match="layers"):
+        bench_cells("\nlayers = 0")

@@ -49,6 +49,8 @@ def options(workload: WorkloadPoint, config: EngineConfig,
     if workload.kind == "attn-bench":
         for flag, name in ATTN_BENCH_FLAGS:
             opts += [flag, str(workload.get(name))]
+        if "layers" in dict(workload.params):
+            opts += ["--layers", str(workload.get("layers"))]
         return tuple(opts)
     opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
     if workload.command == "generate":
