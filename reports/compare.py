@@ -219,6 +219,10 @@ def _engine_neutral(runs: pd.DataFrame, lmc_policy: str) -> pd.DataFrame:
     """Across engines, a config is its weight format and threads on the same device and
     workload point; of lmc's policies only ``lmc_policy`` (exact attention, unless a sparse
     policy is what is being set against the other engine) takes part."""
+    stored = sorted(set(runs["policy"].dropna()))  # only lmc's runs have a policy
+    if stored and lmc_policy not in stored:
+        raise ReportInputError(f"no lmc runs with policy {lmc_policy!r} to set against the other "
+                               f"engine (--lmc-policy); stored policies: {', '.join(stored)}")
     runs = runs[runs["policy"].isna() | (runs["policy"] == lmc_policy)].copy()
     runs["base_config"] = [f"wq={w} t={int(t)}" for w, t in zip(runs["wq"], runs["threads"],
                                                                   strict=True)]

@@ -121,6 +121,9 @@ def test_across_engines_lmc_runs_exact_unless_told_which_policy(tmp_path: Path) 
         exp.run(kind="decode", policy=None, engine="llama-bench", repeat=repeat, decode_ms=20.0)
     exact = compare(store, "lmc", "llama-bench").table
     sparse = compare(store, "lmc", "llama-bench", lmc_policy="sparse").table
+    # a policy with no lmc runs (a typo, or not in these experiments) is named, not 0 configs
+    with pytest.raises(ReportInputError, match="'sparce'.*stored policies: exact, sparse"):
+        compare(store, "lmc", "llama-bench", lmc_policy="sparce")
     store.close()
     assert exact["median_a"].tolist() == [10.0] and exact["median_b"].tolist() == [20.0]
     assert sparse["median_a"].tolist() == [5.0] and sparse["median_b"].tolist() == [20.0]
