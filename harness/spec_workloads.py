@@ -78,12 +78,12 @@ def parse_workloads(check: SpecChecker, value: Any) -> list[WorkloadAxes]:
         settings = {}
         for setting, default in settings_spec.items():
             if default is None:  # optional: left out of the workload's parameters when absent
-                if setting == "text" and setting in table:
-                    settings[setting] = check.relative_file(table[setting], f"{key}.{setting}")
-                elif setting in table:
-                    settings[setting] = check.minimum(
-                        check.scalar(table[setting], f"{key}.{setting}", "int"),
-                        f"{key}.{setting}", 1)
+                if setting not in table:
+                    continue
+                name = f"{key}.{setting}"
+                settings[setting] = (
+                    check.relative_file(table[setting], name) if setting == "text"
+                    else check.minimum(check.scalar(table[setting], name, "int"), name, 1))
                 continue
             low = 0 if setting == "seed" else 1
             settings[setting] = check.minimum(

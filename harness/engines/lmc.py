@@ -47,10 +47,11 @@ def options(workload: WorkloadPoint, config: EngineConfig,
         opts += [engine_output.TRACE_FLAG, engine_output.TRACE_FILE]
     opts += [flag for name, flag in SWITCH_FLAGS.items() if getattr(config, name) is not None]
     if workload.kind == "attn-bench":
+        params = dict(workload.params)
         for flag, name in ATTN_BENCH_FLAGS:
-            opts += [flag, str(workload.get(name))]
-        if "layers" in dict(workload.params):
-            opts += ["--layers", str(workload.get("layers"))]
+            opts += [flag, str(params[name])]
+        if "layers" in params:  # optional: absent, lmc attends one layer
+            opts += ["--layers", str(params["layers"])]
         return tuple(opts)
     opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
     if workload.command == "generate":
