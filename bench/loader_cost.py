@@ -25,7 +25,7 @@ import qwen3_06b  # noqa: E402
 import shard_model  # noqa: E402
 from roofline import bench_prompt, positive_int  # noqa: E402
 
-from harness.build import build_engine  # noqa: E402
+from harness.engines.lmc.build import build_engine  # noqa: E402
 from harness.engines.lmc import run_here  # noqa: E402
 
 

@@ -1,5 +1,6 @@
 """Connecting to the store's database and migrating its schema.
 
+This is the database side of the store (SQLAlchemy's ``Engine``, not an inference engine):
 ``create_store_engine`` turns a URL into an Engine (SQLite: WAL, foreign keys, transactional
 DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, without an alembic.ini.
 """
@@ -15,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event
+from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InternalError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import StaticPool
@@ -23,6 +24,9 @@ from sqlalchemy.pool import StaticPool
 from db.errors import StoreError, StoreInputError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Revision ids the migrations had before they were numbered 0001-0004 without gaps: a store
+# stamped with one is restamped with its new id before the upgrade (same schema, new name).
+RENAMED_REVISIONS = {"0003b": "0003", "0005": "0004"}
 # SQLite result codes of a file that was a store and no longer works: corrupted, disk full, I/O.
 SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_FULL", "SQLITE_IOERR")
 # Execution option naming the statement that opens a SQLite transaction (see migrate).
@@ -136,8 +140,18 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         # instead of failing to upgrade its read lock ("database is locked").
         connection.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
         with connection.begin():
+            _restamp_renamed(connection)
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+
+
+def _restamp_renamed(connection: Connection) -> None:
+    """A store migrated before the renumbering holds an old revision id: give it the new one."""
+    if not inspect(connection).has_table("alembic_version"):
+        return
+    for old, new in RENAMED_REVISIONS.items():
+        connection.execute(text("UPDATE alembic_version SET version_num = :new "
+                                "WHERE version_num = :old"), {"old": old, "new": new})
 
 
 def writer(engine: Engine) -> Engine:

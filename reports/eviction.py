@@ -1,6 +1,6 @@
-"""Seed 004's tables of a report: perplexity under eviction (lmc --kv-budget) and the ranking
-figures of each policy's keep score (lmc --measure-keys), from the flattened runs
-(reports.runs.flatten_runs: its ``kv_budget`` and ``rank_<metric>`` columns)."""
+"""The KV eviction tables of a report (seed 004's study): perplexity under eviction (lmc
+--kv-budget) and the ranking figures of each policy's keep score (lmc --measure-keys), from the
+flattened runs (reports.runs.flatten_runs: its ``kv_budget`` and ``rank_<metric>`` columns)."""
 
 from __future__ import annotations
 

@@ -160,7 +160,7 @@ def test_spec_section_errors_name_the_key(engines: str, kind: str, section: str,
 
 
 def test_spec_expands_llama_bench_cells_beside_lmc(needle_model: Path, tmp_path: Path) -> None:
-    from harness.matrix import Placement, expand
+    from harness.plan.matrix import Placement, expand
 
     text = SPEC.format(model=needle_model, engines='["lmc", "llama-bench"]', kind="decode") + \
         '[engine]\nwq = ["f32", "q8"]\n[llama-bench]\ngguf_type = ["f32", "q8_0"]\n' \

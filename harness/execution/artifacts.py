@@ -2,9 +2,9 @@
 
 The driver knows where each artifact lives on its own machine (the engine binaries it built,
 the model directory) and serves them by hash through an ``ArtifactServer`` actor placed on the
-driver's node. A DeviceRunner actor, wherever Ray placed it, materialises what a job names in a
+driver's node. A DeviceRunner actor, wherever Ray placed it, materialises what a work order names in a
 node-local content-addressed cache (``NodeCache``) and pushes from there; the push to the board
-is checked against the same hash (``harness.runner``).
+is checked against the same hash (``harness.execution.runner``).
 
 Node cache layout (``$BENCHFARM_NODE_CACHE``, default ``~/.cache/benchfarm/node-cache``)::
 
@@ -15,8 +15,7 @@ Node cache layout (``$BENCHFARM_NODE_CACHE``, default ``~/.cache/benchfarm/node-
 A cached blob whose content does not match its name (tampered, corrupted) is refused: the run
 fails with a message that says so and the copy is moved aside, so the next run fetches it anew.
 
-SSH credentials travel the same way: the driver reads the key and known_hosts of each device
-(``Credentials``) and the actor writes them into a private folder on its node.
+SSH credentials travel with the board's runner (``harness.execution.credentials``).
 """
 
 from __future__ import annotations
@@ -25,21 +24,16 @@ import hashlib
 import os
 import secrets
 import shutil
-import tempfile
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from devices.cache import tree_manifest, tree_sha256
-from devices.inventory import Device
-from harness.cluster import NAMESPACE, on_driver_node
-from harness.errors import InputError
+from harness.execution.cluster import NAMESPACE, on_driver_node
+from harness.identity import Catalogue, Entry, sha256_file
 
 CHUNK_BYTES = 32 * 1024 * 1024  # one object-store transfer: bounds the memory a fetch takes
-Entry = tuple[str, str, int]  # a tree's file: (relative path, sha256, size)
 
 
 class ArtifactError(Exception):
@@ -66,34 +60,8 @@ def default_cache_root() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# The driver's side: a catalogue of what it can serve, and the actor that serves it
+# The driver's side: the actor that serves the plan's catalogue (harness.identity.Catalogue)
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Catalogue:
-    """What the driver serves: blobs by sha256 (a path on the driver), trees by manifest hash."""
-
-    blobs: dict[str, str]
-    trees: dict[str, tuple[Entry, ...]]
-
-    @classmethod
-    def empty(cls) -> Catalogue:
-        return cls({}, {})
-
-    def add_file(self, path: Path, sha256: str) -> str:
-        self.blobs[sha256] = str(path)
-        return sha256
-
-    def add_tree(self, folder: Path) -> str:
-        """Register every file of ``folder``; returns the tree's hash (as the board names it)."""
-        files = tree_manifest(folder, "coordinator")
-        entries = tuple((rel, f.sha256, f.size) for rel, f in files)
-        for _, f in files:
-            self.blobs[f.sha256] = str(f.path)
-        sha = tree_sha256((rel, sha) for rel, sha, _ in entries)
-        self.trees[sha] = entries
-        return sha
 
 
 @ray.remote(num_cpus=0)
@@ -151,7 +119,7 @@ class NodeCache:
             return self._fetch(sha256, name, path)
         signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if self.verified.get(sha256) != signature:
-            got = _sha256_of(path)
+            got = sha256_file(path)
             if got != sha256:
                 self.verified.pop(sha256, None)
                 aside = self._refuse(path)
@@ -233,48 +201,3 @@ class NodeCache:
         aside.parent.mkdir(parents=True, exist_ok=True)
         path.replace(aside)
         return aside
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# SSH credentials: read on the driver, installed on the node
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """A device's private key and known_hosts as the driver read them (None: absent there)."""
-
-    key: str | None
-    known_hosts: str | None
-
-    @classmethod
-    def of(cls, device: Device) -> Credentials:
-        try:
-            key = device.key.read_text() if device.key is not None else None
-            hosts = device.known_hosts.read_text() if device.known_hosts.is_file() else None
-        except OSError as exc:
-            raise InputError(f"device {device.name!r}: cannot read its SSH key or known_hosts "
-                             f"on the coordinator: {exc}") from exc
-        return cls(key, hosts)
-
-    def install(self, device: Device) -> Device:
-        """The device record with its key and known_hosts in a private folder on this node."""
-        if device.is_local:
-            return device
-        folder = Path(tempfile.mkdtemp(prefix=f"benchfarm-{device.name}-"))  # mode 0700
-        known_hosts = folder / "known_hosts"
-        known_hosts.write_text(self.known_hosts or "")
-        key = None
-        if self.key is not None:
-            key = folder / "id"
-            key.touch(mode=0o600)
-            key.write_text(self.key)
-        return replace(device, key=key, known_hosts=known_hosts)

@@ -1,8 +1,10 @@
-"""Ray itself: joining a cluster (code shipped by runtime_env, token errors named), placement.
+"""Ray itself: joining a cluster (code shipped by runtime_env, token errors named), placement,
+and the build tasks on the driver's node.
 
 ``ray_session`` starts a local instance or joins ``--ray-address``; ``check_resources`` and
 ``wait_placed`` make sure every board's runner can be (and was) placed before any run starts,
-so that a misdeclared resource is reported within seconds instead of hanging.
+so that a misdeclared resource is reported within seconds instead of hanging; ``build_on_ray``
+builds an engine for every (revision, target) in parallel where the sources are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from devices.inventory import Device
+from harness import REPO_ROOT
+from harness.engines import get_engine
+from harness.engines.base import BuildRecord
 from harness.errors import InputError, RunFailure, sigterm_as_interrupt
 
 NAMESPACE = "benchfarm"  # the board runners and artifact servers are named actors in it
@@ -143,3 +148,36 @@ def wait_placed(boards: dict[str, Any], timeout_s: float) -> None:
         raise RunFailure(f"the runners of {names} were not placed within {timeout_s:g}s: no node "
                          "has their resources free (held by other runners?) or the node could "
                          "not start them; see `ray status`")
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds: one Ray task per (revision, target), on the driver's node
+# ---------------------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=1)
+def _build_task(engine: str, revision: str, target: str) -> BuildRecord:
+    return get_engine(engine).build(target, revision)
+
+
+def build_on_ray(engine: str, targets: list[tuple[str, str]]
+                 ) -> dict[tuple[str, str], BuildRecord]:
+    """Build ``engine`` for every (revision, target) in parallel, on the driver's node (where
+    the sources are; a task is told where the checkout is, since a cluster's workers import
+    the code that runtime_env shipped)."""
+    where = {"scheduling_strategy": on_driver_node(),
+             "runtime_env": {"env_vars": {"BENCHFARM_REPO_ROOT": str(REPO_ROOT)}}}
+    refs = {target: _build_task.options(name=f"build {target[0]} {target[1]}", **where
+                                        ).remote(engine, *target)
+            for target in targets}
+    records = {}
+    for target, ref in refs.items():
+        try:
+            records[target] = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if cause is not None and hasattr(type(cause), "exit_code"):
+                raise cause from None
+            raise RunFailure(f"building revision {target[0]} for {target[1]} failed: {exc}"
+                             ) from exc
+    return records

@@ -16,12 +16,12 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
-from harness.cluster import check_resources, ray_session
-from harness.matrix import MAX_RUNS, Placement, check_size, resolve_placements
-from harness.plan import make_plan, plan_archs, prepare, register_plan
-from harness.progress import Progress
-from harness.scheduler import Scheduler, build_on_ray
-from harness.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
+from harness.execution.cluster import build_on_ray, check_resources, ray_session
+from harness.execution.progress import Progress
+from harness.execution.scheduler import Scheduler
+from harness.execution.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
+from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
+from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
 
 
@@ -55,25 +55,37 @@ class Coordinator:
     ttl_s: float = field(default_factory=lease_ttl)
 
 
-def run_experiment(spec: Spec, inventory: Inventory, store: Store,
-                   selectors: Sequence[str] | None = None, force: bool = False,
-                   ray_address: str | None = None, stream: TextIO | None = None,
-                   max_runs: int = MAX_RUNS, coordinator: Coordinator | None = None,
-                   job_id: int | None = None) -> RunSummary:
-    """Run the spec's missing runs; ``job_id``: the queued job being served (else a one-shot
-    job is recorded, finished when this returns)."""
-    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
-    check_size(spec, placements, max_runs)  # before Ray starts and before anything is stored
-    who = coordinator or Coordinator()
-    one_shot = job_id is None
-    if one_shot:
+@dataclass
+class RunRequest:
+    """What `benchfarm run` (or one job of `benchfarm serve`) asks for."""
+
+    spec: Spec
+    inventory: Inventory
+    selectors: Sequence[str] | None = None  # --devices (None: the spec's own)
+    force: bool = False  # redo runs stored as ok
+    ray_address: str | None = None  # join this cluster (None: a local Ray instance)
+    stream: TextIO | None = None  # progress lines (None: stderr)
+    max_runs: int = MAX_RUNS  # refuse a larger matrix
+    coordinator: Coordinator = field(default_factory=lambda: Coordinator())
+    job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
+
+
+def run_experiment(request: RunRequest, store: Store) -> RunSummary:
+    """Run the spec's missing runs; a one-shot request records a job of its own, finished when
+    this returns."""
+    spec, who = request.spec, request.coordinator
+    placements = resolve_placements(spec, list(request.inventory.devices.values()),
+                                    request.selectors)
+    check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    job_id, one_shot = request.job_id, request.job_id is None
+    if job_id is None:
         job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=getpass.getuser(),
-                                devices=list(selectors) if selectors else None, force=force,
-                                holder=who.holder)
+                                devices=list(request.selectors) if request.selectors else None,
+                                force=request.force, holder=who.holder)
     try:
         with job_heartbeat(store, job_id, who.ttl_s / 3):
-            summary = _run(spec, inventory, store, placements, selectors, force, ray_address,
-                           stream, Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+            summary = _run(request, store, placements,
+                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
     except BaseException as exc:
         if one_shot:
             store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
@@ -94,18 +106,19 @@ def inventory_resources(inventory: Inventory) -> dict[str, float]:
     return resources
 
 
-def _run(spec: Spec, inventory: Inventory, store: Store, placements: list[Placement],
-         selectors: Sequence[str] | None, force: bool, ray_address: str | None,
-         stream: TextIO | None, sharing: Sharing) -> RunSummary:
-    with ray_session(ray_address, inventory_resources(inventory)):
+def _run(request: RunRequest, store: Store, placements: list[Placement],
+         sharing: Sharing) -> RunSummary:
+    spec, inventory = request.spec, request.inventory
+    with ray_session(request.ray_address, inventory_resources(inventory)):
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
-        materials = prepare(spec, plan_archs(spec, inventory, selectors), build_on_ray)
-        plan = register_plan(make_plan(spec, inventory, materials, selectors), store, force)
+        materials = prepare(spec, placements, build_on_ray)
+        plan = register_plan(make_plan(spec, placements, inventory.devices, materials), store,
+                             request.force)
         if sharing.job_id is not None:
             store.jobs.set_totals(sharing.job_id,
                                   dict(Counter(r.placement.key for r in plan.runs)))
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
-        progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, stream)
+        progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, request.stream)
         progress.show()
         scheduler = Scheduler(plan, store, progress, sharing)
         try:

@@ -18,12 +18,13 @@ from typing import Any
 from db.store import Store
 from devices.connect import connect
 from devices.inventory import Inventory
-from harness.artifacts import Catalogue
-from harness.build import build_engine, sha256_file
+from harness.contract import WorkOrder
+from harness.engines.lmc import NAME as LMC
+from harness.engines.lmc import PREDICTOR_FLAG, WORKTREE
+from harness.engines.lmc.build import build_engine
 from harness.errors import InputError, RunFailure
-from harness.plan import model_identity
-from harness.runner import PushMemo, RunJob, execute, scratch_dir
-from harness.spec import WORKTREE
+from harness.execution.runner import PushMemo, execute, scratch_dir
+from harness.identity import Catalogue, model_identity, sha256_file
 from reports.runs import first_divergence
 
 # The timing compared per engine command: its name, and its key in the stored run (or outcome)
@@ -133,7 +134,7 @@ def reproduce(store: Store, run: str, inventory: Inventory,
     row = detail.run
     if row["status"] != "ok":
         raise InputError(f"run {row['id']} is {row['status']}; only ok runs can be reproduced")
-    if row.get("engine", "lmc") != "lmc":
+    if row.get("engine", LMC) != LMC:
         raise InputError(f"run {row['id']} ran engine {row['engine']}; reproduce reruns lmc "
                          "runs only (rerun its spec with --force instead)")
     options = (row.get("config") or {}).get("argv_options")
@@ -152,14 +153,15 @@ def reproduce(store: Store, run: str, inventory: Inventory,
     ids = None
     if command != "attn-bench" and detail.workload is not None:
         ids = tuple(int(i) for i in detail.workload["ids"])
-    job = RunJob(run_key=f"{row['run_key']}-reproduce", label=f"reproduce run {row['id']}",
-                 command=command, binary=str(binary),
-                 binary_sha256=detail.build["binary_sha256"], model_dir=model_dir,
-                 model_sha256=model_dir and Catalogue.empty().add_tree(Path(model_dir)),
-                 ids=ids, options=tuple(options), timeout_s=timeout_s,
-                 predictor=predictor, predictor_sha256=predictor_sha)
+    order = WorkOrder(run_key=f"{row['run_key']}-reproduce", label=f"reproduce run {row['id']}",
+                      engine=LMC, command=command, binary=str(binary),
+                      binary_sha256=detail.build["binary_sha256"], model_dir=model_dir,
+                      model_sha256=model_dir and Catalogue.empty().add_tree(Path(model_dir)),
+                      ids=ids, options=tuple(options), timeout_s=timeout_s,
+                      extra_file=predictor, extra_sha256=predictor_sha,
+                      extra_flag=PREDICTOR_FLAG if predictor else None)
     with connect(device) as transport:
-        report = execute(job, name, PushMemo(transport), scratch_dir())
+        report = execute(order, name, PushMemo(transport), scratch_dir())
     metric, stored_in, engine_key = TIMING[command]
     original = (row if stored_in == "run" else detail.outcome or {}).get(metric)
     result = Reproduction(row["id"], name, command, detail.build["binary_sha256"], rebuilt,

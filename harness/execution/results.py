@@ -2,31 +2,21 @@
 
 The scheduler (and nothing on a board) calls these: ``to_run_result`` for a finished run,
 ``base_result`` for the record of a run without measurements (pending, interrupted, cancelled).
-The common figures come from the engine's adapter (``harness.engines``: ``measurements``); the
-outcome fields of each lmc command (generated tokens and the needle's recall, perplexity, the
-attention median, selection quality) are mapped here.
+The common figures and the outcome come from the engine's adapter (``measurements``,
+``outcome``); generated tokens are decoded to text with the model's tokenizer, and the
+workload's kind scores the outcome (the needle's recall). Nothing here names an engine or a
+workload kind.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from db.records import Outcome, RunResult, Snapshot, timings_from_steps
-from harness import engine_output, workloads
+from db.records import RunResult, Snapshot, timings_from_steps
+from harness.contract import RunReport
 from harness.engines import get_engine
-from harness.plan import PlannedRun
-from harness.runner import RunReport
-
-
-def _selection_outcome(figures: dict[str, Any]) -> dict[str, Any]:
-    """The engine's --measure-selection figures, under the outcome's field names."""
-    names = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
-             "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
-    found = {names[k]: v for k, v in figures.items() if k in names}
-    if "bytes_read" in found:
-        found["bytes_read"] = int(found["bytes_read"])
-    return found
+from harness.plan.planner import PlannedRun
+from harness.workloads.prompts import answer_text
 
 
 def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
@@ -45,31 +35,15 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     data = report.engine_json
     if data is None:
         return result
-    figures = get_engine(planned.job.engine).measurements(planned.job.command, data)
+    engine, command = get_engine(planned.order.engine), planned.order.command
+    figures = engine.measurements(command, data)
     for name in ("prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens"):
         setattr(result, name, getattr(figures, name))
     result.token_timings = timings_from_steps(figures.steps)
-    outcome = Outcome(extra=figures.extra)
-    if planned.job.command == "generate":
-        generated = [int(t) for t in data.get("tokens", [])]
-        outcome.generated_ids = generated
-        if model_dir is not None:
-            outcome.text = workloads.answer_text(model_dir, generated)
-        if planned.answer is not None and model_dir is not None:
-            outcome.expected_answer = planned.answer
-            outcome.recall = 1.0 if workloads.check_answer(model_dir, generated,
-                                                           planned.answer) else 0.0
-    elif planned.job.command == "ppl":
-        outcome.nll, outcome.ppl = data.get("nll"), data.get("ppl")
-        if "key_ranking" in data:  # --measure-keys
-            outcome.extra["key_ranking"] = data["key_ranking"]
-    elif planned.job.command == "attn-bench":
-        outcome.attn_median_ms = data.get("ms")
-    if planned.job.command in ("generate", "attn-bench"):
-        for key, value in _selection_outcome(data.get("selection") or {}).items():
-            setattr(outcome, key, value)
-    if engine_output.TRACE_KEY in data:
-        outcome.extra[engine_output.TRACE_KEY] = data[engine_output.TRACE_KEY]
+    outcome = engine.outcome(command, data, figures)
+    if outcome.generated_ids is not None and model_dir is not None:
+        outcome.text = answer_text(model_dir, outcome.generated_ids)
+    planned.cell.workload.workload_kind.score(outcome, model_dir, planned.answer)
     result.outcome = outcome
     return result
 
@@ -78,27 +52,23 @@ def base_result(planned: PlannedRun, device_id: int, status: str,
                 error: str | None) -> RunResult:
     """A run record without measurements: the start of every record, and by itself the record
     of a run that is pending or was interrupted."""
-    cell = planned.cell
-    config = cell.config
-    lmc_axes = config.as_dict()  # llama-bench's config has no policy, k, block ...
+    cell, order = planned.cell, planned.order
     return RunResult(
         run_key=planned.key,
         experiment_id=planned.experiment_id,
         device_id=device_id,
         engine=cell.engine,
-        command=planned.job.command,
+        command=order.command,
         status=status,
         build_id=planned.build_id,
         model_id=planned.model_id,
         workload_id=planned.workload_id,
-        config=config.as_dict() | {"workload": dict(cell.workload.params),
-                                   "revision": cell.revision,
-                                   "placement": cell.placement.key,
-                                   "argv_options": list(planned.job.options)}
-        | ({"predictor_file": planned.job.predictor} if planned.job.predictor else {}),
-        policy=lmc_axes.get("policy"), k=lmc_axes.get("k"), block=lmc_axes.get("block"),
-        probes=lmc_axes.get("probes"), kv=config.kv, wq=config.wq, threads=config.threads,
-        prefill_attn=lmc_axes.get("prefill_attn"),
+        config=cell.config.as_dict() | {"workload": dict(cell.workload.params),
+                                        "revision": cell.revision,
+                                        "placement": cell.placement.key,
+                                        "argv_options": list(order.options)}
+        | planned.stored,
+        **cell.config.columns(),
         repeat=cell.repeat,
         attempts=max(planned.attempts, 1),
         error=error,

@@ -1,4 +1,5 @@
-"""Ray scheduling of a plan: build tasks, one DeviceRunner actor per board, streamed results.
+"""The driver loop: one runner actor per board, a queue per placement, results stored as they
+come.
 
 The driver owns all state and is the only database writer. Each board has one actor that runs
 one job at a time (boards are exclusive). Runs wait in one queue per placement: a device name
@@ -13,10 +14,11 @@ runs that no remaining board can serve are stored as pending for a later `benchf
 Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
 `benchfarm cancel` stores them as cancelled.
 
-Sharing boards with other coordinators (harness.sharing): a board's lease is taken in the store
-before each dispatch, renewed while the run is in flight and released once its result is
-stored; a board leased by another coordinator, or whose lock file another coordinator's
-command holds (status ``busy`` from the runner), is tried again a moment later.
+Sharing boards with other coordinators (harness.execution.turns): a board's lease is taken in
+the store before each dispatch, renewed while the run is in flight and released once its result
+is stored; a board leased by another coordinator, or whose lock file another coordinator's
+command holds (status ``busy`` from the runner), is tried again a moment later. What the
+statuses of a report mean, and who retries what: harness.contract.
 """
 
 from __future__ import annotations
@@ -31,104 +33,17 @@ from typing import Any
 import ray
 
 from db.store import Store
-from devices.errors import DeviceError
 from devices.inventory import Device
-from harness import REPO_ROOT
-from harness.artifacts import ArtifactError, Credentials, NodeCache, start_server
-from harness.build import BuildRecord, build_engine
-from harness.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, on_driver_node, wait_placed
-from harness.errors import RunFailure
-from harness.plan import Plan, PlannedRun
-from harness.progress import Progress
-from harness.results import base_result, to_run_result
-from harness.runner import PushMemo, RunJob, RunReport, execute, localise, scratch_dir
-from harness.sharing import Cancelled, Sharing
-from harness.spec import WORKTREE
-from harness.turns import BoardTurns
-
-# ---------------------------------------------------------------------------------------------
-# Builds: one Ray task per (revision, target)
-# ---------------------------------------------------------------------------------------------
-
-
-@ray.remote(num_cpus=1)
-def _build_task(revision: str, target: str) -> BuildRecord:
-    return build_engine(target=target, rev=None if revision == WORKTREE else revision)
-
-
-def build_on_ray(targets: list[tuple[str, str]]) -> dict[tuple[str, str], BuildRecord]:
-    """Build every (revision, target) in parallel, on the driver's node."""
-    where = {"scheduling_strategy": on_driver_node(),
-             "runtime_env": {"env_vars": {"BENCHFARM_REPO_ROOT": str(REPO_ROOT)}}}
-    refs = {target: _build_task.options(name=f"build {target[0]} {target[1]}", **where
-                                        ).remote(*target)
-            for target in targets}
-    records = {}
-    for target, ref in refs.items():
-        try:
-            records[target] = ray.get(ref)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if cause is not None and hasattr(type(cause), "exit_code"):
-                raise cause from None
-            raise RunFailure(f"building revision {target[0]} for {target[1]} failed: {exc}"
-                             ) from exc
-    return records
-
-
-# ---------------------------------------------------------------------------------------------
-# The actor: one per board
-# ---------------------------------------------------------------------------------------------
-
-
-@ray.remote(num_cpus=0, max_concurrency=1)
-class DeviceRunner:
-    """Holds the connection to one board and runs jobs on it, one at a time.
-
-    It may live on any node: the SSH credentials come with it, and each job's artifacts are
-    fetched by hash into the node's cache (``harness.artifacts``) before they are pushed.
-    """
-
-    def __init__(self, device: Device, credentials: Credentials, server: Any) -> None:
-        self.device = credentials.install(device)
-        self.cache = NodeCache(server)
-        self.transport: Any = None
-        self.pushes: PushMemo | None = None
-
-    def run(self, job: RunJob) -> RunReport:
-        from devices.connect import connect
-
-        started = datetime.now(UTC)
-        try:
-            job = localise(job, self.cache)
-        except ArtifactError as exc:  # not the board's fault: the run fails, the board stays
-            return RunReport(job.run_key, self.device.name, "failed", started,
-                             datetime.now(UTC), 0.0, error=str(exc))
-        if self.transport is None:
-            try:
-                self.transport = connect(self.device)
-                self.pushes = PushMemo(self.transport)
-            except DeviceError as exc:
-                return RunReport(job.run_key, self.device.name, "lost", started,
-                                 datetime.now(UTC), 0.0, error=str(exc))
-        try:
-            report = execute(job, self.device.name, self.pushes, scratch_dir())
-        except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
-            # as good as lost; the error text goes with the run so that a bug stays visible.
-            now = datetime.now(UTC)
-            report = RunReport(job.run_key, self.device.name, "lost", now, now, 0.0,
-                               error=f"device {self.device.name!r}: {type(exc).__name__}: {exc}")
-        if report.status == "lost":  # reconnect for the next job
-            self.close()
-        return report
-
-    def close(self) -> None:
-        if self.transport is not None:
-            try:
-                self.transport.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
-                pass
-            self.transport = self.pushes = None
+from harness.contract import RunReport, WorkOrder
+from harness.execution.artifacts import start_server
+from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, wait_placed
+from harness.execution.credentials import Credentials
+from harness.execution.progress import Progress
+from harness.execution.results import base_result, to_run_result
+from harness.execution.runner import DeviceRunner
+from harness.execution.sharing import LEASE_POLL_S, Cancelled, Sharing
+from harness.execution.turns import BoardTurns
+from harness.plan.planner import Plan, PlannedRun
 
 
 def _actor_for(device: Device, server: Any, label: str) -> Any:
@@ -137,11 +52,6 @@ def _actor_for(device: Device, server: Any, label: str) -> Any:
     options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
     return DeviceRunner.options(name=f"board:{device.name}:{label}", namespace=NAMESPACE,
                                 **options).remote(device, Credentials.of(device), server)
-
-
-# ---------------------------------------------------------------------------------------------
-# The driver loop
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -161,16 +71,13 @@ class Board:
     losses: int = 0  # consecutive
     dead: bool = False
     last_error: str = ""
-    lease: str | None = None  # the lease id held for the dispatch in flight
-    waiting_on: str = ""  # who holds the board's lease (noted once while waiting)
-    locked_by: str = ""  # the lock file error last noted (once while waiting)
     warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
 
 
-class Scheduler(BoardTurns):
+class Scheduler:
     def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing) -> None:
         self.plan = plan
-        self.sharing = sharing
+        self.turns = BoardTurns(sharing, store, progress)
         self.spec = plan.spec
         self.store = store
         self.progress = progress
@@ -210,7 +117,7 @@ class Scheduler(BoardTurns):
         try:
             wait_placed({n: b.actor for n, b in self.boards.items()}, PLACEMENT_TIMEOUT_S)
             while True:
-                self._renew()
+                self.turns.renew()
                 self._give_up_unservable()
                 self._dispatch()
                 busy = [b for b in self.boards.values() if b.busy]
@@ -234,7 +141,7 @@ class Scheduler(BoardTurns):
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
-                self._release(board)
+                self.turns.release(board.device.name)
             ray.kill(self.server)
         return self.counts
 
@@ -247,19 +154,20 @@ class Scheduler(BoardTurns):
             if run is None:
                 continue
             warmup = board.warmed[run.group] < self.spec.warmups
-            if not self._lease(board, run, warmup, now):
+            if not self.turns.take(board.device.name, None if warmup else run.key):
+                board.not_before = now + LEASE_POLL_S
                 continue
             if not warmup:
                 run = self._first_not_done(board, run, now)
                 if run is None:
-                    self._release(board)
+                    self.turns.release(board.device.name)
                     continue
-            job: RunJob = replace(run.job, warmup=True) if warmup else run.job
+            order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
             if not warmup:
                 self._take(run)
                 run.attempts += 1
-            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{job.label}"
-            board.busy = Dispatch(board.actor.run.options(name=label).remote(job), run, warmup)
+            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
+            board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
 
     def _collect(self, board: Board) -> None:
         # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
@@ -267,7 +175,7 @@ class Scheduler(BoardTurns):
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
-        self._release(board)
+        self.turns.release(board.device.name)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
@@ -283,7 +191,8 @@ class Scheduler(BoardTurns):
         if report.status == "busy":
             self._busy(board, dispatch, report.error or "busy")
             return
-        board.losses, board.locked_by = 0, ""
+        board.losses = 0
+        self.turns.unlocked(board.device.name)
         board.not_before = time.monotonic() + self.spec.cooldown_s
         run = dispatch.run
         if dispatch.warmup:
@@ -293,10 +202,10 @@ class Scheduler(BoardTurns):
             return
         result = to_run_result(report, run, self.plan.device_ids[board.device.name],
                                self.spec.model)
-        result.lease_id = board.lease
+        result.lease_id = self.turns.lease_of(board.device.name)
         self.store.save_run(result)
         self.counts[report.status] += 1
-        self.progress.record(board.device.name, report.status, run.job.label)
+        self.progress.record(board.device.name, report.status, run.order.label)
 
     def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
         name = board.device.name
@@ -340,7 +249,8 @@ class Scheduler(BoardTurns):
     def _stop_in_flight(self, status: str, error: str) -> None:
         in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
         for board in in_flight:
-            self._placeholder([board.busy.run], status, board.device.name, error, board.lease)
+            self._placeholder([board.busy.run], status, board.device.name, error,
+                              self.turns.lease_of(board.device.name))
 
     def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
                      error: str, lease: str | None = None) -> None:
@@ -352,4 +262,44 @@ class Scheduler(BoardTurns):
                 result.lease_id = lease
                 self.store.save_run(result)
             self.counts[status] += 1
-            self.progress.record(device, status, run.job.label)
+            self.progress.record(device, status, run.order.label)
+
+    # -- the queues ---------------------------------------------------------------------------
+
+    def _next_for(self, board: Board, now: float) -> PlannedRun | None:
+        """The board's next run: its pinned runs first, then its classes' pools; a pooled run
+        lost on this board waits for another board of the pool."""
+        name = board.device.name
+        for key in board.serves:
+            others = any(not b.dead and b is not board and key in b.serves
+                         for b in self.boards.values())
+            for run in self.queues[key]:
+                if run.not_before > now:
+                    continue
+                if others and name in run.lost_on:  # leave it to another board of the pool
+                    continue
+                return run
+        return None
+
+    def _take(self, run: PlannedRun) -> None:
+        self.queues[run.placement.key].remove(run)
+
+    def _first_not_done(self, board: Board, run: PlannedRun | None,
+                        now: float) -> PlannedRun | None:
+        """Under the board's lease: drop the runs another coordinator of the store finished
+        meanwhile (two people running one spec run each of its runs once)."""
+        while run is not None and not self.plan.force and \
+                self.turns.done_elsewhere(run.key, self.plan.experiment_id):
+            self._take(run)
+            self.counts["elsewhere"] += 1
+            self.progress.record(board.device.name, "elsewhere", run.order.label)
+            run = self._next_for(board, now)
+        return run
+
+    def _busy(self, board: Board, dispatch: Dispatch, error: str) -> None:
+        """The board's lock file was taken: nothing ran; the run waits for the board."""
+        board.not_before = time.monotonic() + LEASE_POLL_S
+        if not dispatch.warmup:
+            dispatch.run.attempts -= 1
+            self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
+        self.turns.note_locked(board.device.name, error)

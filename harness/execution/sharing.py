@@ -9,7 +9,6 @@ else 30 s: a dead coordinator blocks its boards for at most that long.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import threading
@@ -34,17 +33,6 @@ HEARTBEAT_MAX_S = 1.0  # the job heartbeat (and so a cancel) is seen at least th
 
 class Cancelled(Exception):
     """The coordinator's job was cancelled with `benchfarm cancel`."""
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type of --lease-ttl and --poll."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 def lease_ttl(flag: float | None = None) -> float:

@@ -1,98 +1,83 @@
-"""Board turns for the scheduler: leases in the store and the board's lock file.
+"""Taking turns on the boards with the other coordinators of the store.
 
-``BoardTurns`` is the part of ``harness.scheduler.Scheduler`` that deals with the other
-coordinators: it takes a board's lease before each dispatch (and waits, with one note, while
-another holder has it), renews the leases in flight, releases each once its result is stored,
-skips runs another coordinator of the store finished meanwhile, and puts back a run whose
-command found the board's lock file taken. It also picks a board's next run (``_next_for``).
+``BoardTurns`` holds this coordinator's leases: it takes a board's lease before each dispatch
+(and, while another holder has it, says so once and lets the scheduler try again a moment
+later), renews the leases in flight, releases each once its result is stored, tells whether
+another coordinator of the store finished a run meanwhile, and says once when a board's lock
+file is held by a coordinator of another store. The scheduler owns the queues and the boards;
+this owns what is shared with the others (harness.execution.sharing: the store's leases).
 """
 
 from __future__ import annotations
 
-import time
-from collections import Counter, deque
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from db.store import Store
-from harness.plan import Plan, PlannedRun
-from harness.progress import Progress
-from harness.sharing import LEASE_POLL_S, Sharing
-
-if TYPE_CHECKING:
-    from harness.scheduler import Board, Dispatch
+from harness.execution.progress import Progress
+from harness.execution.sharing import Sharing
 
 
 class BoardTurns:
-    plan: Plan
-    store: Store
-    progress: Progress
-    sharing: Sharing
-    boards: dict[str, Board]
-    queues: dict[str, deque[PlannedRun]]
-    counts: Counter[str]
+    def __init__(self, sharing: Sharing, store: Store, progress: Progress) -> None:
+        self.sharing = sharing
+        self.store = store
+        self.progress = progress
+        self.leases: dict[str, str] = {}  # board -> the lease id held for its dispatch
+        self._waiting_on: dict[str, str] = {}  # board -> who holds its lease (noted once)
+        self._locked_by: dict[str, str] = {}  # board -> the lock file error noted (once)
 
-    def _next_for(self, board: Board, now: float) -> PlannedRun | None:
-        name = board.device.name
-        for key in board.serves:
-            others = any(not b.dead and b is not board and key in b.serves
-                         for b in self.boards.values())
-            for run in self.queues[key]:
-                if run.not_before > now:
-                    continue
-                if others and name in run.lost_on:  # leave it to another board of the pool
-                    continue
-                return run
-        return None
-
-    def _take(self, run: PlannedRun) -> None:
-        self.queues[run.placement.key].remove(run)
-
-    def _renew(self) -> None:
-        held = {b.lease: b for b in self.boards.values() if b.lease}
-        for lease_id in self.sharing.tick(list(held)):
-            self.progress.note(f"device {held[lease_id].device.name!r}: its lease expired "
-                               "while a run was in flight (was the coordinator stalled for "
-                               "longer than the lease time?); another coordinator may use it")
-
-    def _release(self, board: Board) -> None:
-        if board.lease:
-            self.sharing.release(board.lease)
-            board.lease = None
-
-    def _lease(self, board: Board, run: PlannedRun, warmup: bool, now: float) -> bool:
-        """Take the board's lease for this dispatch; False (and a note) when another holds it."""
-        claim = self.sharing.acquire(board.device.name, None if warmup else run.key)
+    def take(self, board: str, run_key: str | None) -> bool:
+        """Take the board's lease for one dispatch (``run_key`` None: a warm-up); False, with a
+        note the first time, while another coordinator holds it."""
+        claim = self.sharing.acquire(board, run_key)
         if claim.granted:
-            board.lease, board.waiting_on = claim.granted.lease_id, ""
+            self.leases[board] = claim.granted.lease_id
+            self._waiting_on.pop(board, None)
             return True
-        board.not_before = now + LEASE_POLL_S
         lease = claim.current
-        if lease and lease.holder != self.sharing.holder and board.waiting_on != lease.holder:
-            board.waiting_on = lease.holder
-            self.progress.note(f"device {board.device.name!r} is leased by {lease.holder} "
-                               f"(experiment {lease.experiment}) until {lease.expires:%H:%M:%S} "
+        if lease and lease.holder != self.sharing.holder and \
+                self._waiting_on.get(board) != lease.holder:
+            self._waiting_on[board] = lease.holder
+            self.progress.note(f"device {board!r} is leased by {lease.holder} "
+                               f"(experiment {lease.experiment}) until {_clock(lease.expires)} "
                                "UTC; waiting")
         return False
 
-    def _first_not_done(self, board: Board, run: PlannedRun | None,
-                        now: float) -> PlannedRun | None:
-        """Under the board's lease: drop the runs another coordinator of the store finished
-        meanwhile (two people running one spec run each of its runs once)."""
-        while run is not None and not self.plan.force and \
-                self.store.completed_run_keys([run.key]):
-            self._take(run)
-            self.store.link_runs(self.plan.experiment_id, [run.key])
-            self.counts["elsewhere"] += 1
-            self.progress.record(board.device.name, "elsewhere", run.job.label)
-            run = self._next_for(board, now)
-        return run
+    def lease_of(self, board: str) -> str | None:
+        return self.leases.get(board)
 
-    def _busy(self, board: Board, dispatch: Dispatch, error: str) -> None:
-        """The board's lock file was taken: nothing ran; the run waits for the board."""
-        board.not_before = time.monotonic() + LEASE_POLL_S
-        if not dispatch.warmup:
-            dispatch.run.attempts -= 1
-            self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
-        if board.locked_by != error:
-            board.locked_by = error
+    def release(self, board: str) -> None:
+        lease_id = self.leases.pop(board, None)
+        if lease_id:
+            self.sharing.release(lease_id)
+
+    def renew(self) -> None:
+        """Renew the leases in flight (and the job's heartbeat) when due; raises Cancelled once
+        the job was cancelled."""
+        by_lease = {lease_id: board for board, lease_id in self.leases.items()}
+        for lease_id in self.sharing.tick(list(by_lease)):
+            self.progress.note(f"device {by_lease[lease_id]!r}: its lease expired while a run "
+                               "was in flight (was the coordinator stalled for longer than the "
+                               "lease time?); another coordinator may use it")
+
+    def done_elsewhere(self, run_key: str, experiment_id: int) -> bool:
+        """Whether another coordinator of the store stored this run as ok meanwhile (it then
+        becomes this experiment's too): two people running one spec run each of its runs
+        once."""
+        if not self.store.completed_run_keys([run_key]):
+            return False
+        self.store.link_runs(experiment_id, [run_key])
+        return True
+
+    def note_locked(self, board: str, error: str) -> None:
+        """The board's lock file was taken by another coordinator: said once per holder."""
+        if self._locked_by.get(board) != error:
+            self._locked_by[board] = error
             self.progress.note(f"{error}; waiting")
+
+    def unlocked(self, board: str) -> None:
+        self._locked_by.pop(board, None)
+
+
+def _clock(moment: datetime) -> str:
+    return f"{moment:%H:%M:%S}"

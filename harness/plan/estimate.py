@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from db.queries import RunDuration
-from harness.matrix import Cell, Placement, expand
+from harness.plan.matrix import Cell, Placement, expand
 from harness.spec import Spec
 
 

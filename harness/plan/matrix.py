@@ -14,22 +14,18 @@ import json
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from harness.engines.llamabench import NAME as LLAMA_BENCH
-from harness.engines.llamabench import LlamaBenchConfig
+from harness.engines import ENGINES
 from harness.errors import InputError
 from harness.spec import Spec
-from harness.spec_engine import EVICTING, SWITCHES
-from harness.spec_workloads import WorkloadAxes
+from harness.spec.workloads import WorkloadAxes
+from harness.workloads.kinds import KINDS, WorkloadPoint
 
 # The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
 # memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
 MAX_RUNS = 20000
-# Engine subcommand per workload kind.
-COMMANDS = {"needle": "generate", "decode": "generate", "ppl": "ppl", "attn-bench": "attn-bench"}
 
 
 class DeviceLike(Protocol):
@@ -58,64 +54,13 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    policy: str
-    k: int | None
-    block: int | None
-    probes: int | None
-    kv: str | None  # None where the command ignores it (attn-bench)
-    wq: str | None
-    threads: int
-    prefill_attn: str | None
-    measure_selection: bool
-    # engine switches (harness.spec_engine.SWITCHES); None: the engine's default
-    importance: bool | None = None
-    recency: bool | None = None
-    probe_summary: bool | None = None
-    ref_attn: bool | None = None
-    trace_selection: bool | None = None  # --trace-selection (None: no trace)
-    kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
-    predictor: str | None = None  # gbm: the sha256 of its tree file (harness.spec_engine.Predictor)
-    measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
-
-    def as_dict(self) -> dict[str, Any]:
-        """The config for run keys and records; switches at their default (and the axes added
-        later, when unset) are left out, so a run keeps the key it had before they existed."""
-        optional = (*SWITCHES, "trace_selection", "kv_budget", "predictor", "measure_keys")
-        return {name: value for name, value in asdict(self).items()
-                if value is not None or name not in optional}
-
-
-@dataclass(frozen=True)
-class WorkloadPoint:
-    """One point of a workload's axes, with its scalar settings (max_new, runs ...)."""
-
-    kind: str
-    params: tuple[tuple[str, Any], ...]  # sorted by name
-
-    def get(self, name: str) -> Any:
-        return dict(self.params)[name]
-
-    @property
-    def command(self) -> str:
-        return COMMANDS[self.kind]
-
-    def label(self) -> str:
-        """For progress lines: a filler or text file by its name (the full path is in the stored
-        parameters), a needle template as "own"."""
-        shown = {k: Path(v).name if k in ("filler", "text")
-                 else "own" if k in ("needle", "question") else v for k, v in self.params}
-        return self.kind + " " + " ".join(f"{k}={v}" for k, v in shown.items())
-
-
-@dataclass(frozen=True)
 class Cell:
     workload: WorkloadPoint
-    config: EngineConfig | LlamaBenchConfig  # the config record of the cell's engine
+    config: Any  # the config record of the cell's engine (its as_dict() goes into run keys)
     revision: str
     placement: Placement
     repeat: int
-    engine: str = "lmc"  # harness.engines name
+    engine: str  # harness.engines name
 
 
 def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
@@ -142,9 +87,11 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
                 raise InputError(f"{where}: class {selector!r} mixes architectures "
                                  f"{sorted(archs)}; name the devices instead")
             threads = {d.engine_threads for d in members}
-            if len(threads) > 1 and spec.engine.threads is None:
+            unfixed = [key for name in spec.engines
+                       if (key := ENGINES[name].threads_key(spec.axes(name))) is not None]
+            if len(threads) > 1 and unfixed:
                 raise InputError(f"{where}: the boards of class {selector!r} differ in `threads` "
-                                 f"{sorted(threads)}; set engine.threads in the spec")
+                                 f"{sorted(threads)}; set {unfixed[0]} in the spec")
             placements.append(Placement(selector, True, members[0].arch, min(threads),
                                         tuple(d.name for d in members)))
         else:
@@ -156,6 +103,11 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     return placements
 
 
+def archs_of(placements: Sequence[Placement]) -> list[str]:
+    """The architectures the placements run on: what the engines are built for."""
+    return sorted({p.arch for p in placements})
+
+
 def _workload_points(workload: WorkloadAxes) -> list[WorkloadPoint]:
     names = sorted(workload.axes)
     points = []
@@ -165,96 +117,52 @@ def _workload_points(workload: WorkloadAxes) -> list[WorkloadPoint]:
     return points
 
 
-def _engine_configs(spec: Spec, kind: str, default_threads: int) -> list[EngineConfig]:
-    engine = spec.engine
-    # attn-bench has no model: no weight format and no prefill; ppl measures no selection.
-    uses_model = kind != "attn-bench"
-    measures = COMMANDS[kind] in ("generate", "attn-bench")
-    configs: list[EngineConfig] = []
-    for policy in engine.policies:
-        names = sorted(policy.switches)
-        for k, block, probes, budget, kv, wq, threads, prefill, *switches in itertools.product(
-            policy.k, policy.block, policy.probes, policy.kv_budget, engine.kv, engine.wq,
-            engine.threads or [default_threads], engine.prefill_attn,
-            *(policy.switches[name] for name in names),
-        ):
-            config = EngineConfig(
-                policy=policy.name, k=k, block=block, probes=probes,
-                kv=kv,
-                wq=wq if uses_model else None,
-                threads=threads,
-                prefill_attn=prefill if uses_model else None,
-                measure_selection=engine.measure_selection and measures,
-                trace_selection=True if engine.trace_selection and measures else None,
-                kv_budget=budget if uses_model else None,
-                predictor=policy.predictor.sha256 if policy.predictor else None,
-                measure_keys=engine.measure_keys
-                if kind == "ppl" and policy.name in EVICTING else None,
-                **dict(zip(names, switches, strict=True)),
-            )
-            if config not in configs:  # axes a command ignores would only repeat a config
-                configs.append(config)
-    return configs
+def engines_of(spec: Spec) -> list[str]:
+    """The spec's engines in the registry's order (the order of their cells)."""
+    return [name for name in ENGINES if name in spec.engines]
 
 
 def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
-    """All cells of the matrix, in a fixed order (revision, placement, workload, config, repeat).
+    """All cells of the matrix, in a fixed order (engine, revision, placement, workload, config,
+    repeat).
 
-    Policy-specific axes are crossed with their own policy only (see harness.spec_engine). lmc's
-    cells cross the spec's revisions; llama-bench's (decode workloads only) are built from its own
-    source, once per placement.
+    Each engine crosses its own revisions (lmc: the spec's; llama-bench: its own source) and
+    runs the workload kinds it can; its configs come from its own axes, policy-specific axes
+    crossed with their own policy only (see harness.engines.lmc.section).
     """
     cells = []
-    if "lmc" in spec.engines:
-        for revision in spec.revisions:
+    for name in engines_of(spec):
+        engine, axes = ENGINES[name], spec.axes(name)
+        for revision in engine.revisions(spec):
             for placement in placements:
                 for workload in spec.workloads:
-                    configs = _engine_configs(spec, workload.kind, placement.threads)
+                    kind = KINDS[workload.kind]
+                    if not engine.runs_kind(kind):
+                        continue
+                    configs = engine.configs(axes, kind, placement.threads)
                     for point in _workload_points(workload):
                         for config in configs:
                             for repeat in range(spec.repeats):
-                                cells.append(Cell(point, config, revision, placement, repeat))
-    if spec.llama_bench is not None:
-        for placement in placements:
-            configs = spec.llama_bench.configs(placement.threads)
-            for workload in (w for w in spec.workloads if w.kind == "decode"):
-                for point in _workload_points(workload):
-                    for config in configs:
-                        for repeat in range(spec.repeats):
-                            cells.append(Cell(point, config, LLAMA_BENCH, placement, repeat,
-                                              engine=LLAMA_BENCH))
+                                cells.append(Cell(point, config, revision, placement, repeat,
+                                                  name))
     return cells
-
-
-def _config_count(spec: Spec, kind: str) -> int:
-    """len(_engine_configs(spec, kind, ...)) without building them: axis values are distinct,
-    and only the axes a command ignores collapse."""
-    engine = spec.engine
-    uses_model = kind != "attn-bench"
-    shared = (len(engine.kv) * len(engine.threads or [0])
-              * (len(engine.wq) * len(engine.prefill_attn) if uses_model else 1))
-    return shared * sum(len(p.k) * len(p.block) * len(p.probes)
-                        * (len(p.kv_budget) if uses_model else 1)
-                        * math.prod(len(values) for values in p.switches.values())
-                        for p in engine.policies)
 
 
 def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:
     """len(expand(spec, placements)) per placement key, counted without expanding, so that a
     matrix too large to plan is refused at once."""
-    def points(w: Any) -> int:
+    def points(w: WorkloadAxes) -> int:
         return math.prod(len(values) for values in w.axes.values())
 
-    lmc = 0
-    if "lmc" in spec.engines:
-        lmc = len(spec.revisions) * sum(points(w) * _config_count(spec, w.kind)
-                                        for w in spec.workloads)
-    decode_points = sum(points(w) for w in spec.workloads if w.kind == "decode")
     counts = {}
     for p in placements:
-        llama = 0 if spec.llama_bench is None else \
-            decode_points * len(spec.llama_bench.configs(p.threads))
-        counts[p.key] = (lmc + llama) * spec.repeats
+        total = 0
+        for name in engines_of(spec):
+            engine, axes = ENGINES[name], spec.axes(name)
+            total += len(engine.revisions(spec)) * sum(
+                points(w) * engine.count_configs(axes, KINDS[w.kind], p.threads)
+                for w in spec.workloads if engine.runs_kind(KINDS[w.kind]))
+        counts[p.key] = total * spec.repeats
     return counts
 
 

@@ -1,84 +1,55 @@
-"""From a validated spec to the runs of its matrix: model, workloads, run keys.
+"""From a validated spec and its placements to the runs of its matrix: builds, models,
+workloads, run keys, work orders.
 
 Planning is three steps, and only the last writes to the store:
 
-- ``prepare`` makes what the runs use: every engine build per (revision, target) and
-  llama-bench's GGUF files (it writes under build/, never the store); ``identities`` gives the
-  same records without building anything, for judging stored runs (``audit --stored-only``).
-- ``make_plan`` names every run of the matrix on the driver from those: the model hashed, every
-  workload generated (its ids hashed), each run's key and job. It builds nothing and writes
-  nothing.
+- ``prepare`` makes what the runs use, engine by engine (each adapter's ``prepare``: its builds
+  per (revision, target), its model artifacts such as llama-bench's GGUF files); it writes
+  under build/, never the store. ``identities`` gives the same records without building
+  anything, for judging stored runs (``audit --stored-only``).
+- ``make_plan`` names every run of the matrix on the driver from those: every workload made
+  by its kind (its ids hashed), each run's key and work order (by its engine's adapter). It
+  builds nothing and writes nothing.
 - ``register_plan`` stores the reference rows (experiment, builds, models, workloads, devices),
   gives each run its row ids, and leaves out the runs already stored as ok unless ``force``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from db.store import Store
-from devices.inventory import Device, Inventory
-from harness import workloads
-from harness.artifacts import Catalogue
-from harness.build import BuildRecord, build_identity, git_output, sha256_file
-from harness.engines import llamabench, lmc
-from harness.engines.base import Artifact
-from harness.engines.llamabench import NAME as LLAMA_BENCH
-from harness.engines.llamabench import LlamaBenchConfig, LlamaBenchEngine
-from harness.errors import InputError
-from harness.matrix import (
+from devices.inventory import Device
+from harness.contract import WorkOrder
+from harness.engines import ENGINES, get_engine
+from harness.engines.base import BuildFn, BuildRecord, Materials
+from harness.identity import Catalogue
+from harness.plan.matrix import (
     Cell,
-    EngineConfig,
     Placement,
-    WorkloadPoint,
+    archs_of,
+    engines_of,
     expand,
     interleave,
-    resolve_placements,
     run_key,
 )
-from harness.runner import RunJob
-from harness.spec import WORKTREE, Spec
-
-# Settings that change how a run uses a workload, not the workload's ids.
-RUN_SETTINGS = ("max_new",)
-
-BuildFn = Callable[[list[tuple[str, str]]], dict[tuple[str, str], BuildRecord]]
-
-
-@dataclass
-class Materials:
-    """What the runs use that must exist before they can be named: each engine build by
-    (revision, target) (llama-bench's under the revision ``llama-bench``), and llama-bench's
-    GGUF by type."""
-
-    builds: dict[tuple[str, str], BuildRecord]
-    gguf: dict[str, Artifact] = field(default_factory=dict)
-
-
-@dataclass
-class MaterialWorkload:
-    kind: str
-    params: dict[str, Any]  # what identifies it (run settings left out)
-    hash: str
-    ids: tuple[int, ...] | None
-    answer: str | None
-    needle_span: Any
-    stop_id: int | None
+from harness.spec import Spec
+from harness.workloads.base import Material
+from harness.workloads.kinds import WorkloadPoint
 
 
 @dataclass
 class PlannedRun:
     key: str
     cell: Cell
-    job: RunJob
+    order: WorkOrder
     group: str  # warm-up group: (build, model); a board warms up once per group
-    model_sha: str | None  # the model (or GGUF) the run reads, None for attn-bench
+    model_sha: str | None  # the model (or GGUF) the run reads, None when it reads none
     answer: str | None
+    stored: dict[str, Any] = field(default_factory=dict)  # what its engine adds to its config
     # the rows it refers to: 0 / None until register_plan stored them
     experiment_id: int = 0
     build_id: int = 0
@@ -98,9 +69,9 @@ class Plan:
     spec: Spec
     placements: list[Placement]
     boards: dict[str, Device]  # every board a placement may use
-    builds: dict[tuple[str, str], BuildRecord]
+    builds: dict[tuple[str, str], BuildRecord]  # (revision, target) -> build
     models: dict[str, tuple[Path, dict[str, Any]]]  # sha256 -> (path, info) of each model
-    workloads: dict[WorkloadPoint, MaterialWorkload]
+    workloads: dict[WorkloadPoint, Material]
     runs: list[PlannedRun]  # the whole matrix, in run order
     catalogue: Catalogue  # the artifacts the runs name, by sha256, where the driver has them
     # set by register_plan:
@@ -114,215 +85,57 @@ class Plan:
         return len(self.runs) - len(self.todo)
 
 
-def check_revisions(spec: Spec) -> None:
-    for revision in spec.revisions:
-        if revision == WORKTREE:
-            continue
-        try:
-            git_output("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
-        except InputError:
-            raise InputError(f"{spec.path}: key 'revisions': {revision!r} is not a git revision "
-                             f"of this repository (or use {WORKTREE!r} for the working tree)"
-                             ) from None
+def prepare(spec: Spec, placements: Sequence[Placement], build: BuildFn) -> dict[str, Materials]:
+    """Build every engine the spec runs for the placements' architectures (cached: instant once
+    built) and make their model artifacts. Writes under build/ only."""
+    archs = archs_of(placements)
+    return {name: ENGINES[name].prepare(spec, spec.axes(name), archs, build)
+            for name in engines_of(spec)}
 
 
-def weights_sha256(model_dir: Path) -> str:
-    """The identity of a model's weights: the sha256 of model.safetensors, or for a sharded
-    checkpoint the sha256 of the lines "NAME SHA256" of its index and then of each shard (by
-    name), so a change to any shard or to the index changes it."""
-    single = model_dir / "model.safetensors"
-    if single.is_file():
-        return sha256_file(single)
-    index = model_dir / "model.safetensors.index.json"
-    if not index.is_file():
-        raise InputError(f"model {model_dir}: neither model.safetensors nor "
-                         "model.safetensors.index.json")
-    try:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{index}: no readable 'weight_map' ({exc!r})") from exc
-    digest = hashlib.sha256()
-    for name in [index.name, *shards]:
-        if not isinstance(name, str) or "/" in name or not (model_dir / name).is_file():
-            raise InputError(f"{index}: shard {name!r} is not a file in {model_dir}")
-        digest.update(f"{name} {sha256_file(model_dir / name)}\n".encode())
-    return digest.hexdigest()
-
-
-def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
-    sha = weights_sha256(model_dir)
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"model {model_dir}: unreadable config.json ({exc})") from exc
-    return sha, config
-
-
-def _identity_params(point: WorkloadPoint) -> dict[str, Any]:
-    return {k: v for k, v in point.params if k not in RUN_SETTINGS}
-
-
-def materialise(model_dir: Path | None, point: WorkloadPoint) -> MaterialWorkload:
-    """Generate one workload (ids, answer); attn-bench data is synthetic."""
-    params = _identity_params(point)
-    answer, span, stop_id = None, None, None
-    filler = params.get("filler", "grammar")  # spec settings, present only when set
-    if point.kind == "needle":
-        template = workloads.NeedleTemplate(
-            needle=params.get("needle", workloads.DEFAULT_NEEDLE.needle),
-            question=params.get("question", workloads.DEFAULT_NEEDLE.question))
-        prompt = workloads.needle_prompt(model_dir, params["ctx"], params["depth"],
-                                         params["seed"], filler, template)
-        ids, content_hash, answer, span = prompt.ids, prompt.hash, prompt.answer, \
-            prompt.needle_span
-        stop_id = prompt.stop_ids[0] if prompt.stop_ids else None
-    elif point.kind == "ppl":
-        stream = workloads.ppl_tokens(model_dir, params["length"], params["seed"], filler,
-                                      text=params.get("text"))
-        ids, content_hash = stream.ids, stream.hash
-    elif point.kind == "decode":
-        stream = workloads.decode_prompt(model_dir, params["ctx"], params["seed"], filler)
-        ids, content_hash = stream.ids, stream.hash
-        stop_id = stream.stop_ids[0] if stream.stop_ids else None
-    else:  # attn-bench: seeded synthetic data, identified by its parameters
-        ids = None
-        material = json.dumps({"kind": point.kind, **params}, sort_keys=True)
-        content_hash = hashlib.sha256(material.encode()).hexdigest()
-    return MaterialWorkload(point.kind, params, content_hash,
-                            None if ids is None else tuple(ids), answer, span, stop_id)
-
-
-def lmc_job(cell: Cell, record: BuildRecord, model_dir: Path | None, model_tree: str | None,
-            material: MaterialWorkload, timeout_s: float,
-            predictors: dict[str, Path] | None = None) -> RunJob:
-    """The job of one lmc cell; ``predictors`` maps a gbm tree file's sha256 to its path."""
-    predictors = predictors or {}
-    config = cell.config
-    assert isinstance(config, EngineConfig)
-    return RunJob(
-        run_key="",
-        label=f"{cell.workload.label()} {config.policy}"
-              + (f" k={config.k}" if config.k is not None and config.kv_budget is None else "")
-              + (f" kv-budget={config.kv_budget}" if config.kv_budget is not None else ""),
-        command=cell.workload.command,
-        binary=record.binary,
-        binary_sha256=record.binary_sha256,
-        model_dir=None if model_dir is None else str(model_dir),
-        model_sha256=None if model_dir is None else model_tree,
-        ids=material.ids,
-        options=lmc.options(cell.workload, config, material.stop_id),
-        timeout_s=timeout_s,
-        predictor=None if config.predictor is None else str(predictors[config.predictor]),
-        predictor_sha256=config.predictor,
-    )
-
-
-def llama_job(cell: Cell, record: BuildRecord, artifact: Artifact, timeout_s: float) -> RunJob:
-    config = cell.config
-    assert isinstance(config, LlamaBenchConfig)
-    return RunJob(
-        run_key="",
-        label=f"{cell.workload.label()} llama-bench {config.gguf_type}",
-        command=LLAMA_BENCH,
-        binary=record.binary,
-        binary_sha256=record.binary_sha256,
-        model_dir=str(artifact.path),
-        model_sha256=artifact.sha256,
-        model_file=True,  # one GGUF file, not a model folder
-        ids=None,  # llama-bench makes its own tokens
-        options=llamabench.options(cell.workload.get("ctx"), cell.workload.get("max_new"),
-                                   config),
-        timeout_s=timeout_s,
-        engine=LLAMA_BENCH,
-    )
-
-
-def plan_archs(spec: Spec, inventory: Inventory,
-               selectors: Sequence[str] | None = None) -> list[str]:
-    """The architectures the spec's placements run on: what ``prepare`` builds for."""
-    placements = resolve_placements(spec, list(inventory.devices.values()), selectors)
-    return sorted({p.arch for p in placements})
-
-
-def prepare(spec: Spec, archs: list[str], build: BuildFn) -> Materials:
-    """Build every engine the spec runs for ``archs`` (cached: instant once built) and make
-    llama-bench's GGUF files. Writes under build/ only."""
-    check_revisions(spec)
-    builds = build([(rev, arch) for rev in spec.revisions for arch in archs]) \
-        if "lmc" in spec.engines else {}
-    gguf: dict[str, Artifact] = {}
-    axes = spec.llama_bench
-    if axes is not None:
-        engine = LlamaBenchEngine(axes.source, axes.rev)
-        builds |= {(LLAMA_BENCH, arch): engine.build(arch) for arch in archs}
-        gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
-    return Materials(builds, gguf)
-
-
-def identities(spec: Spec, archs: list[str]) -> Materials:
+def identities(spec: Spec, placements: Sequence[Placement]) -> dict[str, Materials]:
     """What ``prepare`` would return, with nothing built or written: enough to name the runs
-    (their keys), not to execute them. lmc only: llama-bench's identity is that of a build and
-    a GGUF conversion, which this does not make."""
-    check_revisions(spec)
-    if spec.llama_bench is not None:
-        raise InputError(f"{spec.path}: judging stored runs without building is possible for "
-                         "lmc experiments only; this one runs llama-bench (run it, or audit "
-                         "without --stored-only)")
-    return Materials({(rev, arch): build_identity(arch, None if rev == WORKTREE else rev)
-                      for rev in spec.revisions for arch in archs})
+    (their keys), not to execute them. InputError for an engine whose identity needs its
+    build (llama-bench)."""
+    archs = archs_of(placements)
+    return {name: ENGINES[name].identities(spec, spec.axes(name), archs)
+            for name in engines_of(spec)}
 
 
-def make_plan(spec: Spec, inventory: Inventory, materials: Materials,
-              selectors: Sequence[str] | None = None) -> Plan:
-    """Every run of the matrix, named: keys, jobs, warm-up groups. Builds nothing and writes
-    nothing; ``register_plan`` stores it."""
-    devices = list(inventory.devices.values())
-    placements = resolve_placements(spec, devices, selectors)
-    boards = {name: inventory.devices[name] for p in placements for name in p.devices}
-    builds = materials.builds
-
+def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str, Device],
+              materials: Mapping[str, Materials]) -> Plan:
+    """Every run of the matrix, named: keys, work orders, warm-up groups. Builds nothing and
+    writes nothing; ``register_plan`` stores it. ``devices``: the inventory's, by name."""
+    boards = {name: devices[name] for p in placements for name in p.devices}
     catalogue = Catalogue.empty()
-    for record in builds.values():
-        catalogue.add_file(Path(record.binary), record.binary_sha256)
+    builds: dict[tuple[str, str], BuildRecord] = {}
     models: dict[str, tuple[Path, dict[str, Any]]] = {}
-    model_sha, model_tree = None, None
-    if spec.model is not None:
-        model_sha, config = model_identity(spec.model)
-        models[model_sha] = (spec.model, config)
-        model_tree = catalogue.add_tree(spec.model)
-    for artifact in materials.gguf.values():
-        models[artifact.sha256] = (artifact.path, artifact.info)
-        catalogue.add_file(artifact.path, artifact.sha256)
-    predictors = {p.predictor.sha256: p.predictor.path for p in spec.engine.policies
-                  if p.predictor is not None}
-    for sha, path in predictors.items():
-        catalogue.add_file(path, sha)
+    for engine_materials in materials.values():
+        catalogue.merge(engine_materials.catalogue)
+        builds |= engine_materials.builds
+        models |= engine_materials.models
 
-    materials_of: dict[WorkloadPoint, MaterialWorkload] = {}
+    made: dict[WorkloadPoint, Material] = {}
     runs = []
     for cell in expand(spec, placements):
-        material = materials_of.get(cell.workload)
+        material = made.get(cell.workload)
         if material is None:
-            material = materials_of[cell.workload] = materialise(spec.model, cell.workload)
-        record = builds[(cell.revision, cell.placement.arch)]
-        if isinstance(cell.config, LlamaBenchConfig):
-            artifact = materials.gguf[cell.config.gguf_type]
-            key_sha, uses_model = artifact.sha256, True
-            job = llama_job(cell, record, artifact, spec.timeout_s)
-        else:
-            key_sha, uses_model = model_sha, cell.workload.kind != "attn-bench"
-            job = lmc_job(cell, record, spec.model if uses_model else None, model_tree,
-                          material, spec.timeout_s, predictors)
-        key = run_key(asdict(record), key_sha, material.hash, cell)
+            point = cell.workload
+            material = made[point] = point.workload_kind.material(spec.model, point.identity())
+        engine_materials = materials[cell.engine]
+        record = engine_materials.builds[(cell.revision, cell.placement.arch)]
+        work = get_engine(cell.engine).work(cell.workload, cell.config, record,
+                                            engine_materials, material, spec.timeout_s)
+        key = run_key(asdict(record), work.key_model, material.hash, cell)
         runs.append(PlannedRun(
-            key=key, cell=cell, job=replace(job, run_key=key),
-            group=f"{record.binary_sha256}/{key_sha if uses_model else '-'}",
-            model_sha=key_sha if uses_model else None, answer=material.answer,
+            key=key, cell=cell, order=replace(work.order, run_key=key),
+            group=f"{record.binary_sha256}/{work.model_sha or '-'}",
+            model_sha=work.model_sha, answer=material.answer, stored=work.stored,
         ))
     # Two revisions with identical engine sources give identical keys: run such a cell once.
     runs = list({r.key: r for r in reversed(runs)}.values())[::-1]
     runs = interleave(runs, spec.order_seed, round_of=lambda r: r.cell.repeat)
-    return Plan(spec, placements, boards, builds, models, materials_of, runs, catalogue)
+    return Plan(spec, list(placements), boards, builds, models, made, runs, catalogue)
 
 
 def register_plan(plan: Plan, store: Store, force: bool = False) -> Plan:

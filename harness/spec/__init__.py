@@ -1,12 +1,14 @@
 """Experiment specs (``specs/*.toml``): load, validate, and turn into plain records.
 
-A spec names a model, the workloads with their axes, the engine axes, the engine revisions, the
-devices, and how often to repeat. Every error names the file, the key and what is allowed, and is
-raised before anything runs. Any axis may be written as a scalar or a list of values.
+A spec names a model, the workloads with their axes, the engines and each engine's axes (its own
+section), the engine revisions, the devices, and how often to repeat. Every error names the
+file, the key and what is allowed, and is raised before anything runs. Any axis may be written
+as a scalar or a list of values.
 
-This module reads the file and its top-level keys; the ``[engine]`` table is validated by
-``harness.spec_engine``, the ``[[workload]]`` tables by ``harness.spec_workloads`` and the
-``[llama-bench]`` table by ``harness.engines.llamabench``, all with ``harness.spec_check``.
+This module reads the file and its top-level keys; the ``[[workload]]`` tables are validated by
+``harness.spec.workloads`` against the workload kinds, and each engine's section (lmc's
+``[engine]``, ``[llama-bench]``) by its adapter (``harness.engines``), all with
+``harness.checker.SpecChecker``.
 """
 
 from __future__ import annotations
@@ -18,21 +20,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engines.llamabench import SECTION as LLAMA_SECTION
-from harness.engines.llamabench import LlamaBenchAxes, parse_section
+from harness.checker import SpecChecker
+from harness.engines import ENGINES
+from harness.engines.lmc.build import WORKTREE
 from harness.errors import InputError
-from harness.spec_check import SpecChecker
-from harness.spec_engine import FEATURE_POLICIES, EngineAxes, parse_engine
-from harness.spec_workloads import WorkloadAxes, parse_workloads
+from harness.spec.workloads import WorkloadAxes, parse_workloads
+from harness.workloads.kinds import KINDS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-WORKTREE = "worktree"  # the revision name of the engine sources in the working tree
 TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
-    "retries", "backoff_s", "order_seed", "timeout_s", "engine", "workload", "engines",
-    LLAMA_SECTION,
+    "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines",
+    *(engine.section for engine in ENGINES.values()),
 }
-ENGINE_NAMES = ("lmc", "llama-bench")  # harness.engines.ENGINES; a spec runs one or several
+DEFAULT_ENGINES = [next(iter(ENGINES))]  # lmc, the first engine of the registry
+
+__all__ = ["WORKTREE", "Spec", "load_spec", "parse_spec"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Spec:
     hash: str  # sha256 of the spec text
     name: str
     description: str
-    model: Path | None  # None only when every workload is `attn-bench`
+    model: Path | None  # None only when no workload reads a model (attn-bench)
     devices: list[str]  # device names or device classes
     revisions: list[str]  # WORKTREE or git revisions
     repeats: int
@@ -52,10 +55,18 @@ class Spec:
     backoff_s: float  # first wait before a lost board is tried again; doubles every time
     order_seed: int
     timeout_s: float
-    engine: EngineAxes  # lmc's axes (the [engine] table)
     workloads: list[WorkloadAxes] = field(default_factory=list)
-    engines: list[str] = field(default_factory=lambda: ["lmc"])
-    llama_bench: LlamaBenchAxes | None = None  # the [llama-bench] table
+    engines: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINES))
+    # engine name -> its axes (the record its adapter made of its section)
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def axes(self, engine: str) -> Any:
+        """The axes of one of the spec's engines."""
+        return self.sections[engine]
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -93,25 +104,20 @@ def parse_spec(text: str, path: Path) -> Spec:
         if not (model / "config.json").is_file():
             raise check.fail("model", f"{model_text!r} (resolved relative to the spec's folder "
                              f"to {model}) is not a model directory with a config.json")
-    elif any(w.kind != "attn-bench" for w in workloads):
-        raise check.fail("model", "required for needle, ppl and decode workloads "
+    elif any(KINDS[w.kind].uses_model for w in workloads):
+        readers = [k.name for k in KINDS.values() if k.uses_model]
+        raise check.fail("model", f"required for {_listing(readers)} workloads "
                          "(a Hugging Face model directory, relative to the spec's folder)")
-    engine = parse_engine(check, data.get("engine", {}))
-    featured = [p.name for p in engine.policies if p.name in FEATURE_POLICIES]
-    if featured and any(w.kind == "attn-bench" for w in workloads):
-        raise check.fail(f"engine.policy.{featured[0]}",
-                         f"{featured[0]} scores keys from token features, which attn-bench's "
-                         "synthetic data has none of (lmc runs it in generate and ppl only): "
-                         "put the attn-bench workload and this policy in separate specs")
-    engines = check.axis(data.get("engines", ["lmc"]), "engines", "str", choices=ENGINE_NAMES)
-    llama_bench = None
-    if "llama-bench" in engines:
-        llama_bench = parse_section(check, data.get(LLAMA_SECTION, {}), path.parent)
-        if not any(w.kind == "decode" for w in workloads):
-            raise check.fail("engines", "llama-bench runs decode workloads (pp<ctx>, "
-                             "tg<max_new>): add a [[workload]] of kind = \"decode\"")
-    elif LLAMA_SECTION in data:
-        raise check.fail(LLAMA_SECTION, "the spec's `engines` does not list llama-bench")
+    engines = check.axis(data.get("engines", DEFAULT_ENGINES), "engines", "str",
+                         choices=tuple(ENGINES))
+    kinds = [w.kind for w in workloads]
+    sections = {}
+    for engine_name, engine in ENGINES.items():  # the registry's order
+        if engine_name in engines:
+            sections[engine_name] = engine.parse_section(
+                check, data.get(engine.section, {}), path.parent, kinds)
+        elif engine.section in data:
+            raise check.fail(engine.section, f"the spec's `engines` does not list {engine_name}")
 
     devices = check.axis(data.get("devices", ["local"]), "devices", "str")
     for device in devices:
@@ -138,8 +144,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         backoff_s=number("backoff_s", "float", 1.0, 0),
         order_seed=number("order_seed", "int", 0, 0),
         timeout_s=number("timeout_s", "float", 900.0, 1),
-        engine=engine,
         workloads=workloads,
         engines=engines,
-        llama_bench=llama_bench,
+        sections=sections,
     )

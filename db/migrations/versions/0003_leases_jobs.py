@@ -1,6 +1,6 @@
 """Board leases, the job queue, the lease of each run, and the run status "cancelled".
 
-Revision ID: 0003b
+Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-01
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003b"
+revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None

@@ -1,7 +1,7 @@
 """Which engine a build and a run belong to (lmc, llama-bench ...); existing rows are lmc's.
 
-Revision ID: 0005
-Revises: 0003b
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-01
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0003b"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

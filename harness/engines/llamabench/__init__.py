@@ -13,7 +13,7 @@ Note what the tests time: ``tg`` generates from a context of ``depth`` tokens (0
 llama-bench's convention and that of the published tables), whereas an lmc decode run's steps
 follow its ``ctx``-token prompt; set ``depth`` to the ctx to time llama.cpp's decode there.
 
-The model is GGUF: the spec's Hugging Face model converted by :mod:`harness.engines.gguf`
+The model is GGUF: the spec's Hugging Face model converted by :mod:`harness.engines.llamabench.gguf`
 (cached under ``build/gguf``, identified by the GGUF file's sha256) or a GGUF file named in the
 ``[llama-bench]`` section.
 """
@@ -22,110 +22,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from db.records import Outcome
+from devices.transport import Transport
 from harness import REPO_ROOT
-from harness.build import BuildRecord, sha256_file
-from harness.engines.base import Artifact, Measurements
-from harness.engines.llamacpp_build import PYPI, build_llama_bench
-from harness.spec_check import SpecChecker
+from harness.checker import SpecChecker
+from harness.contract import WorkOrder
+from harness.engines.base import (
+    Artifact,
+    BuildFn,
+    BuildRecord,
+    Materials,
+    Measurements,
+    NeedsBuild,
+    PlannedWork,
+)
+from harness.engines.llamabench.build import PYPI, build_llama_bench
+from harness.engines.llamabench.section import (
+    NAME,
+    SECTION,
+    LlamaBenchAxes,
+    LlamaBenchConfig,
+    parse_section,
+)
+from harness.identity import Catalogue, sha256_file
+from harness.workloads.base import Material, WorkloadKind
+from harness.workloads.kinds import WorkloadPoint
 
-NAME = "llama-bench"
-GGUF_TYPES = ("f32", "q8_0", "bf16")
-# the cache types this llama-bench accepts for -ctk/-ctv (it refuses f32: "invalid parameter")
-CACHE_TYPES = ("f16", "q8_0")
-# lmc's name for the same weight format (so that report labels line up)
-LMC_WQ = {"f32": "f32", "q8_0": "q8", "bf16": "bf16"}
+if TYPE_CHECKING:
+    from harness.spec import Spec
+
 # The fields of a llama-bench JSON row that describe the build and machine, not the test.
 BUILD_FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends")
+RUNS_KINDS = ("decode",)  # a decode point: pp<ctx> and tg<max_new>
 
-
-SECTION = "llama-bench"  # the spec's table for this engine
-SECTION_KEYS = {"source", "rev", "gguf", "gguf_type", "threads", "repetitions", "depth",
-                "cache_type", "pg"}
-
-
-@dataclass(frozen=True)
-class LlamaBenchAxes:
-    """The spec's ``[llama-bench]`` table: where llama.cpp comes from, and its axes."""
-
-    source: str  # "pypi" or a llama.cpp source tree / git repository
-    rev: str | None  # a git revision of ``source``
-    gguf: Path | None  # a GGUF file instead of converting the spec's model
-    gguf_type: list[str]
-    threads: list[int] | None  # None: each device's own `threads`
-    repetitions: int
-    depth: list[int]
-    cache_type: list[str]
-    pg: bool
-
-    def configs(self, default_threads: int) -> list[LlamaBenchConfig]:
-        return [LlamaBenchConfig(t, n, self.repetitions, d, c, self.pg)
-                for t in self.gguf_type for n in self.threads or [default_threads]
-                for d in self.depth for c in self.cache_type]
-
-
-def parse_section(check: SpecChecker, value: Any, spec_dir: Path) -> LlamaBenchAxes:
-    """Validate the ``[llama-bench]`` table with the spec's checker (errors name the key)."""
-    table = check.table(value, SECTION, SECTION_KEYS)
-    source = check.scalar(table.get("source", PYPI), f"{SECTION}.source", "str")
-    if source != PYPI:
-        source = str((spec_dir / source).resolve())
-    rev = table.get("rev")
-    if rev is not None:
-        rev = check.scalar(rev, f"{SECTION}.rev", "str")
-        if source == PYPI:
-            raise check.fail(f"{SECTION}.rev", "needs `source` to name a git repository of "
-                             "llama.cpp (the pypi sdist has one version)")
-    gguf = None
-    if "gguf" in table:
-        gguf = (spec_dir / check.scalar(table["gguf"], f"{SECTION}.gguf", "str")).resolve()
-        if not gguf.is_file():
-            raise check.fail(f"{SECTION}.gguf", f"{gguf} is not a file")
-        if "gguf_type" in table and isinstance(table["gguf_type"], list):
-            raise check.fail(f"{SECTION}.gguf_type", "one type only with `gguf` (the file's)")
-    threads = None
-    if "threads" in table:
-        threads = check.axis(table["threads"], f"{SECTION}.threads", "int", low=1)
-    return LlamaBenchAxes(
-        source=source, rev=rev, gguf=gguf,
-        gguf_type=check.axis(table.get("gguf_type", "f32"), f"{SECTION}.gguf_type", "str",
-                             choices=GGUF_TYPES),
-        threads=threads,
-        repetitions=check.minimum(check.scalar(table.get("repetitions", 5),
-                                               f"{SECTION}.repetitions", "int"),
-                                  f"{SECTION}.repetitions", 1),
-        depth=check.axis(table.get("depth", 0), f"{SECTION}.depth", "int", low=0),
-        cache_type=check.axis(table.get("cache_type", "f16"), f"{SECTION}.cache_type", "str",
-                              choices=CACHE_TYPES),
-        pg=check.scalar(table.get("pg", False), f"{SECTION}.pg", "bool"),
-    )
-
-
-@dataclass(frozen=True)
-class LlamaBenchConfig:
-    """One point of the ``[llama-bench]`` axes; its ``as_dict`` goes into run keys."""
-
-    gguf_type: str
-    threads: int
-    repetitions: int
-    depth: int
-    cache_type: str
-    pg: bool
-    engine: str = NAME
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def wq(self) -> str:
-        return LMC_WQ[self.gguf_type]
-
-    @property
-    def kv(self) -> str:
-        return self.cache_type
+__all__ = ["BUILD_FIELDS", "NAME", "LlamaBenchConfig", "LlamaBenchEngine", "bench_test_name",
+           "options"]
 
 
 def bench_test_name(row: dict[str, Any]) -> str:
@@ -147,11 +81,74 @@ def options(ctx: int, max_new: int, config: LlamaBenchConfig) -> tuple[str, ...]
 
 class LlamaBenchEngine:
     name = NAME
+    section = SECTION
 
     def __init__(self, source: str = PYPI, rev: str | None = None,
                  gguf_dir: Path | None = None) -> None:
         self.source, self.rev = source, rev
         self.gguf_dir = gguf_dir or REPO_ROOT / "build" / "gguf"
+
+    # -- the spec and the matrix ---------------------------------------------------------------
+
+    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+                      kinds: list[str]) -> LlamaBenchAxes:
+        return parse_section(check, value, spec_dir, kinds)
+
+    def runs_kind(self, kind: WorkloadKind) -> bool:
+        return kind.name in RUNS_KINDS
+
+    def revisions(self, spec: Spec) -> list[str]:
+        return [NAME]  # llama.cpp's revision is its own (the section's source and rev)
+
+    def threads_key(self, axes: LlamaBenchAxes) -> str | None:
+        return None  # without `threads`, a class's boards run with the fewest of theirs
+
+    def configs(self, axes: LlamaBenchAxes, kind: WorkloadKind,
+                default_threads: int) -> list[LlamaBenchConfig]:
+        return axes.configs(default_threads)
+
+    def count_configs(self, axes: LlamaBenchAxes, kind: WorkloadKind,
+                      default_threads: int) -> int:
+        return len(axes.configs(default_threads))
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def prepare(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str],
+                build: BuildFn) -> Materials:
+        """llama-bench for every arch (in this process: its builds are cached for good) and
+        the spec's model converted to each GGUF type."""
+        engine = LlamaBenchEngine(axes.source, axes.rev)
+        builds = {(NAME, arch): engine.build(arch) for arch in archs}
+        gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
+        catalogue = Catalogue.empty()
+        for record in builds.values():
+            catalogue.add_file(Path(record.binary), record.binary_sha256)
+        for artifact in gguf.values():
+            catalogue.add_file(artifact.path, artifact.sha256)
+        models = {a.sha256: (a.path, a.info) for a in gguf.values()}
+        return Materials(builds, models, catalogue, gguf)
+
+    def identities(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str]) -> Materials:
+        raise NeedsBuild(NAME, f"{spec.path}: judging stored runs without building is possible for "
+                         "lmc experiments only; this one runs llama-bench (run it, or audit "
+                         "without --stored-only)")
+
+    def work(self, point: WorkloadPoint, config: LlamaBenchConfig, record: BuildRecord,
+             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
+        artifact: Artifact = materials.inputs[config.gguf_type]
+        order = WorkOrder(
+            run_key="", label=f"{point.label()} llama-bench {config.gguf_type}",
+            engine=NAME, command=NAME,
+            binary=record.binary, binary_sha256=record.binary_sha256,
+            model_dir=str(artifact.path), model_sha256=artifact.sha256,
+            model_file=True,  # one GGUF file, not a model folder
+            ids=None,  # llama-bench makes its own tokens
+            options=options(point.get("ctx"), point.get("max_new"), config),
+            timeout_s=timeout_s,
+        )
+        return PlannedWork(order, key_model=artifact.sha256, model_sha=artifact.sha256)
+
+    # -- a run -----------------------------------------------------------------------------------
 
     def build(self, target: str, revision: str | None = None) -> BuildRecord:
         # llama.cpp's revision is its own (source/rev of the spec section), not lmc's
@@ -160,7 +157,7 @@ class LlamaBenchEngine:
     def artifact(self, model_dir: Path | None, gguf_type: str,
                  gguf_file: Path | None = None) -> Artifact:
         """The GGUF a run reads: ``gguf_file`` as given, or ``model_dir`` converted."""
-        from harness.engines.gguf import ensure_converted
+        from harness.engines.llamabench.gguf import ensure_converted
 
         if gguf_file is None:
             assert model_dir is not None  # the spec check demands a model or a gguf
@@ -185,6 +182,9 @@ class LlamaBenchEngine:
                              "(was it run with -o json?)")
         return rows
 
+    def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
+        """llama-bench leaves nothing on the board."""
+
     def measurements(self, command: str, data: Any) -> Measurements:
         result = Measurements()
         tests = []
@@ -200,6 +200,9 @@ class LlamaBenchEngine:
         build = {k: data[0].get(k) for k in BUILD_FIELDS} if data else {}
         result.extra = {"llama_bench": {"tests": tests, "build": build}}
         return result
+
+    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+        return Outcome(extra=figures.extra)  # every test row verbatim, with its samples
 
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "--version"]

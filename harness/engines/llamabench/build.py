@@ -28,8 +28,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness import REPO_ROOT
-from harness.build import BuildRecord, build_lock, host_arch, sha256_file
+from harness.engines.base import BuildRecord, build_lock, host_arch
 from harness.errors import InputError, RunFailure
+from harness.identity import sha256_file
 
 # The sdist whose vendored llama.cpp is the default source (pinned: a build key must not move
 # under a user's feet when PyPI publishes a new release).

@@ -2,7 +2,7 @@
 
 A board (or whatever its ``exec_prefix`` runs) can print anything: another program's output, a
 truncated document, numbers no column can hold, or hundreds of megabytes. ``parse`` runs in the
-DeviceRunner actor, on the device side of Ray, and turns the engine's stdout into a document
+board's runner actor, on the device side of Ray, and turns the engine's stdout into a document
 whose every field the driver reads has the type and range the store expects; anything else
 raises ``EngineOutputError`` with a reason a user can act on, and the run is stored as
 ``failed`` with that reason. The schema is the one engine/README.md documents; fields the
@@ -15,30 +15,23 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from devices.transport import Transport
+from devices.transport import Transport
+from harness.contract import OutputRefused
 
 SCHEMA = "lmc/1"
 # The largest document accepted. A `generate` of thousands of tokens with --measure-selection
 # prints about 250 bytes per step; 16 MiB leaves room for far longer runs than any workload.
 MAX_STDOUT_CHARS = 16 * 1024 * 1024
-# How much of a refused stdout is stored with the failed run, to show what the board printed.
-KEPT_STDOUT_CHARS = 64 * 1024
 # Token ids are int32 in the engine and u32 in tokenizers; ids at or above this are nonsense.
 MAX_TOKEN_ID = 2**31 - 1
 # Counts (tokens, bytes) must fit the store's 64-bit integer columns.
 MAX_COUNT = 2**63 - 1
 
 
-class EngineOutputError(ValueError):
+class EngineOutputError(OutputRefused):
     """The engine's stdout is not a valid `lmc/1` document for the command that was run."""
-
-
-def kept_stdout(stdout: str) -> str:
-    """What is stored of a stdout that was not accepted: its head."""
-    return stdout[:KEPT_STDOUT_CHARS]
 
 
 def _refuse_constant(name: str) -> float:
