@@ -5,8 +5,8 @@
     .venv/bin/python bench/needle_grid.py --attn sparse --k 4    # a sparse policy
     .venv/bin/python bench/needle_grid.py --backend transformers # the reference implementation
 
-Without --lmc the engine is built from the working tree (harness.engines.lmc.build). Output: a markdown
-table (found/total per depth, recall per context length) and, with --json, every cell.
+Without --lmc the engine is built from the working tree (harness.engines.lmc.build). Output: a
+markdown table (found/total per depth, recall per context length) and, with --json, every cell.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from db.store import Store
 from devices.flags import snapshot_flags
 from devices.inventory import load_inventory
 from harness.cli import main
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.errors import InputError
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from harness.workloads import answer_text, check_answer
 
@@ -102,7 +102,9 @@ def test_runs_another_experiment_completed_are_skipped_and_listed(ray_address: s
                                                                   tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/shared.db")
     inventory = load_inventory(None)
-    first = run_experiment(RunRequest(load_spec(needle_spec(tmp_path, "first", needle_model, ["local"])), inventory, ["local"]), store)
+    first = run_experiment(RunRequest(
+        load_spec(needle_spec(tmp_path, "first", needle_model, ["local"])), inventory, ["local"]),
+        store)
     second_spec = needle_spec(tmp_path, "second", needle_model, ["local"])
     second = run_experiment(RunRequest(load_spec(second_spec), inventory, ["local"]), store)
     runs_first, runs_second = stored_runs(store, "first"), stored_runs(store, "second")
@@ -158,7 +160,8 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
     done = set(before.loc[before["status"] == "ok", "run_key"])
     assert 2 <= len(done) < 8
 
-    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]), store)
+    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
+                             store)
     assert summary.skipped == len(done)
     assert summary.counts["ok"] == 8 - len(done)
     after = stored_runs(store, "killed")
@@ -203,7 +206,8 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     # after the warm-up a run is always in flight, bar the instant between two runs
     interrupted = runs[runs["status"] == "interrupted"]
     assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
-    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]), store)
+    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
+                             store)
     assert summary.skipped + summary.counts["ok"] == 2 * len(depths)
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
     store.close()

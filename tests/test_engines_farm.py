@@ -15,9 +15,9 @@ from fixtures_ray import CoordFarm
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.errors import InputError
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.execution.reproduce import reproduce
 from harness.spec import load_spec
 from reports.aggregate import timing_table

@@ -14,9 +14,9 @@ from fixtures_ray import stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.contract import KEPT_STDOUT_CHARS
 from harness.engines.lmc.output import EngineOutputError, parse, parse_trace
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from reports.render import render_report
 

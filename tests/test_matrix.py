@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.engines.lmc import check_revisions
 from harness.errors import InputError
 from harness.plan.matrix import expand, interleave, resolve_placements, run_key
-from harness.engines.lmc import check_revisions
 from harness.spec import load_spec
 
 SPEC = """

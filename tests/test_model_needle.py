@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness.workloads import needle_prompt
 from harness.engines.lmc import generator as lmc_generator
+from harness.workloads import needle_prompt
 from harness.workloads.grid import recall_grid, transformers_generator
 
 MAX_WEIGHTS_BYTES = 16 * 1024 * 1024

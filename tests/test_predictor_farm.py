@@ -18,15 +18,15 @@ from fixtures_ray import CoordFarm, stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.errors import InputError, RunFailure
+from harness.execution.coordinator import RunRequest, run_experiment
+from harness.execution.reproduce import reproduce
 from harness.predictor.dump import run_dump
 from harness.predictor.train import train, write_predictor
-from harness.execution.reproduce import reproduce
 from harness.spec import load_spec
 from harness.workloads import ppl_tokens
-from reports.runs import load_experiment
 from reports.eviction import key_rank_table
+from reports.runs import load_experiment
 
 LENGTH = 96
 

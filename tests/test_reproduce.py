@@ -9,8 +9,8 @@ import pytest
 
 from db import Store, StoreInputError
 from devices.inventory import load_inventory
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.errors import InputError, RunFailure
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.execution.reproduce import reproduce, verified_binary
 from harness.spec import load_spec
 

@@ -13,8 +13,8 @@ from fixtures_ray import stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.execution.coordinator import RunRequest, run_experiment
 from harness.errors import InputError
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from harness.workloads import load_tokenizer
 
@@ -127,7 +127,8 @@ def test_selection_traces_are_fetched_from_the_board_and_stored(
     inventory = tmp_path / "inventory.toml"
     inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{tmp_path}/work"\n')
     with Store.open(f"sqlite:///{tmp_path}/trace.db") as store:
-        summary = run_experiment(RunRequest(load_spec(spec), load_inventory(inventory), ["local"]), store)
+        summary = run_experiment(RunRequest(load_spec(spec), load_inventory(inventory),
+                                            ["local"]), store)
         assert summary.counts["ok"] == 3
         details = [store.get_run(int(i)) for i in stored_runs(store, "trace")["id"]]
     for detail in details:

@@ -2,9 +2,9 @@
 
 The driver knows where each artifact lives on its own machine (the engine binaries it built,
 the model directory) and serves them by hash through an ``ArtifactServer`` actor placed on the
-driver's node. A DeviceRunner actor, wherever Ray placed it, materialises what a work order names in a
-node-local content-addressed cache (``NodeCache``) and pushes from there; the push to the board
-is checked against the same hash (``harness.execution.runner``).
+driver's node. A board's runner actor, wherever Ray placed it, materialises what a work order
+names in a node-local content-addressed cache (``NodeCache``) and pushes from there; the push
+to the board is checked against the same hash (``harness.execution.runner``).
 
 Node cache layout (``$BENCHFARM_NODE_CACHE``, default ``~/.cache/benchfarm/node-cache``)::
 

@@ -15,7 +15,6 @@ from typing import Any
 from db.lmc_axes import EVICTING, SWITCH_NAMES
 from harness.engines.lmc.section import EngineAxes
 
-
 # axes added after the first runs were stored: left out of a config when unset
 LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys")
 

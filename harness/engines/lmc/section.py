@@ -6,7 +6,8 @@ they can only cross with their own policy: ``exact`` takes none of them. ``kv_bu
 each head keeps, ``lmc --kv-budget``: eviction for good instead of per-query selection) is an
 axis of the policies that can evict. An engine switch is an axis of true/false of the policies
 it applies to. ``gbm`` needs ``predictor``, a tree file (``lmc-gbm``, written by ``benchfarm
-predictor study``) relative to the spec's folder: an artifact named by its sha256, which is part of the run's config (and so of its run key).
+predictor study``) relative to the spec's folder: an artifact named by its sha256, which is part
+of the run's config (and so of its run key).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from db.lmc_axes import DEFAULTS as LMC_DEFAULTS
 from db.lmc_axes import (
     EVICTING,
     FEATURE_POLICIES,
@@ -25,7 +27,6 @@ from db.lmc_axes import (
     SWITCHES,
     WQ_FORMATS,
 )
-from db.lmc_axes import DEFAULTS as LMC_DEFAULTS
 from harness.checker import SpecChecker
 from harness.identity import sha256_file
 
