@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from db.records import Outcome
 from devices.transport import Transport
@@ -29,8 +29,14 @@ from harness.identity import Catalogue
 from harness.workloads.base import Material, WorkloadKind
 from harness.workloads.kinds import WorkloadPoint
 
-if TYPE_CHECKING:  # the type only: a spec is read with its engines' sections
-    from harness.spec import Spec
+
+class Spec(Protocol):
+    """What the adapters read of a spec (harness.spec.Spec, which is read with the engines'
+    sections, so the engines do not import it)."""
+
+    path: Path
+    model: Path | None
+    revisions: list[str]
 
 
 @dataclass

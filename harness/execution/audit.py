@@ -24,6 +24,7 @@ from harness.execution.coordinator import RunRequest, run_experiment
 from harness.plan.matrix import resolve_placements
 from harness.plan.planner import identities, make_plan, prepare
 from harness.spec import Spec, parse_spec
+from harness.workloads.kinds import KINDS
 from reports.audit import DeviceInfo, Environment, Verdict, load_claims, run_audit
 
 DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
@@ -67,7 +68,8 @@ def compose_spec(name: str, fragment: dict[str, Any], model: Path | None, device
     file), else the shipped needle model."""
     table: dict[str, Any] = {"name": name, "devices": devices}
     kinds = {w.get("kind") for w in fragment.get("workload", []) if isinstance(w, dict)}
-    if kinds - {"attn-bench"}:  # attn-bench runs on synthetic data and needs no model
+    # a kind of synthetic data (attn-bench) needs no model; an unknown one is refused later
+    if any(kind not in KINDS or KINDS[kind].uses_model for kind in kinds):
         table["model"] = str((model or DEFAULT_MODEL).resolve())
     table.update({k: v for k, v in fragment.items() if k != "model" or model is None})
     text = "\n".join(toml_table("", table)) + "\n"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from db.records import Outcome
 from devices.transport import Transport
@@ -38,6 +38,7 @@ from harness.engines.base import (
     Measurements,
     NeedsBuild,
     PlannedWork,
+    Spec,
 )
 from harness.engines.llamabench.build import PYPI, build_llama_bench
 from harness.engines.llamabench.section import (
@@ -50,9 +51,6 @@ from harness.engines.llamabench.section import (
 from harness.identity import Catalogue, sha256_file
 from harness.workloads.base import Material, WorkloadKind
 from harness.workloads.kinds import WorkloadPoint
-
-if TYPE_CHECKING:
-    from harness.spec import Spec
 
 # The fields of a llama-bench JSON row that describe the build and machine, not the test.
 BUILD_FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends")

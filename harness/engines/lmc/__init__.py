@@ -15,14 +15,21 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from db.lmc_axes import NAME
 from db.records import Outcome
 from devices.transport import Transport
 from harness.checker import SpecChecker
 from harness.contract import WorkOrder
-from harness.engines.base import BuildFn, BuildRecord, Materials, Measurements, PlannedWork
+from harness.engines.base import (
+    BuildFn,
+    BuildRecord,
+    Materials,
+    Measurements,
+    PlannedWork,
+    Spec,
+)
 from harness.engines.lmc import output
 from harness.engines.lmc.build import WORKTREE, build_engine, build_identity, git_output
 from harness.engines.lmc.config import EngineConfig, configs, count
@@ -33,9 +40,6 @@ from harness.identity import Catalogue, model_identity
 from harness.workloads.base import Material, WorkloadKind
 from harness.workloads.grid import GenerateFn
 from harness.workloads.kinds import WorkloadPoint
-
-if TYPE_CHECKING:
-    from harness.spec import Spec
 
 PREDICTOR_FLAG = "--predictor"  # gbm's trees, pushed by hash and named on the board
 # the engine's --measure-selection figures, under the outcome's field names
