@@ -1,6 +1,6 @@
 """The checker every section of a spec is validated with (``harness.spec``,
-``harness.spec_workloads``, ``harness.spec_engine``, ``harness.engines.llamabench``): each
-message names the file and the key, and what is allowed.
+``harness.spec.workloads``, and each engine's section in ``harness.engines``): each message
+names the file and the key, and what is allowed.
 """
 
 from __future__ import annotations

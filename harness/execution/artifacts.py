@@ -95,7 +95,7 @@ def start_server(catalogue: Catalogue, label: str) -> Any:
 
 
 class NodeCache:
-    """Materialises artifacts by hash on this node; used inside a DeviceRunner actor."""
+    """Materialises artifacts by hash on this node; used inside a board's runner actor."""
 
     def __init__(self, server: Any, root: Path | None = None, in_flight: int = 2,
                  chunk_bytes: int = CHUNK_BYTES) -> None:

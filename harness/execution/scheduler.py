@@ -2,7 +2,7 @@
 come.
 
 The driver owns all state and is the only database writer. Each board has one actor that runs
-one job at a time (boards are exclusive). Runs wait in one queue per placement: a device name
+one run at a time (boards are exclusive). Runs wait in one queue per placement: a device name
 (pinned runs) or a device class (a pool any board of the class may serve). The driver hands the
 next run to a free board, waits for any result with ``ray.wait`` and stores it at once, in one
 transaction per run.

@@ -91,7 +91,7 @@ class Durations:
 
 def estimate(spec: Spec, placements: Sequence[Placement],
              stored: Sequence[RunDuration], done: Collection[Cell] = ()) -> Estimate:
-    """The estimate of a matrix small enough to plan (see harness.matrix.check_size); ``done``:
+    """The estimate of a matrix small enough to plan (see harness.plan.matrix.check_size); ``done``:
     its cells already stored as ok, which take no time."""
     durations = Durations(stored)
     cells = expand(spec, placements)

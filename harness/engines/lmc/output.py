@@ -190,7 +190,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
 
 
 # --trace-selection: the engine writes the selected blocks into a file in the device's workdir
-# (a fixed name: a board runs one job at a time), which is fetched, checked and removed.
+# (a fixed name: a board runs one order at a time), which is fetched, checked and removed.
 TRACE_FLAG = "--trace-selection"
 TRACE_FILE = "benchfarm-selection-trace.txt"
 TRACE_KEY = "selection_trace"  # where the fetched trace joins the engine's document
