@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "attend.h"
+#include "attend_layer.h"
 #include "cli.h"
 #include "util.h"
 

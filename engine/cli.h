@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "attend.h"
+#include "attend_layer.h"
 #include "select.h"
 
 #define MAX_STOPS 64

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "attention.h"
+#include "attn_kernel.h"
 
 int evict_scores_blocks(Policy p) { return p == POL_SPARSE || p == POL_QUEST || p == POL_ORACLE; }
 

@@ -5,7 +5,7 @@
 #ifndef LMC_EVICT_H
 #define LMC_EVICT_H
 
-#include "attend.h"
+#include "attend_layer.h"
 
 /* whether the policy's keep score is a per-block score of the current query */
 int evict_scores_blocks(Policy p);

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "attend.h"
+#include "attend_layer.h"
 #include "kvcache.h"
 #include "matmul.h"
 #include "ops.h"

@@ -11,7 +11,7 @@
 
 #include "kvcache.h"
 
-/* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (attend.c fills it: the previous
+/* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (evict.c fills it: the previous
  * layer's attention mass, or the predictor's estimate of this layer's) */
 typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE, POL_H2O_PREV, POL_GBM } Policy;
 

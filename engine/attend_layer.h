@@ -1,8 +1,8 @@
-/* attend.h — attention for one layer and one query position, all heads: policy selection,
+/* attend_layer.h — attention for one layer and one query position, all heads: policy selection,
  * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
  * (--measure-selection) and the selection trace (--trace-selection). */
-#ifndef LMC_ATTEND_H
-#define LMC_ATTEND_H
+#ifndef LMC_ATTEND_LAYER_H
+#define LMC_ATTEND_LAYER_H
 
 #include <stdio.h>
 

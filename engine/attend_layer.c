@@ -1,10 +1,10 @@
-/* attend.c — see attend.h */
-#include "attend.h"
+/* attend_layer.c — see attend_layer.h */
+#include "attend_layer.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "attention.h"
+#include "attn_kernel.h"
 #include "evict.h"
 #include "util.h"
 
