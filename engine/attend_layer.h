@@ -63,12 +63,12 @@ typedef struct {
     SelectScratch *scratch;         /* [head] */
     SelStats *head_stats;           /* [head] */
     ThreadPool *pool;
-    /* key features (keyfeat.h): set by the runner for h2o-prev, gbm and --dump-features */
+    /* key features (keyfeat.h): set by forward_init for h2o-prev, gbm and --dump-features */
     KeyFeat *feat;
     int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
     float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
     unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
-    KeyRank *rank;          /* --measure-keys: set by the runner with the features, or NULL */
+    KeyRank *rank;          /* --measure-keys: set by forward_init with the features, or NULL */
     /* sparse: this step's importance reservation, the same for every head of the layer */
     int *imp_picks, n_imp_picks;
     float *imp_sums;         /* [n_blocks] its block sums */

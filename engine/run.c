@@ -18,7 +18,7 @@ typedef struct {
     int n_tokens;
     int capacity;
     ThreadPool *pool;
-    Runner runner;
+    Forward fwd;
     AttnOptions attn;
     Gbm gbm; /* --predictor */
 } Session;
@@ -74,13 +74,13 @@ static void session_open(Session *s, const Options *o, const char *tokens_flag, 
             lmc_die_input("--predictor %s has %d layers, the model %d", o->predictor, s->gbm.n_layers, c->n_layers);
         s->attn.gbm = &s->gbm;
     }
-    runner_init(&s->runner, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
+    forward_init(&s->fwd, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
 }
 
 static void session_close(Session *s) {
     if (s->attn.trace) fclose(s->attn.trace);
     if (s->attn.features && fclose(s->attn.features) != 0) lmc_die_runtime("cannot write the --dump-features file");
-    runner_free(&s->runner);
+    forward_free(&s->fwd);
     gbm_free(&s->gbm);
     pool_destroy(s->pool);
     model_free(&s->model);
@@ -135,9 +135,9 @@ int cmd_generate(const Options *o) {
     double t0 = lmc_now_ms();
     float *logits = NULL;
     for (int i = 0, n; i < s.n_tokens; i += n) {
-        n = s.n_tokens - i < s.runner.chunk ? s.n_tokens - i : s.runner.chunk;
+        n = s.n_tokens - i < s.fwd.chunk ? s.n_tokens - i : s.fwd.chunk;
         int last = i + n == s.n_tokens;
-        logits = forward(&s.runner, s.tokens + i, n, i, ATTN_PREFILL,
+        logits = forward(&s.fwd, s.tokens + i, n, i, ATTN_PREFILL,
                          dump ? LOGITS_ALL : last ? LOGITS_LAST : LOGITS_NONE, NULL);
         if (!dump) continue;
         if (fwrite(logits, sizeof(float), (size_t)n * c->vocab, dump) != (size_t)n * c->vocab)
@@ -162,9 +162,9 @@ int cmd_generate(const Options *o) {
     for (int step = 0; step < max_steps; step++) {
         out[n_out] = next;
         double t1 = lmc_now_ms();
-        logits = forward(&s.runner, &next, 1, s.n_tokens + step, ATTN_DECODE, LOGITS_LAST, &step_stats[n_out]);
+        logits = forward(&s.fwd, &next, 1, s.n_tokens + step, ATTN_DECODE, LOGITS_LAST, &step_stats[n_out]);
         ms[n_out] = lmc_now_ms() - t1;
-        attn_ms[n_out] = s.runner.attn_ms;
+        attn_ms[n_out] = s.fwd.attn_ms;
         n_out++;
         int stopped = 0;
         for (int j = 0; j < o->n_stops; j++) stopped |= o->stops[j] == next;
@@ -223,9 +223,9 @@ int cmd_ppl(const Options *o) {
     double t0 = lmc_now_ms();
     double nll = 0.0;
     int scored = s.n_tokens - 1;
-    for (int i = 0; i < scored; i += s.runner.chunk) {
-        int n = scored - i < s.runner.chunk ? scored - i : s.runner.chunk;
-        float *logits = forward(&s.runner, s.tokens + i, n, i, ATTN_PREFILL, LOGITS_ALL, NULL);
+    for (int i = 0; i < scored; i += s.fwd.chunk) {
+        int n = scored - i < s.fwd.chunk ? scored - i : s.fwd.chunk;
+        float *logits = forward(&s.fwd, s.tokens + i, n, i, ATTN_PREFILL, LOGITS_ALL, NULL);
         for (int t = 0; t < n; t++) {
             const float *lt = logits + (size_t)t * c->vocab;
             float max = lt[argmax(lt, c->vocab)];
@@ -240,9 +240,9 @@ int cmd_ppl(const Options *o) {
     write_config(stdout, o, &s);
     printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f", s.n_tokens,
            scored, nll, exp(nll), elapsed);
-    if (s.runner.attn.rank) {
+    if (s.fwd.attn.rank) {
         printf(", ");
-        keyrank_write_json(stdout, s.runner.attn.rank);
+        keyrank_write_json(stdout, s.fwd.attn.rank);
     }
     printf("}\n");
     session_close(&s);
