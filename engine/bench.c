@@ -86,9 +86,8 @@ int cmd_attn_bench(const Options *o) {
     opt.measure = 0;
     ThreadPool *pool = pool_create(o->threads);
     KVCache kv;
-    kv_init(&kv, L, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
-            o->policy == POL_SPARSE && o->probe_summary,
-            o->policy == POL_SPARSE && !o->probe_summary ? o->probes : 0);
+    KVLayout layout = kv_layout_for(&opt.sel);
+    kv_init(&kv, L, G, D, ctx, o->block, o->kv_q8, &layout);
     for (int l = 0; l < L; l++) /* the same data in every layer, each its own memory */
         for (int p = 0; p < ctx; p++) kv_write(&kv, l, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
     Attention a;

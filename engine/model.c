@@ -43,11 +43,8 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
     f->pool = pool;
     f->capacity = capacity;
     f->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
-    int keep_minmax = opt->sel.policy == POL_QUEST;
-    int keep_sum = opt->sel.policy == POL_SPARSE && opt->sel.probe_summary;
-    int probes = opt->sel.policy == POL_SPARSE && !opt->sel.probe_summary ? opt->sel.probes : 0;
-    kv_init(&f->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8,
-            keep_minmax, keep_sum, probes);
+    KVLayout layout = kv_layout_for(&opt->sel);
+    kv_init(&f->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8, &layout);
     attention_init(&f->attn, opt, &f->kv, c->n_heads, pool);
     f->use_feat = attention_needs_features(opt) || opt->features;
     if (f->use_feat) {

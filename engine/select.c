@@ -306,7 +306,16 @@ static int select_random(const SelectConfig *cfg, const SelectInput *in, SelectS
     return count;
 }
 
-/* ---------------------------------------------------------------- entry point */
+/* ---------------------------------------------------------------- entry points */
+
+KVLayout kv_layout_for(const SelectConfig *cfg) {
+    int sparse = cfg->policy == POL_SPARSE;
+    return (KVLayout){
+        .minmax = cfg->policy == POL_QUEST,
+        .sum = sparse && cfg->probe_summary,
+        .probes = sparse && !cfg->probe_summary ? cfg->probes : 0,
+    };
+}
 
 int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
                   size_t *select_bytes) {

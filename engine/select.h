@@ -81,6 +81,10 @@ int select_importance(const SelectConfig *cfg, const float *importance, int n_po
 /* the random policy's stream for one (query position, layer, head); documented in README */
 uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);
 
+/* the per-block key summaries the cache must keep for cfg's selection: quest's key min/max,
+ * sparse's key sums (--probe-summary) or probe keys (sampled probes) */
+KVLayout kv_layout_for(const SelectConfig *cfg);
+
 const char *policy_name(Policy p);
 /* -1 if unknown */
 int policy_parse(const char *name, Policy *out);
