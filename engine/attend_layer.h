@@ -40,43 +40,88 @@ typedef struct {
     double measured;     /* head-evaluations that carry mass/recall/diff */
 } SelStats;
 
+/* into += s, field by field */
+void selstats_add(SelStats *into, const SelStats *s);
+
 /* the stages of a decode step that attn-bench --stages times: sparse probing, the importance
  * reservation (once per layer), the rest of the selection (probe top-k, recency, sorting),
  * gathering a GQA group's blocks into one list, and the attention kernel over them */
 enum { STAGE_PROBE, STAGE_IMPORTANCE, STAGE_SELECT, STAGE_GATHER, STAGE_ATTEND, N_STAGES };
 extern const char *const STAGE_NAMES[N_STAGES];
 
+/* The state of a layer's attention, one struct per concern. Every array is allocated once, by
+ * attention_init (or attention_set_features), for the whole run. */
+
+/* what the policies remember from query to query */
+typedef struct {
+    /* sparse: [layer][capacity] the attention probability each position received during
+     * prefill, summed over the prefill queries and all query heads; NULL for other policies */
+    float *importance;
+    /* h2o, h2o-prev: [layer][head][capacity] the attention mass accumulated over all earlier
+     * queries of the layer and head; NULL for other policies */
+    float *mass;
+} PolicyState;
+
+/* sparse: what the query heads of a GQA group, or of a whole layer, share within one step */
+typedef struct {
+    float *probe_scores;        /* [n_heads][n_blocks] probe scores of a GQA group */
+    int *group_blocks;          /* [n_heads][n_blocks] the union of a GQA group's blocks */
+    unsigned char *group_heads; /* [n_heads][n_blocks] which of its heads chose each */
+    /* this step's importance reservation, the same for every head of the layer */
+    int *imp_picks, n_imp_picks;
+    float *imp_sums;         /* [n_blocks] its block sums */
+    unsigned char *imp_used; /* [n_blocks] */
+} SparseScratch;
+
+/* per head, so heads run in parallel without sharing anything: the selection and the kernel */
+typedef struct {
+    int *sel, *n_sel;      /* [head][n_blocks], [head]: the blocks each head attends this step */
+    float *att_probs;      /* [head][capacity]: the probabilities of the attention that ran */
+    float *kscratch;       /* [head][block]: the kernel's scores of one block */
+    SelectScratch *select; /* [head] */
+} HeadScratch;
+
+/* exact attention beside the policy's, by the same kernel: --measure-selection's yardstick, the
+ * oracle policy's ranking and evict.c's oracle keep scores; and what each head read */
+typedef struct {
+    float *exact_probs; /* [head][capacity] */
+    float *exact_out;   /* [head][head_dim] */
+    int *oracle_sel;    /* [head][n_blocks]: every block, then the oracle's picks */
+    SelStats *stats;    /* [head]: this step's bytes read and diagnostics */
+} Diagnostics;
+
+/* --kv-budget (evict.c) */
+typedef struct {
+    unsigned char *evicted; /* [layer][head][n_blocks], 1 = dropped for good; NULL: no budget */
+} Eviction;
+
+/* the key features (keyfeat.h) and what reads them: h2o-prev's and gbm's key scores, the
+ * predictor's columns, --measure-keys; set by attention_set_features (forward_init) */
+typedef struct {
+    KeyFeat *feat;    /* NULL: no features */
+    int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
+    float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
+    KeyRank *rank;    /* --measure-keys, or NULL */
+} KeyScoring;
+
+/* attn-bench --stages: milliseconds per stage, summed, one row per head (a GQA group's times go
+ * to its first head's row: each row is written by one thread) */
+typedef struct {
+    double *ms; /* [n_heads][N_STAGES]; NULL: nothing is timed */
+} StageTimes;
+
 typedef struct {
     AttnOptions opt;
     int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
     KVCache *kv;
-    float *importance; /* [layer][capacity]: prefill importance (sparse policy) or NULL */
-    float *mass;       /* [layer][head][capacity]: accumulated attention mass (h2o) or NULL */
-    /* per-head scratch, so heads run in parallel without sharing anything */
-    float *probe_scores; /* sparse: [n_heads][n_blocks] probe scores of a GQA group */
-    int *group_blocks;   /* sparse: [n_heads][n_blocks] the union of a GQA group's blocks */
-    unsigned char *group_heads; /* sparse: [n_heads][n_blocks] which of its heads chose each */
-    float *exact_probs, *att_probs; /* [head][capacity] */
-    float *exact_out;               /* [head][head_dim] */
-    float *kscratch;                /* [head][block] */
-    int *sel, *oracle_sel, *n_sel;  /* [head][n_blocks], [head][n_blocks], [head] */
-    SelectScratch *scratch;         /* [head] */
-    SelStats *head_stats;           /* [head] */
     ThreadPool *pool;
-    /* key features (keyfeat.h): set by forward_init for h2o-prev, gbm and --dump-features */
-    KeyFeat *feat;
-    int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
-    float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
-    unsigned char *evicted; /* --kv-budget: [layer][head][n_blocks], 1 = dropped for good */
-    KeyRank *rank;          /* --measure-keys: set by forward_init with the features, or NULL */
-    /* sparse: this step's importance reservation, the same for every head of the layer */
-    int *imp_picks, n_imp_picks;
-    float *imp_sums;         /* [n_blocks] its block sums */
-    unsigned char *imp_used; /* [n_blocks] */
-    /* attn-bench --stages: milliseconds per stage, summed, one row per head (a GQA group's
-     * times go to its first head's row: each row is written by one thread); NULL: nothing
-     * is timed */
-    double *stage_ms; /* [n_heads][N_STAGES] */
+    PolicyState state;
+    SparseScratch sparse;
+    HeadScratch head;
+    Diagnostics diag;
+    Eviction evict;
+    KeyScoring keys;
+    StageTimes stages;
 } Attention;
 
 /* the policies --kv-budget can evict by (-1 + a message for the others) */

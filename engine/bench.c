@@ -47,7 +47,7 @@ static void write_stages(const Attention *a, int runs, int layers, const double 
     printf(", \"stages\": {\"ms\": {");
     for (int st = 0; st < N_STAGES; st++) {
         double sum = 0.0;
-        for (int h = 0; h < a->n_heads; h++) sum += a->stage_ms[(size_t)h * N_STAGES + st];
+        for (int h = 0; h < a->n_heads; h++) sum += a->stages.ms[(size_t)h * N_STAGES + st];
         staged += sum / runs;
         printf("%s\"%s\": %.5f", st ? ", " : "", STAGE_NAMES[st], sum / runs);
     }
@@ -93,10 +93,10 @@ int cmd_attn_bench(const Options *o) {
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);
     for (int l = 0; l < L; l++) {
-        if (a.importance) memcpy(a.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
-        if (a.mass)
+        if (a.state.importance) memcpy(a.state.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
+        if (a.state.mass)
             for (int h = 0; h < H; h++)
-                memcpy(a.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);
+                memcpy(a.state.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);
     }
     float *out = lmc_alloc(nq, sizeof(float), "attention output");
 
@@ -113,7 +113,7 @@ int cmd_attn_bench(const Options *o) {
     for (int i = 0; i < o->warmup; i++)
         for (int l = 0; l < L; l++) attend_layer(&a, l, ctx - 1, q, out, ATTN_BENCH, NULL);
     double *runs = lmc_alloc((size_t)o->runs, sizeof(double), "timings");
-    if (o->stages) a.stage_ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
+    if (o->stages) a.stages.ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
     long faults = minor_faults();
     for (int i = 0; i < o->runs; i++) {
         double t0 = lmc_now_ms();
@@ -144,7 +144,7 @@ int cmd_attn_bench(const Options *o) {
     if (o->stages) write_stages(&a, o->runs, L, runs, faults);
     printf("}\n");
 
-    lmc_free(a.stage_ms);
+    lmc_free(a.stages.ms);
     lmc_free(runs);
     lmc_free(out);
     attention_free(&a);

@@ -56,7 +56,7 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
         attention_set_features(&f->attn, &f->feat, opt->predictor_path);
         if (opt->rank_every) {
             keyrank_init(&f->rank, capacity, c->n_layers, opt->rank_every);
-            f->attn.rank = &f->rank;
+            f->attn.keys.rank = &f->rank;
         }
     }
     f->logit_rows = all_logits ? f->chunk : 1;

@@ -190,14 +190,7 @@ int cmd_generate(const Options *o) {
             write_selection(stdout, &step_stats[i], 1, 1);
         }
         printf("}");
-        SelStats *st = &step_stats[i];
-        total.mass += st->mass;
-        total.recall += st->recall;
-        total.max_abs_diff += st->max_abs_diff;
-        total.select_bytes += st->select_bytes;
-        total.kv_bytes += st->kv_bytes;
-        total.heads += st->heads;
-        total.measured += st->measured;
+        selstats_add(&total, &step_stats[i]);
     }
     printf("], \"decode_ms_per_token\": %.4f, \"attn_ms_per_token\": %.4f, \"selection\": ",
            lmc_median(ms, n_out), lmc_median(attn_ms, n_out));
@@ -240,9 +233,9 @@ int cmd_ppl(const Options *o) {
     write_config(stdout, o, &s);
     printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f", s.n_tokens,
            scored, nll, exp(nll), elapsed);
-    if (s.fwd.attn.rank) {
+    if (s.fwd.attn.keys.rank) {
         printf(", ");
-        keyrank_write_json(stdout, s.fwd.attn.rank);
+        keyrank_write_json(stdout, s.fwd.attn.keys.rank);
     }
     printf("}\n");
     session_close(&s);
