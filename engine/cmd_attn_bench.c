@@ -1,5 +1,5 @@
-/* bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over a KV
- * cache of --ctx positions, timed on its own.
+/* cmd_attn_bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over
+ * a KV cache of --ctx positions, timed on its own.
  *
  * One layer attended pass after pass keeps whatever of its KV fits in the last-level cache
  * there: a selection that reads less than the cache holds then runs from it, which a decode
@@ -59,13 +59,7 @@ int cmd_attn_bench(const Options *o) {
         lmc_die_input("attn-bench needs --ctx, --heads, --kv-heads and --head-dim");
     if (o->heads % o->kv_heads != 0)
         lmc_die_input("--heads %d is not a multiple of --kv-heads %d", o->heads, o->kv_heads);
-    if (o->probe_summary && o->policy != POL_SPARSE)
-        lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
-    if (o->ref_attn && o->policy != POL_EXACT)
-        lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
-    if (o->policy == POL_H2O_PREV || o->policy == POL_GBM)
-        lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench",
-                      policy_name(o->policy));
+    cli_check_attention(o);
     int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim, L = o->layers;
     size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
     size_t total = nq + 2 * nkv + (size_t)ctx;
@@ -134,13 +128,8 @@ int cmd_attn_bench(const Options *o) {
            "\"layers\": %d, \"ms\": %.5f, \"runs\": [", ctx, H, G, D, policy_name(o->policy), L,
            lmc_median(runs, o->runs));
     for (int i = 0; i < o->runs; i++) printf("%s%.5f", i ? ", " : "", runs[i]);
-    double m = sel.measured > 0 ? sel.measured : 1;
-    printf("], \"selection\": {\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
-           sel.select_bytes, sel.kv_bytes, sel.select_bytes + sel.kv_bytes);
-    if (measure)
-        printf(", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", sel.mass / m,
-               sel.recall / m, sel.max_abs_diff / m);
-    printf("}");
+    printf("], \"selection\": ");
+    cli_write_selection(stdout, &sel, 1, measure); /* one step */
     if (o->stages) write_stages(&a, o->runs, L, runs, faults);
     printf("}\n");
 
