@@ -52,13 +52,8 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (opt->kv_budget) a->evict.evicted = lmc_alloc((size_t)a->n_layers * H * NB, 1, "evicted blocks");
 }
 
-int attention_can_evict(Policy p) {
-    return p == POL_WINDOW || p == POL_H2O || p == POL_H2O_PREV || p == POL_GBM || p == POL_RANDOM ||
-           evict_scores_blocks(p);
-}
-
 int attention_needs_features(const AttnOptions *opt) {
-    return opt->sel.policy == POL_GBM || opt->sel.policy == POL_H2O_PREV || opt->rank_every;
+    return policy_uses_features(opt->sel.policy) || opt->rank_every;
 }
 
 void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path) {
@@ -385,7 +380,7 @@ static void before_kernel(Attention *a, LayerJob *job) {
     int n_blocks = (pos + a->kv->block) / a->kv->block;
     int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
     job->ranking = a->keys.rank && phase != ATTN_BENCH && keyrank_due(a->keys.rank, pos);
-    int scored = a->opt.sel.policy == POL_GBM || a->opt.sel.policy == POL_H2O_PREV;
+    int scored = policy_uses_features(a->opt.sel.policy); /* h2o-prev, gbm: keys scored from features */
     if (scored && ((policy_runs && (a->opt.sel.k < n_blocks || a->evict.evicted)) || job->ranking))
         evict_score_keys(a, layer, pos);
     if (a->evict.evicted && policy_runs && phase != ATTN_BENCH) evict_blocks(a, layer, pos, job->q_all);

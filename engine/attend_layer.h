@@ -124,9 +124,6 @@ typedef struct {
     StageTimes stages;
 } Attention;
 
-/* the policies --kv-budget can evict by (-1 + a message for the others) */
-int attention_can_evict(Policy p);
-
 /* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */
 int attention_needs_features(const AttnOptions *opt);
 /* give the attention its key features; maps the predictor's columns to feature ids (exits 2

@@ -25,6 +25,7 @@ typedef struct {
     int value;     /* T_FLAG: the value stored */
 } OptSpec;
 
+/* every option but the attention switches, whose flags SWITCHES gives (policy.h) */
 #define OFF(field) offsetof(Options, field)
 static const OptSpec OPTIONS[] = {
     {"--model", C_MODEL, T_STR, OFF(model), 0, 0, 0},
@@ -44,12 +45,8 @@ static const OptSpec OPTIONS[] = {
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
     {"--probes", C_ALL, T_INT, OFF(probes), 1, 1 << 20, 0},
-    {"--no-importance", C_ALL, T_FLAG, OFF(importance), 0, 0, 0},
-    {"--no-recency", C_ALL, T_FLAG, OFF(recency), 0, 0, 0},
-    {"--probe-summary", C_ALL, T_FLAG, OFF(probe_summary), 0, 0, 1},
     {"--prefill-attn", C_MODEL, T_PREFILL, OFF(prefill_sparse), 0, 0, 0},
     {"--measure-selection", C_GEN | C_BENCH, T_FLAG, OFF(measure), 0, 0, 1},
-    {"--ref-attn", C_ALL, T_FLAG, OFF(ref_attn), 0, 0, 1},
     {"--seed", C_ALL, T_U64, OFF(seed), 0, 0, 0},
     {"--kv", C_ALL, T_KVTYPE, OFF(kv_q8), 0, 0, 0},
     {"--wq", C_MODEL, T_WTYPE, OFF(wq), 0, 0, 0},
@@ -76,25 +73,32 @@ static int parse_int(const char *flag, const char *value, int lo, int hi) {
     return (int)v;
 }
 
+/* what an option not given is (the switches: SWITCHES[].on) */
+static const Options DEFAULTS = {
+    .policy = POL_EXACT, .k = 32, .block = 32, .probes = 8, .threads = 1, .max_new = 32, .runs = 7,
+    .warmup = 1, .layers = 1, .dump_every = 1,
+};
+
+/* the switch whose flag arg is, or -1 */
+static int find_switch(const char *arg) {
+    for (int i = 0; i < N_SWITCHES; i++)
+        if (strcmp(arg, SWITCHES[i].flag) == 0) return i;
+    return -1;
+}
+
 void cli_parse(Options *o, Command cmd, const char *command, int argc, char **argv) {
-    memset(o, 0, sizeof *o);
+    *o = DEFAULTS;
+    for (int i = 0; i < N_SWITCHES; i++) o->switches[i] = SWITCHES[i].on;
     o->cmd = cmd;
     o->command = command;
-    o->policy = POL_EXACT;
-    o->k = 32;
-    o->block = 32;
-    o->probes = 8;
-    o->importance = 1;
-    o->recency = 1;
-    o->threads = 1;
-    o->max_new = 32;
-    o->runs = 7;
-    o->warmup = 1;
-    o->layers = 1;
-    o->dump_every = 1;
     int cbit = 1 << cmd;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
+        int sw = find_switch(arg);
+        if (sw >= 0 && (cbit & C_ALL)) { /* the switches are options of the commands that attend */
+            o->switches[sw] = !SWITCHES[sw].on;
+            continue;
+        }
         const OptSpec *spec = NULL;
         for (int j = 0; j < N_OPTIONS; j++)
             if (strcmp(arg, OPTIONS[j].name) == 0) spec = &OPTIONS[j];
@@ -127,9 +131,11 @@ void cli_parse(Options *o, Command cmd, const char *command, int argc, char **ar
             break;
         }
         case T_POLICY:
-            if (policy_parse(value, (Policy *)field) != 0)
-                lmc_die_input("--attn '%.64s' is not a policy (allowed: exact, sparse, window, h2o, "
-                              "quest, random, oracle, h2o-prev, gbm)", value);
+            if (policy_parse(value, (Policy *)field) != 0) {
+                char names[256];
+                lmc_die_input("--attn '%.64s' is not a policy (allowed: %s)", value,
+                              policy_list(ALL_POLICIES, ", ", names, sizeof names));
+            }
             break;
         case T_KVTYPE:
             if (strcmp(value, "f32") == 0) *(int *)field = 0;
@@ -153,27 +159,31 @@ void cli_parse(Options *o, Command cmd, const char *command, int argc, char **ar
 
 /* ---------------------------------------------------------------- shared checks */
 
+/* every policy and switch named in a message comes from the tables (policy.h), in their order */
 void cli_check_attention(const Options *o) {
-    if (o->probe_summary && o->policy != POL_SPARSE)
-        lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
-    if (o->ref_attn && o->policy != POL_EXACT)
-        lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
+    const char *got = policy_name(o->policy);
+    char names[256];
+    for (int i = 0; i < N_SWITCHES; i++) {
+        const SwitchInfo *sw = &SWITCHES[i];
+        if (sw->strict && o->switches[i] != sw->on && !(sw->policies & POLICY_BIT(o->policy)))
+            lmc_die_input("%s applies to --attn %s only (got --attn %s)", sw->flag,
+                          policy_list(sw->policies, " or ", names, sizeof names), got);
+    }
     /* attn-bench's synthetic data has no tokens to take features from */
-    if (o->cmd == CMD_ATTN_BENCH && (o->policy == POL_H2O_PREV || o->policy == POL_GBM))
-        lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench",
-                      policy_name(o->policy));
+    if (o->cmd == CMD_ATTN_BENCH && policy_uses_features(o->policy))
+        lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench", got);
     /* the rest are options of generate and ppl only (0 in attn-bench) */
     if (o->policy == POL_GBM && !o->predictor) lmc_die_input("--attn gbm needs --predictor FILE");
-    if (o->kv_budget && !attention_can_evict(o->policy))
-        lmc_die_input("--kv-budget evicts by the policy's scores: --attn window, h2o, h2o-prev, gbm, random, sparse, "
-                      "quest or oracle (got --attn %s)", policy_name(o->policy));
+    const char *evicting = policy_list(policy_set(policy_can_evict), " or ", names, sizeof names);
+    if (o->kv_budget && !policy_can_evict(o->policy))
+        lmc_die_input("--kv-budget evicts by the policy's scores: --attn %s (got --attn %s)", evicting, got);
     if (o->kv_budget && o->kv_budget < o->block)
         lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
-    if (o->measure_keys && !attention_can_evict(o->policy))
-        lmc_die_input("--measure-keys ranks keys by the policy's keep score: --attn window, h2o, h2o-prev, gbm, "
-                      "random, sparse, quest or oracle (got --attn %s)", policy_name(o->policy));
+    if (o->measure_keys && !policy_can_evict(o->policy))
+        lmc_die_input("--measure-keys ranks keys by the policy's keep score: --attn %s (got --attn %s)", evicting,
+                      got);
     if (o->predictor && o->policy != POL_GBM)
-        lmc_die_input("--predictor applies to --attn gbm only (got --attn %s)", policy_name(o->policy));
+        lmc_die_input("--predictor applies to --attn gbm only (got --attn %s)", got);
 }
 
 /* ---------------------------------------------------------------- what the commands take and write */
@@ -185,12 +195,12 @@ AttnOptions cli_attn_options(const Options *o) {
     a.sel.k = o->k;
     a.sel.block = o->block;
     a.sel.probes = o->probes;
-    a.sel.importance = o->importance;
-    a.sel.recency = o->recency;
-    a.sel.probe_summary = o->probe_summary;
+    a.sel.importance = o->switches[SW_IMPORTANCE];
+    a.sel.recency = o->switches[SW_RECENCY];
+    a.sel.probe_summary = o->switches[SW_PROBE_SUMMARY];
     a.sel.seed = o->seed;
     a.prefill_sparse = o->prefill_sparse;
-    a.reference = o->ref_attn;
+    a.reference = o->switches[SW_REF_ATTN];
     a.measure = o->measure;
     if (o->trace) {
         a.trace = fopen(o->trace, "w");
@@ -209,14 +219,24 @@ AttnOptions cli_attn_options(const Options *o) {
     return a;
 }
 
+static const char *kv_name(int q8) { return q8 ? "q8" : "f32"; }
+static const char *prefill_name(int sparse) { return sparse ? "sparse" : "exact"; }
+
+/* ", \"name\": true|false" of switch sw */
+static void write_switch(FILE *f, const Options *o, Switch sw) {
+    fprintf(f, ", \"%s\": %s", SWITCHES[sw].name, o->switches[sw] ? "true" : "false");
+}
+
 void cli_write_attn_config(FILE *f, const Options *o) {
-    fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d, \"importance\": %s, "
-               "\"recency\": %s, \"probe_summary\": %s, \"prefill_attn\": \"%s\", \"seed\": %llu, "
-               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s, \"kv_budget\": %d",
-            policy_name(o->policy), o->k, o->block, o->probes, o->importance ? "true" : "false",
-            o->recency ? "true" : "false", o->probe_summary ? "true" : "false",
-            o->prefill_sparse ? "sparse" : "exact", (unsigned long long)o->seed,
-            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false", o->kv_budget);
+    fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d", policy_name(o->policy), o->k,
+            o->block, o->probes);
+    write_switch(f, o, SW_IMPORTANCE);
+    write_switch(f, o, SW_RECENCY);
+    write_switch(f, o, SW_PROBE_SUMMARY);
+    fprintf(f, ", \"prefill_attn\": \"%s\", \"seed\": %llu, \"kv\": \"%s\", \"threads\": %d",
+            prefill_name(o->prefill_sparse), (unsigned long long)o->seed, kv_name(o->kv_q8), o->threads);
+    write_switch(f, o, SW_REF_ATTN);
+    fprintf(f, ", \"kv_budget\": %d", o->kv_budget);
 }
 
 void cli_write_selection(FILE *f, const SelStats *st, int steps, int measured) {

@@ -25,7 +25,8 @@ typedef struct {
     int measure_keys;      /* --measure-keys N: rank the keys of every N-th query, 0: off */
     /* attention */
     Policy policy;
-    int k, block, probes, importance, recency, probe_summary, prefill_sparse, measure, ref_attn;
+    int k, block, probes, prefill_sparse, measure;
+    int switches[N_SWITCHES]; /* by Switch: --no-importance, --no-recency, --probe-summary, --ref-attn */
     uint64_t seed;
     int kv_q8, wq, threads; /* wq: WQ_F32, WQ_Q8 or WQ_BF16 (matmul.h) */
     /* generate / ppl */
@@ -38,7 +39,7 @@ typedef struct {
 } Options;
 
 /* ---- parsing and checks */
-/* parse argv (after the command name); exits 2 naming the bad flag or value */
+/* parse argv (after the command name) over the defaults; exits 2 naming the bad flag or value */
 void cli_parse(Options *o, Command cmd, const char *name, int argc, char **argv);
 /* the checks of the attention options that generate, ppl and attn-bench share (which apply
  * depends on o->cmd); exits 2 naming the conflict */

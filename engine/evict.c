@@ -5,8 +5,6 @@
 
 #include "attn_kernel.h"
 
-int evict_scores_blocks(Policy p) { return p == POL_SPARSE || p == POL_QUEST || p == POL_ORACLE; }
-
 /* oracle: exact attention of the query over the cached blocks, by the kernel every policy
  * uses, summed per block (into score; exact_out and the oracle's block list are scratch) */
 static void oracle_block_mass(Attention *a, int layer, int h, int n_pos, const float *q,
@@ -110,7 +108,7 @@ void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
         unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
         int live = 0;
         for (int b = 0; b < n_blocks; b++) live += !gone[b];
-        const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
+        const float *block_score = live > keep && policy_keeps_blocks(a->opt.sel.policy)
                                        ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
                                        : NULL;
         while (live > keep) {
@@ -136,7 +134,7 @@ void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
 
 void evict_rank_scores(Attention *a, int layer, int pos, const float *q_all) {
     float *score = a->keys.rank->score;
-    if (evict_scores_blocks(a->opt.sel.policy)) { /* a key scores as its block */
+    if (policy_keeps_blocks(a->opt.sel.policy)) { /* a key scores as its block */
         int bs = a->kv->block;
         for (int p = 0; p <= pos; p++) score[p] = 0.0f;
         for (int h = 0; h < a->n_heads; h++) {

@@ -7,8 +7,6 @@
 
 #include "attend_layer.h"
 
-/* whether the policy's keep score is a per-block score of the current query */
-int evict_scores_blocks(Policy p);
 /* head h's score of every block 0 .. pos / block for the query at pos (q: that head's query;
  * gone: the head's evicted blocks, or NULL): sparse — the probe score (max q.k over the block's
  * probe keys, or its centroid with --probe-summary), quest — the upper bound of q.k from the

@@ -9,19 +9,6 @@
 #include "ops.h"
 #include "util.h"
 
-static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm"};
-
-const char *policy_name(Policy p) { return POLICY_NAMES[p]; }
-
-int policy_parse(const char *name, Policy *out) {
-    for (int i = 0; i < (int)(sizeof POLICY_NAMES / sizeof POLICY_NAMES[0]); i++)
-        if (strcmp(name, POLICY_NAMES[i]) == 0) {
-            *out = (Policy)i;
-            return 0;
-        }
-    return -1;
-}
-
 void select_scratch_init(SelectScratch *s, int n_blocks) {
     s->score = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
     s->aux = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");

@@ -10,16 +10,16 @@
 #include <stdint.h>
 
 #include "kvcache.h"
+#include "policy.h"
 
 /* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (evict.c fills it: the previous
  * layer's attention mass, or the predictor's estimate of this layer's) */
-typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE, POL_H2O_PREV, POL_GBM } Policy;
 
 typedef struct {
     Policy policy;
     int k, block, probes;
     int importance;    /* sparse: reserve (k+1)/2 blocks by prefill importance */
-    int recency;       /* keep the last block (sparse, h2o, h2o-prev, gbm, quest, random) */
+    int recency;       /* keep the last block (the policies of SWITCHES[SW_RECENCY]) */
     int probe_summary; /* sparse: probe full blocks by their key centroid, not sampled keys */
     uint64_t seed;     /* random */
 } SelectConfig;
@@ -84,9 +84,5 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);
 /* the per-block key summaries the cache must keep for cfg's selection: quest's key min/max,
  * sparse's key sums (--probe-summary) or probe keys (sampled probes) */
 KVLayout kv_layout_for(const SelectConfig *cfg);
-
-const char *policy_name(Policy p);
-/* -1 if unknown */
-int policy_parse(const char *name, Policy *out);
 
 #endif
