@@ -250,3 +250,11 @@ void cli_write_selection(FILE *f, const SelStats *st, int steps, int measured) {
                 st->recall / m, st->max_abs_diff / m);
     fprintf(f, "}");
 }
+
+void cli_write_defaults(FILE *f) {
+    const Options *d = &DEFAULTS;
+    fprintf(f, "\"defaults\": {\"k\": %d, \"block\": %d, \"probes\": %d, \"kv\": \"%s\", \"wq\": \"%s\", "
+               "\"prefill_attn\": \"%s\", \"threads\": %d}",
+            d->k, d->block, d->probes, kv_name(d->kv_q8), wq_name(d->wq), prefill_name(d->prefill_sparse),
+            d->threads);
+}

@@ -52,6 +52,8 @@ AttnOptions cli_attn_options(const Options *o);
 void cli_write_attn_config(FILE *f, const Options *o);
 /* the "selection" object: bytes read and (measured) diagnostics, per step over `steps` */
 void cli_write_selection(FILE *f, const SelStats *st, int steps, int measured);
+/* `lmc info`'s "defaults" member: the values cli_parse starts from (no leading comma) */
+void cli_write_defaults(FILE *f);
 
 /* ---- the commands, each in its cmd_*.c */
 int cmd_generate(const Options *o);

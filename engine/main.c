@@ -18,6 +18,19 @@
 
 /* ---------------------------------------------------------------- info */
 
+/* the names of a set of policies as a JSON array, in table order */
+static void write_policies(unsigned set) {
+    printf("[");
+    for (int i = 0, n = 0; i < N_POLICIES; i++) {
+        if (!((set >> i) & 1u)) continue;
+        printf("%s", n++ ? ", " : "");
+        json_write_string(stdout, policy_name((Policy)i));
+    }
+    printf("]");
+}
+
+/* what the build is, then what the policy and switch tables (policy.h) and the option
+ * defaults (cli.c) say, so the harness can hold its own lists against the engine's */
 static int cmd_info(void) {
     printf("{\"schema\": \"%s\", \"command\": \"info\", \"version\": \"%s\", \"source_hash\": ",
            LMC_SCHEMA, LMC_VERSION);
@@ -28,8 +41,26 @@ static int cmd_info(void) {
     json_write_string(stdout, LMC_FLAGS);
     printf(", \"arch\": ");
     json_write_string(stdout, LMC_TARGET);
-    printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": [\"exact\", \"sparse\", \"window\", "
-           "\"h2o\", \"quest\", \"random\", \"oracle\", \"h2o-prev\", \"gbm\"]}\n", simd_features(), Q8_GROUP);
+    printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": ", simd_features(), Q8_GROUP);
+    write_policies(ALL_POLICIES);
+    printf(", \"evicting\": ");
+    write_policies(policy_set(policy_can_evict));
+    printf(", \"feature_policies\": ");
+    write_policies(policy_set(policy_uses_features));
+    printf(", \"switches\": [");
+    for (int i = 0; i < N_SWITCHES; i++) {
+        const SwitchInfo *sw = &SWITCHES[i];
+        printf("%s{\"name\": ", i ? ", " : "");
+        json_write_string(stdout, sw->name);
+        printf(", \"flag\": ");
+        json_write_string(stdout, sw->flag);
+        printf(", \"default\": %s, \"policies\": ", sw->on ? "true" : "false");
+        write_policies(sw->policies);
+        printf("}");
+    }
+    printf("], ");
+    cli_write_defaults(stdout);
+    printf("}\n");
     return 0;
 }
 
