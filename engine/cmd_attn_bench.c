@@ -87,7 +87,8 @@ int cmd_attn_bench(const Options *o) {
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);
     for (int l = 0; l < L; l++) {
-        if (a.state.importance) memcpy(a.state.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
+        if (a.state.importance)
+            memcpy(a.state.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
         if (a.state.mass)
             for (int h = 0; h < H; h++)
                 memcpy(a.state.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);

@@ -1,7 +1,8 @@
 /* evict.h — keep scores and what uses them: --kv-budget eviction and --measure-keys ranking.
  * Key-scoring policies keep a score per key (window: the newest, h2o: accumulated mass, random:
  * a fixed draw, h2o-prev and gbm: Attention.keys.key_score); block-scoring ones (sparse, quest,
- * oracle) give each block the score their per-query selection (select.c) ranks by. */
+ * oracle) give each block the score their per-query selection (select.c) ranks by. Which kind
+ * a policy has is POLICIES[].keep (policy.h). */
 #ifndef LMC_EVICT_H
 #define LMC_EVICT_H
 

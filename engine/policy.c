@@ -22,7 +22,8 @@ const SwitchInfo SWITCHES[N_SWITCHES] = {
     [SW_IMPORTANCE] = {"importance", "--no-importance", 1, P(SPARSE), 0},
     /* the selections that keep the last block (window always keeps the newest; oracle and
      * exact rank every block alike) */
-    [SW_RECENCY] = {"recency", "--no-recency", 1, P(SPARSE) | P(H2O) | P(QUEST) | P(RANDOM) | P(H2O_PREV) | P(GBM), 0},
+    [SW_RECENCY] = {"recency", "--no-recency", 1,
+                    P(SPARSE) | P(H2O) | P(QUEST) | P(RANDOM) | P(H2O_PREV) | P(GBM), 0},
     /* sparse probes full blocks by their key centroid */
     [SW_PROBE_SUMMARY] = {"probe_summary", "--probe-summary", 0, P(SPARSE), 1},
     /* exact attention by the plain reference */

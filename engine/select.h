@@ -12,9 +12,6 @@
 #include "kvcache.h"
 #include "policy.h"
 
-/* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (evict.c fills it: the previous
- * layer's attention mass, or the predictor's estimate of this layer's) */
-
 typedef struct {
     Policy policy;
     int k, block, probes;
@@ -32,7 +29,9 @@ typedef struct {
     const float *importance; /* sparse: prefill importance per position, or NULL (none yet) */
     const float *mass;       /* h2o: accumulated attention mass per position */
     const float *probs;      /* oracle: exact attention probabilities per position */
-    const float *key_score;  /* h2o-prev, gbm: the score of each position (higher: keep) */
+    /* h2o-prev, gbm: the score of each position (higher: keep); evict.c fills it: the previous
+     * layer's attention mass, or the predictor's estimate of this layer's */
+    const float *key_score;
     /* --kv-budget: blocks dropped from this head's cache for good (1 = evicted), or NULL;
      * with it the head attends to every block still cached */
     const unsigned char *evicted;
