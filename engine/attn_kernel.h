@@ -1,10 +1,11 @@
-/* attention.h — attention of one query head over the KV cache.
+/* attn_kernel.h — the attention kernels: one query head (or a GQA group of them) over the KV
+ * cache, by the plain reference or by the block kernel every policy runs.
  *
  * score(pos) = q . k_pos / sqrt(head_dim); w = softmax over the attended positions (max
  * subtracted first); out = sum w * v_pos. Causality is the caller's: it passes n_pos, the
  * number of visible positions (query position + 1). */
-#ifndef LMC_ATTENTION_H
-#define LMC_ATTENTION_H
+#ifndef LMC_ATTN_KERNEL_H
+#define LMC_ATTN_KERNEL_H
 
 #include <stddef.h>
 

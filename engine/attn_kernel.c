@@ -1,5 +1,5 @@
-/* attention.c — see attention.h */
-#include "attention.h"
+/* attn_kernel.c — see attn_kernel.h */
+#include "attn_kernel.h"
 
 #include <math.h>
 #include <string.h>

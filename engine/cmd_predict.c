@@ -1,4 +1,4 @@
-/* predict.c — `lmc predict`: one layer's predictor over rows of features from a file, so the
+/* cmd_predict.c — `lmc predict`: one layer's predictor over rows of features from a file, so the
  * tests can hold the C trees against scikit-learn's on the same inputs, bit for bit.
  * --inputs: little-endian f32 rows of the predictor's n_features columns (in its order);
  * --dump-out: the raw predictions, f64, one per row. */

@@ -1,5 +1,5 @@
-/* bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over a KV
- * cache of --ctx positions, timed on its own.
+/* cmd_attn_bench.c — `lmc attn-bench`: one decode step of attention (all heads, one layer) over
+ * a KV cache of --ctx positions, timed on its own.
  *
  * One layer attended pass after pass keeps whatever of its KV fits in the last-level cache
  * there: a selection that reads less than the cache holds then runs from it, which a decode
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "attend.h"
+#include "attend_layer.h"
 #include "cli.h"
 #include "util.h"
 
@@ -47,7 +47,7 @@ static void write_stages(const Attention *a, int runs, int layers, const double 
     printf(", \"stages\": {\"ms\": {");
     for (int st = 0; st < N_STAGES; st++) {
         double sum = 0.0;
-        for (int h = 0; h < a->n_heads; h++) sum += a->stage_ms[(size_t)h * N_STAGES + st];
+        for (int h = 0; h < a->n_heads; h++) sum += a->stages.ms[(size_t)h * N_STAGES + st];
         staged += sum / runs;
         printf("%s\"%s\": %.5f", st ? ", " : "", STAGE_NAMES[st], sum / runs);
     }
@@ -59,13 +59,7 @@ int cmd_attn_bench(const Options *o) {
         lmc_die_input("attn-bench needs --ctx, --heads, --kv-heads and --head-dim");
     if (o->heads % o->kv_heads != 0)
         lmc_die_input("--heads %d is not a multiple of --kv-heads %d", o->heads, o->kv_heads);
-    if (o->probe_summary && o->policy != POL_SPARSE)
-        lmc_die_input("--probe-summary applies to --attn sparse only (got --attn %s)", policy_name(o->policy));
-    if (o->ref_attn && o->policy != POL_EXACT)
-        lmc_die_input("--ref-attn applies to --attn exact only (got --attn %s)", policy_name(o->policy));
-    if (o->policy == POL_H2O_PREV || o->policy == POL_GBM)
-        lmc_die_input("--attn %s scores keys from token features: it runs in generate and ppl, not attn-bench",
-                      policy_name(o->policy));
+    cli_check_attention(o);
     int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim, L = o->layers;
     size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
     size_t total = nq + 2 * nkv + (size_t)ctx;
@@ -86,18 +80,18 @@ int cmd_attn_bench(const Options *o) {
     opt.measure = 0;
     ThreadPool *pool = pool_create(o->threads);
     KVCache kv;
-    kv_init(&kv, L, G, D, ctx, o->block, o->kv_q8, o->policy == POL_QUEST,
-            o->policy == POL_SPARSE && o->probe_summary,
-            o->policy == POL_SPARSE && !o->probe_summary ? o->probes : 0);
+    KVLayout layout = kv_layout_for(&opt.sel);
+    kv_init(&kv, L, G, D, ctx, o->block, o->kv_q8, &layout);
     for (int l = 0; l < L; l++) /* the same data in every layer, each its own memory */
         for (int p = 0; p < ctx; p++) kv_write(&kv, l, p, k + (size_t)p * G * D, v + (size_t)p * G * D);
     Attention a;
     attention_init(&a, &opt, &kv, H, pool);
     for (int l = 0; l < L; l++) {
-        if (a.importance) memcpy(a.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
-        if (a.mass)
+        if (a.state.importance)
+            memcpy(a.state.importance + (size_t)l * ctx, importance, sizeof(float) * (size_t)ctx);
+        if (a.state.mass)
             for (int h = 0; h < H; h++)
-                memcpy(a.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);
+                memcpy(a.state.mass + ((size_t)l * H + h) * ctx, importance, sizeof(float) * (size_t)ctx);
     }
     float *out = lmc_alloc(nq, sizeof(float), "attention output");
 
@@ -114,7 +108,7 @@ int cmd_attn_bench(const Options *o) {
     for (int i = 0; i < o->warmup; i++)
         for (int l = 0; l < L; l++) attend_layer(&a, l, ctx - 1, q, out, ATTN_BENCH, NULL);
     double *runs = lmc_alloc((size_t)o->runs, sizeof(double), "timings");
-    if (o->stages) a.stage_ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
+    if (o->stages) a.stages.ms = lmc_alloc((size_t)H * N_STAGES, sizeof(double), "stage timings");
     long faults = minor_faults();
     for (int i = 0; i < o->runs; i++) {
         double t0 = lmc_now_ms();
@@ -135,17 +129,12 @@ int cmd_attn_bench(const Options *o) {
            "\"layers\": %d, \"ms\": %.5f, \"runs\": [", ctx, H, G, D, policy_name(o->policy), L,
            lmc_median(runs, o->runs));
     for (int i = 0; i < o->runs; i++) printf("%s%.5f", i ? ", " : "", runs[i]);
-    double m = sel.measured > 0 ? sel.measured : 1;
-    printf("], \"selection\": {\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
-           sel.select_bytes, sel.kv_bytes, sel.select_bytes + sel.kv_bytes);
-    if (measure)
-        printf(", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", sel.mass / m,
-               sel.recall / m, sel.max_abs_diff / m);
-    printf("}");
+    printf("], \"selection\": ");
+    cli_write_selection(stdout, &sel, 1, measure); /* one step */
     if (o->stages) write_stages(&a, o->runs, L, runs, faults);
     printf("}\n");
 
-    lmc_free(a.stage_ms);
+    lmc_free(a.stages.ms);
     lmc_free(runs);
     lmc_free(out);
     attention_free(&a);
