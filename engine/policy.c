@@ -5,15 +5,9 @@
 #include <string.h>
 
 const PolicyInfo POLICIES[N_POLICIES] = {
-    [POL_EXACT] = {"exact", KEEP_NONE, 0},
-    [POL_SPARSE] = {"sparse", KEEP_BLOCKS, 0},
-    [POL_WINDOW] = {"window", KEEP_KEYS, 0},
-    [POL_H2O] = {"h2o", KEEP_KEYS, 0},
-    [POL_QUEST] = {"quest", KEEP_BLOCKS, 0},
-    [POL_RANDOM] = {"random", KEEP_KEYS, 0},
-    [POL_ORACLE] = {"oracle", KEEP_BLOCKS, 0},
-    [POL_H2O_PREV] = {"h2o-prev", KEEP_KEYS, 1},
-    [POL_GBM] = {"gbm", KEEP_KEYS, 1},
+#define LMC_POLICY_INFO(id, name, keep, features) [POL_##id] = {name, keep, features},
+    LMC_POLICY_TABLE(LMC_POLICY_INFO)
+#undef LMC_POLICY_INFO
 };
 
 #define P(x) POLICY_BIT(POL_##x)

@@ -7,12 +7,6 @@
 
 #include <stddef.h>
 
-/* the index of POLICIES; its order is the order every list of policies is written in */
-typedef enum {
-    POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE, POL_H2O_PREV, POL_GBM,
-    N_POLICIES
-} Policy;
-
 /* what --kv-budget evicts by and --measure-keys ranks by: the policy's keep score (evict.c) */
 typedef enum {
     KEEP_NONE,   /* exact attends to every key by definition: it has no rule for what to drop */
@@ -21,12 +15,34 @@ typedef enum {
     KEEP_BLOCKS, /* the score its per-query selection ranks blocks by (select.c computes it) */
 } KeepScore;
 
+/* The policies, one row each: its enum name (POL_<ID>), its --attn name, what --kv-budget
+ * evicts by, and whether it scores keys from token features (keyfeat.h: generate and ppl only;
+ * attn-bench's synthetic data has no tokens). The row's place is its Policy value, and the
+ * order every list of policies is written in. A new policy is a row here and its selection in
+ * select.c (and a row of the harness's list, db/lmc_axes.py, which tests hold against `lmc
+ * info`). */
+#define LMC_POLICY_TABLE(X)                 \
+    X(EXACT, "exact", KEEP_NONE, 0)         \
+    X(SPARSE, "sparse", KEEP_BLOCKS, 0)     \
+    X(WINDOW, "window", KEEP_KEYS, 0)       \
+    X(H2O, "h2o", KEEP_KEYS, 0)             \
+    X(QUEST, "quest", KEEP_BLOCKS, 0)       \
+    X(RANDOM, "random", KEEP_KEYS, 0)       \
+    X(ORACLE, "oracle", KEEP_BLOCKS, 0)     \
+    X(H2O_PREV, "h2o-prev", KEEP_KEYS, 1)   \
+    X(GBM, "gbm", KEEP_KEYS, 1)
+
+typedef enum {
+#define LMC_POLICY_ID(id, name, keep, features) POL_##id,
+    LMC_POLICY_TABLE(LMC_POLICY_ID)
+#undef LMC_POLICY_ID
+    N_POLICIES
+} Policy;
+
 typedef struct {
     const char *name; /* --attn NAME */
     KeepScore keep;
-    /* scores keys from token features (keyfeat.h): generate and ppl only; attn-bench's
-     * synthetic data has no tokens */
-    int features;
+    int features; /* scores keys from token features */
 } PolicyInfo;
 
 extern const PolicyInfo POLICIES[N_POLICIES];
