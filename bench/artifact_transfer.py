@@ -36,8 +36,9 @@ import ray  # noqa: E402
 from fixtures_cluster import start_cluster  # noqa: E402
 
 from devices.cache import local_sha256  # noqa: E402
-from harness.artifacts import Catalogue, NodeCache, start_server  # noqa: E402
-from harness.cluster import code_for_workers  # noqa: E402
+from harness.execution.artifacts import NodeCache, start_server  # noqa: E402
+from harness.execution.cluster import code_for_workers  # noqa: E402
+from harness.identity import Catalogue  # noqa: E402
 
 MODEL = REPO / "models" / "needle-tiny"
 

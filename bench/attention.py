@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.build import build_engine  # noqa: E402
 from harness.engines.lmc import run_here  # noqa: E402
+from harness.engines.lmc.build import build_engine  # noqa: E402
 from harness.errors import RunFailure  # noqa: E402
 
 POLICIES = {

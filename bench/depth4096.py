@@ -5,11 +5,11 @@ tokens, untimed, then DECODE tokens are generated and timed) against lmc ``gener
 DEPTH-token prompt and ``--max-new DECODE``, timing lmc's decode steps the same way: tokens/s =
 DECODE / (the sum of the steps' ms). lmc runs with exact attention and with sparse k=32 (the
 seed's selection; prefill stays exact), llama.cpp with its own (exact) attention; weights q8
-(llama.cpp q8_0, converted from the same safetensors by ``harness.engines.gguf``), the same
-threads. KV cache: llama-bench takes no f32 cache, so ``--kv f16`` (llama.cpp's default) pairs
-its f16 cache with lmc's f32 (lmc has no f16 cache: it reads twice llama.cpp's KV bytes) and
-``--kv q8_0`` pairs llama.cpp's q8_0 cache with lmc's q8 (both 8-bit values with a scale per
-32). Every round runs the three in turn, in
+(llama.cpp q8_0, converted from the same safetensors by ``harness.engines.llamabench.gguf``),
+the same threads. KV cache: llama-bench takes no f32 cache, so ``--kv f16`` (llama.cpp's
+default) pairs its f16 cache with lmc's f32 (lmc has no f16 cache: it reads twice llama.cpp's
+KV bytes) and ``--kv q8_0`` pairs llama.cpp's q8_0 cache with lmc's q8 (both 8-bit values with
+a scale per 32). Every round runs the three in turn, in
 alternating order (ABC, CBA, ...), each in a process of its own; a ratio is lmc's tokens/s over
 llama.cpp's in the same round, reported as median [min, max] over rounds with the CV of each
 engine's tokens/s. The load average is printed before and after: the machine may be shared.
@@ -44,8 +44,8 @@ from qwen3_06b import DEFAULT_ROOT, QWEN3_06B
 from qwen3_06b import generate as generate_model
 from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
 
-from harness.engines.gguf import ensure_converted
-from harness.engines.llamacpp_build import build_llama_bench
+from harness.engines.llamabench.build import build_llama_bench
+from harness.engines.llamabench.gguf import ensure_converted
 
 POLICIES = {"exact": (), "sparse": ("--attn", "sparse", "--k", "32")}
 LMC_WQ = {"q8_0": "q8", "f32": "f32", "bf16": "bf16"}  # llama.cpp type -> lmc --wq

@@ -1,5 +1,6 @@
-"""Command-line wrapper of :mod:`harness.engines.gguf` (the converter lives in the harness, which
-feeds GGUF models to the llama-bench engine; bench scripts import it from here as before).
+"""Command-line wrapper of :mod:`harness.engines.llamabench.gguf` (the converter lives in the
+harness, which feeds GGUF models to the llama-bench engine; bench scripts import it from here as
+before).
 
     .venv/bin/python bench/gguf_convert.py MODEL_DIR OUT.gguf --type q8_0
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.engines.gguf import (
+from harness.engines.llamabench.gguf import (
     GGUF_TYPES,
     ConvertError,
     as_float32,

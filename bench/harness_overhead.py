@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 from db.store import Store  # noqa: E402
 from devices.farm import farm_down, farm_up  # noqa: E402
 from devices.inventory import Device, device_table, load_inventory  # noqa: E402
-from harness.cluster import ray_session  # noqa: E402
-from harness.coordinator import run_experiment  # noqa: E402
+from harness.execution.cluster import ray_session  # noqa: E402
+from harness.execution.coordinator import RunRequest, run_experiment  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "models" / "needle-tiny"
@@ -99,7 +99,7 @@ def measure(folder: Path, inventory: Path, devices: str, args: argparse.Namespac
     spec = load_spec(spec_path)
     with Store.open(f"sqlite:///{folder}/{name}.db") as store:
         started = time.perf_counter()
-        summary = run_experiment(spec, load_inventory(inventory), store, [devices])
+        summary = run_experiment(RunRequest(spec, load_inventory(inventory), [devices]), store)
         total = time.perf_counter() - started
         runs = store.frames(spec.name)["runs"]
     ok = runs[runs["status"] == "ok"]

@@ -25,8 +25,8 @@ import qwen3_06b  # noqa: E402
 import shard_model  # noqa: E402
 from roofline import bench_prompt, positive_int  # noqa: E402
 
-from harness.build import build_engine  # noqa: E402
 from harness.engines.lmc import run_here  # noqa: E402
+from harness.engines.lmc.build import build_engine  # noqa: E402
 
 
 def run_once(lmc: str, model: Path, prompt: list[int], args: argparse.Namespace) -> dict:

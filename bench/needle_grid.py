@@ -5,8 +5,8 @@
     .venv/bin/python bench/needle_grid.py --attn sparse --k 4    # a sparse policy
     .venv/bin/python bench/needle_grid.py --backend transformers # the reference implementation
 
-Without --lmc the engine is built from the working tree (harness.build). Output: a markdown
-table (found/total per depth, recall per context length) and, with --json, every cell.
+Without --lmc the engine is built from the working tree (harness.engines.lmc.build). Output: a
+markdown table (found/total per depth, recall per context length) and, with --json, every cell.
 """
 
 from __future__ import annotations
@@ -20,12 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.workloads.grid import (  # noqa: E402
-    format_grid,
-    lmc_generator,
-    recall_grid,
-    transformers_generator,
-)
+from harness.engines.lmc import generator as lmc_generator  # noqa: E402
+from harness.workloads.grid import format_grid, recall_grid, transformers_generator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPTHS = [round(0.1 * i, 1) for i in range(11)]
@@ -52,7 +48,7 @@ def main() -> int:
     else:
         lmc = args.lmc
         if lmc is None:
-            from harness.build import build_engine
+            from harness.engines.lmc.build import build_engine
 
             lmc = Path(build_engine(target="x86_64").binary)
         extra = ["--attn", args.attn, "--threads", str(args.threads)]

@@ -5,7 +5,8 @@ Every round runs each configuration once, in turn (so drift of a shared machine 
 them alike), as `lmc generate` over one needle prompt; the figure per configuration is the
 median over rounds of the run's median decode ms per token, and its ratio to exact.
 
-    .venv/bin/python bench/predictor.py --predictor reports/predictor-study/predictor-cascade.gbm
+    .venv/bin/python bench/predictor.py \
+        --predictor out/reports/predictor-study/predictor-cascade.gbm
     .venv/bin/python bench/predictor.py --predictor FILE --model DIR --ctx 1024 --rounds 7
 """
 
@@ -18,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.build import build_engine  # noqa: E402
 from harness.engines.lmc import run_here  # noqa: E402
+from harness.engines.lmc.build import build_engine  # noqa: E402
 from harness.errors import RunFailure  # noqa: E402
 from harness.workloads import needle_prompt  # noqa: E402
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.engines.gguf import round_to_bf16_bits
+from harness.engines.llamabench.gguf import round_to_bf16_bits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO_ROOT / "build" / "models"

@@ -2,10 +2,10 @@
 
 Decoding one token reads every weight once plus the KV cache up to the current position; at
 batch size one that traffic, not arithmetic, bounds the speed. This script measures the
-machine's read bandwidth with ``bench/c/stream_read.c`` (built by ``harness.build``'s ninja path,
-all threads), runs ``lmc generate`` on the Qwen3-0.6B-shaped bench model, and reports the
-achieved bandwidth = (weight bytes + KV bytes read per token) / decode time per token, as a
-fraction of the measured bandwidth.
+machine's read bandwidth with ``bench/c/stream_read.c`` (built by
+``harness.engines.lmc.build``'s ninja path, all threads), runs ``lmc generate`` on the
+Qwen3-0.6B-shaped bench model, and reports the achieved bandwidth = (weight bytes + KV bytes
+read per token) / decode time per token, as a fraction of the measured bandwidth.
 
     .venv/bin/python bench/roofline.py                       # f32 and q8 weights, prompt 128
     .venv/bin/python bench/roofline.py --prompt-len 448      # decode at context 448..511
@@ -35,8 +35,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.build import build_c_program, build_engine
 from harness.engines.lmc import LmcEngine, run_here
+from harness.engines.lmc.build import build_c_program, build_engine
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from db.store import Store  # noqa: E402
 from devices.inventory import load_inventory  # noqa: E402
-from harness.commands.run import device_list  # noqa: E402
-from harness.coordinator import run_experiment  # noqa: E402
+from harness.commands.flags import device_list  # noqa: E402
 from harness.engines.llamabench import NAME as LLAMA_BENCH  # noqa: E402
 from harness.engines.lmc import NAME as LMC  # noqa: E402
 from harness.errors import InputError  # noqa: E402
+from harness.execution.coordinator import RunRequest, run_experiment  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
 from reports.compare import compare_runs, load_runs  # noqa: E402
 
@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{args.spec}: key 'engines' must name both {LMC!r} and "
                              f"{LLAMA_BENCH!r} (it names {', '.join(spec.engines)})")
         with Store.open(args.db) as store:
-            summary = run_experiment(spec, load_inventory(args.inventory), store, args.devices,
-                                     args.force, args.ray_address)
+            summary = run_experiment(RunRequest(spec, load_inventory(args.inventory),
+                                                args.devices, args.force, args.ray_address),
+                                     store)
             print(summary.line())
             table = side_by_side(store, spec.name)
     except Exception as exc:  # noqa: BLE001 - the harness's errors carry their exit code

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from db.engine import retry_locked
+from db.connection import retry_locked
 from db.leases import utcnow
 from db.models import Device, Experiment, ExperimentRun, Job, Lease, Run
 

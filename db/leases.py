@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from db.engine import retry_locked
+from db.connection import retry_locked
 from db.models import Lease
 
 # Tries of the update-else-insert race before a lease counts as taken by the winner.

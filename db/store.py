@@ -1,7 +1,7 @@
 """The result store: the coordinator's only way to write results, and the CLI's way to read them.
 
 ``Store.open(url)`` connects to any SQLAlchemy URL (SQLite by default, in WAL mode) and brings the
-schema up to date with the Alembic migrations in ``db/migrations`` (see db/engine.py). Each run
+schema up to date with the Alembic migrations in ``db/migrations`` (see db/connection.py). Each run
 is saved in ONE transaction (run row, snapshots, token timings, outcome), so a crash never leaves
 half a run, and the unique run key guarantees at most one row per run.
 """
@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
-from db.engine import create_store_engine, migrate, retry_locked, writer
+from db.connection import create_store_engine, migrate, retry_locked, writer
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
@@ -292,20 +292,18 @@ def _check_result(result: RunResult) -> None:
                              f"allowed {', '.join(SNAPSHOT_PHASES)}")
 
 
-RUN_FIELDS = (
-    "run_key", "experiment_id", "device_id", "build_id", "model_id", "workload_id", "engine",
-    "command", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn", "repeat",
-    "attempts", "status", "exit_code", "error", "wall_ms", "engine_ms", "overhead_ms",
-    "prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens", "raw_json",
-    "lease_id",
-)
+# A run's record and its row are one definition: every column of ``runs`` but its id comes
+# from the RunResult field of the same name (tests/test_store.py holds the two together, so a
+# column added to one and not the other fails there, and here at once).
+RUN_TIMESTAMPS = ("started_at", "finished_at")
+RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
 
 
 def _run_values(result: RunResult) -> dict[str, Any]:
     values = {name: getattr(result, name) for name in RUN_FIELDS}
     values["config"] = dict(result.config)
-    values["started_at"] = utc_naive(result.started_at)
-    values["finished_at"] = utc_naive(result.finished_at)
+    for name in RUN_TIMESTAMPS:
+        values[name] = utc_naive(values[name])
     return values
 
 

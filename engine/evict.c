@@ -3,23 +3,21 @@
 
 #include <math.h>
 
-#include "attention.h"
-
-int evict_scores_blocks(Policy p) { return p == POL_SPARSE || p == POL_QUEST || p == POL_ORACLE; }
+#include "attn_kernel.h"
 
 /* oracle: exact attention of the query over the cached blocks, by the kernel every policy
  * uses, summed per block (into score; exact_out and the oracle's block list are scratch) */
 static void oracle_block_mass(Attention *a, int layer, int h, int n_pos, const float *q,
                               const unsigned char *gone, float *score) {
     int bs = a->kv->block, n_blocks = (n_pos + bs - 1) / bs, n = 0;
-    int *cached = a->oracle_sel + (size_t)h * a->n_blocks;
-    float *probs = a->exact_probs + (size_t)h * a->capacity;
+    int *cached = a->diag.oracle_sel + (size_t)h * a->n_blocks;
+    float *probs = a->diag.exact_probs + (size_t)h * a->capacity;
     for (int b = 0; b < n_blocks; b++) {
         score[b] = 0.0f;
         if (!gone || !gone[b]) cached[n++] = b;
     }
     attn_blocks(q, 1, a->kv, layer, h / (a->n_heads / a->n_kv), n_pos, cached, NULL, n,
-                a->exact_out + (size_t)h * a->head_dim, a->kscratch + (size_t)h * bs, probs, 0);
+                a->diag.exact_out + (size_t)h * a->head_dim, a->head.kscratch + (size_t)h * bs, probs, 0);
     for (int i = 0; i < n; i++) {
         int p0 = cached[i] * bs, p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
         for (int p = p0; p < p1; p++) score[cached[i]] += probs[p];
@@ -28,7 +26,7 @@ static void oracle_block_mass(Attention *a, int layer, int h, int n_pos, const f
 
 const float *evict_block_scores(Attention *a, int layer, int h, int pos, const float *q,
                                 const unsigned char *gone) {
-    float *score = a->scratch[h].score;
+    float *score = a->head.select[h].score;
     if (a->opt.sel.policy == POL_ORACLE) {
         oracle_block_mass(a, layer, h, pos + 1, q, gone, score);
         return score;
@@ -46,7 +44,7 @@ const float *evict_block_scores(Attention *a, int layer, int h, int pos, const f
     SelectInput in = {.q = q, .kv = a->kv, .layer = layer, .kvh = h / (a->n_heads / a->n_kv), .head = h,
                       .n_pos = pos + 1};
     size_t bytes = 0;
-    select_blocks(&cfg, &in, &a->scratch[h], a->oracle_sel + (size_t)h * a->n_blocks, &bytes);
+    select_blocks(&cfg, &in, &a->head.select[h], a->diag.oracle_sel + (size_t)h * a->n_blocks, &bytes);
     return score;
 }
 
@@ -70,17 +68,18 @@ static void score_keys(void *arg, int begin, int end) {
         for (int j = c * SCORE_CHUNK; j < (c + 1) * SCORE_CHUNK && j <= job->pos; j++) {
             if (!g && job->layer == 0) { /* h2o-prev, first layer: accumulated mass, all heads */
                 float m = 0.0f;
-                for (int h = 0; h < a->n_heads; h++) m += a->mass[(size_t)h * a->capacity + j];
-                a->key_score[j] = m;
+                for (int h = 0; h < a->n_heads; h++) m += a->state.mass[(size_t)h * a->capacity + j];
+                a->keys.key_score[j] = m;
                 continue;
             }
             if (!g) { /* h2o-prev: the previous layer's mass for this query */
-                a->key_score[j] = keyfeat_value(a->feat, job->layer, j, KF_PREV_MASS);
+                a->keys.key_score[j] = keyfeat_value(a->keys.feat, job->layer, j, KF_PREV_MASS);
                 continue;
             }
-            for (int i = 0; i < g->n_features; i++) x[i] = keyfeat_value(a->feat, job->layer, j, a->gbm_cols[i]);
+            for (int i = 0; i < g->n_features; i++)
+                x[i] = keyfeat_value(a->keys.feat, job->layer, j, a->keys.gbm_cols[i]);
             /* the trees predict ln(mass + 1e-6); blocks are ranked by summed predicted mass */
-            a->key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
+            a->keys.key_score[j] = (float)exp(gbm_predict(g, job->layer, x));
         }
 }
 
@@ -90,9 +89,9 @@ static void score_keys(void *arg, int begin, int end) {
 static float keep_score(const Attention *a, int layer, int h, int p) {
     switch (a->opt.sel.policy) {
     case POL_WINDOW: return (float)p;
-    case POL_H2O: return a->mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
+    case POL_H2O: return a->state.mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
     case POL_RANDOM: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
-    default: return a->key_score[p]; /* h2o-prev, gbm */
+    default: return a->keys.key_score[p]; /* h2o-prev, gbm */
     }
 }
 
@@ -106,10 +105,10 @@ void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
     int keep = a->opt.kv_budget / bs;
     int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
     for (int h = 0; h < a->n_heads; h++) {
-        unsigned char *gone = a->evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
+        unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
         int live = 0;
         for (int b = 0; b < n_blocks; b++) live += !gone[b];
-        const float *block_score = live > keep && evict_scores_blocks(a->opt.sel.policy)
+        const float *block_score = live > keep && policy_keeps_blocks(a->opt.sel.policy)
                                        ? evict_block_scores(a, layer, h, pos, q_all + (size_t)h * a->head_dim, gone)
                                        : NULL;
         while (live > keep) {
@@ -134,8 +133,8 @@ void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
 }
 
 void evict_rank_scores(Attention *a, int layer, int pos, const float *q_all) {
-    float *score = a->rank->score;
-    if (evict_scores_blocks(a->opt.sel.policy)) { /* a key scores as its block */
+    float *score = a->keys.rank->score;
+    if (policy_keeps_blocks(a->opt.sel.policy)) { /* a key scores as its block */
         int bs = a->kv->block;
         for (int p = 0; p <= pos; p++) score[p] = 0.0f;
         for (int h = 0; h < a->n_heads; h++) {

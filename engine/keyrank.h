@@ -1,5 +1,5 @@
 /* keyrank.h — seed 004's metrics of a key ranking against the true attention mass
- * (--measure-keys N): how well a policy's keep score (attend.c) orders the keys of a query.
+ * (--measure-keys N): how well a policy's keep score (evict.c) orders the keys of a query.
  *
  * For the query at position t (every N-th: (t + 1) % N == 0) and layer l, with n = t + 1 keys,
  * true masses m_j (the attention that ran, mean over query heads: keyfeat.h) and scores s_j:

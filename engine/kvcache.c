@@ -8,7 +8,8 @@
 #include "util.h"
 
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
-             int keep_minmax, int keep_sum, int probes) {
+             const KVLayout *layout) {
+    int probes = layout->probes;
     memset(kv, 0, sizeof *kv);
     kv->n_layers = n_layers;
     kv->n_kv = n_kv;
@@ -30,11 +31,11 @@ void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, in
         kv->v = lmc_alloc(rows * (size_t)kv->kv_dim, sizeof(float), "value cache");
     }
     size_t summaries = (size_t)n_layers * (size_t)kv->n_blocks * (size_t)kv->kv_dim;
-    if (keep_minmax) {
+    if (layout->minmax) {
         kv->kmin = lmc_alloc(summaries, sizeof(float), "key block minima");
         kv->kmax = lmc_alloc(summaries, sizeof(float), "key block maxima");
     }
-    if (keep_sum) kv->ksum = lmc_alloc(summaries, sizeof(float), "key block sums");
+    if (layout->sum) kv->ksum = lmc_alloc(summaries, sizeof(float), "key block sums");
     /* a full block's probes: the stride select.c probes at (step = block / probes, at least 1) */
     kv->pk_step = probes > 0 && probes < block ? block / probes : 1;
     kv->pk_rows = (block + kv->pk_step - 1) / kv->pk_step;

@@ -44,10 +44,17 @@ typedef struct {
     int pk_step, pk_rows; /* probe keys: rows apart in a block, rows per block */
 } KVCache;
 
-/* probes > 0 (f32 only): keep the probe keys of that many probes per block (none when every
- * row is a probe: the keys are contiguous already) */
+/* which per-block key summaries a cache keeps besides the keys (select.c's kv_layout_for says
+ * which a policy reads) */
+typedef struct {
+    int minmax; /* kmin/kmax (quest) */
+    int sum;    /* ksum (sparse --probe-summary) */
+    int probes; /* > 0 (f32 only): the probe keys of that many probes per block (none when every
+                 * row is a probe: the keys are contiguous already) */
+} KVLayout;
+
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
-             int keep_minmax, int keep_sum, int probes);
+             const KVLayout *layout);
 void kv_free(KVCache *kv);
 /* store one position's keys and values for all KV heads (k_row, v_row: [kv_dim]) */
 void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *v_row);

@@ -1,4 +1,4 @@
-/* main.c — lmc's entry point: the command line and `lmc info`.
+/* main.c — lmc's entry point: which command runs, and `lmc info`.
  *
  *   lmc info
  *   lmc generate   --model DIR --prompt FILE [options]
@@ -6,207 +6,31 @@
  *   lmc attn-bench --ctx N --heads H --kv-heads G --head-dim D [options]
  *   lmc predict    --predictor FILE --layer L --inputs FILE --dump-out FILE
  *
- * Every option is documented in engine/README.md. Output: one JSON document on stdout.
- * Bad input: exit 2 and one line "lmc: error: ..." on stderr. */
-#include <errno.h>
+ * Every option is documented in engine/README.md (parsed by cli.c). Output: one JSON document
+ * on stdout. Bad input: exit 2 and one line "lmc: error: ..." on stderr. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "json.h"
-#include "matmul.h"
 #include "ops.h"
 #include "util.h"
 
-/* ---------------------------------------------------------------- option table */
-
-enum { C_GEN = 1, C_PPL = 2, C_BENCH = 4, C_PRED = 8, C_MODEL = C_GEN | C_PPL, C_ALL = 7 };
-enum { T_FLAG, T_INT, T_STR, T_POLICY, T_KVTYPE, T_WTYPE, T_PREFILL, T_U64 };
-
-typedef struct {
-    const char *name;
-    int commands, type;
-    size_t offset; /* into Options */
-    int lo, hi;    /* T_INT bounds */
-    int value;     /* T_FLAG: the value stored */
-} OptSpec;
-
-#define OFF(field) offsetof(Options, field)
-static const OptSpec OPTIONS[] = {
-    {"--model", C_MODEL, T_STR, OFF(model), 0, 0, 0},
-    {"--prompt", C_GEN, T_STR, OFF(prompt), 0, 0, 0},
-    {"--text", C_PPL, T_STR, OFF(text), 0, 0, 0},
-    {"--dump-logits", C_GEN, T_STR, OFF(dump_logits), 0, 0, 0},
-    {"--trace-selection", C_GEN | C_BENCH, T_STR, OFF(trace), 0, 0, 0},
-    {"--inputs", C_BENCH | C_PRED, T_STR, OFF(inputs), 0, 0, 0},
-    {"--dump-out", C_BENCH | C_PRED, T_STR, OFF(dump_out), 0, 0, 0},
-    {"--predictor", C_MODEL | C_PRED, T_STR, OFF(predictor), 0, 0, 0},
-    {"--layer", C_PRED, T_INT, OFF(layer), 0, 4095, 0},
-    {"--dump-features", C_MODEL, T_STR, OFF(dump_features), 0, 0, 0},
-    {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
-    {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
-    {"--measure-keys", C_PPL, T_INT, OFF(measure_keys), 1, 1 << 24, 0},
-    {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
-    {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
-    {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
-    {"--probes", C_ALL, T_INT, OFF(probes), 1, 1 << 20, 0},
-    {"--no-importance", C_ALL, T_FLAG, OFF(importance), 0, 0, 0},
-    {"--no-recency", C_ALL, T_FLAG, OFF(recency), 0, 0, 0},
-    {"--probe-summary", C_ALL, T_FLAG, OFF(probe_summary), 0, 0, 1},
-    {"--prefill-attn", C_MODEL, T_PREFILL, OFF(prefill_sparse), 0, 0, 0},
-    {"--measure-selection", C_GEN | C_BENCH, T_FLAG, OFF(measure), 0, 0, 1},
-    {"--ref-attn", C_ALL, T_FLAG, OFF(ref_attn), 0, 0, 1},
-    {"--seed", C_ALL, T_U64, OFF(seed), 0, 0, 0},
-    {"--kv", C_ALL, T_KVTYPE, OFF(kv_q8), 0, 0, 0},
-    {"--wq", C_MODEL, T_WTYPE, OFF(wq), 0, 0, 0},
-    {"--threads", C_ALL, T_INT, OFF(threads), 1, 256, 0},
-    {"--max-new", C_GEN, T_INT, OFF(max_new), 0, 1 << 24, 0},
-    {"--ctx", C_ALL, T_INT, OFF(ctx), 1, 1 << 24, 0},
-    {"--stop", C_GEN, T_INT, OFF(stops), 0, (1 << 22) - 1, 0},
-    {"--heads", C_BENCH, T_INT, OFF(heads), 1, 1024, 0},
-    {"--kv-heads", C_BENCH, T_INT, OFF(kv_heads), 1, 1024, 0},
-    {"--head-dim", C_BENCH, T_INT, OFF(head_dim), 2, LMC_MAX_HEAD_DIM, 0},
-    {"--runs", C_BENCH, T_INT, OFF(runs), 1, 10000, 0},
-    {"--warmup", C_BENCH, T_INT, OFF(warmup), 0, 10000, 0},
-    {"--stages", C_BENCH, T_FLAG, OFF(stages), 0, 0, 1},
-    {"--layers", C_BENCH, T_INT, OFF(layers), 1, 1024, 0},
-};
-#define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
-
-static int command_bit(const char *command) {
-    if (strcmp(command, "generate") == 0) return C_GEN;
-    if (strcmp(command, "ppl") == 0) return C_PPL;
-    if (strcmp(command, "predict") == 0) return C_PRED;
-    return C_BENCH;
-}
-
-static int parse_int(const char *flag, const char *value, int lo, int hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (errno || end == value || *end != '\0' || v < lo || v > hi)
-        lmc_die_input("%s expects an integer in [%d, %d], got '%.64s'", flag, lo, hi, value);
-    return (int)v;
-}
-
-void cli_parse(Options *o, const char *command, int argc, char **argv) {
-    memset(o, 0, sizeof *o);
-    o->command = command;
-    o->policy = POL_EXACT;
-    o->k = 32;
-    o->block = 32;
-    o->probes = 8;
-    o->importance = 1;
-    o->recency = 1;
-    o->threads = 1;
-    o->max_new = 32;
-    o->runs = 7;
-    o->warmup = 1;
-    o->layers = 1;
-    o->dump_every = 1;
-    int cbit = command_bit(command);
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const OptSpec *spec = NULL;
-        for (int j = 0; j < N_OPTIONS; j++)
-            if (strcmp(arg, OPTIONS[j].name) == 0) spec = &OPTIONS[j];
-        if (!spec || !(spec->commands & cbit))
-            lmc_die_input("unknown option '%.64s' for '%s' (options are listed in engine/README.md)", arg, command);
-        char *field = (char *)o + spec->offset;
-        if (spec->type == T_FLAG) {
-            *(int *)field = spec->value;
-            continue;
-        }
-        if (i + 1 >= argc) lmc_die_input("%s needs a value", arg);
-        const char *value = argv[++i];
-        switch (spec->type) {
-        case T_STR: *(const char **)field = value; break;
-        case T_INT:
-            if (strcmp(arg, "--stop") == 0) {
-                if (o->n_stops == MAX_STOPS) lmc_die_input("--stop given more than %d times", MAX_STOPS);
-                o->stops[o->n_stops++] = parse_int(arg, value, spec->lo, spec->hi);
-            } else {
-                *(int *)field = parse_int(arg, value, spec->lo, spec->hi);
-            }
-            break;
-        case T_U64: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(value, &end, 10);
-            if (errno || end == value || *end != '\0' || value[0] == '-')
-                lmc_die_input("%s expects a non-negative integer, got '%.64s'", arg, value);
-            *(uint64_t *)field = (uint64_t)v;
-            break;
-        }
-        case T_POLICY:
-            if (policy_parse(value, (Policy *)field) != 0)
-                lmc_die_input("--attn '%.64s' is not a policy (allowed: exact, sparse, window, h2o, "
-                              "quest, random, oracle, h2o-prev, gbm)", value);
-            break;
-        case T_KVTYPE:
-            if (strcmp(value, "f32") == 0) *(int *)field = 0;
-            else if (strcmp(value, "q8") == 0) *(int *)field = 1;
-            else lmc_die_input("%s '%.64s' is not allowed (allowed: f32, q8)", arg, value);
-            break;
-        case T_WTYPE:
-            if (strcmp(value, "f32") == 0) *(int *)field = WQ_F32;
-            else if (strcmp(value, "q8") == 0) *(int *)field = WQ_Q8;
-            else if (strcmp(value, "bf16") == 0) *(int *)field = WQ_BF16;
-            else lmc_die_input("%s '%.64s' is not allowed (allowed: f32, q8, bf16)", arg, value);
-            break;
-        case T_PREFILL:
-            if (strcmp(value, "exact") == 0) *(int *)field = 0;
-            else if (strcmp(value, "sparse") == 0) *(int *)field = 1;
-            else lmc_die_input("--prefill-attn '%.64s' is not allowed (allowed: exact, sparse)", value);
-            break;
-        }
-    }
-}
-
-AttnOptions cli_attn_options(const Options *o) {
-    AttnOptions a;
-    memset(&a, 0, sizeof a);
-    a.sel.policy = o->policy;
-    a.sel.k = o->k;
-    a.sel.block = o->block;
-    a.sel.probes = o->probes;
-    a.sel.importance = o->importance;
-    a.sel.recency = o->recency;
-    a.sel.probe_summary = o->probe_summary;
-    a.sel.seed = o->seed;
-    a.prefill_sparse = o->prefill_sparse;
-    a.reference = o->ref_attn;
-    a.measure = o->measure;
-    if (o->trace) {
-        a.trace = fopen(o->trace, "w");
-        if (!a.trace) lmc_die_input("cannot write --trace-selection file %s: %s", o->trace, strerror(errno));
-        fprintf(a.trace, "# lmc selection trace: query_pos layer head n_selected block_ids...\n");
-    }
-    a.predictor_path = o->predictor;
-    a.kv_budget = o->kv_budget;
-    a.rank_every = o->measure_keys;
-    a.features_every = o->dump_every;
-    if (o->dump_features) {
-        a.features = fopen(o->dump_features, "wb");
-        if (!a.features)
-            lmc_die_input("cannot write --dump-features file %s: %s", o->dump_features, strerror(errno));
-    }
-    return a;
-}
-
-void cli_write_attn_config(FILE *f, const Options *o) {
-    fprintf(f, "\"attn\": \"%s\", \"k\": %d, \"block\": %d, \"probes\": %d, \"importance\": %s, "
-               "\"recency\": %s, \"probe_summary\": %s, \"prefill_attn\": \"%s\", \"seed\": %llu, "
-               "\"kv\": \"%s\", \"threads\": %d, \"ref_attn\": %s, \"kv_budget\": %d",
-            policy_name(o->policy), o->k, o->block, o->probes, o->importance ? "true" : "false",
-            o->recency ? "true" : "false", o->probe_summary ? "true" : "false",
-            o->prefill_sparse ? "sparse" : "exact", (unsigned long long)o->seed,
-            o->kv_q8 ? "q8" : "f32", o->threads, o->ref_attn ? "true" : "false", o->kv_budget);
-}
-
 /* ---------------------------------------------------------------- info */
 
+/* the names of a set of policies as a JSON array, in table order */
+static void write_policies(unsigned set) {
+    printf("[");
+    for (int i = 0, n = 0; i < N_POLICIES; i++) {
+        if (!((set >> i) & 1u)) continue;
+        printf("%s", n++ ? ", " : "");
+        json_write_string(stdout, policy_name((Policy)i));
+    }
+    printf("]");
+}
+
+/* what the build is, then what the policy and switch tables (policy.h) and the option
+ * defaults (cli.c) say, so the harness can hold its own lists against the engine's */
 static int cmd_info(void) {
     printf("{\"schema\": \"%s\", \"command\": \"info\", \"version\": \"%s\", \"source_hash\": ",
            LMC_SCHEMA, LMC_VERSION);
@@ -217,10 +41,42 @@ static int cmd_info(void) {
     json_write_string(stdout, LMC_FLAGS);
     printf(", \"arch\": ");
     json_write_string(stdout, LMC_TARGET);
-    printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": [\"exact\", \"sparse\", \"window\", "
-           "\"h2o\", \"quest\", \"random\", \"oracle\", \"h2o-prev\", \"gbm\"]}\n", simd_features(), Q8_GROUP);
+    printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": ", simd_features(), Q8_GROUP);
+    write_policies(ALL_POLICIES);
+    printf(", \"evicting\": ");
+    write_policies(policy_set(policy_can_evict));
+    printf(", \"feature_policies\": ");
+    write_policies(policy_set(policy_uses_features));
+    printf(", \"switches\": [");
+    for (int i = 0; i < N_SWITCHES; i++) {
+        const SwitchInfo *sw = &SWITCHES[i];
+        printf("%s{\"name\": ", i ? ", " : "");
+        json_write_string(stdout, sw->name);
+        printf(", \"flag\": ");
+        json_write_string(stdout, sw->flag);
+        printf(", \"default\": %s, \"policies\": ", sw->on ? "true" : "false");
+        write_policies(sw->policies);
+        printf("}");
+    }
+    printf("], ");
+    cli_write_defaults(stdout);
+    printf("}\n");
     return 0;
 }
+
+/* ---------------------------------------------------------------- dispatch */
+
+static const struct {
+    const char *name;
+    Command cmd;
+    int (*run)(const Options *o);
+} COMMANDS[] = {
+    {"generate", CMD_GENERATE, cmd_generate},
+    {"ppl", CMD_PPL, cmd_ppl},
+    {"attn-bench", CMD_ATTN_BENCH, cmd_attn_bench},
+    {"predict", CMD_PREDICT, cmd_predict},
+};
+#define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
 
 static void usage(void) {
     fprintf(stderr, "usage: lmc info | generate --model DIR --prompt FILE [options] | "
@@ -240,13 +96,11 @@ int main(int argc, char **argv) {
         usage();
         return 0;
     }
-    if (strcmp(command, "generate") && strcmp(command, "ppl") && strcmp(command, "attn-bench") &&
-        strcmp(command, "predict"))
-        lmc_die_input("unknown command '%.64s' (allowed: info, generate, ppl, attn-bench, predict)", command);
-    Options o;
-    cli_parse(&o, command, argc - 2, argv + 2);
-    if (strcmp(command, "generate") == 0) return cmd_generate(&o);
-    if (strcmp(command, "ppl") == 0) return cmd_ppl(&o);
-    if (strcmp(command, "predict") == 0) return cmd_predict(&o);
-    return cmd_attn_bench(&o);
+    for (int i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(command, COMMANDS[i].name) != 0) continue;
+        Options o;
+        cli_parse(&o, COMMANDS[i].cmd, command, argc - 2, argv + 2);
+        return COMMANDS[i].run(&o);
+    }
+    lmc_die_input("unknown command '%.64s' (allowed: info, generate, ppl, attn-bench, predict)", command);
 }

@@ -35,69 +35,66 @@ static float rope_inv_freq(const Config *c, int i) {
     return (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
 }
 
-void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
-                 int all_logits, ThreadPool *pool) {
-    memset(r, 0, sizeof *r);
+void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
+                  int all_logits, ThreadPool *pool) {
+    memset(f, 0, sizeof *f);
     const Config *c = &m->cfg;
-    r->m = m;
-    r->pool = pool;
-    r->capacity = capacity;
-    r->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
-    int keep_minmax = opt->sel.policy == POL_QUEST;
-    int keep_sum = opt->sel.policy == POL_SPARSE && opt->sel.probe_summary;
-    int probes = opt->sel.policy == POL_SPARSE && !opt->sel.probe_summary ? opt->sel.probes : 0;
-    kv_init(&r->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8,
-            keep_minmax, keep_sum, probes);
-    attention_init(&r->attn, opt, &r->kv, c->n_heads, pool);
-    r->use_feat = attention_needs_features(opt) || opt->features;
-    if (r->use_feat) {
-        r->chunk = 1;
-        keyfeat_init(&r->feat, c->n_layers, c->n_heads, capacity, c->hidden, c->vocab);
-        r->feat.dump = opt->features;
-        r->feat.dump_every = opt->features_every;
-        if (r->feat.dump) keyfeat_dump_header(&r->feat);
-        attention_set_features(&r->attn, &r->feat, opt->predictor_path);
+    f->m = m;
+    f->pool = pool;
+    f->capacity = capacity;
+    f->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
+    KVLayout layout = kv_layout_for(&opt->sel);
+    kv_init(&f->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8, &layout);
+    attention_init(&f->attn, opt, &f->kv, c->n_heads, pool);
+    f->use_feat = attention_needs_features(opt) || opt->features;
+    if (f->use_feat) {
+        f->chunk = 1;
+        keyfeat_init(&f->feat, c->n_layers, c->n_heads, capacity, c->hidden, c->vocab);
+        f->feat.dump = opt->features;
+        f->feat.dump_every = opt->features_every;
+        if (f->feat.dump) keyfeat_dump_header(&f->feat);
+        attention_set_features(&f->attn, &f->feat, opt->predictor_path);
         if (opt->rank_every) {
-            keyrank_init(&r->rank, capacity, c->n_layers, opt->rank_every);
-            r->attn.rank = &r->rank;
+            keyrank_init(&f->rank, capacity, c->n_layers, opt->rank_every);
+            f->attn.keys.rank = &f->rank;
         }
     }
-    r->logit_rows = all_logits ? r->chunk : 1;
-    size_t T = (size_t)r->chunk, H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
+    f->logit_rows = all_logits ? f->chunk : 1;
+    size_t T = (size_t)f->chunk, H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim;
     size_t KV = (size_t)c->n_kv_heads * c->head_dim, I = (size_t)c->intermediate;
-    r->x = lmc_alloc(T * H, sizeof(float), "activations");
-    r->xb = lmc_alloc(T * H, sizeof(float), "activations");
-    r->q = lmc_alloc(T * Q, sizeof(float), "activations");
-    r->k = lmc_alloc(T * KV, sizeof(float), "activations");
-    r->v = lmc_alloc(T * KV, sizeof(float), "activations");
-    r->att = lmc_alloc(T * Q, sizeof(float), "activations");
-    r->hb = lmc_alloc(T * I, sizeof(float), "activations");
-    r->hb2 = lmc_alloc(T * I, sizeof(float), "activations");
-    r->logits = lmc_alloc((size_t)r->logit_rows * (size_t)c->vocab, sizeof(float), "logits");
+    f->x = lmc_alloc(T * H, sizeof(float), "activations");
+    f->xb = lmc_alloc(T * H, sizeof(float), "activations");
+    f->q = lmc_alloc(T * Q, sizeof(float), "activations");
+    f->k = lmc_alloc(T * KV, sizeof(float), "activations");
+    f->v = lmc_alloc(T * KV, sizeof(float), "activations");
+    f->att = lmc_alloc(T * Q, sizeof(float), "activations");
+    f->hb = lmc_alloc(T * I, sizeof(float), "activations");
+    f->hb2 = lmc_alloc(T * I, sizeof(float), "activations");
+    f->logits = lmc_alloc((size_t)f->logit_rows * (size_t)c->vocab, sizeof(float), "logits");
     size_t widest = H > Q ? H : Q;
-    qacts_init(&r->xq, r->chunk, (int)(widest > I ? widest : I));
+    qacts_init(&f->xq, f->chunk, (int)(widest > I ? widest : I));
     /* RoPE tables as transformers builds them: inv_freq = 1 / theta^(2i/d) and the angle
      * pos * inv_freq both rounded to float32 (their rounding matters at large positions) */
     int half = c->head_dim / 2;
-    r->rope_cos = lmc_alloc((size_t)capacity * half, sizeof(float), "rope table");
-    r->rope_sin = lmc_alloc((size_t)capacity * half, sizeof(float), "rope table");
+    f->rope_cos = lmc_alloc((size_t)capacity * half, sizeof(float), "rope table");
+    f->rope_sin = lmc_alloc((size_t)capacity * half, sizeof(float), "rope table");
     for (int p = 0; p < capacity; p++)
         for (int i = 0; i < half; i++) {
             float angle = (float)p * rope_inv_freq(c, i);
-            r->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);
-            r->rope_sin[(size_t)p * half + i] = (float)sin((double)angle);
+            f->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);
+            f->rope_sin[(size_t)p * half + i] = (float)sin((double)angle);
         }
 }
 
-void runner_free(Runner *r) {
-    attention_free(&r->attn);
-    if (r->use_feat) keyfeat_free(&r->feat);
-    if (r->rank.score) keyrank_free(&r->rank);
-    kv_free(&r->kv);
-    qacts_free(&r->xq);
-    float *bufs[] = {r->x, r->xb, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->logits, r->rope_cos, r->rope_sin};
+void forward_free(Forward *f) {
+    attention_free(&f->attn);
+    if (f->use_feat) keyfeat_free(&f->feat);
+    if (f->rank.score) keyrank_free(&f->rank);
+    kv_free(&f->kv);
+    qacts_free(&f->xq);
+    float *bufs[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2, f->logits, f->rope_cos, f->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) lmc_free(bufs[i]);
-    memset(r, 0, sizeof *r);
+    memset(f, 0, sizeof *f);
 }
 
 void model_embed(const Model *m, int token, float *out) {
@@ -121,9 +118,9 @@ static void scale_by(float *x, size_t n, float s) {
 
 /* Qwen3 normalises each query and key head (norm != NULL), then each is rotated (token at
  * position pos); Llama only rotates */
-static void norm_rope_heads(float *v, int n_heads, const float *norm, const Config *c, const Runner *r, int pos) {
+static void norm_rope_heads(float *v, int n_heads, const float *norm, const Config *c, const Forward *f, int pos) {
     int D = c->head_dim, half = D / 2;
-    const float *cos_row = r->rope_cos + (size_t)pos * half, *sin_row = r->rope_sin + (size_t)pos * half;
+    const float *cos_row = f->rope_cos + (size_t)pos * half, *sin_row = f->rope_sin + (size_t)pos * half;
     for (int h = 0; h < n_heads; h++) {
         float *vh = v + (size_t)h * D;
         if (norm) rmsnorm(vh, vh, norm, D, c->rms_eps);
@@ -131,60 +128,60 @@ static void norm_rope_heads(float *v, int n_heads, const float *norm, const Conf
     }
 }
 
-float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want, SelStats *stats) {
-    const Model *m = r->m;
+float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int want, SelStats *stats) {
+    const Model *m = f->m;
     const Config *c = &m->cfg;
-    if (n < 1 || n > r->chunk || (want == LOGITS_ALL && n > r->logit_rows))
-        lmc_die_runtime("forward: %d tokens for a runner of %d", n, r->chunk);
+    if (n < 1 || n > f->chunk || (want == LOGITS_ALL && n > f->logit_rows))
+        lmc_die_runtime("forward: %d tokens for a runner of %d", n, f->chunk);
     int H = c->hidden, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, I = c->intermediate;
     size_t nH = (size_t)n * H;
     for (int t = 0; t < n; t++) {
-        model_embed(m, tokens[t], r->x + (size_t)t * H);
-        if (r->use_feat) keyfeat_append(&r->feat, tokens[t], r->x + (size_t)t * H);
+        model_embed(m, tokens[t], f->x + (size_t)t * H);
+        if (f->use_feat) keyfeat_append(&f->feat, tokens[t], f->x + (size_t)t * H);
     }
-    if (c->embed_scale != 1.0f) scale_by(r->x, nH, c->embed_scale);
-    r->attn_ms = 0.0;
+    if (c->embed_scale != 1.0f) scale_by(f->x, nH, c->embed_scale);
+    f->attn_ms = 0.0;
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
 
         /* ---- attention block */
-        for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->attn_norm, H, c->rms_eps);
-        MatOut qkv[3] = {{&L->q, r->q, Q}, {&L->k, r->k, KV}, {&L->v, r->v, KV}};
-        matmul(qkv, 3, r->xb, H, n, &r->xq, r->pool);
+        for (int t = 0; t < n; t++) rmsnorm(f->xb + (size_t)t * H, f->x + (size_t)t * H, L->attn_norm, H, c->rms_eps);
+        MatOut qkv[3] = {{&L->q, f->q, Q}, {&L->k, f->k, KV}, {&L->v, f->v, KV}};
+        matmul(qkv, 3, f->xb, H, n, &f->xq, f->pool);
         for (int t = 0; t < n; t++) {
-            norm_rope_heads(r->q + (size_t)t * Q, c->n_heads, L->q_norm, c, r, pos + t);
-            norm_rope_heads(r->k + (size_t)t * KV, c->n_kv_heads, L->k_norm, c, r, pos + t);
+            norm_rope_heads(f->q + (size_t)t * Q, c->n_heads, L->q_norm, c, f, pos + t);
+            norm_rope_heads(f->k + (size_t)t * KV, c->n_kv_heads, L->k_norm, c, f, pos + t);
         }
         /* token by token, in order: each query sees exactly the positions up to its own, and
          * policy state (importance, H2O mass, block summaries) evolves as in decode */
         for (int t = 0; t < n; t++) {
-            kv_write(&r->kv, l, pos + t, r->k + (size_t)t * KV, r->v + (size_t)t * KV);
+            kv_write(&f->kv, l, pos + t, f->k + (size_t)t * KV, f->v + (size_t)t * KV);
             double t0 = lmc_now_ms();
-            attend_layer(&r->attn, l, pos + t, r->q + (size_t)t * Q, r->att + (size_t)t * Q, phase, stats);
-            r->attn_ms += lmc_now_ms() - t0;
+            attend_layer(&f->attn, l, pos + t, f->q + (size_t)t * Q, f->att + (size_t)t * Q, phase, stats);
+            f->attn_ms += lmc_now_ms() - t0;
         }
-        MatOut o = {&L->o, r->xb, H};
-        matmul(&o, 1, r->att, Q, n, &r->xq, r->pool);
-        add_into(r->x, r->xb, nH, c->residual_scale);
+        MatOut o = {&L->o, f->xb, H};
+        matmul(&o, 1, f->att, Q, n, &f->xq, f->pool);
+        add_into(f->x, f->xb, nH, c->residual_scale);
 
         /* ---- MLP block (SwiGLU) */
-        for (int t = 0; t < n; t++) rmsnorm(r->xb + (size_t)t * H, r->x + (size_t)t * H, L->ffn_norm, H, c->rms_eps);
-        MatOut gate = {&L->gate, r->hb, I}, up = {&L->up, r->hb2, I};
-        matmul_swiglu(&gate, &up, r->xb, H, n, &r->xq, r->pool); /* hb = silu(gate) * up */
-        MatOut down = {&L->down, r->xb, H};
-        matmul(&down, 1, r->hb, I, n, &r->xq, r->pool);
-        add_into(r->x, r->xb, nH, c->residual_scale);
+        for (int t = 0; t < n; t++) rmsnorm(f->xb + (size_t)t * H, f->x + (size_t)t * H, L->ffn_norm, H, c->rms_eps);
+        MatOut gate = {&L->gate, f->hb, I}, up = {&L->up, f->hb2, I};
+        matmul_swiglu(&gate, &up, f->xb, H, n, &f->xq, f->pool); /* hb = silu(gate) * up */
+        MatOut down = {&L->down, f->xb, H};
+        matmul(&down, 1, f->hb, I, n, &f->xq, f->pool);
+        add_into(f->x, f->xb, nH, c->residual_scale);
     }
     if (want == LOGITS_NONE) return NULL;
     int first = want == LOGITS_LAST ? n - 1 : 0;
     for (int t = first; t < n; t++) {
-        float *xt = r->x + (size_t)t * H;
+        float *xt = f->x + (size_t)t * H;
         rmsnorm(xt, xt, m->final_norm, H, c->rms_eps);
         if (c->logit_div != 1.0f)
             for (int i = 0; i < H; i++) xt[i] /= c->logit_div;
     }
-    MatOut head = {&m->lm_head, r->logits, c->vocab};
-    matmul(&head, 1, r->x + (size_t)first * H, H, n - first, &r->xq, r->pool);
-    return r->logits;
+    MatOut head = {&m->lm_head, f->logits, c->vocab};
+    matmul(&head, 1, f->x + (size_t)first * H, H, n - first, &f->xq, f->pool);
+    return f->logits;
 }

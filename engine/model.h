@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "attend.h"
+#include "attend_layer.h"
 #include "kvcache.h"
 #include "matmul.h"
 #include "ops.h"
@@ -71,6 +71,8 @@ void model_free(Model *m);
 
 enum { LOGITS_NONE = 0, LOGITS_LAST = 1, LOGITS_ALL = 2 };
 
+/* what the forward pass over one model keeps between calls: its KV cache, the attention of its
+ * layers, the activations of a chunk and the RoPE tables */
 typedef struct {
     const Model *m;
     KVCache kv;
@@ -88,16 +90,16 @@ typedef struct {
                      * features of a query never see a later token */
     int use_feat;
     KeyRank rank; /* --measure-keys (with the features), see keyrank.h */
-} Runner;
+} Forward;
 
 /* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk) */
-void runner_init(Runner *r, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
-                 int all_logits, ThreadPool *pool);
-void runner_free(Runner *r);
-/* Run n tokens (1 <= n <= r->chunk) at positions pos .. pos + n - 1, in order. phase:
+void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
+                  int all_logits, ThreadPool *pool);
+void forward_free(Forward *f);
+/* Run n tokens (1 <= n <= f->chunk) at positions pos .. pos + n - 1, in order. phase:
  * ATTN_PREFILL or ATTN_DECODE. want: LOGITS_NONE (returns NULL, the lm_head is skipped),
  * LOGITS_LAST (the last token's [vocab] logits) or LOGITS_ALL ([n][vocab]). stats may be NULL.
  * Every token's result is bit-identical to running the tokens one at a time. */
-float *forward(Runner *r, const int *tokens, int n, int pos, int phase, int want, SelStats *stats);
+float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int want, SelStats *stats);
 
 #endif

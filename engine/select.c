@@ -9,19 +9,6 @@
 #include "ops.h"
 #include "util.h"
 
-static const char *POLICY_NAMES[] = {"exact", "sparse", "window", "h2o", "quest", "random", "oracle", "h2o-prev", "gbm"};
-
-const char *policy_name(Policy p) { return POLICY_NAMES[p]; }
-
-int policy_parse(const char *name, Policy *out) {
-    for (int i = 0; i < (int)(sizeof POLICY_NAMES / sizeof POLICY_NAMES[0]); i++)
-        if (strcmp(name, POLICY_NAMES[i]) == 0) {
-            *out = (Policy)i;
-            return 0;
-        }
-    return -1;
-}
-
 void select_scratch_init(SelectScratch *s, int n_blocks) {
     s->score = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
     s->aux = lmc_alloc((size_t)n_blocks, sizeof(float), "selection scores");
@@ -306,7 +293,16 @@ static int select_random(const SelectConfig *cfg, const SelectInput *in, SelectS
     return count;
 }
 
-/* ---------------------------------------------------------------- entry point */
+/* ---------------------------------------------------------------- entry points */
+
+KVLayout kv_layout_for(const SelectConfig *cfg) {
+    int sparse = cfg->policy == POL_SPARSE;
+    return (KVLayout){
+        .minmax = cfg->policy == POL_QUEST,
+        .sum = sparse && cfg->probe_summary,
+        .probes = sparse && !cfg->probe_summary ? cfg->probes : 0,
+    };
+}
 
 int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s, int *sel,
                   size_t *select_bytes) {

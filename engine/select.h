@@ -10,16 +10,13 @@
 #include <stdint.h>
 
 #include "kvcache.h"
-
-/* POL_H2O_PREV and POL_GBM rank keys by SelectInput.key_score (attend.c fills it: the previous
- * layer's attention mass, or the predictor's estimate of this layer's) */
-typedef enum { POL_EXACT, POL_SPARSE, POL_WINDOW, POL_H2O, POL_QUEST, POL_RANDOM, POL_ORACLE, POL_H2O_PREV, POL_GBM } Policy;
+#include "policy.h"
 
 typedef struct {
     Policy policy;
     int k, block, probes;
     int importance;    /* sparse: reserve (k+1)/2 blocks by prefill importance */
-    int recency;       /* keep the last block (sparse, h2o, h2o-prev, gbm, quest, random) */
+    int recency;       /* keep the last block (the policies of SWITCHES[SW_RECENCY]) */
     int probe_summary; /* sparse: probe full blocks by their key centroid, not sampled keys */
     uint64_t seed;     /* random */
 } SelectConfig;
@@ -32,7 +29,9 @@ typedef struct {
     const float *importance; /* sparse: prefill importance per position, or NULL (none yet) */
     const float *mass;       /* h2o: accumulated attention mass per position */
     const float *probs;      /* oracle: exact attention probabilities per position */
-    const float *key_score;  /* h2o-prev, gbm: the score of each position (higher: keep) */
+    /* h2o-prev, gbm: the score of each position (higher: keep); evict.c fills it: the previous
+     * layer's attention mass, or the predictor's estimate of this layer's */
+    const float *key_score;
     /* --kv-budget: blocks dropped from this head's cache for good (1 = evicted), or NULL;
      * with it the head attends to every block still cached */
     const unsigned char *evicted;
@@ -81,8 +80,8 @@ int select_importance(const SelectConfig *cfg, const float *importance, int n_po
 /* the random policy's stream for one (query position, layer, head); documented in README */
 uint64_t select_random_key(uint64_t seed, int pos, int layer, int head);
 
-const char *policy_name(Policy p);
-/* -1 if unknown */
-int policy_parse(const char *name, Policy *out);
+/* the per-block key summaries the cache must keep for cfg's selection: quest's key min/max,
+ * sparse's key sums (--probe-summary) or probe keys (sampled probes) */
+KVLayout kv_layout_for(const SelectConfig *cfg);
 
 #endif

@@ -49,13 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"harness.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"harness.commands.{name}":
-                continue  # not implemented yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"harness.commands.{name}").register(subparsers)
     return parser
 
 

@@ -1,4 +1,7 @@
-"""The folder a report, comparison or audit is written into (``--out``).
+"""The folder a report, comparison or audit is written into (``--out``), and the default one.
+
+Reports go under ``out/reports/<name>/`` (relative to where the command runs) unless ``--out``
+names another folder: outside the Python packages, so that nothing generated sits beside code.
 
 It is made and proven writable before anything is rendered, so that a path onto an existing
 file, into a read-only file system or a folder without write permission is a one-line input
@@ -11,6 +14,13 @@ import tempfile
 from pathlib import Path
 
 from reports.errors import ReportInputError
+
+DEFAULT_ROOT = Path("out") / "reports"
+
+
+def default_report_dir(name: str) -> Path:
+    """Where the report of ``name`` (an experiment, the demo, a study) goes by default."""
+    return DEFAULT_ROOT / name
 
 
 def output_dir(path: str | Path) -> Path:

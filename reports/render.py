@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports import aggregate, figures, seed004_tables
+from reports import aggregate, eviction, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
 from reports.outdir import output_dir
@@ -222,13 +222,13 @@ def build_sections(data: ExperimentData) -> list[Section]:
                 "Perplexity when each head keeps at most kv_budget positions and drops the rest "
                 "for good (lmc --kv-budget), by the policy's keep score; the cost against exact "
                 "attention on the same texts, in percent (medians over the texts).",
-                tables=[Table("eviction", seed004_tables.eviction_table(runs))]),
+                tables=[Table("eviction", eviction.eviction_table(runs))]),
         Section("key-ranking", "Key ranking (seed 004's metrics)",
                 "How well each policy's keep score orders the keys of a query against the true "
                 "attention mass (ppl runs with engine.measure_keys; engine/keyrank.h): Spearman "
                 "rho, recall of the true top-32 keys, mass inside the top 32, and mass lost "
                 "when the half with the lowest scores is evicted. Medians over the texts.",
-                tables=[Table("key_ranking", seed004_tables.key_rank_table(runs))]),
+                tables=[Table("key_ranking", eviction.key_rank_table(runs))]),
         device_comparison(data),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "

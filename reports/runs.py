@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from db.lmc_axes import DEFAULTS, NAME, SWITCHES
 from db.models import Experiment
 from devices.flags import run_flags
 from reports.cells import plain_key
@@ -24,11 +25,10 @@ from reports.cpu import run_cpu
 
 # Workload parameters lifted into columns (whichever the workload kind has).
 PARAM_COLUMNS = ("ctx", "depth", "seed", "length", "heads", "kv_heads", "head_dim")
-# Engine defaults that config labels leave out (the label names only what differs).
-# A run's config holds an engine switch only when the spec set it away from the default.
-SWITCH_LABELS = {"importance": "no-importance", "recency": "no-recency",
-                 "probe_summary": "probe-summary", "ref_attn": "ref-attn"}
-LABEL_DEFAULTS = {"block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_attn": "exact"}
+# lmc's defaults that config labels leave out (the label names only what differs); a run's
+# config holds an engine switch only when the spec set it away from its default
+LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq",
+                                                    "prefill_attn")}
 # lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
 RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
 
@@ -77,7 +77,7 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     policy = get("policy") or "exact"
     engine = get("engine")
     # another engine's runs have no attention policy: its name leads the label instead
-    parts = [str(engine) if isinstance(engine, str) and engine != "lmc" else str(policy)]
+    parts = [str(engine) if isinstance(engine, str) and engine != NAME else str(policy)]
     k = int_or_none(get("k"))
     config = stored_json(get("config"))
     evicting = isinstance(config, dict) and config.get("kv_budget") is not None
@@ -91,8 +91,7 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
                                                            name in ("block", "probes")):
             parts.append(f"{name}={value}")
     if isinstance(config, dict):  # engine switches away from their defaults (spec axes)
-        parts += [label for name, label in SWITCH_LABELS.items()
-                  if config.get(name) is not None]
+        parts += [switch.label for switch in SWITCHES if config.get(switch.name) is not None]
         if config.get("kv_budget") is not None:  # eviction for good (lmc --kv-budget)
             parts.append(f"kv-budget={config['kv_budget']}")
         if config.get("predictor"):  # gbm's trees, by the start of their sha256

@@ -71,7 +71,7 @@ def refs_before_engines(old: Store) -> StoreRefs:
 
 
 def insert_old_run(engine: Engine, refs: StoreRefs, key: str) -> None:
-    """A run row as a schema before 0003b (no lease_id) and 0005 (no engine) holds it."""
+    """A run row as a schema before 0003 (no lease_id) and 0004 (no engine) holds it."""
     values = {k: v for k, v in vars(sample_result(refs, key)).items()
               if k in Run.__table__.columns and k not in ("lease_id", "engine")}
     with engine.begin() as conn:

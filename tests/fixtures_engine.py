@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BuildRecord, build_engine
+from harness.engines.lmc.build import BuildRecord, build_engine
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.engines.llamabench import LlamaBenchEngine
-from harness.engines.llamacpp_build import build_llama_bench
+from harness.engines.llamabench.build import build_llama_bench
 
 LLAMA_OPT_IN = "BENCHFARM_TEST_LLAMACPP"
 

@@ -20,7 +20,7 @@ import ray
 
 from db.store import Store
 from devices.farm import farm_down, farm_up
-from harness.cluster import LOCAL_NODE_IP
+from harness.execution.cluster import LOCAL_NODE_IP
 
 
 @pytest.fixture(scope="session")

@@ -15,17 +15,12 @@ from fixtures_farm import Farm
 from devices.cache import local_sha256
 from devices.connect import connect
 from devices.inventory import Device
-from harness.artifacts import (
-    ArtifactMismatch,
-    ArtifactMissing,
-    Catalogue,
-    Credentials,
-    NodeCache,
-    start_server,
-)
-from harness.cluster import check_resources
 from harness.errors import InputError
-from harness.runner import PushMemo
+from harness.execution.artifacts import ArtifactMismatch, ArtifactMissing, NodeCache, start_server
+from harness.execution.cluster import check_resources
+from harness.execution.credentials import Credentials
+from harness.execution.runner import PushMemo
+from harness.identity import Catalogue
 
 
 def served(ray_address: str, files: dict[str, bytes], folder: Path) -> tuple[object, dict]:

@@ -21,7 +21,7 @@ import roofline  # noqa: E402
 import vs_llamacpp  # noqa: E402
 import weight_stream  # noqa: E402
 
-from harness.build import build_c_program  # noqa: E402
+from harness.engines.lmc.build import build_c_program  # noqa: E402
 
 TINY = qwen3_06b.Qwen3Shape(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
                             intermediate=96, vocab=320, max_positions=256)

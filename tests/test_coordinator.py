@@ -25,8 +25,8 @@ from db.store import Store
 from devices.flags import snapshot_flags
 from devices.inventory import load_inventory
 from harness.cli import main
-from harness.coordinator import run_experiment
 from harness.errors import InputError
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from harness.workloads import answer_text, check_answer
 
@@ -37,7 +37,7 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
                                  ["farm-x86", "farm-arm"], depths=(0.2, 0.8)))
     inventory = load_inventory(coord_farm.inventory)
     store = Store.open(f"sqlite:///{tmp_path}/farm.db")
-    summary = run_experiment(spec, inventory, store)
+    summary = run_experiment(RunRequest(spec, inventory), store)
     assert (summary.total, summary.skipped, summary.counts["ok"]) == (8, 0, 8), summary
 
     runs = stored_runs(store, "both-nodes")
@@ -79,17 +79,17 @@ def test_resume_skips_ok_runs_and_force_redoes_them(ray_address: str, needle_mod
     spec = load_spec(needle_spec(tmp_path, "resume", needle_model, ["local"]))
     inventory = load_inventory(None)
     store = Store.open(f"sqlite:///{tmp_path}/resume.db")
-    first = run_experiment(spec, inventory, store, ["local"])
+    first = run_experiment(RunRequest(spec, inventory, ["local"]), store)
     assert (first.total, first.counts["ok"]) == (2, 2)
     # a dry run names the stored runs without building and leaves them out of the time
     assert main(["--db", f"sqlite:///{tmp_path}/resume.db", "run", str(spec.path),
                  "--devices", "local", "--dry-run"]) == 0
     assert "2 of them already stored as ok: skipped" in capsys.readouterr().out
     runs = stored_runs(store, "resume")
-    again = run_experiment(spec, inventory, store, ["local"])
+    again = run_experiment(RunRequest(spec, inventory, ["local"]), store)
     assert (again.skipped, sum(again.counts.values())) == (2, 0)
     assert stored_runs(store, "resume")["finished_at"].tolist() == runs["finished_at"].tolist()
-    forced = run_experiment(spec, inventory, store, ["local"], force=True)
+    forced = run_experiment(RunRequest(spec, inventory, ["local"], force=True), store)
     assert (forced.skipped, forced.counts["ok"]) == (0, 2)
     rerun = stored_runs(store, "resume")
     store.close()
@@ -102,10 +102,11 @@ def test_runs_another_experiment_completed_are_skipped_and_listed(ray_address: s
                                                                   tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/shared.db")
     inventory = load_inventory(None)
-    first = run_experiment(load_spec(needle_spec(tmp_path, "first", needle_model, ["local"])),
-                           inventory, store, ["local"])
+    first = run_experiment(RunRequest(
+        load_spec(needle_spec(tmp_path, "first", needle_model, ["local"])), inventory, ["local"]),
+        store)
     second_spec = needle_spec(tmp_path, "second", needle_model, ["local"])
-    second = run_experiment(load_spec(second_spec), inventory, store, ["local"])
+    second = run_experiment(RunRequest(load_spec(second_spec), inventory, ["local"]), store)
     runs_first, runs_second = stored_runs(store, "first"), stored_runs(store, "second")
     store.close()
     assert first.counts["ok"] == 2 and (second.skipped, sum(second.counts.values())) == (2, 0)
@@ -122,14 +123,14 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
     url = f"sqlite:///{tmp_path}/broken.db"
     inventory = load_inventory(None)
     with Store.open(url) as store:
-        summary = run_experiment(spec, inventory, store, ["local"])
+        summary = run_experiment(RunRequest(spec, inventory, ["local"]), store)
         assert summary.counts["failed"] == 2 and summary.complete
         runs = stored_runs(store, "broken")
         assert set(runs["status"]) == {"failed"}
         assert (runs["exit_code"] != 0).all()
         assert all("safetensors" in e or "model" in e for e in runs["error"]), runs["error"]
         # failed runs are not "done": a rerun tries them again
-        assert run_experiment(spec, inventory, store, ["local"]).skipped == 0
+        assert run_experiment(RunRequest(spec, inventory, ["local"]), store).skipped == 0
 
 
 def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
@@ -159,7 +160,8 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
     done = set(before.loc[before["status"] == "ok", "run_key"])
     assert 2 <= len(done) < 8
 
-    summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
+                             store)
     assert summary.skipped == len(done)
     assert summary.counts["ok"] == 8 - len(done)
     after = stored_runs(store, "killed")
@@ -204,7 +206,8 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     # after the warm-up a run is always in flight, bar the instant between two runs
     interrupted = runs[runs["status"] == "interrupted"]
     assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
-    summary = run_experiment(load_spec(spec_path), load_inventory(None), store, ["local"])
+    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
+                             store)
     assert summary.skipped + summary.counts["ok"] == 2 * len(depths)
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
     store.close()
@@ -217,5 +220,5 @@ def test_board_needing_a_missing_ray_resource_is_refused(ray_address: str, needl
     spec = load_spec(needle_spec(tmp_path, "resources", needle_model, ["local"]))
     with Store.open(f"sqlite:///{tmp_path}/res.db") as store:
         with pytest.raises(InputError, match="device 'local': key 'resources'.*'gateway_b7'"):
-            run_experiment(spec, load_inventory(inventory_path), store)
+            run_experiment(RunRequest(spec, load_inventory(inventory_path)), store)
         assert stored_runs(store, "resources").empty

@@ -12,7 +12,7 @@ from fixtures_ray import CoordFarm, needle_spec, stored_runs
 from db.store import Store
 from devices.farm import stop_node
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 
 FAULT_SETTINGS = "cooldown_s = 0.5\nretries = 1\nbackoff_s = 0.2"
@@ -48,7 +48,7 @@ def test_pinned_board_lost_mid_matrix_then_rerun_completes(
     killer = NodeKiller(coord_farm, "farm-x86", store, "lost-pinned", after=2)
     killer.start()
     try:
-        summary = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+        summary = run_experiment(RunRequest(spec, load_inventory(coord_farm.inventory)), store)
         killer.join()
         assert killer.killed, "the node was not killed"
         runs = stored_runs(store, "lost-pinned")
@@ -62,7 +62,7 @@ def test_pinned_board_lost_mid_matrix_then_rerun_completes(
     finally:
         coord_farm.restart()
 
-    rerun = run_experiment(spec, load_inventory(coord_farm.inventory), store)
+    rerun = run_experiment(RunRequest(spec, load_inventory(coord_farm.inventory)), store)
     assert rerun.skipped == len(ok) and rerun.counts["ok"] == len(pending)
     final = stored_runs(store, "lost-pinned")
     store.close()
@@ -77,7 +77,7 @@ def test_pooled_runs_move_to_another_board_of_the_class(
     killer = NodeKiller(coord_farm, "farm-x86", store, "lost-pool", after=1)
     killer.start()
     try:
-        summary = run_experiment(spec, load_inventory(coord_farm.pool_inventory), store)
+        summary = run_experiment(RunRequest(spec, load_inventory(coord_farm.pool_inventory)), store)
         killer.join()
         assert killer.killed
     finally:

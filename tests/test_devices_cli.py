@@ -7,7 +7,8 @@ from pathlib import Path
 
 from devices.health import check_device
 from harness.cli import main
-from harness.engines import LMC, engine_check
+from harness.engines import engine_check
+from harness.engines.lmc import NAME as LMC
 
 
 def binaries_args(args_program: dict[str, Path]) -> list[str]:

@@ -94,7 +94,7 @@ def test_sharded_qwen3_is_bit_identical_to_the_single_file(lmc, tiny_model, tmp_
 def test_sharded_weights_identity(tiny_model, tmp_path):
     """The harness identifies a sharded model by its index and every shard (run keys, reproduce)."""
     from harness.errors import InputError
-    from harness.plan import model_identity, weights_sha256
+    from harness.identity import model_identity, weights_sha256
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model("gqa1_tied_f32"), model)

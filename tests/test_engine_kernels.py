@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.build import find_toolchain, flags_for, host_arch
+from harness.engines.lmc.build import find_toolchain, flags_for, host_arch
 
 REPO = Path(__file__).resolve().parent.parent
 

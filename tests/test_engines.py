@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from db import lmc_axes
 from harness.engines import ENGINES, get_engine
 from harness.engines.base import Measurements
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
@@ -160,7 +161,7 @@ def test_spec_section_errors_name_the_key(engines: str, kind: str, section: str,
 
 
 def test_spec_expands_llama_bench_cells_beside_lmc(needle_model: Path, tmp_path: Path) -> None:
-    from harness.matrix import Placement, expand
+    from harness.plan.matrix import Placement, expand
 
     text = SPEC.format(model=needle_model, engines='["lmc", "llama-bench"]', kind="decode") + \
         '[engine]\nwq = ["f32", "q8"]\n[llama-bench]\ngguf_type = ["f32", "q8_0"]\n' \
@@ -184,3 +185,24 @@ def test_run_here_is_the_adapter_on_this_machine(lmc: Path, needle_model: Path,
     # a prefix ending with the binary (as an emulator's): here a shell that prints no document
     with pytest.raises(RunFailure, match="output field 'schema'"):
         run_here(["sh", "-c", "echo '{}'", "sh", str(lmc)], "ppl", needle_model, ids)
+
+
+def test_lmc_info_prints_the_vocabulary_the_harness_uses(lmc: Path, needle_model: Path,
+                                                         tmp_path: Path) -> None:
+    """One list of policies, switches and defaults: the engine's own table (``lmc info``) is the
+    one the spec checker, the flags and the report labels read (db.lmc_axes)."""
+    info = json.loads(subprocess.run([str(lmc), "info"], capture_output=True, text=True,
+                                     check=True, timeout=60).stdout)
+    assert info["policies"] == list(lmc_axes.POLICY_NAMES)
+    assert set(info["evicting"]) == set(lmc_axes.EVICTING)
+    assert set(info["feature_policies"]) == set(lmc_axes.FEATURE_POLICIES)
+    assert [(s["name"], s["flag"], s["default"], set(s["policies"])) for s in info["switches"]] \
+        == [(s.name, s.flag, s.default, set(s.policies)) for s in lmc_axes.SWITCHES]
+    assert info["defaults"] == lmc_axes.DEFAULTS
+    # ... and the harness's users of the list take it as it is
+    text = SPEC.format(model=needle_model, engines='["lmc"]', kind="attn-bench") + \
+        "[engine.policy.nonesuch]\n"
+    with pytest.raises(InputError, match="allowed: " + ", ".join(sorted(info["policies"]))):
+        parse_spec(text, tmp_path / "spec.toml")
+    labels = {s["flag"].removeprefix("--") for s in info["switches"]}
+    assert labels == {s.label for s in lmc_axes.SWITCHES}

@@ -15,10 +15,10 @@ from fixtures_ray import CoordFarm
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.errors import InputError
-from harness.reproduce import reproduce
+from harness.execution.coordinator import RunRequest, run_experiment
+from harness.execution.reproduce import reproduce
 from harness.spec import load_spec
 from reports.aggregate import timing_table
 from reports.audit.evidence import select
@@ -58,7 +58,7 @@ ctx = {CTX}
 max_new = {MAX_NEW}
 """)
     store = Store.open(f"sqlite:///{tmp_path}/engines.db")
-    summary = run_experiment(load_spec(spec_path), inventory, store)
+    summary = run_experiment(RunRequest(load_spec(spec_path), inventory), store)
     assert (summary.total, summary.counts["ok"]) == (2, 2), summary
 
     frames = store.frames("engines")

@@ -14,8 +14,9 @@ from fixtures_ray import stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
-from harness.engine_output import KEPT_STDOUT_CHARS, EngineOutputError, parse, parse_trace
+from harness.contract import KEPT_STDOUT_CHARS
+from harness.engines.lmc.output import EngineOutputError, parse, parse_trace
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from reports.render import render_report
 
@@ -85,7 +86,7 @@ ctx = 128
 max_new = 4
 """)
     with Store.open(f"sqlite:///{tmp_path}/hostile.db") as store:
-        summary = run_experiment(load_spec(spec), load_inventory(inventory), store)
+        summary = run_experiment(RunRequest(load_spec(spec), load_inventory(inventory)), store)
         runs = stored_runs(store, "hostile")
     assert summary.complete and summary.counts["failed"] == len(CASES)
     assert len(runs) == len(CASES) + 2 and runs["run_key"].is_unique

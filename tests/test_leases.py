@@ -1,5 +1,5 @@
 """Board leases and the job queue in the store (SQLite, and PostgreSQL when opted in): taking,
-waiting, turns, expiry, concurrent coordinators, and the 0003b migration of existing stores."""
+waiting, turns, expiry, concurrent coordinators, and the 0003 migration of existing stores."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_result
 from sqlalchemy.exc import IntegrityError
 
-from db.engine import create_store_engine, migrate
+from db.connection import create_store_engine, migrate
 from db.models import Run
 from db.store import Store
-from harness.sharing import job_heartbeat
+from harness.execution.sharing import job_heartbeat
 
 
 def test_a_taken_board_is_refused_then_handed_over(store: Store) -> None:

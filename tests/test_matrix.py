@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.engines.lmc import check_revisions
 from harness.errors import InputError
-from harness.matrix import expand, interleave, resolve_placements, run_key
-from harness.plan import check_revisions
+from harness.plan.matrix import expand, interleave, resolve_placements, run_key
 from harness.spec import load_spec
 
 SPEC = """
@@ -139,7 +139,7 @@ def test_a_build_is_named_without_building_it(engine_build, engine_build_aarch64
     # target and for a git revision, while nothing is compiled or written
     from dataclasses import asdict
 
-    from harness.build import build_identity
+    from harness.engines.lmc.build import build_identity
 
     for built in (engine_build, engine_build_aarch64):
         named = build_identity(built.target)

@@ -11,7 +11,7 @@ from fixtures_db import add_refs, sample_result
 from db import Store
 from devices.inventory import Device
 from harness.cli import main
-from harness.matrix import count_cells, expand, resolve_placements
+from harness.plan.matrix import count_cells, expand, resolve_placements
 from harness.spec import load_spec
 
 SPEC = """name = "size"

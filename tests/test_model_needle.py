@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from harness.engines.lmc import generator as lmc_generator
 from harness.workloads import needle_prompt
-from harness.workloads.grid import lmc_generator, recall_grid, transformers_generator
+from harness.workloads.grid import recall_grid, transformers_generator
 
 MAX_WEIGHTS_BYTES = 16 * 1024 * 1024
 

@@ -18,15 +18,15 @@ from fixtures_ray import CoordFarm, stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
 from harness.errors import InputError, RunFailure
+from harness.execution.coordinator import RunRequest, run_experiment
+from harness.execution.reproduce import reproduce
 from harness.predictor.dump import run_dump
 from harness.predictor.train import train, write_predictor
-from harness.reproduce import reproduce
 from harness.spec import load_spec
 from harness.workloads import ppl_tokens
+from reports.eviction import key_rank_table
 from reports.runs import load_experiment
-from reports.seed004_tables import key_rank_table
 
 LENGTH = 96
 
@@ -69,7 +69,7 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
     spec = load_spec(gbm_spec(tmp_path, needle_model, predictor.name))
     inventory = load_inventory(coord_farm.inventory)
     store = Store.open(f"sqlite:///{tmp_path}/gbm.db")
-    summary = run_experiment(spec, inventory, store)
+    summary = run_experiment(RunRequest(spec, inventory), store)
     assert (summary.total, summary.counts["ok"]) == (3, 3), summary
 
     runs = stored_runs(store, "gbm-farm")
@@ -104,7 +104,7 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
     make_predictor(lmc, needle_model, predictor, max_iter=9)
     with pytest.raises(RunFailure, match=f"predictor {predictor}: the run used trees"):
         reproduce(store, str(gbm_run), inventory)
-    again = run_experiment(load_spec(spec.path), inventory, store)
+    again = run_experiment(RunRequest(load_spec(spec.path), inventory), store)
     assert (again.skipped, again.counts["ok"]) == (1, 2), again
     rerun = stored_runs(store, "gbm-farm")
     assert len(rerun) == 5 and len(set(rerun["run_key"]) - set(nll)) == 2

@@ -219,3 +219,18 @@ def test_line_chart_keeps_every_point_inside_the_plot() -> None:
                              Axes("k", "ms", log_x=True))
     assert heat_colour(0.0) == "#d73027" and heat_colour(1.0) == "#1a9850"
     assert heat_colour(None) == "#dddddd"
+
+
+def test_report_goes_under_out_reports_unless_out_says(known: Store, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated reports sit outside the packages: out/reports/<experiment>/ where the command
+    runs, or the folder --out names."""
+    from harness.cli import main
+
+    url = str(known.engine.url)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--db", url, "report", "synthetic"]) == 0
+    assert (tmp_path / "out" / "reports" / "synthetic" / "index.html").is_file()
+    assert main(["--db", url, "report", "synthetic", "--out", "elsewhere"]) == 0
+    assert (tmp_path / "elsewhere" / "index.html").is_file()
+    assert not (tmp_path / "reports").exists()

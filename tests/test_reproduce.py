@@ -9,9 +9,9 @@ import pytest
 
 from db import Store, StoreInputError
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
 from harness.errors import InputError, RunFailure
-from harness.reproduce import reproduce, verified_binary
+from harness.execution.coordinator import RunRequest, run_experiment
+from harness.execution.reproduce import reproduce, verified_binary
 from harness.spec import load_spec
 
 SPEC = """
@@ -36,7 +36,7 @@ def stored_run(tmp_path: Path, coord_farm, ray_address: str) -> tuple[Store, int
     spec.write_text(SPEC)
     store = Store.open(f"sqlite:///{tmp_path}/repro.db")
     inventory = load_inventory(coord_farm.inventory)
-    summary = run_experiment(load_spec(spec), inventory, store, ray_address=ray_address)
+    summary = run_experiment(RunRequest(load_spec(spec), inventory, ray_address=ray_address), store)
     assert summary.counts["ok"] == 1
     run_id = int(store.frames("repro")["runs"]["id"].iloc[0])
     yield store, run_id
@@ -111,7 +111,7 @@ def test_reproduce_a_generate_run_token_for_token(tmp_path: Path, coord_farm, ra
                     'ctx = 128\nmax_new = 6\n')
     inventory = load_inventory(coord_farm.inventory)
     with Store.open(f"sqlite:///{tmp_path}/gen.db") as store:
-        run_experiment(load_spec(spec), inventory, store, ray_address=ray_address)
+        run_experiment(RunRequest(load_spec(spec), inventory, ray_address=ray_address), store)
         run_id = str(int(store.frames("gen")["runs"]["id"].iloc[0]))
         result = reproduce(store, run_id, inventory)
         assert result.status == "ok" and result.identical is True and result.divergence == ""

@@ -11,7 +11,7 @@ import pytest
 from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.errors import InputError
-from harness.matrix import expand, resolve_placements
+from harness.plan.matrix import expand, resolve_placements
 from harness.spec import WORKTREE, load_spec
 
 GOOD = """
@@ -65,10 +65,10 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
     assert spec.model == (spec_dir / "model").resolve()
     assert spec.revisions == [WORKTREE]
     assert (spec.repeats, spec.warmups, spec.retries) == (2, 1, 2)
-    assert [p.name for p in spec.engine.policies] == ["exact", "sparse"]
-    sparse = spec.engine.policies[1]
+    assert [p.name for p in spec.axes("lmc").policies] == ["exact", "sparse"]
+    sparse = spec.axes("lmc").policies[1]
     assert (sparse.k, sparse.block, sparse.probes) == ([1, 4, 32], [32], [8])
-    assert spec.engine.threads == [1]
+    assert spec.axes("lmc").threads == [1]
     needle = spec.workloads[0]
     assert needle.axes == {"ctx": [256, 512], "depth": [0.0, 0.5, 1.0], "seed": [3]}
     assert needle.settings == {"max_new": 8}

@@ -13,8 +13,8 @@ from fixtures_ray import stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.coordinator import run_experiment
 from harness.errors import InputError
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from harness.workloads import load_tokenizer
 
@@ -60,10 +60,10 @@ def test_switches_and_text_reach_the_engine_and_keep_default_keys(
     varied.write_text(spec_text(needle_model, "varied", switches=True))
     inventory = load_inventory(None)
     with Store.open(f"sqlite:///{tmp_path}/switches.db") as store:
-        first = run_experiment(load_spec(plain), inventory, store, ["local"])
+        first = run_experiment(RunRequest(load_spec(plain), inventory, ["local"]), store)
         assert first.counts["ok"] == 3  # exact, sparse, h2o
         # the varied spec's workload differs (filler, needle): none of its runs are done yet
-        summary = run_experiment(load_spec(varied), inventory, store, ["local"])
+        summary = run_experiment(RunRequest(load_spec(varied), inventory, ["local"]), store)
         runs = stored_runs(store, "varied")
         workload = store.get_run(int(runs["id"].iloc[0])).workload
     assert summary.total == 2 + 8 + 1 and summary.counts["ok"] == summary.total
@@ -96,7 +96,7 @@ def test_switches_and_text_reach_the_engine_and_keep_default_keys(
         "k = 2\nblock = 16\nimportance = true\nprobe_summary = false\n[engine.policy.h2o]"
     ).replace("[engine.policy.exact]\n", "[engine.policy.exact]\nref_attn = false\n"))
     with Store.open(f"sqlite:///{tmp_path}/switches.db") as store:
-        again = run_experiment(load_spec(defaults), inventory, store, ["local"])
+        again = run_experiment(RunRequest(load_spec(defaults), inventory, ["local"]), store)
     assert (again.total, again.skipped) == (3, 3)
 
 
@@ -127,7 +127,8 @@ def test_selection_traces_are_fetched_from_the_board_and_stored(
     inventory = tmp_path / "inventory.toml"
     inventory.write_text(f'[[device]]\nname = "local"\nworkdir = "{tmp_path}/work"\n')
     with Store.open(f"sqlite:///{tmp_path}/trace.db") as store:
-        summary = run_experiment(load_spec(spec), load_inventory(inventory), store, ["local"])
+        summary = run_experiment(RunRequest(load_spec(spec), load_inventory(inventory),
+                                            ["local"]), store)
         assert summary.counts["ok"] == 3
         details = [store.get_run(int(i)) for i in stored_runs(store, "trace")["id"]]
     for detail in details:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from dataclasses import asdict, replace
 
@@ -13,9 +14,10 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
-from db.engine import create_store_engine, migrate
-from db.models import Base, Run
-from db.store import KEY_CHUNK
+from db.connection import create_store_engine, migrate
+from db.models import Base, DeviceSnapshot, OutcomeRow, Run, TokenTimingRow
+from db.records import Outcome, RunResult, Snapshot
+from db.store import KEY_CHUNK, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "token_timings", "outcomes", "experiment_runs", "leases", "jobs"}
@@ -30,7 +32,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0005"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -83,7 +85,7 @@ def test_reference_upserts_return_the_same_row(store: Store, refs) -> None:
 
 
 def test_record_build_takes_a_harness_build_record(store: Store) -> None:
-    from harness.build import BuildRecord
+    from harness.engines.lmc.build import BuildRecord
 
     record = BuildRecord(**{k: v for k, v in BUILD_RECORD.items()})
     build_id = store.record_build(asdict(record))
@@ -294,6 +296,36 @@ def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str
         assert conn.execute(text("SELECT engine FROM runs")).scalars().all() == ["lmc"]
         assert conn.execute(text("SELECT engine FROM builds")).scalars().all() == ["lmc"]
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+@pytest.mark.parametrize("stamped, migrated_to", [("0003b", "0003"), ("0005", "0004")])
+def test_a_store_stamped_with_a_renamed_revision_opens_and_upgrades(
+        sqlite_url: str, stamped: str, migrated_to: str) -> None:
+    """Stores migrated before the revisions were renumbered 0001-0004 hold the old ids."""
+    engine = create_store_engine(sqlite_url)
+    migrate(engine, migrated_to)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = :old"), {"old": stamped})
+    engine.dispose()
+    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_a_stored_run_has_one_definition() -> None:
+    """The record the coordinator fills and the tables it is stored in name the same fields: a
+    field added to one and not the other would be silently not stored, or fail every write."""
+    def fields(record: type) -> set[str]:
+        return {f.name for f in dataclasses.fields(record)}
+
+    def columns(table: type, *keys: str) -> set[str]:
+        return {c.name for c in table.__table__.columns} - set(keys)
+
+    children = {"token_timings", "outcome", "snapshots"}  # stored in their own tables
+    assert fields(RunResult) - children == columns(Run, "id") == set(RUN_FIELDS)
+    assert fields(Outcome) == columns(OutcomeRow, "run_id")
+    assert fields(TokenTiming) == columns(TokenTimingRow, "run_id")
+    assert fields(Snapshot) == columns(DeviceSnapshot, "id", "run_id")
 
 
 def test_schema_changes_are_transactional(store: Store) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from harness.build import TARGETS, VARIANTS, build_engine, host_arch
-from harness.engines.llamacpp_build import PYPI, build_llama_bench
+from harness.engines.base import host_arch
+from harness.engines.llamabench.build import PYPI, build_llama_bench
+from harness.engines.lmc.build import TARGETS, VARIANTS, build_engine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,13 +3,12 @@
 On this machine only (device `local`), a local Ray instance and the SQLite store: build the
 engine, run the demo matrix (specs/demo.toml: needle at 512/1024/2048 tokens x exact / sparse k in
 {1, 4, 8, 16, 32}) with the shipped model, then render the report (which opens with what the runs
-show about sparse attention), or print a summary table when no renderer is installed.
+show about sparse attention).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +16,10 @@ import pandas as pd
 from db.store import Store
 from devices.inventory import LOCAL, Inventory, local_device
 from harness import REPO_ROOT
-from harness.coordinator import run_experiment
+from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
+from reports.outdir import default_report_dir
+from reports.render import render_report
 
 DEMO_SPEC = REPO_ROOT / "specs" / "demo.toml"
 
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="build lmc, run the demo needle matrix locally and report it")
     parser.add_argument("--spec", default=str(DEMO_SPEC),
                         help="the matrix to run (default: %(default)s)")
-    parser.add_argument("--out", default="reports/demo",
+    parser.add_argument("--out", default=str(default_report_dir("demo")),
                         help="report folder (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
     parser.set_defaults(func=run)
@@ -54,26 +55,12 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
     return table.reset_index()
 
 
-def render(store: Store, experiment: str, out_dir: Path) -> str | None:
-    """The report through reports.render when that module exists; None otherwise."""
-    try:
-        module = importlib.import_module("reports.render")
-    except ModuleNotFoundError as exc:
-        if exc.name != "reports.render":
-            raise
-        return None
-    written = module.render_report(store, experiment, out_dir)
-    return str(written)
-
-
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     inventory = Inventory({LOCAL: local_device()})  # the demo never reaches other machines
     with Store.open(args.db) as store:
-        summary = run_experiment(spec, inventory, store, [LOCAL], args.force)
+        summary = run_experiment(RunRequest(spec, inventory, [LOCAL], args.force), store)
         print(summary.line())
         print(summary_table(store, spec.name).to_string(index=False))
-        report = render(store, spec.name, Path(args.out))
-        if report:
-            print(f"report: {report}")
+        print(f"report: {render_report(store, spec.name, Path(args.out))}")
     return 0 if summary.complete else 1

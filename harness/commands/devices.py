@@ -15,8 +15,9 @@ from devices.connect import connect
 from devices.fingerprint import probe
 from devices.health import check_device
 from devices.inventory import Device, load_inventory
-from harness.build import TARGETS
-from harness.engines import LMC, engine_check, get_engine
+from harness.engines import engine_check, get_engine
+from harness.engines.lmc import NAME as LMC
+from harness.engines.lmc.build import TARGETS
 from harness.errors import InputError
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.build import build_engine
+from harness.engines.lmc.build import build_engine
 from harness.predictor.study import load_study, run_study
+from reports.outdir import default_report_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,14 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     study = actions.add_parser("study", help="train, rank, run the budgets, write the report")
     study.add_argument("study", type=Path, help="study file (e.g. specs/studies/predictor.toml)")
-    study.add_argument("--out", type=Path, help="output directory (default reports/<name>)")
+    study.add_argument("--out", type=Path,
+                       help="output directory (default out/reports/<name>)")
     study.add_argument("--lmc", help="lmc binary (default: build it for this machine)")
     study.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     study = load_study(args.study)
-    out = args.out or Path("reports") / study.name
+    out = args.out or default_report_dir(study.name)
     lmc = [args.lmc] if args.lmc else [build_engine().binary]
     run_study(study, lmc, out)
     print((out / "index.md").read_text(), end="")

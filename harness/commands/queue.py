@@ -7,7 +7,7 @@ import argparse
 
 from db.jobs import ACTIVE
 from db.store import Store
-from harness.commands.status import format_table
+from harness.commands.table import format_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,30 +12,30 @@ from pathlib import Path
 from db.store import Store
 from devices.inventory import load_inventory
 from harness import REPO_ROOT
-from harness.commands.audit import DEFAULT_MODEL, audit_claims
-from harness.commands.run import device_list
+from harness.commands.flags import add_devices, add_inventory
+from harness.execution.audit import DEFAULT_MODEL, audit_claims
 from reports.audit import audit_section, write_audit
+from reports.outdir import default_report_dir
 from reports.render import render_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="render an experiment's report")
     parser.add_argument("experiment", help="experiment name (see `benchfarm status`)")
-    parser.add_argument("--out", help="output folder (default: reports/<experiment>)")
+    parser.add_argument("--out", help="output folder (default: out/reports/<experiment>)")
     parser.add_argument("--claims", action="append", default=[],
                         help="claims file(s) to audit on the stored runs, added as a section")
     parser.add_argument("--model", type=Path,
                         help="the model the claims were run with (default: each claims "
                              "experiment's own `model`, else "
                              f"{DEFAULT_MODEL.relative_to(REPO_ROOT)})")
-    parser.add_argument("--devices", type=device_list, action="extend",
-                        help="the devices the claims were run on (default: local)")
-    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
+    add_devices(parser, help_text="the devices the claims were run on (default: local)")
+    add_inventory(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out or Path("reports") / args.experiment)
+    out = Path(args.out) if args.out else default_report_dir(args.experiment)
     with Store.open(args.db) as store:
         sections = []
         if args.claims:

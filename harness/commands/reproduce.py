@@ -6,14 +6,15 @@ import argparse
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.reproduce import reproduce
+from harness.commands.flags import add_inventory
+from harness.execution.reproduce import reproduce
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "reproduce", help="re-run a stored run (same device, binary, inputs) and compare")
     parser.add_argument("run", help="run id or run key (see `benchfarm runs list`)")
-    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
+    add_inventory(parser)
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds the engine may run (default: %(default)s)")
     parser.set_defaults(func=run)

@@ -1,7 +1,7 @@
 """`benchfarm run SPEC`: run an experiment matrix on the farm; resumable.
 
 ``--dry-run`` runs nothing and writes nothing: it prints the matrix's size per placement and an
-estimated time from the durations of stored runs (harness.estimate).
+estimated time from the durations of stored runs (harness.plan.estimate).
 """
 
 from __future__ import annotations
@@ -12,47 +12,45 @@ from db.errors import StoreInputError
 from db.queries import RunDuration
 from db.store import Store
 from devices.inventory import Inventory, load_inventory
-from harness.coordinator import Coordinator, run_experiment
+from harness.commands.flags import (
+    INVENTORY_HELP,
+    add_devices,
+    add_inventory,
+    add_lease_ttl,
+    add_ray_address,
+    run_count,
+)
+from harness.engines.base import NeedsBuild
 from harness.errors import InputError
-from harness.estimate import estimate
-from harness.matrix import MAX_RUNS, Cell, check_size, count_cells, resolve_placements
-from harness.plan import identities, make_plan, plan_archs
-from harness.sharing import lease_ttl, positive_seconds
+from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
+from harness.execution.sharing import lease_ttl
+from harness.plan.estimate import estimate
+from harness.plan.matrix import (
+    MAX_RUNS,
+    Cell,
+    Placement,
+    check_size,
+    count_cells,
+    resolve_placements,
+)
+from harness.plan.planner import identities, make_plan
 from harness.spec import Spec, load_spec
-
-
-def device_list(text: str) -> list[str]:
-    return [item for item in text.split(",") if item]
-
-
-def run_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run", help="run an experiment matrix (skips runs already stored as ok)")
     parser.add_argument("spec", help="the experiment spec (TOML), e.g. specs/needle_k_sweep.toml")
-    parser.add_argument("--devices", type=device_list, action="extend",
-                        help="device names or classes, comma-separated (default: the spec's)")
-    parser.add_argument("--inventory", help="inventory TOML (default: $BENCHFARM_INVENTORY, "
-                        "else the local farm's if it is up, else only `local`)")
-    parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
+    add_devices(parser)
+    add_inventory(parser, INVENTORY_HELP)
+    add_ray_address(parser)
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
     parser.add_argument("--max-runs", type=run_count, default=MAX_RUNS,
                         help="refuse a matrix of more runs than this (default: %(default)s)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the matrix's size and an estimated time from "
                         "stored durations")
-    parser.add_argument("--lease-ttl", type=positive_seconds,
-                        help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
-                             "or 30)")
+    add_lease_ttl(parser)
     parser.set_defaults(func=run)
 
 
@@ -63,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(args, spec, inventory)
     with Store.open(args.db) as store:
-        summary = run_experiment(spec, inventory, store, args.devices, args.force,
-                                 args.ray_address, max_runs=args.max_runs,
-                                 coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)))
+        summary = run_experiment(RunRequest(
+            spec, inventory, args.devices, args.force, args.ray_address, max_runs=args.max_runs,
+            coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl))), store)
     print(summary.line())
     return 0 if summary.complete else 1
 
@@ -81,7 +79,7 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     try:
         with Store.open(args.db, create=False) as store:
             durations = store.run_durations()
-            done = stored_ok_cells(store, spec, inventory, args.devices)
+            done = stored_ok_cells(store, spec, inventory, placements)
     except StoreInputError as exc:
         print(f"  no stored durations to go by ({exc})")
     for line in estimate(spec, placements, durations, done).lines():
@@ -90,19 +88,17 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
 
 
 def stored_ok_cells(store: Store, spec: Spec, inventory: Inventory,
-                    selectors: list[str] | None) -> set[Cell]:
+                    placements: list[Placement]) -> set[Cell]:
     """The matrix's cells already stored as ok (a run would skip them), named by their run keys
     without building anything; an empty set, with the reason printed, when they cannot be."""
-    if spec.llama_bench is not None:
-        why = "llama-bench's run keys need its build"
+    try:
+        plan = make_plan(spec, placements, inventory.devices, identities(spec, placements))
+    except NeedsBuild as exc:
+        why = f"{exc.engine}'s run keys need its build"
+    except InputError as exc:
+        why = str(exc)
     else:
-        try:
-            materials = identities(spec, plan_archs(spec, inventory, selectors))
-            plan = make_plan(spec, inventory, materials, selectors)
-        except InputError as exc:
-            why = str(exc)
-        else:
-            done = store.completed_run_keys([r.key for r in plan.runs])
-            return {r.cell for r in plan.runs if r.key in done}
+        done = store.completed_run_keys([r.key for r in plan.runs])
+        return {r.cell for r in plan.runs if r.key in done}
     print(f"  runs already stored as ok are counted as to run: {why}")
     return set()

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from db.records import RUN_STATUSES
 from db.store import Store
-from harness.commands.status import format_table
+from harness.commands.table import format_table
 
 ERROR_WIDTH = 60
 

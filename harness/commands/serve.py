@@ -17,21 +17,30 @@ from pathlib import Path
 from db.jobs import JobInfo
 from db.store import Store
 from devices.inventory import Inventory, load_inventory
-from harness.cluster import ray_session
-from harness.coordinator import Coordinator, inventory_resources, run_experiment
-from harness.sharing import lease_ttl, positive_seconds
+from harness.commands.flags import (
+    INVENTORY_HELP,
+    add_inventory,
+    add_lease_ttl,
+    add_ray_address,
+    positive_seconds,
+)
+from harness.execution.cluster import ray_session
+from harness.execution.coordinator import (
+    Coordinator,
+    RunRequest,
+    inventory_resources,
+    run_experiment,
+)
+from harness.execution.sharing import lease_ttl
 from harness.spec import parse_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve", help="run queued jobs (`benchfarm submit`) as they come, until stopped")
-    parser.add_argument("--inventory", help="inventory TOML (default: $BENCHFARM_INVENTORY, "
-                        "else the local farm's if it is up, else only `local`)")
-    parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
-    parser.add_argument("--lease-ttl", type=positive_seconds,
-                        help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
-                             "or 30)")
+    add_inventory(parser, INVENTORY_HELP)
+    add_ray_address(parser)
+    add_lease_ttl(parser)
     parser.add_argument("--poll", type=positive_seconds, default=2.0,
                         help="seconds between looks at an empty queue (default %(default)s)")
     parser.add_argument("--until-idle", action="store_true",
@@ -43,8 +52,8 @@ def serve_job(job: JobInfo, inventory: Inventory, store: Store, who: Coordinator
     """Run one claimed job to its end; returns the line to print. Interrupts requeue it."""
     try:
         spec = parse_spec(job.spec_text, Path(job.spec_path))
-        summary = run_experiment(spec, inventory, store, job.devices, job.force,
-                                 coordinator=who, job_id=job.id)
+        summary = run_experiment(RunRequest(spec, inventory, job.devices, job.force,
+                                            coordinator=who, job_id=job.id), store)
     except KeyboardInterrupt:
         store.jobs.requeue(job.id, "requeued: its coordinator was stopped (Ctrl-C/SIGTERM)")
         raise

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from db.queries import ExperimentSummary
 from db.records import RUN_STATUSES
 from db.store import Store
+from harness.commands.table import format_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,29 +15,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "status", help="runs per status for every experiment, or one experiment's summary")
     parser.add_argument("experiment", nargs="?", help="experiment name (default: all, briefly)")
     parser.set_defaults(func=run)
-
-
-def cell(value: object, digits: int = 2) -> str:
-    """A table cell: '-' for missing values, floats rounded to ``digits``."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table: left-aligned text, right-aligned numbers, '-' for missing values."""
-    texts = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in texts)]) for i, h in enumerate(headers)]
-    numeric = [all(isinstance(row[i], int | float) or row[i] is None for row in rows)
-               for i in range(len(headers))]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, texts)])
 
 
 def render_summary(summary: ExperimentSummary) -> str:

@@ -7,7 +7,7 @@ import getpass
 from pathlib import Path
 
 from db.store import Store
-from harness.commands.run import device_list
+from harness.commands.flags import add_devices
 from harness.spec import load_spec
 
 
@@ -19,8 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="higher runs first (default %(default)s; ties: first submitted)")
     parser.add_argument("--owner", default=getpass.getuser(),
                         help="who asked for it (default: your user name, %(default)s)")
-    parser.add_argument("--devices", type=device_list, action="extend",
-                        help="device names or classes, comma-separated (default: the spec's)")
+    add_devices(parser)
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
     parser.set_defaults(func=run)
 

@@ -1,10 +1,11 @@
-"""The engines the harness can run, each behind one small adapter (see ``base.Engine``).
+"""The engines the harness can run, each behind one adapter (see ``base.Engine``), in a
+package of its own: ``lmc`` (this project's engine) and ``llamabench`` (llama.cpp's
+llama-bench).
 
-To add an engine: write ``harness/engines/<name>.py`` with a class providing ``build``,
-``argv``, ``parse``, ``measurements``, ``health_argv`` and ``health_verdict`` (and, if its
-options differ from lmc's, a config record and the parse of its own spec section), register it
-in ``ENGINES``, and teach ``harness.matrix.expand`` which workload kinds it runs. README.md has
-the checklist.
+To add an engine: write ``harness/engines/<name>/`` with an adapter providing the methods of
+``base.Engine`` (its spec section and config records, the kinds it runs, its builds and model
+artifacts, its work orders, argv, the check of its output, its measurements and outcome, a
+health command) and register it in ``ENGINES``. README.md has the checklist.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 from devices.health import EngineCheck
 from harness.engines.base import Engine
 from harness.engines.llamabench import LlamaBenchEngine
-from harness.engines.lmc import NAME as LMC
 from harness.engines.lmc import LmcEngine
 from harness.errors import InputError
 
-ENGINES: dict[str, Engine] = {LMC: LmcEngine(), "llama-bench": LlamaBenchEngine()}
+# The order is the order of a matrix's cells (and the first one is a spec's default engine).
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (LmcEngine(), LlamaBenchEngine())}
 
 
 def get_engine(name: str) -> Engine:

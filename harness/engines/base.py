@@ -1,20 +1,95 @@
-"""What every engine adapter provides, and the measurements they all map their output to.
+"""What every engine adapter provides, and the records they all share.
 
-An engine (``lmc``, ``llama-bench`` ...) is one small class: how to build it for a target, what
-its model artifact is and how it is identified, its own spec section (validated into frozen
-config records), the argv of one run on a device, the parse of its stdout into common
-:class:`Measurements` (plus an engine-specific ``extra`` kept verbatim), and a health command.
-The runner, the plan and the reports only talk to engines through this interface.
+An engine (``lmc``, ``llama-bench`` ...) is one adapter object, in its own package under
+``harness/engines/``: its spec section (validated into frozen config records), which workload
+kinds it runs and the configs it crosses them with, how to build it and make its model
+artifact, the work order of one run, the argv on a device, the check of its stdout, the common
+:class:`Measurements` and the stored :class:`Outcome` of its output, and a health command.
+Planning, expansion, the runner and the results mapping talk to engines only through this
+interface (``harness.engines.get_engine``): none of them names an engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.build import BuildRecord
+from db.records import Outcome
+from devices.transport import Transport
+from harness.checker import SpecChecker
+from harness.contract import WorkOrder
+from harness.errors import InputError
+from harness.identity import Catalogue
+from harness.workloads.base import Material, WorkloadKind
+from harness.workloads.kinds import WorkloadPoint
+
+
+class Spec(Protocol):
+    """What the adapters read of a spec (harness.spec.Spec, which is read with the engines'
+    sections, so the engines do not import it)."""
+
+    path: Path
+    model: Path | None
+    revisions: list[str]
+
+
+@dataclass
+class BuildRecord:
+    """One engine binary: how it was built and what it is (its sha256 names it)."""
+
+    target: str
+    variant: str
+    toolchain: str
+    compiler: str
+    compiler_version: str
+    cflags: list[str]
+    ldflags: list[str]
+    source_hash: str
+    revision: str
+    build_key: str
+    binary: str
+    binary_sha256: str
+    build_seconds: float
+    rebuilt: bool
+    extra: dict = field(default_factory=dict)
+    engine: str = ""  # the adapter the binary belongs to
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+class NeedsBuild(InputError):
+    """An engine whose runs cannot be named (their run keys) without building it."""
+
+    def __init__(self, engine: str, message: str) -> None:
+        super().__init__(message)
+        self.engine = engine
+
+
+def host_arch() -> str:
+    return os.uname().machine
+
+
+@contextlib.contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Several processes (test sessions, Ray workers) may build the same key at once: one
+    builds, the others wait here and then find the finished binary."""
+    with open(build_dir / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# builds every (revision, target) of an engine: (engine name, targets) -> records
+BuildFn = Callable[[str, list[tuple[str, str]]], dict[tuple[str, str], BuildRecord]]
 
 
 @dataclass
@@ -37,15 +112,76 @@ class Artifact:
     sha256: str  # identity in run keys and the models table
     info: dict[str, Any]  # stored with the model row (config.json, GGUF type ...)
 
-    @property
-    def is_tree(self) -> bool:
-        return self.path.is_dir()
+
+@dataclass
+class Materials:
+    """What an engine's runs use that must exist before they can be named: its builds by
+    (revision, target), its models (sha256 -> path and info, for the models table), the
+    artifacts the driver serves, and what the adapter itself needs to make its work orders."""
+
+    builds: dict[tuple[str, str], BuildRecord]
+    models: dict[str, tuple[Path, dict[str, Any]]] = field(default_factory=dict)
+    catalogue: Catalogue = field(default_factory=Catalogue.empty)
+    inputs: Any = None  # the adapter's own (lmc: the model's identity and gbm's trees)
+
+
+@dataclass
+class PlannedWork:
+    """One cell made into a run by its engine (the planner names it by its run key)."""
+
+    order: WorkOrder  # run_key empty until the planner sets it
+    key_model: str | None  # the model's identity in the run key
+    model_sha: str | None  # the model (or GGUF) the run reads; None when it reads none
+    stored: dict[str, Any] = field(default_factory=dict)  # added to the stored config
 
 
 class Engine(Protocol):
     """One engine behind the harness."""
 
     name: str
+    section: str  # the spec's table of its axes
+
+    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+                      kinds: list[str]) -> Any:
+        """Its spec section (``{}`` when absent) as its axes record; errors name the key."""
+        ...
+
+    def runs_kind(self, kind: WorkloadKind) -> bool:
+        """Whether it runs workloads of this kind."""
+        ...
+
+    def revisions(self, spec: Spec) -> list[str]:
+        """The revisions its cells cross (lmc: the spec's; others: their own source's)."""
+        ...
+
+    def threads_key(self, axes: Any) -> str | None:
+        """The spec key that fixes its threads when a class's boards differ in ``threads``
+        (None: it needs none)."""
+        ...
+
+    def configs(self, axes: Any, kind: WorkloadKind, default_threads: int) -> list[Any]:
+        """Its config records for one workload kind; each has ``as_dict()`` (run keys) and
+        ``columns()`` (the store's axis columns)."""
+        ...
+
+    def count_configs(self, axes: Any, kind: WorkloadKind, default_threads: int) -> int:
+        """len(configs(...)), counted without building them."""
+        ...
+
+    def prepare(self, spec: Spec, axes: Any, archs: list[str], build: BuildFn) -> Materials:
+        """Build what its runs use for ``archs`` (cached: instant once built); writes under
+        build/ only."""
+        ...
+
+    def identities(self, spec: Spec, axes: Any, archs: list[str]) -> Materials:
+        """What ``prepare`` would return, with nothing built or written: enough to name the
+        runs (their keys), not to execute them; NeedsBuild when that is impossible."""
+        ...
+
+    def work(self, point: WorkloadPoint, config: Any, record: BuildRecord, materials: Materials,
+             material: Material, timeout_s: float) -> PlannedWork:
+        """The work order of one cell: a workload point, one of its configs, its build."""
+        ...
 
     def build(self, target: str, revision: str | None) -> BuildRecord:
         """Build (or find cached) the engine binary for ``target``."""
@@ -57,12 +193,21 @@ class Engine(Protocol):
         ...
 
     def parse(self, stdout: str, command: str) -> Any:
-        """The engine's stdout of ``command`` as data; raises ValueError when it is not the
-        engine's output (board output is untrusted: check what later code relies on)."""
+        """The engine's stdout of ``command`` as data; raises ValueError (OutputRefused with
+        its reason) when it is not the engine's output: board output is untrusted."""
+        ...
+
+    def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
+        """After a run that printed valid output: fetch what it left on the board into
+        ``data`` (lmc: the selection trace)."""
         ...
 
     def measurements(self, command: str, data: Any) -> Measurements:
         """The common figures of one parsed output."""
+        ...
+
+    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+        """What the run produced, for the store (the workload kind scores it afterwards)."""
         ...
 
     def health_argv(self, binary: str) -> list[str]:

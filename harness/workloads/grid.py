@@ -1,4 +1,5 @@
-"""Needle recall grids: context lengths x depths x seeds, answered by lmc or by transformers.
+"""Needle recall grids: context lengths x depths x seeds, answered by a generate function: lmc's
+(``harness.engines.lmc.generator``) or transformers' (``transformers_generator``).
 
 Used by bench/needle_grid.py (the full grid in the model card) and by the fast test subset.
 """
@@ -9,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engines.lmc import run_here
 from harness.workloads.prompts import check_answer, needle_prompt
 from harness.workloads.tokenizer import load_tokenizer
 
@@ -28,18 +28,6 @@ class GridCell:
     answer: str
     generated: list[int]
     found: bool
-
-
-def lmc_generator(lmc: str | Path | list[str], model_dir: str | Path,
-                  extra_args: Sequence[str] = (), timeout: float = 600) -> GenerateFn:
-    """Greedy generation by the lmc binary (or argv prefix, e.g. under an emulator)."""
-
-    def generate(ids: list[int], max_new: int, stop_id: int) -> list[int]:
-        options = ["--max-new", str(max_new), "--stop", str(stop_id), *extra_args]
-        doc = run_here(lmc, "generate", model_dir, ids, options, timeout)
-        return [int(t) for t in doc["tokens"]]
-
-    return generate
 
 
 def transformers_generator(model_dir: str | Path) -> GenerateFn:

@@ -1,0 +1,140 @@
+/* attend_layer.h — attention for one layer and one query position, all heads: policy selection,
+ * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
+ * (--measure-selection) and the selection trace (--trace-selection). */
+#ifndef LMC_ATTEND_LAYER_H
+#define LMC_ATTEND_LAYER_H
+
+#include <stdio.h>
+
+#include "keyfeat.h"
+#include "keyrank.h"
+#include "kvcache.h"
+#include "predictor.h"
+#include "select.h"
+#include "threads.h"
+
+enum { ATTN_PREFILL = 0, ATTN_DECODE = 1, ATTN_BENCH = 2 /* decode without state updates */ };
+
+typedef struct {
+    SelectConfig sel;   /* the --attn policy and its parameters */
+    int prefill_sparse; /* --prefill-attn sparse: prefill queries use the policy too */
+    int reference;      /* --ref-attn: exact attention by the plain reference */
+    int measure;        /* --measure-selection */
+    FILE *trace;        /* --trace-selection, or NULL */
+    const Gbm *gbm;     /* --attn gbm: the --predictor trees */
+    const char *predictor_path;
+    FILE *features;     /* --dump-features, or NULL */
+    int features_every; /* --dump-every */
+    int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
+    int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
+} AttnOptions;
+
+/* diagnostics summed over heads (and layers, and steps by the caller) */
+typedef struct {
+    double mass;         /* exact attention mass inside the selected blocks */
+    double recall;       /* |selected & oracle top-k| / |oracle top-k| */
+    double max_abs_diff; /* max |out - exact out| over the head's dims */
+    double select_bytes; /* bytes read to choose blocks */
+    double kv_bytes;     /* K and V bytes read by the kernel */
+    double heads;        /* head-evaluations summed (to average mass/recall/diff) */
+    double measured;     /* head-evaluations that carry mass/recall/diff */
+} SelStats;
+
+/* into += s, field by field */
+void selstats_add(SelStats *into, const SelStats *s);
+
+/* the stages of a decode step that attn-bench --stages times: sparse probing, the importance
+ * reservation (once per layer), the rest of the selection (probe top-k, recency, sorting),
+ * gathering a GQA group's blocks into one list, and the attention kernel over them */
+enum { STAGE_PROBE, STAGE_IMPORTANCE, STAGE_SELECT, STAGE_GATHER, STAGE_ATTEND, N_STAGES };
+extern const char *const STAGE_NAMES[N_STAGES];
+
+/* The state of a layer's attention, one struct per concern. Every array is allocated once, by
+ * attention_init (or attention_set_features), for the whole run. */
+
+/* what the policies remember from query to query */
+typedef struct {
+    /* sparse: [layer][capacity] the attention probability each position received during
+     * prefill, summed over the prefill queries and all query heads; NULL for other policies */
+    float *importance;
+    /* h2o, h2o-prev: [layer][head][capacity] the attention mass accumulated over all earlier
+     * queries of the layer and head; NULL for other policies */
+    float *mass;
+} PolicyState;
+
+/* sparse: what the query heads of a GQA group, or of a whole layer, share within one step */
+typedef struct {
+    float *probe_scores;        /* [n_heads][n_blocks] probe scores of a GQA group */
+    int *group_blocks;          /* [n_heads][n_blocks] the union of a GQA group's blocks */
+    unsigned char *group_heads; /* [n_heads][n_blocks] which of its heads chose each */
+    /* this step's importance reservation, the same for every head of the layer */
+    int *imp_picks, n_imp_picks;
+    float *imp_sums;         /* [n_blocks] its block sums */
+    unsigned char *imp_used; /* [n_blocks] */
+} SparseScratch;
+
+/* per head, so heads run in parallel without sharing anything: the selection and the kernel */
+typedef struct {
+    int *sel, *n_sel;      /* [head][n_blocks], [head]: the blocks each head attends this step */
+    float *att_probs;      /* [head][capacity]: the probabilities of the attention that ran */
+    float *kscratch;       /* [head][block]: the kernel's scores of one block */
+    SelectScratch *select; /* [head] */
+} HeadScratch;
+
+/* exact attention beside the policy's, by the same kernel: --measure-selection's yardstick, the
+ * oracle policy's ranking and evict.c's oracle keep scores; and what each head read */
+typedef struct {
+    float *exact_probs; /* [head][capacity] */
+    float *exact_out;   /* [head][head_dim] */
+    int *oracle_sel;    /* [head][n_blocks]: every block, then the oracle's picks */
+    SelStats *stats;    /* [head]: this step's bytes read and diagnostics */
+} Diagnostics;
+
+/* --kv-budget (evict.c) */
+typedef struct {
+    unsigned char *evicted; /* [layer][head][n_blocks], 1 = dropped for good; NULL: no budget */
+} Eviction;
+
+/* the key features (keyfeat.h) and what reads them: h2o-prev's and gbm's key scores, the
+ * predictor's columns, --measure-keys; set by attention_set_features (forward_init) */
+typedef struct {
+    KeyFeat *feat;    /* NULL: no features */
+    int *gbm_cols;    /* [gbm->n_features]: the feature id of each predictor column */
+    float *key_score; /* [capacity]: h2o-prev, gbm: each key's score for the current query */
+    KeyRank *rank;    /* --measure-keys, or NULL */
+} KeyScoring;
+
+/* attn-bench --stages: milliseconds per stage, summed, one row per head (a GQA group's times go
+ * to its first head's row: each row is written by one thread) */
+typedef struct {
+    double *ms; /* [n_heads][N_STAGES]; NULL: nothing is timed */
+} StageTimes;
+
+typedef struct {
+    AttnOptions opt;
+    int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
+    KVCache *kv;
+    ThreadPool *pool;
+    PolicyState state;
+    SparseScratch sparse;
+    HeadScratch head;
+    Diagnostics diag;
+    Eviction evict;
+    KeyScoring keys;
+    StageTimes stages;
+} Attention;
+
+/* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */
+int attention_needs_features(const AttnOptions *opt);
+/* give the attention its key features; maps the predictor's columns to feature ids (exits 2
+ * naming the feature when the predictor reads one the features lack) */
+void attention_set_features(Attention *a, KeyFeat *feat, const char *predictor_path);
+
+void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool);
+void attention_free(Attention *a);
+/* attend for query position pos (n_pos = pos + 1 visible positions); q_all/out_all hold all
+ * heads ([n_heads x head_dim]); stats (may be NULL) receive sums over heads. */
+void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
+                  SelStats *stats);
+
+#endif

@@ -1,0 +1,36 @@
+/* attn_kernel.h — the attention kernels: one query head (or a GQA group of them) over the KV
+ * cache, by the plain reference or by the block kernel every policy runs.
+ *
+ * score(pos) = q . k_pos / sqrt(head_dim); w = softmax over the attended positions (max
+ * subtracted first); out = sum w * v_pos. Causality is the caller's: it passes n_pos, the
+ * number of visible positions (query position + 1). */
+#ifndef LMC_ATTN_KERNEL_H
+#define LMC_ATTN_KERNEL_H
+
+#include <stddef.h>
+
+#include "kvcache.h"
+
+/* The plain reference: scores for all n_pos positions, max, exp, sum, normalise, weighted V.
+ * Slow and obviously correct; the yardstick for the kernel below. probs (required, n_pos
+ * floats) receives the attention probabilities. */
+void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n_pos, float *out,
+                    float *probs);
+
+/* The kernel: one pass over the selected blocks (ascending block ids) with an online softmax
+ * that rescales the running sum once per block. Exact attention is this kernel over all
+ * blocks, so sparse with every block selected is bit-identical to exact.
+ * n_q (1..ATTN_MAX_GROUP) query heads that share KV head kvh and attend to the same blocks
+ * run together, so each K and V row is read once for all of them; every head's arithmetic is
+ * exactly what it would be alone. q, out: [n_q][head_dim]; scratch: n_q x block floats.
+ * heads (may be NULL: every head attends every block): bit g of heads[i] says whether head
+ * g attends block blocks[i]; a head's blocks are then the ascending sub-list it selected, read
+ * together with the other heads' (heads of a GQA group that select different blocks share
+ * the rows they have in common), with exactly its arithmetic when alone.
+ * probs (may be NULL): head g's probabilities go to probs + g * probs_stride, at every
+ * position it attends; other entries are left untouched. */
+void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh, int n_pos,
+                 const int *blocks, const unsigned char *heads, int n_blocks, float *out,
+                 float *scratch, float *probs, size_t probs_stride);
+
+#endif

@@ -1,0 +1,201 @@
+"""Building llama.cpp's ``llama-bench`` with CMake + Ninja, for x86_64 and (cross) aarch64.
+
+The source is, in order of preference, what the spec's ``[llama-bench]`` section names:
+
+- ``source = "pypi"`` (the default): the llama.cpp tree vendored in the ``llama-cpp-python``
+  sdist, fetched once with ``pip download --no-binary :all: --no-deps`` into
+  ``build/llama-cpp/sdist/`` and reused offline from then on;
+- ``source = "PATH"``: a llama.cpp source tree as it is on disk;
+- ``source = "PATH"`` with ``rev = "REV"``: that git revision of the repository at PATH.
+
+Only the ``llama-bench`` target is built (not the library's tests, tools or server), statically
+linked for aarch64 so that a board needs no libstdc++ of the right version. The build directory
+is keyed by (source identity, target, compiler version, CMake flags): unchanged inputs rebuild
+nothing, and a fresh clone pays the build once (minutes on two cores, see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from harness import REPO_ROOT
+from harness.engines.base import BuildRecord, build_lock, host_arch
+from harness.errors import InputError, RunFailure
+from harness.identity import sha256_file
+
+# The sdist whose vendored llama.cpp is the default source (pinned: a build key must not move
+# under a user's feet when PyPI publishes a new release).
+SDIST_PACKAGE = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+PYPI = "pypi"
+
+COMMON_CMAKE = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=OFF",
+    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
+]
+TARGET_CMAKE = {
+    # the same instruction set as lmc's x86-64-v3 build: AVX2, FMA, F16C, BMI2
+    "x86_64": ["-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+               "-DGGML_BMI2=ON"],
+    # RK3588 big cores (Cortex-A76): ARMv8.2-A with dot products and fp16 arithmetic
+    "aarch64": ["-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+                "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
+                "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
+                "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16",
+                # a static binary cannot link the cross toolchain's libgomp.so: ggml's own
+                # thread pool instead of OpenMP
+                "-DGGML_OPENMP=OFF", "-DCMAKE_EXE_LINKER_FLAGS=-static"],
+}
+# What a source tree's identity is computed over (the files the llama-bench target compiles).
+SOURCE_DIRS = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "tools",
+               "vendor")
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("BENCHFARM_LLAMA_BUILD_DIR", REPO_ROOT / "build" / "llama-cpp"))
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise RunFailure(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+def sdist_tree(root: Path) -> tuple[Path, str, str]:
+    """(llama.cpp tree, sha256 of the sdist, revision text) of the pinned sdist, fetched once."""
+    cache = root / "sdist"
+    cache.mkdir(parents=True, exist_ok=True)
+    name = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
+    archive = cache / name
+    with build_lock(cache):
+        if not archive.exists():
+            _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                  "--dest", str(cache), f"{SDIST_PACKAGE}=={SDIST_VERSION}"],
+                 f"pip download {SDIST_PACKAGE}=={SDIST_VERSION} (needs the package registry "
+                 "once; afterwards the copy in build/llama-cpp/sdist is used)")
+        digest = sha256_file(archive)
+        tree = root / f"src-{digest[:16]}"
+        if not (tree / "CMakeLists.txt").exists():
+            prefix = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp/"
+            partial = root / f"src-{digest[:16]}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            with tarfile.open(archive) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+                for member in members:
+                    member.name = member.name[len(prefix):]
+                tar.extractall(partial, members=[m for m in members if m.name],
+                               filter="data")
+            partial.replace(tree)
+    return tree, digest, f"{SDIST_PACKAGE} {SDIST_VERSION} sdist"
+
+
+def tree_hash(tree: Path) -> str:
+    """sha256 over the relative paths and contents of the tree's build inputs."""
+    digest = hashlib.sha256()
+    for top in SOURCE_DIRS:
+        base = tree / top
+        paths = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for path in paths:
+            digest.update(path.relative_to(tree).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def git_tree(repo: Path, rev: str, root: Path) -> tuple[Path, str, str]:
+    """(tree, commit, revision text) of revision ``rev`` of the git repository ``repo``."""
+    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"llama-bench source {repo}: {rev!r} is not a git revision there "
+                         f"({proc.stderr.strip()})")
+    commit = proc.stdout.strip()
+    tree = root / f"git-{commit[:16]}"
+    with build_lock(root):
+        if not (tree / "CMakeLists.txt").exists():
+            partial = root / f"git-{commit[:16]}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            archive = partial / "src.tar"
+            with open(archive, "wb") as fh:
+                subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit],
+                               stdout=fh, check=True)
+            with tarfile.open(archive) as tar:
+                tar.extractall(partial, filter="data")
+            archive.unlink()
+            partial.replace(tree)
+    return tree, commit, f"git {commit}"
+
+
+def resolve_source(source: str, rev: str | None, root: Path) -> tuple[Path, str, str]:
+    """(tree, source identity, revision text) for a spec's ``source`` and ``rev``."""
+    root.mkdir(parents=True, exist_ok=True)
+    if source == PYPI:
+        if rev is not None:
+            raise InputError("llama-bench: `rev` needs `source` to name a git repository")
+        return sdist_tree(root)
+    path = Path(source).expanduser().resolve()
+    if not (path / "CMakeLists.txt").is_file() or not (path / "tools" / "llama-bench").is_dir():
+        raise InputError(f"llama-bench source {path} is not a llama.cpp source tree "
+                         "(no CMakeLists.txt and tools/llama-bench)")
+    if rev is not None:
+        return git_tree(path, rev, root)
+    return path, tree_hash(path), f"tree {path}"
+
+
+def compiler_version(target: str) -> tuple[str, str]:
+    cxx = "g++" if target == host_arch() else f"{target}-linux-gnu-g++"
+    if not shutil.which(cxx):
+        raise RunFailure(f"C++ compiler {cxx} not found; install Debian's "
+                         f"g++-{target.replace('_', '-')}-linux-gnu (scripts/setup.sh does)")
+    return cxx, _run([cxx, "--version"], f"{cxx} --version").splitlines()[0].strip()
+
+
+def build_llama_bench(target: str | None = None, source: str = PYPI, rev: str | None = None,
+                      root: Path | None = None) -> BuildRecord:
+    """Build ``llama-bench`` for ``target`` (default: this machine) and return its record."""
+    target = target or host_arch()
+    if target not in TARGET_CMAKE:
+        raise InputError(f"llama-bench: unknown target {target!r}; allowed: "
+                         f"{', '.join(TARGET_CMAKE)}")
+    for tool in ("cmake", "ninja"):
+        if not shutil.which(tool):
+            raise RunFailure(f"{tool} not found; install Debian's {tool} "
+                             "(scripts/setup.sh does)")
+    root = root or default_root()
+    started = time.monotonic()
+    tree, identity, revision = resolve_source(source, rev, root)
+    cxx, version = compiler_version(target)
+    flags = COMMON_CMAKE + TARGET_CMAKE[target]  # aarch64: a cross build from an x86_64 host
+    key = hashlib.sha256(json.dumps([identity, target, version, flags]).encode()).hexdigest()[:16]
+    build_dir = root / f"{target}-{key}"
+    binary = build_dir / "bin" / "llama-bench"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with build_lock(build_dir):
+        rebuilt = not binary.exists()
+        if rebuilt:
+            _run(["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", *flags],
+                 f"cmake configure of {tree} for {target}")
+            _run(["ninja", "-C", str(build_dir), "llama-bench"],
+                 f"ninja llama-bench for {target} in {build_dir}")
+    record = BuildRecord(
+        target=target, variant="release", toolchain="gcc+cmake", compiler=cxx,
+        compiler_version=version, cflags=flags, ldflags=[], source_hash=identity,
+        revision=revision, build_key=key, binary=str(binary),
+        binary_sha256=sha256_file(binary), build_seconds=round(time.monotonic() - started, 3),
+        rebuilt=rebuilt, extra={"source": source, "rev": rev, "tree": str(tree)},
+        engine="llama-bench")
+    (build_dir / "record.json").write_text(json.dumps(asdict(record), indent=2, sort_keys=True))
+    return record

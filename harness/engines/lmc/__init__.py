@@ -1,0 +1,265 @@
+"""``lmc``, this project's engine, behind the adapter interface (harness.engines.base).
+
+Its spec section is ``[engine]`` (``section.py``), crossed into ``EngineConfig`` records
+(``config.py``) and turned into lmc's flags (``flags.py``); it is built with ninja per target
+and git revision (``build.py``); the model is a Hugging Face directory pushed as a tree, the
+token ids travel on standard input, and the output is the one JSON document of the engine
+contract (engine/README.md), checked on the board's side (``output.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from db.lmc_axes import NAME
+from db.records import Outcome
+from devices.transport import Transport
+from harness.checker import SpecChecker
+from harness.contract import WorkOrder
+from harness.engines.base import (
+    BuildFn,
+    BuildRecord,
+    Materials,
+    Measurements,
+    PlannedWork,
+    Spec,
+)
+from harness.engines.lmc import output
+from harness.engines.lmc.build import WORKTREE, build_engine, build_identity, git_output
+from harness.engines.lmc.config import EngineConfig, configs, count
+from harness.engines.lmc.flags import options
+from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
+from harness.errors import InputError, RunFailure
+from harness.identity import Catalogue, model_identity
+from harness.workloads.base import Material, WorkloadKind
+from harness.workloads.grid import GenerateFn
+from harness.workloads.kinds import WorkloadPoint
+
+PREDICTOR_FLAG = "--predictor"  # gbm's trees, pushed by hash and named on the board
+# the engine's --measure-selection figures, under the outcome's field names
+SELECTION_FIELDS = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
+                    "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
+
+__all__ = ["NAME", "WORKTREE", "EngineConfig", "LmcEngine", "check_revisions", "generator",
+           "options", "run_here"]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What lmc's work orders name besides the build: the model and gbm's trees."""
+
+    model_dir: Path | None
+    model_sha: str | None  # its weights' identity (run keys, the models table)
+    model_tree: str | None  # its folder's manifest hash (what the boards cache)
+    predictors: dict[str, Path]  # gbm tree file sha256 -> path
+
+
+def revision_arg(revision: str) -> str | None:
+    """A spec revision as the build takes it: None for the working tree."""
+    return None if revision == WORKTREE else revision
+
+
+def check_revisions(spec: Spec) -> None:
+    """Every revision the spec names is a commit of this repository (or the working tree)."""
+    for revision in spec.revisions:
+        if revision == WORKTREE:
+            continue
+        try:
+            git_output("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+        except InputError:
+            raise InputError(f"{spec.path}: key 'revisions': {revision!r} is not a git revision "
+                             f"of this repository (or use {WORKTREE!r} for the working tree)"
+                             ) from None
+
+
+def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path | None,
+             ids: Sequence[int] | None, flags: Sequence[str] = (),
+             timeout: float | None = 900) -> dict[str, Any]:
+    """Run lmc on this machine, as the farm runs it (argv and checked output from the adapter),
+    for benches and studies that need no board: ``binary`` is its path or an argv prefix ending
+    with it (an emulator, then the binary); the ids go to standard input. Returns the engine's
+    document; RunFailure names the command when it fails or prints no valid document."""
+    prefix = [str(binary)] if isinstance(binary, (str, Path)) else [str(x) for x in binary]
+    engine = LmcEngine()
+    argv = [*prefix[:-1], *engine.argv(command, prefix[-1], None if model is None else str(model),
+                                       ids is not None, flags)]
+    stdin = None if ids is None else " ".join(map(str, ids)) + "\n"
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+    shown = shlex.join(argv[len(prefix) - 1:])
+    if done.returncode != 0:
+        raise RunFailure(f"`{shown}` failed (exit {done.returncode}): "
+                         f"{done.stderr.strip()[:500]}")
+    try:
+        return engine.parse(done.stdout, command)
+    except output.EngineOutputError as exc:
+        raise RunFailure(f"`{shown}`: {exc}") from exc
+
+
+def generator(lmc: str | Path | list[str], model_dir: str | Path,
+                  extra_args: Sequence[str] = (), timeout: float = 600) -> GenerateFn:
+    """Greedy generation by the lmc binary (or argv prefix, e.g. under an emulator), as a
+    needle grid's generate function (harness.workloads.grid)."""
+
+    def generate(ids: list[int], max_new: int, stop_id: int) -> list[int]:
+        options = ["--max-new", str(max_new), "--stop", str(stop_id), *extra_args]
+        doc = run_here(lmc, "generate", model_dir, ids, options, timeout)
+        return [int(t) for t in doc["tokens"]]
+
+    return generate
+
+
+class LmcEngine:
+    name = NAME
+    section = SECTION
+
+    # -- the spec and the matrix ---------------------------------------------------------------
+
+    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+                      kinds: list[str]) -> EngineAxes:
+        return parse_section(check, value, kinds)
+
+    def runs_kind(self, kind: WorkloadKind) -> bool:
+        return True
+
+    def revisions(self, spec: Spec) -> list[str]:
+        return list(spec.revisions)
+
+    def threads_key(self, axes: EngineAxes) -> str | None:
+        return "engine.threads" if axes.threads is None else None
+
+    def configs(self, axes: EngineAxes, kind: WorkloadKind,
+                default_threads: int) -> list[EngineConfig]:
+        return configs(axes, kind.command, kind.uses_model, default_threads)
+
+    def count_configs(self, axes: EngineAxes, kind: WorkloadKind, default_threads: int) -> int:
+        return count(axes, kind.uses_model)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def prepare(self, spec: Spec, axes: EngineAxes, archs: list[str],
+                build: BuildFn) -> Materials:
+        check_revisions(spec)
+        builds = build(self.name, [(rev, arch) for rev in spec.revisions for arch in archs])
+        return self._materials(spec, axes, builds)
+
+    def identities(self, spec: Spec, axes: EngineAxes, archs: list[str]) -> Materials:
+        check_revisions(spec)
+        builds = {(rev, arch): build_identity(arch, revision_arg(rev))
+                  for rev in spec.revisions for arch in archs}
+        return self._materials(spec, axes, builds)
+
+    def _materials(self, spec: Spec, axes: EngineAxes,
+                   builds: dict[tuple[str, str], BuildRecord]) -> Materials:
+        catalogue = Catalogue.empty()
+        for record in builds.values():
+            catalogue.add_file(Path(record.binary), record.binary_sha256)
+        models: dict[str, tuple[Path, dict[str, Any]]] = {}
+        model_sha, model_tree = None, None
+        if spec.model is not None:
+            model_sha, config = model_identity(spec.model)
+            models[model_sha] = (spec.model, config)
+            model_tree = catalogue.add_tree(spec.model)
+        predictors = {p.predictor.sha256: p.predictor.path for p in axes.policies
+                      if p.predictor is not None}
+        for sha, path in predictors.items():
+            catalogue.add_file(path, sha)
+        return Materials(builds, models, catalogue,
+                         Inputs(spec.model, model_sha, model_tree, predictors))
+
+    def work(self, point: WorkloadPoint, config: EngineConfig, record: BuildRecord,
+             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
+        inputs: Inputs = materials.inputs
+        reads_model = point.workload_kind.uses_model and inputs.model_dir is not None
+        predictor = None if config.predictor is None else inputs.predictors[config.predictor]
+        label = (f"{point.label()} {config.policy}"
+                 + (f" k={config.k}" if config.k is not None and config.kv_budget is None else "")
+                 + (f" kv-budget={config.kv_budget}" if config.kv_budget is not None else ""))
+        order = WorkOrder(
+            run_key="", label=label, engine=self.name, command=point.command,
+            binary=record.binary, binary_sha256=record.binary_sha256,
+            model_dir=str(inputs.model_dir) if reads_model else None,
+            model_sha256=inputs.model_tree if reads_model else None,
+            ids=material.ids, options=options(point, config, material.stop_id),
+            timeout_s=timeout_s,
+            extra_file=None if predictor is None else str(predictor),
+            extra_sha256=config.predictor,
+            extra_flag=None if predictor is None else PREDICTOR_FLAG,
+        )
+        return PlannedWork(order, key_model=inputs.model_sha,
+                           model_sha=inputs.model_sha if point.workload_kind.uses_model
+                           else None,
+                           stored={} if predictor is None else {"predictor_file": str(predictor)})
+
+    # -- a run -----------------------------------------------------------------------------------
+
+    def build(self, target: str, revision: str | None) -> BuildRecord:
+        return build_engine(target=target, rev=None if revision is None
+                            else revision_arg(revision))
+
+    def argv(self, command: str, binary: str, model: str | None, stdin_ids: bool,
+             flags: Sequence[str]) -> list[str]:
+        argv = [binary, command]
+        if model is not None:
+            argv += ["--model", model]
+        if stdin_ids:  # `-`: the ids arrive on standard input
+            argv += ["--text" if command == "ppl" else "--prompt", "-"]
+        return argv + list(flags)
+
+    def parse(self, stdout: str, command: str) -> Any:
+        return output.parse(stdout, command)  # the lmc/1 schema, checked
+
+    def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
+        trace = output.trace_path(order.options)
+        if trace is not None:
+            data[output.TRACE_KEY] = output.fetch_trace(transport, trace)
+
+    def measurements(self, command: str, data: Any) -> Measurements:
+        return Measurements(
+            prefill_ms=data.get("prefill_ms"),
+            decode_ms_per_token=data.get("decode_ms_per_token"),
+            attn_ms_per_token=data.get("attn_ms_per_token"),
+            prompt_tokens=data.get("prompt_tokens"),
+            steps=list(data.get("steps", [])) if command == "generate" else [],
+        )
+
+    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+        found = Outcome(extra=figures.extra)
+        if command == "generate":
+            found.generated_ids = [int(t) for t in data.get("tokens", [])]
+        elif command == "ppl":
+            found.nll, found.ppl = data.get("nll"), data.get("ppl")
+            if "key_ranking" in data:  # --measure-keys
+                found.extra["key_ranking"] = data["key_ranking"]
+        elif command == "attn-bench":
+            found.attn_median_ms = data.get("ms")
+        if command in ("generate", "attn-bench"):
+            selection = data.get("selection") or {}
+            for key, name in SELECTION_FIELDS.items():
+                if key in selection:
+                    value = selection[key]
+                    setattr(found, name, int(value) if name == "bytes_read" else value)
+        if output.TRACE_KEY in data:
+            found.extra[output.TRACE_KEY] = data[output.TRACE_KEY]
+        return found
+
+    def health_argv(self, binary: str) -> list[str]:
+        return [binary, "info"]
+
+    def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
+        """``lmc info`` must print its JSON and, where it names one, the device's arch."""
+        try:
+            info = json.loads(stdout)
+        except json.JSONDecodeError:
+            return False, f"printed no JSON: {stdout[:120]!r}"
+        if not isinstance(info, dict):
+            return False, f"printed no JSON object: {stdout[:120]!r}"
+        simd = info.get("simd")
+        simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
+        return info.get("arch") in (None, arch), (f"version {info.get('version')}, arch "
+                                                  f"{info.get('arch')}, simd [{simd_text}]")

@@ -1,0 +1,106 @@
+"""One lmc run's engine config (a point of the ``[engine]`` axes), and the crossing of the axes
+into the configs of a workload kind.
+
+A config's ``as_dict`` goes into run keys and the stored run: switches at their default (and the
+axes added later, when unset) are left out, so a run keeps the key it had before they existed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from db.lmc_axes import EVICTING, SWITCH_NAMES
+from harness.engines.lmc.section import EngineAxes
+
+# axes added after the first runs were stored: left out of a config when unset
+LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    policy: str
+    k: int | None
+    block: int | None
+    probes: int | None
+    kv: str | None  # None where the command ignores it (attn-bench)
+    wq: str | None
+    threads: int
+    prefill_attn: str | None
+    measure_selection: bool
+    # the engine switches set away from their defaults (db.lmc_axes.SWITCHES), by name
+    switches: tuple[tuple[str, bool], ...] = ()
+    trace_selection: bool | None = None  # --trace-selection (None: no trace)
+    kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
+    predictor: str | None = None  # gbm: the sha256 of its tree file
+    measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config for run keys and records (see the module's docstring)."""
+        values = {name: value for name, value in asdict(self).items()
+                  if name != "switches" and (value is not None or name not in LATER_AXES)}
+        fixed = {name: value for name, value in values.items() if name not in LATER_AXES}
+        # the order of the stored config: the axes, the switches, then the later axes
+        return fixed | {name: value for name, value in sorted(
+            self.switches, key=lambda item: SWITCH_NAMES.index(item[0]))} | {
+            name: value for name, value in values.items() if name in LATER_AXES}
+
+    def switch(self, name: str) -> bool | None:
+        """A switch's value when set away from its default, else None."""
+        return dict(self.switches).get(name)
+
+    def columns(self) -> dict[str, Any]:
+        """The run's axes as the store's columns (db.records.RunResult)."""
+        return {"policy": self.policy, "k": self.k, "block": self.block, "probes": self.probes,
+                "kv": self.kv, "wq": self.wq, "threads": self.threads,
+                "prefill_attn": self.prefill_attn}
+
+
+def configs(axes: EngineAxes, command: str, uses_model: bool,
+            default_threads: int) -> list[EngineConfig]:
+    """The configs of one workload kind: each policy's axes crossed with the shared ones.
+    Without a model (attn-bench) there is no weight format, prefill or eviction; ppl measures
+    no selection; the key ranking applies to ppl runs of the evicting policies."""
+    measures = command in ("generate", "attn-bench")
+    found: list[EngineConfig] = []
+    for policy in axes.policies:
+        names = sorted(policy.switches)
+        for k, block, probes, budget, kv, wq, threads, prefill, *switches in itertools.product(
+            policy.k, policy.block, policy.probes, policy.kv_budget, axes.kv, axes.wq,
+            axes.threads or [default_threads], axes.prefill_attn,
+            *(policy.switches[name] for name in names),
+        ):
+            config = EngineConfig(
+                policy=policy.name, k=k, block=block, probes=probes,
+                kv=kv,
+                wq=wq if uses_model else None,
+                threads=threads,
+                prefill_attn=prefill if uses_model else None,
+                measure_selection=axes.measure_selection and measures,
+                switches=tuple((name, value) for name, value
+                               in zip(names, switches, strict=True) if value is not None),
+                trace_selection=True if axes.trace_selection and measures else None,
+                kv_budget=budget if uses_model else None,
+                predictor=policy.predictor.sha256 if policy.predictor else None,
+                measure_keys=axes.measure_keys
+                if command == "ppl" and policy.name in EVICTING else None,
+            )
+            if config not in found:  # axes a command ignores would only repeat a config
+                found.append(config)
+    return found
+
+
+def count(axes: EngineAxes, uses_model: bool) -> int:
+    """len(configs(...)) without building them: axis values are distinct, and only the axes a
+    command ignores collapse."""
+    shared = (len(axes.kv) * len(axes.threads or [0])
+              * (len(axes.wq) * len(axes.prefill_attn) if uses_model else 1))
+    return shared * sum(len(p.k) * len(p.block) * len(p.probes)
+                        * (len(p.kv_budget) if uses_model else 1)
+                        * math.prod(len(values) for values in p.switches.values())
+                        for p in axes.policies)
+
+
+assert set(SWITCH_NAMES).isdisjoint(EngineConfig.__dataclass_fields__)

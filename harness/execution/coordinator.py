@@ -1,0 +1,131 @@
+"""`benchfarm run` (and each job of `benchfarm serve`) end to end: plan a spec on Ray, run what
+is missing, report the counts.
+
+Every coordination is a job in the store (db.jobs): `run` adds one that it runs at once,
+`serve` claims a queued one. The job carries the matrix's totals per placement (for `status`)
+and its heartbeat; board leases make coordinators sharing a store take turns on each board.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from db.store import Store
+from devices.inventory import Inventory
+from harness.execution.cluster import build_on_ray, check_resources, ray_session
+from harness.execution.progress import Progress
+from harness.execution.scheduler import Scheduler
+from harness.execution.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
+from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
+from harness.plan.planner import make_plan, prepare, register_plan
+from harness.spec import Spec
+
+
+@dataclass
+class RunSummary:
+    experiment: str
+    total: int  # runs in the matrix
+    skipped: int  # already stored as ok
+    counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
+    cancelled: bool = False  # stopped by `benchfarm cancel`
+
+    @property
+    def complete(self) -> bool:
+        return not (self.counts["pending"] or self.counts["interrupted"] or self.cancelled)
+
+    def line(self) -> str:
+        c = self.counts
+        line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
+                f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
+                f"{c['pending']} pending now")
+        if c["elsewhere"]:
+            line += f", {c['elsewhere']} done meanwhile by another coordinator"
+        return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
+
+
+@dataclass
+class Coordinator:
+    """Who is coordinating: the holder id for leases and jobs, and the lease time."""
+
+    holder: str = field(default_factory=new_holder)
+    ttl_s: float = field(default_factory=lease_ttl)
+
+
+@dataclass
+class RunRequest:
+    """What `benchfarm run` (or one job of `benchfarm serve`) asks for."""
+
+    spec: Spec
+    inventory: Inventory
+    selectors: Sequence[str] | None = None  # --devices (None: the spec's own)
+    force: bool = False  # redo runs stored as ok
+    ray_address: str | None = None  # join this cluster (None: a local Ray instance)
+    stream: TextIO | None = None  # progress lines (None: stderr)
+    max_runs: int = MAX_RUNS  # refuse a larger matrix
+    coordinator: Coordinator = field(default_factory=lambda: Coordinator())
+    job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
+
+
+def run_experiment(request: RunRequest, store: Store) -> RunSummary:
+    """Run the spec's missing runs; a one-shot request records a job of its own, finished when
+    this returns."""
+    spec, who = request.spec, request.coordinator
+    placements = resolve_placements(spec, list(request.inventory.devices.values()),
+                                    request.selectors)
+    check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    job_id, one_shot = request.job_id, request.job_id is None
+    if job_id is None:
+        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=getpass.getuser(),
+                                devices=list(request.selectors) if request.selectors else None,
+                                force=request.force, holder=who.holder)
+    try:
+        with job_heartbeat(store, job_id, who.ttl_s / 3):
+            summary = _run(request, store, placements,
+                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+    except BaseException as exc:
+        if one_shot:
+            store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+        raise
+    if one_shot:
+        store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())
+    return summary
+
+
+def inventory_resources(inventory: Inventory) -> dict[str, float]:
+    """The Ray custom resources a local Ray instance declares for the inventory's boards: a
+    runner holds its board's resources while it lives, so a local instance, where every board
+    runs, declares enough for all of them at once."""
+    resources: dict[str, float] = {}
+    for device in inventory.devices.values():
+        for name, amount in device.resources.items():
+            resources[name] = resources.get(name, 0.0) + amount
+    return resources
+
+
+def _run(request: RunRequest, store: Store, placements: list[Placement],
+         sharing: Sharing) -> RunSummary:
+    spec, inventory = request.spec, request.inventory
+    with ray_session(request.ray_address, inventory_resources(inventory)):
+        check_resources([inventory.devices[name] for p in placements for name in p.devices])
+        materials = prepare(spec, placements, build_on_ray)
+        plan = register_plan(make_plan(spec, placements, inventory.devices, materials), store,
+                             request.force)
+        if sharing.job_id is not None:
+            store.jobs.set_totals(sharing.job_id,
+                                  dict(Counter(r.placement.key for r in plan.runs)))
+        summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
+        progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, request.stream)
+        progress.show()
+        scheduler = Scheduler(plan, store, progress, sharing)
+        try:
+            if plan.todo:
+                summary.counts = scheduler.run()
+        except Cancelled:
+            summary.counts, summary.cancelled = scheduler.counts, True
+        finally:
+            progress.close()
+    return summary

@@ -1,0 +1,44 @@
+"""SSH credentials travel with a board's runner: the driver reads the key and known_hosts of
+each device (``Credentials.of``), and the actor, on whatever node Ray placed it, writes them
+into a private folder there (``install``)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from devices.inventory import Device
+from harness.errors import InputError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A device's private key and known_hosts as the driver read them (None: absent there)."""
+
+    key: str | None
+    known_hosts: str | None
+
+    @classmethod
+    def of(cls, device: Device) -> Credentials:
+        try:
+            key = device.key.read_text() if device.key is not None else None
+            hosts = device.known_hosts.read_text() if device.known_hosts.is_file() else None
+        except OSError as exc:
+            raise InputError(f"device {device.name!r}: cannot read its SSH key or known_hosts "
+                             f"on the coordinator: {exc}") from exc
+        return cls(key, hosts)
+
+    def install(self, device: Device) -> Device:
+        """The device record with its key and known_hosts in a private folder on this node."""
+        if device.is_local:
+            return device
+        folder = Path(tempfile.mkdtemp(prefix=f"benchfarm-{device.name}-"))  # mode 0700
+        known_hosts = folder / "known_hosts"
+        known_hosts.write_text(self.known_hosts or "")
+        key = None
+        if self.key is not None:
+            key = folder / "id"
+            key.touch(mode=0o600)
+            key.write_text(self.key)
+        return replace(device, key=key, known_hosts=known_hosts)

@@ -1,0 +1,234 @@
+"""What one run does on a device: the board's runner actor and what it does for one order.
+
+This is the device side of a run (harness.contract has the protocol): a ``DeviceRunner`` actor
+per board holds its connection; ``localise`` materialises an order's artifacts in the node's
+cache, ``execute`` pushes the engine binary and the model into the device's content-addressed
+cache (``PushMemo``: once per connection), takes a fingerprint, runs the engine with the argv
+its adapter makes (``harness.engines``) and the prompt ids on its standard input, takes a
+second fingerprint, and has the adapter check the engine's output (board output is untrusted)
+and collect what the run left on the board. It returns a plain ``RunReport``; mapping that
+into database records is the driver's (``harness.execution.results``), which is the only
+writer. Nothing here knows the plan or an engine by name.
+
+A transport error (board lost) is reported as status ``lost`` so that the scheduler can retry
+elsewhere; an engine that exits non-zero, outlives its timeout, or prints a document its
+adapter refuses is a ``failed`` run with its exit code and stderr, or the reason. Every command
+runs under the board's lock file (devices.boardlock); one that finds it taken by another
+coordinator is reported ``busy``, having run nothing, and the scheduler tries later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from devices.boardlock import check_locked, locked
+from devices.cache import ArtifactCache
+from devices.connect import connect
+from devices.errors import BoardLocked, CommandTimeout, DeviceError
+from devices.fingerprint import probed_run
+from devices.inventory import Device
+from devices.transport import Transport, device_argv
+from harness.contract import (
+    STDERR_KEEP,
+    OutputRefused,
+    RunReport,
+    WorkOrder,
+    kept_stdout,
+)
+from harness.engines import get_engine
+from harness.execution.artifacts import ArtifactError, ArtifactMismatch, NodeCache
+from harness.execution.credentials import Credentials
+
+
+class PushMemo:
+    """Artifacts already pushed through one connection, by sha256.
+
+    The device's cache verifies an artifact's hash when it is pushed, and the push is checked
+    against the hash the run planned; within one connection an artifact used by every run is
+    pushed (and verified) once instead of once per run. A new connection (after a board was
+    lost) starts a new memo.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.cache = ArtifactCache(transport)  # what this connection verified and pushed
+        self.remote: dict[str, str] = {}
+
+    def push(self, path: Path, sha256: str, tree: bool = False) -> str:
+        if sha256 not in self.remote:
+            cache = self.cache
+            remote = cache.push_tree(path) if tree else cache.push(path)
+            pushed = cache.last_push.sha256 if cache.last_push else "nothing"
+            if pushed != sha256:
+                raise ArtifactMismatch(
+                    f"{path}: what was pushed to device {cache.device!r} has sha256 "
+                    f"{pushed}, the run planned {sha256}: refused, the engine was not run")
+            self.remote[sha256] = remote
+        return self.remote[sha256]
+
+
+def localise(order: WorkOrder, cache: NodeCache) -> WorkOrder:
+    """The order with its artifacts materialised (by hash) in this node's cache."""
+    binary = cache.blob(order.binary_sha256, f"engine binary {Path(order.binary).name}")
+    model = None
+    if order.model_sha256 is not None and order.model_dir is not None:
+        name = f"model {Path(order.model_dir).name}"
+        model = str(cache.blob(order.model_sha256, name) if order.model_file
+                    else cache.tree(order.model_sha256, name))
+    extra = order.extra_file
+    if order.extra_file is not None and order.extra_sha256 is not None:
+        what = str(order.extra_flag).lstrip("-")  # "predictor" for --predictor
+        extra = str(cache.blob(order.extra_sha256, f"{what} {Path(order.extra_file).name}"))
+    return replace(order, binary=str(binary), model_dir=model, extra_file=extra)
+
+
+def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
+    """The ids as a whitespace-separated file named by its content (written once per actor)."""
+    text = " ".join(map(str, ids)) + "\n"
+    path = folder / f"ids-{hashlib.sha256(text.encode()).hexdigest()[:24]}.txt"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # actors may write the same file
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path) -> RunReport:
+    """Run ``order`` on the device of ``pushes.transport``, between two fingerprints.
+
+    The fingerprints and the engine go in one remote command (``probed_run``), whose engine
+    wall time is taken on the device. Warm-ups run the engine alone. A command that outlives
+    its timeout is a failed run (the engine hung, the board answered); any other device error
+    means the board was lost, and the run may be retried.
+    """
+    started = datetime.now(UTC)
+    clock = time.perf_counter()
+    report = RunReport(order.run_key, device_name, "lost", started, started, 0.0)
+    transport = pushes.transport
+    engine = get_engine(order.engine)
+    try:
+        model = None
+        if order.model_dir is not None and order.model_sha256 is not None:
+            # a model folder, or one file (a GGUF for llama-bench)
+            model = pushes.push(Path(order.model_dir), order.model_sha256,
+                                tree=not order.model_file)
+        # the token ids travel as the command's standard input: a prompt is small and often
+        # new, and pushing it into the device cache would cost round trips of its own
+        ids = ids_file(order.ids, scratch) if order.ids is not None else None
+        binary = pushes.push(Path(order.binary), order.binary_sha256)
+        options = order.options
+        if order.extra_file is not None and order.extra_sha256 is not None:
+            options += (str(order.extra_flag),
+                        pushes.push(Path(order.extra_file), order.extra_sha256))
+        argv = engine.argv(order.command, binary, model, ids is not None, options)
+        if order.warmup:
+            device = transport.device
+            result = transport.run_host(locked(device_argv(device, argv, None)),
+                                        timeout=order.timeout_s, stdin_file=ids)
+            check_locked(device.name, device.workdir, result)
+        else:
+            probed = probed_run(transport, argv, timeout=order.timeout_s, stdin_file=ids,
+                                lock=True, cache=pushes.cache)
+            result = probed.result
+            report.snapshots = {"before": probed.before, "after": probed.after}
+    except (CommandTimeout, ArtifactError) as exc:
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except BoardLocked as exc:
+        report.status, report.error = "busy", str(exc)
+        return _finish(report, clock)
+    except DeviceError as exc:
+        report.error = str(exc)
+        return _finish(report, clock)
+    report.exit_code = result.exit_code
+    report.engine_ms = round(result.wall_s * 1000.0, 3)
+    report.stdout = kept_stdout(result.stdout)  # all of it once accepted
+    if result.exit_code != 0:
+        report.status = "failed"
+        report.error = (result.stderr or "").strip()[-STDERR_KEEP:] or \
+            f"{order.engine} exited with code {result.exit_code} and printed nothing on stderr"
+        return _finish(report, clock)
+    # checked here, on the device side: the driver only ever sees a valid document
+    try:
+        report.engine_json = engine.parse(result.stdout, order.command)
+        if not order.warmup:
+            engine.collect(transport, order, report.engine_json)
+    except OutputRefused as exc:
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except ValueError as exc:  # json.JSONDecodeError is one
+        report.status = "failed"
+        report.error = f"{order.engine} printed no valid output ({exc}): {result.stdout[:200]!r}"
+        return _finish(report, clock)
+    report.status, report.stdout = "ok", result.stdout
+    return _finish(report, clock)
+
+
+def _finish(report: RunReport, clock: float) -> RunReport:
+    report.finished_at = datetime.now(UTC)
+    report.wall_ms = round((time.perf_counter() - clock) * 1000.0, 3)
+    return report
+
+
+def scratch_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "benchfarm-scratch"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@ray.remote(num_cpus=0, max_concurrency=1)
+class DeviceRunner:
+    """Holds the connection to one board and runs work orders on it, one at a time.
+
+    It may live on any node: the SSH credentials come with it, and each order's artifacts are
+    fetched by hash into the node's cache (``harness.execution.artifacts``) before they are
+    pushed.
+    """
+
+    def __init__(self, device: Device, credentials: Credentials, server: Any) -> None:
+        self.device = credentials.install(device)
+        self.cache = NodeCache(server)
+        self.transport: Any = None
+        self.pushes: PushMemo | None = None
+
+    def run(self, order: WorkOrder) -> RunReport:
+        started = datetime.now(UTC)
+        try:
+            order = localise(order, self.cache)
+        except ArtifactError as exc:  # not the board's fault: the run fails, the board stays
+            return RunReport(order.run_key, self.device.name, "failed", started,
+                             datetime.now(UTC), 0.0, error=str(exc))
+        if self.transport is None:
+            try:
+                self.transport = connect(self.device)
+                self.pushes = PushMemo(self.transport)
+            except DeviceError as exc:
+                return RunReport(order.run_key, self.device.name, "lost", started,
+                                 datetime.now(UTC), 0.0, error=str(exc))
+        try:
+            report = execute(order, self.device.name, self.pushes, scratch_dir())
+        except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
+            # as good as lost; the error text goes with the run so that a bug stays visible.
+            now = datetime.now(UTC)
+            report = RunReport(order.run_key, self.device.name, "lost", now, now, 0.0,
+                               error=f"device {self.device.name!r}: {type(exc).__name__}: {exc}")
+        if report.status == "lost":  # reconnect for the next order
+            self.close()
+        return report
+
+    def close(self) -> None:
+        if self.transport is not None:
+            try:
+                self.transport.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
+                pass
+            self.transport = self.pushes = None

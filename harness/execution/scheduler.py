@@ -1,0 +1,305 @@
+"""The driver loop: one runner actor per board, a queue per placement, results stored as they
+come.
+
+The driver owns all state and is the only database writer. Each board has one actor that runs
+one run at a time (boards are exclusive). Runs wait in one queue per placement: a device name
+(pinned runs) or a device class (a pool any board of the class may serve). The driver hands the
+next run to a free board, waits for any result with ``ray.wait`` and stores it at once, in one
+transaction per run.
+
+Faults: a board that is lost (connection refused, dropped, transfer failed) gets its run back in
+the queue, with exponential backoff, up to ``retries`` more tries; a pooled run goes to another
+board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
+runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
+Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
+`benchfarm cancel` stores them as cancelled.
+
+Sharing boards with other coordinators (harness.execution.turns): a board's lease is taken in
+the store before each dispatch, renewed while the run is in flight and released once its result
+is stored; a board leased by another coordinator, or whose lock file another coordinator's
+command holds (status ``busy`` from the runner), is tried again a moment later. What the
+statuses of a report mean, and who retries what: harness.contract.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+
+from db.store import Store
+from devices.inventory import Device
+from harness.contract import RunReport, WorkOrder
+from harness.execution.artifacts import start_server
+from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, wait_placed
+from harness.execution.credentials import Credentials
+from harness.execution.progress import Progress
+from harness.execution.results import base_result, to_run_result
+from harness.execution.runner import DeviceRunner
+from harness.execution.sharing import LEASE_POLL_S, Cancelled, Sharing
+from harness.execution.turns import BoardTurns
+from harness.plan.planner import Plan, PlannedRun
+
+
+def _actor_for(device: Device, server: Any, label: str) -> Any:
+    """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
+    the board's custom resources."""
+    options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
+    return DeviceRunner.options(name=f"board:{device.name}:{label}", namespace=NAMESPACE,
+                                **options).remote(device, Credentials.of(device), server)
+
+
+@dataclass
+class Dispatch:
+    ref: Any
+    run: PlannedRun
+    warmup: bool
+
+
+@dataclass
+class Board:
+    device: Device
+    actor: Any
+    serves: list[str]  # placement keys, pinned first
+    busy: Dispatch | None = None
+    not_before: float = 0.0
+    losses: int = 0  # consecutive
+    dead: bool = False
+    last_error: str = ""
+    warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
+
+
+class Scheduler:
+    def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing) -> None:
+        self.plan = plan
+        self.turns = BoardTurns(sharing, store, progress)
+        self.spec = plan.spec
+        self.store = store
+        self.progress = progress
+        self.queues: dict[str, deque[PlannedRun]] = {p.key: deque() for p in plan.placements}
+        for run in plan.todo:
+            self.queues[run.placement.key].append(run)
+        # actor names: the Ray job plus this scheduler's own suffix, since one driver may run
+        # several matrices in turn and ray.kill frees the previous one's names asynchronously
+        self.label = f"{ray.get_runtime_context().get_job_id()}:{uuid.uuid4().hex[:8]}"
+        self.server = start_server(plan.catalogue, self.label)
+        self.boards: dict[str, Board] = {}
+        for placement in plan.placements:
+            for name in placement.devices:
+                if name not in self.boards:
+                    device = plan.boards[name]
+                    actor = _actor_for(device, self.server, self.label)
+                    self.boards[name] = Board(device, actor, [])
+                serves = self.boards[name].serves
+                if placement.by_class:
+                    serves.append(placement.key)
+                else:
+                    serves.insert(0, placement.key)
+        self.counts: Counter[str] = Counter()
+        self._collecting: Board | None = None  # the board whose result is being stored
+        progress.remaining_by = self._remaining_by
+
+    def _remaining_by(self) -> dict[str, int]:
+        remaining = {key: len(queue) for key, queue in self.queues.items()}
+        for board in self.boards.values():
+            if board.busy and not board.busy.warmup and board is not self._collecting:
+                remaining[board.busy.run.placement.key] += 1
+        return remaining
+
+    # -- main loop ----------------------------------------------------------------------------
+
+    def run(self) -> Counter[str]:
+        try:
+            wait_placed({n: b.actor for n, b in self.boards.items()}, PLACEMENT_TIMEOUT_S)
+            while True:
+                self.turns.renew()
+                self._give_up_unservable()
+                self._dispatch()
+                busy = [b for b in self.boards.values() if b.busy]
+                if not busy:
+                    if not any(self.queues.values()):
+                        break
+                    time.sleep(0.1)  # every free board is backing off
+                    continue
+                refs = [b.busy.ref for b in busy]
+                ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+                for board in busy:
+                    if board.busy.ref in ready:
+                        self._collect(board)
+        except KeyboardInterrupt:
+            self._stop_in_flight("interrupted",
+                                 "the coordinator was interrupted while this run was in flight")
+            raise
+        except Cancelled:
+            self._stop_in_flight("cancelled", "cancelled by `benchfarm cancel` while in flight")
+            raise
+        finally:
+            for board in self.boards.values():
+                ray.kill(board.actor)
+                self.turns.release(board.device.name)
+            ray.kill(self.server)
+        return self.counts
+
+    def _dispatch(self) -> None:
+        now = time.monotonic()
+        for board in self.boards.values():
+            if board.dead or board.busy or board.not_before > now:
+                continue
+            run = self._next_for(board, now)
+            if run is None:
+                continue
+            warmup = board.warmed[run.group] < self.spec.warmups
+            if not self.turns.take(board.device.name, None if warmup else run.key):
+                board.not_before = now + LEASE_POLL_S
+                continue
+            if not warmup:
+                run = self._first_not_done(board, run, now)
+                if run is None:
+                    self.turns.release(board.device.name)
+                    continue
+            order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
+            if not warmup:
+                self._take(run)
+                run.attempts += 1
+            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
+            board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
+
+    def _collect(self, board: Board) -> None:
+        # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
+        # the store write still marks the run interrupted.
+        self._collecting = board
+        self._handle(board, board.busy)
+        board.busy = self._collecting = None
+        self.turns.release(board.device.name)
+
+    def _handle(self, board: Board, dispatch: Dispatch) -> None:
+        try:
+            report: RunReport = ray.get(dispatch.ref)
+        except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
+            if isinstance(exc, ray.exceptions.RayActorError):
+                board.actor = _actor_for(board.device, self.server, self.label)
+            report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
+                               datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
+        if report.status == "lost":
+            self._lost(board, dispatch, report.error or "lost")
+            return
+        if report.status == "busy":
+            self._busy(board, dispatch, report.error or "busy")
+            return
+        board.losses = 0
+        self.turns.unlocked(board.device.name)
+        board.not_before = time.monotonic() + self.spec.cooldown_s
+        run = dispatch.run
+        if dispatch.warmup:
+            board.warmed[run.group] += 1
+            if report.status != "ok":
+                self.progress.note(f"warm-up on {board.device.name} failed: {report.error}")
+            return
+        result = to_run_result(report, run, self.plan.device_ids[board.device.name],
+                               self.spec.model)
+        result.lease_id = self.turns.lease_of(board.device.name)
+        self.store.save_run(result)
+        self.counts[report.status] += 1
+        self.progress.record(board.device.name, report.status, run.order.label)
+
+    def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
+        name = board.device.name
+        board.losses += 1
+        board.last_error = error
+        backoff = self.spec.backoff_s * 2 ** (board.losses - 1)
+        board.not_before = time.monotonic() + backoff
+        retries = self.spec.retries
+        run = dispatch.run
+        if not dispatch.warmup:
+            run.lost_on.add(name)
+            if run.attempts > retries:
+                self._placeholder([run], "pending", name,
+                                  f"gave up after {run.attempts} tries: {error}")
+            else:
+                # A pinned run waits for its board; a pooled one may go to another board now.
+                run.not_before = 0.0 if run.placement.by_class else board.not_before
+                self.queues[run.placement.key].appendleft(run)
+        if board.losses > retries:
+            board.dead = True
+            ray.kill(board.actor)
+            self.progress.note(f"device {name!r} given up after {board.losses} failed tries: "
+                               f"{error}")
+        else:
+            self.progress.note(f"device {name!r} lost ({error}); retry {board.losses} of "
+                               f"{retries} in {backoff:g}s")
+
+    def _give_up_unservable(self) -> None:
+        """Runs whose placement has no live board left become pending."""
+        for key, queue in self.queues.items():
+            if not queue:
+                continue
+            servers = [b for b in self.boards.values() if key in b.serves]
+            if any(not b.dead for b in servers):
+                continue
+            errors = "; ".join(sorted({b.last_error for b in servers}))
+            self._placeholder(list(queue), "pending", servers[0].device.name,
+                              f"no board of {key} left to run it ({errors})")
+            queue.clear()
+
+    def _stop_in_flight(self, status: str, error: str) -> None:
+        in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
+        for board in in_flight:
+            self._placeholder([board.busy.run], status, board.device.name, error,
+                              self.turns.lease_of(board.device.name))
+
+    def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
+                     error: str, lease: str | None = None) -> None:
+        """Record runs that did not finish: update stored non-ok rows, insert missing ones."""
+        missing = self.store.mark_runs([r.key for r in runs], status, error)
+        for run in runs:
+            if run.key in missing:
+                result = base_result(run, self.plan.device_ids[device], status, error)
+                result.lease_id = lease
+                self.store.save_run(result)
+            self.counts[status] += 1
+            self.progress.record(device, status, run.order.label)
+
+    # -- the queues ---------------------------------------------------------------------------
+
+    def _next_for(self, board: Board, now: float) -> PlannedRun | None:
+        """The board's next run: its pinned runs first, then its classes' pools; a pooled run
+        lost on this board waits for another board of the pool."""
+        name = board.device.name
+        for key in board.serves:
+            others = any(not b.dead and b is not board and key in b.serves
+                         for b in self.boards.values())
+            for run in self.queues[key]:
+                if run.not_before > now:
+                    continue
+                if others and name in run.lost_on:  # leave it to another board of the pool
+                    continue
+                return run
+        return None
+
+    def _take(self, run: PlannedRun) -> None:
+        self.queues[run.placement.key].remove(run)
+
+    def _first_not_done(self, board: Board, run: PlannedRun | None,
+                        now: float) -> PlannedRun | None:
+        """Under the board's lease: drop the runs another coordinator of the store finished
+        meanwhile (two people running one spec run each of its runs once)."""
+        while run is not None and not self.plan.force and \
+                self.turns.done_elsewhere(run.key, self.plan.experiment_id):
+            self._take(run)
+            self.counts["elsewhere"] += 1
+            self.progress.record(board.device.name, "elsewhere", run.order.label)
+            run = self._next_for(board, now)
+        return run
+
+    def _busy(self, board: Board, dispatch: Dispatch, error: str) -> None:
+        """The board's lock file was taken: nothing ran; the run waits for the board."""
+        board.not_before = time.monotonic() + LEASE_POLL_S
+        if not dispatch.warmup:
+            dispatch.run.attempts -= 1
+            self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
+        self.turns.note_locked(board.device.name, error)

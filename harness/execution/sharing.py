@@ -1,0 +1,106 @@
+"""What a coordinator shares with the others through the store: board leases and its job.
+
+Every coordinator (`benchfarm run`, `benchfarm serve`) has a holder id. The scheduler takes a
+board's lease before each dispatch and releases it when the result is stored; ``tick`` renews
+the leases in flight and the job's heartbeat, and raises ``Cancelled`` once `benchfarm cancel`
+marked the job cancelled. The lease time is ``--lease-ttl``, else ``$BENCHFARM_LEASE_TTL_S``,
+else 30 s: a dead coordinator blocks its boards for at most that long.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from db.errors import StoreError
+from db.leases import Claim
+from db.store import Store
+from harness.errors import InputError
+
+DEFAULT_LEASE_TTL_S = 30.0
+TTL_ENV = "BENCHFARM_LEASE_TTL_S"
+LEASE_POLL_S = 0.5  # a board whose lease (or lock file) is taken is tried again this often
+HEARTBEAT_MAX_S = 1.0  # the job heartbeat (and so a cancel) is seen at least this often
+
+
+class Cancelled(Exception):
+    """The coordinator's job was cancelled with `benchfarm cancel`."""
+
+
+def lease_ttl(flag: float | None = None) -> float:
+    """The lease time in seconds: the flag, else the environment, else the default."""
+    if flag is not None:
+        source, value = "--lease-ttl", str(flag)
+    else:
+        source, value = f"${TTL_ENV}", os.environ.get(TTL_ENV, str(DEFAULT_LEASE_TTL_S))
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = 0.0
+    if not ttl >= 1.0:
+        raise InputError(f"{source}: {value!r} is not a lease time in seconds (>= 1)")
+    return ttl
+
+
+def new_holder() -> str:
+    """host:pid:nonce: names the coordinator in leases and jobs, unique across restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Sharing:
+    store: Store
+    holder: str
+    ttl_s: float
+    experiment: str
+    job_id: int | None = None
+    last_tick: float = 0.0
+
+    def acquire(self, board: str, run_key: str | None) -> Claim:
+        """The board's lease for us (``.granted``), or the one in the way (``.current``)."""
+        return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
+                                         run_key)
+
+    def release(self, lease_id: str) -> None:
+        self.store.leases.release(lease_id)
+
+    def tick(self, held: list[str]) -> set[str]:
+        """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost."""
+        now = time.monotonic()
+        if now - self.last_tick < min(self.ttl_s / 3, HEARTBEAT_MAX_S):
+            return set()
+        self.last_tick = now
+        lost = self.store.leases.renew(held, self.ttl_s)
+        if self.job_id is not None and self.store.jobs.heartbeat(self.job_id) == "cancelled":
+            raise Cancelled(f"experiment {self.experiment} was cancelled")
+        return lost
+
+
+@contextmanager
+def job_heartbeat(store: Store, job_id: int, interval_s: float) -> Iterator[None]:
+    """Heartbeat the job from a thread while the driver may be busy for long (builds, workload
+    generation, planning): a job whose heartbeat stops is taken over by another `serve`."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            try:
+                store.jobs.heartbeat(job_id)
+            except (StoreError, SQLAlchemyError):
+                return  # the driver meets the same store error and reports it
+
+    thread = threading.Thread(target=beat, name="benchfarm-job-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,105 @@
+"""What names an artifact: every hash the harness computes, in one place.
+
+A run is named by the content of what it uses, never by a path: the engine binary (the sha256
+of the file), the engine's sources (``files_hash``), the model's weights (``weights_sha256``:
+one file, or a sharded checkpoint's index and shards), the model folder as the boards cache it
+(its manifest hash, ``devices.cache``), a policy's file (gbm's trees). The same content gets the
+same name in run keys, in the store, and in the nodes' and boards' caches.
+
+``Catalogue`` lists the artifacts of a plan by those names, with where the driver has them; the
+driver serves them from it (``harness.execution.artifacts``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devices.cache import tree_manifest, tree_sha256
+from harness.errors import InputError
+
+Entry = tuple[str, str, int]  # a tree's file: (relative path, sha256, size)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def files_hash(paths: list[Path]) -> str:
+    """sha256 over the names and contents of ``paths``, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.name):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """The identity of a model's weights: the sha256 of model.safetensors, or for a sharded
+    checkpoint the sha256 of the lines "NAME SHA256" of its index and then of each shard (by
+    name), so a change to any shard or to the index changes it."""
+    single = model_dir / "model.safetensors"
+    if single.is_file():
+        return sha256_file(single)
+    index = model_dir / "model.safetensors.index.json"
+    if not index.is_file():
+        raise InputError(f"model {model_dir}: neither model.safetensors nor "
+                         "model.safetensors.index.json")
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{index}: no readable 'weight_map' ({exc!r})") from exc
+    digest = hashlib.sha256()
+    for name in [index.name, *shards]:
+        if not isinstance(name, str) or "/" in name or not (model_dir / name).is_file():
+            raise InputError(f"{index}: shard {name!r} is not a file in {model_dir}")
+        digest.update(f"{name} {sha256_file(model_dir / name)}\n".encode())
+    return digest.hexdigest()
+
+
+def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The weights' sha256 and the model's config.json."""
+    sha = weights_sha256(model_dir)
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"model {model_dir}: unreadable config.json ({exc})") from exc
+    return sha, config
+
+
+@dataclass
+class Catalogue:
+    """What the driver serves: blobs by sha256 (a path on the driver), trees by manifest hash."""
+
+    blobs: dict[str, str]
+    trees: dict[str, tuple[Entry, ...]]
+
+    @classmethod
+    def empty(cls) -> Catalogue:
+        return cls({}, {})
+
+    def add_file(self, path: Path, sha256: str) -> str:
+        self.blobs[sha256] = str(path)
+        return sha256
+
+    def add_tree(self, folder: Path) -> str:
+        """Register every file of ``folder``; returns the tree's hash (as the board names it)."""
+        files = tree_manifest(folder, "coordinator")
+        entries = tuple((rel, f.sha256, f.size) for rel, f in files)
+        for _, f in files:
+            self.blobs[f.sha256] = str(f.path)
+        sha = tree_sha256((rel, sha) for rel, sha, _ in entries)
+        self.trees[sha] = entries
+        return sha
+
+    def merge(self, other: Catalogue) -> None:
+        self.blobs.update(other.blobs)
+        self.trees.update(other.trees)

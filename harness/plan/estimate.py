@@ -1,0 +1,113 @@
+"""`benchfarm run --dry-run`: how big a matrix is and how long it would take, running nothing.
+
+The time comes from stored durations: each cell takes the median wall time of the stored ok
+runs most like it — the same board, command, policy, k and context (or text length); else the
+same board and command; else the same command, policy, k and context on any board. A cell
+with none of these counts as unknown. Boards work in parallel, one run at a time, with the
+spec's cool-down after each; a pooled run goes to the pool's least loaded board. Warm-ups and
+runs already stored as ok (named by their run keys from the builds' identities, nothing built;
+lmc only) are left out of the time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from db.queries import RunDuration
+from harness.plan.matrix import Cell, Placement, expand
+from harness.spec import Spec
+
+
+@dataclass
+class Estimate:
+    runs: int
+    per_placement: dict[str, int]
+    board_s: dict[str, float] = field(default_factory=dict)  # seconds of work per board
+    unknown: int = 0  # runs without any stored duration to go by
+    stored: int = 0  # runs already stored as ok: a run skips them
+
+    @property
+    def total_s(self) -> float:
+        return max(self.board_s.values(), default=0.0)
+
+    def lines(self) -> list[str]:
+        known = self.runs - self.unknown - self.stored
+        out = [f"  {key}: {count} runs" for key, count in self.per_placement.items()]
+        if self.stored:
+            out.append(f"  {self.stored} of them already stored as ok: skipped, not timed")
+        out += [f"  board {name}: about {duration_text(s)} of work"
+                for name, s in sorted(self.board_s.items())]
+        out.append(f"estimated time: {duration_text(self.total_s)} ({known} of "
+                   f"{self.runs - self.stored} runs to do estimated from stored durations; "
+                   "boards run in parallel; not counted: Ray's start, builds, workload "
+                   "generation, warm-ups)")
+        if self.unknown:
+            out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
+                       "leaves them out")
+        return out
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _size(params: dict) -> object:
+    return params.get("ctx", params.get("length"))
+
+
+class Durations:
+    """Median stored wall times (seconds), looked up from the most to the least specific."""
+
+    def __init__(self, runs: Sequence[RunDuration]) -> None:
+        samples: dict[tuple, list[float]] = defaultdict(list)
+        for run in runs:
+            work = (run.command, run.policy, run.k, _size(run.workload))
+            seconds = run.wall_ms / 1000.0
+            samples[("board", run.device, *work)].append(seconds)
+            samples[("command", run.device, run.command)].append(seconds)
+            samples[("anywhere", *work)].append(seconds)
+        self.medians = {key: statistics.median(values) for key, values in samples.items()}
+
+    def seconds(self, cell: Cell, board: str) -> float | None:
+        config, workload = cell.config, cell.workload
+        # another engine's config (llama-bench) has no attention policy: stored as None
+        policy, k = getattr(config, "policy", None), getattr(config, "k", None)
+        work = (workload.command, policy, k, _size(dict(workload.params)))
+        for key in (("board", board, *work), ("command", board, workload.command),
+                    ("anywhere", *work)):
+            if key in self.medians:
+                return self.medians[key]
+        return None
+
+
+def estimate(spec: Spec, placements: Sequence[Placement],
+             stored: Sequence[RunDuration], done: Collection[Cell] = ()) -> Estimate:
+    """The estimate of a matrix small enough to plan (see harness.plan.matrix.check_size); ``done``:
+    its cells already stored as ok, which take no time."""
+    durations = Durations(stored)
+    cells = expand(spec, placements)
+    per_placement = {p.key: 0 for p in placements}
+    result = Estimate(len(cells), per_placement)
+    load = {name: 0.0 for p in placements for name in p.devices}
+    for cell in cells:
+        per_placement[cell.placement.key] += 1
+        if cell in done:
+            result.stored += 1
+            continue
+        board = min(cell.placement.devices, key=lambda name: load[name])
+        seconds = durations.seconds(cell, board)
+        if seconds is None:
+            result.unknown += 1
+            continue
+        load[board] += seconds + spec.cooldown_s
+    result.board_s = load
+    return result

@@ -1,0 +1,150 @@
+"""Experiment specs (``specs/*.toml``): load, validate, and turn into plain records.
+
+A spec names a model, the workloads with their axes, the engines and each engine's axes (its own
+section), the engine revisions, the devices, and how often to repeat. Every error names the
+file, the key and what is allowed, and is raised before anything runs. Any axis may be written
+as a scalar or a list of values.
+
+This module reads the file and its top-level keys; the ``[[workload]]`` tables are validated by
+``harness.spec.workloads`` against the workload kinds, and each engine's section (lmc's
+``[engine]``, ``[llama-bench]``) by its adapter (``harness.engines``), all with
+``harness.checker.SpecChecker``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.checker import SpecChecker
+from harness.engines import ENGINES
+from harness.engines.lmc.build import WORKTREE
+from harness.errors import InputError
+from harness.spec.workloads import WorkloadAxes, parse_workloads
+from harness.workloads.kinds import KINDS
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+TOP_LEVEL_KEYS = {
+    "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
+    "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines",
+    *(engine.section for engine in ENGINES.values()),
+}
+DEFAULT_ENGINES = [next(iter(ENGINES))]  # lmc, the first engine of the registry
+
+__all__ = ["WORKTREE", "Spec", "load_spec", "parse_spec"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    text: str
+    hash: str  # sha256 of the spec text
+    name: str
+    description: str
+    model: Path | None  # None only when no workload reads a model (attn-bench)
+    devices: list[str]  # device names or device classes
+    revisions: list[str]  # WORKTREE or git revisions
+    repeats: int
+    warmups: int
+    cooldown_s: float
+    retries: int  # more tries of a run whose board was lost
+    backoff_s: float  # first wait before a lost board is tried again; doubles every time
+    order_seed: int
+    timeout_s: float
+    workloads: list[WorkloadAxes] = field(default_factory=list)
+    engines: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINES))
+    # engine name -> its axes (the record its adapter made of its section)
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def axes(self, engine: str) -> Any:
+        """The axes of one of the spec's engines."""
+        return self.sections[engine]
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file; raise InputError naming the file and key on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                         f"offset {exc.start}); TOML files must be UTF-8") from None
+    return parse_spec(text, path)
+
+
+def parse_spec(text: str, path: Path) -> Spec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from exc
+    check = SpecChecker(path)
+    check.table(data, "", TOP_LEVEL_KEYS)
+
+    if "name" not in data:
+        raise check.fail("name", "required (the experiment name)")
+    name = check.scalar(data["name"], "name", "str")
+    if not NAME_RE.match(name):
+        raise check.fail("name", f"{name!r} is not allowed; use [a-z0-9][a-z0-9._-]*")
+
+    workloads = parse_workloads(check, data.get("workload"))
+    model = None
+    if "model" in data:
+        model_text = check.scalar(data["model"], "model", "str")
+        model = (path.parent / model_text).resolve()
+        if not (model / "config.json").is_file():
+            raise check.fail("model", f"{model_text!r} (resolved relative to the spec's folder "
+                             f"to {model}) is not a model directory with a config.json")
+    elif any(KINDS[w.kind].uses_model for w in workloads):
+        readers = [k.name for k in KINDS.values() if k.uses_model]
+        raise check.fail("model", f"required for {_listing(readers)} workloads "
+                         "(a Hugging Face model directory, relative to the spec's folder)")
+    engines = check.axis(data.get("engines", DEFAULT_ENGINES), "engines", "str",
+                         choices=tuple(ENGINES))
+    kinds = [w.kind for w in workloads]
+    sections = {}
+    for engine_name, engine in ENGINES.items():  # the registry's order
+        if engine_name in engines:
+            sections[engine_name] = engine.parse_section(
+                check, data.get(engine.section, {}), path.parent, kinds)
+        elif engine.section in data:
+            raise check.fail(engine.section, f"the spec's `engines` does not list {engine_name}")
+
+    devices = check.axis(data.get("devices", ["local"]), "devices", "str")
+    for device in devices:
+        if not NAME_RE.match(device):
+            raise check.fail("devices", f"{device!r} is not a device or class name")
+    revisions = check.axis(data.get("revisions", [WORKTREE]), "revisions", "str")
+
+    def number(key: str, kind: str, default: Any, low: float) -> Any:
+        return check.minimum(check.scalar(data.get(key, default), key, kind), key, low)
+
+    return Spec(
+        path=path,
+        text=text,
+        hash=hashlib.sha256(text.encode()).hexdigest(),
+        name=name,
+        description=check.scalar(data.get("description", ""), "description", "str"),
+        model=model,
+        devices=devices,
+        revisions=revisions,
+        repeats=number("repeats", "int", 1, 1),
+        warmups=number("warmups", "int", 1, 0),
+        cooldown_s=number("cooldown_s", "float", 0.0, 0),
+        retries=number("retries", "int", 2, 0),
+        backoff_s=number("backoff_s", "float", 1.0, 0),
+        order_seed=number("order_seed", "int", 0, 0),
+        timeout_s=number("timeout_s", "float", 900.0, 1),
+        workloads=workloads,
+        engines=engines,
+        sections=sections,
+    )

@@ -1,0 +1,146 @@
+"""The layout's rules, read from the code's own imports (docs/architecture.md draws them):
+dependencies point one way between the packages and between harness's parts, no module takes
+part in an import cycle, harness keeps a short top level, and no engine is named where runs
+are planned, expanded, executed or recorded."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.engines import ENGINES
+
+PACKAGES = ("harness", "devices", "db", "reports")
+# what each package may import of the others (DESIGN.md's layers)
+MAY_IMPORT = {"harness": {"devices", "db", "reports"}, "reports": {"db", "devices"},
+              "devices": set(), "db": set()}
+# where no engine may be named: planning, expansion, the runner and the results mapping
+ENGINE_BLIND = ("harness/plan", "harness/execution/runner.py", "harness/execution/results.py",
+                "harness/execution/scheduler.py", "harness/execution/coordinator.py")
+HARNESS_TOP_LEVEL_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES
+            for p in sorted((REPO_ROOT / package).rglob("*.py"))
+            if "migrations" not in p.parts}
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The project modules a module imports: at its top, inside functions, and for type
+    checkers alone (a cycle there still ties the two modules together)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # `from a import b`: the module a.b when there is one, else a (b is a name in it)
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known
+                     else node.module for alias in node.names]
+        else:
+            names = []
+        for name in names:
+            while name and name not in known:  # `from a.b import c`: the module a.b.c or a.b
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = sources()
+    known = set(modules)
+    return {name: imported(path, known) - {name} for name, path in modules.items()}
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def walk(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := walk(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := walk(node)):
+            return found
+    return None
+
+
+def collapsed(graph: dict[str, set[str]], unit_of) -> dict[str, set[str]]:
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = unit_of(module)
+        if here is None:
+            continue
+        units.setdefault(here, set()).update(
+            u for t in targets if (u := unit_of(t)) is not None and u != here)
+    return units
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_imports_itself_back(graph: dict[str, set[str]]) -> None:
+    assert cycle(graph) is None
+
+
+def test_packages_depend_one_way(graph: dict[str, set[str]]) -> None:
+    packages = collapsed(graph, lambda m: m.split(".")[0])
+    for package, targets in packages.items():
+        assert targets <= MAY_IMPORT[package], (package, targets - MAY_IMPORT[package])
+
+
+def test_harness_parts_depend_one_way(graph: dict[str, set[str]]) -> None:
+    """harness's subpackages and top-level modules form no cycle either: spec, plan,
+    execution, engines, workloads ... each is a room whose doors open one way."""
+    def part(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else None
+
+    assert cycle(collapsed(graph, part)) is None
+
+
+def test_harness_keeps_a_short_top_level() -> None:
+    modules = [p.name for p in (REPO_ROOT / "harness").glob("*.py")]
+    assert len(modules) <= HARNESS_TOP_LEVEL_MODULES, sorted(modules)
+
+
+def test_no_engine_is_named_where_runs_are_planned_run_or_recorded(
+        graph: dict[str, set[str]]) -> None:
+    names = set(ENGINES)
+    for name, path in sources().items():
+        if not any(str(path.relative_to(REPO_ROOT)).startswith(p) for p in ENGINE_BLIND):
+            continue
+        engine_packages = {m for m in graph[name] if m.startswith("harness.engines.")
+                           and m.split(".")[2] != "base"}
+        assert not engine_packages, (name, engine_packages)
+        tree = ast.parse(path.read_text())
+        literals = {node.value for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        assert not literals & names, (name, literals & names)
