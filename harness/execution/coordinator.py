@@ -66,7 +66,7 @@ class RunRequest:
     ray_address: str | None = None  # join this cluster (None: a local Ray instance)
     stream: TextIO | None = None  # progress lines (None: stderr)
     max_runs: int = MAX_RUNS  # refuse a larger matrix
-    coordinator: Coordinator = field(default_factory=lambda: Coordinator())
+    coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
 
 

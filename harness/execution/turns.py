@@ -10,8 +10,6 @@ this owns what is shared with the others (harness.execution.sharing: the store's
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from db.store import Store
 from harness.execution.progress import Progress
 from harness.execution.sharing import Sharing
@@ -39,7 +37,7 @@ class BoardTurns:
                 self._waiting_on.get(board) != lease.holder:
             self._waiting_on[board] = lease.holder
             self.progress.note(f"device {board!r} is leased by {lease.holder} "
-                               f"(experiment {lease.experiment}) until {_clock(lease.expires)} "
+                               f"(experiment {lease.experiment}) until {lease.expires:%H:%M:%S} "
                                "UTC; waiting")
         return False
 
@@ -77,7 +75,3 @@ class BoardTurns:
 
     def unlocked(self, board: str) -> None:
         self._locked_by.pop(board, None)
-
-
-def _clock(moment: datetime) -> str:
-    return f"{moment:%H:%M:%S}"

@@ -60,7 +60,7 @@ class Inputs:
     predictors: dict[str, Path]  # gbm tree file sha256 -> path
 
 
-def revision_arg(revision: str) -> str | None:
+def revision_arg(revision: str | None) -> str | None:
     """A spec revision as the build takes it: None for the working tree."""
     return None if revision == WORKTREE else revision
 
@@ -102,7 +102,7 @@ def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path
 
 
 def generator(lmc: str | Path | list[str], model_dir: str | Path,
-                  extra_args: Sequence[str] = (), timeout: float = 600) -> GenerateFn:
+              extra_args: Sequence[str] = (), timeout: float = 600) -> GenerateFn:
     """Greedy generation by the lmc binary (or argv prefix, e.g. under an emulator), as a
     needle grid's generate function (harness.workloads.grid)."""
 
@@ -199,8 +199,7 @@ class LmcEngine:
     # -- a run -----------------------------------------------------------------------------------
 
     def build(self, target: str, revision: str | None) -> BuildRecord:
-        return build_engine(target=target, rev=None if revision is None
-                            else revision_arg(revision))
+        return build_engine(target=target, rev=revision_arg(revision))
 
     def argv(self, command: str, binary: str, model: str | None, stdin_ids: bool,
              flags: Sequence[str]) -> list[str]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from db.lmc_axes import EVICTING, SWITCH_NAMES
 from harness.engines.lmc.section import EngineAxes
 
+AXES = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
+        "measure_selection")
 # axes added after the first runs were stored: left out of a config when unset
 LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys")
 
@@ -30,7 +32,7 @@ class EngineConfig:
     threads: int
     prefill_attn: str | None
     measure_selection: bool
-    # the engine switches set away from their defaults (db.lmc_axes.SWITCHES), by name
+    # the engine switches set away from their defaults, in db.lmc_axes.SWITCHES's order
     switches: tuple[tuple[str, bool], ...] = ()
     trace_selection: bool | None = None  # --trace-selection (None: no trace)
     kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
@@ -38,14 +40,11 @@ class EngineConfig:
     measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
 
     def as_dict(self) -> dict[str, Any]:
-        """The config for run keys and records (see the module's docstring)."""
-        values = {name: value for name, value in asdict(self).items()
-                  if name != "switches" and (value is not None or name not in LATER_AXES)}
-        fixed = {name: value for name, value in values.items() if name not in LATER_AXES}
-        # the order of the stored config: the axes, the switches, then the later axes
-        return fixed | {name: value for name, value in sorted(
-            self.switches, key=lambda item: SWITCH_NAMES.index(item[0]))} | {
-            name: value for name, value in values.items() if name in LATER_AXES}
+        """The config for run keys and records (see the module's docstring), in the stored
+        order: the axes, the switches set, then the later axes that are set."""
+        later = {name: getattr(self, name) for name in LATER_AXES
+                 if getattr(self, name) is not None}
+        return {name: getattr(self, name) for name in AXES} | dict(self.switches) | later
 
     def switch(self, name: str) -> bool | None:
         """A switch's value when set away from its default, else None."""
@@ -79,8 +78,7 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
                 threads=threads,
                 prefill_attn=prefill if uses_model else None,
                 measure_selection=axes.measure_selection and measures,
-                switches=tuple((name, value) for name, value
-                               in zip(names, switches, strict=True) if value is not None),
+                switches=_set_switches(dict(zip(names, switches, strict=True))),
                 trace_selection=True if axes.trace_selection and measures else None,
                 kv_budget=budget if uses_model else None,
                 predictor=policy.predictor.sha256 if policy.predictor else None,
@@ -90,6 +88,12 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
             if config not in found:  # axes a command ignores would only repeat a config
                 found.append(config)
     return found
+
+
+def _set_switches(values: dict[str, bool | None]) -> tuple[tuple[str, bool], ...]:
+    """The switches set away from their defaults (None), in the vocabulary's order."""
+    return tuple((name, value) for name in SWITCH_NAMES
+                 if (value := values.get(name)) is not None)
 
 
 def count(axes: EngineAxes, uses_model: bool) -> int:
@@ -104,3 +108,4 @@ def count(axes: EngineAxes, uses_model: bool) -> int:
 
 
 assert set(SWITCH_NAMES).isdisjoint(EngineConfig.__dataclass_fields__)
+assert [f.name for f in fields(EngineConfig)] == [*AXES, "switches", *LATER_AXES]
