@@ -117,7 +117,8 @@ class Artifact:
 class Materials:
     """What an engine's runs use that must exist before they can be named: its builds by
     (revision, target), its models (sha256 -> path and info, for the models table), the
-    artifacts the driver serves, and what the adapter itself needs to make its work orders."""
+    artifacts besides the binaries that the driver serves (the planner adds the binaries), and
+    what the adapter itself needs to make its work orders."""
 
     builds: dict[tuple[str, str], BuildRecord]
     models: dict[str, tuple[Path, dict[str, Any]]] = field(default_factory=dict)

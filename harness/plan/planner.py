@@ -114,6 +114,8 @@ def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str,
         catalogue.merge(engine_materials.catalogue)
         builds |= engine_materials.builds
         models |= engine_materials.models
+    for record in builds.values():  # every engine binary, served by its hash
+        catalogue.add_file(Path(record.binary), record.binary_sha256)
 
     made: dict[WorkloadPoint, Material] = {}
     runs = []

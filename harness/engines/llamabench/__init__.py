@@ -119,8 +119,6 @@ class LlamaBenchEngine:
         builds = {(NAME, arch): engine.build(arch) for arch in archs}
         gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
         catalogue = Catalogue.empty()
-        for record in builds.values():
-            catalogue.add_file(Path(record.binary), record.binary_sha256)
         for artifact in gguf.values():
             catalogue.add_file(artifact.path, artifact.sha256)
         models = {a.sha256: (a.path, a.info) for a in gguf.values()}

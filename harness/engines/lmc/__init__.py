@@ -157,8 +157,6 @@ class LmcEngine:
     def _materials(self, spec: Spec, axes: EngineAxes,
                    builds: dict[tuple[str, str], BuildRecord]) -> Materials:
         catalogue = Catalogue.empty()
-        for record in builds.values():
-            catalogue.add_file(Path(record.binary), record.binary_sha256)
         models: dict[str, tuple[Path, dict[str, Any]]] = {}
         model_sha, model_tree = None, None
         if spec.model is not None:
