@@ -28,8 +28,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from db.store import Store
+from harness import REPO_ROOT
 from harness.cli import main
 from harness.web.app import create_app
+from reports.audit import load_claims
 
 HOSTILE = "<script>alert(1)</script>"
 LOOPBACK = "127.0.0.1"
@@ -70,7 +72,7 @@ def get_json(url: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[webdriver.Chrome]:
+def chromium() -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -83,6 +85,15 @@ def browser() -> Iterator[webdriver.Chrome]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: webdriver.Chrome) -> webdriver.Chrome:
+    """The module's Chromium on a blank page, with the last test's console messages dropped
+    (its page went on polling a server that has stopped)."""
+    chromium.get("about:blank")
+    chromium.get_log("browser")
+    return chromium
 
 
 def console_errors(driver: webdriver.Chrome) -> list[dict]:
@@ -139,6 +150,20 @@ def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
     assert missing == 404
     assert experiment["counts"] == summary.counts and experiment["job"]["id"] == job
     assert [(g["device"], g["runs"]) for g in experiment["groups"]] == [("x86-1", 2)]
+
+
+def test_the_audit_page_judges_a_claims_file_on_the_stored_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/audit.db"
+    farm_store(url)[0].close()
+    claims = "seed_000_sparse_topk.toml"
+    with serving(url) as base:
+        verdicts = get_json(f"{base}/api/audit/{claims}")
+        status, html = get(f"{base}/audit/{claims}")
+        missing, _ = get(f"{base}/audit/..%2Fpyproject.toml")
+    expected = [c.id for c in load_claims(REPO_ROOT / "claims" / claims).claims]
+    assert [v["claim"] for v in verdicts] == expected
+    assert status == 200 and 'id="table-audit"' in html and all(c in html for c in expected)
+    assert missing == 404
 
 
 def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome) -> None:

@@ -11,11 +11,12 @@ import ipaddress
 import os
 import socket
 import sys
+from pathlib import Path
 
 import uvicorn
 
 from harness.errors import InputError, RunFailure
-from harness.web.app import create_app
+from harness.web.app import CLAIMS_DIR, create_app
 
 TOKEN_ENV = "BENCHFARM_WEB_TOKEN"
 
@@ -30,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
                         help=f"the token every request must carry (default: ${TOKEN_ENV}); "
                              "prefer the variable, a flag shows in `ps`")
+    parser.add_argument("--claims", type=Path, default=CLAIMS_DIR,
+                        help="folder of the claims files the audit page offers (default: the "
+                             "checkout's claims/)")
     parser.set_defaults(func=run)
 
 
@@ -72,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"benchfarm web: http://{shown}:{port}/ (read-only"
           + (", token required" if args.token else "") + "); Ctrl-C stops", file=sys.stderr,
           flush=True)
-    config = uvicorn.Config(create_app(args.db, args.token), log_level="warning",
+    config = uvicorn.Config(create_app(args.db, args.token, args.claims), log_level="warning",
                             access_log=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])

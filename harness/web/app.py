@@ -28,10 +28,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from db.errors import StoreError, StoreInputError
 from db.leases import utcnow
 from db.records import RUN_STATUSES
+from harness import REPO_ROOT
+from harness.errors import BenchfarmError
 from harness.web.data import FarmData, as_json
+from reports.audit.report import audit_html, audit_json
+from reports.errors import ReportError
 from reports.tables import CSS, fmt
 
 HERE = Path(__file__).resolve().parent
+CLAIMS_DIR = REPO_ROOT / "claims"
 COOKIE = "benchfarm_token"
 LOGIN_PATH = "/login"
 HEADERS = [
@@ -119,9 +124,10 @@ class TokenGate:
         await response(scope, receive, send_with_headers)
 
 
-def create_app(url: str, token: str | None = None) -> Starlette:
-    """The dashboard of the store at ``url``; ``token`` (if any) gates every request."""
-    data = FarmData(url)
+def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR) -> Starlette:
+    """The dashboard of the store at ``url``; ``token`` (if any) gates every request; the
+    audit page offers the claims files in ``claims_dir``."""
+    data = FarmData(url, claims_dir)
     templates = _templates()
 
     def page(name: str, code: int = 200, **context: Any) -> HTMLResponse:
@@ -156,6 +162,24 @@ def create_app(url: str, token: str | None = None) -> Starlette:
     def api_experiment(request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.experiment(request.path_params["name"])))
 
+    def audits(_request: Request) -> HTMLResponse:
+        return page("audit.html", files=data.claims_files(), claims=None, verdicts="")
+
+    def verdicts(request: Request) -> list[Any]:
+        found = data.audit(request.path_params["claims"])
+        if found is None:
+            raise HTTPException(404, f"no claims file {request.path_params['claims']!r} in "
+                                f"{data.claims_dir}")
+        return found
+
+    def audit(request: Request) -> HTMLResponse:
+        return page("audit.html", files=data.claims_files(),
+                    claims=request.path_params["claims"],
+                    verdicts=Markup(audit_html(verdicts(request))))
+
+    def api_audit(request: Request) -> Response:
+        return Response(audit_json(verdicts(request)), media_type="application/json")
+
     def script(_request: Request) -> FileResponse:
         return FileResponse(HERE / "static" / "live.js", media_type="text/javascript")
 
@@ -182,6 +206,10 @@ def create_app(url: str, token: str | None = None) -> Starlette:
         reason = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])
         return failure(request, 503, f"cannot read the store: {reason[0]}")
 
+    def bad_input(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "exit_code", 1)
+        return failure(request, 422 if code == 2 else 500, str(exc))
+
     def http_failed(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return failure(request, exc.status_code, str(exc.detail))
@@ -198,11 +226,15 @@ def create_app(url: str, token: str | None = None) -> Starlette:
         Route("/api/jobs/{job_id:int}", api_job),
         Route("/api/experiments", api_experiments),
         Route("/api/experiments/{name:path}", api_experiment),
+        Route("/audit", audits),
+        Route("/audit/{claims}", audit),
+        Route("/api/audit/{claims}", api_audit),
         Route("/static/live.js", script),
         Route(LOGIN_PATH, login, methods=["GET", "POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={
         StoreError: store_failed, SQLAlchemyError: store_failed, HTTPException: http_failed,
+        BenchfarmError: bad_input, ReportError: bad_input,
         Exception: crashed},
         lifespan=lambda _app: _closing(data))
     app.add_middleware(TokenGate, token=token)

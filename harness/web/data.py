@@ -16,6 +16,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -28,6 +29,9 @@ from db.leases import LeaseInfo, utcnow
 from db.models import Device, Experiment, Run
 from db.queries import GroupSummary
 from db.store import Store
+from devices.inventory import load_inventory
+from harness.execution.audit import audit_claims
+from reports.audit import Verdict
 from reports.render import build_sections, sections_html
 from reports.runs import load_experiment
 
@@ -148,8 +152,9 @@ def _board_state(lease: LeaseInfo | None, last_status: str | None,
 class FarmData:
     """The dashboard's reads of one store (any SQLAlchemy URL), opened at the first read."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, claims_dir: Path) -> None:
         self.url = url
+        self.claims_dir = claims_dir
         self._store: Store | None = None
         self._lock = threading.Lock()
 
@@ -283,3 +288,17 @@ class FarmData:
         report's own code; every value from the store is escaped there."""
         sections = build_sections(load_experiment(self.store, name))
         return sections_html([s for s in sections if s.has_content()])
+
+    # -- audits --------------------------------------------------------------------------------
+
+    def claims_files(self) -> list[str]:
+        """The claims files the audit page offers (names in the claims folder)."""
+        return sorted(path.name for path in self.claims_dir.glob("*.toml"))
+
+    def audit(self, claims_file: str) -> list[Verdict] | None:
+        """The claims file's verdicts, judged now on the runs already stored (nothing is run,
+        built or written: `benchfarm audit --stored-only`); None for a name not offered."""
+        if claims_file not in self.claims_files():
+            return None
+        return audit_claims(self.claims_dir / claims_file, self.store, load_inventory(None),
+                            None, ["local"], run_missing=False)
