@@ -96,6 +96,14 @@ def browser(chromium: webdriver.Chrome) -> webdriver.Chrome:
     return chromium
 
 
+def text_of(driver: webdriver.Chrome, selector: str) -> str | None:
+    """The text of the first element matching ``selector``, read in one step (the live script
+    replaces rows, so an element found first and read later may be gone)."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null",
+        selector)
+
+
 def console_errors(driver: webdriver.Chrome) -> list[dict]:
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
@@ -192,7 +200,8 @@ def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome)
             assert [s.get_attribute("src") for s in scripts] == [f"{base}/static/live.js"]
             assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text
             assert console_errors(browser) == []
-        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#counts td")]
+        cells = browser.execute_script(
+            "return [...document.querySelectorAll('#counts td')].map(td => td.textContent)")
         assert HOSTILE in cells
 
 
@@ -268,26 +277,26 @@ def test_a_running_job_advances_on_the_page(
             wait = WebDriverWait(browser, 240, poll_frequency=0.2)
 
             def counts(driver: webdriver.Chrome) -> str | None:
-                found = driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job] .counts")
-                return found[0].text if found and " done" in found[0].text else None
+                text = text_of(driver, "#jobs tr[data-job] .counts")
+                return text.strip() if text and " done" in text else None
 
+            board_row = '#boards tr[data-board="local"]'
             first = wait.until(counts)
-            board = browser.find_element(By.CSS_SELECTOR, '#boards tr[data-board="local"]').text
+            board = text_of(browser, board_row)
             later = wait.until(lambda d: (text := counts(d)) and text != first
                                and int(text.split()[0]) > int(first.split()[0]) and text)
-            wait.until(lambda d: d.find_element(
-                By.CSS_SELECTOR, '#boards tr[data-board="local"]').text != board)
+            wait.until(lambda d: text_of(d, board_row) not in (None, board))
             assert browser.find_elements(By.CSS_SELECTOR, "#jobs .bar .done")
             browser.save_screenshot("/tmp/benchfarm-web-running.png")
             assert browser.execute_script("return window.__loaded") is True  # never reloaded
-            code = proc.wait(timeout=300)
-            assert code == 0, proc.stderr.read()
-            wait.until(lambda d: "done" in d.find_element(By.CSS_SELECTOR, "#finished").text)
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            wait.until(lambda d: "done" in (text_of(d, "#finished tbody") or ""))
             assert console_errors(browser) == []
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.communicate()
+                proc.communicate()
         job = get_json(f"{base}/api/jobs")[0]
     assert int(later.split()[0]) >= 1
     assert (job["state"], job["total"], job["done"]) == ("done", 8, 8)

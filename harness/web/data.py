@@ -170,7 +170,7 @@ class FarmData:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                self._store = Store(create_store_engine(self.url, create=False))
+                self._store = Store(create_store_engine(self.url, create=False), read_only=True)
             return self._store
 
     def close(self) -> None:
@@ -236,7 +236,7 @@ class FarmData:
     def _job_view(self, job: JobInfo, newest: bool) -> JobView:
         """A job with its progress per placement (kept for the newest job of an experiment
         only: the store's progress counts that experiment's runs as they are now)."""
-        placements = ([Placement.of(p) for p in self.store.jobs.progress(job.experiment)]
+        placements = ([Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)]
                       if newest else [])
         end = job.finished_at or utcnow()
         elapsed = (end - job.started_at).total_seconds() if job.started_at else None
