@@ -176,10 +176,10 @@ class Jobs:
         jobs = [j for j in self.list() if j.experiment == experiment]
         return jobs[0] if jobs else None
 
-    def progress(self, experiment: str) -> list[PlacementProgress]:
-        """Per placement of the experiment's newest job: total / done / failed / running /
-        pending; empty when no job recorded its totals."""
-        job = self.latest(experiment)
+    def progress(self, experiment: str, job: JobInfo | None = None) -> list[PlacementProgress]:
+        """Per placement of the experiment's newest job (or of ``job``, read already): total /
+        done / failed / running / pending; empty when no job recorded its totals."""
+        job = job or self.latest(experiment)
         if job is None or not job.totals:
             return []
         with self.engine.connect() as conn:

@@ -63,9 +63,12 @@ def _chunks(items: list[T]) -> Iterator[list[T]]:
 class Store:
     """The result store. Open with :meth:`open`; all methods are safe to call repeatedly."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, read_only: bool = False) -> None:
+        """``read_only``: for a process that only reads (`benchfarm web`): its transactions
+        stay deferred, so on SQLite it never takes the write lock that coordinators wait for."""
         self.engine = engine
-        self.writer = writer(engine)  # write transactions (BEGIN IMMEDIATE on SQLite)
+        # write transactions (BEGIN IMMEDIATE on SQLite)
+        self.writer = engine if read_only else writer(engine)
         self._sessions = sessionmaker(self.writer, expire_on_commit=False)
         self.leases = Leases(self.writer)
         self.jobs = Jobs(self.writer)

@@ -32,6 +32,7 @@ SUBCOMMANDS = [
     "reproduce",
     "demo",
     "predictor",
+    "web",
 ]
 
 DEFAULT_DB = "sqlite:///benchfarm.db"

@@ -242,9 +242,10 @@ def build_sections(data: ExperimentData) -> list[Section]:
     ]
 
 
-def _html_page(title: str, sections: list[Section]) -> str:
-    toc = " · ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
-    body = [f"<h1>{escape(title)}</h1>", f"<nav>{toc}</nav>"]
+def sections_html(sections: list[Section]) -> str:
+    """The sections' HTML (figures, tables, extras), everything from the store escaped: the
+    report's body, and the experiment page of ``benchfarm web``."""
+    body = []
     for section in sections:
         body.append(f'<section id="{section.anchor}"><h2>{escape(section.title)}</h2>')
         if section.text:
@@ -269,6 +270,12 @@ def _html_page(title: str, sections: list[Section]) -> str:
                 html = f"<h3>{escape(table.name)}</h3>{html}"
             body.append(html)
         body.append("</section>")
+    return "\n".join(body)
+
+
+def _html_page(title: str, sections: list[Section]) -> str:
+    toc = " · ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
+    body = [f"<h1>{escape(title)}</h1>", f"<nav>{toc}</nav>", sections_html(sections)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")

@@ -17,6 +17,9 @@ packages=(
   procps util-linux                                                # taskset, ps for fingerprints
   cmake ninja-build g++ g++-aarch64-linux-gnu                      # llama.cpp (llama-bench engine)
 )
+if [ "${1:-}" = "test" ] || [ "${1:-}" = "train" ]; then
+  packages+=(chromium-driver)  # Selenium drives Debian's chromium: the dashboard test
+fi
 if [ "${1:-}" = "train" ]; then
   packages+=(python3.11-doc)   # /usr/share/doc/python3.11/html/_sources: models/pydoc-lm's data
 fi

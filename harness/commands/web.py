@@ -1,0 +1,85 @@
+"""`benchfarm web`: the live dashboard of the store (boards, queue, progress, experiments).
+
+Read-only, and on 127.0.0.1 unless --host says otherwise; any address other than loopback
+needs a token (--token or $BENCHFARM_WEB_TOKEN), which every request must then carry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from harness.errors import InputError, RunFailure
+from harness.web.app import CLAIMS_DIR, create_app
+
+TOKEN_ENV = "BENCHFARM_WEB_TOKEN"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("web", help="serve a live dashboard of the store (read-only)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default %(default)s; any other than "
+                             "loopback needs a token)")
+    parser.add_argument("--port", type=port_number, default=8765,
+                        help="port (default %(default)s)")
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
+                        help=f"the token every request must carry (default: ${TOKEN_ENV}); "
+                             "prefer the variable, a flag shows in `ps`")
+    parser.add_argument("--claims", type=Path, default=CLAIMS_DIR,
+                        help="folder of the claims files the audit page offers (default: the "
+                             "checkout's claims/)")
+    parser.set_defaults(func=run)
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return value
+
+
+def listening_socket(host: str, port: int, token: str | None) -> socket.socket:
+    """The bound socket; refused for a non-loopback address without a token."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host!r}: cannot resolve it ({exc.strerror})") from None
+    loopback = all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    if not loopback and not token:
+        raise InputError(f"--host {host}: not a loopback address, so the dashboard needs a "
+                         f"token: set ${TOKEN_ENV} (or --token) and send it with each request")
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise RunFailure(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                         "--port") from None
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    sock = listening_socket(args.host, args.port, args.token)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"benchfarm web: http://{shown}:{port}/ (read-only"
+          + (", token required" if args.token else "") + "); Ctrl-C stops", file=sys.stderr,
+          flush=True)
+    config = uvicorn.Config(create_app(args.db, args.token, args.claims), log_level="warning",
+                            access_log=False)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0

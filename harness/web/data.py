@@ -1,0 +1,304 @@
+"""What the dashboard shows, read from the store: one place for the HTML pages and the JSON API.
+
+Every view is a dataclass of plain values (``as_json`` turns it into JSON-ready dicts). The
+store is only read: it is opened without migrating (a dashboard never changes a team's schema),
+and a store that cannot be read raises ``db.StoreError``, which the app turns into a page.
+
+Board states, health checks and history timelines are not in the store yet: a board's state is
+derived here from its lease and its last run, in ``_board_state``, the one place to read a
+stored state from once the store keeps one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoResultFound
+
+from db.connection import create_store_engine
+from db.jobs import ACTIVE, JobInfo, PlacementProgress
+from db.leases import LeaseInfo, utcnow
+from db.models import Device, Experiment, Run
+from db.queries import GroupSummary
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.execution.audit import audit_claims
+from reports.audit import Verdict
+from reports.render import build_sections, sections_html
+from reports.runs import load_experiment
+
+RECENT_FAILURES = 3  # failed runs shown per board
+FINISHED_JOBS = 20  # finished jobs listed under the queue
+FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
+
+
+@dataclass(frozen=True)
+class Failure:
+    run_id: int
+    experiment: str
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    cls: str
+    arch: str
+    emulated: bool
+    state: str  # running | warm-up | idle (derived: see _board_state)
+    reason: str  # where the state comes from
+    holder: str | None  # the coordinator holding its lease now
+    experiment: str | None  # ... for this experiment
+    run_key: str | None  # ... running this run (None during a warm-up)
+    lease_expires: datetime | None
+    last_run_at: datetime | None
+    last_status: str | None
+    failures: list[Failure] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One board (or class pool) of a job's matrix: runs done / failed / running / pending."""
+
+    placement: str
+    total: int
+    done: int
+    failed: int
+    running: int
+    pending: int
+
+    @classmethod
+    def of(cls, progress: PlacementProgress) -> Placement:
+        return cls(progress.placement, progress.total, progress.done, progress.failed,
+                   progress.running, progress.pending)
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    experiment: str
+    owner: str
+    priority: int
+    state: str
+    kind: str
+    holder: str | None
+    message: str | None
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    elapsed_s: float | None  # since it started (to its end once finished)
+    remaining_s: float | None  # at this job's pace so far; None before its first result
+    placements: list[Placement]
+    total: int
+    done: int
+    failed: int
+    running: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class ExperimentRow:
+    name: str
+    updated_at: datetime
+    counts: dict[str, int]
+    total: int
+
+
+@dataclass(frozen=True)
+class ExperimentView:
+    name: str
+    spec_hash: str
+    updated_at: datetime
+    counts: dict[str, int]
+    devices: dict[str, dict[str, int]]
+    groups: list[GroupSummary]  # the latest results: medians per command, policy, k, device
+    job: JobView | None  # its newest job
+
+
+def as_json(value: Any) -> Any:
+    """A view (or a list of them) as JSON-ready values; times as ISO 8601 UTC."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z"
+    return value
+
+
+def _board_state(lease: LeaseInfo | None, last_status: str | None,
+                 last_at: datetime | None) -> tuple[str, str]:
+    if lease is not None and lease.run_key is not None:
+        return "running", f"leased by {lease.holder} until {lease.expires:%H:%M:%S} UTC"
+    if lease is not None:
+        return "warm-up", f"leased by {lease.holder} for a warm-up"
+    if last_status is None:
+        return "idle", "no lease; no run stored yet"
+    at = "" if last_at is None else f" at {last_at:%Y-%m-%d %H:%M:%S} UTC"
+    return "idle", f"no lease; last run {last_status}{at}"
+
+
+class FarmData:
+    """The dashboard's reads of one store (any SQLAlchemy URL), opened at the first read."""
+
+    def __init__(self, url: str, claims_dir: Path) -> None:
+        self.url = url
+        self.claims_dir = claims_dir
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def shown_url(self) -> str:
+        """The store's URL without its password."""
+        try:
+            return make_url(self.url).render_as_string(hide_password=True)
+        except ArgumentError:
+            return "(not a SQLAlchemy URL)"
+
+    @property
+    def store(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = Store(create_store_engine(self.url, create=False), read_only=True)
+            return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    # -- boards --------------------------------------------------------------------------------
+
+    def boards(self) -> list[Board]:
+        store = self.store
+        leases = {lease.board: lease for lease in store.leases.active()}
+        with store.session() as session:
+            devices = session.execute(select(Device.id, Device.name, Device.cls, Device.arch,
+                                             Device.emulated).order_by(Device.name)).all()
+            last_ids = select(func.max(Run.id)).group_by(Run.device_id)
+            last = {device_id: (status, at) for device_id, status, at in session.execute(
+                select(Run.device_id, Run.status, Run.finished_at).where(Run.id.in_(last_ids)))}
+            failed = session.execute(
+                select(Run.id, Run.device_id, Experiment.name, Run.finished_at, Run.error)
+                .join(Experiment, Experiment.id == Run.experiment_id)
+                .where(Run.status == "failed").order_by(Run.id.desc())
+                .limit(FAILURE_SCAN)).all()
+        failures: dict[int, list[Failure]] = defaultdict(list)
+        for run_id, device_id, experiment, finished_at, error in failed:
+            if len(failures[device_id]) < RECENT_FAILURES:
+                failures[device_id].append(Failure(run_id, experiment, finished_at, error))
+        boards = []
+        for device_id, name, cls, arch, emulated in devices:
+            lease = leases.get(name)
+            status, at = last.get(device_id, (None, None))
+            state, reason = _board_state(lease, status, at)
+            boards.append(Board(
+                name=name, cls=cls, arch=arch, emulated=bool(emulated), state=state,
+                reason=reason, holder=lease.holder if lease else None,
+                experiment=lease.experiment if lease else None,
+                run_key=lease.run_key if lease else None,
+                lease_expires=lease.expires if lease else None, last_run_at=at,
+                last_status=status, failures=failures[device_id]))
+        return boards
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def jobs(self) -> list[JobView]:
+        """Running and queued jobs, then the newest finished ones."""
+        listed = self.store.jobs.list()
+        active = [job for job in listed if job.state in ACTIVE]
+        finished = [job for job in listed if job.state not in ACTIVE][:FINISHED_JOBS]
+        newest: dict[str, int] = {}
+        for job in listed:
+            newest[job.experiment] = max(newest.get(job.experiment, job.id), job.id)
+        return [self._job_view(job, newest[job.experiment] == job.id)
+                for job in active + finished]
+
+    def job(self, job_id: int) -> JobView | None:
+        store = self.store
+        try:
+            info = store.jobs.get(job_id)
+        except NoResultFound:
+            return None
+        latest = store.jobs.latest(info.experiment)
+        return self._job_view(info, latest is not None and latest.id == info.id)
+
+    def _job_view(self, job: JobInfo, newest: bool) -> JobView:
+        """A job with its progress per placement (kept for the newest job of an experiment
+        only: the store's progress counts that experiment's runs as they are now)."""
+        placements = ([Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)]
+                      if newest else [])
+        end = job.finished_at or utcnow()
+        elapsed = (end - job.started_at).total_seconds() if job.started_at else None
+        sums = {name: sum(getattr(p, name) for p in placements)
+                for name in ("total", "done", "failed", "running", "pending")}
+        remaining = None
+        if job.state == "running" and job.started_at is not None and elapsed:
+            finished_here = self._finished_since(job.experiment, job.started_at)
+            if finished_here:
+                remaining = elapsed / finished_here * (sums["pending"] + sums["running"])
+        return JobView(
+            id=job.id, experiment=job.experiment, owner=job.owner, priority=job.priority,
+            state=job.state, kind=job.kind, holder=job.holder, message=job.message,
+            submitted_at=job.submitted_at, started_at=job.started_at,
+            finished_at=job.finished_at, elapsed_s=elapsed, remaining_s=remaining,
+            placements=placements, **sums)
+
+    def _finished_since(self, experiment: str, since: datetime) -> int:
+        """Runs of the experiment that ended (ok or failed) since ``since``: the job's pace."""
+        with self.store.session() as session:
+            return session.scalar(
+                select(func.count()).select_from(Run)
+                .join(Experiment, Experiment.id == Run.experiment_id)
+                .where(Experiment.name == experiment, Run.status.in_(("ok", "failed")),
+                       Run.finished_at >= since)) or 0
+
+    # -- experiments ---------------------------------------------------------------------------
+
+    def experiments(self) -> list[ExperimentRow]:
+        store = self.store
+        rows = []
+        for name in store.list_experiments():
+            summary = store.experiment_summary(name)
+            rows.append(ExperimentRow(name, summary.updated_at, summary.counts, summary.total))
+        return sorted(rows, key=lambda row: row.updated_at, reverse=True)
+
+    def experiment(self, name: str) -> ExperimentView:
+        """One experiment; an unknown name raises ``db.StoreInputError``."""
+        store = self.store
+        summary = store.experiment_summary(name)
+        latest = store.jobs.latest(name)
+        return ExperimentView(
+            name=summary.name, spec_hash=summary.spec_hash, updated_at=summary.updated_at,
+            counts=summary.counts, devices=summary.devices, groups=summary.groups,
+            job=None if latest is None else self._job_view(latest, True))
+
+    def report_html(self, name: str) -> str:
+        """The experiment's report sections (tables and SVG figures), rendered now by the
+        report's own code; every value from the store is escaped there."""
+        sections = build_sections(load_experiment(self.store, name))
+        return sections_html([s for s in sections if s.has_content()])
+
+    # -- audits --------------------------------------------------------------------------------
+
+    def claims_files(self) -> list[str]:
+        """The claims files the audit page offers (names in the claims folder)."""
+        return sorted(path.name for path in self.claims_dir.glob("*.toml"))
+
+    def audit(self, claims_file: str) -> list[Verdict] | None:
+        """The claims file's verdicts, judged now on the runs already stored (nothing is run,
+        built or written: `benchfarm audit --stored-only`); None for a name not offered."""
+        if claims_file not in self.claims_files():
+            return None
+        return audit_claims(self.claims_dir / claims_file, self.store, load_inventory(None),
+                            None, ["local"], run_missing=False)

@@ -1,0 +1,302 @@
+"""`benchfarm web`: a real server on loopback over a real SQLite store, its JSON API, its token
+gate, and the page in a real headless Chromium (Selenium, Debian's chromium-driver) while a
+`benchfarm run` in another process works through a matrix on the local board."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fixtures_cluster import free_port
+from fixtures_ray import needle_spec, slow_local_board, start_cli
+from fixtures_reports import SyntheticExperiment
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from db.store import Store
+from harness import REPO_ROOT
+from harness.cli import main
+from harness.web.app import create_app
+from reports.audit import load_claims
+
+HOSTILE = "<script>alert(1)</script>"
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def serving(url: str, token: str | None = None) -> Iterator[str]:
+    """The dashboard of ``url`` on a free loopback port, served by uvicorn in a thread."""
+    port = free_port(LOOPBACK)
+    server = uvicorn.Server(uvicorn.Config(create_app(url, token), host=LOOPBACK, port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://{LOOPBACK}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def get_json(url: str) -> object:
+    status, body = get(url)
+    assert status == 200, (url, status, body)
+    return json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: webdriver.Chrome) -> webdriver.Chrome:
+    """The module's Chromium on a blank page, with the last test's console messages dropped
+    (its page went on polling a server that has stopped)."""
+    chromium.get("about:blank")
+    chromium.get_log("browser")
+    return chromium
+
+
+def text_of(driver: webdriver.Chrome, selector: str) -> str | None:
+    """The text of the first element matching ``selector``, read in one step (the live script
+    replaces rows, so an element found first and read later may be gone)."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null",
+        selector)
+
+
+def console_errors(driver: webdriver.Chrome) -> list[dict]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def farm_store(url: str) -> tuple[Store, int]:
+    """Two boards, runs on both (one failed), a running job with its matrix, a lease."""
+    store = Store.open(url)
+    exp = SyntheticExperiment(store, name="alpha")
+    exp.add_device("x86-1")
+    exp.add_device("arm-1", arch="aarch64", cls="rk3588", emulated=True)
+    exp.run(device="x86-1", repeat=0)
+    exp.run(device="x86-1", repeat=1)
+    exp.run(device="arm-1", status="failed")
+    job = store.jobs.add("alpha", "alpha.toml", exp.spec_text, owner="ana", priority=3,
+                         holder="host:1:abc")
+    store.jobs.set_totals(job, {"x86-1": 3, "arm-1": 2})
+    store.leases.acquire("arm-1", "host:1:abc", 600, experiment="alpha", run_key="alpha-9")
+    return store, job
+
+
+def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/farm.db"
+    store, job = farm_store(url)
+    with store, serving(url) as base:
+        boards = {b["name"]: b for b in get_json(f"{base}/api/boards")}
+        jobs = get_json(f"{base}/api/jobs")
+        one = get_json(f"{base}/api/jobs/{job}")
+        missing, _ = get(f"{base}/api/jobs/999")
+        experiment = get_json(f"{base}/api/experiments/alpha")
+        summary = store.experiment_summary("alpha")
+    arm, x86 = boards["arm-1"], boards["x86-1"]
+    assert (arm["cls"], arm["arch"], arm["emulated"], arm["state"]) == (
+        "rk3588", "aarch64", True, "running")
+    assert (arm["holder"], arm["experiment"], arm["run_key"]) == ("host:1:abc", "alpha", "alpha-9")
+    assert [f["error"] for f in arm["failures"]] == ["lmc: error: synthetic failure"]
+    assert (x86["state"], x86["last_status"], x86["failures"], x86["emulated"]) == (
+        "idle", "ok", [], False)
+    assert [j["id"] for j in jobs] == [job]
+    clock = ("elapsed_s", "remaining_s")
+    assert {k: v for k, v in one.items() if k not in clock} == {
+        k: v for k, v in jobs[0].items() if k not in clock}
+    assert (one["owner"], one["priority"], one["state"], one["kind"]) == (
+        "ana", 3, "running", "run")
+    placements = {p["placement"]: p for p in one["placements"]}
+    assert placements["x86-1"] == {"placement": "x86-1", "total": 3, "done": 2, "failed": 0,
+                                   "running": 0, "pending": 1}
+    assert placements["arm-1"] == {"placement": "arm-1", "total": 2, "done": 0, "failed": 1,
+                                   "running": 1, "pending": 0}
+    assert (one["total"], one["done"], one["failed"], one["running"], one["pending"]) == (
+        5, 2, 1, 1, 1)
+    assert one["elapsed_s"] >= 0 and one["remaining_s"] is None  # no run ended since its start
+    assert missing == 404
+    assert experiment["counts"] == summary.counts and experiment["job"]["id"] == job
+    assert [(g["device"], g["runs"]) for g in experiment["groups"]] == [("x86-1", 2)]
+
+
+def test_the_audit_page_judges_a_claims_file_on_the_stored_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/audit.db"
+    farm_store(url)[0].close()
+    claims = "seed_000_sparse_topk.toml"
+    with serving(url) as base:
+        verdicts = get_json(f"{base}/api/audit/{claims}")
+        status, html = get(f"{base}/audit/{claims}")
+        missing, _ = get(f"{base}/audit/..%2Fpyproject.toml")
+    expected = [c.id for c in load_claims(REPO_ROOT / "claims" / claims).claims]
+    assert [v["claim"] for v in verdicts] == expected
+    assert status == 200 and 'id="table-audit"' in html and all(c in html for c in expected)
+    assert missing == 404
+
+
+def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome) -> None:
+    url = f"sqlite:///{tmp_path}/hostile.db"
+    store = Store.open(url)
+    exp = SyntheticExperiment(store, name=HOSTILE)
+    exp.add_device(HOSTILE, cls=HOSTILE)
+    exp.run(device=HOSTILE)
+    exp.run(device=HOSTILE, status="failed")
+    job = store.jobs.add(HOSTILE, "x.toml", exp.spec_text, owner=HOSTILE, holder=HOSTILE)
+    store.jobs.set_totals(job, {HOSTILE: 4})
+    store.leases.acquire(HOSTILE, HOSTILE, 600, experiment=HOSTILE, run_key=HOSTILE)
+    with store, serving(url) as base:
+        status, html = get(f"{base}/")
+        assert status == 200 and HOSTILE not in html and "&lt;script&gt;" in html
+        for path in ("/", f"/experiments/{urllib.request.quote(HOSTILE, safe='')}"):
+            browser.get(base + path)
+            browser.execute_script("window.__loaded = true")
+            # the live script's first refresh replaced the server's rows from the JSON API
+            WebDriverWait(browser, 60).until(lambda d: d.find_element(
+                By.ID, "live").text.startswith("updated"))
+            with pytest.raises(NoAlertPresentException):
+                browser.switch_to.alert.text  # noqa: B018 - raises when there is no dialog
+            assert browser.execute_script("return window.__loaded") is True
+            scripts = browser.find_elements(By.TAG_NAME, "script")
+            assert [s.get_attribute("src") for s in scripts] == [f"{base}/static/live.js"]
+            assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text
+            assert console_errors(browser) == []
+        cells = browser.execute_script(
+            "return [...document.querySelectorAll('#counts td')].map(td => td.textContent)")
+        assert HOSTILE in cells
+
+
+def test_a_token_guards_every_request(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/guarded.db"
+    farm_store(url)[0].close()
+    port = free_port(LOOPBACK)
+    env = {**os.environ, "BENCHFARM_WEB_TOKEN": "s3cret-token"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "--db", url, "web", "--port",
+                             str(port)], env=env, stderr=subprocess.PIPE, text=True)
+    base = f"http://{LOOPBACK}:{port}"
+    try:
+        assert "token required" in proc.stderr.readline()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if get(f"{base}/login")[0] == 200:
+                    break
+            except urllib.error.URLError:  # bound, not listening yet
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "no server"
+            time.sleep(0.1)
+        assert get(f"{base}/api/boards")[0] == 401
+        assert get(f"{base}/")[0] == 401
+        assert get(f"{base}/api/boards", {"Authorization": "Bearer wrong"})[0] == 401
+        status, body = get(f"{base}/api/boards", {"Authorization": "Bearer s3cret-token"})
+        assert status == 200 and {b["name"] for b in json.loads(body)} == {"arm-1", "x86-1"}
+        login = urllib.request.Request(f"{base}/login", data=b"token=s3cret-token")
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        with opener.open(login, timeout=30) as response:  # the redirect carries the cookie
+            assert response.status == 200 and "arm-1" in response.read().decode()
+        refused = urllib.request.Request(f"{base}/login", data=b"token=guess")
+        with pytest.raises(urllib.error.HTTPError) as wrong:
+            urllib.request.urlopen(refused, timeout=30)
+        assert wrong.value.code == 401
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_no_bind_beyond_loopback_without_a_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("BENCHFARM_WEB_TOKEN", raising=False)
+    code = main(["--db", f"sqlite:///{tmp_path}/x.db", "web", "--host", "0.0.0.0"])
+    assert code == 2 and "needs a token" in capsys.readouterr().err
+
+
+def test_an_unreadable_store_gives_a_page(tmp_path: Path) -> None:
+    garbage = tmp_path / "not-a-store.db"
+    garbage.write_bytes(b"not a database at all " * 100)
+    with serving(f"sqlite:///{garbage}") as base:
+        status, html = get(f"{base}/")
+        api_status, body = get(f"{base}/api/jobs")
+    assert status == 503 and "cannot read the store" in html and "Traceback" not in html
+    assert api_status == 503 and "cannot read the store" in json.loads(body)["error"]
+
+
+def test_a_running_job_advances_on_the_page(
+        ray_address: str, needle_model: Path, tmp_path: Path,
+        browser: webdriver.Chrome) -> None:
+    url = f"sqlite:///{tmp_path}/live.db"
+    Store.open(url).close()
+    spec = needle_spec(tmp_path, "live", needle_model, ["local"], depths=(0.1, 0.4, 0.7, 1.0),
+                       ctx=256)
+    inventory = slow_local_board(tmp_path, 0.8)  # 8 runs of a known length
+    with serving(url) as base:
+        proc = start_cli(["--db", url, "run", str(spec), "--inventory", str(inventory),
+                          "--ray-address", ray_address], tmp_path)
+        try:
+            browser.get(base + "/")
+            browser.execute_script("window.__loaded = true")
+            wait = WebDriverWait(browser, 240, poll_frequency=0.2)
+
+            def counts(driver: webdriver.Chrome) -> str | None:
+                text = text_of(driver, "#jobs tr[data-job] .counts")
+                return text.strip() if text and " done" in text else None
+
+            board_row = '#boards tr[data-board="local"]'
+            first = wait.until(counts)
+            board = text_of(browser, board_row)
+            later = wait.until(lambda d: (text := counts(d)) and text != first
+                               and int(text.split()[0]) > int(first.split()[0]) and text)
+            wait.until(lambda d: text_of(d, board_row) not in (None, board))
+            assert browser.find_elements(By.CSS_SELECTOR, "#jobs .bar .done")
+            browser.save_screenshot("/tmp/benchfarm-web-running.png")
+            assert browser.execute_script("return window.__loaded") is True  # never reloaded
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            wait.until(lambda d: "done" in (text_of(d, "#finished tbody") or ""))
+            assert console_errors(browser) == []
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        job = get_json(f"{base}/api/jobs")[0]
+    assert int(later.split()[0]) >= 1
+    assert (job["state"], job["total"], job["done"]) == ("done", 8, 8)
