@@ -123,7 +123,7 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
     identical = verdicts["k32-identical"]
     assert identical.verdict == REPRODUCED
     assert identical.measured == 1.0
-    assert len(identical.evidence) == 24  # 12 exact + 12 sparse k=32 runs on `local`
+    assert len(identical.runs) == 24  # 12 exact + 12 sparse k=32 runs on `local`
 
     lost = verdicts["k1-keeps-needle"]
     assert lost.verdict == NOT_REPRODUCED
@@ -136,7 +136,7 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
 
     other = verdicts["other-model"]
     assert other.verdict == NOT_COMPARABLE
-    assert "Qwen3-VL-2B-Instruct" in other.reason and other.evidence == []
+    assert "Qwen3-VL-2B-Instruct" in other.reason and other.runs == []
 
     emulated = verdicts["emulated-timing"]
     assert emulated.verdict == NOT_COMPARABLE

@@ -18,6 +18,7 @@ from reports.audit import load_claims
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = Path(os.environ.get("BENCHFARM_SEEDS", "/work/shared/seeds"))
 FILES = {"seed_000_sparse_topk.toml": "000_938c68ac21cfcfa5.txt",
+         "seed_002_attention_reference.toml": "002_576dedde939abfa5.txt",
          "seed_004_attention_prediction.toml": "004_c7d0c27feef62a97.txt"}
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
