@@ -15,11 +15,16 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     source = "seeds/000 section 3"
     statement = "k = 32 gives output byte-identical to exact attention"
     quote = "k=32 与精确在输出上逐字节一致"  # the source's own words, verbatim (optional)
-    metric = "identical_tokens"            # see reports.audit.checks.METRICS
+    kind = "analogue"                      # direct (default; relation with bounds), analogue,
+                                           # relation, verified or sanity (KINDS)
+    differs = "needle-tiny on x86, three prompts"  # analogue: what differs from the article
+    setting = "RK3588, Qwen3-VL-2B"        # the article's setting (default: the file's setting)
+    metric = "identical_tokens"            # see reports.audit.verdict.METRICS
     expected = 1.0
     tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
                                            # one-sided claims: at_least / at_most instead
-    experiment = "audit-000-needle"        # defined above, or any experiment already stored
+    experiment = "audit-000-needle"        # defined above, or any experiment already stored;
+                                           # a list: their runs together are the evidence
     [claim.measure]                        # which runs the metric compares
     a = { policy = "exact" }
     b = { policy = "sparse", k = 32 }
@@ -27,6 +32,8 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     model = "any"                          # or the model(s) the claim was measured on
     device_class = "any"
     context = 2061
+
+Computed metrics (COMPUTED_METRICS) take no experiment: ``measure.params`` sets them.
 
 Published llama-bench rows may be given as ``[[llama_bench]]`` tables instead of (or beside)
 ``[[claim]]``: each becomes a claim of metric ``llama_bench_tps`` with an experiment of its own
@@ -38,15 +45,13 @@ specs by the harness before anything runs (reports does not import the harness).
 
 from __future__ import annotations
 
-import hashlib
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from db.lmc_axes import SWITCH_NAMES
+from reports.audit.claims_check import Check
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 
@@ -63,9 +68,6 @@ TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
                "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
 RANK_FIELDS = ("rho", "recall32", "captured32", "lost50")  # key_rank: lmc --measure-keys
-SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
-                 "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
-                 "device_class", "kv_budget", "predictor", *SWITCH_NAMES)
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most", "kind", "setting", "differs",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
@@ -159,57 +161,6 @@ class ClaimsFile:
     experiments: dict[str, dict[str, Any]]  # name -> spec fragment (validated by the harness)
 
 
-class _Check:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, key: str, message: str) -> ReportInputError:
-        return ReportInputError(f"{self.path}: {where}: key '{key}': {message}")
-
-    def table(self, value: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, key, f"must be a table, got {type(value).__name__}")
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise self.fail(where, f"{key}.{unknown[0]}" if key else unknown[0],
-                            f"unknown key; allowed: {', '.join(sorted(allowed))}")
-        return value
-
-    def text(self, value: Any, where: str, key: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, key, f"must be a non-empty string, got {value!r}")
-        return value.strip()
-
-    def number(self, value: Any, where: str, key: str, low: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, key, f"must be a number, got {value!r}")
-        if not math.isfinite(value):  # nan passes every comparison, inf every bound
-            raise self.fail(where, key, f"must be a finite number, got {value!r}")
-        if low is not None and value < low:
-            raise self.fail(where, key, f"must be >= {low:g}, got {value!r}")
-        return float(value)
-
-    def trees(self, value: Any, where: str, key: str) -> str:
-        """A predictor file as runs label it: ``trees=`` and the start of its sha256."""
-        path = self.path.parent / self.text(value, where, key)
-        try:
-            return "trees=" + hashlib.sha256(path.read_bytes()).hexdigest()[:8]
-        except OSError as exc:
-            raise self.fail(where, key, f"cannot read {path}: {exc.strerror or exc}") from None
-
-    def selector(self, value: Any, where: str, key: str) -> dict[str, list[Any]]:
-        table = self.table(value, where, key, set(SELECTOR_KEYS))
-        out = {}
-        for name, item in table.items():
-            values = item if isinstance(item, list) else [item]
-            if not values or any(isinstance(v, (dict, list)) for v in values):
-                raise self.fail(where, f"{key}.{name}", "must be a value or a list of values")
-            if name == "predictor":  # gbm's trees, a file relative to the claims file
-                values = [self.trees(v, where, f"{key}.{name}") for v in values]
-            out[name] = values
-        return out
-
-
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
@@ -223,7 +174,7 @@ def load_claims(path: str | Path) -> ClaimsFile:
 
 
 def parse_claims(text: str, path: Path) -> ClaimsFile:
-    check = _Check(path)
+    check = Check(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -281,7 +232,7 @@ def _row_claim(row: LlamaBenchRow) -> Claim:
         setting=f"{row.model} {row.quant} on {row.board}, {row.threads} thread(s)")
 
 
-def _claim(check: _Check, raw: Any, index: int, default_source: Any,
+def _claim(check: Check, raw: Any, index: int, default_source: Any,
            experiments: dict[str, Any], default_setting: str = "") -> Claim:
     where = f"claim #{index + 1}"
     if not isinstance(raw, dict):
@@ -358,7 +309,7 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
         differs=str(raw.get("differs", "")), experiments=experiments)
 
 
-def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
+def _measure(check: Check, raw: Any, where: str, metric: str) -> Measure:
     table = check.table(raw, where, "measure", MEASURE_KEYS)
     if metric == "reported":
         return Measure()
@@ -391,7 +342,7 @@ def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
         field=field_name, field_b=table.get("field_b", ""))
 
 
-def _fairness(check: _Check, raw: Any, where: str, metric: str) -> Fairness:
+def _fairness(check: Check, raw: Any, where: str, metric: str) -> Fairness:
     table = check.table(raw, where, "fair", FAIR_KEYS)
     models = table.get("model", ANY)
     models = models if isinstance(models, list) and models else [models]
