@@ -6,7 +6,8 @@ the engine's precision: no runs, the claim's ``measure.params`` give the setting
   the mean over ``repeats`` seeds, with its 95 % interval as the noise;
 - ``softmax_overflow``: the fraction of ``queries`` queries whose attention output over ``ctx``
   keys (q, k, v i.i.d. N(0, ``sigma``²), head_dim ``d``) is not finite, with or without the
-  1/sqrt(d) ``scale`` and the max-subtraction (``subtract_max``).
+  1/sqrt(d) ``scale`` and the max-subtraction (``subtract_max``);
+- ``quotient``: a figure the article derives from its own, recomputed from them.
 """
 
 from __future__ import annotations
@@ -98,3 +99,19 @@ def softmax_overflow(claim: Claim, _runs: Any) -> Measurement:
                        noise=0.0,
                        provenance=_evidence(claim, f"{queries} queries over {ctx} keys, q/k/v "
                                                    f"i.i.d. N(0, {sigma:g}^2), head_dim {d}"))
+
+
+def quotient(claim: Claim, _runs: Any) -> Measurement:
+    """The article's own figures combined: sum(``numerator``) / sum(``denominator``) (each a
+    number or a list), to check a figure the article derives from others."""
+    def total(name: str) -> float:
+        value = _param(claim, name, 1.0)
+        return float(sum(value)) if isinstance(value, list) else float(value)
+    top, bottom = total("numerator"), total("denominator")
+    value = top / bottom
+    return Measurement(value=value, text=f"{top:g} / {bottom:g} = {value:.4g}", noise=0.0,
+                       provenance=Provenance(
+                           model="none: the article's own figures", device="none (arithmetic)",
+                           data=f"{_param(claim, 'numerator', 1)} / "
+                                f"{_param(claim, 'denominator', 1)}",
+                           revision="none", article=claim.setting or "not stated"))

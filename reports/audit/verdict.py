@@ -70,6 +70,7 @@ METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "exp_overflow": checks_softmax.exp_overflow,
     "dot_growth": checks_softmax.dot_growth,
     "softmax_overflow": checks_softmax.softmax_overflow,
+    "quotient": checks_softmax.quotient,
 }
 # checks that run the engine directly (the harness provides them: reports does not run lmc)
 Check = Callable[[Claim, pd.DataFrame], Measurement]
