@@ -18,6 +18,7 @@ from reports.audit.evidence import (
     describe,
     ok_runs,
     paired_margin,
+    paired_mean,
     pairs,
     run_ids,
     select,
@@ -85,9 +86,7 @@ def ppl_change(claim: Claim, runs: pd.DataFrame) -> Measurement:
     changes = [(y / x - 1.0) * 100.0 for x, y in pairs(a, b, "ppl")]
     if not changes:
         return Measurement(reason="the two configs never ran on the same windows")
-    value = sum(changes) / len(changes)
     per_window = ", ".join(f"{c:+.2f}" for c in changes)
-    return Measurement(value=value, text=f"{value:+.3g} %", evidence=run_ids(a, b),
-                       detail=f"per-window changes {per_window} %; median ppl "
-                              f"{float(b['ppl'].median()):.4g} vs {float(a['ppl'].median()):.4g}",
-                       noise=paired_margin(changes))
+    return paired_mean(changes, run_ids(a, b),
+                       f"per-window changes {per_window} %; median ppl "
+                       f"{float(b['ppl'].median()):.4g} vs {float(a['ppl'].median()):.4g}", " %")

@@ -15,6 +15,7 @@ from reports.audit.evidence import (
     describe,
     ok_runs,
     paired_margin,
+    paired_mean,
     pairs,
     run_ids,
     select,
@@ -46,10 +47,7 @@ def key_rank(claim: Claim, runs: pd.DataFrame) -> Measurement:
     diffs = [y - x for x, y in pairs(a, b, column)]
     if not diffs:
         return Measurement(reason="the two policies were never ranked on the same windows")
-    mean = sum(diffs) / len(diffs)
-    return Measurement(value=mean, text=f"{mean:+.3g}", evidence=run_ids(a, b),
-                       detail=f"{claim.measure.field} median {other:.3g} "
-                              f"({describe(claim.measure.b)}) vs {value:.3g} "
-                              f"({describe(claim.measure.a)}); per-window differences "
-                              + ", ".join(f"{d:+.3f}" for d in diffs),
-                       noise=paired_margin(diffs))
+    return paired_mean(diffs, run_ids(a, b),
+                       f"{claim.measure.field} median {other:.3g} ({describe(claim.measure.b)}) "
+                       f"vs {value:.3g} ({describe(claim.measure.a)}); per-window differences "
+                       + ", ".join(f"{d:+.3f}" for d in diffs))

@@ -16,7 +16,7 @@ from reports.audit.evidence import (
     Measurement,
     describe,
     ok_runs,
-    paired_margin,
+    paired_mean,
     run_ids,
     select,
 )
@@ -93,12 +93,10 @@ def critical_k(claim: Claim, runs: pd.DataFrame) -> Measurement:
                 diffs.append(kb - ka)
         if not diffs:
             return Measurement(reason="no prompt has a critical k in both scans")
-        value = sum(diffs) / len(diffs)
-        return Measurement(value=value, text=f"{value:+.3g}", evidence=run_ids(chosen, other),
-                           detail=f"per prompt: {', '.join(f'{d:+d}' for d in diffs)}; "
-                                  f"{describe(claim.measure.a)}: {_critical(chosen)[1]}; "
-                                  f"{describe(claim.measure.b)}: {_critical(other)[1]}",
-                           noise=paired_margin(diffs))
+        return paired_mean(diffs, run_ids(chosen, other),
+                           f"per prompt: {', '.join(f'{d:+d}' for d in diffs)}; "
+                           f"{describe(claim.measure.a)}: {_critical(chosen)[1]}; "
+                           f"{describe(claim.measure.b)}: {_critical(other)[1]}")
     critical, scan = _critical(chosen)
     if critical is None:
         return Measurement(reason=f"no k of the scan recalls every prompt ({scan})",

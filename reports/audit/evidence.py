@@ -49,6 +49,13 @@ def paired_margin(values: Sequence[float]) -> float | None:
                  / math.sqrt(len(values)))
 
 
+def paired_mean(diffs: Sequence[float], ids: list[int], detail: str, unit: str = "") -> Measurement:
+    """The mean of per-input paired differences, its 95 % interval as the noise."""
+    mean = sum(diffs) / len(diffs)
+    return Measurement(value=mean, text=f"{mean:+.3g}{unit}", evidence=ids, detail=detail,
+                       noise=paired_margin(diffs))
+
+
 # what makes two runs a pair: the same device, input (workload) and repeat
 PAIR_KEYS = ["device", "workload_id", "repeat"]
 
