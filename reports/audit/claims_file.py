@@ -332,7 +332,11 @@ def _measure(check: Check, raw: Any, where: str, metric: str) -> Measure:
             kind = "key-ranking figure" if metric == "key_rank" else "timing"
             raise check.fail(where, f"measure.{key}", f"unknown {kind} {name!r}; allowed: "
                              f"{', '.join(fields)}")
+    layers = check.table(table.get("params", {}), where, "measure.params",
+                         {"layer_a", "layer_b"} if metric == "key_rank" else set())
     return Measure(
+        params={k: int(check.number(v, where, f"measure.params.{k}", low=0))
+                for k, v in layers.items()},
         a=check.selector(table["a"], where, "measure.a"),
         b=check.selector(table.get("b", {}), where, "measure.b"),
         baseline=(check.selector(table["baseline"], where, "measure.baseline")
