@@ -27,7 +27,7 @@ from harness.engines import get_engine
 from harness.engines.lmc import run_here
 from reports.audit.claims_file import Claim
 from reports.audit.evidence import Measurement
-from reports.audit.provenance import Provenance
+from reports.audit.provenance import Provenance, parameters, this_host
 
 EngineCheck = Callable[[Claim, pd.DataFrame], Measurement]
 
@@ -57,8 +57,7 @@ class EngineChecks:
         return {"reference_error": self.reference_error, "causal_prefix": self.causal_prefix}
 
     def _provenance(self, claim: Claim, model: str, data: str) -> Provenance:
-        return Provenance(model=model, device=f"this host ({platform.machine()}, "
-                          f"{platform.processor() or 'CPU'}), lmc run directly", data=data,
+        return Provenance(model=model, device=f"{this_host()}, lmc run directly", data=data,
                           revision=self.revision,
                           article=claim.setting or "not stated in the claims file")
 
@@ -110,13 +109,14 @@ class EngineChecks:
         vocab = int(p.get("vocab", 1000))
         first = rng.integers(3, vocab, length)
         second = np.concatenate([first[:prefix], rng.integers(3, vocab, length - prefix)])
-        logits = []
+        logits, config = [], {}
         with tempfile.TemporaryDirectory() as tmp:
             for i, ids in enumerate((first, second)):
                 dump = Path(tmp) / f"logits{i}.f32"
                 doc = run_here(self.binary, "generate", self.model, [int(t) for t in ids],
                                ["--max-new", "0", "--dump-logits", str(dump)])
-                vocab_size = int(doc["config"]["model_config"]["vocab_size"])
+                config = doc["config"]["model_config"]
+                vocab_size = int(config["vocab_size"])
                 logits.append(np.frombuffer(dump.read_bytes(), dtype="<f4")
                               .reshape(length, vocab_size))
         diff = float(np.abs(logits[0][:prefix] - logits[1][:prefix]).max())
@@ -126,5 +126,6 @@ class EngineChecks:
             detail=f"the {length - prefix} positions after the prefix differ by up to "
                    f"{after:.3g} (the sequences differ there)",
             provenance=self._provenance(
-                claim, f"{self.model.name} (lmc generate, exact attention, prefill)",
+                claim, f"{self.model.name} ({parameters(config) / 1e6:.2f} M parameters, "
+                       f"{config['num_hidden_layers']} layers; lmc generate, exact attention)",
                 f"two sequences of {length} random token ids sharing the first {prefix}"))

@@ -13,19 +13,18 @@ the engine's precision: no runs, the claim's ``measure.params`` give the setting
 from __future__ import annotations
 
 import math
-import platform
 from typing import Any
 
 import numpy as np
 
 from reports.audit.claims_file import Claim
 from reports.audit.evidence import Measurement, paired_margin
-from reports.audit.provenance import Provenance
+from reports.audit.provenance import Provenance, this_host
 
 
 def _evidence(claim: Claim, data: str) -> Provenance:
     return Provenance(model="none: numpy float32 arithmetic (the engine's precision)",
-                      device=f"this host ({platform.machine()}, {platform.processor() or 'CPU'})",
+                      device=this_host(),
                       data=data, revision=f"numpy {np.__version__}",
                       article=claim.setting or "not stated in the claims file")
 

@@ -10,6 +10,7 @@ independent inputs, and how many runs of each), the revision from the build.
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,19 @@ class Provenance:
     def short(self) -> str:
         """One line for a reason: model; data; device."""
         return f"{self.model}; {self.data}; {self.device}"
+
+
+def this_host() -> str:
+    """The machine a check without runs ran on: the driver's host, its CPU, never emulated."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"this host ({platform.machine()}, not emulated; {cpu})"
 
 
 def parameters(config: dict[str, Any]) -> int:

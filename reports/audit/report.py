@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.audit.claims_file import KINDS
+from reports.audit.provenance import NOTHING
 from reports.audit.verdict import REPRODUCED, VERDICTS, Verdict
 from reports.outdir import output_dir
 from reports.render import Section
@@ -38,7 +39,7 @@ def our_figure(v: Verdict) -> str:
 
 
 def our_setting(v: Verdict) -> str:
-    if v.evidence is None or not v.runs:
+    if v.evidence is None or v.evidence.model == NOTHING:
         return "-"
     differs = f" (differs: {v.claim.differs})" if v.claim.differs else ""
     return v.evidence.short() + differs
@@ -50,7 +51,8 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
         "article's setting": v.claim.setting or "-", "our figure": our_figure(v),
         "our setting": our_setting(v), "verdict": v.verdict, "kind": v.kind,
         "evidence": (f"{_runs_text(v.runs)}; {v.evidence.revision}"
-                     if v.evidence is not None and v.runs else _runs_text(v.runs)),
+                     if v.evidence is not None and v.evidence.model != NOTHING
+                     else _runs_text(v.runs)),
     } for v in verdicts]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -102,9 +104,10 @@ def audit_markdown(title: str, verdicts: list[Verdict]) -> str:
         if v.measured_text:
             out.append(f"- measured: {markdown_text(our_figure(v))}")
         out.append(f"- reason: {markdown_text(v.reason)}")
-        if v.evidence is not None and v.runs:
+        if v.evidence is not None and v.evidence.model != NOTHING:
             e = v.evidence
-            out.append(f"- evidence: experiment {v.experiment}, {_runs_text(v.runs)}; model "
+            where = f"experiment {v.experiment}, {_runs_text(v.runs)}; " if v.experiment else ""
+            out.append(f"- evidence: {where}model "
                        f"{markdown_text(e.model)}; device {markdown_text(e.device)}; data "
                        f"{markdown_text(e.data)}; revision {markdown_text(e.revision)}")
         if c.note:
