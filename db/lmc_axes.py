@@ -65,6 +65,9 @@ SWITCHES: tuple[Switch, ...] = (
                                              "gbm")),
     Switch("probe_summary", "--probe-summary", False, ("sparse",)),
     Switch("ref_attn", "--ref-attn", False, ("exact",)),
+    # layer 0 attends exactly under every policy: one first-layer treatment for all
+    Switch("exact_first_layer", "--exact-first-layer", False,
+           tuple(p.name for p in POLICIES if p.name != "exact")),
 )
 SWITCH_NAMES = tuple(s.name for s in SWITCHES)
 

@@ -379,11 +379,12 @@ static void before_kernel(Attention *a, LayerJob *job) {
     int layer = job->layer, pos = job->pos, phase = job->phase;
     int n_blocks = (pos + a->kv->block) / a->kv->block;
     int policy_runs = phase != ATTN_PREFILL || a->opt.prefill_sparse;
-    job->ranking = a->keys.rank && phase != ATTN_BENCH && keyrank_due(a->keys.rank, pos);
+    int evicts = policy_can_evict(a->opt.sel.policy); /* not exact (nor layer 0 under --exact-first-layer) */
+    job->ranking = a->keys.rank && evicts && phase != ATTN_BENCH && keyrank_due(a->keys.rank, pos);
     int scored = policy_uses_features(a->opt.sel.policy); /* h2o-prev, gbm: keys scored from features */
     if (scored && ((policy_runs && (a->opt.sel.k < n_blocks || a->evict.evicted)) || job->ranking))
         evict_score_keys(a, layer, pos);
-    if (a->evict.evicted && policy_runs && phase != ATTN_BENCH) evict_blocks(a, layer, pos, job->q_all);
+    if (a->evict.evicted && evicts && policy_runs && phase != ATTN_BENCH) evict_blocks(a, layer, pos, job->q_all);
     if (job->ranking) evict_rank_scores(a, layer, pos, job->q_all);
     /* the importance reservation depends on the layer's prefill importance only: choose it
      * once for all heads (the same picks each head would make) */
@@ -449,7 +450,12 @@ static void after_kernel(Attention *a, const LayerJob *job, SelStats *stats) {
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all, 0};
+    /* --exact-first-layer: layer 0 runs as exact under every policy (it selects, evicts and
+     * ranks nothing; what it attended still feeds the state: importance, mass, features) */
+    Policy policy = a->opt.sel.policy;
+    if (layer == 0 && a->opt.exact_first_layer) a->opt.sel.policy = POL_EXACT;
     before_kernel(a, &job);
     dispatch_kernel(a, &job);
     after_kernel(a, &job, stats);
+    a->opt.sel.policy = policy;
 }

@@ -27,6 +27,7 @@ typedef struct {
     int features_every; /* --dump-every */
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
     int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
+    int exact_first_layer; /* --exact-first-layer: layer 0 attends exactly (attend_layer) */
 } AttnOptions;
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */

@@ -201,6 +201,7 @@ AttnOptions cli_attn_options(const Options *o) {
     a.sel.seed = o->seed;
     a.prefill_sparse = o->prefill_sparse;
     a.reference = o->switches[SW_REF_ATTN];
+    a.exact_first_layer = o->switches[SW_EXACT_FIRST_LAYER];
     a.measure = o->measure;
     if (o->trace) {
         a.trace = fopen(o->trace, "w");
@@ -237,6 +238,7 @@ void cli_write_attn_config(FILE *f, const Options *o) {
             prefill_name(o->prefill_sparse), (unsigned long long)o->seed, kv_name(o->kv_q8), o->threads);
     write_switch(f, o, SW_REF_ATTN);
     fprintf(f, ", \"kv_budget\": %d", o->kv_budget);
+    write_switch(f, o, SW_EXACT_FIRST_LAYER);
 }
 
 void cli_write_selection(FILE *f, const SelStats *st, int steps, int measured) {

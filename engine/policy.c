@@ -22,6 +22,13 @@ const SwitchInfo SWITCHES[N_SWITCHES] = {
     [SW_PROBE_SUMMARY] = {"probe_summary", "--probe-summary", 0, P(SPARSE), 1},
     /* exact attention by the plain reference */
     [SW_REF_ATTN] = {"ref_attn", "--ref-attn", 0, P(EXACT), 1},
+    /* layer 0 attends to every key under every policy (none evicts or ranks there): the one
+     * first-layer treatment for all, instead of each policy's own (h2o-prev has no previous
+     * layer there and falls back to h2o's accumulated mass) */
+    [SW_EXACT_FIRST_LAYER] = {"exact_first_layer", "--exact-first-layer", 0,
+                              P(SPARSE) | P(WINDOW) | P(H2O) | P(QUEST) | P(RANDOM) | P(ORACLE) |
+                                  P(H2O_PREV) | P(GBM),
+                              1},
 };
 #undef P
 

@@ -65,7 +65,7 @@ const char *policy_list(unsigned set, const char *last, char *buf, size_t size);
 
 /* ---------------------------------------------------------------- the switches */
 
-typedef enum { SW_IMPORTANCE, SW_RECENCY, SW_PROBE_SUMMARY, SW_REF_ATTN, N_SWITCHES } Switch;
+typedef enum { SW_IMPORTANCE, SW_RECENCY, SW_PROBE_SUMMARY, SW_REF_ATTN, SW_EXACT_FIRST_LAYER, N_SWITCHES } Switch;
 
 typedef struct {
     const char *name;  /* in a spec and in the "config" the commands write */

@@ -26,6 +26,7 @@ th{background:#f3f3f3}tr.flagged td{background:#fff4e0}
 figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
 .note{font-size:12px;color:#555}.verdict-reproduced{color:#1a7f37}
 .verdict-not-reproduced{color:#c0392b}.verdict-not-comparable{color:#8a6d3b}
+.verdict-inconclusive{color:#6a5acd}
 """
 
 

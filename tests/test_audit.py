@@ -12,6 +12,7 @@ from fixtures_reports import SyntheticExperiment
 
 from db import Store
 from reports.audit import (
+    INCONCLUSIVE,
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -84,6 +85,24 @@ metric = "time_ratio"
 at_most = 0.8
 experiment = "synthetic"
 measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
+
+[[claim]]
+id = "k1-under-629pm"
+statement = "k = 1 takes at most 62.9 % of the time of k = 32"
+metric = "time_ratio"
+at_most = 0.629
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
+
+[[claim]]
+id = "k32-recalls"
+kind = "sanity"
+statement = "k = 32 recalls"
+metric = "recall"
+expected = 1.0
+tolerance = 0.0
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 32 } }
 """
 
 ENV = Environment(models=("needle-tiny",), devices=(DeviceInfo("local", "x86", False),
@@ -123,7 +142,7 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
     identical = verdicts["k32-identical"]
     assert identical.verdict == REPRODUCED
     assert identical.measured == 1.0
-    assert len(identical.evidence) == 24  # 12 exact + 12 sparse k=32 runs on `local`
+    assert len(identical.runs) == 24  # 12 exact + 12 sparse k=32 runs on `local`
 
     lost = verdicts["k1-keeps-needle"]
     assert lost.verdict == NOT_REPRODUCED
@@ -136,23 +155,46 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
 
     other = verdicts["other-model"]
     assert other.verdict == NOT_COMPARABLE
-    assert "Qwen3-VL-2B-Instruct" in other.reason and other.evidence == []
+    assert "Qwen3-VL-2B-Instruct" in other.reason and other.runs == []
 
     emulated = verdicts["emulated-timing"]
     assert emulated.verdict == NOT_COMPARABLE
     assert "emulated" in emulated.reason
 
+    # a relation: its whole interval (the noise of runs paired by prompt and repeat) must clear
+    # the bound; one within the noise of it is a tie, not a verdict
     bounded = verdicts["k1-under-80pct"]
     assert bounded.verdict == REPRODUCED and bounded.claim.expected_text() == "<= 0.8"
+    assert bounded.kind == "relation" and 0 < bounded.noise < 0.01
+    tie = verdicts["k1-under-629pm"]
+    assert abs(tie.measured - 0.629) < tie.noise
+    assert tie.verdict == INCONCLUSIVE and "straddles" in tie.reason
+
+    # evidence on every verdict, named in its reason
+    assert identical.kind == "direct" and identical.evidence is not None
+    assert "3 independent needle prompts of 2061 tokens" in identical.evidence.data
+    assert "local (x86, not emulated" in identical.evidence.device
+    assert identical.evidence.revision.startswith("lmc ")
+    assert "evidence: " in identical.reason and identical.evidence.data in identical.reason
 
     text = terminal_table(list(verdicts.values()))
-    assert "3 reproduced" in text and "2 not comparable" in text
+    # a sanity check is shown, but never counted as a reproduction
+    assert "3 reproduced (2 direct, 1 relation)" in text and "2 not comparable" in text
+    assert "1 inconclusive (1 relation)" in text
+    assert "sanity checks (not counted): 1 of 1 hold" in text
 
     out = write_audit(tmp_path / "out", "audit", list(verdicts.values()))
-    assert "k1-keeps-needle: not reproduced" in out.read_text()
+    markdown = out.read_text()
+    assert "k1-keeps-needle: not reproduced (direct)" in markdown
+    assert markdown.splitlines()[4].startswith("| claim | article's figure | article's setting |")
     stored = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [v["verdict"] for v in stored] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED,
-                                             NOT_COMPARABLE, NOT_COMPARABLE, REPRODUCED]
+                                             NOT_COMPARABLE, NOT_COMPARABLE, REPRODUCED,
+                                             INCONCLUSIVE, REPRODUCED]
+    for record in stored:
+        assert {"claim", "verdict", "kind", "measured", "expected", "evidence",
+                "reason"} <= set(record)
+        assert {"model", "device", "data", "revision", "runs"} <= set(record["evidence"])
 
 
 def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:
@@ -264,7 +306,7 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     verdicts = json.loads((tmp_path / "out" / "audit.json").read_text())
     timed = verdicts[0]
     assert timed["verdict"] in ("reproduced", "not reproduced") and timed["measured"] > 0
-    assert len(timed["evidence"]) == 4
+    assert len(timed["evidence"]["runs"]) == 4
     assert verdicts[1]["verdict"] == "not comparable"
 
     assert main(argv) == 0  # stored runs are reused: nothing runs twice
@@ -273,8 +315,15 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     # come from the engine's identity, not from a build (none may appear in an empty build dir)
     rows = db_rows(tmp_path / "cli.db")
     monkeypatch.setenv("BENCHFARM_BUILD_DIR", str(tmp_path / "no-builds"))
-    assert main([*argv, "--stored-only"]) == 0
-    assert "runs in the matrix" not in capsys.readouterr().out
+    assert main([*argv, "--stored-only", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # --json: stdout is the verdicts, nothing else
+    assert [r["claim"] for r in printed] == ["sparse-faster", "other-model"]
+    assert printed[0]["kind"] == "direct" and printed[0]["measured"] == timed["measured"]
+    evidence = printed[0]["evidence"]
+    assert evidence["model"] == "no model: synthetic q/k/v (attn-bench)"
+    assert "1 independent synthetic uniform q/k/v (seed 0), 4 heads / 2 KV heads / dim 64, " \
+        "1024 positions" in evidence["data"] and evidence["revision"].startswith("lmc ")
+    assert evidence["runs"] == timed["evidence"]["runs"]
     assert db_rows(tmp_path / "cli.db") == rows
     # and so does a report with the claims' audit as a section (judged on the stored runs)
     assert main(["--db", f"sqlite:///{tmp_path}/cli.db", "report", "audit-test-attn",
@@ -285,7 +334,7 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     assert not (tmp_path / "no-builds").exists()
     monkeypatch.delenv("BENCHFARM_BUILD_DIR")
     again = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert again[0]["evidence"] == timed["evidence"]
+    assert again[0]["evidence"]["runs"] == timed["evidence"]["runs"]
     assert again[0]["measured"] == timed["measured"]
 
     broken = claims_file(tmp_path, ATTN_CLAIMS.replace("ctx = 1024", "ctx = 0"))

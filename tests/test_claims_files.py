@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from reports.audit import load_claims
+from reports.audit.claims_file import KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = Path(os.environ.get("BENCHFARM_SEEDS", "/work/shared/seeds"))
 FILES = {"seed_000_sparse_topk.toml": "000_938c68ac21cfcfa5.txt",
+         "seed_002_attention_reference.toml": "002_576dedde939abfa5.txt",
          "seed_004_attention_prediction.toml": "004_c7d0c27feef62a97.txt"}
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -62,3 +64,21 @@ def test_the_issue_17_figures_are_claimed() -> None:
     eight_b = [c for c in load_claims(REPO / "claims" / "seed_000_sparse_topk.toml").claims
                if c.id.startswith("000-8b-")]
     assert eight_b and all("Qwen3-VL-8B" not in " ".join(c.fair.models) for c in eight_b)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_every_claim_has_a_kind_and_every_experiment_is_a_valid_spec(name: str) -> None:
+    """Each claim says what its verdict rests on (an analogue says what differs, and the
+    article's setting is given beside ours); each experiment composes into a spec the harness
+    accepts (the switches and predictors it names exist)."""
+    from harness.execution.audit import compose_spec
+
+    claims = load_claims(REPO / "claims" / name)
+    for claim in claims.claims:
+        assert claim.kind in KINDS and claim.setting, claim.id
+        assert claim.kind != "analogue" or claim.differs, claim.id
+    for experiment, fragment in claims.experiments.items():
+        spec = compose_spec(experiment, fragment, None, ["local"], claims.path)
+        assert spec.name == experiment
+    measured = {c.id for c in claims.claims if c.metric != "reported"}
+    assert measured, f"{name}: nothing is judged here"

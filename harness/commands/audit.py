@@ -8,6 +8,7 @@ on what the store already holds.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from db.store import Store
@@ -16,7 +17,7 @@ from harness import REPO_ROOT
 from harness.commands.flags import add_devices, add_inventory, add_ray_address
 from harness.execution.audit import DEFAULT_MODEL, audit_claims
 from reports.audit import terminal_table
-from reports.audit.report import write_audit
+from reports.audit.report import audit_json, write_audit
 from reports.outdir import output_dir
 
 
@@ -32,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--stored-only", action="store_true",
                         help="run nothing; judge on the runs already stored")
     parser.add_argument("--out", help="write audit.md, audit.json and audit.html here")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdicts as a JSON list (claim, verdict, kind, measured, "
+                             "expected, evidence, reason ...) instead of the table")
     parser.set_defaults(func=run)
 
 
@@ -42,9 +46,13 @@ def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         verdicts = audit_claims(args.claims, store, inventory, args.model,
                                 args.devices or ["local"], args.ray_address,
-                                run_missing=not args.stored_only)
-    print(terminal_table(verdicts))
+                                run_missing=not args.stored_only,
+                                progress=sys.stderr if args.json else sys.stdout)
     if args.out:
         written = write_audit(args.out, f"audit: {Path(args.claims).name}", verdicts)
-        print(f"audit: {written}")
+        print(f"audit: {written}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        sys.stdout.write(audit_json(verdicts))
+    else:
+        print(terminal_table(verdicts))
     return 0

@@ -11,8 +11,9 @@ which stored runs are the evidence (``harness.plan.planner.identities``).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
@@ -20,12 +21,14 @@ from harness import REPO_ROOT
 from harness.engines import get_engine
 from harness.engines.base import BuildRecord, NeedsBuild
 from harness.errors import InputError
+from harness.execution.audit_engine import EngineChecks
 from harness.execution.coordinator import RunRequest, run_experiment
 from harness.plan.matrix import resolve_placements
 from harness.plan.planner import identities, make_plan, prepare
 from harness.spec import Spec, parse_spec
 from harness.workloads.kinds import KINDS
 from reports.audit import DeviceInfo, Environment, Verdict, load_claims, run_audit
+from reports.audit.claims_file import ENGINE_METRICS
 
 DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
 
@@ -98,7 +101,7 @@ def local_builds(engine: str, targets: list[tuple[str, str]]
 
 def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
                  model: Path | None, devices: list[str], ray_address: str | None = None,
-                 run_missing: bool = True) -> list[Verdict]:
+                 run_missing: bool = True, progress: TextIO | None = None) -> list[Verdict]:
     """Audit one claims file: validate its experiments, run what is missing, judge each claim.
 
     The entry point for other commands too (e.g. a demo that ends with the audit's section:
@@ -118,7 +121,7 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
         if run_missing:
             summary = run_experiment(RunRequest(spec, inventory, devices,
                                                 ray_address=ray_address), store)
-            print(summary.line())
+            print(summary.line(), file=progress or sys.stdout)
             materials = prepare(spec, placements, local_builds)  # all cached by the run
         else:
             try:
@@ -129,4 +132,8 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
 
     models = sorted({spec.model for spec in specs.values() if spec.model is not None}
                     or {model or DEFAULT_MODEL})
-    return run_audit(claims, store, environment(models, inventory), runner)
+    # checks that run lmc here directly (seed 002's reference); never without running
+    engine_checks = None
+    if run_missing and any(c.metric in ENGINE_METRICS for c in claims.claims):
+        engine_checks = EngineChecks(model or DEFAULT_MODEL).checks()
+    return run_audit(claims, store, environment(models, inventory), runner, engine_checks)

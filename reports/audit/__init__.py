@@ -9,6 +9,7 @@ from reports.audit.report import (
     write_audit,
 )
 from reports.audit.verdict import (
+    INCONCLUSIVE,
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -19,6 +20,7 @@ from reports.audit.verdict import (
 )
 
 __all__ = [
+    "INCONCLUSIVE",
     "NOT_COMPARABLE", "NOT_REPRODUCED", "REPRODUCED", "Claim", "ClaimsFile", "DeviceInfo",
     "Environment", "Verdict", "audit_markdown", "audit_section", "load_claims", "parse_claims",
     "run_audit", "terminal_table", "verdict_table", "write_audit",

@@ -1,6 +1,9 @@
-"""Identity claims: two configs generate byte-identical tokens on the same prompts."""
+"""Identity claims: two configs generate byte-identical tokens, or select byte-identical blocks
+(their selection traces), on the same prompts."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 
@@ -37,4 +40,95 @@ def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Measurement:
     return Measurement(value=value, text=f"{value:.3g} ({same}/{len(pairs)} identical)",
                        evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
                                         pairs.rename(columns={"run_id_b": "run_id"})),
-                       detail=detail)
+                       detail=detail, noise=0.0)  # an exact count
+
+
+def _trace(extra: object) -> str | None:
+    """The selection trace kept with a run (its outcome's extra, lmc --trace-selection)."""
+    try:
+        return json.loads(str(extra)).get("selection_trace")
+    except (ValueError, AttributeError):
+        return None
+
+
+def identical_traces(claim: Claim, runs: pd.DataFrame) -> Measurement:
+    """The fraction of prompts where a's and b's selection traces (lmc --trace-selection: the
+    blocks each decode step, layer and head selected) are byte-identical."""
+    a = ok_runs(select(runs, claim.measure.a))
+    b = ok_runs(select(runs, claim.measure.b))
+    pairs = a.merge(b, on=PROMPT_KEYS, suffixes=("_a", "_b"))
+    if pairs.empty:
+        return Measurement(reason=f"no prompts with successful runs of both "
+                                  f"{describe(claim.measure.a)} and {describe(claim.measure.b)}")
+    traces = [(_trace(ra), _trace(rb)) for ra, rb in zip(pairs["extra_a"], pairs["extra_b"],
+                                                          strict=True)]
+    if any(ta is None or tb is None for ta, tb in traces):
+        return Measurement(reason="a run has no selection trace (the experiment needs "
+                                  "engine.trace_selection = true)")
+    same = sum(ta == tb for ta, tb in traces)
+    lines = sum(ta.count("\n") - 1 for ta, _ in traces)
+    value = same / len(pairs)
+    return Measurement(value=value, text=f"{value:.3g} ({same}/{len(pairs)} traces identical)",
+                       evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
+                                        pairs.rename(columns={"run_id_b": "run_id"})),
+                       detail=f"{same} of {len(pairs)} prompts select the same blocks "
+                              f"({lines} step x layer x head selections compared)", noise=0.0)
+
+
+def shared_blocks(trace: str) -> tuple[int, int]:
+    """(fewest blocks that every decode step and head of a layer selected, over the layers;
+    the most blocks one selection held) of a selection trace."""
+    common: dict[str, set[str]] = {}
+    widest = 0
+    for line in trace.splitlines()[1:]:
+        _, layer, _, count, *blocks = line.split()
+        widest = max(widest, int(count))
+        common[layer] = common[layer] & set(blocks) if layer in common else set(blocks)
+    return min((len(c) for c in common.values()), default=0), widest
+
+
+def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Measurement:
+    """The blocks a layer selects for every head and decode step alike (the fewest over layers
+    and runs), from a's selection traces: what no query's own scores chose (e.g. sparse's
+    importance reservation, made once per layer from prefill)."""
+    a = ok_runs(select(runs, claim.measure.a))
+    traces = [_trace(extra) for extra in a["extra"]]
+    if a.empty or any(t is None for t in traces):
+        return Measurement(reason=f"no successful runs with a selection trace for "
+                                  f"{describe(claim.measure.a)} (engine.trace_selection = true)")
+    shared = [shared_blocks(t) for t in traces if t is not None]
+    value = min(s for s, _ in shared)
+    return Measurement(value=float(value), text=f"{value} blocks", evidence=run_ids(a),
+                       detail=f"{len(shared)} traces; every selection at most "
+                              f"{max(w for _, w in shared)} blocks", noise=0.0)
+
+
+def repeats(ids: list[int], copies: int = 3, longest: int = 4) -> bool:
+    """Whether a span of at most ``longest`` tokens follows itself ``copies`` times in ids."""
+    for period in range(1, longest + 1):
+        for start in range(len(ids) - copies * period + 1):
+            span = ids[start:start + period]
+            if all(ids[start + i * period:start + (i + 1) * period] == span
+                   for i in range(1, copies)):
+                return True
+    return False
+
+
+def repetition(claim: Claim, runs: pd.DataFrame) -> Measurement:
+    """The fraction of a's runs whose output degenerates into repetition (a span of 1-4 tokens
+    three times in a row); the baseline's fraction beside it."""
+    a = ok_runs(select(runs, claim.measure.a))
+    a = a[a["generated_ids"].notna()]
+    if a.empty:
+        return Measurement(reason=f"no successful generate runs for {describe(claim.measure.a)}")
+    hits = sum(repeats(tokens(ids) or []) for ids in a["generated_ids"])
+    used, detail = [a], f"{describe(claim.measure.a)}: {hits} of {len(a)} runs repeat"
+    if claim.measure.baseline is not None:
+        base = ok_runs(select(runs, claim.measure.baseline))
+        base = base[base["generated_ids"].notna()]
+        used.append(base)
+        base_hits = sum(repeats(tokens(ids) or []) for ids in base["generated_ids"])
+        detail += f"; baseline {describe(claim.measure.baseline)}: {base_hits} of {len(base)}"
+    value = hits / len(a)
+    return Measurement(value=value, text=f"{value:.3g} ({hits}/{len(a)} runs repeat)",
+                       evidence=run_ids(*used), detail=detail, noise=0.0)

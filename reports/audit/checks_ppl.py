@@ -13,7 +13,16 @@ import json
 import pandas as pd
 
 from reports.audit.claims_file import Claim
-from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
+from reports.audit.evidence import (
+    Measurement,
+    describe,
+    ok_runs,
+    paired_margin,
+    paired_mean,
+    pairs,
+    run_ids,
+    select,
+)
 
 
 def _ppl_runs(runs: pd.DataFrame, selector: dict) -> pd.DataFrame:
@@ -62,16 +71,22 @@ def ppl(claim: Claim, runs: pd.DataFrame) -> Measurement:
         return Measurement(reason=f"no successful ppl runs for {describe(claim.measure.a)}")
     value = float(chosen["ppl"].median())
     return Measurement(value=value, text=f"{value:.4g}", evidence=run_ids(chosen),
-                       detail=f"median over {len(chosen)} runs")
+                       detail=f"median over {len(chosen)} runs",
+                       noise=paired_margin(chosen["ppl"].tolist()))
 
 
 def ppl_change(claim: Claim, runs: pd.DataFrame) -> Measurement:
-    """(ppl(b) / ppl(a) - 1) x 100: the perplexity cost of b over a, in percent."""
+    """(ppl(b) / ppl(a) - 1) x 100, the perplexity cost of b over a in percent: the mean over
+    the inputs (windows) both ran of the per-window change; the noise is the 95 % interval of
+    that mean (the windows are the independent repeats)."""
     a, b = _ppl_runs(runs, claim.measure.a), _ppl_runs(runs, claim.measure.b)
     if a.empty or b.empty:
         return Measurement(reason=f"no successful ppl runs for both {describe(claim.measure.a)} "
                                   f"and {describe(claim.measure.b)}")
-    base, other = float(a["ppl"].median()), float(b["ppl"].median())
-    value = (other / base - 1.0) * 100.0
-    return Measurement(value=value, text=f"{value:+.3g} %", evidence=run_ids(a, b),
-                       detail=f"ppl {other:.4g} vs {base:.4g}")
+    changes = [(y / x - 1.0) * 100.0 for x, y in pairs(a, b, "ppl")]
+    if not changes:
+        return Measurement(reason="the two configs never ran on the same windows")
+    per_window = ", ".join(f"{c:+.2f}" for c in changes)
+    return paired_mean(changes, run_ids(a, b),
+                       f"per-window changes {per_window} %; median ppl "
+                       f"{float(b['ppl'].median()):.4g} vs {float(a['ppl'].median()):.4g}", " %")

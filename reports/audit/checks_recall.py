@@ -7,10 +7,19 @@ optimisation, and the claim is not comparable.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from reports.audit.claims_file import Claim
-from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
+from reports.audit.evidence import (
+    Measurement,
+    describe,
+    ok_runs,
+    paired_mean,
+    run_ids,
+    select,
+)
 
 
 def recall(claim: Claim, runs: pd.DataFrame) -> Measurement:
@@ -40,4 +49,57 @@ def recall(claim: Claim, runs: pd.DataFrame) -> Measurement:
     return Measurement(value=value, text=f"{value:.3g} ({hits}/{len(chosen)} runs recalled)",
                        evidence=run_ids(*used),
                        detail=f"{detail}; " * bool(detail)
-                       + f"{describe(claim.measure.a)}: {len(chosen)} runs")
+                       + f"{describe(claim.measure.a)}: {len(chosen)} runs",
+                       noise=0.0)  # an exact count
+
+
+def _critical(chosen: pd.DataFrame) -> tuple[int | None, str]:
+    """The smallest k from which every larger k of the scan recalls every prompt of ``chosen``,
+    and the scan as text."""
+    per_k = chosen.groupby("k")["recall"].mean().sort_index()
+    critical = None
+    for k in sorted(per_k.index, reverse=True):
+        if per_k[k] < 1.0:
+            break
+        critical = int(k)
+    return critical, ", ".join(f"k={int(k)}: {r:.2f}" for k, r in per_k.items())
+
+
+def _scan(runs: pd.DataFrame, selector: dict) -> pd.DataFrame:
+    chosen = ok_runs(select(runs, selector))
+    return chosen[chosen["recall"].notna() & chosen["k"].notna()]
+
+
+def critical_k(claim: Claim, runs: pd.DataFrame) -> Measurement:
+    """The smallest k of a's scan from which every larger k recalls every prompt (the seed's
+    "critical k"); the baseline must answer first, as for recall. With ``b``: b's critical k
+    less a's, per prompt (the prompts are the independent repeats: their mean and its 95 %
+    interval)."""
+    chosen = _scan(runs, claim.measure.a)
+    if chosen.empty:
+        return Measurement(reason=f"no successful needle runs for {describe(claim.measure.a)}")
+    if claim.measure.baseline is not None:
+        baseline = recall(replace(claim, measure=replace(claim.measure,
+                                                         a=claim.measure.baseline)), runs)
+        if baseline.reason:
+            return baseline
+    if claim.measure.b:
+        other = _scan(runs, claim.measure.b)
+        diffs = []
+        for prompt, mine in chosen.groupby("workload_id"):
+            theirs = other[other["workload_id"] == prompt]
+            ka, kb = _critical(mine)[0], _critical(theirs)[0] if len(theirs) else None
+            if ka is not None and kb is not None:
+                diffs.append(kb - ka)
+        if not diffs:
+            return Measurement(reason="no prompt has a critical k in both scans")
+        return paired_mean(diffs, run_ids(chosen, other),
+                           f"per prompt: {', '.join(f'{d:+d}' for d in diffs)}; "
+                           f"{describe(claim.measure.a)}: {_critical(chosen)[1]}; "
+                           f"{describe(claim.measure.b)}: {_critical(other)[1]}")
+    critical, scan = _critical(chosen)
+    if critical is None:
+        return Measurement(reason=f"no k of the scan recalls every prompt ({scan})",
+                           evidence=run_ids(chosen))
+    return Measurement(value=float(critical), text=f"k = {critical}", evidence=run_ids(chosen),
+                       detail=f"mean recall per k: {scan}", noise=0.0)

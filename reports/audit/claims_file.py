@@ -15,11 +15,16 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     source = "seeds/000 section 3"
     statement = "k = 32 gives output byte-identical to exact attention"
     quote = "k=32 与精确在输出上逐字节一致"  # the source's own words, verbatim (optional)
-    metric = "identical_tokens"            # see reports.audit.checks.METRICS
+    kind = "analogue"                      # direct (default; relation with bounds), analogue,
+                                           # relation, verified or sanity (KINDS)
+    differs = "needle-tiny on x86, three prompts"  # analogue: what differs from the article
+    setting = "RK3588, Qwen3-VL-2B"        # the article's setting (default: the file's setting)
+    metric = "identical_tokens"            # see reports.audit.verdict.METRICS
     expected = 1.0
     tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
                                            # one-sided claims: at_least / at_most instead
-    experiment = "audit-000-needle"        # defined above, or any experiment already stored
+    experiment = "audit-000-needle"        # defined above, or any experiment already stored;
+                                           # a list: their runs together are the evidence
     [claim.measure]                        # which runs the metric compares
     a = { policy = "exact" }
     b = { policy = "sparse", k = 32 }
@@ -27,6 +32,8 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     model = "any"                          # or the model(s) the claim was measured on
     device_class = "any"
     context = 2061
+
+Computed metrics (COMPUTED_METRICS) take no experiment: ``measure.params`` sets them.
 
 Published llama-bench rows may be given as ``[[llama_bench]]`` tables instead of (or beside)
 ``[[claim]]``: each becomes a claim of metric ``llama_bench_tps`` with an experiment of its own
@@ -38,29 +45,37 @@ specs by the harness before anything runs (reports does not import the harness).
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reports.audit.claims_check import Check
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-METRICS = ("identical_tokens", "recall", "time", "time_ratio", "ppl", "ppl_change", "key_rank",
-           "reported")
-TWO_CONFIG_METRICS = ("identical_tokens", "time_ratio", "ppl_change")
-TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms")
+# computed without runs: numpy arithmetic here (reports.audit.checks_softmax), or the engine
+# run directly by the harness (harness.execution.audit_engine); ``measure.params`` sets them
+ARITHMETIC_METRICS = ("exp_overflow", "dot_growth", "softmax_overflow", "quotient")
+ENGINE_METRICS = ("reference_error", "causal_prefix")
+COMPUTED_METRICS = ARITHMETIC_METRICS + ENGINE_METRICS
+METRICS = ("identical_tokens", "identical_traces", "trace_shared_blocks", "repetition",
+           "critical_k", *COMPUTED_METRICS, "recall", "time", "time_ratio", "ppl", "ppl_change",
+           "key_rank", "reported")
+TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl_change")
+TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
+               "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
 RANK_FIELDS = ("rho", "recall32", "captured32", "lost50")  # key_rank: lmc --measure-keys
-SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
-                 "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
-                 "device_class", "kv_budget")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
-              "at_least", "at_most",
+              "at_least", "at_most", "kind", "setting", "differs",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
-MEASURE_KEYS = {"a", "b", "baseline", "field", "baseline_min_recall"}
+# What a verdict rests on (README, "Verdict kinds"): the same quantity in a comparable setting;
+# the same quantity elsewhere (``differs`` says what differs); the article's direction or order
+# tested with a margin; a rule checked in code or traces; a sanity check (not counted).
+KINDS = ("direct", "analogue", "relation", "verified", "sanity")
+MEASURE_KEYS = {"a", "b", "baseline", "field", "field_b", "baseline_min_recall", "params"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
 ANY = "any"
 LLAMA_BENCH_TPS = "llama_bench_tps"  # the metric of a [[llama_bench]] row
@@ -81,9 +96,11 @@ class Fairness:
 class Measure:
     a: dict[str, list[Any]] = field(default_factory=dict)  # selector of the runs measured
     b: dict[str, list[Any]] = field(default_factory=dict)  # the second config (ratios, identity)
+    params: dict[str, Any] = field(default_factory=dict)  # computed metrics: their setting
     baseline: dict[str, list[Any]] | None = None  # recall claims: exact must recall first
     baseline_min_recall: float = 0.9
     field: str = "decode_ms_per_token"  # time_ratio: which timing
+    field_b: str = ""  # time_ratio: b's field when it is another one (e.g. select_bytes)
 
 
 @dataclass(frozen=True)
@@ -98,12 +115,16 @@ class Claim:
     at_least: float | None  # one-sided claims ("at least halves") give bounds instead
     at_most: float | None
     unit: str
-    experiment: str | None
+    experiment: str | None  # the first of ``experiments``
     measure: Measure
     fair: Fairness
     quantity: str  # `reported` claims: what was measured (that benchfarm cannot measure)
     note: str
     quote: str = ""  # the source's own sentence (or table row) the figures come from, verbatim
+    kind: str = "direct"  # KINDS
+    setting: str = ""  # the article's setting of the figure (model, device, data)
+    differs: str = ""  # analogue: what differs from the article's setting
+    experiments: tuple[str, ...] = ()  # whose runs together are the evidence
 
     def tolerance_text(self) -> str:
         if self.tolerance is not None:
@@ -140,47 +161,6 @@ class ClaimsFile:
     experiments: dict[str, dict[str, Any]]  # name -> spec fragment (validated by the harness)
 
 
-class _Check:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, key: str, message: str) -> ReportInputError:
-        return ReportInputError(f"{self.path}: {where}: key '{key}': {message}")
-
-    def table(self, value: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, key, f"must be a table, got {type(value).__name__}")
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise self.fail(where, f"{key}.{unknown[0]}" if key else unknown[0],
-                            f"unknown key; allowed: {', '.join(sorted(allowed))}")
-        return value
-
-    def text(self, value: Any, where: str, key: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, key, f"must be a non-empty string, got {value!r}")
-        return value.strip()
-
-    def number(self, value: Any, where: str, key: str, low: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, key, f"must be a number, got {value!r}")
-        if not math.isfinite(value):  # nan passes every comparison, inf every bound
-            raise self.fail(where, key, f"must be a finite number, got {value!r}")
-        if low is not None and value < low:
-            raise self.fail(where, key, f"must be >= {low:g}, got {value!r}")
-        return float(value)
-
-    def selector(self, value: Any, where: str, key: str) -> dict[str, list[Any]]:
-        table = self.table(value, where, key, set(SELECTOR_KEYS))
-        out = {}
-        for name, item in table.items():
-            values = item if isinstance(item, list) else [item]
-            if not values or any(isinstance(v, (dict, list)) for v in values):
-                raise self.fail(where, f"{key}.{name}", "must be a value or a list of values")
-            out[name] = values
-        return out
-
-
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
@@ -194,13 +174,14 @@ def load_claims(path: str | Path) -> ClaimsFile:
 
 
 def parse_claims(text: str, path: Path) -> ClaimsFile:
-    check = _Check(path)
+    check = Check(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
-    check.table(data, "file", "", {"source", "claim", "experiment", "llama_bench"})
+    check.table(data, "file", "", {"source", "setting", "claim", "experiment", "llama_bench"})
     default_source = data.get("source")
+    default_setting = str(data.get("setting", ""))
     experiments = data.get("experiment", {})
     if not isinstance(experiments, dict):
         raise check.fail("file", "experiment", "must be tables [experiment.NAME]")
@@ -217,7 +198,7 @@ def parse_claims(text: str, path: Path) -> ClaimsFile:
                          "is required")
     claims: list[Claim] = []
     for index, raw in enumerate(raw_claims):
-        claim = _claim(check, raw, index, default_source, experiments)
+        claim = _claim(check, raw, index, default_source, experiments, default_setting)
         if any(c.id == claim.id for c in claims):
             raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
         claims.append(claim)
@@ -243,14 +224,16 @@ def _row_claim(row: LlamaBenchRow) -> Claim:
         metric="reported" if reason else LLAMA_BENCH_TPS, expected=row.tps, tolerance=None,
         rel_tolerance=row.rel_tolerance, at_least=None, at_most=None, unit="t/s",
         experiment=None if reason else row.experiment,
+        experiments=() if reason else (row.experiment,),
         measure=Measure(a={"engine": ["llama-bench"], "threads": [row.threads]},
                         field=row.test),
         fair=Fairness(models=(row.model,), device_class=row.board, allow_emulated=False),
-        quantity=reason or "", note=row.note)
+        quantity=reason or "", note=row.note,
+        setting=f"{row.model} {row.quant} on {row.board}, {row.threads} thread(s)")
 
 
-def _claim(check: _Check, raw: Any, index: int, default_source: Any,
-           experiments: dict[str, Any]) -> Claim:
+def _claim(check: Check, raw: Any, index: int, default_source: Any,
+           experiments: dict[str, Any], default_setting: str = "") -> Claim:
     where = f"claim #{index + 1}"
     if not isinstance(raw, dict):
         raise check.fail(where, "claim", "must be a table")
@@ -284,7 +267,7 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
         tolerance = check.number(raw["tolerance"], where, "tolerance", low=0)
     if "rel_tolerance" in raw:
         rel_tolerance = check.number(raw["rel_tolerance"], where, "rel_tolerance", low=0)
-    experiment = None
+    experiment, experiments = None, ()
     if metric == "reported":
         if "quantity" not in raw:
             raise check.fail(where, "quantity", "required for metric 'reported' (what the "
@@ -295,14 +278,25 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
                              "bounds at_least / at_most)")
         if expected is not None and tolerance is None and rel_tolerance is None:
             raise check.fail(where, "tolerance", "required (or rel_tolerance)")
+    if metric != "reported" and metric not in COMPUTED_METRICS:
         if "experiment" not in raw:
             raise check.fail(where, "experiment", "required: the name of an [experiment.NAME] "
                              "of this file or of an experiment in the store")
-        experiment = check.text(raw["experiment"], where, "experiment")
-        if not NAME_RE.match(experiment):
-            raise check.fail(where, "experiment", f"{experiment!r}: use [a-z0-9][a-z0-9._-]*")
+        names = raw["experiment"] if isinstance(raw["experiment"], list) else [raw["experiment"]]
+        experiments = tuple(check.text(n, where, "experiment") for n in names)
+        for name in experiments or ("",):
+            if not NAME_RE.match(name):
+                raise check.fail(where, "experiment", f"{name!r}: use [a-z0-9][a-z0-9._-]*")
+        experiment = experiments[0]
     measure = _measure(check, raw.get("measure", {}), where, metric)
     fair = _fairness(check, raw.get("fair", {}), where, metric)
+    bounded = expected is None and (at_least is not None or at_most is not None)
+    kind = check.text(raw.get("kind", "relation" if bounded else "direct"), where, "kind")
+    if kind not in KINDS:
+        raise check.fail(where, "kind", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
+    if kind == "analogue" and "differs" not in raw:
+        raise check.fail(where, "differs", "required for kind 'analogue' (what differs from "
+                         "the article's setting)")
     return Claim(
         id=check.text(raw["id"], where, "id"), source=source,
         statement=check.text(raw["statement"], where, "statement"), metric=metric,
@@ -310,13 +304,19 @@ def _claim(check: _Check, raw: Any, index: int, default_source: Any,
         at_least=at_least, at_most=at_most,
         unit=str(raw.get("unit", "")), experiment=experiment, measure=measure, fair=fair,
         quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")),
-        quote=check.text(raw.get("quote", ""), where, "quote") if "quote" in raw else "")
+        quote=check.text(raw.get("quote", ""), where, "quote") if "quote" in raw else "",
+        kind=kind, setting=str(raw.get("setting", default_setting)),
+        differs=str(raw.get("differs", "")), experiments=experiments)
 
 
-def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
+def _measure(check: Check, raw: Any, where: str, metric: str) -> Measure:
     table = check.table(raw, where, "measure", MEASURE_KEYS)
     if metric == "reported":
         return Measure()
+    if metric in COMPUTED_METRICS:
+        params = check.table(table.get("params", {}), where, "measure.params",
+                             set(table.get("params", {})))
+        return Measure(params=dict(params))
     if "a" not in table:
         raise check.fail(where, "measure.a", "required: the runs to measure, e.g. "
                          "{ policy = \"sparse\", k = 32 }")
@@ -326,21 +326,27 @@ def _measure(check: _Check, raw: Any, where: str, metric: str) -> Measure:
     fields = RANK_FIELDS if metric == "key_rank" else TIME_FIELDS
     field_name = table.get("field", fields[0] if metric == "key_rank" else
                            "decode_ms_per_token")
-    if field_name not in fields:
-        kind = "key-ranking figure" if metric == "key_rank" else "timing"
-        raise check.fail(where, "measure.field", f"unknown {kind} {field_name!r}; allowed: "
-                         f"{', '.join(fields)}")
+    for key in ("field", "field_b"):
+        name = table.get(key, field_name)
+        if name not in fields:
+            kind = "key-ranking figure" if metric == "key_rank" else "timing"
+            raise check.fail(where, f"measure.{key}", f"unknown {kind} {name!r}; allowed: "
+                             f"{', '.join(fields)}")
+    layers = check.table(table.get("params", {}), where, "measure.params",
+                         {"layer_a", "layer_b"} if metric == "key_rank" else set())
     return Measure(
+        params={k: int(check.number(v, where, f"measure.params.{k}", low=0))
+                for k, v in layers.items()},
         a=check.selector(table["a"], where, "measure.a"),
         b=check.selector(table.get("b", {}), where, "measure.b"),
         baseline=(check.selector(table["baseline"], where, "measure.baseline")
                   if "baseline" in table else None),
         baseline_min_recall=check.number(table.get("baseline_min_recall", 0.9), where,
                                          "measure.baseline_min_recall", low=0),
-        field=field_name)
+        field=field_name, field_b=table.get("field_b", ""))
 
 
-def _fairness(check: _Check, raw: Any, where: str, metric: str) -> Fairness:
+def _fairness(check: Check, raw: Any, where: str, metric: str) -> Fairness:
     table = check.table(raw, where, "fair", FAIR_KEYS)
     models = table.get("model", ANY)
     models = models if isinstance(models, list) and models else [models]

@@ -1,4 +1,6 @@
-"""The audit: each claim gets a verdict (reproduced, not reproduced, not comparable).
+"""The audit: each claim gets a verdict (reproduced, not reproduced, inconclusive, not
+comparable), of the claim's kind (direct, analogue, relation, verified, sanity), with its
+evidence (``provenance``: model, device, data, revision, and the article's setting).
 
 Order of judgement for one claim:
 1. fairness before running: is the claimed model available here, a device of the claimed class?
@@ -8,8 +10,13 @@ Order of judgement for one claim:
    claims file defines it (only what is missing runs), else taken from the store as they are;
 3. fairness of the evidence: emulated timings, device class, context length;
 4. perplexity claims: the model must predict the workload's text (``checks_ppl.model_guard``);
-5. the metric's check (``METRICS``) measures a value; the value against expected ± tolerance
-   (or the bounds at_least / at_most) gives reproduced / not reproduced.
+5. the metric's check (``METRICS``) measures a value and the noise of our side (the 95 %
+   half-width from independent paired repeats). A relation is reproduced when the value's
+   interval lies inside its bounds, not reproduced when it lies outside, and inconclusive when
+   it straddles a bound or there were no independent repeats to measure the noise; any other
+   kind is reproduced when the value lies inside the claim's range (expected ± tolerance, or
+   the bounds), not reproduced when its interval misses the range, and inconclusive when only
+   our noise reaches the range.
 """
 
 from __future__ import annotations
@@ -29,15 +36,30 @@ from reports.audit import (
     checks_ppl,
     checks_rank,
     checks_recall,
+    checks_softmax,
     checks_timing,
 )
-from reports.audit.claims_file import ANY, LLAMA_BENCH_TPS, Claim, ClaimsFile
+from reports.audit.claims_file import (
+    ANY,
+    COMPUTED_METRICS,
+    ENGINE_METRICS,
+    LLAMA_BENCH_TPS,
+    Claim,
+    ClaimsFile,
+)
 from reports.audit.evidence import Measurement, select
+from reports.audit.provenance import Provenance, provenance
 from reports.runs import flatten_runs
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_COMPARABLE)
 METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "identical_tokens": checks_identity.identical_tokens,
+    "identical_traces": checks_identity.identical_traces,
+    "trace_shared_blocks": checks_identity.trace_shared_blocks,
+    "repetition": checks_identity.repetition,
+    "critical_k": checks_recall.critical_k,
     "recall": checks_recall.recall,
     "time": checks_timing.time,
     "time_ratio": checks_timing.time_ratio,
@@ -45,7 +67,13 @@ METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
     "ppl_change": checks_ppl.ppl_change,
     LLAMA_BENCH_TPS: checks_llamabench.tokens_per_second,
     "key_rank": checks_rank.key_rank,
+    "exp_overflow": checks_softmax.exp_overflow,
+    "dot_growth": checks_softmax.dot_growth,
+    "softmax_overflow": checks_softmax.softmax_overflow,
+    "quotient": checks_softmax.quotient,
 }
+# checks that run the engine directly (the harness provides them: reports does not run lmc)
+Check = Callable[[Claim, pd.DataFrame], Measurement]
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
 Runner = Callable[[str, dict[str, Any]], list[str]]
@@ -73,8 +101,14 @@ class Verdict:
     measured: float | None = None
     measured_text: str = ""
     reason: str = ""
-    evidence: list[int] = field(default_factory=list)
+    runs: list[int] = field(default_factory=list)  # the ids of the runs it rests on
     experiment: str | None = None
+    evidence: Provenance | None = None
+    noise: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.claim.kind
 
 
 def _norm(name: str) -> str:
@@ -155,25 +189,52 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     measured, reason = fair_runs(claim, runs)
     if not reason and claim.metric in PPL_METRICS:
         reason = checks_ppl.model_guard(measured, runs)
-    runs = measured
     if reason:
-        return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment)
-    measurement = METRICS[claim.metric](claim, runs)
+        return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment,
+                       evidence=provenance(claim, measured, []))
+    return verdict_of(claim, METRICS[claim.metric](claim, measured), measured, experiment)
+
+
+def verdict_of(claim: Claim, measurement: Measurement, measured: pd.DataFrame,
+               experiment: str | None) -> Verdict:
     verdict = Verdict(claim, NOT_COMPARABLE, measurement.value, measurement.text,
-                      evidence=measurement.evidence, experiment=experiment)
+                      runs=measurement.evidence, experiment=experiment,
+                      evidence=measurement.provenance
+                      or provenance(claim, measured, measurement.evidence),
+                      noise=measurement.noise)
+    on = f"; evidence: {verdict.evidence.short()}"
     detail = f" ({measurement.detail})" if measurement.detail else ""
     if measurement.reason or measurement.value is None:
-        verdict.reason = (measurement.reason or "nothing was measured") + detail
+        verdict.reason = (measurement.reason or "nothing was measured") + detail + on
         return verdict
-    expected = claim.expected_text()
-    if claim.within(measurement.value):
-        verdict.verdict = REPRODUCED
-        verdict.reason = f"measured {measurement.value:.4g}, within the claimed {expected}{detail}"
-    else:
-        verdict.verdict = NOT_REPRODUCED
-        side = "below" if measurement.value < claim.bounds()[0] else "above"
-        verdict.reason = f"measured {measurement.value:.4g}, {side} the claimed {expected}{detail}"
+    verdict.verdict, why = decide(claim, measurement.value, measurement.noise)
+    verdict.reason = why + detail + on
     return verdict
+
+
+def decide(claim: Claim, value: float, noise: float | None) -> tuple[str, str]:
+    """The verdict on a measured value and its noise (see the module), and why."""
+    low, high = claim.bounds()
+    expected = claim.expected_text()
+    shown = f"measured {value:.4g}" + (f" ± {noise:.2g} (95 %)" if noise else "")
+    if claim.kind == "relation":
+        if noise is None:
+            return INCONCLUSIVE, (f"{shown}, but without independent paired repeats there is "
+                                  f"no margin to tell it from the claimed {expected}")
+        if low - 1e-12 <= value - noise and value + noise <= high + 1e-12:
+            return REPRODUCED, f"{shown}: the whole interval is within the claimed {expected}"
+        if value + noise < low or value - noise > high:
+            return NOT_REPRODUCED, f"{shown}: the whole interval is outside the claimed {expected}"
+        return INCONCLUSIVE, (f"{shown}: the interval straddles the claimed {expected}, a tie "
+                              "within our noise")
+    allowed = noise or 0.0
+    if low - 1e-12 <= value <= high + 1e-12:
+        return REPRODUCED, f"{shown}, within the claimed {expected}"
+    side = "below" if value < low else "above"
+    if low - allowed - 1e-12 <= value <= high + allowed + 1e-12:
+        return INCONCLUSIVE, (f"{shown}: {side} the claimed {expected}, but within our noise of "
+                              "it")
+    return NOT_REPRODUCED, f"{shown}, {side} the claimed {expected} by more than our noise"
 
 
 def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
@@ -202,25 +263,45 @@ def stored_runs(store: Any, experiment: str) -> pd.DataFrame:
     return flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
 
 
+def computed(claim: Claim, engine_checks: dict[str, Check] | None) -> Verdict:
+    """A claim judged without runs: arithmetic here, or the engine run by the harness."""
+    check = METRICS.get(claim.metric) or (engine_checks or {}).get(claim.metric)
+    if check is None:
+        reason = ("this check runs the engine itself, which only `benchfarm audit` does (not "
+                  "--stored-only or a report)" if claim.metric in ENGINE_METRICS else
+                  f"no check for metric {claim.metric}")
+        return Verdict(claim, NOT_COMPARABLE, reason=reason,
+                       evidence=provenance(claim, pd.DataFrame(), []))
+    return verdict_of(claim, check(claim, pd.DataFrame()), pd.DataFrame(), None)
+
+
 def run_audit(claims: ClaimsFile, store: Any, env: Environment,
-              runner: Runner | None = None) -> list[Verdict]:
+              runner: Runner | None = None,
+              engine_checks: dict[str, Check] | None = None) -> list[Verdict]:
     """Judge every claim of ``claims``. With a ``runner``, experiments defined in the claims file
-    are run (what is missing) before judging; without, stored runs are used as they are."""
+    are run (what is missing) before judging; without, stored runs are used as they are.
+    ``engine_checks`` (metric -> check) judge the claims that run the engine directly."""
     evidence: dict[str, pd.DataFrame] = {}
     verdicts = []
     for claim in claims.claims:
         reason = precheck(claim, env)
         if reason:
-            verdicts.append(Verdict(claim, NOT_COMPARABLE, reason=reason))
+            verdicts.append(Verdict(claim, NOT_COMPARABLE, reason=reason,
+                                    evidence=provenance(claim, pd.DataFrame(), [])))
             continue
-        name = claim.experiment
-        assert name is not None  # every measured metric names an experiment
-        if name not in evidence:
-            runs = pd.DataFrame()
-            if runner is not None and name in claims.experiments:
-                runs = load_runs_by_keys(store, runner(name, claims.experiments[name]))
-            if runs.empty:  # e.g. stored-only after the engine changed: other keys, same name
-                runs = stored_runs(store, name)
-            evidence[name] = runs
-        verdicts.append(judge(claim, evidence[name], name))
+        if claim.metric in COMPUTED_METRICS:
+            verdicts.append(computed(claim, engine_checks))
+            continue
+        for name in claim.experiments:
+            if name not in evidence:
+                runs = pd.DataFrame()
+                if runner is not None and name in claims.experiments:
+                    runs = load_runs_by_keys(store, runner(name, claims.experiments[name]))
+                if runs.empty:  # e.g. stored-only after the engine changed: other keys, same name
+                    runs = stored_runs(store, name)
+                evidence[name] = runs
+        frames = [evidence[n] for n in claim.experiments if not evidence[n].empty]
+        runs = (pd.concat(frames, ignore_index=True).drop_duplicates("run_id")
+                if frames else pd.DataFrame())
+        verdicts.append(judge(claim, runs, " + ".join(claim.experiments)))
     return verdicts
