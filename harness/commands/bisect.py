@@ -1,0 +1,58 @@
+"""`benchfarm bisect SPEC --good REV --bad REV`: the first commit where a metric got worse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.commands.flags import add_inventory, add_ray_address
+from harness.execution.cluster import ray_session
+from harness.execution.coordinator import inventory_resources
+from harness.history.bisect import bisect
+from harness.history.measure import Measurer
+from harness.spec import load_spec
+from reports.history import METRICS
+from reports.stats import NOISE_THRESHOLD
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bisect", help="find the first commit where a metric got worse (builds only what the "
+                       "search needs)")
+    parser.add_argument("spec", help="the experiment spec (TOML) to measure each revision with")
+    parser.add_argument("--good", required=True, help="a git revision where the metric is good")
+    parser.add_argument("--bad", required=True, help="a later git revision where it is worse")
+    parser.add_argument("--metric", default="decode_ms_per_token", choices=list(METRICS),
+                        help="the metric (default: %(default)s)")
+    parser.add_argument("--device", help="the device or class to measure on (default: the "
+                                         "spec's first)")
+    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
+                        help="relative change that counts as worse (default: %(default)s; "
+                             "raised to 3x the run-to-run noise)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_inventory(parser)
+    add_ray_address(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    inventory = load_inventory(args.inventory)
+    with Store.open(args.db) as store, \
+            ray_session(args.ray_address, inventory_resources(inventory)):
+        measurer = Measurer(spec, inventory, store, args.device or spec.devices[0],
+                            args.ray_address)
+        result = bisect(measurer, args.good, args.bad, args.metric, args.threshold,
+                        lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(result.document(), indent=2))
+        return 0
+    print(f"first bad commit: {result.first_bad} ({args.metric} {result.good_value:.4g} at "
+          f"good, {result.bad_value:.4g} at bad; {len(result.tested)} revisions measured)")
+    if result.possibly:
+        print("  the skipped commits leave it open: it may be any of "
+              + ", ".join(c[:12] for c in result.possibly))
+    return 0

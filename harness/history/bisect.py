@@ -1,0 +1,134 @@
+"""`benchfarm bisect`: the first commit between a good and a bad revision where a metric got
+worse beyond noise, building and running only the revisions the search needs.
+
+The candidates are the commits after ``good`` up to ``bad`` that change ``engine/`` (the others
+build the same engine). ``good`` and ``bad`` are measured first (stored runs are reused); they
+must differ beyond noise. Then a binary search: a candidate is *bad* when its ratio to
+``good`` (geometric mean over the spec's configs of the medians' ratio) is worse than
+``good`` by more than the limit of ``reports.steps.differs_beyond_noise`` (``--threshold``,
+raised to three times the run-to-run noise). A candidate that does not build is named and
+skipped, as `git bisect skip` does: the search tests a neighbour instead; should only skipped
+candidates remain, the result names every commit the first bad one may be.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import InputError, RunFailure
+from harness.history.measure import BuildFailed, Measurer
+from harness.history.revisions import engine_commits, engine_revision, is_ancestor, resolve
+from reports.history import HIGHER_IS_BETTER, METRICS
+from reports.steps import StepParams, differs_beyond_noise
+
+
+@dataclass
+class BisectResult:
+    first_bad: str
+    tested: list[str]  # the revisions measured, in the order tested
+    skipped: list[str]  # those that did not build
+    good_value: float  # the metric at good and bad (median over runs; geometric mean of configs)
+    bad_value: float
+    possibly: list[str] = field(default_factory=list)  # with skips: every commit it may be
+
+    def document(self) -> dict[str, Any]:
+        return {"first_bad": self.first_bad, "tested": self.tested, "skipped": self.skipped,
+                "possibly_first_bad": self.possibly, "good_value": self.good_value,
+                "bad_value": self.bad_value}
+
+
+@dataclass
+class Judge:
+    """Measures revisions and judges each against ``good``."""
+
+    measurer: Measurer
+    metric: str
+    params: StepParams
+    say: Callable[[str], None]
+    tested: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    reference: dict[str, list[float]] = field(default_factory=dict)
+
+    def values(self, revision: str) -> dict[str, list[float]]:
+        """config -> the metric's values at ``revision`` (measured when not stored)."""
+        if self.measurer.missing([revision]):
+            self.measurer.build(revision)  # BuildFailed names it
+            self.say(f"bisect: measuring {revision}")
+            self.measurer.run([revision])
+        else:
+            self.say(f"bisect: {revision} is stored: reused")
+        self.tested.append(revision)
+        found = {config: [r.values[self.metric] for r in runs if self.metric in r.values]
+                 for config, runs in self.measurer.results(revision).items()}
+        return {config: values for config, values in found.items() if values}
+
+    def ratio(self, values: dict[str, list[float]]) -> tuple[float, float]:
+        common = sorted(set(self.reference) & set(values))
+        if not common:
+            raise RunFailure(f"no config has {self.metric} at both revisions; is the metric "
+                             "one the spec's workloads measure?")
+        return differs_beyond_noise([self.reference[c] for c in common],
+                                    [values[c] for c in common], self.params)
+
+    def is_bad(self, values: dict[str, list[float]]) -> bool:
+        ratio, limit = self.ratio(values)
+        if self.metric in HIGHER_IS_BETTER:
+            return ratio < 1.0 / (1.0 + limit)
+        return ratio > 1.0 + limit
+
+
+def level(values: dict[str, list[float]]) -> float:
+    """One figure for a revision: the geometric mean over configs of the median over runs."""
+    medians = [statistics.median(v) for v in values.values()]
+    return math.exp(statistics.fmean(math.log(m) for m in medians))
+
+
+def bisect(measurer: Measurer, good: str, bad: str, metric: str, threshold: float,
+           say: Callable[[str], None]) -> BisectResult:
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+    good_commit, bad_commit = resolve(good), resolve(bad)
+    if not is_ancestor(good_commit, bad_commit):
+        raise InputError(f"--good {good} ({good_commit[:12]}) is not an ancestor of --bad {bad} "
+                         f"({bad_commit[:12]})")
+    candidates = engine_commits(good_commit, bad_commit)
+    if not candidates:
+        raise InputError(f"no commit after --good {good} up to --bad {bad} changes engine/: "
+                         "they build the same engine")
+    judge = Judge(measurer, metric, StepParams(threshold=threshold), say)
+    base = engine_revision(good_commit)
+    try:
+        judge.reference = judge.values(base)
+        bad_values = judge.values(candidates[-1])
+    except BuildFailed as exc:
+        raise InputError(f"{exc}; --good and --bad must build") from None
+    if not judge.is_bad(bad_values):
+        ratio, limit = judge.ratio(bad_values)
+        raise InputError(f"--good {good} and --bad {bad} do not differ beyond noise in {metric} "
+                         f"(ratio {ratio:.3g}, limit +-{100 * limit:.1f} %): nothing to bisect")
+    low, high = -1, len(candidates) - 1  # candidates[high] is bad; index -1 stands for good
+    untestable: set[int] = set()
+    while True:
+        open_ = [i for i in range(low + 1, high) if i not in untestable]
+        if not open_:
+            break
+        middle = (low + high) // 2
+        pick = min(open_, key=lambda i: (abs(i - middle), i))
+        try:
+            values = judge.values(candidates[pick])
+        except BuildFailed as exc:
+            say(f"bisect: {exc}: skipped")
+            judge.skipped.append(candidates[pick])
+            untestable.add(pick)
+            continue
+        if judge.is_bad(values):
+            high = pick
+        else:
+            low = pick
+    possibly = [candidates[i] for i in range(low + 1, high + 1)]
+    return BisectResult(candidates[high], judge.tested, judge.skipped, level(judge.reference),
+                        level(bad_values), possibly if len(possibly) > 1 else [])
