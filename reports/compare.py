@@ -30,6 +30,7 @@ from reports.tables import CSS, to_html, to_markdown, write_csv
 
 POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
 MIN_RUN_SAMPLES = 4
+DIRTY = "+dirty"  # a stored revision's suffix: the working tree, with engine changes
 STEP_FIELDS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "attn_ms"}
 COLUMNS = POINT[1:] + ["config", "device", "n_a", "n_b", "samples", "median_a", "median_b",
                        "ratio", "p_value", "change", "tokens", "flags"]
@@ -86,7 +87,10 @@ def resolve(runs: pd.DataFrame, text: str, named: str | None = None) -> Side:
             return Side(text, kind, mask)
     for target in dict.fromkeys(t for t in (named, text) if t):
         for column in ("build_revision", "build_source_hash", "build_binary_sha256"):
-            mask = runs[column].fillna("").astype(str).str.startswith(target)
+            stored = runs[column].fillna("").astype(str)
+            # a commit is not its working tree with local changes (<commit>+dirty)
+            mask = stored.str.startswith(target) & (stored.str.endswith(DIRTY)
+                                                    == target.endswith(DIRTY))
             if len(target) >= 4 and mask.any():
                 shown = text if target == text else f"{text} ({target[:12]})"
                 return Side(shown, "revision", mask)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -178,8 +178,10 @@ def device_comparison(data: ExperimentData) -> Section:
     return Section("devices", "Devices compared", text, tables=tables)
 
 
-def history_section(data: ExperimentData, revision_order: Sequence[str]) -> Section:
-    figures, steps = timeline_section_parts(data.runs, revision_order)
+def history_section(data: ExperimentData, revision_order: RevisionOrder | None) -> Section:
+    revisions = sorted(set(data.runs["build_revision"].dropna()))
+    order = revision_order(revisions) if revision_order and len(revisions) > 1 else []
+    figures, steps = timeline_section_parts(data.runs, order)
     return Section("history", "History across revisions",
                    "Each metric per engine revision in commit order (medians over runs), one "
                    "timeline per metric and device; dashed red lines mark the steps beyond noise "
@@ -189,7 +191,11 @@ def history_section(data: ExperimentData, revision_order: Sequence[str]) -> Sect
                    figures=figures)
 
 
-def build_sections(data: ExperimentData, revision_order: Sequence[str] = ()) -> list[Section]:
+RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
+
+
+def build_sections(data: ExperimentData,
+                   revision_order: RevisionOrder | None = None) -> list[Section]:
     runs = data.runs
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
@@ -314,12 +320,12 @@ def _markdown(title: str, sections: list[Section]) -> str:
 
 def render_report(store: Any, experiment: str, out_dir: str | Path,
                   extra_sections: list[Section] | None = None,
-                  revision_order: Sequence[str] = ()) -> Path:
+                  revision_order: RevisionOrder | None = None) -> Path:
     """Write the report of ``experiment`` into ``out_dir``; return the path of index.html.
 
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended;
-    ``revision_order``: the engine revisions in commit order, for the history's timelines
-    (revisions not in it follow in the order of their first run).
+    ``revision_order`` puts engine revisions in commit order (git's, which reports cannot
+    ask), for the history's timelines; without it they follow the order of their first run.
     """
     data = load_experiment(store, experiment)  # an unknown experiment fails here
     out = output_dir(out_dir)

@@ -10,6 +10,7 @@ from fixtures_reports import SyntheticExperiment, build_record
 
 from db import Store
 from reports.history import history, revision_runs, timeline_figures
+from reports.render import render_report
 from reports.steps import StepParams, detect_steps, differs_beyond_noise
 
 
@@ -73,7 +74,7 @@ def test_differs_beyond_noise_takes_the_runs_noise() -> None:
 def test_history_from_stored_revisions_names_the_commit_of_the_step(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/history.db")
     exp = SyntheticExperiment(store)
-    revisions = [f"{i:040x}" for i in range(1, 6)]
+    revisions = [str(i) * 40 for i in range(1, 6)]
     for i, revision in enumerate(revisions):
         exp.add_build(revision, build_record(source_hash=f"{i:064x}", revision=revision,
                                              binary_sha256=f"{i + 10:064x}"))
@@ -100,4 +101,15 @@ def test_history_from_stored_revisions_names_the_commit_of_the_step(tmp_path: Pa
     assert not backwards.steps[0].regression
     svg = timeline_figures(result)[0][1]
     assert svg.count('class="mark"') == 1 and svg.count('class="series"') == 2
+
+    # the report: a timeline per metric and device, the steps' table, no cell pools revisions
+    index = render_report(store, "synthetic", tmp_path / "report",
+                          revision_order=lambda revs: list(revisions))
+    html = index.read_text()
+    assert "History across revisions" in html and html.count('class="mark"') >= 1
+    steps = (tmp_path / "report" / "history_steps.csv").read_text().splitlines()
+    assert len(steps) == 2 and steps[1].startswith(revisions[3])  # header + the one step
+    timings = [line for line in (tmp_path / "report" / "timings.csv").read_text().splitlines()
+               if ",exact t=2 rev=" in line]
+    assert len(timings) == 5 and all(",3,0," in line for line in timings)  # 3 runs a cell
     store.close()

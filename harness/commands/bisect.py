@@ -9,9 +9,7 @@ import sys
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.commands.flags import add_inventory, add_ray_address
-from harness.execution.cluster import ray_session
-from harness.execution.coordinator import inventory_resources
-from harness.history.bisect import bisect
+from harness.history.bisect import bisect, bisect_range
 from harness.history.measure import Measurer
 from harness.spec import load_spec
 from reports.history import METRICS
@@ -41,11 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
+    span = bisect_range(args.good, args.bad)  # before anything is built
     with Store.open(args.db) as store, \
-            ray_session(args.ray_address, inventory_resources(inventory)):
-        measurer = Measurer(spec, inventory, store, args.device or spec.devices[0],
-                            args.ray_address)
-        result = bisect(measurer, args.good, args.bad, args.metric, args.threshold,
+            Measurer(spec, inventory, store, args.device or spec.devices[0],
+                     args.ray_address) as measurer:
+        result = bisect(measurer, span, args.metric, args.threshold,
                         lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(result.document(), indent=2))

@@ -8,8 +8,6 @@ import sys
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.commands.flags import add_inventory, add_ray_address
-from harness.execution.cluster import ray_session
-from harness.execution.coordinator import inventory_resources
 from harness.history.measure import Measurer
 from harness.history.track import track
 from harness.spec import load_spec
@@ -35,9 +33,8 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
     with Store.open(args.db) as store, \
-            ray_session(args.ray_address, inventory_resources(inventory)):
-        measurer = Measurer(spec, inventory, store, args.device or spec.devices[0],
-                            args.ray_address)
+            Measurer(spec, inventory, store, args.device or spec.devices[0],
+                     args.ray_address) as measurer:
         result = track(measurer, args.since, args.metric,
                        lambda line: print(line, file=sys.stderr, flush=True))
     print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "

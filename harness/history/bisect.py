@@ -87,10 +87,17 @@ def level(values: dict[str, list[float]]) -> float:
     return math.exp(statistics.fmean(math.log(m) for m in medians))
 
 
-def bisect(measurer: Measurer, good: str, bad: str, metric: str, threshold: float,
-           say: Callable[[str], None]) -> BisectResult:
-    if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+@dataclass(frozen=True)
+class Range:
+    good: str  # as the user named them
+    bad: str
+    base: str  # good's engine: the last commit at or before good that changed engine/
+    candidates: list[str]  # the commits after good up to bad that change engine/, oldest first
+
+
+def bisect_range(good: str, bad: str) -> Range:
+    """The commits to search, or InputError when good is not an ancestor of bad or no commit
+    between them changes the engine (checked before anything is built)."""
     good_commit, bad_commit = resolve(good), resolve(bad)
     if not is_ancestor(good_commit, bad_commit):
         raise InputError(f"--good {good} ({good_commit[:12]}) is not an ancestor of --bad {bad} "
@@ -99,10 +106,17 @@ def bisect(measurer: Measurer, good: str, bad: str, metric: str, threshold: floa
     if not candidates:
         raise InputError(f"no commit after --good {good} up to --bad {bad} changes engine/: "
                          "they build the same engine")
+    return Range(good, bad, engine_revision(good_commit), candidates)
+
+
+def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
+           say: Callable[[str], None]) -> BisectResult:
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+    good, bad, candidates = span.good, span.bad, span.candidates
     judge = Judge(measurer, metric, StepParams(threshold=threshold), say)
-    base = engine_revision(good_commit)
     try:
-        judge.reference = judge.values(base)
+        judge.reference = judge.values(span.base)
         bad_values = judge.values(candidates[-1])
     except BuildFailed as exc:
         raise InputError(f"{exc}; --good and --bad must build") from None

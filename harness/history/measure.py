@@ -9,6 +9,7 @@ such (and can be skipped) instead of failing the whole matrix.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TextIO
@@ -17,7 +18,8 @@ from db.store import Store
 from devices.inventory import Inventory
 from harness.engines.lmc.build import build_engine
 from harness.errors import RunFailure
-from harness.execution.coordinator import RunRequest, run_experiment
+from harness.execution.cluster import ray_session
+from harness.execution.coordinator import RunRequest, inventory_resources, run_experiment
 from harness.plan.matrix import Placement, resolve_placements
 from harness.plan.planner import identities, make_plan
 from harness.spec import Spec
@@ -30,7 +32,8 @@ class BuildFailed(RunFailure):
 
 @dataclass
 class Measurer:
-    """Measures ``spec`` on one device (or class) at the revisions asked for."""
+    """Measures ``spec`` on one device (or class) at the revisions asked for. Ray starts at
+    the first run and stops when the measurer is closed (``with Measurer(...) as m``)."""
 
     spec: Spec
     inventory: Inventory
@@ -39,10 +42,18 @@ class Measurer:
     ray_address: str | None = None
     stream: TextIO | None = None
     placement: Placement = field(init=False)
+    _ray: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
+    _ray_up: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.placement = resolve_placements(self.spec, list(self.inventory.devices.values()),
                                             [self.selector])[0]
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._ray.close()
 
     def source_hash(self, revision: str) -> str:
         return self._plan([revision]).builds[(revision, self.placement.arch)].source_hash
@@ -59,17 +70,22 @@ class Measurer:
         try:
             build_engine(target=self.placement.arch, rev=revision)
         except RunFailure as exc:
-            first = str(exc).splitlines()[0]
+            first = str(exc).splitlines()[0].rstrip(":")
             raise BuildFailed(f"revision {revision} does not build: {first}") from exc
 
     def run(self, revisions: Sequence[str]) -> None:
         """Run the spec at ``revisions`` (built before, see ``build``): what is stored is
         skipped by the coordinator itself."""
-        if revisions:
-            run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
-                                      self.inventory, [self.selector],
-                                      ray_address=self.ray_address, stream=self.stream),
-                           self.store)
+        if not revisions:
+            return
+        if not self._ray_up:
+            self._ray.enter_context(ray_session(self.ray_address,
+                                                inventory_resources(self.inventory)))
+            self._ray_up = True
+        run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
+                                  self.inventory, [self.selector],
+                                  ray_address=self.ray_address, stream=self.stream),
+                       self.store)
 
     def results(self, revision: str) -> dict[str, list[RevisionRun]]:
         """config -> every ok run of the experiment with the revision's engine sources on the
