@@ -8,11 +8,10 @@ import sys
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.commands.flags import add_inventory, add_ray_address
+from harness.commands.flags import add_measuring
 from harness.history.bisect import bisect, bisect_range
 from harness.history.measure import Measurer
 from harness.spec import load_spec
-from reports.history import METRICS
 from reports.stats import NOISE_THRESHOLD
 
 
@@ -23,16 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", help="the experiment spec (TOML) to measure each revision with")
     parser.add_argument("--good", required=True, help="a git revision where the metric is good")
     parser.add_argument("--bad", required=True, help="a later git revision where it is worse")
-    parser.add_argument("--metric", default="decode_ms_per_token", choices=list(METRICS),
-                        help="the metric (default: %(default)s)")
-    parser.add_argument("--device", help="the device or class to measure on (default: the "
-                                         "spec's first)")
+    add_measuring(parser, "the metric")
     parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
                         help="relative change that counts as worse (default: %(default)s; "
                              "raised to 3x the run-to-run noise)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_inventory(parser)
-    add_ray_address(parser)
     parser.set_defaults(func=run)
 
 

@@ -7,11 +7,10 @@ import sys
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.commands.flags import add_inventory, add_ray_address
+from harness.commands.flags import add_measuring
 from harness.history.measure import Measurer
 from harness.history.track import track
 from harness.spec import load_spec
-from reports.history import METRICS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,11 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--since", required=True,
                         help="the first revision to track (later runs pick up after the last "
                              "tracked commit)")
-    parser.add_argument("--metric", default="decode_ms_per_token", choices=list(METRICS),
-                        help="the metric whose regressions are reported (default: %(default)s)")
-    parser.add_argument("--device", help="the device or class (default: the spec's first)")
-    add_inventory(parser)
-    add_ray_address(parser)
+    add_measuring(parser, "the metric whose regressions are reported")
     parser.set_defaults(func=run)
 
 
