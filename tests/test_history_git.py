@@ -79,14 +79,24 @@ def cli(scratch: dict, db: str, *args: str) -> subprocess.CompletedProcess:
             "BENCHFARM_BUILD_DIR": str(scratch["root"] / "build"),
             "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run([sys.executable, "-m", "harness.cli", "--db",
-                           f"sqlite:///{scratch['root'] / db}", *args], cwd=scratch["repo"],
-                          env=env, capture_output=True, text=True, timeout=1200)
+                           f"sqlite:///{scratch['root'] / db}", *args],
+                          # not in the clone: `python -m` would import the clone's harness
+                          cwd=scratch["root"], env=env, capture_output=True, text=True,
+                          timeout=1200)
+
+
+# The slow commit makes decoding about 15-20x slower; this shared 2-core machine's load moves
+# the timings by up to 2-3x from one revision to the next, which are real steps of the data.
+# Steps under 4x are therefore noise here (--threshold 3), as a developer on a busy board
+# would set it.
+THRESHOLD = ["--threshold", "3"]
 
 
 def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     good, commits = scratch["good"], scratch["commits"]
     slow = commits[1]
-    tracked = cli(scratch, "track.db", "track", str(scratch["spec"]), "--since", good)
+    tracked = cli(scratch, "track.db", "track", str(scratch["spec"]), "--since", good,
+                  *THRESHOLD)
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # the regression is one line naming the commit, metric, device and ratio; the broken
     # commit is named and left out
@@ -94,32 +104,37 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     assert len(lines) == 1 and f"commit {slow[:12]} decode_ms_per_token on local:" in lines[0]
     assert f"revision {scratch['broken']} does not build" in tracked.stderr
 
-    shown = cli(scratch, "track.db", "history", "hist", "--json")
+    shown = cli(scratch, "track.db", "history", "hist", "--json", *THRESHOLD)
     assert shown.returncode == 0, shown.stderr[-3000:]
     document = json.loads(shown.stdout)
     (series,) = document["series"]
     assert [p["revision"] for p in series["points"]] == [good, *commits]
     assert all(p["n"] == 3 for p in series["points"])
     assert [s["revision"] for s in document["steps"]] == [slow]  # that commit and no other
-    assert document["steps"][0]["ratio"] > 2.0 and document["steps"][0]["device"] == "local"
+    assert document["steps"][0]["ratio"] > 4.0 and document["steps"][0]["device"] == "local"
 
     # a fresh store: bisect measures only what the search needs
     found = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", good,
-                "--bad", commits[-1], "--json")
+                "--bad", commits[-1], "--json", *THRESHOLD)
     assert found.returncode == 0, found.stderr[-3000:]
     result = json.loads(found.stdout)
     assert result["first_bad"] == slow
     n = len(commits) + 1  # the revisions from good to bad
     assert len(result["tested"]) <= math.ceil(math.log2(n)) + 1
-    assert result["bad_value"] > 2.0 * result["good_value"]
+    assert result["bad_value"] > 4.0 * result["good_value"]
     stored = cli(scratch, "bisect.db", "history", "hist", "--json")
     assert {p["revision"] for p in json.loads(stored.stdout)["series"][0]["points"]} == \
         set(result["tested"])  # the store holds runs of the revisions it tested, no others
 
-    # refusals: good after bad; good and bad on the same level (stored: nothing runs)
+    # refusals: good after bad; a bad that does not build; good and bad on the same level
+    # (stored: nothing runs)
     backwards = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good",
                     commits[-1], "--bad", good)
     assert backwards.returncode == 2 and "is not an ancestor of --bad" in backwards.stderr
+    broken = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", good,
+                 "--bad", scratch["broken"])
+    assert broken.returncode == 2 and f"revision {scratch['broken']} does not build" in \
+        broken.stderr
     level = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", slow,
-                "--bad", commits[-1])
+                "--bad", commits[-1], *THRESHOLD)
     assert level.returncode == 2 and "do not differ beyond noise" in level.stderr

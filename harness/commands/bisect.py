@@ -8,11 +8,10 @@ import sys
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.commands.flags import add_measuring
+from harness.commands.flags import add_measuring, add_threshold
 from harness.history.bisect import bisect, bisect_range
 from harness.history.measure import Measurer
 from harness.spec import load_spec
-from reports.stats import NOISE_THRESHOLD
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,9 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--good", required=True, help="a git revision where the metric is good")
     parser.add_argument("--bad", required=True, help="a later git revision where it is worse")
     add_measuring(parser, "the metric")
-    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
-                        help="relative change that counts as worse (default: %(default)s; "
-                             "raised to 3x the run-to-run noise)")
+    add_threshold(parser, "relative change that counts as worse")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 

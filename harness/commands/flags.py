@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from reports.history import METRICS
+from reports.stats import NOISE_THRESHOLD
 
 
 def device_list(text: str) -> list[str]:
@@ -67,3 +68,10 @@ def add_measuring(parser: argparse.ArgumentParser, metric_help: str) -> None:
                                          "spec's first)")
     add_inventory(parser)
     add_ray_address(parser)
+
+
+def add_threshold(parser: argparse.ArgumentParser, what: str) -> None:
+    """history, bisect, track: the relative change below which a difference is noise."""
+    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
+                        help=f"{what} (default: %(default)s; a change must also exceed 3x the "
+                             "noise, see reports/steps.py)")

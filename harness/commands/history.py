@@ -9,11 +9,11 @@ from html import escape
 from pathlib import Path
 
 from db.store import Store
+from harness.commands.flags import add_threshold
 from harness.errors import InputError
 from harness.history.revisions import commit_order
 from reports.history import METRICS, History, history, revision_runs, timeline_figures
 from reports.outdir import output_dir
-from reports.stats import NOISE_THRESHOLD
 from reports.steps import StepParams
 from reports.tables import CSS
 
@@ -28,9 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", action="append",
                         help="only this config, as the table names it, e.g. 'decode ctx=128 "
                              "exact t=1' (repeatable)")
-    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
-                        help="smallest relative step reported (default: %(default)s); steps "
-                             "must also exceed 3x the noise (docs: reports/steps.py)")
+    add_threshold(parser, "smallest relative step reported")
     parser.add_argument("--out", help="also write history.json and history.html (timelines)")
     parser.add_argument("--json", action="store_true",
                         help='print {"series": [...], "steps": [...]} as JSON')

@@ -7,7 +7,7 @@ import sys
 
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.commands.flags import add_measuring
+from harness.commands.flags import add_measuring, add_threshold
 from harness.history.measure import Measurer
 from harness.history.track import track
 from harness.spec import load_spec
@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the first revision to track (later runs pick up after the last "
                              "tracked commit)")
     add_measuring(parser, "the metric whose regressions are reported")
+    add_threshold(parser, "smallest relative step reported")
     parser.set_defaults(func=run)
 
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store, \
             Measurer(spec, inventory, store, args.device or spec.devices[0],
                      args.ray_address) as measurer:
-        result = track(measurer, args.since, args.metric,
+        result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True))
     print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "
           f"{len(result.regressions)} regression(s); `benchfarm history {spec.name}` shows them")

@@ -123,7 +123,8 @@ def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
     if not judge.is_bad(bad_values):
         ratio, limit = judge.ratio(bad_values)
         raise InputError(f"--good {good} and --bad {bad} do not differ beyond noise in {metric} "
-                         f"(ratio {ratio:.3g}, limit +-{100 * limit:.1f} %): nothing to bisect")
+                         f"(bad/good {ratio:.3g}, worse only beyond {100 * limit:.1f} %): "
+                         "nothing to bisect")
     low, high = -1, len(candidates) - 1  # candidates[high] is bad; index -1 stands for good
     untestable: set[int] = set()
     while True:

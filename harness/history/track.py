@@ -19,6 +19,7 @@ from harness.errors import InputError
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import commit_order, engine_commits, engine_revision, resolve
 from reports.history import History, HistoryStep, history
+from reports.steps import StepParams
 
 
 def notify_regression(step: HistoryStep) -> None:
@@ -42,8 +43,10 @@ def revisions_since(since: str) -> list[str]:
     return [engine_revision(base), *engine_commits(base, "HEAD")]
 
 
-def track(measurer: Measurer, since: str, metric: str, say: Callable[[str], None],
+def track(measurer: Measurer, since: str, metric: str, threshold: float,
+          say: Callable[[str], None],
           notify: Callable[[HistoryStep], None] = notify_regression) -> TrackResult:
+    """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
     revisions = revisions_since(since)
     stored = {r.revision for r in measurer.stored()}
     last = max((i for i, rev in enumerate(revisions) if rev in stored), default=-1)
@@ -65,7 +68,8 @@ def track(measurer: Measurer, since: str, metric: str, say: Callable[[str], None
     if not runs:
         raise InputError(f"experiment {measurer.spec.name!r} holds no ok runs to show")
     hist = history(runs, commit_order(r.revision for r in runs), metric,
-                   devices=list(measurer.placement.devices))
+                   devices=list(measurer.placement.devices),
+                   params=StepParams(threshold=threshold))
     result = TrackResult(new, skipped, hist)
     for step in hist.steps:
         if step.regression and step.revision in new:
