@@ -1,14 +1,17 @@
 """The step detector (reports/steps.py) on synthetic series with known steps and on pure noise,
-and the history built from stored runs of several revisions (synthetic rows, the real store)."""
+the history built from stored runs of several revisions (synthetic rows, the real store) and
+the bisection's search (harness.history.bisect.search)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 from fixtures_reports import SyntheticExperiment, build_record
 
 from db import Store
+from harness.history.bisect import search
 from reports.history import history, revision_runs, timeline_figures
 from reports.render import render_report
 from reports.steps import StepParams, detect_steps, differs_beyond_noise
@@ -113,3 +116,28 @@ def test_history_from_stored_revisions_names_the_commit_of_the_step(tmp_path: Pa
                if ",exact t=2 rev=" in line]
     assert len(timings) == 5 and all(",3,0," in line for line in timings)  # 3 runs a cell
     store.close()
+
+
+def test_bisect_search_halves_and_steps_around_what_does_not_build() -> None:
+    """harness.history.bisect.search: the first bad of 9 candidates (the last one bad) in at
+    most ceil(log2 9) tests; an untestable candidate is skipped like `git bisect skip`."""
+    for first in range(9):
+        asked: list[int] = []
+
+        def bad_from(i: int, first: int = first, asked: list[int] = asked) -> bool:
+            asked.append(i)
+            return i >= first
+
+        assert search(9, bad_from) == (first, [first])
+        assert len(asked) <= math.ceil(math.log2(9)) and len(set(asked)) == len(asked)
+
+    asked = []
+
+    def broken_at_3(i: int) -> bool | None:
+        asked.append(i)
+        return None if i == 3 else i >= 5
+
+    assert search(9, broken_at_3) == (5, [5])
+    assert 3 in asked and asked.count(3) == 1
+    # only untestable commits between the last good and the first bad: it may be any of them
+    assert search(9, lambda i: None if i in (3, 4) else i >= 4) == (5, [3, 4, 5])

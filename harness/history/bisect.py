@@ -125,25 +125,37 @@ def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
         raise InputError(f"--good {good} and --bad {bad} do not differ beyond noise in {metric} "
                          f"(bad/good {ratio:.3g}, worse only beyond {100 * limit:.1f} %): "
                          "nothing to bisect")
-    low, high = -1, len(candidates) - 1  # candidates[high] is bad; index -1 stands for good
-    untestable: set[int] = set()
-    while True:
-        open_ = [i for i in range(low + 1, high) if i not in untestable]
-        if not open_:
-            break
-        middle = (low + high) // 2
-        pick = min(open_, key=lambda i: (abs(i - middle), i))
+
+    def test(index: int) -> bool | None:
         try:
-            values = judge.values(candidates[pick])
+            return judge.is_bad(judge.values(candidates[index]))
         except BuildFailed as exc:
             say(f"bisect: {exc}: skipped")
-            judge.skipped.append(candidates[pick])
+            judge.skipped.append(candidates[index])
+            return None
+
+    high, open_range = search(len(candidates), test)
+    possibly = [candidates[i] for i in open_range]
+    return BisectResult(candidates[high], judge.tested, judge.skipped, level(judge.reference),
+                        level(bad_values), possibly if len(possibly) > 1 else [])
+
+
+def search(count: int, is_bad: Callable[[int], bool | None]) -> tuple[int, list[int]]:
+    """Binary search for the first bad of ``count`` candidates, the last of which is bad and
+    whose predecessor (index -1) is good; ``is_bad(i)`` is None when candidate ``i`` cannot be
+    tested (it does not build): a neighbour nearest the middle is tested instead. Returns the
+    first bad index known and every index it may be (more than one when only untestable
+    candidates separate the last good from it)."""
+    low, high = -1, count - 1
+    untestable: set[int] = set()
+    while open_ := [i for i in range(low + 1, high) if i not in untestable]:
+        middle = (low + high) // 2
+        pick = min(open_, key=lambda i: (abs(i - middle), i))
+        verdict = is_bad(pick)
+        if verdict is None:
             untestable.add(pick)
-            continue
-        if judge.is_bad(values):
+        elif verdict:
             high = pick
         else:
             low = pick
-    possibly = [candidates[i] for i in range(low + 1, high + 1)]
-    return BisectResult(candidates[high], judge.tested, judge.skipped, level(judge.reference),
-                        level(bad_values), possibly if len(possibly) > 1 else [])
+    return high, list(range(low + 1, high + 1))
