@@ -23,13 +23,14 @@ from reports.cells import merge_flags, plain_key
 from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
 from reports.outdir import output_dir
-from reports.runs import first_divergence, flatten_runs
+from reports.runs import first_divergence, flatten_runs, without_revision
 from reports.runs import generated_tokens as tokens
 from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
 from reports.tables import CSS, to_html, to_markdown, write_csv
 
 POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
 MIN_RUN_SAMPLES = 4
+DIRTY = "+dirty"  # a stored revision's suffix: the working tree, with engine changes
 STEP_FIELDS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "attn_ms"}
 COLUMNS = POINT[1:] + ["config", "device", "n_a", "n_b", "samples", "median_a", "median_b",
                        "ratio", "p_value", "change", "tokens", "flags"]
@@ -75,17 +76,24 @@ def load_runs(store: Any, experiments: list[str] | None) -> pd.DataFrame:
     return runs
 
 
-def resolve(runs: pd.DataFrame, text: str) -> Side:
+def resolve(runs: pd.DataFrame, text: str, named: str | None = None) -> Side:
     """A device name, a device class, an engine (lmc, llama-bench), or an engine revision /
-    source hash / binary sha256."""
+    source hash / binary sha256 (or their prefix). ``named``: what ``text`` names as a
+    revision when it is none of the others (a git name resolved to its commit, ``worktree``
+    to the working tree's source hash)."""
     for kind, column in (("device", "device"), ("class", "device_class"), ("engine", "engine")):
         mask = runs[column] == text
         if mask.any():
             return Side(text, kind, mask)
-    for column in ("build_revision", "build_source_hash", "build_binary_sha256"):
-        mask = runs[column].fillna("").astype(str).str.startswith(text)
-        if len(text) >= 4 and mask.any():
-            return Side(text, "revision", mask)
+    for target in dict.fromkeys(t for t in (named, text) if t):
+        for column in ("build_revision", "build_source_hash", "build_binary_sha256"):
+            stored = runs[column].fillna("").astype(str)
+            # a commit is not its working tree with local changes (<commit>+dirty)
+            mask = stored.str.startswith(target) & (stored.str.endswith(DIRTY)
+                                                    == target.endswith(DIRTY))
+            if len(target) >= 4 and mask.any():
+                shown = text if target == text else f"{text} ({target[:12]})"
+                return Side(shown, "revision", mask)
     known = (sorted(set(runs["device"])) + sorted(set(runs["device_class"]))
              + sorted(set(runs["engine"])))
     raise ReportInputError(
@@ -95,8 +103,10 @@ def resolve(runs: pd.DataFrame, text: str) -> Side:
 
 
 def _base_config(config: str) -> str:
-    """The config label without the thread count (boards of two classes differ in threads)."""
-    return " ".join(part for part in str(config).split() if not part.startswith("t="))
+    """The config label without the thread count (boards of two classes differ in threads) and
+    without the revision (one experiment may hold several)."""
+    return " ".join(part for part in without_revision(config).split()
+                    if not part.startswith("t="))
 
 
 def _samples(cell: pd.DataFrame, metric: str, steps: pd.DataFrame) -> tuple[list[float], str]:
@@ -166,41 +176,46 @@ def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def aa_table(runs: pd.DataFrame, metric: str, steps: pd.DataFrame,
              threshold: float) -> pd.DataFrame:
     """Even against odd repeats of every config: what 'no change' looks like."""
-    rows = []
-    for key, cell in runs.groupby(POINT + ["base_config", "device"], dropna=False, sort=True):
+    rows, keys = [], POINT + ["base_config", "device", "revision"]
+    for key, cell in runs.groupby(keys, dropna=False, sort=True):
         even, odd = cell[cell["repeat"] % 2 == 0], cell[cell["repeat"] % 2 == 1]
         if even.empty or odd.empty:
             continue
-        rows.append(_row(dict(zip(POINT + ["base_config", "device"], key, strict=True)),
+        rows.append(_row(dict(zip(keys, key, strict=True)),
                          even, odd, metric, steps, threshold))
     return _table(rows)
 
 
 def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             metric: str = "decode_ms_per_token",
-            threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact") -> Comparison:
+            threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
+            named: dict[str, str] | None = None) -> Comparison:
     runs = load_runs(store, experiments)
-    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold, lmc_policy)
+    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold, lmc_policy, named)
 
 
 def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
                  metric: str = "decode_ms_per_token",
-                 threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact") -> Comparison:
+                 threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
+                 named: dict[str, str] | None = None) -> Comparison:
     """``compare`` on flattened runs (``reports.runs.flatten_runs``) and their steps.
 
     ``lmc_policy``: across engines, the lmc attention policy set against the other engine
-    (exact by default: what another engine computes)."""
+    (exact by default: what another engine computes). ``named``: A or B -> the revision it
+    names (see ``resolve``)."""
     if metric not in runs.columns:
         raise ReportInputError(f"unknown timing {metric!r}; allowed: decode_ms_per_token, "
                                "attn_ms_per_token, prefill_ms, attn_median_ms, engine_ms")
     runs = runs[runs["status"] == "ok"].copy()
     runs["base_config"] = runs["config"].map(_base_config)
-    side_a, side_b = resolve(runs, a), resolve(runs, b)
+    named = named or {}
+    side_a, side_b = resolve(runs, a, named.get(a)), resolve(runs, b, named.get(b))
     if side_a.kind != side_b.kind:
         raise ReportInputError(f"{a!r} is a {side_a.kind} but {b!r} is a {side_b.kind}; compare "
                                "devices with devices, classes with classes, revisions with "
                                "revisions")
-    keys = POINT + ["base_config"] + (["device"] if side_a.kind == "revision" else [])
+    # across devices or classes, the same engine revision on both sides: revisions never pool
+    keys = POINT + ["base_config"] + (["device"] if side_a.kind == "revision" else ["revision"])
     if side_a.kind == "engine":
         runs, keys = _engine_neutral(runs, lmc_policy), POINT[1:] + ["base_config", "device"]
     runs_a = runs[side_a.mask.reindex(runs.index)]

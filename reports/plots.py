@@ -96,6 +96,15 @@ class Axes:
     y_min: float | None = None
     y_max: float | None = None
     x_ticks: list[float] = field(default_factory=list)
+    x_tick_labels: list[str] = field(default_factory=list)  # one per x tick (default: values)
+
+
+@dataclass
+class Mark:
+    """A vertical line across the plot at ``x`` (a detected step), labelled at its top."""
+
+    x: float
+    label: str
 
 
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -116,8 +125,10 @@ def _tick_label(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e5 else f"{value:.0e}"
 
 
-def line_chart(title: str, series: Sequence[Series], axes: Axes) -> str:
-    """Lines with markers; an x axis on a log2 scale when ``axes.log_x`` (k, context length)."""
+def line_chart(title: str, series: Sequence[Series], axes: Axes,
+               marks: Sequence[Mark] = ()) -> str:
+    """Lines with markers; an x axis on a log2 scale when ``axes.log_x`` (k, context length);
+    ``marks`` draw dashed red vertical lines (steps of a timeline)."""
     width, height = 420.0, 260.0
     left, right, top, bottom = 56.0, 130.0, 28.0, 40.0
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -152,8 +163,14 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes) -> str:
                     'stroke="#eee"/>')
         body.append(_text(left - 4, y + 4, _tick_label(tick), anchor="end"))
     x_ticks = axes.x_ticks or sorted(set(xs))
-    for tick in x_ticks:
-        body.append(_text(px(tick), top + plot_h + 14, _tick_label(tick)))
+    labels = axes.x_tick_labels or [_tick_label(tick) for tick in x_ticks]
+    for tick, label in zip(x_ticks, labels, strict=True):
+        body.append(_text(px(tick), top + plot_h + 14, label))
+    for mark in marks:
+        x = px(mark.x)
+        body.append(f'<line class="mark" x1="{_n(x)}" y1="{_n(top)}" x2="{_n(x)}" '
+                    f'y2="{_n(top + plot_h)}" stroke="#d62728" stroke-dasharray="4,3"/>')
+        body.append(_text(x, top + 10, mark.label, extra=' fill="#d62728"'))
     body.append(_text(left + plot_w / 2, height - 6, axes.x_label))
     mid = top + plot_h / 2
     body.append(_text(12, mid, axes.y_label, extra=f' transform="rotate(-90 12 {_n(mid)})"'))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -19,6 +20,7 @@ import pandas as pd
 from reports import aggregate, eviction, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
+from reports.history import timeline_section_parts
 from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
@@ -176,7 +178,24 @@ def device_comparison(data: ExperimentData) -> Section:
     return Section("devices", "Devices compared", text, tables=tables)
 
 
-def build_sections(data: ExperimentData) -> list[Section]:
+def history_section(data: ExperimentData, revision_order: RevisionOrder | None) -> Section:
+    revisions = sorted(set(data.runs["build_revision"].dropna()))
+    order = revision_order(revisions) if revision_order and len(revisions) > 1 else []
+    figures, steps = timeline_section_parts(data.runs, order)
+    return Section("history", "History across revisions",
+                   "Each metric per engine revision in commit order (medians over runs), one "
+                   "timeline per metric and device; dashed red lines mark the steps beyond noise "
+                   "found by reports/steps.py (a penalised piecewise-constant fit with AR(1) "
+                   "noise), named in the table. Every other table keeps revisions apart "
+                   "(rev= in the config).", tables=[Table("history_steps", steps)],
+                   figures=figures)
+
+
+RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
+
+
+def build_sections(data: ExperimentData,
+                   revision_order: RevisionOrder | None = None) -> list[Section]:
     runs = data.runs
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
@@ -230,6 +249,7 @@ def build_sections(data: ExperimentData) -> list[Section]:
                 "when the half with the lowest scores is evicted. Medians over the texts.",
                 tables=[Table("key_ranking", eviction.key_rank_table(runs))]),
         device_comparison(data),
+        history_section(data, revision_order),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "
@@ -306,14 +326,17 @@ def _markdown(title: str, sections: list[Section]) -> str:
 
 
 def render_report(store: Any, experiment: str, out_dir: str | Path,
-                  extra_sections: list[Section] | None = None) -> Path:
+                  extra_sections: list[Section] | None = None,
+                  revision_order: RevisionOrder | None = None) -> Path:
     """Write the report of ``experiment`` into ``out_dir``; return the path of index.html.
 
-    ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended.
+    ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended;
+    ``revision_order`` puts engine revisions in commit order (git's, which reports cannot
+    ask), for the history's timelines; without it they follow the order of their first run.
     """
     data = load_experiment(store, experiment)  # an unknown experiment fails here
     out = output_dir(out_dir)
-    sections = build_sections(data) + list(extra_sections or [])
+    sections = build_sections(data, revision_order) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"
     files: dict[str, Path] = {}

@@ -102,6 +102,21 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+REVISION_PART = "rev="  # the part of a config label naming the engine revision
+
+
+def revision_label(revision: str) -> str:
+    """An engine revision as labels show it: the commit's first 12 characters (``+dirty``
+    kept: the working tree with local changes)."""
+    commit, dirty, _ = str(revision).partition("+")
+    return commit[:12] + ("+dirty" if dirty else "")
+
+
+def without_revision(label: str) -> str:
+    """A config label without its revision part: the same engine config at every revision."""
+    return " ".join(part for part in str(label).split() if not part.startswith(REVISION_PART))
+
+
 def _text_label(params: dict[str, Any]) -> str:
     """A workload's own filler or needle (spec settings), so that its runs form cells apart."""
     parts = [f"filler={Path(params['filler']).name}"] if params.get("filler") else []
@@ -150,6 +165,13 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
     _engine_columns(table)
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
+    table["revision"] = table["build_revision"]
+    if table["revision"].dropna().nunique() > 1:  # never one cell over several revisions
+        table["config"] = [f"{label} {REVISION_PART}{revision_label(rev)}" if rev else label
+                           for label, rev in zip(table["config"],
+                                                 table["revision"].where(
+                                                     table["revision"].notna(), None),
+                                                 strict=True)]
     by_run = snapshots_by_run(snapshots)
     table["flags"] = _run_flags(table, by_run)
     table["cpu"] = [run_cpu(by_run.get(int(run_id), {})) for run_id in table["run_id"]]

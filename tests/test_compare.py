@@ -8,6 +8,9 @@ import pytest
 from fixtures_reports import SyntheticExperiment, build_record, healthy_fingerprint
 
 from db import Store
+from harness import ENGINE_DIR
+from harness.commands.compare import revision_names
+from harness.engines.lmc.build import git_output, source_hash
 from reports.aggregate import devices_table, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError
@@ -158,8 +161,9 @@ def test_figures_from_different_cpu_models_are_flagged(tmp_path: Path) -> None:
 
     runs = load_experiment(store, "synthetic").runs
     timings = timing_table(runs).set_index("config")["flags"]
-    assert "mixed CPU models" in timings["exact t=2"]
-    assert "mixed CPU models" in timings["sparse k=4 t=2"]
+    # revisions are cells of their own: exact ran on one CPU per revision, sparse at rev-a on two
+    assert "mixed CPU models" not in timings["exact t=2 rev=rev-a"]
+    assert "mixed CPU models" in timings["sparse k=4 t=2 rev=rev-a"]
     device = devices_table(runs, load_experiment(store, "synthetic").snapshots).iloc[0]
     assert "mixed CPU models" in device["flags"] and "AMD EPYC" in device["cpu"]
     store.close()
@@ -187,4 +191,26 @@ def test_a_run_in_two_experiments_counts_once(tmp_path: Path) -> None:
     assert len(store.frames("second")["runs"]) == 8
     result = compare(store, "local", "local")  # A/A over both experiments
     assert result.table[["n_a", "n_b", "samples"]].values.tolist() == [[4, 4, "runs"]]
+    store.close()
+
+
+def test_revisions_by_git_name_and_worktree(tmp_path: Path) -> None:
+    """`compare HEAD~2 worktree`: git names resolve to commits, worktree to the working tree's
+    engine sources; the sides say what they named."""
+    head = git_output("rev-parse", "HEAD")
+    worktree = source_hash(ENGINE_DIR)
+    store = Store.open(f"sqlite:///{tmp_path}/named.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("head", build_record(source_hash="b" * 64, revision=head,
+                                       binary_sha256="d" * 64))
+    exp.add_build("tree", build_record(source_hash=worktree, revision=head + "+dirty",
+                                       binary_sha256="f" * 64))
+    for repeat in range(4):
+        exp.run(policy="exact", repeat=repeat, decode_ms=10.0, build="head")
+        exp.run(policy="exact", repeat=repeat, decode_ms=20.0, build="tree")
+    named = revision_names("HEAD", "worktree", "local")
+    assert named == {"HEAD": head, "worktree": worktree}  # `local` names no revision
+    result = compare(store, "HEAD", "worktree", named=named)
+    assert (result.a.kind, result.a.text) == ("revision", f"HEAD ({head[:12]})")
+    assert result.table["ratio"].tolist() == [2.0] and result.table["change"].tolist() == ["slower"]
     store.close()

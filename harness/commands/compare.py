@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from db.store import Store
+from harness import ENGINE_DIR
+from harness.engines.lmc.build import WORKTREE, source_hash
+from harness.history.revisions import try_resolve
 from reports.compare import compare, terminal_table, write_comparison
 from reports.stats import NOISE_THRESHOLD
 
@@ -12,7 +15,8 @@ from reports.stats import NOISE_THRESHOLD
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare", help="compare two devices, classes or revisions (A A: the noise floor)")
-    parser.add_argument("a", help="device name, device class, or engine revision / source hash")
+    parser.add_argument("a", help="device name, device class, engine, or engine revision: any "
+                             "git name (branch, tag, sha, HEAD~2), `worktree`, a source hash")
     parser.add_argument("b", help="the same kind as A; A again for the A/A noise floor")
     parser.add_argument("--experiment", action="append",
                         help="limit to this experiment (repeatable; default: all)")
@@ -29,10 +33,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def revision_names(*texts: str) -> dict[str, str]:
+    """What each text names as an engine revision: ``worktree`` the working tree's engine
+    sources (their hash), a git name the commit it resolves to."""
+    named = {}
+    for text in texts:
+        target = source_hash(ENGINE_DIR) if text == WORKTREE else try_resolve(text)
+        if target:
+            named[text] = target
+    return named
+
+
 def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold,
-                         args.lmc_policy)
+                         args.lmc_policy, revision_names(args.a, args.b))
     print(terminal_table(result))
     if args.out:
         print(f"compare: {write_comparison(result, args.out)}")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from reports.history import METRICS
+from reports.stats import NOISE_THRESHOLD
+
 
 def device_list(text: str) -> list[str]:
     """--devices: device names or classes, comma-separated."""
@@ -55,3 +58,20 @@ def add_lease_ttl(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=positive_seconds,
                         help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
                              "or 30)")
+
+
+def add_measuring(parser: argparse.ArgumentParser, metric_help: str) -> None:
+    """bisect, track: the metric, the device measured on, the inventory and Ray."""
+    parser.add_argument("--metric", default="decode_ms_per_token", choices=list(METRICS),
+                        help=f"{metric_help} (default: %(default)s)")
+    parser.add_argument("--device", help="the device or class to measure on (default: the "
+                                         "spec's first)")
+    add_inventory(parser)
+    add_ray_address(parser)
+
+
+def add_threshold(parser: argparse.ArgumentParser, what: str) -> None:
+    """history, bisect, track: the relative change below which a difference is noise."""
+    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
+                        help=f"{what} (default: %(default)s; a change must also exceed 3x the "
+                             "noise, see reports/steps.py)")

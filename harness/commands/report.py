@@ -14,6 +14,7 @@ from devices.inventory import load_inventory
 from harness import REPO_ROOT
 from harness.commands.flags import add_devices, add_inventory
 from harness.execution.audit import DEFAULT_MODEL, audit_claims
+from harness.history.revisions import commit_order
 from reports.audit import audit_section, write_audit
 from reports.outdir import default_report_dir
 from reports.render import render_report
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                                               args.devices or ["local"], run_missing=False)]
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))
-        index = render_report(store, args.experiment, out, extra_sections=sections)
+        index = render_report(store, args.experiment, out, extra_sections=sections,
+                              revision_order=commit_order)
     print(f"report: {index}")
     return 0

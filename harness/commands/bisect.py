@@ -1,0 +1,47 @@
+"""`benchfarm bisect SPEC --good REV --bad REV`: the first commit where a metric got worse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.commands.flags import add_measuring, add_threshold
+from harness.history.bisect import bisect, bisect_range
+from harness.history.measure import Measurer
+from harness.spec import load_spec
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bisect", help="find the first commit where a metric got worse (builds only what the "
+                       "search needs)")
+    parser.add_argument("spec", help="the experiment spec (TOML) to measure each revision with")
+    parser.add_argument("--good", required=True, help="a git revision where the metric is good")
+    parser.add_argument("--bad", required=True, help="a later git revision where it is worse")
+    add_measuring(parser, "the metric")
+    add_threshold(parser, "relative change that counts as worse")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    inventory = load_inventory(args.inventory)
+    span = bisect_range(args.good, args.bad)  # before anything is built
+    with Store.open(args.db) as store, \
+            Measurer(spec, inventory, store, args.device or spec.devices[0],
+                     args.ray_address) as measurer:
+        result = bisect(measurer, span, args.metric, args.threshold,
+                        lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(result.document(), indent=2))
+        return 0
+    print(f"first bad commit: {result.first_bad} ({args.metric} {result.good_value:.4g} at "
+          f"good, {result.bad_value:.4g} at bad; {len(result.tested)} revisions measured)")
+    if result.possibly:
+        print("  the skipped commits leave it open: it may be any of "
+              + ", ".join(c[:12] for c in result.possibly))
+    return 0

@@ -1,0 +1,38 @@
+"""`benchfarm track SPEC --since REV`: run the spec on every new commit of engine/ (nightly)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.commands.flags import add_measuring, add_threshold
+from harness.history.measure import Measurer
+from harness.history.track import track
+from harness.spec import load_spec
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "track", help="run a spec on every new commit of engine/ and report regressions")
+    parser.add_argument("spec", help="the experiment spec (TOML)")
+    parser.add_argument("--since", required=True,
+                        help="the first revision to track (later runs pick up after the last "
+                             "tracked commit)")
+    add_measuring(parser, "the metric whose regressions are reported")
+    add_threshold(parser, "smallest relative step reported")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    inventory = load_inventory(args.inventory)
+    with Store.open(args.db) as store, \
+            Measurer(spec, inventory, store, args.device or spec.devices[0],
+                     args.ray_address) as measurer:
+        result = track(measurer, args.since, args.metric, args.threshold,
+                       lambda line: print(line, file=sys.stderr, flush=True))
+    print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "
+          f"{len(result.regressions)} regression(s); `benchfarm history {spec.name}` shows them")
+    return 0

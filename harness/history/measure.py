@@ -1,0 +1,113 @@
+"""A spec measured at one engine revision on one placement, through the coordinator
+(``harness.execution.coordinator.run_experiment``), reusing what the store holds.
+
+Before anything runs, the revision's runs are named by their run keys from the build's
+identity (nothing built, as `run --dry-run` does); when all are stored as ok, nothing is built
+or run. Otherwise the revision is built first, so that one that does not build is reported as
+such (and can be skipped) instead of failing the whole matrix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TextIO
+
+from db.store import Store
+from devices.inventory import Inventory
+from harness.engines.lmc.build import build_engine
+from harness.errors import RunFailure
+from harness.execution.cluster import ray_session
+from harness.execution.coordinator import RunRequest, inventory_resources, run_experiment
+from harness.plan.matrix import Placement, resolve_placements
+from harness.plan.planner import identities, make_plan
+from harness.spec import Spec
+from reports.history import RevisionRun, revision_runs
+
+
+class BuildFailed(RunFailure):
+    """The revision's engine does not build."""
+
+
+@dataclass
+class Measurer:
+    """Measures ``spec`` on one device (or class) at the revisions asked for. Ray starts at
+    the first run and stops when the measurer is closed (``with Measurer(...) as m``)."""
+
+    spec: Spec
+    inventory: Inventory
+    store: Store
+    selector: str  # a device or class name
+    ray_address: str | None = None
+    stream: TextIO | None = None
+    placement: Placement = field(init=False)
+    _ray: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
+    _ray_up: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.placement = resolve_placements(self.spec, list(self.inventory.devices.values()),
+                                            [self.selector])[0]
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._ray.close()
+
+    def source_hash(self, revision: str) -> str:
+        return self._plan([revision]).builds[(revision, self.placement.arch)].source_hash
+
+    def missing(self, revisions: Sequence[str]) -> list[str]:
+        """The revisions of which some run is not stored as ok (nothing is built)."""
+        plan = self._plan(revisions)
+        done = self.store.completed_run_keys([r.key for r in plan.runs])
+        return list(dict.fromkeys(r.cell.revision for r in plan.runs if r.key not in done))
+
+    def build(self, revision: str) -> None:
+        """Build the revision for the placement's architecture (the coordinator's build then
+        finds it built); BuildFailed when it does not build."""
+        try:
+            build_engine(target=self.placement.arch, rev=revision)
+        except RunFailure as exc:
+            first = str(exc).splitlines()[0].rstrip(":")
+            raise BuildFailed(f"revision {revision} does not build: {first}") from exc
+
+    def run(self, revisions: Sequence[str]) -> None:
+        """Run the spec at ``revisions`` (built before, see ``build``): what is stored is
+        skipped by the coordinator itself."""
+        if not revisions:
+            return
+        if not self._ray_up:
+            self._ray.enter_context(ray_session(self.ray_address,
+                                                inventory_resources(self.inventory)))
+            self._ray_up = True
+        run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
+                                  self.inventory, [self.selector],
+                                  ray_address=self.ray_address, stream=self.stream),
+                       self.store)
+
+    def results(self, revision: str) -> dict[str, list[RevisionRun]]:
+        """config -> every ok run of the experiment with the revision's engine sources on the
+        placement's boards (by source hash: a revision with the sources of another reuses its
+        runs)."""
+        wanted = self.source_hash(revision)
+        return _by_config([r for r in self.stored() if r.source_hash == wanted
+                           and r.device in self.placement.devices])
+
+    def stored(self) -> list[RevisionRun]:
+        if self.spec.name not in self.store.list_experiments():
+            return []
+        return revision_runs(self.store, self.spec.name)
+
+    def _plan(self, revisions: Sequence[str]):
+        spec = replace(self.spec, revisions=list(revisions))
+        return make_plan(spec, [self.placement], self.inventory.devices,
+                         identities(spec, [self.placement]))
+
+
+def _by_config(runs: list[RevisionRun]) -> dict[str, list[RevisionRun]]:
+    out: dict[str, list[RevisionRun]] = {}
+    for run in runs:
+        out.setdefault(run.config, []).append(run)
+    return out

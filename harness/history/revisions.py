@@ -1,0 +1,78 @@
+"""Engine revisions in git: names resolved to commits, commits in commit order, the commits
+between two that change ``engine/``.
+
+A revision as the store names it is a commit (40 hex digits), or ``<commit>+dirty`` for a
+working tree whose engine had local changes (``harness.engines.lmc.build.worktree_revision``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+
+from harness import REPO_ROOT
+from harness.engines.lmc.build import WORKTREE, git_output, worktree_revision
+from harness.errors import InputError
+
+ENGINE_PATH = "engine"
+DIRTY = "+dirty"
+
+
+def resolve(name: str) -> str:
+    """The commit a git revision name (branch, tag, sha or its prefix, HEAD~2) names; the
+    working tree's revision for ``worktree``."""
+    if name == WORKTREE:
+        return worktree_revision()
+    try:
+        return git_output("rev-parse", "--verify", "--quiet", f"{name}^{{commit}}")
+    except InputError:
+        raise InputError(f"{name!r} is not a git revision of {REPO_ROOT} (a branch, tag, "
+                         f"commit, HEAD~N, or {WORKTREE!r})") from None
+
+
+def try_resolve(name: str) -> str | None:
+    """``resolve``, or None when ``name`` names no revision."""
+    try:
+        return resolve(name)
+    except InputError:
+        return None
+
+
+def engine_revision(commit: str) -> str:
+    """The last commit at or before ``commit`` that changed ``engine/``: the name of the engine
+    ``commit`` builds (commits that leave the engine alone build the same one)."""
+    last = git_output("rev-list", "-1", commit, "--", ENGINE_PATH)
+    return last or commit
+
+
+def is_ancestor(older: str, newer: str) -> bool:
+    done = subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=REPO_ROOT,
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def engine_commits(since: str, until: str) -> list[str]:
+    """The commits after ``since`` up to ``until`` that change ``engine/``, oldest first."""
+    out = git_output("rev-list", "--reverse", "--topo-order", f"{since}..{until}", "--",
+                     ENGINE_PATH)
+    return out.split()
+
+
+def commit_order(revisions: Iterable[str]) -> list[str]:
+    """``revisions`` in commit order (ancestors first); those git does not know follow in the
+    order given, then the working trees with local changes (``+dirty``)."""
+    given = list(dict.fromkeys(revisions))
+    known = [r for r in given if not r.endswith(DIRTY) and _is_commit(r)]
+    position = {}
+    if known:
+        walked = git_output("rev-list", "--topo-order", "--reverse", *known).split()
+        position = {commit: i for i, commit in enumerate(walked)}
+    ordered = sorted((r for r in known if r in position), key=position.__getitem__)
+    rest = [r for r in given if r not in position and not r.endswith(DIRTY)]
+    return ordered + rest + [r for r in given if r.endswith(DIRTY)]
+
+
+def _is_commit(text: str) -> bool:
+    done = subprocess.run(["git", "cat-file", "-e", f"{text}^{{commit}}"], cwd=REPO_ROOT,
+                          capture_output=True)
+    return done.returncode == 0

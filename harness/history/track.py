@@ -1,0 +1,78 @@
+"""`benchfarm track`: run a spec on every new commit of ``engine/`` (what a nightly job calls)
+and report the regressions the history then shows.
+
+The revisions are ``--since`` (its engine: the last commit at or before it that changed
+``engine/``) and every later commit up to HEAD that changes ``engine/``. Those after the last
+one the experiment already holds are new: each is built (one that does not build is named and
+left out), then all are run in one matrix (the coordinator interleaves them, so drift on a
+board spreads over the revisions). The history of the metric is computed over every stored
+revision, and each step at a new revision that makes it worse goes to ``notify_regression``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.errors import InputError
+from harness.history.measure import BuildFailed, Measurer
+from harness.history.revisions import commit_order, engine_commits, engine_revision, resolve
+from reports.history import History, HistoryStep, history
+from reports.steps import StepParams
+
+
+def notify_regression(step: HistoryStep) -> None:
+    """The notification hook: called once for every regression `benchfarm track` finds, with
+    the commit, metric, device, config, levels and ratio. It prints the one line; the lab's
+    notification (mail, chat, a dashboard) is wired in here."""
+    print(step.line(), file=sys.stdout, flush=True)
+
+
+@dataclass
+class TrackResult:
+    new: list[str]  # the revisions run now
+    skipped: list[str]  # those that did not build
+    history: History
+    regressions: list[HistoryStep] = field(default_factory=list)
+
+
+def revisions_since(since: str) -> list[str]:
+    """``since``'s engine and every later commit up to HEAD that changes ``engine/``."""
+    base = resolve(since)
+    return [engine_revision(base), *engine_commits(base, "HEAD")]
+
+
+def track(measurer: Measurer, since: str, metric: str, threshold: float,
+          say: Callable[[str], None],
+          notify: Callable[[HistoryStep], None] = notify_regression) -> TrackResult:
+    """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
+    revisions = revisions_since(since)
+    stored = {r.revision for r in measurer.stored()}
+    last = max((i for i, rev in enumerate(revisions) if rev in stored), default=-1)
+    new, skipped = [], []
+    for revision in revisions[last + 1:]:
+        try:
+            measurer.build(revision)
+        except BuildFailed as exc:
+            say(f"track: {exc}: skipped")
+            skipped.append(revision)
+            continue
+        new.append(revision)
+    if new:
+        say(f"track: running {len(new)} new revision(s) since {revisions[max(last, 0)][:12]}")
+        measurer.run(new)
+    else:
+        say(f"track: no new commit of engine/ since {revisions[max(last, 0)][:12]}")
+    runs = measurer.stored()
+    if not runs:
+        raise InputError(f"experiment {measurer.spec.name!r} holds no ok runs to show")
+    hist = history(runs, commit_order(r.revision for r in runs), metric,
+                   devices=list(measurer.placement.devices),
+                   params=StepParams(threshold=threshold))
+    result = TrackResult(new, skipped, hist)
+    for step in hist.steps:
+        if step.regression and step.revision in new:
+            result.regressions.append(step)
+            notify(step)
+    return result

@@ -1,0 +1,220 @@
+"""A metric across engine revisions: the series per device and config, in commit order, and the
+steps found in them (``reports.steps``); `benchfarm history`, `track` and the report's
+timelines read it.
+
+``revision_runs`` is the one place that reads what the history is made of: per ok run its
+experiment, device, config, engine revision and metric values. The order of the revisions
+(git's commit order) comes from the caller, who can ask git (``harness.history.revisions``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from reports.plots import Axes, Mark, Series, line_chart
+from reports.runs import load_experiment, revision_label, without_revision
+from reports.stats import summarize
+from reports.steps import DEFAULT_PARAMS, StepParams, detect_steps
+
+# the metrics a history follows, with their units; lower is better but for those named below
+METRICS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "ms", "prefill_ms": "ms",
+           "attn_median_ms": "ms", "engine_ms": "ms", "ppl": "", "recall": ""}
+HIGHER_IS_BETTER = {"recall"}
+POINT_PARAMS = ("ctx", "depth", "seed", "length")
+
+
+@dataclass(frozen=True)
+class RevisionRun:
+    """One ok run as a history sees it."""
+
+    run_id: int
+    experiment: str
+    device: str
+    config: str  # the workload point and the engine config, e.g. "decode ctx=128 exact t=1"
+    revision: str  # the commit, "<commit>+dirty" for a working tree with engine changes
+    source_hash: str  # the engine sources' hash (two revisions may share it)
+    values: dict[str, float]  # metric -> value, the metrics the run has
+
+
+def revision_runs(store: Any, experiment: str) -> list[RevisionRun]:
+    """Every ok run of ``experiment`` with its revision and metric values (the stored runs)."""
+    return runs_by_revision(load_experiment(store, experiment).runs)
+
+
+def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
+    """``revision_runs`` of an experiment's flattened runs (``reports.runs``)."""
+    out = []
+    for row in runs[(runs["status"] == "ok") & runs["build_revision"].notna()].to_dict("records"):
+        values = {m: float(row[m]) for m in METRICS
+                  if row.get(m) is not None and not pd.isna(row[m]) and math.isfinite(row[m])}
+        out.append(RevisionRun(int(row["run_id"]), str(row["experiment"]), str(row["device"]),
+                               _point_label(row), str(row["build_revision"]),
+                               str(row["build_source_hash"]), values))
+    return out
+
+
+def _point_label(row: dict[str, Any]) -> str:
+    parts = [str(row["kind"])]
+    for name in POINT_PARAMS:
+        value = row.get(name)
+        if value is not None and not pd.isna(value):
+            parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+    return " ".join(parts + [without_revision(row["config"])])
+
+
+def worse(metric: str, ratio: float | None) -> bool:
+    """Whether a step of this ratio (after / before) is a regression of ``metric``."""
+    if ratio is None:
+        return False
+    return ratio < 1.0 if metric in HIGHER_IS_BETTER else ratio > 1.0
+
+
+@dataclass
+class Point:
+    revision: str
+    values: list[float]
+
+    def document(self) -> dict[str, Any]:
+        summary = summarize(self.values)
+        assert summary is not None  # a point has values
+        return {"revision": self.revision, "n": summary.n, "median": summary.median,
+                "min": summary.min, "max": summary.max, "cv": summary.cv,
+                "values": self.values}
+
+
+@dataclass
+class RevisionSeries:
+    device: str
+    config: str
+    points: list[Point]  # in commit order; revisions without runs are left out
+
+
+@dataclass(frozen=True)
+class HistoryStep:
+    revision: str  # the first revision at the new level
+    device: str
+    config: str
+    metric: str
+    before: float
+    after: float
+    ratio: float | None
+
+    @property
+    def regression(self) -> bool:
+        return worse(self.metric, self.ratio)
+
+    def line(self) -> str:
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.3g}x"
+        what = "regression" if self.regression else "improvement"
+        return (f"{what}: commit {revision_label(self.revision)} {self.metric} on {self.device}: "
+                f"{ratio} ({self.before:.4g} -> {self.after:.4g}; {self.config})")
+
+
+@dataclass
+class History:
+    experiment: str
+    metric: str
+    revisions: list[str]  # every revision shown, in commit order
+    series: list[RevisionSeries] = field(default_factory=list)
+    steps: list[HistoryStep] = field(default_factory=list)
+
+    def document(self) -> dict[str, Any]:
+        """What `benchfarm history --json` prints."""
+        return {
+            "experiment": self.experiment, "metric": self.metric,
+            "unit": METRICS.get(self.metric, ""), "revisions": self.revisions,
+            "series": [{"device": s.device, "config": s.config, "metric": self.metric,
+                        "points": [p.document() for p in s.points]} for s in self.series],
+            "steps": [asdict(step) for step in self.steps],
+        }
+
+    def text(self) -> str:
+        """A table: one row per series, one column per revision (medians), then the steps."""
+        heads = [revision_label(r) for r in self.revisions]
+        rows = []
+        for s in self.series:
+            by_rev = {p.revision: p for p in s.points}
+            cells = []
+            for revision in self.revisions:
+                point = by_rev.get(revision)
+                summary = summarize(point.values) if point else None
+                cells.append("" if summary is None else summary.text(3) + f" n={summary.n}")
+            rows.append([s.device, s.config, *cells])
+        table = pd.DataFrame(rows, columns=["device", "config", *heads])
+        unit = METRICS.get(self.metric, "")
+        lines = [f"{self.experiment}: {self.metric}" + (f" ({unit})" if unit else "")
+                 + " per revision in commit order, median [min, max] over runs",
+                 table.to_string(index=False) if rows else "(no runs)"]
+        lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
+        return "\n".join(lines)
+
+
+def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
+            devices: Sequence[str] | None = None, configs: Sequence[str] | None = None,
+            params: StepParams = DEFAULT_PARAMS) -> History:
+    """The series of ``metric`` per (device, config) over the revisions in ``order`` (those of
+    the runs not in it follow, in the order of their first run), and the steps in each."""
+    chosen = [r for r in runs if metric in r.values
+              and (not devices or r.device in devices) and (not configs or r.config in configs)]
+    seen = list(dict.fromkeys(r.revision for r in sorted(chosen, key=lambda r: r.run_id)))
+    revisions = [r for r in order if r in seen] + [r for r in seen if r not in order]
+    result = History(chosen[0].experiment if chosen else "", metric, revisions)
+    groups: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for run in chosen:
+        groups.setdefault((run.device, run.config), {}).setdefault(run.revision, []).append(
+            run.values[metric])
+    for (device, config), by_rev in sorted(groups.items()):
+        points = [Point(rev, by_rev[rev]) for rev in revisions if rev in by_rev]
+        result.series.append(RevisionSeries(device, config, points))
+        for step in detect_steps([p.values for p in points], params):
+            result.steps.append(HistoryStep(points[step.index].revision, device, config, metric,
+                                            step.before, step.after, step.ratio))
+    return result
+
+
+def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str]
+                           ) -> tuple[list[tuple[str, str]], pd.DataFrame]:
+    """The report's history of an experiment with several revisions: a timeline per metric
+    and device, and the table of the steps found (empty when it holds one revision)."""
+    found = runs_by_revision(runs)
+    if len({r.revision for r in found}) < 2:
+        return [], pd.DataFrame(columns=STEP_COLUMNS)
+    figures, steps = [], []
+    for metric in METRICS:
+        hist = history(found, order, metric)
+        if hist.series:
+            figures += timeline_figures(hist)
+            steps += [asdict(step) for step in hist.steps]
+    return figures, pd.DataFrame(steps, columns=STEP_COLUMNS)
+
+
+STEP_COLUMNS = ["revision", "device", "config", "metric", "before", "after", "ratio"]
+
+
+def timeline_figures(hist: History) -> list[tuple[str, str]]:
+    """One timeline per device: every config's medians over the revisions (x: commit order),
+    each detected step a dashed red line at its commit labelled with its ratio."""
+    figures = []
+    position = {rev: i for i, rev in enumerate(hist.revisions)}
+    for device in sorted({s.device for s in hist.series}):
+        series, marks = [], []
+        for s in (s for s in hist.series if s.device == device):
+            series.append(Series(s.config, [(float(position[p.revision]),
+                                             float(pd.Series(p.values).median()))
+                                            for p in s.points]))
+        for step in hist.steps:
+            if step.device == device:
+                marks.append(Mark(float(position[step.revision]),
+                                  "" if step.ratio is None else f"x{step.ratio:.2g}"))
+        unit = METRICS.get(hist.metric, "")
+        title = f"{hist.metric} by revision: {device}"
+        axes = Axes("revision (commit order)", f"{hist.metric}" + (f" ({unit})" if unit else ""),
+                    x_ticks=[float(i) for i in range(len(hist.revisions))],
+                    x_tick_labels=[revision_label(r)[:7] for r in hist.revisions])
+        figures.append((title, line_chart(title, series, axes, marks)))
+    return figures
