@@ -214,7 +214,7 @@ def test_submit_serve_stop_cancel_restart_loses_nothing_and_runs_nothing_twice(
         wait_for(lambda: count_ok(store, "q-cancel") >= 1 or restarted.poll() is not None,
                  "a run of q-cancel")
         time.sleep(0.3)
-        store.jobs.cancel("q-cancel")
+        store.jobs.cancel(store.jobs.latest("q-cancel").id, "test", "cancelled by the test")
         code, out, err = finish(restarted)
     finally:
         if restarted.poll() is None:

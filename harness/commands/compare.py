@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from db.store import Store
-from reports.compare import compare, terminal_table, write_comparison
-from reports.stats import NOISE_THRESHOLD
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -19,9 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", default="decode_ms_per_token",
                         help="timing to compare (default: %(default)s; also attn_ms_per_token, "
                              "prefill_ms, attn_median_ms, engine_ms)")
-    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
+    parser.add_argument("--threshold", type=float,
                         help="relative change below which a difference is noise "
-                             "(default: %(default)s; raised to the A/A noise floor)")
+                             "(default: reports.stats.NOISE_THRESHOLD, 0.05; raised to the A/A "
+                             "noise floor)")
     parser.add_argument("--lmc-policy", default="exact",
                         help="comparing engines: the lmc attention policy set against the other "
                              "engine (default: exact, what other engines compute)")
@@ -30,8 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from reports.compare import compare, terminal_table, write_comparison
+    from reports.stats import NOISE_THRESHOLD
+
+    threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
     with Store.open(args.db) as store:
-        result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold,
+        result = compare(store, args.a, args.b, args.experiment, args.metric, threshold,
                          args.lmc_policy)
     print(terminal_table(result))
     if args.out:
