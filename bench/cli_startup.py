@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "harness.cli"]
-HELPS = ["build", "devices", "run", "submit", "serve", "queue", "status", "report"]
+HELPS = ["build", "devices", "run", "submit", "serve", "queue", "status", "report", "gc"]
 
 
 def commands(db: str) -> dict[str, list[str]]:

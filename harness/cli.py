@@ -27,6 +27,7 @@ SUBCOMMANDS = [
     "logs",
     "reserve",
     "release",
+    "gc",
     "status",
     "runs",
     "export",

@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
 
     with Store.open(args.db, create=False) as store:
         job = store.jobs.get(args.job)
-        runs = store.list_runs(job.experiment)
+        stored = job.experiment in store.list_experiments()
+        runs = store.list_runs(job.experiment) if stored else []
     print(f"job {job.id}: experiment {job.experiment}, owner {job.owner}, priority "
           f"{job.priority}, {job.kind}, now {job.state}")
     events = [(job.submitted_at, "submitted"), (job.started_at, f"started by {job.holder}"),

@@ -23,6 +23,24 @@ from harness.plan.matrix import Placement, resolve_placements
 from harness.spec import parse_spec
 
 
+def job_placements(job: JobInfo, inventory: Inventory) -> list[Placement] | None:
+    """The job's placements (None when its spec or devices no longer resolve: running it
+    reports why)."""
+    try:
+        spec = parse_spec(job.spec_text, Path(job.spec_path))
+        return resolve_placements(spec, list(inventory.devices.values()), job.devices)
+    except Exception as exc:  # noqa: BLE001 - the job's run reports it
+        if getattr(type(exc), "exit_code", None) is None:
+            raise
+        return None
+
+
+def job_boards(job: JobInfo, inventory: Inventory) -> set[str] | None:
+    """The boards the job may run on (None: unknown, see job_placements)."""
+    placements = job_placements(job, inventory)
+    return None if placements is None else {n for p in placements for n in p.devices}
+
+
 @dataclass
 class Service:
     store: Store
@@ -34,17 +52,8 @@ class Service:
     _placements: dict[int, list[Placement] | None] = field(default_factory=dict)
 
     def placements(self, job: JobInfo) -> list[Placement] | None:
-        """The job's placements (None when its spec or devices no longer resolve: running it
-        reports why)."""
         if job.id not in self._placements:
-            try:
-                spec = parse_spec(job.spec_text, Path(job.spec_path))
-                self._placements[job.id] = resolve_placements(
-                    spec, list(self.inventory.devices.values()), job.devices)
-            except Exception as exc:  # noqa: BLE001 - the job's run reports it
-                if getattr(type(exc), "exit_code", None) is None:
-                    raise
-                self._placements[job.id] = None
+            self._placements[job.id] = job_placements(job, self.inventory)
         return self._placements[job.id]
 
     def why_waiting(self, job: JobInfo) -> str | None:
