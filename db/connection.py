@@ -129,6 +129,10 @@ def _database_failure(shown: str) -> Callable[[ExceptionContext], None]:
     return handle
 
 
+class SchemaUnknown(Exception):
+    """Alembic cannot upgrade the store's schema (its revision is not one of ours)."""
+
+
 def head_revision() -> str | None:
     """The newest migration's revision id, read from the files (the one no other revises);
     None unless there is exactly one."""
@@ -157,6 +161,7 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         return
     from alembic import command
     from alembic.config import Config
+    from alembic.util import CommandError
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -168,7 +173,10 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         with connection.begin():
             _restamp_renamed(connection)
             config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+            try:
+                command.upgrade(config, revision)
+            except CommandError as exc:
+                raise SchemaUnknown(str(exc)) from exc
 
 
 def _restamp_renamed(connection: Connection) -> None:

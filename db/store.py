@@ -14,14 +14,13 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
 from db.boards import Boards
-from db.connection import create_store_engine, migrate, retry_locked, writer
+from db.connection import SchemaUnknown, create_store_engine, migrate, retry_locked, writer
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
@@ -81,7 +80,7 @@ class Store:
         shown = engine.url.render_as_string(hide_password=True)
         try:
             migrate(engine)
-        except CommandError as exc:
+        except SchemaUnknown as exc:
             engine.dispose()
             raise StoreError(
                 f"--db {shown}: the schema cannot be upgraded ({exc}); it was probably written "

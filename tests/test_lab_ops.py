@@ -15,10 +15,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from fixtures_ray import count_ok, needle_spec, start_cli, stored_runs
+from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
-from harness.cli import main
 from harness.execution.notify import Targets, notify
 
 
@@ -56,14 +55,8 @@ def receiver():
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    handler = signal.getsignal(signal.SIGTERM)
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    out, err = capsys.readouterr()
-    return code, out, err
+    done = cli_here(capsys, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def test_states_reservations_and_job_ids(tmp_path: Path, needle_model: Path,

@@ -14,11 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures_db import fresh_postgres_database
-from fixtures_ray import count_ok, needle_spec, start_cli, stored_runs
+from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.leases import utcnow
 from db.store import Store
-from harness.cli import main
 
 DEPTHS = (0.1, 0.4, 0.7, 1.0)  # with exact + sparse: 8 runs per experiment
 
@@ -37,18 +36,6 @@ def wait_for(predicate, what: str, timeout: float = 180) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
-    """A quick `benchfarm` command in this process (a new Python would take seconds)."""
-    handler = signal.getsignal(signal.SIGTERM)
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def slow_local_board(folder: Path, seconds: float) -> Path:
