@@ -147,7 +147,9 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     inventory.write_text('[[device]]\nname = "local"\n'
                          f'workdir = "{tmp_path}/work"\n'
                          'exec_prefix = ["sh", "-c", "sleep 1; exec \\"$0\\" \\"$@\\""]\n')
-    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8))
+    events = tmp_path / "events.jsonl"  # the spec's [notify] command appends each event
+    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8),
+                       extra=f'[notify]\ncommand = "cat >> {events}; echo >> {events}"')
     db, inv = ["--db", url], ["--inventory", str(inventory)]
     assert cli(capsys, *db, "submit", str(spec), *inv)[0] == 0
     store = Store.open(url)
@@ -185,6 +187,8 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     store.close()
     assert len(final) == 4 and final["run_key"].is_unique and set(final["status"]) == {"ok"}
     assert check.ok and check.checked_by.count(":") == 2  # the serve's holder id
+    [ended] = [json.loads(line) for line in events.read_text().splitlines() if line]
+    assert ended["event"] == "job-end" and ended["state"] == "done" and ended["job"] == 1
 
 
 def old_file(path: Path, size: int, days: float = 2.0) -> Path:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.flags import add_notify
 from harness.commands.table import format_table
 from harness.errors import InputError
 
@@ -42,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--json", action="store_true")
     check.add_argument("--binary", action="append", default=[], metavar="ARCH=PATH",
                        help="use this lmc for ARCH instead of building it")
+    add_notify(check, "announce a board that the check makes bad")
     actions.add_parser("probe", parents=[common], help="print device fingerprints (JSON)")
     trust = actions.add_parser("trust", parents=[common],
                                help="show a device's host key fingerprint and record it")
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return _list(devices, args.db, args.json)
     with Store.open(args.db) as store:
         if args.action == "check":
-            return _check(devices, store, _given_binaries(args.binary), args.json)
+            return _check(devices, store, _given_binaries(args.binary), args.json, args.notify)
         if args.action == "state":
             return _state(devices, store, args.state, args.reason)
         return _health(devices, store)
@@ -134,15 +136,16 @@ def _given_binaries(values: list[str]) -> dict[str, Path]:
     return given
 
 
-def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json: bool) -> int:
+def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json: bool,
+           notify: list[str] | None) -> int:
     from harness.execution.health import EngineBinaries, check_and_store
-    from harness.execution.notify import Targets
+    from harness.execution.notify import targets_from
 
     binaries = EngineBinaries(given)
     reports = []
     for device in devices:
         report = check_and_store(device, binaries, store, f"{getpass.getuser()} (devices "
-                                 "check)", Targets())
+                                 "check)", targets_from(notify))
         reports.append(report)
         if not as_json:
             print(f"{device.name}: {'ok' if report.ok else 'FAILED'}")

@@ -38,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--until-idle", action="store_true",
                         help="stop once no queued job can start instead of waiting for more")
     parser.add_argument("--health-interval", type=positive_seconds, default=3600.0,
-                        help="seconds between health checks of a board; the first is before "
-                             "its first job (default %(default)s)")
+                        help="seconds between health checks of a board (before a job, or "
+                             "while idle); the first is before its first job (default "
+                             "%(default)s)")
     parser.add_argument("--no-health-checks", action="store_true",
                         help="schedule no health checks")
     parser.add_argument("--bad-after", type=run_count,
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{len(waiting)} queued job(s) wait for their boards (`benchfarm "
                           "queue` says why); stopping (--until-idle)")
                     return 0
+                if health is not None:
+                    health.while_idle()
                 time.sleep(args.poll)
                 continue
             print(f"job {job.id}: experiment {job.experiment} (priority {job.priority}, owner "

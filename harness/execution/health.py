@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from db.boards import ONLINE
 from db.store import Store
 from devices.health import CheckReport, check_device
 from devices.inventory import Device
@@ -54,7 +55,9 @@ def check_and_store(device: Device, binaries: EngineBinaries, store: Store, by: 
 
 class HealthSchedule:
     """The checks one `serve` runs: a board's first before its first job, then every
-    ``interval_s`` (checked before each job that uses it)."""
+    ``interval_s`` (before a job that uses it, or while the service idles). Only online
+    boards are checked: one in maintenance is being worked on, a bad one waits for a
+    person."""
 
     def __init__(self, store: Store, by: str, targets: Targets, interval_s: float) -> None:
         self.store = store
@@ -63,15 +66,24 @@ class HealthSchedule:
         self.interval_s = interval_s
         self.binaries = EngineBinaries()
         self.checked: dict[str, float] = {}  # board -> when this serve last checked it
+        self.known: dict[str, Device] = {}  # the boards this serve has checked
 
     def before_job(self, devices: Iterable[Device]) -> list[CheckReport]:
         """Check the boards that are due; their reports."""
+        devices = list(devices)
+        states = self.store.boards.states([d.name for d in devices])
         reports = []
         for device in devices:
             last = self.checked.get(device.name)
-            if last is not None and time.monotonic() - last < self.interval_s:
+            if states[device.name].state != ONLINE or \
+                    (last is not None and time.monotonic() - last < self.interval_s):
                 continue
             reports.append(check_and_store(device, self.binaries, self.store, self.by,
                                            self.targets))
             self.checked[device.name] = time.monotonic()
+            self.known[device.name] = device
         return reports
+
+    def while_idle(self) -> list[CheckReport]:
+        """Check again the boards checked before whose interval has passed."""
+        return self.before_job(self.known.values())
