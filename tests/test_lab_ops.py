@@ -18,7 +18,10 @@ import pytest
 from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
+from devices.inventory import load_inventory
+from harness.execution.coordinator import Coordinator
 from harness.execution.notify import Targets, notify
+from harness.execution.serving import Service
 
 
 class Receiver:
@@ -83,20 +86,27 @@ def test_states_reservations_and_job_ids(tmp_path: Path, needle_model: Path,
     assert "reserved by ann" in cli(capsys, *db, "queue")[1]
     code, _, err = cli(capsys, *db, "run", spec, *inv)
     assert code == 2 and "reserved by ann" in err
+    assert cli(capsys, *db, "submit", spec, *inv)[0] == 0  # job 1: waits for the board
+    with Store.open(db[1]) as store:  # what a serve sees: ann's job may go, mine waits
+        service = Service(store, load_inventory(inventory), Coordinator(), Targets(), None)
+        assert service.waiting() == {1}
+        anns = store.jobs.add("lab-demo", spec, Path(spec).read_text(), owner="ann")
+        assert service.waiting() == {1} and anns == 2
+        assert store.jobs.cancel(anns, "ann", "not needed")
+    assert "waiting: board 'local' is reserved by ann" in cli(capsys, *db, "queue")[1]
     assert "released (was reserved for ann)" in cli(capsys, *db, "release", "local", *inv)[1]
 
     code, _, err = cli(capsys, *db, "submit", spec, "--devices", "nosuch", *inv)
     assert code == 2 and "nosuch" in err
-    mine = cli(capsys, *db, "submit", spec, *inv)[1]
     anns = cli(capsys, *db, "submit", spec, "--owner", "ann", *inv)[1]
-    assert mine.startswith("queued job 1:") and anns.startswith("queued job 2:")
+    assert anns.startswith("queued job 3:")
     code, _, err = cli(capsys, *db, "cancel", "lab-demo")
-    assert code == 2 and "job 1 (queued" in err and "job 2 (queued, owner ann)" in err
-    code, _, err = cli(capsys, *db, "cancel", "2")
+    assert code == 2 and "job 1 (queued" in err and "job 3 (queued, owner ann)" in err
+    code, _, err = cli(capsys, *db, "cancel", "3")
     assert code == 2 and "belongs to ann" in err
-    assert cli(capsys, *db, "cancel", "2", "--force")[0] == 0
-    assert cli(capsys, *db, "wait", "2")[0] == 3
-    code, out, _ = cli(capsys, *db, "logs", "2")
+    assert cli(capsys, *db, "cancel", "3", "--force")[0] == 0
+    assert cli(capsys, *db, "wait", "3")[0] == 3
+    code, out, _ = cli(capsys, *db, "logs", "3")
     assert code == 0 and f"cancelled by {me}" in out and "the owner is ann" in out
     assert cli(capsys, *db, "cancel", "lab-demo")[0] == 0  # one active job left: mine
     assert cli(capsys, *db, "wait", "1")[0] == 3
