@@ -19,9 +19,11 @@ from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
 from devices.inventory import load_inventory
+from harness.errors import InputError
 from harness.execution.coordinator import Coordinator
 from harness.execution.notify import Targets, notify
 from harness.execution.serving import Service
+from harness.spec import parse_spec
 
 
 class Receiver:
@@ -123,6 +125,10 @@ def test_notify_posts_json_and_runs_a_command(receiver: Receiver, tmp_path: Path
     problems = notify(event, Targets([receiver.url, closed], [f"cat > {out}"]))
     assert receiver.events == [event] and json.loads(out.read_text()) == event
     assert len(problems) == 1 and problems[0].startswith(f"notify {closed}")
+    with pytest.raises(InputError, match=r"'notify\.urls': unknown key; allowed: command, url"):
+        parse_spec('name = "n"\n[notify]\nurls = "http://127.0.0.1:1/"\n[[workload]]\n'
+                   'kind = "attn-bench"\nctx = 64\nheads = 2\nkv_heads = 1\nhead_dim = 16\n',
+                   tmp_path / "n.toml")
 
 
 def test_a_board_lost_n_times_goes_bad_and_is_announced(
