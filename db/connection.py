@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InternalError, NoSuchModuleError, OperationalError
@@ -130,8 +129,40 @@ def _database_failure(shown: str) -> Callable[[ExceptionContext], None]:
     return handle
 
 
+class SchemaUnknown(Exception):
+    """Alembic cannot upgrade the store's schema (its revision is not one of ours)."""
+
+
+def head_revision() -> str | None:
+    """The newest migration's revision id, read from the files (the one no other revises);
+    None unless there is exactly one."""
+    revisions, revised = set(), set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        source = path.read_text()
+        revisions.update(re.findall(r'^revision = "([^"]+)"', source, re.MULTILINE))
+        revised.update(re.findall(r'^down_revision = "([^"]+)"', source, re.MULTILINE))
+    heads = revisions - revised
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _is_current(engine: Engine) -> bool:
+    """Whether the store is at the newest revision already (the common case: then Alembic,
+    a third of a second to import, is not needed)."""
+    head = head_revision()
+    with engine.connect() as connection:
+        if head is None or not inspect(connection).has_table("alembic_version"):
+            return False
+        return connection.scalar(text("SELECT version_num FROM alembic_version")) == head
+
+
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Create or upgrade the schema to ``revision`` with the Alembic migrations."""
+    if revision == "head" and _is_current(engine):
+        return
+    from alembic import command
+    from alembic.config import Config
+    from alembic.util import CommandError
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     with engine.connect() as connection:
@@ -142,7 +173,10 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         with connection.begin():
             _restamp_renamed(connection)
             config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+            try:
+                command.upgrade(config, revision)
+            except CommandError as exc:
+                raise SchemaUnknown(str(exc)) from exc
 
 
 def _restamp_renamed(connection: Connection) -> None:

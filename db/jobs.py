@@ -5,13 +5,14 @@ A job is ``queued`` until a coordinator claims it (``running``, with the coordin
 job; a queued job whose holder stopped heartbeating (a SIGKILLed `serve`) is claimed again by
 the next `serve`, and the runs it already stored as ok are skipped, so nothing runs twice. A
 one-shot run (kind ``run``) whose coordinator vanished is marked failed instead: nobody would
-otherwise know to finish it. ``cancel`` marks a job cancelled; its holder sees it at its next
-heartbeat and stops.
+otherwise know to finish it. ``cancel`` marks a job cancelled (and who did it); its holder sees
+it at its next heartbeat and stops.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 
 from db.connection import retry_locked
+from db.errors import StoreInputError
 from db.leases import utcnow
 from db.models import Device, Experiment, ExperimentRun, Job, Lease, Run
 
@@ -45,6 +47,8 @@ class JobInfo:
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    notify: dict[str, Any] | None
+    cancelled_by: str | None
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,13 @@ class Jobs:
     @retry_locked
     def add(self, experiment: str, spec_path: str, spec_text: str, *, owner: str,
             devices: list[str] | None = None, force: bool = False, priority: int = 0,
-            holder: str | None = None) -> int:
+            holder: str | None = None, notify: dict[str, str] | None = None) -> int:
         """A queued job, or with ``holder`` a one-shot run that this holder starts now."""
         moment = utcnow()
         values: dict[str, Any] = {
             "experiment": experiment, "spec_path": spec_path, "spec_text": spec_text,
             "devices": devices, "force": force, "priority": priority, "owner": owner,
-            "kind": "queue", "state": "queued", "submitted_at": moment}
+            "kind": "queue", "state": "queued", "submitted_at": moment, "notify": notify}
         if holder is not None:
             values |= {"kind": "run", "state": "running", "holder": holder,
                        "heartbeat": moment, "started_at": moment}
@@ -87,8 +91,10 @@ class Jobs:
             return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
 
     @retry_locked
-    def claim_next(self, holder: str, stale_after_s: float) -> JobInfo | None:
-        """Reclaim jobs of dead holders, then take the queued job of highest priority."""
+    def claim_next(self, holder: str, stale_after_s: float,
+                   skip: Collection[int] = ()) -> JobInfo | None:
+        """Reclaim jobs of dead holders, then take the queued job of highest priority (but
+        those in ``skip``: jobs whose boards cannot take work now)."""
         table = self.table
         moment = utcnow()
         stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
@@ -100,7 +106,8 @@ class Jobs:
             conn.execute(update(table).where(running, table.c.kind == "run").values(
                 state="failed", finished_at=moment,
                 message="its `benchfarm run` stopped heartbeating (killed?)"))
-            job_id = conn.scalar(select(table.c.id).where(table.c.state == "queued")
+            job_id = conn.scalar(select(table.c.id).where(table.c.state == "queued",
+                                                          table.c.id.not_in(list(skip)))
                                  .order_by(table.c.priority.desc(), table.c.id).limit(1))
             if job_id is None:
                 return None
@@ -143,20 +150,34 @@ class Jobs:
                          .values(state="queued", holder=None, message=message))
 
     @retry_locked
-    def cancel(self, experiment: str) -> list[int]:
-        """Cancel the queued and running jobs of ``experiment``; returns their ids."""
+    def note(self, job_id: int, message: str) -> None:
+        """Say on a queued job why it waits (shown by `benchfarm queue`)."""
         table = self.table
-        active = (table.c.experiment == experiment) & table.c.state.in_(ACTIVE)
         with self.engine.begin() as conn:
-            ids = list(conn.scalars(select(table.c.id).where(active)))
-            conn.execute(update(table).where(table.c.id.in_(ids)).values(
-                state="cancelled", finished_at=utcnow(), message="cancelled by `benchfarm cancel`"))
-        return ids
+            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "queued")
+                         .values(message=message))
+
+    @retry_locked
+    def cancel(self, job_id: int, by: str, message: str) -> bool:
+        """Cancel a queued or running job, recording who did it; False if it had ended."""
+        table = self.table
+        with self.engine.begin() as conn:
+            return conn.execute(update(table).where(
+                table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
+                state="cancelled", finished_at=utcnow(), message=message,
+                cancelled_by=by)).rowcount == 1
 
     def get(self, job_id: int) -> JobInfo:
+        """The job with this id (StoreInputError naming `benchfarm queue` when none)."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(self.table).where(self.table.c.id == job_id)).one()
+            row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
+        if row is None:
+            raise StoreInputError(f"no job {job_id}; `benchfarm queue --all` lists them")
         return JobInfo(**row._mapping)
+
+    def active(self, experiment: str) -> list[JobInfo]:
+        """The queued and running jobs of ``experiment``."""
+        return [j for j in self.list(ACTIVE) if j.experiment == experiment]
 
     def list(self, states: tuple[str, ...] | None = None) -> list[JobInfo]:
         """Jobs in queue order: running first, then queued by priority, then the rest, newest

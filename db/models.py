@@ -264,3 +264,65 @@ class Job(Base):
     submitted_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    notify: Mapped[dict[str, Any] | None]  # where the job's end is announced (url, command)
+    cancelled_by: Mapped[str | None] = mapped_column(String(200))  # who cancelled it
+
+
+BOARD_STATES = ("online", "maintenance", "retired", "bad")
+
+
+class BoardState(Base):
+    """A board's state now (no row: online), and its consecutive infrastructure failures."""
+
+    __tablename__ = "board_states"
+    __table_args__ = (
+        CheckConstraint("state IN ('online', 'maintenance', 'retired', 'bad')", name="state"),
+    )
+
+    board: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    since: Mapped[datetime]
+    changed_by: Mapped[str] = mapped_column(String(200))
+    failures: Mapped[int]  # runs lost in a row (reset by a run that reached the engine)
+
+
+class BoardEvent(Base):
+    """Every change of a board's state: who, when and why."""
+
+    __tablename__ = "board_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    board: Mapped[str] = mapped_column(String(200), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    changed_by: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime]
+
+
+class HealthCheck(Base):
+    """One health check of a board (`devices check`, or one `serve` scheduled)."""
+
+    __tablename__ = "health_checks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    board: Mapped[str] = mapped_column(String(200), index=True)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    items: Mapped[list[Any]]  # [{"name", "ok", "detail"}...]
+    checked_by: Mapped[str] = mapped_column(String(200))
+    checked_at: Mapped[datetime]
+
+
+class Reservation(Base):
+    """A board kept for one owner's work until ``ends`` (or until released)."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    board: Mapped[str] = mapped_column(String(200), index=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    starts: Mapped[datetime]
+    ends: Mapped[datetime]
+    released_at: Mapped[datetime | None]
+    released_by: Mapped[str | None] = mapped_column(String(200))

@@ -11,9 +11,8 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlalchemy import JSON, Connection, Select, inspect, literal, select
 from sqlalchemy.orm import Session
 
@@ -31,6 +30,9 @@ from db.models import (
     Workload,
 )
 from db.records import RUN_STATUSES, TokenTiming
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -270,6 +272,8 @@ def _labelled(model: type, prefix: str, skip: tuple[str, ...] = ()) -> list[Any]
 
 def _read(conn: Connection, query: Select) -> pd.DataFrame:
     """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe)."""
+    import pandas as pd  # only readers of frames need pandas (the CLI starts without it)
+
     result = conn.execute(query)
     # Plain tuples: pandas builds a frame from them ~6x faster than from Row objects.
     frame = pd.DataFrame.from_records([tuple(row) for row in result],

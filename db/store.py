@@ -12,16 +12,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pandas as pd
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
-from db.connection import create_store_engine, migrate, retry_locked, writer
+from db.boards import Boards
+from db.connection import SchemaUnknown, create_store_engine, migrate, retry_locked, writer
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
@@ -38,6 +37,9 @@ from db.models import (
     Workload,
 )
 from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
@@ -72,6 +74,7 @@ class Store:
         self._sessions = sessionmaker(self.writer, expire_on_commit=False)
         self.leases = Leases(self.writer)
         self.jobs = Jobs(self.writer)
+        self.boards = Boards(self.writer)
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:
@@ -80,7 +83,7 @@ class Store:
         shown = engine.url.render_as_string(hide_password=True)
         try:
             migrate(engine)
-        except CommandError as exc:
+        except SchemaUnknown as exc:
             engine.dispose()
             raise StoreError(
                 f"--db {shown}: the schema cannot be upgraded ({exc}); it was probably written "

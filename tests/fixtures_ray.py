@@ -20,6 +20,7 @@ import ray
 
 from db.store import Store
 from devices.farm import farm_down, farm_up
+from harness.cli import main
 from harness.execution.cluster import LOCAL_NODE_IP
 
 
@@ -158,3 +159,15 @@ def start_cli(args: list[str], cwd: Path) -> subprocess.Popen:
     finally:
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """A quick `benchfarm` command in this process (a new Python would take seconds)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from db.store import Store
 from devices.health import check_device
 from harness.cli import main
 from harness.engines import engine_check
@@ -15,8 +16,9 @@ def binaries_args(args_program: dict[str, Path]) -> list[str]:
     return [x for arch, path in args_program.items() for x in ("--binary", f"{arch}={path}")]
 
 
-def test_check_passes_on_both_farm_nodes(farm, args_program, capsys) -> None:
-    argv = ["devices", "check", "--json", "--inventory", str(farm.inventory_path),
+def test_check_passes_on_both_farm_nodes(farm, args_program, capsys, sqlite_url) -> None:
+    argv = ["--db", sqlite_url, "devices", "check", "--json", "--inventory",
+            str(farm.inventory_path),
             *binaries_args(args_program), "farm-x86", "farm-arm"]
     assert main(argv) == 0
     reports = json.loads(capsys.readouterr().out)
@@ -30,7 +32,8 @@ def test_check_passes_on_both_farm_nodes(farm, args_program, capsys) -> None:
 
 
 def test_check_reports_a_wrong_binary_and_an_unreachable_device(farm, args_program,
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, sqlite_url,
+                                                                capsys) -> None:
     # An x86_64 binary cannot run on the aarch64 node: `lmc info` fails, the rest passes.
     report = check_device(farm.arm, engine_check(LMC, args_program["x86_64"]))
     assert not report.ok
@@ -42,21 +45,35 @@ def test_check_reports_a_wrong_binary_and_an_unreachable_device(farm, args_progr
     text = text.replace("connect_retries = 2", "connect_retries = 1")
     inventory = tmp_path / "inventory.toml"
     inventory.write_text(text)
-    argv = ["devices", "check", "--inventory", str(inventory), *binaries_args(args_program),
-            "farm-x86"]
+    argv = ["--db", sqlite_url, "devices", "check", "--inventory", str(inventory),
+            *binaries_args(args_program), "farm-x86"]
     assert main(argv) == 1
+    # the failed check is stored, and it took the board out of service
+    with Store.open(sqlite_url) as store:
+        [check] = store.boards.health("farm-x86")
+        status = store.boards.states(["farm-x86"])["farm-x86"]
+    assert not check.ok and check.items[0]["name"] == "reachable"
+    assert status.state == "bad" and status.reason.startswith("health check failed: reachable")
+    capsys.readouterr()
+    assert main(["--db", sqlite_url, "devices", "health", "--inventory", str(inventory),
+                 "farm-x86"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("farm-x86: bad") and "FAILED reachable" in shown
 
 
-def test_check_rejects_a_malformed_binary_option(farm, capsys) -> None:
-    argv = ["devices", "check", "--inventory", str(farm.inventory_path), "--binary", "mips=/x"]
+def test_check_rejects_a_malformed_binary_option(farm, capsys, sqlite_url) -> None:
+    argv = ["--db", sqlite_url, "devices", "check", "--inventory", str(farm.inventory_path),
+            "--binary", "mips=/x"]
     assert main(argv) == 2
     assert "--binary 'mips=/x': expected ARCH=PATH" in capsys.readouterr().err
 
 
 def test_check_builds_and_runs_the_real_engine_on_both_nodes(farm, engine_build,
-                                                             engine_build_aarch64, capsys) -> None:
+                                                             engine_build_aarch64, capsys,
+                                                             sqlite_url) -> None:
     # The engine fixtures build first; the command's own build_engine calls then reuse them.
-    argv = ["devices", "check", "--json", "--inventory", str(farm.inventory_path),
+    argv = ["--db", sqlite_url, "devices", "check", "--json", "--inventory",
+            str(farm.inventory_path),
             "farm-x86", "farm-arm"]
     assert main(argv) == 0
     reports = json.loads(capsys.readouterr().out)

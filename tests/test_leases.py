@@ -109,12 +109,12 @@ def test_job_queue_order_claim_reclaim_and_cancel(store: Store) -> None:
     assert jobs.get(one_shot).state == "failed"
     jobs.set_totals(high, {"local": 4})
     assert jobs.heartbeat(high) == "running"
-    assert jobs.cancel("high") == [high]
-    assert jobs.heartbeat(high) == "cancelled"
+    assert jobs.cancel(high, "ann", "cancelled by ann (--force; the owner is bob)")
+    assert jobs.heartbeat(high) == "cancelled" and jobs.get(high).cancelled_by == "ann"
     jobs.finish(high, "done", "too late")
     assert jobs.get(high).state == "cancelled" and jobs.get(high).message == "too late"
-    assert jobs.cancel("high") == []
-    assert jobs.claim_next("serve-2", stale_after_s=60).id == other
+    assert not jobs.cancel(high, "ann", "again")
+    assert jobs.claim_next("serve-2", stale_after_s=60, skip=[other]).id == low
 
 
 def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> None:

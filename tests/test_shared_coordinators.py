@@ -14,11 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures_db import fresh_postgres_database
-from fixtures_ray import count_ok, needle_spec, slow_local_board, start_cli, stored_runs
+from fixtures_ray import cli_here, count_ok, needle_spec, slow_local_board, start_cli, stored_runs
 
 from db.leases import utcnow
 from db.store import Store
-from harness.cli import main
 
 DEPTHS = (0.1, 0.4, 0.7, 1.0)  # with exact + sparse: 8 runs per experiment
 
@@ -37,18 +36,6 @@ def wait_for(predicate, what: str, timeout: float = 180) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
-    """A quick `benchfarm` command in this process (a new Python would take seconds)."""
-    handler = signal.getsignal(signal.SIGTERM)
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def assert_no_overlap(runs: pd.DataFrame) -> None:
@@ -205,7 +192,7 @@ def test_submit_serve_stop_cancel_restart_loses_nothing_and_runs_nothing_twice(
         wait_for(lambda: count_ok(store, "q-cancel") >= 1 or restarted.poll() is not None,
                  "a run of q-cancel")
         time.sleep(0.3)
-        store.jobs.cancel("q-cancel")
+        store.jobs.cancel(store.jobs.latest("q-cancel").id, "test", "cancelled by the test")
         code, out, err = finish(restarted)
     finally:
         if restarted.poll() is None:

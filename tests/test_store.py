@@ -20,7 +20,8 @@ from db.records import Outcome, RunResult, Snapshot
 from db.store import KEY_CHUNK, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
-          "token_timings", "outcomes", "experiment_runs", "leases", "jobs"}
+          "token_timings", "outcomes", "experiment_runs", "leases", "jobs", "board_states",
+          "board_events", "health_checks", "reservations"}
 
 
 def count(store: Store, table: str) -> int:
@@ -32,7 +33,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -308,7 +309,7 @@ def test_a_store_stamped_with_a_renamed_revision_opens_and_upgrades(
         conn.execute(text("UPDATE alembic_version SET version_num = :old"), {"old": stamped})
     engine.dispose()
     with Store.open(sqlite_url) as store, store.engine.connect() as conn:
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
 

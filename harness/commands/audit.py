@@ -11,14 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from db.store import Store
-from devices.inventory import load_inventory
-from harness import REPO_ROOT
+from harness import DEFAULT_MODEL, REPO_ROOT
 from harness.commands.flags import add_devices, add_inventory, add_ray_address
-from harness.execution.audit import DEFAULT_MODEL, audit_claims
-from reports.audit import terminal_table
-from reports.audit.report import audit_json, write_audit
-from reports.outdir import output_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.execution.audit import audit_claims
+    from reports.audit import terminal_table
+    from reports.audit.report import audit_json, write_audit
+    from reports.outdir import output_dir
+
     if args.out:
         output_dir(args.out)  # refuse an unwritable --out before the audit runs anything
     inventory = load_inventory(args.inventory)

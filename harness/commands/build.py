@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from harness.engines.base import host_arch
-from harness.engines.llamabench.build import PYPI, build_llama_bench
-from harness.engines.lmc.build import TARGETS, VARIANTS, build_engine
+from devices.inventory import ARCHES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("build", help="build the lmc engine with ninja (or "
                                    "llama.cpp's llama-bench with CMake)")
     parser.add_argument("--engine", choices=("lmc", "llama-bench"), default="lmc")
-    parser.add_argument("--target", choices=TARGETS, default=host_arch())
+    parser.add_argument("--target", choices=ARCHES, default=os.uname().machine,
+                        help="default: this machine's, %(default)s")
     parser.add_argument("--rev", help="git revision to build (default: the working tree; "
                         "llama-bench: a revision of --source)")
-    parser.add_argument("--variant", choices=VARIANTS, default="release", help="lmc only")
+    parser.add_argument("--variant", default="release",
+                        help="lmc only: release (default) or asan")
     parser.add_argument("--toolchain", choices=("gcc", "zig"), default="gcc", help="lmc only")
-    parser.add_argument("--source", default=PYPI, help="llama-bench only: 'pypi' (the "
+    parser.add_argument("--source", help="llama-bench only: 'pypi' (the default: the "
                         "llama.cpp vendored in the llama-cpp-python sdist) or a llama.cpp tree")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.engines.llamabench.build import PYPI, build_llama_bench
+    from harness.engines.lmc.build import VARIANTS, build_engine
+    from harness.errors import InputError
+
     if args.engine == "llama-bench":
-        record = build_llama_bench(args.target, args.source, args.rev)
+        record = build_llama_bench(args.target, args.source or PYPI, args.rev)
     else:
+        if args.variant not in VARIANTS:
+            raise InputError(f"--variant {args.variant!r}: allowed {', '.join(VARIANTS)}")
         record = build_engine(
             target=args.target, rev=args.rev, variant=args.variant, toolchain_name=args.toolchain
         )

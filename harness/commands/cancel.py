@@ -1,27 +1,55 @@
-"""`benchfarm cancel EXPERIMENT`: drop its queued jobs and stop its running ones."""
+"""`benchfarm cancel JOB|EXPERIMENT [--force]`: drop a queued job or stop a running one.
+
+An experiment name stands for its one queued or running job; when it has several, they are
+listed and nothing is cancelled (exit 2). Another owner's job needs ``--force``, and the job
+records who cancelled it.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-from db.errors import StoreInputError
-from db.store import Store
+import getpass
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "cancel", help="cancel an experiment's queued and running jobs (in-flight runs are "
-                       "stored as cancelled)")
-    parser.add_argument("experiment", help="experiment name (see `benchfarm queue`)")
+        "cancel", help="cancel a queued or running job (its in-flight runs are stored as "
+                       "cancelled)")
+    parser.add_argument("job", metavar="JOB|EXPERIMENT",
+                        help="job id, or an experiment with exactly one active job "
+                             "(see `benchfarm queue`)")
+    parser.add_argument("--force", action="store_true", help="cancel another owner's job")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.jobs import ACTIVE
+    from db.store import Store
+    from harness.errors import InputError
+
+    me = getpass.getuser()
     with Store.open(args.db, create=False) as store:
-        ids = store.jobs.cancel(args.experiment)
-    if not ids:
-        raise StoreInputError(f"experiment {args.experiment!r} has no queued or running job; "
-                              "`benchfarm queue` lists them")
-    print(f"cancelled job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of "
-          f"{args.experiment}; a running coordinator stops it within a second or two")
+        if args.job.isdigit():
+            job = store.jobs.get(int(args.job))
+        else:
+            jobs = store.jobs.active(args.job)
+            if not jobs:
+                raise InputError(f"experiment {args.job!r} has no queued or running job; "
+                                 "`benchfarm queue` lists them")
+            if len(jobs) > 1:
+                listed = ", ".join(f"job {j.id} ({j.state}, owner {j.owner})" for j in jobs)
+                raise InputError(f"experiment {args.job!r} has {len(jobs)} active jobs: "
+                                 f"{listed}; name one: `benchfarm cancel JOB`")
+            job = jobs[0]
+        if job.state not in ACTIVE:
+            raise InputError(f"job {job.id} has already ended ({job.state})")
+        if job.owner != me and not args.force:
+            raise InputError(f"job {job.id} belongs to {job.owner}; cancel it with --force "
+                             "(it records that you did)")
+        forced = f" (--force; the owner is {job.owner})" if job.owner != me else ""
+        cancelled = store.jobs.cancel(job.id, me, f"cancelled by {me}{forced}")
+    if not cancelled:
+        raise InputError(f"job {job.id} ended meanwhile")
+    print(f"cancelled job {job.id} ({job.experiment}, owner {job.owner}); a running "
+          "coordinator stops it within a second or two")
     return 0

@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from db.store import Store
-from harness import ENGINE_DIR
-from harness.engines.lmc.build import WORKTREE, source_hash
-from harness.history.revisions import try_resolve
-from reports.compare import compare, terminal_table, write_comparison
-from reports.stats import NOISE_THRESHOLD
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -23,9 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", default="decode_ms_per_token",
                         help="timing to compare (default: %(default)s; also attn_ms_per_token, "
                              "prefill_ms, attn_median_ms, engine_ms)")
-    parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
+    parser.add_argument("--threshold", type=float,
                         help="relative change below which a difference is noise "
-                             "(default: %(default)s; raised to the A/A noise floor)")
+                             "(default: reports.stats.NOISE_THRESHOLD, 0.05; raised to the A/A "
+                             "noise floor)")
     parser.add_argument("--lmc-policy", default="exact",
                         help="comparing engines: the lmc attention policy set against the other "
                              "engine (default: exact, what other engines compute)")
@@ -36,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def revision_names(*texts: str) -> dict[str, str]:
     """What each text names as an engine revision: ``worktree`` the working tree's engine
     sources (their hash), a git name the commit it resolves to."""
+    from harness import ENGINE_DIR
+    from harness.engines.lmc.build import WORKTREE, source_hash
+    from harness.history.revisions import try_resolve
+
     named = {}
     for text in texts:
         target = source_hash(ENGINE_DIR) if text == WORKTREE else try_resolve(text)
@@ -45,8 +43,13 @@ def revision_names(*texts: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from reports.compare import compare, terminal_table, write_comparison
+    from reports.stats import NOISE_THRESHOLD
+
+    threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
     with Store.open(args.db) as store:
-        result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold,
+        result = compare(store, args.a, args.b, args.experiment, args.metric, threshold,
                          args.lmc_policy, revision_names(args.a, args.b))
     print(terminal_table(result))
     if args.out:

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from db.store import Store
-from devices.inventory import LOCAL, Inventory, local_device
 from harness import REPO_ROOT
-from harness.execution.coordinator import RunRequest, run_experiment
-from harness.spec import load_spec
 from reports.outdir import default_report_dir
-from reports.render import render_report
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from db.store import Store
 
 DEMO_SPEC = REPO_ROOT / "specs" / "demo.toml"
 
@@ -37,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def summary_table(store: Store, experiment: str) -> pd.DataFrame:
     """Needle recall and decode speed per (device, policy, k), from the stored rows."""
+    import pandas as pd
+
     frames = store.frames(experiment)
     runs = frames["runs"]
     if runs.empty:
@@ -56,6 +57,12 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import LOCAL, Inventory, local_device
+    from harness.execution.coordinator import RunRequest, run_experiment
+    from harness.spec import load_spec
+    from reports.render import render_report
+
     spec = load_spec(args.spec)
     inventory = Inventory({LOCAL: local_device()})  # the demo never reaches other machines
     with Store.open(args.db) as store:

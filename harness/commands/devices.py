@@ -1,39 +1,49 @@
-"""`benchfarm devices list|check|probe|trust [--inventory FILE] [NAME...]`.
+"""`benchfarm devices list|check|probe|trust|state|health [--inventory FILE] [NAME...]`.
 
 NAME may be a device name or a class; none means every device in the inventory. The inventory
 defaults to $BENCHFARM_INVENTORY, else ./farm-state/inventory.toml when the local farm is up,
-else just the device ``local``.
+else just the device ``local``. `list` shows each board's state (db.boards), the coordinator
+holding its lease and its last health check; `check` stores its results (a failed check makes
+an online board bad); `state` takes a board out of service or back; `health` shows a board's
+checks and state changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from devices.connect import connect
-from devices.fingerprint import probe
-from devices.health import check_device
-from devices.inventory import Device, load_inventory
-from harness.engines import engine_check, get_engine
-from harness.engines.lmc import NAME as LMC
-from harness.engines.lmc.build import TARGETS
+from harness.commands.flags import add_notify
+from harness.commands.table import format_table
 from harness.errors import InputError
+
+if TYPE_CHECKING:
+    from db.store import Store
+    from devices.inventory import Device
+
+SETTABLE = ("online", "maintenance", "retired")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("devices", help="list, check, fingerprint or trust devices")
+    parser = subparsers.add_parser(
+        "devices", help="list, check, fingerprint, trust devices; set and show board states")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("names", nargs="*", metavar="NAME", help="device names or classes")
     common.add_argument("--inventory", type=Path, help="inventory TOML file")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    actions.add_parser("list", parents=[common], help="show the inventory").add_argument(
-        "--json", action="store_true")
+    actions.add_parser("list", parents=[common],
+                       help="the inventory with each board's state, lease and last health "
+                            "check").add_argument("--json", action="store_true")
     check = actions.add_parser("check", parents=[common],
-                               help="reachable, arch, workdir, free disk, `lmc info` runs")
+                               help="reachable, arch, workdir, free disk, `lmc info` runs "
+                                    "(stored)")
     check.add_argument("--json", action="store_true")
     check.add_argument("--binary", action="append", default=[], metavar="ARCH=PATH",
                        help="use this lmc for ARCH instead of building it")
+    add_notify(check, "announce a board that the check makes bad")
     actions.add_parser("probe", parents=[common], help="print device fingerprints (JSON)")
     trust = actions.add_parser("trust", parents=[common],
                                help="show a device's host key fingerprint and record it")
@@ -41,67 +51,101 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="replace a recorded host key that differs")
     trust.add_argument("--expect", metavar="SHA256:...",
                        help="only record the key if it has this fingerprint")
+    state = actions.add_parser("state", help="set a board's state: online, maintenance "
+                               "(drain: the run in flight finishes) or retired")
+    state.add_argument("names", nargs=1, metavar="NAME", help="device name or class")
+    state.add_argument("state", choices=SETTABLE)
+    state.add_argument("--reason", help="why (shown by `devices list` and `queue`)")
+    state.add_argument("--inventory", type=Path, help="inventory TOML file")
+    actions.add_parser("health", parents=[common],
+                       help="a board's health checks and state changes, newest first")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    inventory = load_inventory(args.inventory)
-    devices = inventory.select(args.names)
-    if args.action == "list":
-        return _list(devices, args.json)
-    if args.action == "check":
-        return _check(devices, _given_binaries(args.binary), args.json)
+    from db.store import Store
+    from devices.inventory import load_inventory
+
+    devices = load_inventory(args.inventory).select(args.names)
     if args.action == "probe":
         return _probe(devices)
-    return _trust(devices, args.replace, args.expect)
+    if args.action == "trust":
+        return _trust(devices, args.replace, args.expect)
+    if args.action == "list":
+        return _list(devices, args.db, args.json)
+    with Store.open(args.db) as store:
+        if args.action == "check":
+            return _check(devices, store, _given_binaries(args.binary), args.json, args.notify)
+        if args.action == "state":
+            return _state(devices, store, args.state, args.reason)
+        return _health(devices, store)
 
 
-def _list(devices: list[Device], as_json: bool) -> int:
+def _list(devices: list[Device], url: str, as_json: bool) -> int:
+    from db.boards import BoardStatus
+    from db.errors import StoreInputError
+    from db.store import Store
+
+    names = [d.name for d in devices]
+    states = {name: BoardStatus(name, "online", None, None, None, 0) for name in names}
+    holders, health, reserved = {}, {}, {}
+    try:
+        with Store.open(url, create=False) as store:
+            states = store.boards.states(names)
+            holders = {lease.board: lease.holder for lease in store.leases.active()}
+            health = store.boards.last_health(names)
+            reserved = store.boards.reservations(names)
+    except StoreInputError:
+        pass  # no store yet: every board is online, unleased, unchecked
     if as_json:
         rows = [{"name": d.name, "class": d.cls, "arch": d.arch, "address": d.address,
                  "cpus": d.cpus, "threads": d.threads, "emulated": d.emulated,
-                 "exec_prefix": d.exec_prefix, "workdir": d.workdir} for d in devices]
+                 "exec_prefix": d.exec_prefix, "workdir": d.workdir,
+                 "state": states[d.name].state, "reason": states[d.name].reason,
+                 "since": states[d.name].since and f"{states[d.name].since:%Y-%m-%dT%H:%M:%S}",
+                 "lease_holder": holders.get(d.name),
+                 "reserved_by": reserved[d.name].owner if d.name in reserved else None,
+                 "health": health[d.name].summary if d.name in health else None}
+                for d in devices]
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'NAME':<14} {'CLASS':<10} {'ARCH':<8} {'ADDRESS':<28} {'CPUS':<16} EMULATED")
-    for d in devices:
-        cpus = ",".join(map(str, d.cpus)) if d.cpus else "-"
-        print(f"{d.name:<14} {d.cls:<10} {d.arch:<8} {d.address:<28} {cpus:<16} "
-              f"{'yes' if d.emulated else 'no'}")
+    print(format_table(
+        ["name", "class", "arch", "address", "emulated", "state", "reason", "since (UTC)",
+         "lease holder", "reserved by", "last health check"],
+        [[d.name, d.cls, d.arch, d.address, "yes" if d.emulated else "no",
+          states[d.name].state, states[d.name].reason,
+          f"{states[d.name].since:%Y-%m-%d %H:%M}" if states[d.name].since else None,
+          holders.get(d.name),
+          f"{reserved[d.name].owner} until {reserved[d.name].ends:%H:%M}"
+          if d.name in reserved else None,
+          f"{health[d.name].checked_at:%Y-%m-%d %H:%M} {health[d.name].summary}"
+          if d.name in health else None] for d in devices]))
     return 0
 
 
 def _given_binaries(values: list[str]) -> dict[str, Path]:
+    from devices.inventory import ARCHES
+
     given = {}
     for value in values:
         arch, sep, path = value.partition("=")
-        if not sep or arch not in TARGETS or not Path(path).is_file():
+        if not sep or arch not in ARCHES or not Path(path).is_file():
             raise InputError(f"--binary {value!r}: expected ARCH=PATH with ARCH one of "
-                             f"{', '.join(TARGETS)} and PATH an existing file")
+                             f"{', '.join(ARCHES)} and PATH an existing file")
         given[arch] = Path(path)
     return given
 
 
-def _engine_for(arch: str, given: dict[str, Path],
-                cache: dict[str, tuple[Path | None, str | None]]) -> tuple[Path | None, str | None]:
-    if arch in given:
-        return given[arch], None
-    if arch not in cache:
-        try:
-            cache[arch] = (Path(get_engine(LMC).build(arch, None).binary), None)
-        except Exception as exc:  # noqa: BLE001 - any build failure becomes a failed check
-            if getattr(type(exc), "exit_code", None) is None:
-                raise
-            cache[arch] = (None, f"building lmc for {arch} failed: {exc}")
-    return cache[arch]
+def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json: bool,
+           notify: list[str] | None) -> int:
+    from harness.execution.health import EngineBinaries, check_and_store
+    from harness.execution.notify import targets_from
 
-
-def _check(devices: list[Device], given: dict[str, Path], as_json: bool) -> int:
-    built: dict[str, tuple[Path | None, str | None]] = {}
+    binaries = EngineBinaries(given)
     reports = []
     for device in devices:
-        binary, problem = _engine_for(device.arch, given, built)
-        report = check_device(device, engine_check(LMC, binary, problem))
+        report = check_and_store(device, binaries, store, f"{getpass.getuser()} (devices "
+                                 "check)", targets_from(notify))
         reports.append(report)
         if not as_json:
             print(f"{device.name}: {'ok' if report.ok else 'FAILED'}")
@@ -113,7 +157,37 @@ def _check(devices: list[Device], given: dict[str, Path], as_json: bool) -> int:
     return 0 if all(r.ok for r in reports) else 1
 
 
+def _state(devices: list[Device], store: Store, state: str, reason: str | None) -> int:
+    for device in devices:
+        store.boards.set_state(device.name, state, reason, getpass.getuser())
+        print(f"{device.name}: {state}" + (f" ({reason})" if reason else "")
+              + ("; the run in flight finishes, no new run starts" if state != "online"
+                 else ""))
+    return 0
+
+
+def _health(devices: list[Device], store: Store) -> int:
+    for device in devices:
+        print(f"{device.name}: {store.boards.states([device.name])[device.name].state}")
+        checks = store.boards.health(device.name)
+        if checks:
+            print(format_table(["checked (UTC)", "by", "result"],
+                               [[f"{c.checked_at:%Y-%m-%d %H:%M:%S}", c.checked_by, c.summary]
+                                for c in checks]))
+        else:
+            print("  no health checks stored; `benchfarm devices check NAME` runs one")
+        changes = store.boards.history(device.name)
+        if changes:
+            print(format_table(["changed (UTC)", "by", "state", "reason"],
+                               [[f"{c.at:%Y-%m-%d %H:%M:%S}", c.changed_by, c.state, c.reason]
+                                for c in reversed(changes)]))
+    return 0
+
+
 def _probe(devices: list[Device]) -> int:
+    from devices.connect import connect
+    from devices.fingerprint import probe
+
     snapshots = {}
     for device in devices:
         with connect(device) as transport:
@@ -133,4 +207,3 @@ def _trust(devices: list[Device], replace: bool, expect: str | None) -> int:
         print(f"{device.name}: {device.address} {key.get_name()} {key_fingerprint(key)} "
               f"{outcome} in {device.known_hosts}")
     return 0
-

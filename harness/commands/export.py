@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from db.store import Store
 from harness.errors import InputError
+
+if TYPE_CHECKING:
+    from db.store import Store
 
 FORMATS = ("csv", "parquet")
 
@@ -42,6 +45,8 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path) -> dict[Path,
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+
     # Experiment names become folder names: keep them to safe characters.
     out_dir = Path(args.out or Path("export") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.experiment))
     with Store.open(args.db, create=False) as store:

@@ -75,3 +75,22 @@ def add_threshold(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
                         help=f"{what} (default: %(default)s; a change must also exceed 3x the "
                              "noise, see reports/steps.py)")
+def add_notify(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--notify", action="append", metavar="URL|COMMAND", help=help_text +
+                        " (a URL gets a JSON POST, a command the JSON on stdin; repeatable)")
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """--for, --older-than: a number and a unit (s, m, h, d), e.g. 90m or 2h; seconds."""
+    number, unit = text[:-1], text[-1:]
+    try:
+        value = float(number) * DURATION_UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; write a number and s, m, h or d, e.g. 90m") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be longer than 0")
+    return value

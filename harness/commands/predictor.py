@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.engines.lmc.build import build_engine
-from harness.predictor.study import load_study, run_study
-from reports.outdir import default_report_dir
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("predictor", help="train and evaluate the attention predictor")
@@ -28,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.engines.lmc.build import build_engine
+    from harness.predictor.study import load_study, run_study
+    from reports.outdir import default_report_dir
+
     study = load_study(args.study)
     out = args.out or default_report_dir(study.name)
     lmc = [args.lmc] if args.lmc else [build_engine().binary]

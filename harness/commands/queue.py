@@ -1,12 +1,11 @@
-"""`benchfarm queue`: the jobs (queued, running, and with --all the finished ones) and the
-board leases held now."""
+"""`benchfarm queue`: the jobs (queued, running, and with --all the finished ones), the
+board leases held now, and the boards that do not take everyone's work (not online, or
+reserved)."""
 
 from __future__ import annotations
 
 import argparse
 
-from db.jobs import ACTIVE
-from db.store import Store
 from harness.commands.table import format_table
 
 
@@ -17,9 +16,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.jobs import ACTIVE
+    from db.store import Store
+
     with Store.open(args.db, create=False) as store:
         jobs = store.jobs.list(None if args.all else ACTIVE)
         leases = store.leases.active()
+        states = [s for s in store.boards.states().values() if s.state != "online"]
+        reservations = store.boards.reservations()
     if jobs:
         print(format_table(
             ["job", "experiment", "state", "priority", "owner", "kind", "submitted (UTC)",
@@ -36,4 +40,10 @@ def run(args: argparse.Namespace) -> int:
             [[lease.board, lease.holder, lease.experiment,
               (lease.run_key or "warm-up")[:12], f"{lease.expires:%H:%M:%S}"]
              for lease in leases]))
+    if states or reservations:
+        print("\nboards not taking everyone's work:")
+        rows = [[s.board, s.state, s.reason, f"{s.since:%Y-%m-%d %H:%M}"] for s in states]
+        rows += [[r.board, f"reserved by {r.owner}", r.reason, f"until {r.ends:%Y-%m-%d %H:%M}"]
+                 for r in reservations.values()]
+        print(format_table(["board", "state", "reason", "since / until (UTC)"], rows))
     return 0

@@ -9,15 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from db.store import Store
-from devices.inventory import load_inventory
-from harness import REPO_ROOT
+from harness import DEFAULT_MODEL, REPO_ROOT
 from harness.commands.flags import add_devices, add_inventory
-from harness.execution.audit import DEFAULT_MODEL, audit_claims
-from harness.history.revisions import commit_order
-from reports.audit import audit_section, write_audit
-from reports.outdir import default_report_dir
-from reports.render import render_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.execution.audit import audit_claims
+    from harness.history.revisions import commit_order
+    from reports.audit import audit_section, write_audit
+    from reports.outdir import default_report_dir
+    from reports.render import render_report
+
     out = Path(args.out) if args.out else default_report_dir(args.experiment)
     with Store.open(args.db) as store:
         sections = []

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from db.store import Store
-from devices.inventory import load_inventory
 from harness.commands.flags import add_inventory
-from harness.execution.reproduce import reproduce
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the run came out identical (or has no output to compare), 1 otherwise."""
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.execution.reproduce import reproduce
+
     with Store.open(args.db) as store:
         result = reproduce(store, args.run, load_inventory(args.inventory), args.timeout)
     print(result.text())

@@ -7,34 +7,24 @@ estimated time from the durations of stored runs (harness.plan.estimate).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from db.errors import StoreInputError
-from db.queries import RunDuration
-from db.store import Store
-from devices.inventory import Inventory, load_inventory
 from harness.commands.flags import (
     INVENTORY_HELP,
     add_devices,
     add_inventory,
     add_lease_ttl,
+    add_notify,
     add_ray_address,
     run_count,
 )
-from harness.engines.base import NeedsBuild
-from harness.errors import InputError
-from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
-from harness.execution.sharing import lease_ttl
-from harness.plan.estimate import estimate
-from harness.plan.matrix import (
-    MAX_RUNS,
-    Cell,
-    Placement,
-    check_size,
-    count_cells,
-    resolve_placements,
-)
-from harness.plan.planner import identities, make_plan
-from harness.spec import Spec, load_spec
+from harness.plan.matrix import MAX_RUNS
+
+if TYPE_CHECKING:
+    from db.store import Store
+    from devices.inventory import Inventory
+    from harness.plan.matrix import Cell, Placement
+    from harness.spec import Spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,11 +41,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run nothing: print the matrix's size and an estimated time from "
                         "stored durations")
     add_lease_ttl(parser)
+    add_notify(parser, "announce the job's end here, besides the spec's [notify]")
+    parser.add_argument("--bad-after", type=run_count,
+                        help="runs lost in a row that make a board bad (default: "
+                             "$BENCHFARM_BAD_AFTER or 3)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every run of the matrix is stored (ok or failed), 1 when some are pending."""
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
+    from harness.execution.notify import targets_from
+    from harness.execution.sharing import lease_ttl
+    from harness.spec import load_spec
+
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
     if args.dry_run:
@@ -63,12 +64,19 @@ def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         summary = run_experiment(RunRequest(
             spec, inventory, args.devices, args.force, args.ray_address, max_runs=args.max_runs,
-            coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl))), store)
-    print(summary.line())
+            coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)),
+            notify=targets_from(args.notify), bad_after=args.bad_after), store)
+    print(f"job {summary.job_id}: {summary.line()}")
     return 0 if summary.complete else 1
 
 
 def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
+    from db.errors import StoreInputError
+    from db.queries import RunDuration
+    from db.store import Store
+    from harness.plan.estimate import estimate
+    from harness.plan.matrix import check_size, count_cells, resolve_placements
+
     placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
     total = sum(count_cells(spec, placements).values())
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
@@ -91,6 +99,10 @@ def stored_ok_cells(store: Store, spec: Spec, inventory: Inventory,
                     placements: list[Placement]) -> set[Cell]:
     """The matrix's cells already stored as ok (a run would skip them), named by their run keys
     without building anything; an empty set, with the reason printed, when they cannot be."""
+    from harness.engines.base import NeedsBuild
+    from harness.errors import InputError
+    from harness.plan.planner import identities, make_plan
+
     try:
         plan = make_plan(spec, placements, inventory.devices, identities(spec, placements))
     except NeedsBuild as exc:

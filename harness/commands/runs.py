@@ -8,7 +8,6 @@ from dataclasses import asdict
 from datetime import datetime
 
 from db.records import RUN_STATUSES
-from db.store import Store
 from harness.commands.table import format_table
 
 ERROR_WIDTH = 60
@@ -29,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from db.store import Store
+
     with Store.open(args.db, create=False) as store:
         runs = store.list_runs(args.experiment, args.status)
     if not runs:
@@ -58,6 +59,8 @@ def _json_default(value: object) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from db.store import Store
+
     with Store.open(args.db, create=False) as store:
         detail = asdict(store.get_run(args.run))
     if not args.full:

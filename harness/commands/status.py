@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from db.queries import ExperimentSummary
 from db.records import RUN_STATUSES
-from db.store import Store
 from harness.commands.table import format_table
+
+if TYPE_CHECKING:
+    from db.queries import ExperimentSummary
+    from db.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status", help="runs per status for every experiment, or one experiment's summary")
-    parser.add_argument("experiment", nargs="?", help="experiment name (default: all, briefly)")
+    parser.add_argument("experiment", nargs="?", metavar="EXPERIMENT|JOB",
+                        help="experiment name or job id (default: all, briefly)")
     parser.set_defaults(func=run)
 
 
@@ -37,9 +41,10 @@ def render_summary(summary: ExperimentSummary) -> str:
     return "\n".join(parts)
 
 
-def render_progress(store: Store, name: str) -> str:
-    """The newest job of the experiment, and its matrix per board (or class pool)."""
-    job = store.jobs.latest(name)
+def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
+    """The job (default: the experiment's newest), and its matrix per board (or class
+    pool)."""
+    job = store.jobs.latest(name) if job_id is None else store.jobs.get(job_id)
     if job is None:
         return ""
     parts = [f"job {job.id}: {job.state} (owner {job.owner}, priority {job.priority}"
@@ -52,10 +57,14 @@ def render_progress(store: Store, name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+
     with Store.open(args.db, create=False) as store:
         if args.experiment:
-            summary = store.experiment_summary(args.experiment)
-            progress = render_progress(store, args.experiment)
+            job_id = int(args.experiment) if args.experiment.isdigit() else None
+            name = args.experiment if job_id is None else store.jobs.get(job_id).experiment
+            summary = store.experiment_summary(name)
+            progress = render_progress(store, name, job_id)
             print(render_summary(summary) + (f"\n\n{progress}" if progress else ""))
             return 0
         names = store.list_experiments()

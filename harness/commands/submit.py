@@ -1,14 +1,16 @@
-"""`benchfarm submit SPEC`: queue an experiment for `benchfarm serve`, and return at once."""
+"""`benchfarm submit SPEC`: queue an experiment for `benchfarm serve`, and return at once.
+
+The spec and its devices are checked now: a device or class the inventory does not have, or a
+placement whose boards are all retired, is refused (exit 2); a board in maintenance, bad or
+reserved for someone else is named, and the job waits for it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import getpass
-from pathlib import Path
 
-from db.store import Store
-from harness.commands.flags import add_devices
-from harness.spec import load_spec
+from harness.commands.flags import INVENTORY_HELP, add_devices, add_inventory, add_notify
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,16 +22,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--owner", default=getpass.getuser(),
                         help="who asked for it (default: your user name, %(default)s)")
     add_devices(parser)
+    add_inventory(parser, INVENTORY_HELP + "; the devices are checked against it")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
+    add_notify(parser, "announce the job's end here, besides the spec's [notify]")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.errors import InputError
+    from harness.execution.gate import blocked_boards
+    from harness.execution.notify import targets_from
+    from harness.plan.matrix import resolve_placements
+    from harness.spec import load_spec
+
     spec = load_spec(args.spec)
+    inventory = load_inventory(args.inventory)
+    placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    notes = []
     with Store.open(args.db) as store:
+        for placement in placements:
+            blocked = blocked_boards(store, placement.devices, args.owner)
+            states = store.boards.states(list(placement.devices))
+            if all(states[name].state == "retired" for name in placement.devices):
+                raise InputError(f"{'; '.join(blocked.values())}: the job could never run")
+            notes += blocked.values()
         job_id = store.jobs.add(spec.name, str(Path(args.spec).resolve()), spec.text,
                                 owner=args.owner, devices=args.devices, force=args.force,
-                                priority=args.priority)
+                                priority=args.priority,
+                                notify=targets_from(args.notify).as_dict())
     print(f"queued job {job_id}: experiment {spec.name} (priority {args.priority}, owner "
           f"{args.owner}); `benchfarm serve` runs it, `benchfarm queue` shows it")
+    for note in notes:
+        print(f"  note: {note}; the job waits for it")
     return 0

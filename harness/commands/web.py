@@ -13,10 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
-import uvicorn
-
+from harness import REPO_ROOT
 from harness.errors import InputError, RunFailure
-from harness.web.app import CLAIMS_DIR, create_app
 
 TOKEN_ENV = "BENCHFARM_WEB_TOKEN"
 
@@ -31,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
                         help=f"the token every request must carry (default: ${TOKEN_ENV}); "
                              "prefer the variable, a flag shows in `ps`")
-    parser.add_argument("--claims", type=Path, default=CLAIMS_DIR,
+    parser.add_argument("--claims", type=Path, default=REPO_ROOT / "claims",
                         help="folder of the claims files the audit page offers (default: the "
                              "checkout's claims/)")
     parser.set_defaults(func=run)
@@ -70,6 +68,10 @@ def listening_socket(host: str, port: int, token: str | None) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from harness.web.app import create_app
+
     sock = listening_socket(args.host, args.port, args.token)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

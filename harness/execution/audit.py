@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
-from harness import REPO_ROOT
+from harness import DEFAULT_MODEL
 from harness.engines import get_engine
 from harness.engines.base import BuildRecord, NeedsBuild
 from harness.errors import InputError
@@ -29,8 +29,6 @@ from harness.spec import Spec, parse_spec
 from harness.workloads.kinds import KINDS
 from reports.audit import DeviceInfo, Environment, Verdict, load_claims, run_audit
 from reports.audit.claims_file import ENGINE_METRICS
-
-DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"
 
 
 def toml_value(value: Any) -> str:

@@ -9,6 +9,7 @@ and its heartbeat; board leases make coordinators sharing a store take turns on 
 from __future__ import annotations
 
 import getpass
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,10 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
+from harness.execution.gate import BoardGate, blocked_boards
+from harness.execution.notify import Targets, notify, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.execution.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
@@ -32,6 +36,7 @@ class RunSummary:
     skipped: int  # already stored as ok
     counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
     cancelled: bool = False  # stopped by `benchfarm cancel`
+    job_id: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -68,6 +73,8 @@ class RunRequest:
     max_runs: int = MAX_RUNS  # refuse a larger matrix
     coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
+    notify: Targets = field(default_factory=Targets)  # --notify (the spec's [notify] is added)
+    bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
 
 
 def run_experiment(request: RunRequest, store: Store) -> RunSummary:
@@ -78,21 +85,52 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                                     request.selectors)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
     job_id, one_shot = request.job_id, request.job_id is None
+    targets = targets_from(section=spec.notify) + request.notify
     if job_id is None:
-        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=getpass.getuser(),
+        owner = getpass.getuser()
+        refuse_blocked(store, placements, owner)
+        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=owner,
                                 devices=list(request.selectors) if request.selectors else None,
-                                force=request.force, holder=who.holder)
+                                force=request.force, holder=who.holder,
+                                notify=targets.as_dict())
+        print(f"job {job_id}: experiment {spec.name} (`benchfarm cancel {job_id}` stops it)",
+              file=request.stream or sys.stderr, flush=True)
+    gate = BoardGate(store, [n for p in placements for n in p.devices],
+                     store.jobs.get(job_id).owner, who.holder, targets, request.bad_after)
     try:
         with job_heartbeat(store, job_id, who.ttl_s / 3):
             summary = _run(request, store, placements,
-                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id), gate)
     except BaseException as exc:
         if one_shot:
             store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+            announce_job(store, job_id, targets)
         raise
+    summary.job_id = job_id
     if one_shot:
         store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())
+        announce_job(store, job_id, targets)
     return summary
+
+
+def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> None:
+    """A placement none of whose boards may take ``owner``'s work now is bad input (exit 2)."""
+    for placement in placements:
+        blocked = blocked_boards(store, placement.devices, owner)
+        if len(blocked) == len(placement.devices):
+            raise InputError("; ".join(blocked.values()) + ": no run can start there "
+                             "(`benchfarm devices list` shows the boards)")
+
+
+def announce_job(store: Store, job_id: int, targets: Targets) -> None:
+    """Tell the job's notification targets that it ended, and how."""
+    if not targets:
+        return
+    job = store.jobs.get(job_id)
+    notify({"event": "job-end", "job": job.id, "experiment": job.experiment,
+            "owner": job.owner, "state": job.state, "message": job.message,
+            "cancelled_by": job.cancelled_by, "submitted_at": job.submitted_at,
+            "finished_at": job.finished_at}, targets)
 
 
 def inventory_resources(inventory: Inventory) -> dict[str, float]:
@@ -107,7 +145,7 @@ def inventory_resources(inventory: Inventory) -> dict[str, float]:
 
 
 def _run(request: RunRequest, store: Store, placements: list[Placement],
-         sharing: Sharing) -> RunSummary:
+         sharing: Sharing, gate: BoardGate) -> RunSummary:
     spec, inventory = request.spec, request.inventory
     with ray_session(request.ray_address, inventory_resources(inventory)):
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
@@ -120,7 +158,7 @@ def _run(request: RunRequest, store: Store, placements: list[Placement],
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
         progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, request.stream)
         progress.show()
-        scheduler = Scheduler(plan, store, progress, sharing)
+        scheduler = Scheduler(plan, store, progress, sharing, gate)
         try:
             if plan.todo:
                 summary.counts = scheduler.run()

@@ -38,6 +38,7 @@ from harness.contract import RunReport, WorkOrder
 from harness.execution.artifacts import start_server
 from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, wait_placed
 from harness.execution.credentials import Credentials
+from harness.execution.gate import BoardGate
 from harness.execution.progress import Progress
 from harness.execution.results import base_result, to_run_result
 from harness.execution.runner import DeviceRunner
@@ -75,9 +76,12 @@ class Board:
 
 
 class Scheduler:
-    def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing) -> None:
+    def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing,
+                 gate: BoardGate) -> None:
         self.plan = plan
         self.turns = BoardTurns(sharing, store, progress)
+        self.gate = gate  # the boards' states and reservations (harness.execution.gate)
+        self._held_back: dict[str, str] = {}  # board -> why it takes no new run (said once)
         self.spec = plan.spec
         self.store = store
         self.progress = progress
@@ -148,7 +152,7 @@ class Scheduler:
     def _dispatch(self) -> None:
         now = time.monotonic()
         for board in self.boards.values():
-            if board.dead or board.busy or board.not_before > now:
+            if board.dead or board.busy or board.not_before > now or self._held_back_now(board):
                 continue
             run = self._next_for(board, now)
             if run is None:
@@ -168,6 +172,18 @@ class Scheduler:
                 run.attempts += 1
             label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
             board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
+
+    def _held_back_now(self, board: Board) -> bool:
+        """Whether the board's state or reservation stops new runs on it (said once)."""
+        name = board.device.name
+        why = self.gate.blocked(name)
+        if why and self._held_back.get(name) != why:
+            self.progress.note(f"{why}: no new run starts there")
+        if why:
+            self._held_back[name] = why
+        else:
+            self._held_back.pop(name, None)
+        return why is not None
 
     def _collect(self, board: Board) -> None:
         # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
@@ -192,6 +208,7 @@ class Scheduler:
             self._busy(board, dispatch, report.error or "busy")
             return
         board.losses = 0
+        self.gate.reached(board.device.name)
         self.turns.unlocked(board.device.name)
         board.not_before = time.monotonic() + self.spec.cooldown_s
         run = dispatch.run
@@ -211,6 +228,7 @@ class Scheduler:
         name = board.device.name
         board.losses += 1
         board.last_error = error
+        self.gate.lost(name, error)
         backoff = self.spec.backoff_s * 2 ** (board.losses - 1)
         board.not_before = time.monotonic() + backoff
         retries = self.spec.retries
@@ -239,9 +257,10 @@ class Scheduler:
             if not queue:
                 continue
             servers = [b for b in self.boards.values() if key in b.serves]
-            if any(not b.dead for b in servers):
+            if any(not b.dead and (b.busy or not self._held_back_now(b)) for b in servers):
                 continue
-            errors = "; ".join(sorted({b.last_error for b in servers}))
+            errors = "; ".join(sorted({self._held_back.get(b.device.name) or b.last_error
+                                       for b in servers}))
             self._placeholder(list(queue), "pending", servers[0].device.name,
                               f"no board of {key} left to run it ({errors})")
             queue.clear()

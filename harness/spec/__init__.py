@@ -30,7 +30,7 @@ from harness.workloads.kinds import KINDS
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 TOP_LEVEL_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
-    "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines",
+    "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines", "notify",
     *(engine.section for engine in ENGINES.values()),
 }
 DEFAULT_ENGINES = [next(iter(ENGINES))]  # lmc, the first engine of the registry
@@ -59,6 +59,8 @@ class Spec:
     engines: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINES))
     # engine name -> its axes (the record its adapter made of its section)
     sections: dict[str, Any] = field(default_factory=dict)
+    # [notify]: where the job's end is announced ({"url": [...], "command": [...]})
+    notify: dict[str, list[str]] = field(default_factory=dict)
 
     def axes(self, engine: str) -> Any:
         """The axes of one of the spec's engines."""
@@ -147,4 +149,11 @@ def parse_spec(text: str, path: Path) -> Spec:
         workloads=workloads,
         engines=engines,
         sections=sections,
+        notify=_notify(check, data.get("notify", {})),
     )
+
+
+def _notify(check: SpecChecker, section: Any) -> dict[str, list[str]]:
+    check.table(section, "notify", {"url", "command"})
+    return {key: check.axis(section[key], f"notify.{key}", "str") for key in ("url", "command")
+            if key in section}

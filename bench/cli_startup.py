@@ -1,0 +1,80 @@
+"""How long `benchfarm` takes to start, beside a bare `python -c pass` on the same machine.
+
+Each round runs every command once, in the same order, alternating the baseline with the CLI
+calls, so that a change of load hits all of them alike; the figures are medians over the
+rounds, with the load average before and after. The store commands (`queue`, `status`,
+`devices list`) read a fresh SQLite store in a scratch folder (created once, before the
+rounds: the timed calls open an existing store, as on a lab machine). Beside the wall time,
+the CPU time (user + system) each call took: on a busy machine the wall time is mostly
+waiting for a core, the CPU time is what the call itself costs.
+
+    nice .venv/bin/python bench/cli_startup.py [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "harness.cli"]
+HELPS = ["build", "devices", "run", "submit", "serve", "queue", "status", "report", "gc"]
+
+
+def commands(db: str) -> dict[str, list[str]]:
+    timed = {"python -c pass": [sys.executable, "-c", "pass"],
+             "benchfarm --help": [*CLI, "--help"]}
+    timed |= {f"benchfarm {name} --help": [*CLI, name, "--help"] for name in HELPS}
+    timed |= {f"benchfarm {' '.join(a)}": [*CLI, "--db", db, *a]
+              for a in (["queue"], ["status"], ["devices", "list"])}
+    return timed
+
+
+def timed_call(argv: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one call."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        db = f"sqlite:///{folder}/bench.db"
+        timed = commands(db)
+        subprocess.run([sys.executable, "-c", f"from db.store import Store; Store.open({db!r})"],
+                       cwd=folder, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        load_before = os.getloadavg()
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in timed}
+        for _ in range(args.rounds):
+            for name, argv in timed.items():
+                samples[name].append(timed_call(argv, folder))
+        load_after = os.getloadavg()
+    base = statistics.median(wall for wall, _ in samples["python -c pass"])
+    print(f"{args.rounds} rounds on {os.cpu_count()} CPUs; load average (1/5/15 min) before "
+          f"{' '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"{'command':<34} {'median s':>9} {'x baseline':>11} {'cpu s':>7}")
+    for name, values in samples.items():
+        median = statistics.median(wall for wall, _ in values)
+        cpu = statistics.median(c for _, c in values)
+        print(f"{name:<34} {median:>9.3f} {median / base:>11.1f} {cpu:>7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The lab's boards over time: their states (with who, when and why), health checks and
+reservations. Plain reads return dataclasses (the CLI and the dashboard share them).
+
+A board is ``online`` until someone sets another state: ``maintenance`` (drained: the run in
+flight finishes, no new one starts), ``retired``, or ``bad``, which coordinators set by
+themselves after ``bad_after`` runs in a row were lost on it (an infrastructure failure: the
+board or its connection, not the engine) or after a failed health check. Every change is kept
+in ``board_events``. A reservation keeps a board for one owner's jobs until it ends or is
+released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from db.connection import retry_locked
+from db.errors import StoreInputError
+from db.leases import utcnow
+from db.models import BOARD_STATES, BoardEvent, BoardState, HealthCheck, Reservation
+
+ONLINE = "online"
+BAD = "bad"
+
+
+@dataclass(frozen=True)
+class BoardStatus:
+    board: str
+    state: str
+    reason: str | None
+    since: datetime | None  # None: never changed (online from the start)
+    changed_by: str | None
+    failures: int  # runs lost in a row
+
+
+@dataclass(frozen=True)
+class StateChange:
+    board: str
+    state: str
+    reason: str | None
+    changed_by: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    id: int
+    board: str
+    ok: bool
+    items: list[dict[str, Any]]  # {"name", "ok", "detail"}
+    checked_by: str
+    checked_at: datetime
+
+    @property
+    def summary(self) -> str:
+        failed = [f"{i['name']}: {i['detail']}" for i in self.items if not i["ok"]]
+        return "ok" if self.ok else "FAILED " + "; ".join(failed)
+
+
+@dataclass(frozen=True)
+class ReservationInfo:
+    id: int
+    board: str
+    owner: str
+    reason: str | None
+    starts: datetime
+    ends: datetime
+    released_at: datetime | None
+    released_by: str | None
+
+
+def _online(board: str) -> BoardStatus:
+    return BoardStatus(board, ONLINE, None, None, None, 0)
+
+
+class Boards:
+    """The boards' tables; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- states -------------------------------------------------------------------------------
+
+    @retry_locked
+    def set_state(self, board: str, state: str, reason: str | None, by: str) -> BoardStatus:
+        """Set the board's state (recorded in its history); failures start again from 0."""
+        if state not in BOARD_STATES:
+            raise StoreInputError(f"board state {state!r}: allowed {', '.join(BOARD_STATES)}")
+        moment = utcnow()
+        with self.engine.begin() as conn:
+            self._write_state(conn, board, state, reason, by, moment)
+        return BoardStatus(board, state, reason, moment, by, 0)
+
+    @staticmethod
+    def _write_state(conn: Any, board: str, state: str, reason: str | None, by: str,
+                     moment: datetime) -> None:
+        table = BoardState.__table__
+        values = {"state": state, "reason": reason, "since": moment, "changed_by": by,
+                  "failures": 0}
+        if not conn.execute(update(table).where(table.c.board == board)
+                            .values(**values)).rowcount:
+            conn.execute(insert(table).values(board=board, **values))
+        conn.execute(insert(BoardEvent.__table__).values(
+            board=board, state=state, reason=reason, changed_by=by, at=moment))
+
+    def states(self, boards: list[str] | None = None) -> dict[str, BoardStatus]:
+        """The state of each board named (every board with a stored state when None)."""
+        with self.engine.connect() as conn:
+            query = select(BoardState.__table__)
+            if boards is not None:
+                query = query.where(BoardState.__table__.c.board.in_(boards))
+            rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
+        names = sorted(rows) if boards is None else boards
+        return {name: rows.get(name) or _online(name) for name in names}
+
+    def history(self, board: str) -> list[StateChange]:
+        """The board's state changes, oldest first."""
+        table = BoardEvent.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(table).where(table.c.board == board)
+                                .order_by(table.c.id)).all()
+        return [StateChange(r.board, r.state, r.reason, r.changed_by, r.at) for r in rows]
+
+    @retry_locked
+    def record_failure(self, board: str, error: str, by: str, bad_after: int) -> bool:
+        """Count a lost run on the board; at ``bad_after`` in a row an online board becomes
+        bad. Returns whether this call made it bad."""
+        table = BoardState.__table__
+        moment = utcnow()
+        with self.engine.begin() as conn:
+            row = conn.execute(select(table).where(table.c.board == board)).first()
+            if row is None:
+                conn.execute(insert(table).values(board=board, state=ONLINE, reason=None,
+                                                  since=moment, changed_by=by, failures=0))
+                state, failures = ONLINE, 1
+            else:
+                state, failures = row.state, row.failures + 1
+            if state == ONLINE and failures >= bad_after:
+                self._write_state(conn, board, BAD, f"{failures} runs lost in a row; last: "
+                                  f"{error}", by, moment)
+                return True
+            conn.execute(update(table).where(table.c.board == board)
+                         .values(failures=failures))
+        return False
+
+    @retry_locked
+    def clear_failures(self, board: str) -> None:
+        table = BoardState.__table__
+        with self.engine.begin() as conn:
+            conn.execute(update(table).where(table.c.board == board, table.c.failures > 0)
+                         .values(failures=0))
+
+    # -- health checks ------------------------------------------------------------------------
+
+    @retry_locked
+    def record_health(self, board: str, ok: bool, items: list[dict[str, Any]],
+                      by: str) -> bool:
+        """Store a health check; a failed one makes an online board bad. Returns whether this
+        call made it bad."""
+        moment = utcnow()
+        with self.engine.begin() as conn:
+            conn.execute(insert(HealthCheck.__table__).values(
+                board=board, ok=ok, items=items, checked_by=by, checked_at=moment))
+            if ok:
+                return False
+            table = BoardState.__table__
+            state = conn.scalar(select(table.c.state).where(table.c.board == board)) or ONLINE
+            if state != ONLINE:
+                return False
+            failed = "; ".join(f"{i['name']}: {i['detail']}" for i in items if not i["ok"])
+            self._write_state(conn, board, BAD, f"health check failed: {failed}", by, moment)
+        return True
+
+    def health(self, board: str, limit: int = 20) -> list[HealthResult]:
+        """The board's newest health checks, newest first."""
+        table = HealthCheck.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(table).where(table.c.board == board)
+                                .order_by(table.c.id.desc()).limit(limit)).all()
+        return [HealthResult(**r._mapping) for r in rows]
+
+    def last_health(self, boards: list[str]) -> dict[str, HealthResult]:
+        """The newest health check of each board that has one."""
+        table = HealthCheck.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(table).where(table.c.board.in_(boards))
+                                .order_by(table.c.id)).all()
+        return {r.board: HealthResult(**r._mapping) for r in rows}
+
+    # -- reservations -------------------------------------------------------------------------
+
+    @retry_locked
+    def reserve(self, board: str, owner: str, ends: datetime,
+                reason: str | None) -> ReservationInfo:
+        """Keep the board for ``owner`` until ``ends``; refused while another owner holds it."""
+        moment = utcnow()
+        with self.engine.begin() as conn:
+            held = self._active(conn, board, moment)
+            if held is not None and held.owner != owner:
+                raise StoreInputError(
+                    f"board {board!r} is reserved by {held.owner} until "
+                    f"{held.ends:%Y-%m-%d %H:%M} UTC; they can `benchfarm release {board}`")
+            if held is not None:  # the owner's own: extended or shortened
+                conn.execute(update(Reservation.__table__).where(
+                    Reservation.__table__.c.id == held.id).values(ends=ends, reason=reason))
+                return ReservationInfo(**{**held.__dict__, "ends": ends, "reason": reason})
+            new_id = conn.execute(insert(Reservation.__table__).values(
+                board=board, owner=owner, reason=reason, starts=moment,
+                ends=ends)).inserted_primary_key[0]
+        return ReservationInfo(new_id, board, owner, reason, moment, ends, None, None)
+
+    @retry_locked
+    def release(self, board: str, by: str) -> ReservationInfo | None:
+        """End the board's reservation now; the one released, or None when there was none."""
+        moment = utcnow()
+        with self.engine.begin() as conn:
+            held = self._active(conn, board, moment)
+            if held is not None:
+                conn.execute(update(Reservation.__table__).where(
+                    Reservation.__table__.c.id == held.id).values(released_at=moment,
+                                                                  released_by=by))
+        return held
+
+    @staticmethod
+    def _active(conn: Any, board: str, moment: datetime) -> ReservationInfo | None:
+        table = Reservation.__table__
+        row = conn.execute(select(table).where(
+            table.c.board == board, table.c.released_at.is_(None), table.c.starts <= moment,
+            table.c.ends > moment).order_by(table.c.id.desc())).first()
+        return None if row is None else ReservationInfo(**row._mapping)
+
+    def reservations(self, boards: list[str] | None = None) -> dict[str, ReservationInfo]:
+        """The reservations in force now, by board."""
+        table = Reservation.__table__
+        moment = utcnow()
+        query = select(table).where(table.c.released_at.is_(None), table.c.starts <= moment,
+                                    table.c.ends > moment).order_by(table.c.id)
+        if boards is not None:
+            query = query.where(table.c.board.in_(boards))
+        with self.engine.connect() as conn:
+            return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}

@@ -1,0 +1,49 @@
+"""`benchfarm gc [--boards] [--nodes] [--older-than D] [--dry-run]`: free cache space.
+
+Removes artifacts older than D (default 7d) that nothing references from the board caches
+(every board of the inventory, or NAME...) and from this machine's node cache
+($BENCHFARM_NODE_CACHE); never what a queued or running job may need (harness.execution.
+housekeeping). Neither flag: both. Reports the bytes freed (with --dry-run: that would be).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.commands.flags import add_inventory, duration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("gc", help="remove old unreferenced artifacts from the "
+                                   "board and node caches")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="boards or classes (default: every board of the inventory)")
+    parser.add_argument("--boards", action="store_true", help="the board caches")
+    parser.add_argument("--nodes", action="store_true", help="this machine's node cache")
+    parser.add_argument("--older-than", type=duration, default=duration("7d"), metavar="D",
+                        help="only artifacts older than this, e.g. 12h, 7d (default 7d)")
+    parser.add_argument("--dry-run", action="store_true", help="say what would go; remove "
+                        "nothing")
+    add_inventory(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.execution.housekeeping import collect
+
+    inventory = load_inventory(args.inventory)
+    both = not (args.boards or args.nodes)
+    boards = inventory.select(args.names) if args.boards or both else None
+    with Store.open(args.db) as store:
+        done = collect(store, inventory, boards, args.nodes or both, args.older_than,
+                       args.dry_run)
+    verb = "would free" if args.dry_run else "freed"
+    for found in done.collected:
+        print(f"{found.where}: {len(found.blobs)} blobs, {len(found.trees)} trees; {verb} "
+              f"{found.bytes} bytes")
+    for where, why in done.skipped.items():
+        print(f"{where}: left alone ({why})")
+    print(f"total: {verb} {done.bytes} bytes")
+    return 0

@@ -1,0 +1,42 @@
+"""`benchfarm reserve NAME --for DURATION [--reason TEXT]`: keep a board for your own jobs.
+
+Until the reservation ends or `benchfarm release NAME`, the board runs only its holder's jobs
+(`run` and `serve` leave it to them; others' jobs wait, and `queue` says why). Reserving a
+board you hold already changes its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from harness.commands.flags import duration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("reserve", help="keep a board for your jobs for a while")
+    parser.add_argument("names", nargs="+", metavar="NAME", help="device names or classes")
+    parser.add_argument("--for", dest="seconds", type=duration, required=True,
+                        metavar="DURATION", help="how long, e.g. 90m, 2h, 1d")
+    parser.add_argument("--reason", help="why (shown by `devices list` and `queue`)")
+    parser.add_argument("--owner", default=getpass.getuser(),
+                        help="whose jobs may use it (default: you, %(default)s)")
+    parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from db.leases import utcnow
+    from db.store import Store
+    from devices.inventory import load_inventory
+
+    devices = load_inventory(args.inventory).select(args.names)
+    ends = utcnow() + timedelta(seconds=args.seconds)
+    with Store.open(args.db) as store:
+        for device in devices:
+            held = store.boards.reserve(device.name, args.owner, ends, args.reason)
+            print(f"{device.name}: reserved for {held.owner} until {held.ends:%Y-%m-%d %H:%M} "
+                  "UTC; `benchfarm release " + device.name + "` ends it")
+    return 0
