@@ -16,15 +16,13 @@ from typing import Any
 
 import pandas as pd
 
+from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
 from reports.runs import load_experiment, revision_label, without_revision
 from reports.stats import summarize
 from reports.steps import DEFAULT_PARAMS, StepParams, detect_steps
 
 # the metrics a history follows, with their units; lower is better but for those named below
-METRICS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "ms", "prefill_ms": "ms",
-           "attn_median_ms": "ms", "engine_ms": "ms", "ppl": "", "recall": ""}
-HIGHER_IS_BETTER = {"recall"}
 POINT_PARAMS = ("ctx", "depth", "seed", "length")
 
 

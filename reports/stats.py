@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from reports.metrics import NOISE_THRESHOLD
+
 # A timing whose spread over repeats exceeds this is flagged as noisy.
 CV_FLAG = 0.05
 # Default relative change below which a difference is treated as noise (asv uses 5-10 %).
-NOISE_THRESHOLD = 0.05
 ALPHA = 0.05
 
 

@@ -6,12 +6,7 @@ import argparse
 import json
 import sys
 
-from db.store import Store
-from devices.inventory import load_inventory
 from harness.commands.flags import add_measuring, add_threshold
-from harness.history.bisect import bisect, bisect_range
-from harness.history.measure import Measurer
-from harness.spec import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.history.bisect import bisect, bisect_range
+    from harness.history.measure import Measurer
+    from harness.spec import load_spec
+
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
     span = bisect_range(args.good, args.bad)  # before anything is built

@@ -45,7 +45,7 @@ def revision_names(*texts: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from reports.compare import compare, terminal_table, write_comparison
-    from reports.stats import NOISE_THRESHOLD
+    from reports.metrics import NOISE_THRESHOLD
 
     threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
     with Store.open(args.db) as store:

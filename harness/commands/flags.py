@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reports.history import METRICS
-from reports.stats import NOISE_THRESHOLD
+from reports.metrics import METRICS, NOISE_THRESHOLD
 
 
 def device_list(text: str) -> list[str]:

@@ -7,15 +7,15 @@ import argparse
 import json
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from db.store import Store
 from harness.commands.flags import add_threshold
 from harness.errors import InputError
-from harness.history.revisions import commit_order
-from reports.history import METRICS, History, history, revision_runs, timeline_figures
-from reports.outdir import output_dir
-from reports.steps import StepParams
-from reports.tables import CSS
+from reports.metrics import METRICS
+
+if TYPE_CHECKING:
+    from db.store import Store
+    from reports.history import History
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_history(store: Store, experiment: str, metric: str, devices: list[str] | None,
                  configs: list[str] | None, threshold: float) -> History:
+    from harness.history.revisions import commit_order
+    from reports.history import history, revision_runs
+    from reports.steps import StepParams
+
     runs = revision_runs(store, experiment)
     known = sorted({r.config for r in runs})
     for config in configs or []:
@@ -51,6 +55,9 @@ def load_history(store: Store, experiment: str, metric: str, devices: list[str] 
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from reports.outdir import output_dir
+
     with Store.open(args.db, create=False) as store:
         result = load_history(store, args.experiment, args.metric, args.device, args.config,
                               args.threshold)
@@ -68,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_page(result: History, path: Path) -> None:
+    from reports.history import timeline_figures
+    from reports.tables import CSS
+
     title = f"benchfarm history: {result.experiment}, {result.metric}"
     figures = "".join(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
                       for caption, svg in timeline_figures(result))

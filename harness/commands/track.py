@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from db.store import Store
-from devices.inventory import load_inventory
 from harness.commands.flags import add_measuring, add_threshold
-from harness.history.measure import Measurer
-from harness.history.track import track
-from harness.spec import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from db.store import Store
+    from devices.inventory import load_inventory
+    from harness.history.measure import Measurer
+    from harness.history.track import track
+    from harness.spec import load_spec
+
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
     with Store.open(args.db) as store, \

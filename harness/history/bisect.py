@@ -22,7 +22,7 @@ from typing import Any
 from harness.errors import InputError, RunFailure
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import engine_commits, engine_revision, is_ancestor, resolve
-from reports.history import HIGHER_IS_BETTER, METRICS
+from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.steps import StepParams, differs_beyond_noise
 
 

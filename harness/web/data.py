@@ -21,9 +21,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoResultFound
+from sqlalchemy.exc import ArgumentError
 
 from db.connection import create_store_engine
+from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
 from db.models import Device, Experiment, Run
@@ -228,7 +229,7 @@ class FarmData:
         store = self.store
         try:
             info = store.jobs.get(job_id)
-        except NoResultFound:
+        except StoreInputError:  # no job with this id
             return None
         latest = store.jobs.latest(info.experiment)
         return self._job_view(info, latest is not None and latest.id == info.id)

@@ -1,0 +1,14 @@
+"""The metrics a history, bisect or comparison can follow, and the default noise threshold.
+
+Plain names with no imports, so the command line can offer them in `--help` without loading
+numpy or pandas (tests/test_cli_startup.py).
+"""
+
+from __future__ import annotations
+
+# metric -> unit ("" for a ratio or a count)
+METRICS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "ms", "prefill_ms": "ms",
+           "attn_median_ms": "ms", "engine_ms": "ms", "ppl": "", "recall": ""}
+HIGHER_IS_BETTER = {"recall"}
+# relative change below which a difference is noise (raised to the A/A noise floor)
+NOISE_THRESHOLD = 0.05
