@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from db.store import Store
+from harness.commands.flags import add_measurements, selection
 from reports.compare import compare, terminal_table, write_comparison
 from reports.stats import NOISE_THRESHOLD
 
@@ -26,13 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comparing engines: the lmc attention policy set against the other "
                              "engine (default: exact, what other engines compute)")
     parser.add_argument("--out", help="also write compare.html, compare.md and compare.csv here")
+    add_measurements(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         result = compare(store, args.a, args.b, args.experiment, args.metric, args.threshold,
-                         args.lmc_policy)
+                         args.lmc_policy, selection(args))
     print(terminal_table(result))
     if args.out:
         print(f"compare: {write_comparison(result, args.out)}")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
+
+from db.measurements import Selection
 
 
 def device_list(text: str) -> list[str]:
@@ -55,3 +58,28 @@ def add_lease_ttl(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=positive_seconds,
                         help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
                              "or 30)")
+
+
+def utc_moment(text: str) -> datetime:
+    """--since, --until: an ISO date or date and time (UTC unless it names its offset)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO date or time, e.g. 2026-12-01 or 2026-12-01T09:30") from None
+    return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def add_measurements(parser: argparse.ArgumentParser) -> None:
+    """Which measurements of each run to read (db.measurements.Selection)."""
+    parser.add_argument("--all-measurements", action="store_true",
+                        help="every ok measurement of each run (retries, resumes, --force "
+                             "reruns), not only its latest ok one")
+    parser.add_argument("--since", type=utc_moment,
+                        help="only measurements started at or after this UTC date/time")
+    parser.add_argument("--until", type=utc_moment,
+                        help="only measurements started at or before this UTC date/time")
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    return Selection(args.all_measurements, args.since, args.until)

@@ -12,7 +12,7 @@ from pathlib import Path
 from db.store import Store
 from devices.inventory import load_inventory
 from harness import REPO_ROOT
-from harness.commands.flags import add_devices, add_inventory
+from harness.commands.flags import add_devices, add_inventory, add_measurements, selection
 from harness.execution.audit import DEFAULT_MODEL, audit_claims
 from reports.audit import audit_section, write_audit
 from reports.outdir import default_report_dir
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"{DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     add_devices(parser, help_text="the devices the claims were run on (default: local)")
     add_inventory(parser)
+    add_measurements(parser)
     parser.set_defaults(func=run)
 
 
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                                               args.devices or ["local"], run_missing=False)]
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))
-        index = render_report(store, args.experiment, out, extra_sections=sections)
+        index = render_report(store, args.experiment, out, extra_sections=sections,
+                              selection=selection(args))
     print(f"report: {index}")
     return 0
