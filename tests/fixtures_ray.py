@@ -110,8 +110,9 @@ def as_measured(frame: pd.DataFrame) -> pd.DataFrame:
     """The run and measurement columns of a runs frame (not those of the joined reference
     rows, which later runs refresh: a device's updated_at ...), indexed by measurement id."""
     joined = ("device_", "build_", "model_", "workload_", "experiment")
-    return frame[[c for c in frame.columns if not c.startswith(joined)
-                  or c == "experiment_id"]].set_index("measurement_id").sort_index()
+    own = frame[[c for c in frame.columns if not c.startswith(joined) or c == "experiment_id"]]
+    own = own.astype(object).where(own.notna(), None)  # NULL the same in any column's dtype
+    return own.set_index("measurement_id").sort_index()
 
 
 def count_ok(store: Store, experiment: str) -> int:

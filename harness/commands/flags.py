@@ -73,8 +73,8 @@ def utc_moment(text: str) -> datetime:
 def add_measurements(parser: argparse.ArgumentParser) -> None:
     """Which measurements of each run to read (db.measurements.Selection)."""
     parser.add_argument("--all-measurements", action="store_true",
-                        help="every ok measurement of each run (retries, resumes, --force "
-                             "reruns), not only its latest ok one")
+                        help="every measurement of each run (retries, resumes, --force "
+                             "reruns; figures use the ok ones), not only its latest ok one")
     parser.add_argument("--since", type=utc_moment,
                         help="only measurements started at or after this UTC date/time")
     parser.add_argument("--until", type=utc_moment,

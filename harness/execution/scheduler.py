@@ -227,6 +227,7 @@ class Scheduler:
         """Complete the run's open attempt (or add one) with ``result``; True when its lease
         had expired meanwhile (the result is kept, not counted)."""
         result.lease_id = lease
+        result.finished_at = result.finished_at or datetime.now(UTC)  # when it ended
         saved = self.store.save_run(result, run.measurement_id)
         run.measurement_id = None
         return saved.lease_expired
