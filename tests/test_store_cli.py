@@ -117,7 +117,9 @@ def test_runs_show_lists_every_measurement_and_export_can_take_all(
             and line.split()[0].isdigit()]
     assert [(r[0], r[1], r[2]) for r in rows] == [("2", "1", "failed"), ("4", "2", "ok")]
     shown = json.loads(cli(capsys, filled, "runs", "show", "b" * 12, "--json")[1])
-    assert [m["measurement"]["status"] for m in shown["measurements"]] == ["failed", "ok"]
+    assert [m["status"] for m in shown["measurements"]] == ["failed", "ok"]
+    assert all(m["started_at"] and m["finished_at"] and "wall_ms" in m
+               for m in shown["measurements"])
     assert [m["token_timings"] for m in shown["measurements"]] == ["0 decode steps",
                                                                    "2 decode steps"]
     assert shown["measurements"][1]["snapshots"][0]["phase"] == "before"

@@ -73,13 +73,15 @@ def _json_default(value: object) -> str:
 def run_show(args: argparse.Namespace) -> int:
     with Store.open(args.db, create=False) as store:
         detail = asdict(store.get_run(args.run))
+    # each measurement as one object: its columns, outcome, snapshots and timings
+    detail["measurements"] = [m.pop("measurement") | m for m in detail["measurements"]]
     if not args.full:
         # Summaries instead of the long lists; --full prints them.
         if detail["workload"] is not None:
             detail["workload"]["ids"] = f"{len(detail['workload']['ids'])} token ids"
         for part in (detail, *detail["measurements"]):
             part["token_timings"] = f"{len(part['token_timings'])} decode steps"
-        for row in (detail["run"], *(m["measurement"] for m in detail["measurements"])):
+        for row in (detail["run"], *detail["measurements"]):
             row["raw_json"] = (None if row["raw_json"] is None
                                else f"{len(row['raw_json'])} characters")
     if args.json:
@@ -97,7 +99,7 @@ def run_show(args: argparse.Namespace) -> int:
         [[m["id"], m["attempt"], m["status"], "expired" if m["lease_expired"] else "",
           _moment(m["started_at"]), _moment(m["finished_at"]), m["decode_ms_per_token"],
           m["wall_ms"], last_line(m["error"])]
-         for m in (part["measurement"] for part in detail["measurements"])]))
+         for m in detail["measurements"]]))
     return 0
 
 
