@@ -91,7 +91,7 @@ class Comparison:
                  f"threshold {100 * self.threshold:.1f} %; A/A noise floor of {self.a.text}: "
                  f"{floor}")
         if self.common_flags:
-            text += f"; every row: {'; '.join(self.common_flags)}"
+            text += f"; every row: {_by_side(self.common_flags)}"
         return text + "."
 
     def rollups(self) -> pd.DataFrame:
@@ -110,6 +110,16 @@ class Comparison:
                              **{v: int((group["change"] == v).sum()) for v in VERDICTS}})
         return pd.DataFrame(rows, columns=["by", "value", "configs", "geomean", "ci_low",
                                            "ci_high", *VERDICTS])
+
+
+def _by_side(flags: list[str]) -> str:
+    """``A: loaded; B: emulated; B: loaded`` said as ``A: loaded; B: emulated, loaded``."""
+    sides: dict[str, list[str]] = {}
+    for flag in flags:
+        side, colon, what = flag.partition(": ")
+        sides.setdefault(side if colon else "", []).append(what if colon else flag)
+    return "; ".join(f"{side}: {', '.join(items)}" if side else ", ".join(items)
+                     for side, items in sides.items())
 
 
 def _counts(table: pd.DataFrame) -> str:
