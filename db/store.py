@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any
 
 import pandas as pd
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, func, insert, or_, select, update
+from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,38 +29,25 @@ from db.measurements import CURRENT, Selection, counted_ok
 from db.models import (
     Build,
     Device,
-    DeviceSnapshot,
     Experiment,
-    ExperimentRun,
     Lease,
     Measurement,
     Model,
-    OutcomeRow,
     Run,
-    TokenTimingRow,
     Workload,
 )
-from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
-
-# Keeps IN (...) lists under every backend's limit on bound parameters.
-KEY_CHUNK = 500
-T = TypeVar("T")
-
-
-def utc_naive(moment: datetime | None) -> datetime | None:
-    """Timestamps are stored as naive UTC, the one form every backend round-trips unchanged."""
-    if moment is None or moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _chunks(items: list[T]) -> Iterator[list[T]]:
-    for start in range(0, len(items), KEY_CHUNK):
-        yield items[start:start + KEY_CHUNK]
+from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult
+from db.rows import (
+    Saved,
+    append,
+    chunks,
+    complete,
+    ensure_run,
+    insert_children,
+    lease_expired,
+    link,
+    now,
+)
 
 
 class Store:
@@ -193,7 +179,7 @@ class Store:
             if run_keys is None:
                 return set(conn.scalars(ok))
             done: set[str] = set()
-            for chunk in _chunks(list(run_keys)):
+            for chunk in chunks(list(run_keys)):
                 done.update(conn.scalars(ok.where(Run.run_key.in_(chunk))))
             return done
 
@@ -207,11 +193,11 @@ class Store:
         start = replace(result, status="running", token_timings=[], outcome=None, snapshots=[],
                         started_at=result.started_at or now())
         with self.writer.begin() as conn:
-            run_id = _ensure_run(conn, start)
-            expired = _lease_expired(conn, start)
+            run_id = ensure_run(conn, start)
+            expired = lease_expired(conn, start)
             if measurement_id is None:
-                return _append(conn, run_id, start, expired)
-            _complete(conn, run_id, measurement_id, start, expired)
+                return append(conn, run_id, start, expired)
+            complete(conn, run_id, measurement_id, start, expired)
             return measurement_id
 
     @retry_locked
@@ -227,13 +213,13 @@ class Store:
         """
         _check_result(result)
         with self.writer.begin() as conn:
-            run_id = _ensure_run(conn, result)
-            expired = _lease_expired(conn, result)
+            run_id = ensure_run(conn, result)
+            expired = lease_expired(conn, result)
             if measurement_id is None:
-                measurement_id = _append(conn, run_id, result, expired)
+                measurement_id = append(conn, run_id, result, expired)
             else:
-                _complete(conn, run_id, measurement_id, result, expired)
-            _insert_children(conn, measurement_id, result)
+                complete(conn, run_id, measurement_id, result, expired)
+            insert_children(conn, measurement_id, result)
         return Saved(run_id, measurement_id, expired)
 
     @retry_locked
@@ -263,10 +249,10 @@ class Store:
         runs = Run.__table__
         found: dict[str, int] = {}
         with self.writer.begin() as conn:
-            for chunk in _chunks(keys):
+            for chunk in chunks(keys):
                 found.update(conn.execute(
                     select(runs.c.run_key, runs.c.id).where(runs.c.run_key.in_(chunk))).all())
-            _link(conn, experiment_id, list(found.values()))
+            link(conn, experiment_id, list(found.values()))
         return set(keys) - set(found)
 
     # -- queries (db/queries.py) ---------------------------------------------------------------
@@ -311,123 +297,3 @@ def _check_result(result: RunResult) -> None:
                              f"allowed {', '.join(SNAPSHOT_PHASES)}")
 
 
-# A run's record and its rows are one definition: every column of ``runs`` and
-# ``measurements`` but the store's own (ids, the attempt number, the lease check) comes from the
-# RunResult field of the same name (tests/test_store.py holds them together).
-RUN_TIMESTAMPS = ("started_at", "finished_at")
-RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
-MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns
-                           if c.name not in ("id", "run_id", "attempt", "lease_expired"))
-# A measurement that may still be completed: in flight, or given up by another coordinator.
-OPEN_STATUSES = ("running", "lost")
-
-
-@dataclass(frozen=True)
-class Saved:
-    """Where ``save_run`` stored a measurement, and whether its lease had expired."""
-
-    run_id: int
-    measurement_id: int
-    lease_expired: bool
-
-
-def _measurement_values(result: RunResult) -> dict[str, Any]:
-    values = {name: getattr(result, name) for name in MEASUREMENT_FIELDS}
-    for name in RUN_TIMESTAMPS:
-        values[name] = utc_naive(values[name])
-    return values
-
-
-def _ensure_run(conn: Connection, result: RunResult) -> int:
-    """The run's row (made from the result on its first measurement), linked to the result's
-    experiment. A run's identity never changes once stored."""
-    runs = Run.__table__
-    run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
-    if run_id is None:
-        values = {name: getattr(result, name) for name in RUN_FIELDS}
-        values["config"] = dict(result.config)
-        run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
-    _link(conn, result.experiment_id, [run_id])
-    return run_id
-
-
-def _lease_expired(conn: Connection, result: RunResult) -> bool:
-    """Whether the lease the result was made under is no longer live (expired, released, or
-    the board's lease passed to another coordinator)."""
-    if result.lease_id is None:
-        return False
-    leases = Lease.__table__
-    live = conn.scalar(select(leases.c.lease_id).where(leases.c.lease_id == result.lease_id,
-                                                       leases.c.expires >= now()))
-    return live is None
-
-
-def _append(conn: Connection, run_id: int, result: RunResult, expired: bool) -> int:
-    table = Measurement.__table__
-    last = conn.scalar(select(func.max(table.c.attempt)).where(table.c.run_id == run_id))
-    return conn.execute(insert(table).values(
-        run_id=run_id, attempt=(last or 0) + 1, lease_expired=expired,
-        **_measurement_values(result))).inserted_primary_key[0]
-
-
-def _complete(conn: Connection, run_id: int, measurement_id: int, result: RunResult,
-              expired: bool) -> None:
-    table = Measurement.__table__
-    row = conn.execute(select(table.c.run_id, table.c.status)
-                       .where(table.c.id == measurement_id)).first()
-    if row is None or row.run_id != run_id or row.status not in OPEN_STATUSES:
-        raise ValueError(f"run {result.run_key}: measurement {measurement_id} is not an open "
-                         f"attempt of this run ({'none' if row is None else row.status})")
-    values = _measurement_values(result)
-    if values["started_at"] is None:  # keep when the attempt started
-        del values["started_at"]
-    conn.execute(update(table).where(table.c.id == measurement_id)
-                 .values(lease_expired=expired, **values))
-
-
-def _link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
-    """Add the missing (experiment, run) memberships."""
-    links = ExperimentRun.__table__
-    for chunk in _chunks(run_ids):
-        linked = set(conn.scalars(select(links.c.run_id).where(
-            links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
-        new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
-        if new:
-            conn.execute(insert(links), new)
-
-
-def _insert_children(conn: Connection, measurement_id: int, result: RunResult) -> None:
-    if result.token_timings:
-        _insert_token_timings(conn, measurement_id, result.token_timings)
-    if result.snapshots:
-        conn.execute(insert(DeviceSnapshot.__table__), [
-            {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
-             "fingerprint": dict(s.fingerprint)}
-            for s in result.snapshots
-        ])
-    if result.outcome is not None:
-        values = asdict(result.outcome)
-        values["extra"] = dict(values["extra"] or {})
-        conn.execute(insert(OutcomeRow.__table__).values(measurement_id=measurement_id,
-                                                         **values))
-
-
-TIMING_COLUMNS = ("measurement_id", "step", "token", "ms", "attn_ms")
-
-
-def _insert_token_timings(conn: Connection, measurement_id: int,
-                          timings: list[TokenTiming]) -> None:
-    """One executemany for all decode steps: the bulk path that bench/store.py measures.
-
-    On drivers with positional parameters (SQLite) the compiled INSERT goes straight to the
-    driver with tuples, which skips SQLAlchemy's per-row dict processing (about 1.7x faster).
-    Other drivers take Core's executemany (on PostgreSQL the per-run commit dominates anyway).
-    """
-    rows = [(measurement_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
-    table = TokenTimingRow.__table__
-    if conn.dialect.positional:
-        compiled = insert(table).compile(dialect=conn.dialect, column_keys=list(TIMING_COLUMNS))
-        if tuple(compiled.positiontup) == TIMING_COLUMNS:
-            conn.exec_driver_sql(str(compiled), rows)
-            return
-    conn.execute(insert(table), [dict(zip(TIMING_COLUMNS, row, strict=True)) for row in rows])

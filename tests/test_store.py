@@ -17,7 +17,7 @@ from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_ste
 from db.connection import create_store_engine, migrate
 from db.models import Base, DeviceSnapshot, Measurement, OutcomeRow, Run, TokenTimingRow
 from db.records import Outcome, RunResult, Snapshot
-from db.store import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
+from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "token_timings", "outcomes", "experiment_runs", "leases", "jobs", "measurements"}
