@@ -209,10 +209,14 @@ class Scheduler:
         result = to_run_result(report, run, self.plan.device_ids[board.device.name],
                                self.spec.model)
         if self._save(run, result, self.turns.lease_of(board.device.name)):
+            # kept as its own attempt, never the run's ok: the run goes back to its queue, and
+            # is dropped there if another coordinator stored it meanwhile (_first_not_done)
             self.counts["expired"] += 1
             self.progress.note(f"device {board.device.name!r}: the result of {run.order.label} "
                                "came after its lease expired; kept as its own attempt, not "
-                               "counted (another coordinator may have run it)")
+                               "counted; the run is tried again unless another coordinator "
+                               "stored it")
+            self.queues[run.placement.key].appendleft(run)
             return
         self.counts[report.status] += 1
         self.progress.record(board.device.name, report.status, run.order.label)
