@@ -170,13 +170,27 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         # reading the schema version, so the second waits and then finds the schema done,
         # instead of failing to upgrade its read lock ("database is locked").
         connection.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
-        with connection.begin():
-            _restamp_renamed(connection)
-            config.attributes["connection"] = connection
-            try:
-                command.upgrade(config, revision)
-            except CommandError as exc:
-                raise SchemaUnknown(str(exc)) from exc
+        _sqlite_foreign_keys(connection, False)
+        try:
+            with connection.begin():
+                _restamp_renamed(connection)
+                config.attributes["connection"] = connection
+                try:
+                    command.upgrade(config, revision)
+                except CommandError as exc:
+                    raise SchemaUnknown(str(exc)) from exc
+        finally:
+            _sqlite_foreign_keys(connection, True)
+
+
+def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    """Foreign keys off while migrating, as SQLite's procedure for rebuilding a table asks
+    (sqlite.org/lang_altertable.html): dropping a rebuilt parent table would otherwise cascade
+    to its children. The pragma works outside a transaction only, so it goes to the driver's
+    connection directly (a statement through SQLAlchemy would begin one)."""
+    if connection.dialect.name == "sqlite":
+        connection.connection.driver_connection.execute(
+            f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
 
 
 def _restamp_renamed(connection: Connection) -> None:

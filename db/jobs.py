@@ -22,7 +22,8 @@ from sqlalchemy import Engine, insert, select, update
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
-from db.models import Device, Experiment, ExperimentRun, Job, Lease, Run
+from db.measurements import current_measurements
+from db.models import Device, Experiment, ExperimentRun, Job, Lease, Measurement, Run
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
@@ -203,12 +204,15 @@ class Jobs:
         job = job or self.latest(experiment)
         if job is None or not job.totals:
             return []
+        current = current_measurements().subquery()  # a run counts once
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(Run.config, Run.status, Device.name)
+                select(Run.config, Measurement.status, Device.name)
+                .join(current, current.c.run_id == Run.id)
+                .join(Measurement, Measurement.id == current.c.measurement_id)
                 .join(ExperimentRun, ExperimentRun.run_id == Run.id)
                 .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
-                .join(Device, Device.id == Run.device_id)
+                .join(Device, Device.id == Measurement.device_id)
                 .where(Experiment.name == experiment)).all()
             leased = conn.execute(
                 select(Lease.board, Device.cls).outerjoin(Device, Device.name == Lease.board)

@@ -2,7 +2,8 @@
 
 The schema is created and upgraded by the Alembic migrations in ``db/migrations``; a test checks
 that the migrated schema matches these classes. Raw data is kept: one ``token_timings`` row per
-decode step, the engine's JSON output verbatim in ``runs.raw_json``.
+decode step, the engine's JSON output verbatim in ``measurements.raw_json``; a run (``runs``,
+the planned cell) has one ``measurements`` row per attempt, never overwritten.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -110,18 +112,19 @@ class Workload(Base):
 
 
 class Run(Base):
+    """A planned cell of the matrix, named by its run key: what is measured, not a measurement
+    (nor the board: a pooled run may be measured on any board of its class).
+
+    Each attempt at it is a row of ``measurements`` (append-only): a retry, a resume and a
+    ``--force`` rerun each add one and never change an earlier one.
+    """
+
     __tablename__ = "runs"
-    __table_args__ = (
-        CheckConstraint(
-            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled')", name="status"
-        ),
-        Index(None, "experiment_id", "status"),
-    )
+    __table_args__ = (Index(None, "experiment_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_key: Mapped[str] = mapped_column(String(128), unique=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id"))
     model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"))
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
@@ -137,21 +140,6 @@ class Run(Base):
     threads: Mapped[int | None]
     prefill_attn: Mapped[str | None] = mapped_column(String(32))
     repeat: Mapped[int]
-    attempts: Mapped[int]
-    status: Mapped[str] = mapped_column(String(16))
-    exit_code: Mapped[int | None]
-    error: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime | None]
-    finished_at: Mapped[datetime | None]
-    wall_ms: Mapped[float | None] = mapped_column(Float)
-    engine_ms: Mapped[float | None] = mapped_column(Float)
-    overhead_ms: Mapped[float | None] = mapped_column(Float)
-    prefill_ms: Mapped[float | None] = mapped_column(Float)
-    decode_ms_per_token: Mapped[float | None] = mapped_column(Float)
-    attn_ms_per_token: Mapped[float | None] = mapped_column(Float)
-    prompt_tokens: Mapped[int | None]
-    raw_json: Mapped[str | None] = mapped_column(Text)
-    lease_id: Mapped[str | None] = mapped_column(String(36))  # the board lease it ran under
 
 
 class ExperimentRun(Base):
@@ -176,7 +164,8 @@ class DeviceSnapshot(Base):
     __tablename__ = "device_snapshots"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    measurement_id: Mapped[int] = mapped_column(
+        ForeignKey("measurements.id", ondelete="CASCADE"), index=True)
     phase: Mapped[str] = mapped_column(String(16))  # before | after
     taken_at: Mapped[datetime | None]
     fingerprint: Mapped[dict[str, Any]]
@@ -185,9 +174,9 @@ class DeviceSnapshot(Base):
 class TokenTimingRow(Base):
     __tablename__ = "token_timings"
 
-    # (run_id, step) is the key: no surrogate id, so a bulk insert maintains a single index.
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    # (measurement_id, step) is the key: no surrogate id, so a bulk insert maintains one index.
+    measurement_id: Mapped[int] = mapped_column(
+        ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True
     )
     step: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     token: Mapped[int]
@@ -198,8 +187,8 @@ class TokenTimingRow(Base):
 class OutcomeRow(Base):
     __tablename__ = "outcomes"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    measurement_id: Mapped[int] = mapped_column(
+        ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
     )
     generated_ids: Mapped[list[Any] | None]
     text: Mapped[str | None] = mapped_column(Text)
@@ -326,3 +315,41 @@ class Reservation(Base):
     ends: Mapped[datetime]
     released_at: Mapped[datetime | None]
     released_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class Measurement(Base):
+    """One attempt at a run: its status, timings and raw output (child rows: its decode steps,
+    outcome and device snapshots). Rows are added, and only the attempt itself completes its
+    own row (``running`` → its result); see db/README.md for the statuses."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        UniqueConstraint("run_id", "attempt"),
+        Index(None, "status"),  # the sweep for lost attempts looks for running ones
+        CheckConstraint(
+            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled', 'running', "
+            "'lost')", name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]  # 1, 2, ... in the order the attempts started
+    # the board it ran on (a pooled run's attempts may run on different boards of its class)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    status: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    wall_ms: Mapped[float | None] = mapped_column(Float)
+    engine_ms: Mapped[float | None] = mapped_column(Float)
+    overhead_ms: Mapped[float | None] = mapped_column(Float)
+    prefill_ms: Mapped[float | None] = mapped_column(Float)
+    decode_ms_per_token: Mapped[float | None] = mapped_column(Float)
+    attn_ms_per_token: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int | None]
+    raw_json: Mapped[str | None] = mapped_column(Text)
+    lease_id: Mapped[str | None] = mapped_column(String(36))  # the board lease it ran under
+    # its lease had expired (or passed to another coordinator) when its result was stored: kept,
+    # never counted as the run's ok
+    lease_expired: Mapped[bool] = mapped_column(Boolean, server_default=false())

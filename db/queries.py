@@ -1,5 +1,7 @@
 """Read-side helpers behind ``Store.list_runs``, ``get_run``, ``experiment_summary`` and ``frames``.
 
+Which measurement of a run they read is db.measurements' choice (``Selection``).
+
 They return plain dataclasses (for the CLI) or pandas DataFrames (for reports and export); no ORM
 object escapes the session that loaded it.
 """
@@ -13,16 +15,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, Connection, Select, inspect, literal, select
+from sqlalchemy import JSON, Connection, Select, func, inspect, literal, select
 from sqlalchemy.orm import Session
 
 from db.errors import StoreInputError
+from db.measurements import CURRENT, Selection, counted_ok, current_measurements
 from db.models import (
     Build,
     Device,
     DeviceSnapshot,
     Experiment,
     ExperimentRun,
+    Measurement,
     Model,
     OutcomeRow,
     Run,
@@ -47,19 +51,36 @@ class RunListing:
     policy: str | None
     k: int | None
     repeat: int
-    status: str
+    status: str  # the current measurement's (see current_measurements)
     decode_ms_per_token: float | None
     recall: float | None
     ppl: float | None
     finished_at: datetime | None
     error: str | None
+    revision: str | None  # the engine build's (a commit, "+dirty" for a changed work tree)
+    measurements: int  # attempts stored
+
+
+@dataclass
+class MeasurementDetail:
+    """One attempt at a run: every column of its row, its outcome, snapshots and timings."""
+
+    measurement: dict[str, Any]
+    outcome: dict[str, Any] | None
+    snapshots: list[dict[str, Any]]
+    token_timings: list[TokenTiming]
 
 
 @dataclass
 class RunDetail:
-    """Everything stored about one run (`benchfarm runs show`, `benchfarm reproduce`)."""
+    """Everything stored about one run (`benchfarm runs show`, `benchfarm reproduce`).
 
-    run: dict[str, Any]  # every column of the runs row
+    ``run`` is the runs row with its current measurement's columns (``measurement_id`` names
+    it); ``outcome``, ``snapshots`` and ``token_timings`` are that measurement's. Every attempt,
+    oldest first, is in ``measurements``.
+    """
+
+    run: dict[str, Any]
     experiment: str
     device: dict[str, Any]
     build: dict[str, Any] | None
@@ -68,6 +89,7 @@ class RunDetail:
     outcome: dict[str, Any] | None
     snapshots: list[dict[str, Any]]
     token_timings: list[TokenTiming]
+    measurements: list[MeasurementDetail]
 
 
 @dataclass
@@ -135,9 +157,11 @@ class RunDuration:
 
 
 def run_durations(session: Session) -> list[RunDuration]:
-    query = (select(Device.name, Run.command, Run.policy, Run.k, Run.config, Run.wall_ms)
-             .join(Device, Run.device_id == Device.id)
-             .where(Run.status == "ok", Run.wall_ms.is_not(None)))
+    query = (select(Device.name, Run.command, Run.policy, Run.k, Run.config,
+                    Measurement.wall_ms)
+             .join(Measurement, Measurement.run_id == Run.id)
+             .join(Device, Measurement.device_id == Device.id)
+             .where(counted_ok(), Measurement.wall_ms.is_not(None)))
     return [RunDuration(device, command, policy, k, dict((config or {}).get("workload") or {}),
                         wall_ms)
             for device, command, policy, k, config, wall_ms in session.execute(query)]
@@ -146,24 +170,33 @@ def run_durations(session: Session) -> list[RunDuration]:
 def list_runs(session: Session, experiment: str | None, status: str | None) -> list[RunListing]:
     if status is not None and status not in RUN_STATUSES:
         raise StoreInputError(f"run status {status!r}: allowed {', '.join(RUN_STATUSES)}")
+    current = current_measurements().subquery()
+    attempts = (select(Measurement.run_id, func.count().label("n"))
+                .group_by(Measurement.run_id).subquery())
     query = (
-        select(Run, Experiment.name, Device.name, OutcomeRow.recall, OutcomeRow.ppl)
+        select(Run, Measurement, Experiment.name, Device.name, Build.revision, attempts.c.n,
+               OutcomeRow.recall, OutcomeRow.ppl)
         .join(Experiment, Run.experiment_id == Experiment.id)
-        .join(Device, Run.device_id == Device.id)
-        .outerjoin(OutcomeRow, OutcomeRow.run_id == Run.id)
+        .join(current, current.c.run_id == Run.id)
+        .join(Measurement, Measurement.id == current.c.measurement_id)
+        .join(Device, Measurement.device_id == Device.id)
+        .join(attempts, attempts.c.run_id == Run.id)
+        .outerjoin(Build, Run.build_id == Build.id)
+        .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
         .order_by(Run.id)
     )
     if experiment is not None:
         query = query.where(Run.id.in_(_members(_experiment(session, experiment).id)))
     if status is not None:
-        query = query.where(Run.status == status)
+        query = query.where(Measurement.status == status)
     # Filtered by experiment, a shared run is listed under the experiment asked for.
     return [
         RunListing(id=run.id, run_key=run.run_key, experiment=experiment or exp, device=dev,
                    command=run.command, policy=run.policy, k=run.k, repeat=run.repeat,
-                   status=run.status, decode_ms_per_token=run.decode_ms_per_token,
-                   recall=recall, ppl=ppl, finished_at=run.finished_at, error=run.error)
-        for run, exp, dev, recall, ppl in session.execute(query)
+                   status=m.status, decode_ms_per_token=m.decode_ms_per_token,
+                   recall=recall, ppl=ppl, finished_at=m.finished_at, error=m.error,
+                   revision=revision, measurements=n)
+        for run, m, exp, dev, revision, n, recall, ppl in session.execute(query)
     ]
 
 
@@ -193,22 +226,36 @@ def get_run(session: Session, run_id_or_key: int | str) -> RunDetail:
     def related(model: type, row_id: int | None) -> dict[str, Any] | None:
         return None if row_id is None else _row_dict(session.get(model, row_id))
 
-    outcome = session.get(OutcomeRow, run.id)
-    snapshots = session.scalars(
-        select(DeviceSnapshot).where(DeviceSnapshot.run_id == run.id).order_by(DeviceSnapshot.id)
-    )
-    timings = session.execute(
-        select(TokenTimingRow.step, TokenTimingRow.token, TokenTimingRow.ms,
-               TokenTimingRow.attn_ms)
-        .where(TokenTimingRow.run_id == run.id).order_by(TokenTimingRow.step)
-    )
+    measurements = [_measurement_detail(session, m) for m in session.scalars(
+        select(Measurement).where(Measurement.run_id == run.id).order_by(Measurement.id))]
+    # the current one, as current_measurements chooses it: the latest counted ok, else the last
+    current = next((m for m in reversed(measurements) if m.measurement["status"] == "ok"
+                    and not m.measurement["lease_expired"]), measurements[-1])
+    measured = {k: v for k, v in current.measurement.items() if k not in ("id", "run_id")}
+    row = _row_dict(run) | measured | {"measurement_id": current.measurement["id"]}
     return RunDetail(
-        run=_row_dict(run),
+        run=row,
         experiment=session.get(Experiment, run.experiment_id).name,
-        device=related(Device, run.device_id),
+        device=related(Device, current.measurement["device_id"]),
         build=related(Build, run.build_id),
         model=related(Model, run.model_id),
         workload=related(Workload, run.workload_id),
+        outcome=current.outcome, snapshots=current.snapshots,
+        token_timings=current.token_timings, measurements=measurements,
+    )
+
+
+def _measurement_detail(session: Session, measurement: Measurement) -> MeasurementDetail:
+    outcome = session.get(OutcomeRow, measurement.id)
+    snapshots = session.scalars(select(DeviceSnapshot).where(
+        DeviceSnapshot.measurement_id == measurement.id).order_by(DeviceSnapshot.id))
+    timings = session.execute(
+        select(TokenTimingRow.step, TokenTimingRow.token, TokenTimingRow.ms,
+               TokenTimingRow.attn_ms)
+        .where(TokenTimingRow.measurement_id == measurement.id).order_by(TokenTimingRow.step)
+    )
+    return MeasurementDetail(
+        measurement=_row_dict(measurement),
         outcome=None if outcome is None else _row_dict(outcome),
         snapshots=[_row_dict(s) for s in snapshots],
         token_timings=[TokenTiming(step=s, token=t, ms=ms, attn_ms=a) for s, t, ms, a in timings],
@@ -226,12 +273,18 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def experiment_summary(session: Session, name: str) -> ExperimentSummary:
+    """Counts per status of the runs' current measurements (a run counts once), and medians
+    over the runs whose current measurement is ok."""
     exp = _experiment(session, name)
+    current = current_measurements().subquery()
     rows = session.execute(
-        select(Run.command, Run.policy, Run.k, Device.name, Run.status, Run.decode_ms_per_token,
-               Run.attn_ms_per_token, Run.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
-        .join(Device, Run.device_id == Device.id)
-        .outerjoin(OutcomeRow, OutcomeRow.run_id == Run.id)
+        select(Run.command, Run.policy, Run.k, Device.name, Measurement.status,
+               Measurement.decode_ms_per_token, Measurement.attn_ms_per_token,
+               Measurement.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
+        .join(current, current.c.run_id == Run.id)
+        .join(Measurement, Measurement.id == current.c.measurement_id)
+        .join(Device, Measurement.device_id == Device.id)
+        .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
         .where(Run.id.in_(_members(exp.id)))
     ).all()
     counts = Counter(row.status for row in rows)
@@ -285,40 +338,49 @@ def _read(conn: Connection, query: Select) -> pd.DataFrame:
     return frame
 
 
-def frames(conn: Connection, experiment: str) -> dict[str, pd.DataFrame]:
-    """The raw rows of an experiment as DataFrames, ordered by run id (and step).
+def frames(conn: Connection, experiment: str,
+           selection: Selection = CURRENT) -> dict[str, pd.DataFrame]:
+    """The raw rows of an experiment as DataFrames, ordered by run id and measurement id.
 
-    - ``runs``: every run that belongs to the experiment (also those another experiment
-      produced, see models.ExperimentRun) with every runs column, plus ``experiment`` (the name
-      asked for), ``device_*``, ``build_*``, ``model_*``
-      and ``workload_*`` columns of the joined rows (workload ids and model config excluded:
-      they are large and available through ``get_run``).
-    - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``run_id``.
+    - ``runs``: one row per measurement that ``selection`` names (by default each run's
+      current one) of every run that belongs to the experiment (also those another experiment
+      produced, see models.ExperimentRun): every runs column (``id`` is the run's), every
+      measurements column (``measurement_id``, ``attempt``, ``status``, timings ...), plus
+      ``experiment`` (the name asked for), ``device_*``, ``build_*``, ``model_*`` and
+      ``workload_*`` columns of the joined rows (workload ids and model config excluded: they
+      are large and available through ``get_run``).
+    - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``measurement_id``.
     JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
     """
     with Session(bind=conn) as session:
         exp_id = _experiment(session, experiment).id
-    in_exp = _members(exp_id)
+    chosen = current_measurements(selection).where(
+        Measurement.run_id.in_(_members(exp_id))).subquery()
+    ids = select(chosen.c.measurement_id)
+    measured = [c.label("measurement_id") if c.key == "id" else c
+                for c in Measurement.__table__.columns if c.key != "run_id"]
     runs = (
-        select(*Run.__table__.columns, literal(experiment).label("experiment"),
+        select(*Run.__table__.columns, *measured, literal(experiment).label("experiment"),
                *_labelled(Device, "device"), *_labelled(Build, "build"),
                *_labelled(Model, "model", skip=("config",)),
                *_labelled(Workload, "workload", skip=("ids",)))
-        .join(Device, Run.device_id == Device.id)
+        .join(chosen, chosen.c.run_id == Run.id)
+        .join(Measurement, Measurement.id == chosen.c.measurement_id)
+        .join(Device, Measurement.device_id == Device.id)
         .outerjoin(Build, Run.build_id == Build.id)
         .outerjoin(Model, Run.model_id == Model.id)
         .outerjoin(Workload, Run.workload_id == Workload.id)
-        .where(Run.id.in_(in_exp))
-        .order_by(Run.id)
+        .order_by(Run.id, Measurement.id)
     )
     return {
         "runs": _read(conn, runs),
         "token_timings": _read(conn, select(TokenTimingRow.__table__)
-                               .where(TokenTimingRow.run_id.in_(in_exp))
-                               .order_by(TokenTimingRow.run_id, TokenTimingRow.step)),
+                               .where(TokenTimingRow.measurement_id.in_(ids))
+                               .order_by(TokenTimingRow.measurement_id, TokenTimingRow.step)),
         "outcomes": _read(conn, select(OutcomeRow.__table__)
-                          .where(OutcomeRow.run_id.in_(in_exp)).order_by(OutcomeRow.run_id)),
+                          .where(OutcomeRow.measurement_id.in_(ids))
+                          .order_by(OutcomeRow.measurement_id)),
         "snapshots": _read(conn, select(DeviceSnapshot.__table__)
-                           .where(DeviceSnapshot.run_id.in_(in_exp))
-                           .order_by(DeviceSnapshot.run_id, DeviceSnapshot.id)),
+                           .where(DeviceSnapshot.measurement_id.in_(ids))
+                           .order_by(DeviceSnapshot.measurement_id, DeviceSnapshot.id)),
     }

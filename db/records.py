@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-# A run is "ok" when the engine finished and its output was parsed; "failed" when the engine (or
-# the transport) failed for good; "interrupted" when the coordinator stopped while it was in
-# flight; "pending" when no board could run it (a later `benchfarm run` finishes it);
-# "cancelled" when `benchfarm cancel` stopped its experiment while it was in flight.
-RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled")
+# A measurement (one attempt at a run) is "ok" when the engine finished and its output was
+# parsed; "failed" when the engine (or the transport) failed for good; "interrupted" when the
+# coordinator stopped while it was in flight; "pending" when no board could run it (a later
+# `benchfarm run` finishes it); "cancelled" when `benchfarm cancel` stopped its experiment while
+# it was in flight; "running" while it is in flight; "lost" when its coordinator vanished (its
+# board lease expired with the attempt still running). A run's status is "ok" when it has an ok
+# measurement made under a live lease, else its latest measurement's.
+RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled", "running", "lost")
 SNAPSHOT_PHASES = ("before", "after")
 
 
@@ -59,10 +62,12 @@ class Snapshot:
 
 @dataclass
 class RunResult:
-    """Everything about one run of the matrix; one row of ``runs`` plus its child rows.
+    """One attempt at a run of the matrix: the run's identity (a row of ``runs``) and one
+    measurement of it (a row of ``measurements`` plus its child rows).
 
     ``run_key`` is the deterministic key of the run (engine build, model, workload, engine
-    config, device, repeat index): the store holds at most one row per key.
+    config, device, repeat index): the store holds one ``runs`` row per key and appends a
+    measurement per attempt.
     """
 
     run_key: str
@@ -85,7 +90,6 @@ class RunResult:
     threads: int | None = None
     prefill_attn: str | None = None
     repeat: int = 0  # repeat index within the matrix
-    attempts: int = 1  # how many times it was tried (board loss retries)
     exit_code: int | None = None  # of the engine process; None when it never ran
     error: str | None = None  # stderr / the reason of a failure or interruption
     started_at: datetime | None = None

@@ -1,20 +1,20 @@
 """The result store: the coordinator's only way to write results, and the CLI's way to read them.
 
 ``Store.open(url)`` connects to any SQLAlchemy URL (SQLite by default, in WAL mode) and brings the
-schema up to date with the Alembic migrations in ``db/migrations`` (see db/connection.py). Each run
-is saved in ONE transaction (run row, snapshots, token timings, outcome), so a crash never leaves
-half a run, and the unique run key guarantees at most one row per run.
+schema up to date with the Alembic migrations in ``db/migrations`` (see db/connection.py). Each
+measurement is saved in ONE transaction (its row, snapshots, token timings, outcome), so a crash
+never leaves half of one; the unique run key keeps one ``runs`` row per run, and measurements
+are appended to it, never overwritten.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,42 +24,32 @@ from db.connection import SchemaUnknown, create_store_engine, migrate, retry_loc
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
+from db.measurements import CURRENT, Selection, counted_ok
 from db.models import (
     Build,
     Device,
-    DeviceSnapshot,
     Experiment,
-    ExperimentRun,
+    Lease,
+    Measurement,
     Model,
-    OutcomeRow,
     Run,
-    TokenTimingRow,
     Workload,
 )
-from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult, TokenTiming
+from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult
+from db.rows import (
+    Saved,
+    append,
+    chunks,
+    complete,
+    ensure_run,
+    insert_children,
+    lease_expired,
+    link,
+    now,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# Keeps IN (...) lists under every backend's limit on bound parameters.
-KEY_CHUNK = 500
-T = TypeVar("T")
-
-
-def utc_naive(moment: datetime | None) -> datetime | None:
-    """Timestamps are stored as naive UTC, the one form every backend round-trips unchanged."""
-    if moment is None or moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _chunks(items: list[T]) -> Iterator[list[T]]:
-    for start in range(0, len(items), KEY_CHUNK):
-        yield items[start:start + KEY_CHUNK]
 
 
 class Store:
@@ -184,42 +174,74 @@ class Store:
             s.flush()
             return row.id
 
-    # -- runs ----------------------------------------------------------------------------------
+    # -- runs and their measurements ----------------------------------------------------------
 
     def completed_run_keys(self, run_keys: Iterable[str] | None = None) -> set[str]:
-        """Keys of the runs stored as ok (among ``run_keys`` when given)."""
-        ok = select(Run.run_key).where(Run.status == "ok")
+        """Keys of the runs with an ok measurement made under a live lease (among ``run_keys``
+        when given)."""
+        ok = (select(Run.run_key).join(Measurement, Measurement.run_id == Run.id)
+              .where(counted_ok()).distinct())
         with self.engine.connect() as conn:
             if run_keys is None:
                 return set(conn.scalars(ok))
             done: set[str] = set()
-            for chunk in _chunks(list(run_keys)):
+            for chunk in chunks(list(run_keys)):
                 done.update(conn.scalars(ok.where(Run.run_key.in_(chunk))))
             return done
 
     @retry_locked
-    def save_run(self, result: RunResult) -> int:
-        """Store one run and all its rows in ONE transaction; returns the run id.
+    def start_measurement(self, result: RunResult, measurement_id: int | None = None) -> int:
+        """Record an attempt as it starts (status ``running``, under ``result.lease_id``,
+        started now unless the result says when): a coordinator that dies with it in flight
+        leaves it to be found ``lost`` (see mark_lost). Returns the measurement id, which
+        ``save_run`` completes. ``measurement_id``: an open attempt of the run that never ran
+        (its board was busy), started again in place instead of adding one."""
+        start = replace(result, status="running", token_timings=[], outcome=None, snapshots=[],
+                        started_at=result.started_at or now())
+        with self.writer.begin() as conn:
+            run_id = ensure_run(conn, start)
+            expired = lease_expired(conn, start)
+            if measurement_id is None:
+                return append(conn, run_id, start, expired)
+            complete(conn, run_id, measurement_id, start, expired)
+            return measurement_id
 
-        A row with the same run key (failed, interrupted, pending, or ok under ``--force``) is
-        replaced in place: it keeps its id, and its old snapshots, timings and outcome go.
+    @retry_locked
+    def save_run(self, result: RunResult, measurement_id: int | None = None) -> Saved:
+        """Store one measurement of a run and all its rows in ONE transaction.
+
+        Without ``measurement_id`` the measurement is appended (the run's row is made on its
+        first one); with it, the attempt ``start_measurement`` recorded is completed (it must be
+        ``running``, or ``lost`` when another coordinator gave it up meanwhile). Earlier
+        measurements are never changed. A result whose lease had expired by now (another
+        coordinator may have had the board and stored the run) is kept with ``lease_expired``
+        and does not count as the run's ok.
         """
         _check_result(result)
-        values = _run_values(result)
-        runs = Run.__table__
         with self.writer.begin() as conn:
-            run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
-            if run_id is None:
-                run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
-                conn.execute(insert(ExperimentRun.__table__).values(
-                    experiment_id=result.experiment_id, run_id=run_id))
+            run_id = ensure_run(conn, result)
+            expired = lease_expired(conn, result)
+            if measurement_id is None:
+                measurement_id = append(conn, run_id, result, expired)
             else:
-                for child in (TokenTimingRow, OutcomeRow, DeviceSnapshot):
-                    conn.execute(delete(child.__table__).where(child.__table__.c.run_id == run_id))
-                conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-                _link(conn, result.experiment_id, [run_id])
-            _insert_children(conn, run_id, result)
-        return run_id
+                complete(conn, run_id, measurement_id, result, expired)
+            insert_children(conn, measurement_id, result)
+        return Saved(run_id, measurement_id, expired)
+
+    @retry_locked
+    def mark_lost(self) -> int:
+        """Mark ``lost`` the attempts still ``running`` whose board lease is no longer live:
+        their coordinator died or stalled past its lease (a coordinator calls this when it
+        takes a board). Returns how many."""
+        table = Measurement.__table__
+        live = select(Lease.lease_id).where(Lease.expires >= now())
+        with self.writer.begin() as conn:
+            return conn.execute(update(table).where(
+                table.c.status == "running",
+                or_(table.c.lease_id.is_(None), table.c.lease_id.not_in(live))).values(
+                status="lost", lease_expired=True, finished_at=now(),
+                error="its coordinator stopped while it was in flight (the board's lease "
+                      "expired)")).rowcount
 
     @retry_locked
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:
@@ -233,31 +255,11 @@ class Store:
         runs = Run.__table__
         found: dict[str, int] = {}
         with self.writer.begin() as conn:
-            for chunk in _chunks(keys):
+            for chunk in chunks(keys):
                 found.update(conn.execute(
                     select(runs.c.run_key, runs.c.id).where(runs.c.run_key.in_(chunk))).all())
-            _link(conn, experiment_id, list(found.values()))
+            link(conn, experiment_id, list(found.values()))
         return set(keys) - set(found)
-
-    @retry_locked
-    def mark_runs(self, keys: Iterable[str], status: str, error: str | None = None) -> set[str]:
-        """Set ``status`` (e.g. interrupted, pending) and ``error`` on the stored, non-ok runs.
-
-        Ok runs are never downgraded. Returns the keys that have no row at all: record those
-        with ``save_run(RunResult(..., status=status))`` since a row needs its device etc.
-        """
-        if status not in RUN_STATUSES:
-            raise ValueError(f"status {status!r}: allowed {', '.join(RUN_STATUSES)}")
-        keys = list(dict.fromkeys(keys))
-        runs = Run.__table__
-        stored: set[str] = set()
-        with self.writer.begin() as conn:
-            for chunk in _chunks(keys):
-                stored.update(conn.scalars(select(runs.c.run_key).where(runs.c.run_key.in_(chunk))))
-                conn.execute(update(runs)
-                             .where(runs.c.run_key.in_(chunk), runs.c.status != "ok")
-                             .values(status=status, error=error))
-        return set(keys) - stored
 
     # -- queries (db/queries.py) ---------------------------------------------------------------
 
@@ -283,9 +285,12 @@ class Store:
         with self.session() as s:
             return queries.experiment_summary(s, name)
 
-    def frames(self, experiment: str) -> dict[str, pd.DataFrame]:
+    def frames(self, experiment: str,
+               selection: Selection | None = None) -> dict[str, pd.DataFrame]:
+        """The experiment's rows; by default each run's current measurement (its latest ok
+        one, else its latest), see db.measurements.Selection for all of them or a time window."""
         with self.engine.connect() as conn:
-            return queries.frames(conn, experiment)
+            return queries.frames(conn, experiment, selection or CURRENT)
 
 
 def _check_result(result: RunResult) -> None:
@@ -298,62 +303,3 @@ def _check_result(result: RunResult) -> None:
                              f"allowed {', '.join(SNAPSHOT_PHASES)}")
 
 
-# A run's record and its row are one definition: every column of ``runs`` but its id comes
-# from the RunResult field of the same name (tests/test_store.py holds the two together, so a
-# column added to one and not the other fails there, and here at once).
-RUN_TIMESTAMPS = ("started_at", "finished_at")
-RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
-
-
-def _run_values(result: RunResult) -> dict[str, Any]:
-    values = {name: getattr(result, name) for name in RUN_FIELDS}
-    values["config"] = dict(result.config)
-    for name in RUN_TIMESTAMPS:
-        values[name] = utc_naive(values[name])
-    return values
-
-
-def _link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
-    """Add the missing (experiment, run) memberships."""
-    links = ExperimentRun.__table__
-    for chunk in _chunks(run_ids):
-        linked = set(conn.scalars(select(links.c.run_id).where(
-            links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
-        new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
-        if new:
-            conn.execute(insert(links), new)
-
-
-def _insert_children(conn: Connection, run_id: int, result: RunResult) -> None:
-    if result.token_timings:
-        _insert_token_timings(conn, run_id, result.token_timings)
-    if result.snapshots:
-        conn.execute(insert(DeviceSnapshot.__table__), [
-            {"run_id": run_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
-             "fingerprint": dict(s.fingerprint)}
-            for s in result.snapshots
-        ])
-    if result.outcome is not None:
-        values = asdict(result.outcome)
-        values["extra"] = dict(values["extra"] or {})
-        conn.execute(insert(OutcomeRow.__table__).values(run_id=run_id, **values))
-
-
-TIMING_COLUMNS = ("run_id", "step", "token", "ms", "attn_ms")
-
-
-def _insert_token_timings(conn: Connection, run_id: int, timings: list[TokenTiming]) -> None:
-    """One executemany for all decode steps: the bulk path that bench/store.py measures.
-
-    On drivers with positional parameters (SQLite) the compiled INSERT goes straight to the
-    driver with tuples, which skips SQLAlchemy's per-row dict processing (about 1.7x faster).
-    Other drivers take Core's executemany (on PostgreSQL the per-run commit dominates anyway).
-    """
-    rows = [(run_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
-    table = TokenTimingRow.__table__
-    if conn.dialect.positional:
-        compiled = insert(table).compile(dialect=conn.dialect, column_keys=list(TIMING_COLUMNS))
-        if tuple(compiled.positiontup) == TIMING_COLUMNS:
-            conn.exec_driver_sql(str(compiled), rows)
-            return
-    conn.execute(insert(table), [dict(zip(TIMING_COLUMNS, row, strict=True)) for row in rows])

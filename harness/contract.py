@@ -31,18 +31,20 @@ status         set by                  what the driver does
                                        reason; not retried in this session (a later
                                        ``benchfarm run`` tries it again)
 ``lost``       the runner, or the      the board could not be reached or dropped the
-               driver when the actor   connection: nothing is stored yet; the run goes back
-               died                    to its queue (a pooled run may go to another board of
-                                       its class), the board backs off ``backoff_s`` doubling
-                                       per loss; after ``retries`` more tries the run is
-                                       stored ``pending`` and after ``retries`` losses in a
-                                       row the board is given up
+               driver when the actor   connection: the attempt is stored ``lost``; the run
+               died                    goes back to its queue (a pooled run may go to another
+                                       board of its class), the board backs off
+                                       ``backoff_s`` doubling per loss; after ``retries``
+                                       more tries the last attempt is stored ``pending`` and
+                                       after ``retries`` losses in a row the board is given up
 ``busy``       the runner              the board's lock file is held by a coordinator of
                                        another store: nothing ran; the run waits for the
                                        board (no try is counted)
 =============  ======================  =======================================================
 
-The driver alone writes the store. Besides the reports it stores runs that never came back:
+The driver alone writes the store, one measurement per attempt (recorded ``running`` when it
+is dispatched, so that a coordinator that dies leaves it to be found ``lost``). Besides the
+reports it stores attempts that never came back:
 ``interrupted`` (Ctrl-C or SIGTERM while in flight), ``cancelled`` (``benchfarm cancel``) and
 ``pending`` (no board left that can run it); a later ``benchfarm run`` finishes those.
 Warm-up orders (``warmup = True``) run the engine alone and are never stored.

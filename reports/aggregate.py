@@ -209,9 +209,9 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
     """Devices with their fingerprint facts (from the first snapshot of each device)."""
     rows = []
     first: dict[str, dict] = {}
-    by_id = {int(r["run_id"]): r["device"] for _, r in runs.iterrows()}
+    by_id = {int(r["measurement_id"]): r["device"] for _, r in runs.iterrows()}
     for _, snap in snapshots.iterrows():
-        device = by_id.get(int(snap["run_id"]))
+        device = by_id.get(int(snap["measurement_id"]))
         if device is not None and device not in first:
             first[device] = stored_json(snap["fingerprint"]) or {}
     for device, cell in group_cells(runs, ["device"]):

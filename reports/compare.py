@@ -3,8 +3,13 @@
 For every config run on both sides (same workload point and engine config; when comparing
 revisions also the same device): the median timing of each, the ratio B/A, a Mann-Whitney U test
 with a noise threshold (``reports.stats.compare_samples``), and whether the generated tokens are
-identical (else the first divergent step). Samples are the runs' per-token medians; with fewer
-than 4 runs a side the decode steps of the runs are the samples instead (noted per row).
+identical (else the first divergent step). The samples are independent runs: the repeats, and
+with ``--all-measurements`` every measurement of them, never the decode steps of one run; too
+few runs a side is ``inconclusive``, with the runs a side a test needs.
+
+The summary leads: the metric and its unit, the geometric mean of the ratios with a bootstrap
+CI, and the counts of faster / slower / unchanged / inconclusive configs, overall and per
+policy, weight format and device pair; flags that every row carries are said there once.
 
 A/A mode (A == B) splits each config's repeats into even and odd and compares the halves: the
 ratios it finds between identical configs are the noise floor, which then serves as threshold.
@@ -12,28 +17,39 @@ ratios it finds between identical configs are the noise floor, which then serves
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from db.measurements import CURRENT, Selection
 from reports.cells import merge_flags, plain_key
 from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
 from reports.outdir import output_dir
 from reports.runs import first_divergence, flatten_runs, without_revision
 from reports.runs import generated_tokens as tokens
-from reports.stats import NOISE_THRESHOLD, compare_samples, min_p_value, noise_floor
+from reports.stats import (
+    ALPHA,
+    NOISE_THRESHOLD,
+    VERDICTS,
+    compare_samples,
+    geometric_mean_ci,
+    noise_floor,
+)
 from reports.tables import CSS, to_html, to_markdown, write_csv
 
 POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
-MIN_RUN_SAMPLES = 4
 DIRTY = "+dirty"  # a stored revision's suffix: the working tree, with engine changes
-STEP_FIELDS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "attn_ms"}
-COLUMNS = POINT[1:] + ["config", "device", "n_a", "n_b", "samples", "median_a", "median_b",
-                       "ratio", "p_value", "change", "tokens", "flags"]
+COLUMNS = POINT[1:] + ["config", "device", "policy", "wq", "pair", "n_a", "n_b", "median_a",
+                       "median_b", "ratio", "p_value", "change", "needed", "tokens", "flags"]
+# The timings compare can take, and their units (lower is better for every one).
+UNITS = {"decode_ms_per_token": "ms per token", "attn_ms_per_token": "ms per token",
+         "prefill_ms": "ms", "attn_median_ms": "ms", "engine_ms": "ms"}
+# The roll-ups of the summary: the column of the rows each groups by, and its name.
+ROLLUPS = (("policy", "policy"), ("wq", "weight format"), ("pair", "device pair"))
 
 
 @dataclass
@@ -50,30 +66,81 @@ class Comparison:
     metric: str
     threshold: float
     noise_floor: float | None  # from A/A on side A, when measurable
-    table: pd.DataFrame
+    table: pd.DataFrame  # one row per config
+    common_flags: list[str] = field(default_factory=list)  # carried by every row: said once
+
+    @property
+    def unit(self) -> str:
+        return UNITS.get(self.metric, "ms")
 
     def summary(self) -> str:
-        counts = self.table["change"].value_counts().sort_index() if len(self.table) else {}
-        parts = [f"{n} {name}" for name, n in counts.items()]
+        """What the comparison found, in one paragraph that leads every rendering."""
         floor = "n/a" if self.noise_floor is None else f"{100 * self.noise_floor:.1f} %"
-        return (f"{self.b.text} vs {self.a.text} ({self.metric}, ratio B/A): {len(self.table)} "
-                f"common configs; {', '.join(parts) or 'nothing to compare'}; threshold "
-                f"{100 * self.threshold:.1f} %; A/A noise floor of {self.a.text}: {floor}")
+        sides = (f"{self.a.text}: even against odd repeats" if self.a.text == self.b.text
+                 else f"B = {self.b.text} vs A = {self.a.text}")
+        text = (f"{sides}; {self.metric} in {self.unit} (lower is better), ratio B/A "
+                f"(> 1: B slower) over {len(self.table)} common configs")
+        mean = geometric_mean_ci(self.table["ratio"]) if len(self.table) else None
+        if mean is not None:
+            text += f": geometric mean {mean.text()}"
+        text += f"; {_counts(self.table)}"
+        needed = self.table.loc[self.table["change"] == "inconclusive", "needed"].dropna()
+        if len(needed):
+            text += (f" (inconclusive: fewer than {int(needed.max())} independent runs a side; "
+                     f"set repeats = {int(needed.max())} or more)")
+        text += (f"; significance: Mann-Whitney U over independent runs, alpha {ALPHA}, change "
+                 f"threshold {100 * self.threshold:.1f} %; A/A noise floor of {self.a.text}: "
+                 f"{floor}")
+        if self.common_flags:
+            text += f"; every row: {_by_side(self.common_flags)}"
+        return text + "."
+
+    def rollups(self) -> pd.DataFrame:
+        """Per policy, weight format and device pair: configs, geometric mean of the ratios
+        with its CI, and the verdict counts."""
+        rows = []
+        for column, name in ROLLUPS:
+            if column not in self.table or self.table[column].isna().all():
+                continue
+            for value, group in self.table.groupby(column, sort=True):
+                mean = geometric_mean_ci(group["ratio"])
+                rows.append({"by": name, "value": value, "configs": len(group),
+                             "geomean": None if mean is None else mean.value,
+                             "ci_low": None if mean is None else mean.low,
+                             "ci_high": None if mean is None else mean.high,
+                             **{v: int((group["change"] == v).sum()) for v in VERDICTS}})
+        return pd.DataFrame(rows, columns=["by", "value", "configs", "geomean", "ci_low",
+                                           "ci_high", *VERDICTS])
 
 
-def load_runs(store: Any, experiments: list[str] | None) -> pd.DataFrame:
+def _by_side(flags: list[str]) -> str:
+    """``A: loaded; B: emulated; B: loaded`` said as ``A: loaded; B: emulated, loaded``."""
+    sides: dict[str, list[str]] = {}
+    for flag in flags:
+        side, colon, what = flag.partition(": ")
+        sides.setdefault(side if colon else "", []).append(what if colon else flag)
+    return "; ".join(f"{side}: {', '.join(items)}" if side else ", ".join(items)
+                     for side, items in sides.items())
+
+
+def _counts(table: pd.DataFrame) -> str:
+    return ", ".join(f"{int((table['change'] == v).sum()) if len(table) else 0} {v}"
+                     for v in VERDICTS)
+
+
+def load_runs(store: Any, experiments: list[str] | None,
+              selection: Selection = CURRENT) -> pd.DataFrame:
+    """The flattened runs of these experiments (default: all), one row per measurement read."""
     names = experiments or store.list_experiments()
-    frames, steps = [], []
+    frames = []
     for name in names:
-        raw = store.frames(name)
+        raw = store.frames(name, selection)
         frames.append(flatten_runs(raw["runs"], raw["outcomes"], raw["snapshots"]))
-        steps.append(raw["token_timings"])
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")
-    # A run may belong to several experiments: count it once.
-    runs = pd.concat(frames, ignore_index=True).drop_duplicates("run_id", ignore_index=True)
-    runs.attrs["steps"] = pd.concat(steps, ignore_index=True).drop_duplicates(["run_id", "step"])
-    return runs
+    # A run may belong to several experiments: count each measurement once.
+    return pd.concat(frames, ignore_index=True).drop_duplicates("measurement_id",
+                                                                ignore_index=True)
 
 
 def resolve(runs: pd.DataFrame, text: str, named: str | None = None) -> Side:
@@ -109,14 +176,6 @@ def _base_config(config: str) -> str:
                     if not part.startswith("t="))
 
 
-def _samples(cell: pd.DataFrame, metric: str, steps: pd.DataFrame) -> tuple[list[float], str]:
-    values = cell[metric].dropna().tolist()
-    if len(values) >= MIN_RUN_SAMPLES or metric not in STEP_FIELDS or steps.empty:
-        return values, "runs"
-    own = steps[steps["run_id"].isin(cell["run_id"])][STEP_FIELDS[metric]].dropna().tolist()
-    return (own, "steps") if len(own) > len(values) else (values, "runs")
-
-
 def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
     ta = [tokens(v) for v in cell_a.sort_values("repeat")["generated_ids"]]
     tb = [tokens(v) for v in cell_b.sort_values("repeat")["generated_ids"]]
@@ -128,33 +187,42 @@ def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
 
 
 def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric: str,
-         steps: pd.DataFrame, threshold: float, same_cpu: bool = False) -> dict[str, Any]:
-    sample_a, kind_a = _samples(cell_a, metric, steps)
-    sample_b, kind_b = _samples(cell_b, metric, steps)
-    if kind_a != kind_b:  # compare like with like: both per run
-        sample_a, sample_b = cell_a[metric].dropna().tolist(), cell_b[metric].dropna().tolist()
-        kind_a = "runs"
+         threshold: float, same_cpu: bool = False) -> dict[str, Any]:
+    """One config: each measurement of it is one independent sample."""
+    sample_a, sample_b = cell_a[metric].dropna().tolist(), cell_b[metric].dropna().tolist()
     change = compare_samples(sample_a, sample_b, threshold)
     return key | {
-        "n_a": len(sample_a), "n_b": len(sample_b), "samples": kind_a,
+        "policy": str(cell_a["config"].iloc[0]).split()[0], "wq": _one(cell_a["wq"]),
+        "pair": f"{_boards(cell_a)} -> {_boards(cell_b)}",
+        "n_a": len(sample_a), "n_b": len(sample_b),
         "median_a": pd.Series(sample_a).median() if sample_a else None,
         "median_b": pd.Series(sample_b).median() if sample_b else None,
         "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
-        "tokens": _tokens_text(cell_a, cell_b), "flags": _side_flags(cell_a, cell_b, same_cpu)}
+        "needed": change.needed, "tokens": _tokens_text(cell_a, cell_b),
+        "flags": _side_flags(cell_a, cell_b, same_cpu)}
 
 
-def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame, same_cpu: bool) -> str:
+def _one(values: pd.Series) -> Any:
+    present = values.dropna()
+    return present.iloc[0] if len(present) else None
+
+
+def _boards(cell: pd.DataFrame) -> str:
+    return " / ".join(sorted(set(cell["device"])))
+
+
+def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame, same_cpu: bool) -> list[str]:
     """Why either side's timings deserve distrust (emulated, governor, throttling, runs on more
     than one CPU model), and, where both sides should be the same hardware (revisions and
     engines on one device: ``same_cpu``), that their CPU models differ."""
-    parts = [f"{side}: {flags}" for side, cell in (("A", cell_a), ("B", cell_b))
-             if (flags := "; ".join(f for f in (merge_flags(cell["flags"]),
-                                                mixed_cpu_flag(cell["cpu"])) if f))]
+    items = [f"{side}: {flag}" for side, cell in (("A", cell_a), ("B", cell_b))
+             for text in (merge_flags(cell["flags"]), mixed_cpu_flag(cell["cpu"])) if text
+             for flag in text.split("; ")]
     if same_cpu and not mixed_cpu_flag(cell_a["cpu"]) and not mixed_cpu_flag(cell_b["cpu"]):
         across = mixed_cpu_flag([*cell_a["cpu"], *cell_b["cpu"]])
         if across:
-            parts.append(f"A and B ran on different CPUs ({across.partition(': ')[2]})")
-    return "; ".join(parts)
+            items.append(f"A and B ran on different CPUs ({across.partition(': ')[2]})")
+    return items
 
 
 def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, keys: list[str]):
@@ -164,48 +232,48 @@ def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, keys: list[str]):
             yield dict(zip(keys, key, strict=True)), cell_a, groups_b[plain_key(key)]
 
 
-def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return pd.DataFrame(columns=COLUMNS)
+def _table(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[str]]:
+    """The rows as a table, and the flags every row carries (taken out of the rows)."""
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS), []
+    common = [f for f in rows[0]["flags"] if all(f in row["flags"] for row in rows)]
+    table = pd.DataFrame([row | {"flags": "; ".join(f for f in row["flags"] if f not in common)}
+                          for row in rows])
     table = table.rename(columns={"base_config": "config"})
     columns = [c for c in COLUMNS if c in table.columns]  # no device column across devices
-    return table[columns]
+    return table[columns], common
 
 
-def aa_table(runs: pd.DataFrame, metric: str, steps: pd.DataFrame,
-             threshold: float) -> pd.DataFrame:
+def aa_table(runs: pd.DataFrame, metric: str,
+             threshold: float) -> tuple[pd.DataFrame, list[str]]:
     """Even against odd repeats of every config: what 'no change' looks like."""
     rows, keys = [], POINT + ["base_config", "device", "revision"]
     for key, cell in runs.groupby(keys, dropna=False, sort=True):
         even, odd = cell[cell["repeat"] % 2 == 0], cell[cell["repeat"] % 2 == 1]
         if even.empty or odd.empty:
             continue
-        rows.append(_row(dict(zip(keys, key, strict=True)),
-                         even, odd, metric, steps, threshold))
+        rows.append(_row(dict(zip(keys, key, strict=True)), even, odd, metric, threshold))
     return _table(rows)
 
 
 def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             metric: str = "decode_ms_per_token",
             threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
-            named: dict[str, str] | None = None) -> Comparison:
-    runs = load_runs(store, experiments)
-    return compare_runs(runs, runs.attrs["steps"], a, b, metric, threshold, lmc_policy, named)
+            selection: Selection = CURRENT, named: dict[str, str] | None = None) -> Comparison:
+    return compare_runs(load_runs(store, experiments, selection), a, b, metric, threshold,
+                        lmc_policy, named)
 
 
-def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
-                 metric: str = "decode_ms_per_token",
+def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_per_token",
                  threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
                  named: dict[str, str] | None = None) -> Comparison:
-    """``compare`` on flattened runs (``reports.runs.flatten_runs``) and their steps.
+    """``compare`` on flattened runs (``reports.runs.flatten_runs``), one row per measurement.
 
     ``lmc_policy``: across engines, the lmc attention policy set against the other engine
     (exact by default: what another engine computes). ``named``: A or B -> the revision it
     names (see ``resolve``)."""
-    if metric not in runs.columns:
-        raise ReportInputError(f"unknown timing {metric!r}; allowed: decode_ms_per_token, "
-                               "attn_ms_per_token, prefill_ms, attn_median_ms, engine_ms")
+    if metric not in UNITS or metric not in runs.columns:
+        raise ReportInputError(f"unknown timing {metric!r}; allowed: {', '.join(UNITS)}")
     runs = runs[runs["status"] == "ok"].copy()
     runs["base_config"] = runs["config"].map(_base_config)
     named = named or {}
@@ -219,15 +287,16 @@ def compare_runs(runs: pd.DataFrame, steps: pd.DataFrame, a: str, b: str,
     if side_a.kind == "engine":
         runs, keys = _engine_neutral(runs, lmc_policy), POINT[1:] + ["base_config", "device"]
     runs_a = runs[side_a.mask.reindex(runs.index)]
-    aa = aa_table(runs_a, metric, steps, threshold)
+    aa, aa_flags = aa_table(runs_a, metric, threshold)
     floor = noise_floor(aa["ratio"]) if len(aa) else None
     if a == b:
-        return Comparison(side_a, side_b, metric, threshold, floor, aa)
+        return Comparison(side_a, side_b, metric, threshold, floor, aa, aa_flags)
     used = max(threshold, floor or 0.0)
     same_cpu = side_a.kind in ("revision", "engine")  # one device on both sides of a pair
-    rows = [_row(key, ca, cb, metric, steps, used, same_cpu)
+    rows = [_row(key, ca, cb, metric, used, same_cpu)
             for key, ca, cb in _pairs(runs_a, runs[side_b.mask.reindex(runs.index)], keys)]
-    return Comparison(side_a, side_b, metric, used, floor, _table(rows))
+    table, common = _table(rows)
+    return Comparison(side_a, side_b, metric, used, floor, table, common)
 
 
 def _engine_neutral(runs: pd.DataFrame, lmc_policy: str) -> pd.DataFrame:
@@ -245,29 +314,42 @@ def _engine_neutral(runs: pd.DataFrame, lmc_policy: str) -> pd.DataFrame:
 
 
 def terminal_table(comparison: Comparison) -> str:
+    """The summary first, then the roll-ups, then the rows config by config."""
+    rollups = comparison.rollups()
+    for column in ("geomean", "ci_low", "ci_high"):
+        rollups[column] = rollups[column].map(_number)
     shown = comparison.table.copy()
     for column in ("median_a", "median_b", "ratio", "p_value"):
-        shown[column] = shown[column].map(lambda v: "" if v is None or pd.isna(v)
-                                          else f"{v:.4g}")
+        shown[column] = shown[column].map(_number)
     shown = shown.rename(columns={"median_a": f"A {comparison.a.text}",
                                   "median_b": f"B {comparison.b.text}"})
     shown = shown.loc[:, [c for c in shown.columns if shown[c].astype(str).str.len().any()]]
     text = shown.to_string(index=False, na_rep="") if len(shown) else "(no common configs)"
-    note = (f"\nsignificance: Mann-Whitney U, alpha 0.05; with runs only, {MIN_RUN_SAMPLES}+ "
-            f"per side are needed (min p for 3 vs 3 is {min_p_value(3, 3):.2f})")
-    return text + "\n\n" + comparison.summary() + note
+    parts = [comparison.summary()]
+    if len(rollups):
+        parts.append(rollups.to_string(index=False, na_rep=""))
+    return "\n\n".join(parts + [text])
+
+
+def _number(value: Any) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.4g}"
 
 
 def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
-    """compare.csv, compare.md and a self-contained compare.html; returns the HTML path."""
+    """compare.csv (the rows), compare_summary.csv (the roll-ups), compare.md and a
+    self-contained compare.html, each led by the summary; returns the HTML path."""
     out = output_dir(out_dir)
+    rollups = comparison.rollups()
     write_csv(comparison.table, out / "compare.csv")
+    write_csv(rollups, out / "compare_summary.csv")
     title = f"benchfarm compare: B = {comparison.b.text} vs A = {comparison.a.text}"
-    (out / "compare.md").write_text(f"# {title}\n\n{comparison.summary()}\n\n"
-                                    + to_markdown(comparison.table), encoding="utf-8")
+    (out / "compare.md").write_text(
+        f"# {title}\n\n{comparison.summary()}\n\n{to_markdown(rollups)}\n\n"
+        + to_markdown(comparison.table), encoding="utf-8")
     html = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
             f"{escape(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{escape(title)}"
             f"</h1>\n<p class=\"note\">{escape(comparison.summary())}</p>\n"
+            f"{to_html(rollups, 'table-compare-summary')}\n"
             f"{to_html(comparison.table, 'table-compare')}\n</body></html>\n")
     (out / "compare.html").write_text(html, encoding="utf-8")
     return out / "compare.html"

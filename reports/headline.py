@@ -2,8 +2,9 @@
 attention: where k covers every block (nothing to gain), and at the longest context how small k
 can be while the needle is still found as often as with exact attention, and what that buys.
 
-Every number comes from the stored runs (medians over ok runs), so the paragraph is as true as
-the tables below it.
+Every number comes from the stored runs (medians over ok runs) of one board, named in the
+paragraph: a real board before an emulated one, and a board whose runs are complete before one
+with runs missing (``board_order``), so the paragraph is as true as the tables below it.
 """
 
 from __future__ import annotations
@@ -38,21 +39,42 @@ def _ratio(part: pd.Series, whole: pd.Series) -> float | None:
 
 
 def what_this_shows(runs: pd.DataFrame) -> str:
-    """The paragraph for the first device (by name) with ok needle runs under both exact and
-    sparse attention; "" when the experiment has no such pair."""
+    """The paragraph for the best board with ok needle runs under both exact and sparse
+    attention (see ``board_order``); "" when the experiment has no such pair."""
     ok = runs[(runs["status"] == "ok") & (runs["kind"] == "needle")]
-    for device in sorted(ok["device"].unique()):
+    candidates = []
+    for device in ok["device"].unique():
         mine = ok[ok["device"] == device]
         exact, sparse = mine[mine["policy"] == "exact"], mine[mine["policy"] == SPARSE]
         contexts = sorted(set(exact["ctx"]) & set(sparse["ctx"]))
         if contexts:
-            return _paragraph(device, exact, sparse, [int(c) for c in contexts],
-                              name_device=ok["device"].nunique() > 1)
-    return ""
+            candidates.append((board_order(runs, device), device, exact, sparse, contexts))
+    if not candidates:
+        return ""
+    (emulated, missing, _, _), device, exact, sparse, contexts = min(
+        candidates, key=lambda c: c[0])
+    return _paragraph(exact, sparse, [int(c) for c in contexts],
+                      _board_text(device, bool(emulated), missing))
 
 
-def _paragraph(device: str, exact: pd.DataFrame, sparse: pd.DataFrame, contexts: list[int],
-               name_device: bool) -> str:
+def board_order(runs: pd.DataFrame, device: str) -> tuple[int, int, int, str]:
+    """Which board's figures a headline takes: a real board before an emulated one, one whose
+    needle runs are complete (all ok) before one with runs missing, then the most ok runs, then
+    the name."""
+    needle = runs[(runs["device"] == device) & (runs["kind"] == "needle")]
+    ok = int((needle["status"] == "ok").sum())
+    return int(bool(needle["emulated"].any())), len(needle) - ok, -ok, str(device)
+
+
+def _board_text(device: str, emulated: bool, missing: int) -> str:
+    what = "an emulated board: no real board has both policies" if emulated else "a real board"
+    if missing:
+        what += f"; {missing} of its needle runs are not ok"
+    return f"{device} ({what})"
+
+
+def _paragraph(exact: pd.DataFrame, sparse: pd.DataFrame, contexts: list[int],
+               board: str) -> str:
     block = int(sparse["block"].dropna().median())
     k_max = int(sparse["k"].max())
     covered = [c for c in contexts if k_max >= math.ceil(c / block)]
@@ -71,8 +93,8 @@ def _paragraph(device: str, exact: pd.DataFrame, sparse: pd.DataFrame, contexts:
     if longest not in covered:
         text.append(_longest(exact[exact["ctx"] == longest], sparse[sparse["ctx"] == longest],
                              longest, block))
-    text.append(f"Medians over the runs on {device}" if name_device else "Medians over the runs")
-    text[-1] += "; the timing table flags runs taken on a loaded, throttled or emulated machine."
+    text.append(f"Medians over the ok runs on {board}; the timing table flags runs taken on a "
+                "loaded, throttled or emulated machine.")
     return " ".join(text)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from db.measurements import CURRENT, Selection
 from reports import aggregate, eviction, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
@@ -27,7 +28,8 @@ from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
 RUN_COLUMNS = [
-    "run_id", "run_key", "device", "device_class", "emulated", "command", "kind", "ctx", "depth",
+    "run_id", "run_key", "measurement_id", "attempt", "started_at", "device", "device_class",
+    "emulated", "command", "kind", "ctx", "depth",
     "seed", "length", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
     "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
     "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
@@ -167,12 +169,15 @@ def device_comparison(data: ExperimentData) -> Section:
             if ok[metric].notna().sum() == 0:
                 continue
             for other in (d for d in devices if d != reference):
-                result = compare_runs(data.runs, data.steps, reference, other, metric)
-                tables.append(Table(f"compare_{metric}_{other}", result.table,
-                                    caption=result.summary()))
-        text = (f"Each device against {reference}, config by config: medians, ratio B/A, "
-                "Mann-Whitney U over the repeats with a noise threshold (raised to the A/A noise "
-                "floor of the reference), and whether the generated tokens are identical.")
+                result = compare_runs(data.runs, reference, other, metric)
+                tables += [Table(f"compare_{metric}_{other}_summary", result.rollups(),
+                                 caption=result.summary()),
+                           Table(f"compare_{metric}_{other}", result.table)]
+        text = (f"Each device against {reference}: first the summary (geometric mean of the "
+                "ratios B/A with a bootstrap CI, per policy, weight format and device pair), "
+                "then config by config: medians, ratio B/A, Mann-Whitney U over the repeats "
+                "(independent runs) with a noise threshold (raised to the A/A noise floor of "
+                "the reference), and whether the generated tokens are identical.")
     else:
         text = ""
     return Section("devices", "Devices compared", text, tables=tables)
@@ -327,14 +332,16 @@ def _markdown(title: str, sections: list[Section]) -> str:
 
 def render_report(store: Any, experiment: str, out_dir: str | Path,
                   extra_sections: list[Section] | None = None,
-                  revision_order: RevisionOrder | None = None) -> Path:
+                  revision_order: RevisionOrder | None = None,
+                  selection: Selection = CURRENT) -> Path:
     """Write the report of ``experiment`` into ``out_dir``; return the path of index.html.
 
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended;
     ``revision_order`` puts engine revisions in commit order (git's, which reports cannot
-    ask), for the history's timelines; without it they follow the order of their first run.
+    ask), for the history's timelines; without it they follow the order of their first run;
+    ``selection``: which measurements of each run (default: its latest ok one).
     """
-    data = load_experiment(store, experiment)  # an unknown experiment fails here
+    data = load_experiment(store, experiment, selection)  # an unknown experiment fails here
     out = output_dir(out_dir)
     sections = build_sections(data, revision_order) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV

@@ -1,8 +1,9 @@
 """An experiment's raw rows flattened into one row per run (pandas).
 
-``load_experiment`` reads the store's frames and ``flatten_runs`` turns them into one row per
-run: config, device, build, workload parameters, outcome, the config's label, the run's flags
-(``devices.flags``), its CPU (``reports.cpu``) and whether its tokens equal exact attention's.
+``load_experiment`` reads the store's frames (each run's current measurement, or those a
+``db.measurements.Selection`` names) and ``flatten_runs`` turns them into one row per
+measurement: config, device, build, workload parameters, outcome, the config's label, the run's
+flags (``devices.flags``), its CPU (``reports.cpu``) and whether its tokens equal exact attention's.
 The report's tables (``reports.aggregate``), compare and the audit read that frame.
 """
 
@@ -18,6 +19,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from db.lmc_axes import DEFAULTS, NAME, SWITCHES
+from db.measurements import CURRENT, Selection
 from db.models import Experiment
 from devices.flags import run_flags
 from reports.cells import plain_key
@@ -38,8 +40,8 @@ class ExperimentData:
     name: str
     spec_text: str
     spec_hash: str
-    runs: pd.DataFrame  # one row per run, every column flattened (see load_experiment)
-    steps: pd.DataFrame  # token_timings rows: run_id, step, token, ms, attn_ms
+    runs: pd.DataFrame  # one row per measurement read, every column flattened
+    steps: pd.DataFrame  # token_timings rows: measurement_id, step, token, ms, attn_ms
     snapshots: pd.DataFrame  # device_snapshots rows with the fingerprint JSON text
 
 
@@ -125,9 +127,11 @@ def _text_label(params: dict[str, Any]) -> str:
     return "".join(" " + part for part in parts)
 
 
-def load_experiment(store: Any, experiment: str) -> ExperimentData:
-    """Read an experiment's rows and flatten them into one DataFrame row per run."""
-    frames = store.frames(experiment)
+def load_experiment(store: Any, experiment: str,
+                    selection: Selection = CURRENT) -> ExperimentData:
+    """Read an experiment's rows and flatten them into one DataFrame row per measurement (by
+    default each run's current one: its latest ok)."""
+    frames = store.frames(experiment, selection)
     with store.session() as session:
         exp = session.scalar(select(Experiment).where(Experiment.name == experiment))
         spec_text, spec_hash = exp.spec_text, exp.spec_hash
@@ -139,13 +143,14 @@ def load_experiment(store: Any, experiment: str) -> ExperimentData:
 
 def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                  snapshots: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: run columns, outcome columns, workload parameters, label and flags."""
+    """One row per measurement: run and measurement columns, outcome columns, workload
+    parameters, label and flags."""
     table = runs.rename(columns={"id": "run_id"}).copy()
     if len(outcomes):
-        table = table.merge(outcomes, on="run_id", how="left", suffixes=("", "_outcome"))
+        table = table.merge(outcomes, on="measurement_id", how="left", suffixes=("", "_outcome"))
     else:
         for column in outcomes.columns:
-            if column != "run_id":
+            if column != "measurement_id":
                 table[column] = None
     table["device"] = table["device_name"]
     table["device_class"] = table["device_cls"]
@@ -174,9 +179,10 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                                                  strict=True)]
     by_run = snapshots_by_run(snapshots)
     table["flags"] = _run_flags(table, by_run)
-    table["cpu"] = [run_cpu(by_run.get(int(run_id), {})) for run_id in table["run_id"]]
+    table["cpu"] = [run_cpu(by_run.get(int(m), {})) for m in table["measurement_id"]]
     table["same_as_exact"] = same_as_exact(table)
-    return table.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+    return table.sort_values(["run_id", "measurement_id"], kind="mergesort").reset_index(
+        drop=True)
 
 
 def _engine_columns(table: pd.DataFrame) -> None:
@@ -217,10 +223,11 @@ def _key(row: pd.Series) -> tuple:
 
 
 def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
-    """run id -> phase ("before", "after") -> the fingerprint document."""
+    """measurement id -> phase ("before", "after") -> the fingerprint document."""
     by_run: dict[int, dict[str, dict]] = {}
     for _, snap in snapshots.iterrows():
-        by_run.setdefault(int(snap["run_id"]), {})[snap["phase"]] = stored_json(snap["fingerprint"])
+        phases = by_run.setdefault(int(snap["measurement_id"]), {})
+        phases[snap["phase"]] = stored_json(snap["fingerprint"])
     return by_run
 
 
@@ -232,7 +239,7 @@ def _run_flags(table: pd.DataFrame, by_run: dict[int, dict[str, dict]]) -> list[
             found.append("emulated")
         if row["status"] != "ok":
             found.append(str(row["status"]))
-        phases = by_run.get(int(row["run_id"]), {})
+        phases = by_run.get(int(row["measurement_id"]), {})
         found += run_flags(phases.get("before"), phases.get("after"))
         flags.append("; ".join(dict.fromkeys(found)))
     return flags

@@ -2,8 +2,10 @@
 
 Timings are summarised as median [min, max] with the coefficient of variation; a change between
 two samples is only called when it is both statistically significant (two-sided Mann-Whitney U)
-and larger than a noise threshold. With very few samples the exact U test cannot reach the
-significance level at all; that case is reported as "too few samples" instead of "no change".
+and larger than a noise threshold. The samples are independent runs, never the steps of one
+run. With very few runs the exact U test cannot reach the significance level at all; that case
+is "inconclusive" (no p-value, and how many runs a side it would take) instead of "no change".
+Many configs are summarised by the geometric mean of their ratios with a bootstrap CI.
 """
 
 from __future__ import annotations
@@ -73,28 +75,45 @@ def min_p_value(n_a: int, n_b: int) -> float:
     return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
 
 
+def runs_needed(alpha: float = ALPHA) -> int:
+    """The fewest independent runs a side (equal sides) with which the exact U test can
+    reach ``alpha`` at all: 4 at alpha 0.05."""
+    n = 1
+    while min_p_value(n, n) >= alpha:
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class Change:
     """The outcome of comparing sample B against sample A (B/A > 1: B is slower)."""
 
     ratio: float | None  # median(B) / median(A)
     p_value: float | None
-    verdict: str  # "slower" | "faster" | "same" | "noise" | "too few samples" | "no data"
+    verdict: str  # "slower" | "faster" | "unchanged" | "inconclusive" | "no data"
     threshold: float
+    needed: int | None = None  # inconclusive: the independent runs a side a test needs
 
     @property
     def flagged(self) -> bool:
         return self.verdict in ("slower", "faster")
 
 
+VERDICTS = ("faster", "slower", "unchanged", "inconclusive")
+
+
 def compare_samples(a: Sequence[float], b: Sequence[float], threshold: float = NOISE_THRESHOLD,
                     alpha: float = ALPHA) -> Change:
     """Mann-Whitney U plus a noise threshold: flag only significant changes beyond the noise.
 
+    The samples must be independent runs (repeats, or measurements taken on different
+    occasions), never the decode steps of one run: steps of one process are autocorrelated
+    and would make any difference look significant (pseudo-replication).
+
     - "slower"/"faster": p < alpha and |ratio - 1| > threshold;
-    - "noise": significant but within the threshold (real but too small to matter);
-    - "same": not significant;
-    - "too few samples": the exact test cannot reach alpha with these sizes.
+    - "unchanged": not significant, or significant but within the threshold;
+    - "inconclusive": too few runs for the exact test to reach alpha (no p-value); ``needed``
+      says how many runs a side it takes.
     """
     a, b = clean(a), clean(b)
     if not a or not b:
@@ -102,17 +121,50 @@ def compare_samples(a: Sequence[float], b: Sequence[float], threshold: float = N
     median_a = float(np.median(a))
     ratio = float(np.median(b)) / median_a if median_a else None
     if min_p_value(len(a), len(b)) >= alpha:
-        return Change(ratio, None, "too few samples", threshold)
+        return Change(ratio, None, "inconclusive", threshold, runs_needed(alpha))
     if len(set(a) | set(b)) == 1:  # all equal: U is undefined, and nothing changed
-        return Change(ratio, 1.0, "same", threshold)
+        return Change(ratio, 1.0, "unchanged", threshold)
     p_value = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    if p_value >= alpha:
-        verdict = "same"
-    elif ratio is None or abs(ratio - 1.0) <= threshold:
-        verdict = "noise"
+    if p_value >= alpha or ratio is None or abs(ratio - 1.0) <= threshold:
+        verdict = "unchanged"
     else:
         verdict = "slower" if ratio > 1.0 else "faster"
     return Change(ratio, p_value, verdict, threshold)
+
+
+@dataclass(frozen=True)
+class GeoMean:
+    """The geometric mean of ratios with a bootstrap confidence interval over them."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def text(self) -> str:
+        if self.n == 1:
+            return f"{self.value:.3f}x (one config)"
+        return f"{self.value:.3f}x [{CI_LEVEL:.0%} CI {self.low:.3f}, {self.high:.3f}]"
+
+
+CI_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def geometric_mean_ci(ratios: Iterable[float | None], seed: int = 0) -> GeoMean | None:
+    """Geometric mean of the positive ratios and a percentile bootstrap CI (resampling the
+    ratios, e.g. one per config, with replacement; fixed seed: a report reproduces)."""
+    logs = np.log([r for r in clean(ratios) if r > 0])
+    if not len(logs):
+        return None
+    value = float(np.exp(logs.mean()))
+    if len(logs) == 1:
+        return GeoMean(value, value, value, 1)
+    rng = np.random.default_rng(seed)
+    means = rng.choice(logs, size=(BOOTSTRAP_RESAMPLES, len(logs))).mean(axis=1)
+    tail = (1 - CI_LEVEL) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return GeoMean(value, float(np.exp(low)), float(np.exp(high)), len(logs))
 
 
 def noise_floor(ratios: Iterable[float | None]) -> float | None:

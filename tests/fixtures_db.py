@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, MetaData, Table, create_engine, text
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming
-from db.models import Build, Run
+from db.models import Build
 
 # PostgreSQL runs are opt-in: BENCHFARM_TEST_POSTGRES=1 (needs Debian's postgresql and psycopg).
 POSTGRES_OPT_IN = "BENCHFARM_TEST_POSTGRES"
@@ -70,12 +70,28 @@ def refs_before_engines(old: Store) -> StoreRefs:
                      old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
 
 
-def insert_old_run(engine: Engine, refs: StoreRefs, key: str) -> None:
-    """A run row as a schema before 0003 (no lease_id) and 0004 (no engine) holds it."""
-    values = {k: v for k, v in vars(sample_result(refs, key)).items()
-              if k in Run.__table__.columns and k not in ("lease_id", "engine")}
+def insert_old_run(engine: Engine, refs: StoreRefs, key: str, **overrides: object) -> int:
+    """A run as a schema before 0005 holds it (one ``runs`` row with whichever columns its
+    revision has, and its children keyed by ``run_id``); returns the row id."""
+    result = sample_result(refs, key, **overrides)
+    values = {k: v for k, v in vars(result).items() if k not in ("outcome", "snapshots")}
+    values["attempts"] = 1
     with engine.begin() as conn:
-        conn.execute(Run.__table__.insert().values(**values))
+        tables = {name: Table(name, MetaData(), autoload_with=conn)
+                  for name in ("runs", "token_timings", "outcomes", "device_snapshots")}
+        runs = tables["runs"]
+        run_id = conn.execute(runs.insert().values(
+            **{c.name: values[c.name] for c in runs.columns if c.name != "id"})
+        ).inserted_primary_key[0]
+        if result.token_timings:
+            conn.execute(tables["token_timings"].insert(),
+                         [{"run_id": run_id, **vars(t)} for t in result.token_timings])
+        if result.outcome is not None:
+            conn.execute(tables["outcomes"].insert().values(run_id=run_id,
+                                                            **vars(result.outcome)))
+        for snap in result.snapshots:
+            conn.execute(tables["device_snapshots"].insert().values(run_id=run_id, **vars(snap)))
+    return run_id
 
 
 def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,
@@ -87,7 +103,7 @@ def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,
         build_id=refs.build_id, model_id=refs.model_id, workload_id=refs.workload_id,
         command="generate", status=status, config={"attn": "sparse", "k": 4, "threads": 2},
         policy="sparse", k=4, block=32, probes=8, kv="f32", wq="f32", threads=2,
-        prefill_attn="exact", repeat=0, attempts=1, exit_code=0 if status == "ok" else 1,
+        prefill_attn="exact", repeat=0, exit_code=0 if status == "ok" else 1,
         error=None if status == "ok" else "lmc: error: boom", started_at=start,
         finished_at=start + timedelta(seconds=2), wall_ms=2000.0, engine_ms=1900.0,
         overhead_ms=100.0, prefill_ms=300.0, decode_ms_per_token=12.5, attn_ms_per_token=3.0,

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import ray
 
+from db.measurements import Selection
 from db.store import Store
 from devices.farm import farm_down, farm_up
 from harness.cli import main
@@ -108,6 +109,20 @@ def stored_runs(store: Store, experiment: str) -> pd.DataFrame:
     if experiment not in store.list_experiments():
         return pd.DataFrame(columns=["run_key", "status"])
     return store.frames(experiment)["runs"]
+
+
+def every_measurement(store: Store, experiment: str) -> pd.DataFrame:
+    """Every stored measurement (attempt) of the experiment's runs, by run and attempt."""
+    return store.frames(experiment, Selection(all_measurements=True))["runs"]
+
+
+def as_measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """The run and measurement columns of a runs frame (not those of the joined reference
+    rows, which later runs refresh: a device's updated_at ...), indexed by measurement id."""
+    joined = ("device_", "build_", "model_", "workload_", "experiment")
+    own = frame[[c for c in frame.columns if not c.startswith(joined) or c == "experiment_id"]]
+    own = own.astype(object).where(own.notna(), None)  # NULL the same in any column's dtype
+    return own.set_index("measurement_id").sort_index()
 
 
 def count_ok(store: Store, experiment: str) -> int:

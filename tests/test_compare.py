@@ -15,7 +15,7 @@ from reports.aggregate import devices_table, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError
 from reports.runs import load_experiment
-from reports.stats import compare_samples, min_p_value, summarize
+from reports.stats import compare_samples, geometric_mean_ci, min_p_value, summarize
 
 
 def test_clearly_different_samples_are_flagged() -> None:
@@ -32,19 +32,32 @@ def test_identical_distributions_are_not_flagged() -> None:
     a = [10.0, 10.3, 9.9, 10.1, 10.2, 9.8]
     b = [10.1, 9.9, 10.2, 10.0, 9.8, 10.3]
     change = compare_samples(a, b)
-    assert change.verdict == "same"
+    assert change.verdict == "unchanged"
     assert change.p_value is not None and change.p_value > 0.5
 
 
-def test_significant_but_tiny_change_is_noise() -> None:
+def test_significant_but_tiny_change_is_unchanged() -> None:
     a = [10.00, 10.01, 10.02, 10.03, 10.04, 10.05]
     b = [10.10, 10.11, 10.12, 10.13, 10.14, 10.15]  # +1 %: real, but under the 5 % threshold
-    assert compare_samples(a, b).verdict == "noise"
+    change = compare_samples(a, b)
+    assert change.verdict == "unchanged" and change.p_value < 0.05
 
 
-def test_too_few_samples_are_never_significant() -> None:
+def test_too_few_runs_are_inconclusive_without_a_p_value() -> None:
     assert min_p_value(3, 3) > 0.05 and min_p_value(4, 4) < 0.05
-    assert compare_samples([1.0, 1.1, 1.2], [5.0, 5.1, 5.2]).verdict == "too few samples"
+    change = compare_samples([1.0, 1.1, 1.2], [5.0, 5.1, 5.2])
+    assert (change.verdict, change.p_value, change.needed) == ("inconclusive", None, 4)
+    one = compare_samples([1.0], [2.0])  # repeats = 1: one run a side
+    assert (one.verdict, one.p_value, one.ratio) == ("inconclusive", None, 2.0)
+
+
+def test_geometric_mean_with_a_bootstrap_interval() -> None:
+    same = geometric_mean_ci([2.0, 2.0, 2.0])
+    assert (same.value, same.low, same.high, same.n) == (pytest.approx(2.0),) * 3 + (3,)
+    spread = geometric_mean_ci([1.0, 4.0, None, float("nan")])
+    assert spread.value == pytest.approx(2.0) and 1.0 <= spread.low < 2.0 < spread.high <= 4.0
+    assert geometric_mean_ci([1.0, 4.0]) == spread  # a fixed seed: reports reproduce
+    assert geometric_mean_ci([]) is None and "one config" in geometric_mean_ci([1.5]).text()
 
 
 def test_summary_median_min_max_cv() -> None:
@@ -80,22 +93,31 @@ def test_compare_devices(farm_rows: Store, tmp_path: Path) -> None:
     assert table.loc["exact", "change"] == "slower"
     assert table.loc["exact", "ratio"] == pytest.approx(2.0, rel=0.01)
     assert table.loc["exact", "tokens"] == "identical"
-    assert table.loc["sparse k=1", "change"] == "same"
+    assert table.loc["sparse k=1", "change"] == "unchanged"
     assert table.loc["sparse k=1", "tokens"] == "diverge at step 2"
     assert result.noise_floor is not None and result.noise_floor < 0.05
+    summary = result.summary()
+    assert "decode_ms_per_token in ms per token" in summary and "2 common configs" in summary
+    assert "geometric mean 1.41" in summary  # sqrt(2.0 * 1.0)
+    assert "0 faster, 1 slower, 1 unchanged, 0 inconclusive" in summary
+    rollups = result.rollups().set_index(["by", "value"])
+    assert rollups.loc[("policy", "exact"), "geomean"] == pytest.approx(2.0, rel=0.01)
+    assert rollups.loc[("policy", "sparse"), "unchanged"] == 1
+    assert rollups.loc[("device pair", "local -> arm"), "configs"] == 2
     text = terminal_table(result)
-    assert "slower" in text and "A/A noise floor" in text
+    assert text.startswith(summary) and "A/A noise floor" in text  # the summary leads
     html = write_comparison(result, tmp_path / "cmp")
     assert "<table" in html.read_text() and (tmp_path / "cmp" / "compare.csv").is_file()
+    assert (tmp_path / "cmp" / "compare_summary.csv").is_file()
 
     by_class = compare(farm_rows, "x86", "rk3588")
-    assert by_class.table["change"].tolist() == ["slower", "same"]
+    assert by_class.table["change"].tolist() == ["slower", "unchanged"]
 
 
 def test_aa_mode_measures_the_noise_floor(farm_rows: Store) -> None:
     result = compare(farm_rows, "local", "local")
     assert len(result.table) == 2  # even vs odd repeats of each config
-    assert set(result.table["change"]) <= {"same", "noise", "too few samples"}
+    assert set(result.table["change"]) <= {"unchanged", "inconclusive"}
     assert result.noise_floor == pytest.approx(max(abs(r - 1) for r in result.table["ratio"]))
 
 
@@ -190,7 +212,7 @@ def test_a_run_in_two_experiments_counts_once(tmp_path: Path) -> None:
     assert store.link_runs(second.experiment_id, [f"first-{i}" for i in range(1, 9)]) == set()
     assert len(store.frames("second")["runs"]) == 8
     result = compare(store, "local", "local")  # A/A over both experiments
-    assert result.table[["n_a", "n_b", "samples"]].values.tolist() == [[4, 4, "runs"]]
+    assert result.table[["n_a", "n_b"]].values.tolist() == [[4, 4]]
     store.close()
 
 
@@ -214,3 +236,21 @@ def test_revisions_by_git_name_and_worktree(tmp_path: Path) -> None:
     assert (result.a.kind, result.a.text) == ("revision", f"HEAD ({head[:12]})")
     assert result.table["ratio"].tolist() == [2.0] and result.table["change"].tolist() == ["slower"]
     store.close()
+
+
+def test_flags_every_row_carries_are_said_once(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/flags.db")
+    exp = SyntheticExperiment(store)
+    exp.add_device("qemu", arch="aarch64", cls="rk3588", emulated=True)
+    for repeat in range(4):
+        for k in (None, 2, 4):
+            policy = "exact" if k is None else "sparse"
+            exp.run(policy=policy, k=k, repeat=repeat, decode_ms=10.0 + 0.1 * repeat)
+            exp.run(device="qemu", policy=policy, k=k, repeat=repeat,
+                    decode_ms=30.0 + 0.1 * repeat)
+    result = compare(store, "local", "qemu")
+    store.close()
+    assert result.common_flags == ["B: emulated"] and set(result.table["flags"]) == {""}
+    assert result.summary().count("emulated") == 1 and "every row: B: emulated" in \
+        result.summary()
+    assert "3 slower" in result.summary() and "geometric mean 2.970x" in result.summary()

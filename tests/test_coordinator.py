@@ -11,10 +11,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fixtures_ray import (
     CoordFarm,
+    as_measured,
     count_ok,
+    every_measurement,
     needle_spec,
     start_cli,
     stored_runs,
@@ -53,16 +56,16 @@ def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm
     assert (runs["prompt_tokens"] > 100).all()
 
     frames = store.frames("both-nodes")
-    timings = frames["token_timings"].groupby("run_id").size()
+    timings = frames["token_timings"].groupby("measurement_id").size()
     assert (timings >= 1).all() and len(timings) == 8
-    snapshots = frames["snapshots"].groupby("run_id")["phase"].apply(sorted)
+    snapshots = frames["snapshots"].groupby("measurement_id")["phase"].apply(sorted)
     assert all(phases == ["after", "before"] for phases in snapshots)
     # each snapshot carries the flags judged when it was taken (farm-arm runs under qemu)
-    emulated = set(runs.loc[runs["device_emulated"], "id"])
+    emulated = set(runs.loc[runs["device_emulated"], "measurement_id"])
     for row in frames["snapshots"].itertuples():
         fingerprint = json.loads(row.fingerprint)
         assert fingerprint["flags"] == snapshot_flags(fingerprint, row.phase)
-        assert ("emulated" in fingerprint["flags"]) == (row.run_id in emulated)
+        assert ("emulated" in fingerprint["flags"]) == (row.measurement_id in emulated)
     # recall is the workload's own answer check on the generated ids, stored per run
     outcomes = frames["outcomes"]
     assert len(outcomes) == 8 and outcomes["expected_answer"].str.fullmatch(r"\d{5}").all()
@@ -89,12 +92,21 @@ def test_resume_skips_ok_runs_and_force_redoes_them(ray_address: str, needle_mod
     again = run_experiment(RunRequest(spec, inventory, ["local"]), store)
     assert (again.skipped, sum(again.counts.values())) == (2, 0)
     assert stored_runs(store, "resume")["finished_at"].tolist() == runs["finished_at"].tolist()
-    forced = run_experiment(RunRequest(spec, inventory, ["local"], force=True), store)
-    assert (forced.skipped, forced.counts["ok"]) == (0, 2)
+    first_measurements = every_measurement(store, "resume")
+    for _ in range(2):  # --force twice: each adds a measurement per run
+        forced = run_experiment(RunRequest(spec, inventory, ["local"], force=True), store)
+        assert (forced.skipped, forced.counts["ok"]) == (0, 2)
     rerun = stored_runs(store, "resume")
+    every = every_measurement(store, "resume")
+    summary = store.experiment_summary("resume")
     store.close()
     assert len(rerun) == 2 and rerun["run_key"].tolist() == runs["run_key"].tolist()
-    assert (rerun["finished_at"].values > runs["finished_at"].values).all()
+    assert (rerun["finished_at"].values > runs["finished_at"].values).all()  # the latest ok
+    assert every.groupby("run_key")["attempt"].apply(list).tolist() == [[1, 2, 3]] * 2
+    assert set(every["status"]) == {"ok"} and summary.counts["ok"] == 2
+    kept = as_measured(every[every["attempt"] == 1])
+    pd.testing.assert_frame_equal(kept, as_measured(first_measurements),
+                                  check_dtype=False)  # the first ones, unchanged
 
 
 def test_runs_another_experiment_completed_are_skipped_and_listed(ray_address: str,
@@ -134,9 +146,11 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
 
 
 def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
-                     wanted: int) -> None:
+                     wanted: int, status: str | None = None) -> None:
+    """Until ``wanted`` runs are ok; with ``status``, until a measurement has that status."""
     deadline = time.monotonic() + 180
-    while count_ok(store, experiment) < wanted:
+    while (count_ok(store, experiment) < wanted if status is None
+           else status not in set(every_measurement(store, experiment)["status"])):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the coordinator made no progress"
         time.sleep(0.1)
@@ -149,27 +163,36 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
                             depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
     url = f"sqlite:///{tmp_path}/killed.db"
     store = Store.open(url)  # creates the schema before the coordinator starts
-    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
-                     tmp_path)
+    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address,
+                      "--lease-ttl", "3"], tmp_path)
     try:
         wait_for_ok_runs(proc, store, "killed", 2)
+        # killed with a run in flight: its attempt is in the store, running
+        wait_for_ok_runs(proc, store, "killed", 0, status="running")
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate()
-    before = stored_runs(store, "killed")
+    before = every_measurement(store, "killed")
     done = set(before.loc[before["status"] == "ok", "run_key"])
-    assert 2 <= len(done) < 8
+    assert 2 <= len(done) < 8 and "running" in set(before["status"])
 
     summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
                              store)
     assert summary.skipped == len(done)
     assert summary.counts["ok"] == 8 - len(done)
     after = stored_runs(store, "killed")
+    every = every_measurement(store, "killed")
     store.close()
     assert len(after) == 8 and after["run_key"].is_unique and set(after["status"]) == {"ok"}
-    # the runs finished before the kill were kept as they were, not redone
-    kept = after[after["run_key"].isin(done)].set_index("run_key")["finished_at"]
-    assert (kept == before.set_index("run_key").loc[kept.index, "finished_at"]).all()
+    # the attempt in flight at the kill shows as lost (its lease expired), and was redone
+    lost = every[every["status"] == "lost"]
+    assert lost["measurement_id"].tolist() == \
+        before.loc[before["status"] == "running", "measurement_id"].tolist()
+    assert lost["lease_expired"].all() and set(lost["run_key"]) <= set(after["run_key"])
+    # the measurements made before the kill were kept as they were, not redone
+    earlier = as_measured(before[before["status"] == "ok"])
+    pd.testing.assert_frame_equal(as_measured(every).loc[earlier.index], earlier,
+                                  check_dtype=False)
 
 
 def interrupt_after_first_result(proc: subprocess.Popen) -> str:
@@ -206,11 +229,17 @@ def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model
     # after the warm-up a run is always in flight, bar the instant between two runs
     interrupted = runs[runs["status"] == "interrupted"]
     assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
+    before = every_measurement(store, "ctrl-c")
     summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
                              store)
     assert summary.skipped + summary.counts["ok"] == 2 * len(depths)
     assert set(stored_runs(store, "ctrl-c")["status"]) == {"ok"}
+    # the resume added measurements: the interrupted attempts are still there, unchanged
+    every = as_measured(every_measurement(store, "ctrl-c"))
     store.close()
+    earlier = as_measured(before)
+    pd.testing.assert_frame_equal(every.loc[earlier.index], earlier, check_dtype=False)
+    assert len(every) == len(before) + summary.counts["ok"]
 
 
 def test_board_needing_a_missing_ray_resource_is_refused(ray_address: str, needle_model: Path,

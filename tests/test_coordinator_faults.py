@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from fixtures_ray import CoordFarm, needle_spec, stored_runs
+from fixtures_ray import CoordFarm, every_measurement, needle_spec, stored_runs
 
 from db.store import Store
 from devices.farm import stop_node
@@ -57,7 +57,9 @@ def test_pinned_board_lost_mid_matrix_then_rerun_completes(
         pending = runs[runs["status"] == "pending"]
         assert len(ok) >= 2 and len(ok) + len(pending) == 6 and len(pending) >= 1
         assert summary.counts["pending"] == len(pending) and not summary.complete
-        assert pending["attempts"].max() == 2  # the run in flight was retried once
+        tries = every_measurement(store, "lost-pinned")
+        assert tries.groupby("run_key").size().max() == 2  # the run in flight was retried once
+        assert set(tries["status"]) <= {"ok", "lost", "pending"} and "lost" in set(tries["status"])
         assert all("farm-x86" in e for e in pending["error"])
     finally:
         coord_farm.restart()
@@ -84,8 +86,12 @@ def test_pooled_runs_move_to_another_board_of_the_class(
         coord_farm.restart()
     assert summary.counts["ok"] == 8 and summary.complete
     runs = stored_runs(store, "lost-pool")
+    tries = every_measurement(store, "lost-pool")
     store.close()
     assert len(runs) == 8 and runs["run_key"].is_unique and set(runs["status"]) == {"ok"}
-    moved = runs[runs["attempts"] > 1]
+    # a run lost on farm-x86 keeps that attempt, and its ok one ran on local
+    retried = tries.groupby("run_key").filter(lambda m: len(m) > 1)
+    assert set(retried.loc[retried["status"] == "lost", "device_name"]) == {"farm-x86"}
+    moved = runs[runs["run_key"].isin(retried["run_key"])]
     assert len(moved) >= 1 and set(moved["device_name"]) == {"local"}
     assert set(runs["device_name"]) == {"local", "farm-x86"}

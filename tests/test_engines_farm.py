@@ -66,7 +66,7 @@ max_new = {MAX_NEW}
     assert sorted(runs["engine"]) == ["llama-bench", "lmc"]
     assert (runs["engine"] == runs["build_engine"]).all()
     assert set(runs["build_target"]) == {inventory.devices[device].arch}
-    outcomes = frames["outcomes"].set_index("run_id")
+    outcomes = frames["outcomes"].set_index("measurement_id")
     llama = runs[runs["engine"] == "llama-bench"]
     assert set(llama["model_sha256"]) != set(runs.loc[runs["engine"] == "lmc", "model_sha256"])
     for row in llama.itertuples():
@@ -75,7 +75,7 @@ max_new = {MAX_NEW}
         tg = next(r for r in own if r["n_prompt"] == 0 and r["n_gen"] == MAX_NEW)
         assert row.prefill_ms == pp["avg_ns"] / 1e6 and row.prompt_tokens == CTX
         assert row.decode_ms_per_token == tg["avg_ns"] / MAX_NEW / 1e6
-        stored = json.loads(outcomes.loc[row.id, "extra"])["llama_bench"]
+        stored = json.loads(outcomes.loc[row.measurement_id, "extra"])["llama_bench"]
         assert [t["samples_ns"] for t in stored["tests"]] == [r["samples_ns"] for r in own]
         assert all(len(t["samples_ns"]) == REPS for t in stored["tests"])
         assert stored["build"] == {k: own[0][k] for k in BUILD_FIELDS}

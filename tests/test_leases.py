@@ -13,7 +13,7 @@ from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_re
 from sqlalchemy.exc import IntegrityError
 
 from db.connection import create_store_engine, migrate
-from db.models import Run
+from db.models import Measurement
 from db.store import Store
 from harness.execution.sharing import job_heartbeat
 
@@ -127,12 +127,10 @@ def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> No
     old.close()
     with Store.open(url) as store:
         assert [r.run_key for r in store.list_runs()] == ["old-run"]
-        store.save_run(sample_result(refs, "cancelled-run", status="pending"))
-        assert store.mark_runs(["cancelled-run"], "cancelled", "stopped") == set()
+        store.save_run(sample_result(refs, "cancelled-run", status="cancelled"))
         assert store.get_run("cancelled-run").run["status"] == "cancelled"
         with pytest.raises(IntegrityError), store.engine.begin() as conn:
-            conn.execute(Run.__table__.update().where(Run.__table__.c.run_key == "old-run")
-                         .values(status="bogus"))
+            conn.execute(Measurement.__table__.update().values(status="bogus"))
 
 
 def test_a_busy_coordinator_keeps_its_job(store: Store) -> None:

@@ -73,7 +73,7 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
     assert (summary.total, summary.counts["ok"]) == (3, 3), summary
 
     runs = stored_runs(store, "gbm-farm")
-    outcomes = store.frames("gbm-farm")["outcomes"].set_index("run_id")
+    outcomes = store.frames("gbm-farm")["outcomes"].set_index("measurement_id")
     ids = write_tokens(tmp_path / "ids.txt", ppl_tokens(needle_model, LENGTH, 0).ids)
     budgets = set()
     for row in runs.itertuples():
@@ -90,12 +90,12 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
                          "--attn", "gbm", "--predictor", str(predictor), "--block", "16",
                          "--k", "2", "--prefill-attn", "sparse",
                          "--kv-budget", str(config["kv_budget"]))
-        assert outcomes.loc[row.id, "nll"] == pytest.approx(local["nll"], rel=0, abs=0)
+        assert outcomes.loc[row.measurement_id, "nll"] == pytest.approx(local["nll"], rel=0, abs=0)
     assert budgets == {32, 48}
     # the farm node's content-addressed cache holds the predictor under its sha256
     workdir = inventory.devices["farm-x86"].workdir
     assert list(Path(workdir).rglob(sha)), f"no cached copy named {sha} under {workdir}"
-    nll = dict(zip(runs["run_key"], outcomes.loc[runs["id"], "nll"], strict=True))
+    nll = dict(zip(runs["run_key"], outcomes.loc[runs["measurement_id"], "nll"], strict=True))
     gbm_run = int(runs.loc[runs["policy"] == "gbm", "id"].iloc[0])
     repro = reproduce(store, str(gbm_run), inventory)  # the stored file, verified by hash
     assert (repro.status, repro.identical) == ("ok", True), repro.text()

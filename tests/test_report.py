@@ -154,6 +154,25 @@ def test_report_opens_with_what_sparse_attention_buys(tmp_path: Path) -> None:
     store.close()
 
 
+def test_the_headline_takes_the_complete_real_board_and_names_it(tmp_path: Path) -> None:
+    """An emulated board with a failed run sorts first by name; the figures are still the real,
+    complete board's, and the paragraph says which board they are from."""
+    store = Store.open(f"sqlite:///{tmp_path}/boards.db")
+    exp = SyntheticExperiment(store)
+    exp.add_device("arm-emu", arch="aarch64", cls="rk3588", emulated=True)
+    for device, slow in (("arm-emu", 10.0), ("x86", 1.0)):
+        for depth in (0.25, 0.75):
+            exp.run(device=device, ctx=2048, depth=depth, attn_ms=4.0 * slow, decode_ms=10.0)
+            exp.run(device=device, ctx=2048, depth=depth, policy="sparse", k=32, recall=1.0,
+                    attn_ms=2.0 * slow, decode_ms=8.0)
+    exp.run(device="arm-emu", ctx=2048, depth=0.5, status="failed")
+    text = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()
+    store.close()
+    first = text.split("## ")[1]
+    assert "attention takes 2 against 4 ms/token" in first  # x86's, not arm-emu's 20 and 40
+    assert "Medians over the ok runs on x86 (a real board)" in first and "arm-emu" not in first
+
+
 def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
     first = render_report(known, "synthetic", tmp_path / "one").parent
     second = render_report(known, "synthetic", tmp_path / "two").parent
@@ -165,8 +184,12 @@ def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     # Two devices: the other one against the real reference device, flagged as emulated.
+    # The flag every row carries is said once, in the summary that leads the comparison.
     devices = (first / "compare_decode_ms_per_token_arm.csv").read_text().splitlines()
-    assert len(devices) == 2 and "B: emulated" in devices[1] and ",exact," in devices[1]
+    assert len(devices) == 2 and ",exact," in devices[1] and "emulated" not in devices[1]
+    summary = (first / "compare_decode_ms_per_token_arm_summary.csv").read_text()
+    assert "policy,exact,1," in summary
+    assert "every row: B: emulated" in (first / "report.md").read_text()
     manifest = json.loads((first / "manifest.json").read_text())
     assert manifest["run_counts"] == {"failed": 1, "ok": 63}
     assert manifest["reproduce"]["runs"][0].startswith("benchfarm reproduce ")

@@ -1,12 +1,14 @@
 """Coordinators sharing a store and a board, as real `benchfarm` processes on the real engine,
-model and Ray: two `run`s on one SQLite file and on PostgreSQL, a SIGKILLed lease holder, and
-submit -> serve -> queue -> cancel -> restarted serve."""
+model and Ray: two `run`s on one SQLite file and on PostgreSQL, a SIGKILLed lease holder,
+submit -> serve -> queue -> cancel -> restarted serve, and a SIGSTOPped holder whose late result
+must not replace the other's."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +16,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures_db import fresh_postgres_database
-from fixtures_ray import cli_here, count_ok, needle_spec, slow_local_board, start_cli, stored_runs
+from fixtures_ray import (
+    cli_here,
+    count_ok,
+    every_measurement,
+    needle_spec,
+    slow_local_board,
+    start_cli,
+    stored_runs,
+)
 
 from db.leases import utcnow
 from db.store import Store
@@ -210,4 +220,121 @@ def test_submit_serve_stop_cancel_restart_loses_nothing_and_runs_nothing_twice(
     assert states == {"q-long": "done", "q-cancel": "cancelled", "q-dropped": "cancelled"}
     assert "cancelled" in out
     assert "q-long" not in cli("queue").stdout  # nothing active left
+    store.close()
+
+
+def stop_outside_a_write(proc: subprocess.Popen, path: Path) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write lock on the SQLite file (a process stopped
+    inside a write would block every other writer, which is not what is tested here)."""
+    for _ in range(100):
+        os.kill(proc.pid, signal.SIGSTOP)
+        probe = sqlite3.connect(path, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError(f"{path} stayed locked by process {proc.pid}")
+
+
+def running_attempts(store: Store, experiment: str) -> pd.DataFrame:
+    every = every_measurement(store, experiment)
+    return every[every["status"] == "running"] if len(every) else every
+
+
+def stop_with_a_run_in_flight(proc: subprocess.Popen, store: Store, experiment: str,
+                              path: Path) -> pd.Series:
+    """SIGSTOP the coordinator once a run is ok and another in flight (outside a write of its
+    own); the attempt in flight."""
+    for _ in range(20):
+        wait_for(lambda: (count_ok(store, experiment) >= 1
+                          and len(running_attempts(store, experiment)) == 1)
+                 or proc.poll() is not None, f"a run of {experiment} in flight")
+        assert proc.poll() is None, proc.communicate()
+        stop_outside_a_write(proc, path)
+        if len(running_attempts(store, experiment)) == 1:
+            return running_attempts(store, experiment).iloc[0]
+        os.kill(proc.pid, signal.SIGCONT)
+    raise AssertionError(f"{experiment}: no run in flight to stop at")
+
+
+def stall_run(url: str, spec: Path, inventory: str, ray_address: str,
+              cwd: Path) -> subprocess.Popen:
+    return start_cli(["--db", url, "run", str(spec), "--inventory", inventory,
+                      "--ray-address", ray_address, "--lease-ttl", "3"], cwd)
+
+
+def test_a_stalled_coordinators_late_result_never_replaces_the_others(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    """Issue 30: coordinator A stopped (SIGSTOP) past its lease with a run in flight; B takes
+    the board, finds A's attempt lost and stores the run ok; A's late result, once it goes on,
+    is kept as A's own attempt, marked as from an expired lease, and counted nowhere."""
+    url = f"sqlite:///{tmp_path}/stalled.db"
+    store = Store.open(url)
+    specs = [needle_spec(tmp_path, name, needle_model, ["local"], depths=DEPTHS, ctx=256)
+             for name in ("stall-a", "stall-b")]  # one matrix under two names
+    inventory = str(slow_local_board(tmp_path, 0.5))
+    a = stall_run(url, specs[0], inventory, ray_address, tmp_path)
+    b = None
+    try:
+        stalled = stop_with_a_run_in_flight(a, store, "stall-a", tmp_path / "stalled.db")
+        b = stall_run(url, specs[1], inventory, ray_address, tmp_path)
+        code_b, out_b, err_b = finish(b)
+        os.kill(a.pid, signal.SIGCONT)
+        code_a, out_a, err_a = finish(a)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+    assert (code_a, code_b) == (0, 0), err_a + err_b
+    tries = every_measurement(store, "stall-b").set_index("measurement_id")
+    mine = tries[tries["run_key"] == stalled["run_key"]]
+    # A's attempt: kept, completed by A's late result, marked; B's ok is the run's
+    late = mine.loc[stalled["measurement_id"]]
+    assert late["lease_expired"] and late["lease_id"] == stalled["lease_id"]
+    assert late["status"] in ("ok", "failed") and late["finished_at"] is not None
+    counted = mine[(mine["status"] == "ok") & ~mine["lease_expired"].astype(bool)]
+    assert len(counted) == 1 and counted.iloc[0]["lease_id"] != stalled["lease_id"]
+    current = stored_runs(store, "stall-a").set_index("run_key").loc[stalled["run_key"]]
+    assert current["measurement_id"] == counted.index[0]
+    # the counts are not inflated: each of the 8 runs is ok once, across both coordinators
+    assert "1 finished after their lease expired" in out_a, out_a
+    assert "done meanwhile by another coordinator" in out_a  # its run again: B's, dropped
+    ok_a, ok_b = (int(re.search(r"(\d+) ok", out)[1]) for out in (out_a, out_b))
+    assert ok_a + ok_b == 8, (out_a, out_b)
+    for name in ("stall-a", "stall-b"):
+        assert store.experiment_summary(name).counts["ok"] == 8
+    assert len(store.completed_run_keys()) == 8
+    store.close()
+
+
+def test_a_stalled_coordinator_alone_runs_its_expired_run_again(
+        ray_address: str, needle_model: Path, tmp_path: Path) -> None:
+    """No other coordinator took the board: the late result is still not the run's ok (its
+    lease expired), and the coordinator runs that run again under a new lease."""
+    url = f"sqlite:///{tmp_path}/alone.db"
+    store = Store.open(url)
+    spec = needle_spec(tmp_path, "alone", needle_model, ["local"], depths=(0.2, 0.6), ctx=256)
+    proc = stall_run(url, spec, str(slow_local_board(tmp_path, 0.5)), ray_address, tmp_path)
+    try:
+        stalled = stop_with_a_run_in_flight(proc, store, "alone", tmp_path / "alone.db")
+        time.sleep(4.5)  # past the 3 s lease
+        os.kill(proc.pid, signal.SIGCONT)
+        code, out, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+    assert code == 0, err
+    assert "4 ok" in out and "1 finished after their lease expired" in out, out
+    tries = every_measurement(store, "alone")
+    mine = tries[tries["run_key"] == stalled["run_key"]].sort_values("attempt")
+    assert mine["lease_expired"].astype(bool).tolist() == [True, False]
+    assert mine["status"].iloc[1] == "ok" and mine["lease_id"].nunique() == 2
+    assert store.experiment_summary("alone").counts["ok"] == 4
     store.close()

@@ -14,14 +14,14 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
-from db.connection import create_store_engine, migrate
-from db.models import Base, DeviceSnapshot, OutcomeRow, Run, TokenTimingRow
+from db.connection import create_store_engine, head_revision, migrate
+from db.models import Base, DeviceSnapshot, Measurement, OutcomeRow, Run, TokenTimingRow
 from db.records import Outcome, RunResult, Snapshot
-from db.store import KEY_CHUNK, RUN_FIELDS
+from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "token_timings", "outcomes", "experiment_runs", "leases", "jobs", "board_states",
-          "board_events", "health_checks", "reservations"}
+          "board_events", "health_checks", "reservations", "measurements"}
 
 
 def count(store: Store, table: str) -> int:
@@ -33,7 +33,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == head_revision()
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -54,7 +54,7 @@ def test_sqlite_runs_in_wal_mode_with_foreign_keys(sqlite_url: str) -> None:
 
 def test_save_run_round_trip(store: Store, refs) -> None:
     result = sample_result(refs, "key-1", steps=6)
-    run_id = store.save_run(result)
+    run_id = store.save_run(result).run_id
     detail = store.get_run("key-1")
     assert detail.run["id"] == run_id and store.get_run(str(run_id)).run["run_key"] == "key-1"
     for name in ("command", "policy", "k", "block", "probes", "kv", "wq", "threads",
@@ -65,7 +65,7 @@ def test_save_run_round_trip(store: Store, refs) -> None:
     # Aware timestamps are stored as naive UTC.
     assert detail.run["started_at"] == result.started_at.replace(tzinfo=None)
     assert detail.token_timings == result.token_timings
-    outcome = {k: v for k, v in detail.outcome.items() if k != "run_id"}
+    outcome = {k: v for k, v in detail.outcome.items() if k != "measurement_id"}
     assert outcome == asdict(result.outcome)
     assert [(s["phase"], s["fingerprint"]) for s in detail.snapshots] == [
         (s.phase, s.fingerprint) for s in result.snapshots]
@@ -93,20 +93,10 @@ def test_record_build_takes_a_harness_build_record(store: Store) -> None:
     assert store.record_build(asdict(record)) == build_id
 
 
-def test_failed_run_is_replaced_in_place_never_duplicated(store: Store, refs) -> None:
-    failed_id = store.save_run(sample_result(refs, "k", status="failed", steps=3))
-    assert store.completed_run_keys() == set()
-    ok_id = store.save_run(sample_result(refs, "k", steps=5))
-    assert ok_id == failed_id
-    assert count(store, "runs") == 1 and count(store, "token_timings") == 5
-    assert count(store, "outcomes") == 1 and count(store, "device_snapshots") == 2
-    assert store.get_run("k").run["status"] == "ok" and store.get_run("k").run["error"] is None
-    assert store.completed_run_keys() == {"k"}
-
-
 def test_the_database_refuses_a_second_row_per_key(store: Store, refs) -> None:
     store.save_run(sample_result(refs, "k"))
-    row = {c: v for c, v in store.get_run("k").run.items() if c != "id"}
+    row = {c: v for c, v in store.get_run("k").run.items()
+           if c in Run.__table__.columns and c != "id"}
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(Run.__table__.insert().values(**row))
     assert count(store, "runs") == 1
@@ -119,12 +109,13 @@ def test_an_error_mid_save_leaves_nothing_written(store: Store, refs) -> None:
     with pytest.raises(IntegrityError):
         store.save_run(bad)
     assert all(count(store, t) == 0
-               for t in ("runs", "token_timings", "outcomes", "device_snapshots"))
-    # A failing replacement keeps the previous row and its children untouched.
+               for t in ("runs", "measurements", "token_timings", "outcomes", "device_snapshots"))
+    # A failing second measurement leaves the first and its children as they were.
     store.save_run(sample_result(refs, "k", status="failed", steps=2))
     with pytest.raises(IntegrityError):
         store.save_run(replace(bad, outcome=None))
     assert store.get_run("k").run["status"] == "failed" and count(store, "token_timings") == 2
+    assert count(store, "measurements") == 1
 
 
 def test_invalid_status_is_refused_before_writing(store: Store, refs) -> None:
@@ -145,18 +136,6 @@ def test_completed_run_keys_filters_by_status_and_keys(store: Store, refs) -> No
     assert store.completed_run_keys([]) == set()
 
 
-def test_mark_runs_never_downgrades_ok_and_reports_missing(store: Store, refs) -> None:
-    store.save_run(sample_result(refs, "done"))
-    store.save_run(sample_result(refs, "running", status="pending"))
-    missing = store.mark_runs(["done", "running", "never"], "interrupted", "Ctrl-C")
-    assert missing == {"never"}
-    assert store.get_run("done").run["status"] == "ok"
-    assert store.get_run("running").run["status"] == "interrupted"
-    assert store.get_run("running").run["error"] == "Ctrl-C"
-    with pytest.raises(ValueError):
-        store.mark_runs(["running"], "lost")
-
-
 def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
     other = add_refs(store, experiment="other", device="rk1")
     store.save_run(sample_result(refs, "a", steps=3))
@@ -172,7 +151,7 @@ def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
 
     summary = store.experiment_summary("exp")
     assert summary.counts == {"ok": 2, "failed": 1, "interrupted": 0, "pending": 0,
-                              "cancelled": 0}
+                              "cancelled": 0, "running": 0, "lost": 0}
     assert summary.total == 3 and summary.devices == {"local": summary.counts}
     (group,) = summary.groups
     assert (group.runs, group.decode_ms_per_token, group.recall) == (2, 13.5, 1.0)
@@ -309,7 +288,7 @@ def test_a_store_stamped_with_a_renamed_revision_opens_and_upgrades(
         conn.execute(text("UPDATE alembic_version SET version_num = :old"), {"old": stamped})
     engine.dispose()
     with Store.open(sqlite_url) as store, store.engine.connect() as conn:
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == head_revision()
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
 
@@ -323,10 +302,14 @@ def test_a_stored_run_has_one_definition() -> None:
         return {c.name for c in table.__table__.columns} - set(keys)
 
     children = {"token_timings", "outcome", "snapshots"}  # stored in their own tables
-    assert fields(RunResult) - children == columns(Run, "id") == set(RUN_FIELDS)
-    assert fields(Outcome) == columns(OutcomeRow, "run_id")
-    assert fields(TokenTiming) == columns(TokenTimingRow, "run_id")
-    assert fields(Snapshot) == columns(DeviceSnapshot, "id", "run_id")
+    store_own = ("id", "run_id", "attempt", "lease_expired")  # what the store decides
+    assert columns(Run, "id") == set(RUN_FIELDS)
+    assert columns(Measurement, *store_own) == set(MEASUREMENT_FIELDS)
+    assert fields(RunResult) - children == set(RUN_FIELDS) | set(MEASUREMENT_FIELDS)
+    assert not set(RUN_FIELDS) & set(MEASUREMENT_FIELDS)
+    assert fields(Outcome) == columns(OutcomeRow, "measurement_id")
+    assert fields(TokenTiming) == columns(TokenTimingRow, "measurement_id")
+    assert fields(Snapshot) == columns(DeviceSnapshot, "id", "measurement_id")
 
 
 def test_schema_changes_are_transactional(store: Store) -> None:

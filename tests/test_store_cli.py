@@ -69,14 +69,14 @@ def test_runs_list_filters_and_shows_the_error_line(filled: str, capsys) -> None
 
 
 def test_runs_show_by_key_or_id(filled: str, capsys) -> None:
-    code, out, _ = cli(capsys, filled, "runs", "show", "c" * 64)
+    code, out, _ = cli(capsys, filled, "runs", "show", "c" * 64, "--json")
     shown = json.loads(out)
     assert code == 0 and shown["run"]["id"] == 3 and shown["run"]["policy"] == "exact"
     assert shown["token_timings"] == "5 decode steps" and shown["workload"]["ids"] == "4 token ids"
     assert shown["outcome"]["recall"] == 1.0 and shown["device"]["name"] == "local"
     # The 12-character key prefix that `runs list` prints is enough.
-    assert json.loads(cli(capsys, filled, "runs", "show", "c" * 12)[1])["run"]["id"] == 3
-    full = json.loads(cli(capsys, filled, "runs", "show", "3", "--full")[1])
+    assert json.loads(cli(capsys, filled, "runs", "show", "c" * 12, "--json")[1])["run"]["id"] == 3
+    full = json.loads(cli(capsys, filled, "runs", "show", "3", "--full", "--json")[1])
     assert [t["token"] for t in full["token_timings"]] == [100, 101, 102, 103, 104]
     assert full["workload"]["ids"] == [1, 2, 3, 4]
     code, _, err = cli(capsys, filled, "runs", "show", "999")
@@ -104,3 +104,34 @@ def test_export_default_folder_is_named_after_the_experiment(filled: str, tmp_pa
     monkeypatch.chdir(tmp_path)
     assert cli(capsys, filled, "export", "needle demo")[0] == 0
     assert (tmp_path / "export" / "needle_demo" / "runs.csv").is_file()
+
+
+def test_runs_show_lists_every_measurement_and_export_can_take_all(
+        filled: str, tmp_path: Path, capsys) -> None:
+    with Store.open(filled) as store:  # the failed run retried: ok now, the failure kept
+        refs = add_refs(store, experiment="needle demo")
+        store.save_run(sample_result(refs, "b" * 64, steps=2, decode_ms_per_token=30.0))
+    code, out, _ = cli(capsys, filled, "runs", "show", "b" * 12)
+    assert code == 0 and "status ok (measurement 4" in out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] != []
+            and line.split()[0].isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("2", "1", "failed"), ("4", "2", "ok")]
+    shown = json.loads(cli(capsys, filled, "runs", "show", "b" * 12, "--json")[1])
+    assert [m["status"] for m in shown["measurements"]] == ["failed", "ok"]
+    assert all(m["started_at"] and m["finished_at"] and "wall_ms" in m
+               for m in shown["measurements"])
+    assert [m["token_timings"] for m in shown["measurements"]] == ["0 decode steps",
+                                                                   "2 decode steps"]
+    assert shown["measurements"][1]["snapshots"][0]["phase"] == "before"
+    listing = cli(capsys, filled, "runs", "list")[1].splitlines()
+    assert listing[0].split()[:5] == ["id", "key", "experiment", "device", "revision"]
+    assert "working-tree" in listing[3] and listing[3].split()[-5:-3] == ["ok", "2"]
+    out_dir = tmp_path / "all"
+    code, out, _ = cli(capsys, filled, "export", "needle demo", "--all-measurements",
+                       "--out", str(out_dir))
+    assert code == 0 and "runs.csv  (4 rows)" in out
+    assert "runs.csv  (3 rows)" in cli(capsys, filled, "export", "needle demo", "--out",
+                                       str(tmp_path / "current"))[1]
+    with pytest.raises(SystemExit) as refused:  # argparse's own exit 2
+        cli(capsys, filled, "export", "needle demo", "--since", "yesterday")
+    assert refused.value.code == 2 and "not an ISO date" in capsys.readouterr().err

@@ -51,9 +51,11 @@ def test_sigkilled_writer_leaves_only_complete_runs(tmp_path: Path) -> None:
         writer.stdout.close()
     with Store.open(url) as store, store.engine.connect() as conn:
         per_run = conn.execute(text(
-            "SELECT r.run_key, (SELECT count(*) FROM token_timings t WHERE t.run_id = r.id), "
-            "(SELECT count(*) FROM outcomes o WHERE o.run_id = r.id), "
-            "(SELECT count(*) FROM device_snapshots s WHERE s.run_id = r.id) FROM runs r"
+            "SELECT r.run_key, "
+            "(SELECT count(*) FROM token_timings t WHERE t.measurement_id = m.id), "
+            "(SELECT count(*) FROM outcomes o WHERE o.measurement_id = m.id), "
+            "(SELECT count(*) FROM device_snapshots s WHERE s.measurement_id = m.id) "
+            "FROM runs r JOIN measurements m ON m.run_id = r.id"
         )).all()
         assert len(per_run) >= 3
         assert all(row[1:] == (STEPS, 1, 2) for row in per_run), per_run

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.flags import add_measurements, selection
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -24,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comparing engines: the lmc attention policy set against the other "
                              "engine (default: exact, what other engines compute)")
     parser.add_argument("--out", help="also write compare.html, compare.md and compare.csv here")
+    add_measurements(parser)
     parser.set_defaults(func=run)
 
 
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
     with Store.open(args.db) as store:
         result = compare(store, args.a, args.b, args.experiment, args.metric, threshold,
-                         args.lmc_policy, revision_names(args.a, args.b))
+                         args.lmc_policy, selection(args), revision_names(args.a, args.b))
     print(terminal_table(result))
     if args.out:
         print(f"compare: {write_comparison(result, args.out)}")

@@ -42,8 +42,8 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
     runs = frames["runs"]
     if runs.empty:
         return runs
-    outcomes = frames["outcomes"][["run_id", "recall"]].rename(columns={"run_id": "id"})
-    rows = runs.merge(outcomes, on="id", how="left")
+    outcomes = frames["outcomes"][["measurement_id", "recall"]]
+    rows = runs.merge(outcomes, on="measurement_id", how="left")
     rows["k"] = rows["k"].astype("Int64")
     grouped = rows.groupby(["device_name", "policy", "k"], sort=True, dropna=False)
     table = pd.DataFrame({

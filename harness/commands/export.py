@@ -7,9 +7,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.flags import add_measurements, selection
 from harness.errors import InputError
 
 if TYPE_CHECKING:
+    from db.measurements import Selection
     from db.store import Store
 
 FORMATS = ("csv", "parquet")
@@ -21,14 +23,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("experiment", help="experiment name")
     parser.add_argument("--format", choices=FORMATS, default="csv")
     parser.add_argument("--out", help="output folder (default: export/EXPERIMENT)")
+    add_measurements(parser)
     parser.set_defaults(func=run)
 
 
-def export(store: Store, experiment: str, fmt: str, out_dir: Path) -> dict[Path, int]:
-    """Write ``out_dir/<table>.<fmt>`` for every frame of the experiment: {path: rows}."""
+def export(store: Store, experiment: str, fmt: str, out_dir: Path,
+           chosen: Selection | None = None) -> dict[Path, int]:
+    """Write ``out_dir/<table>.<fmt>`` for every frame of the experiment: {path: rows}
+    (``chosen``: which measurements; default each run's latest ok one)."""
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r}: allowed {', '.join(FORMATS)}")
-    frames = store.frames(experiment)
+    frames = store.frames(experiment, chosen)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     # Experiment names become folder names: keep them to safe characters.
     out_dir = Path(args.out or Path("export") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.experiment))
     with Store.open(args.db, create=False) as store:
-        written = export(store, args.experiment, args.format, out_dir)
+        written = export(store, args.experiment, args.format, out_dir, selection(args))
     for path, rows in written.items():
         print(f"{path}  ({rows} rows)")
     return 0

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from reports.metrics import METRICS, NOISE_THRESHOLD
+
+if TYPE_CHECKING:
+    from db.measurements import Selection
 
 
 def device_list(text: str) -> list[str]:
@@ -93,3 +98,30 @@ def duration(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be longer than 0")
     return value
+
+
+def utc_moment(text: str) -> datetime:
+    """--since, --until: an ISO date or date and time (UTC unless it names its offset)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO date or time, e.g. 2026-12-01 or 2026-12-01T09:30") from None
+    return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def add_measurements(parser: argparse.ArgumentParser) -> None:
+    """Which measurements of each run to read (db.measurements.Selection)."""
+    parser.add_argument("--all-measurements", action="store_true",
+                        help="every measurement of each run (retries, resumes, --force "
+                             "reruns; figures use the ok ones), not only its latest ok one")
+    parser.add_argument("--since", type=utc_moment,
+                        help="only measurements started at or after this UTC date/time")
+    parser.add_argument("--until", type=utc_moment,
+                        help="only measurements started at or before this UTC date/time")
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    from db.measurements import Selection
+
+    return Selection(args.all_measurements, args.since, args.until)

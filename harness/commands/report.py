@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
-from harness.commands.flags import add_devices, add_inventory
+from harness.commands.flags import add_devices, add_inventory, add_measurements, selection
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"{DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     add_devices(parser, help_text="the devices the claims were run on (default: local)")
     add_inventory(parser)
+    add_measurements(parser)
     parser.set_defaults(func=run)
 
 
@@ -48,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))
         index = render_report(store, args.experiment, out, extra_sections=sections,
-                              revision_order=commit_order)
+                              revision_order=commit_order, selection=selection(args))
     print(f"report: {index}")
     return 0

@@ -1,4 +1,5 @@
-"""`benchfarm runs list|show`: the stored runs, one per line, or everything about one."""
+"""`benchfarm runs list|show`: the stored runs, one per line, or everything about one and
+every measurement of it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--experiment", help="only this experiment")
     listing.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     listing.set_defaults(func=run_list)
-    show = actions.add_parser("show", help="everything stored about one run, as JSON")
+    show = actions.add_parser("show", help="everything stored about one run and every "
+                                           "measurement of it")
     show.add_argument("run", help="run id or run key")
     show.add_argument("--full", action="store_true",
                       help="include the workload token ids and every decode step's timing")
+    show.add_argument("--json", action="store_true",
+                      help="one JSON object; its \"measurements\" list holds every attempt "
+                           "(status, times, device snapshots, timings, outcome)")
     show.set_defaults(func=run_show)
 
 
@@ -36,14 +41,22 @@ def run_list(args: argparse.Namespace) -> int:
         print("no runs match")
         return 0
     print(format_table(
-        ["id", "key", "experiment", "device", "command", "policy", "k", "rep", "status",
-         "decode ms/tok", "recall", "error"],
-        [[r.id, r.run_key[:12], r.experiment, r.device, r.command, r.policy, r.k, r.repeat,
-          r.status, r.decode_ms_per_token, r.recall,
+        ["id", "key", "experiment", "device", "revision", "command", "policy", "k", "rep",
+         "status", "tries", "decode ms/tok", "recall", "error"],
+        [[r.id, r.run_key[:12], r.experiment, r.device, short_revision(r.revision), r.command,
+          r.policy, r.k, r.repeat, r.status, r.measurements, r.decode_ms_per_token, r.recall,
           last_line(r.error)]
          for r in runs],
     ))
     return 0
+
+
+def short_revision(revision: str | None) -> str | None:
+    """A commit cut to 12 characters, keeping a ``+dirty`` mark."""
+    if revision is None:
+        return None
+    commit, plus, rest = revision.partition("+")
+    return commit[:12] + plus + rest
 
 
 def last_line(error: str | None) -> str | None:
@@ -63,12 +76,35 @@ def run_show(args: argparse.Namespace) -> int:
 
     with Store.open(args.db, create=False) as store:
         detail = asdict(store.get_run(args.run))
+    # each measurement as one object: its columns, outcome, snapshots and timings
+    detail["measurements"] = [m.pop("measurement") | m for m in detail["measurements"]]
     if not args.full:
         # Summaries instead of the long lists; --full prints them.
         if detail["workload"] is not None:
             detail["workload"]["ids"] = f"{len(detail['workload']['ids'])} token ids"
-        detail["token_timings"] = f"{len(detail['token_timings'])} decode steps"
-        detail["run"]["raw_json"] = (None if detail["run"]["raw_json"] is None
-                                     else f"{len(detail['run']['raw_json'])} characters")
-    print(json.dumps(detail, indent=2, sort_keys=True, default=_json_default))
+        for part in (detail, *detail["measurements"]):
+            part["token_timings"] = f"{len(part['token_timings'])} decode steps"
+        for row in (detail["run"], *detail["measurements"]):
+            row["raw_json"] = (None if row["raw_json"] is None
+                               else f"{len(row['raw_json'])} characters")
+    if args.json:
+        print(json.dumps(detail, indent=2, sort_keys=True, default=_json_default))
+        return 0
+    run, build = detail["run"], detail["build"] or {}
+    print(f"run {run['id']}  {run['run_key']}\n"
+          f"experiment {detail['experiment']}; {run['engine']} {run['command']} on "
+          f"{detail['device']['name']}; revision {build.get('revision')}; repeat {run['repeat']}\n"
+          f"config {json.dumps(run['config'], sort_keys=True)}\n"
+          f"status {run['status']} (measurement {run['measurement_id']}, what reports use)\n")
+    print(format_table(
+        ["id", "attempt", "status", "lease", "started", "finished", "decode ms/tok", "wall ms",
+         "error"],
+        [[m["id"], m["attempt"], m["status"], "expired" if m["lease_expired"] else "",
+          _moment(m["started_at"]), _moment(m["finished_at"]), m["decode_ms_per_token"],
+          m["wall_ms"], last_line(m["error"])]
+         for m in detail["measurements"]]))
     return 0
+
+
+def _moment(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(sep=" ", timespec="seconds")

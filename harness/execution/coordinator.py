@@ -49,6 +49,9 @@ class RunSummary:
                 f"{c['pending']} pending now")
         if c["elsewhere"]:
             line += f", {c['elsewhere']} done meanwhile by another coordinator"
+        if c["expired"]:
+            line += (f", {c['expired']} finished after their lease expired (kept as attempts, "
+                     "not counted)")
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 

@@ -1,7 +1,8 @@
 """The driver's side of a run: a ``RunReport`` from a board, mapped into the store's record.
 
 The scheduler (and nothing on a board) calls these: ``to_run_result`` for a finished run,
-``base_result`` for the record of a run without measurements (pending, interrupted, cancelled).
+``base_result`` for the record of an attempt without figures (running, lost, pending,
+interrupted, cancelled).
 The common figures and the outcome come from the engine's adapter (``measurements``,
 ``outcome``); generated tokens are decoded to text with the model's tokenizer, and the
 workload's kind scores the outcome (the needle's recall). Nothing here names an engine or a
@@ -70,6 +71,5 @@ def base_result(planned: PlannedRun, device_id: int, status: str,
         | planned.stored,
         **cell.config.columns(),
         repeat=cell.repeat,
-        attempts=max(planned.attempts, 1),
         error=error,
     )

@@ -14,6 +14,10 @@ runs that no remaining board can serve are stored as pending for a later `benchf
 Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
 `benchfarm cancel` stores them as cancelled.
 
+Every attempt is a measurement of its own in the store, recorded as ``running`` when it is
+dispatched (under the board's lease) and completed with its result; a result that comes after
+its lease expired is kept but not counted (another coordinator may have had the board).
+
 Sharing boards with other coordinators (harness.execution.turns): a board's lease is taken in
 the store before each dispatch, renewed while the run is in flight and released once its result
 is stored; a board leased by another coordinator, or whose lock file another coordinator's
@@ -32,6 +36,7 @@ from typing import Any
 
 import ray
 
+from db.records import RunResult
 from db.store import Store
 from devices.inventory import Device
 from harness.contract import RunReport, WorkOrder
@@ -170,6 +175,7 @@ class Scheduler:
             if not warmup:
                 self._take(run)
                 run.attempts += 1
+                self._start(board, run)
             label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
             board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
 
@@ -219,10 +225,33 @@ class Scheduler:
             return
         result = to_run_result(report, run, self.plan.device_ids[board.device.name],
                                self.spec.model)
-        result.lease_id = self.turns.lease_of(board.device.name)
-        self.store.save_run(result)
+        if self._save(run, result, self.turns.lease_of(board.device.name)):
+            # kept as its own attempt, never the run's ok: the run goes back to its queue, and
+            # is dropped there if another coordinator stored it meanwhile (_first_not_done)
+            self.counts["expired"] += 1
+            self.progress.note(f"device {board.device.name!r}: the result of {run.order.label} "
+                               "came after its lease expired; kept as its own attempt, not "
+                               "counted; the run is tried again unless another coordinator "
+                               "stored it")
+            self.queues[run.placement.key].appendleft(run)
+            return
         self.counts[report.status] += 1
         self.progress.record(board.device.name, report.status, run.order.label)
+
+    def _start(self, board: Board, run: PlannedRun) -> None:
+        """Record the attempt in the store as it starts (status running, under the lease)."""
+        record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
+        record.lease_id = self.turns.lease_of(board.device.name)
+        run.measurement_id = self.store.start_measurement(record, run.measurement_id)
+
+    def _save(self, run: PlannedRun, result: RunResult, lease: str | None) -> bool:
+        """Complete the run's open attempt (or add one) with ``result``; True when its lease
+        had expired meanwhile (the result is kept, not counted)."""
+        result.lease_id = lease
+        result.finished_at = result.finished_at or datetime.now(UTC)  # when it ended
+        saved = self.store.save_run(result, run.measurement_id)
+        run.measurement_id = None
+        return saved.lease_expired
 
     def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
         name = board.device.name
@@ -239,6 +268,8 @@ class Scheduler:
                 self._placeholder([run], "pending", name,
                                   f"gave up after {run.attempts} tries: {error}")
             else:
+                self._save(run, base_result(run, self.plan.device_ids[name], "lost", error),
+                           self.turns.lease_of(name))
                 # A pinned run waits for its board; a pooled one may go to another board now.
                 run.not_before = 0.0 if run.placement.by_class else board.not_before
                 self.queues[run.placement.key].appendleft(run)
@@ -273,13 +304,10 @@ class Scheduler:
 
     def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
                      error: str, lease: str | None = None) -> None:
-        """Record runs that did not finish: update stored non-ok rows, insert missing ones."""
-        missing = self.store.mark_runs([r.key for r in runs], status, error)
+        """Record runs that did not finish: their open attempt completed with ``status``, else
+        an attempt of that status added (earlier measurements stay as they are)."""
         for run in runs:
-            if run.key in missing:
-                result = base_result(run, self.plan.device_ids[device], status, error)
-                result.lease_id = lease
-                self.store.save_run(result)
+            self._save(run, base_result(run, self.plan.device_ids[device], status, error), lease)
             self.counts[status] += 1
             self.progress.record(device, status, run.order.label)
 

@@ -31,6 +31,9 @@ class BoardTurns:
         if claim.granted:
             self.leases[board] = claim.granted.lease_id
             self._waiting_on.pop(board, None)
+            # the attempts of a coordinator whose leases lapsed (SIGKILL, a long stall) show
+            # as lost from now on
+            self.store.mark_lost()
             return True
         lease = claim.current
         if lease and lease.holder != self.sharing.holder and \

@@ -56,6 +56,7 @@ class PlannedRun:
     model_id: int | None = None
     workload_id: int = 0
     attempts: int = 0  # tries so far (board losses)
+    measurement_id: int | None = None  # its attempt recorded in the store and not yet complete
     not_before: float = 0.0  # monotonic time before which it is not retried
     lost_on: set[str] = field(default_factory=set)  # boards it was lost on (pools avoid them)
 

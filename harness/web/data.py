@@ -27,7 +27,7 @@ from db.connection import create_store_engine
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
-from db.models import Device, Experiment, Run
+from db.models import Device, Experiment, Measurement, Run
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
@@ -186,13 +186,17 @@ class FarmData:
         with store.session() as session:
             devices = session.execute(select(Device.id, Device.name, Device.cls, Device.arch,
                                              Device.emulated).order_by(Device.name)).all()
-            last_ids = select(func.max(Run.id)).group_by(Run.device_id)
+            # each board's latest attempt, and its latest failed ones (measurements: attempts)
+            last_ids = select(func.max(Measurement.id)).group_by(Measurement.device_id)
             last = {device_id: (status, at) for device_id, status, at in session.execute(
-                select(Run.device_id, Run.status, Run.finished_at).where(Run.id.in_(last_ids)))}
+                select(Measurement.device_id, Measurement.status, Measurement.finished_at)
+                .where(Measurement.id.in_(last_ids)))}
             failed = session.execute(
-                select(Run.id, Run.device_id, Experiment.name, Run.finished_at, Run.error)
+                select(Measurement.run_id, Measurement.device_id, Experiment.name,
+                       Measurement.finished_at, Measurement.error)
+                .join(Run, Run.id == Measurement.run_id)
                 .join(Experiment, Experiment.id == Run.experiment_id)
-                .where(Run.status == "failed").order_by(Run.id.desc())
+                .where(Measurement.status == "failed").order_by(Measurement.id.desc())
                 .limit(FAILURE_SCAN)).all()
         failures: dict[int, list[Failure]] = defaultdict(list)
         for run_id, device_id, experiment, finished_at, error in failed:
@@ -259,10 +263,12 @@ class FarmData:
         """Runs of the experiment that ended (ok or failed) since ``since``: the job's pace."""
         with self.store.session() as session:
             return session.scalar(
-                select(func.count()).select_from(Run)
+                select(func.count()).select_from(Measurement)
+                .join(Run, Run.id == Measurement.run_id)
                 .join(Experiment, Experiment.id == Run.experiment_id)
-                .where(Experiment.name == experiment, Run.status.in_(("ok", "failed")),
-                       Run.finished_at >= since)) or 0
+                .where(Experiment.name == experiment,
+                       Measurement.status.in_(("ok", "failed")),
+                       Measurement.finished_at >= since)) or 0
 
     # -- experiments ---------------------------------------------------------------------------
 

@@ -144,8 +144,8 @@ def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | Non
     # Judge fairness on the runs the claim measures, not on the whole experiment.
     selectors = [s for s in (claim.measure.a, claim.measure.b, claim.measure.baseline) if s]
     if selectors:
-        measured_ids = set().union(*(select(runs, s)["run_id"] for s in selectors))
-        runs = runs[runs["run_id"].isin(measured_ids)]
+        measured_ids = set().union(*(select(runs, s)["measurement_id"] for s in selectors))
+        runs = runs[runs["measurement_id"].isin(measured_ids)]
     if runs.empty:
         return runs, "no runs in the experiment match the claim's configs"
     if ANY not in fair.models:
@@ -252,7 +252,8 @@ def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     runs = pd.concat(frames, ignore_index=True)
-    runs = runs[runs["run_key"].isin(wanted)].drop_duplicates("run_id")  # one run, many experiments
+    # one run, many experiments: each measurement once
+    runs = runs[runs["run_key"].isin(wanted)].drop_duplicates("measurement_id")
     return runs.sort_values("run_id").reset_index(drop=True)
 
 

@@ -1,0 +1,166 @@
+"""How a ``RunResult`` becomes rows: its run (made on the first measurement), one measurement
+and the measurement's child rows, written on the caller's connection inside its transaction
+(``db.store.Store`` is the only caller, and the only writer of the store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from db.models import (
+    DeviceSnapshot,
+    ExperimentRun,
+    Lease,
+    Measurement,
+    OutcomeRow,
+    Run,
+    TokenTimingRow,
+)
+from db.records import RunResult, TokenTiming
+
+# Keeps IN (...) lists under every backend's limit on bound parameters.
+KEY_CHUNK = 500
+T = TypeVar("T")
+
+
+def utc_naive(moment: datetime | None) -> datetime | None:
+    """Timestamps are stored as naive UTC, the one form every backend round-trips unchanged."""
+    if moment is None or moment.tzinfo is None:
+        return moment
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def chunks(items: list[T]) -> Iterator[list[T]]:
+    for start in range(0, len(items), KEY_CHUNK):
+        yield items[start:start + KEY_CHUNK]
+
+
+# A run's record and its rows are one definition: every column of ``runs`` and
+# ``measurements`` but the store's own (ids, the attempt number, the lease check) comes from the
+# RunResult field of the same name (tests/test_store.py holds them together).
+RUN_TIMESTAMPS = ("started_at", "finished_at")
+RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
+MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns
+                           if c.name not in ("id", "run_id", "attempt", "lease_expired"))
+# A measurement that may still be completed: in flight, or given up by another coordinator.
+OPEN_STATUSES = ("running", "lost")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Where ``save_run`` stored a measurement, and whether its lease had expired."""
+
+    run_id: int
+    measurement_id: int
+    lease_expired: bool
+
+
+def _measurement_values(result: RunResult) -> dict[str, Any]:
+    values = {name: getattr(result, name) for name in MEASUREMENT_FIELDS}
+    for name in RUN_TIMESTAMPS:
+        values[name] = utc_naive(values[name])
+    return values
+
+
+def ensure_run(conn: Connection, result: RunResult) -> int:
+    """The run's row (made from the result on its first measurement), linked to the result's
+    experiment. A run's identity never changes once stored."""
+    runs = Run.__table__
+    run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
+    if run_id is None:
+        values = {name: getattr(result, name) for name in RUN_FIELDS}
+        values["config"] = dict(result.config)
+        run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
+    link(conn, result.experiment_id, [run_id])
+    return run_id
+
+
+def lease_expired(conn: Connection, result: RunResult) -> bool:
+    """Whether the lease the result was made under is no longer live (expired, released, or
+    the board's lease passed to another coordinator)."""
+    if result.lease_id is None:
+        return False
+    leases = Lease.__table__
+    live = conn.scalar(select(leases.c.lease_id).where(leases.c.lease_id == result.lease_id,
+                                                       leases.c.expires >= now()))
+    return live is None
+
+
+def append(conn: Connection, run_id: int, result: RunResult, expired: bool) -> int:
+    table = Measurement.__table__
+    last = conn.scalar(select(func.max(table.c.attempt)).where(table.c.run_id == run_id))
+    return conn.execute(insert(table).values(
+        run_id=run_id, attempt=(last or 0) + 1, lease_expired=expired,
+        **_measurement_values(result))).inserted_primary_key[0]
+
+
+def complete(conn: Connection, run_id: int, measurement_id: int, result: RunResult,
+              expired: bool) -> None:
+    table = Measurement.__table__
+    row = conn.execute(select(table.c.run_id, table.c.status)
+                       .where(table.c.id == measurement_id)).first()
+    if row is None or row.run_id != run_id or row.status not in OPEN_STATUSES:
+        raise ValueError(f"run {result.run_key}: measurement {measurement_id} is not an open "
+                         f"attempt of this run ({'none' if row is None else row.status})")
+    values = _measurement_values(result)
+    if values["started_at"] is None:  # keep when the attempt started
+        del values["started_at"]
+    conn.execute(update(table).where(table.c.id == measurement_id)
+                 .values(lease_expired=expired, **values))
+
+
+def link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
+    """Add the missing (experiment, run) memberships."""
+    links = ExperimentRun.__table__
+    for chunk in chunks(run_ids):
+        linked = set(conn.scalars(select(links.c.run_id).where(
+            links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
+        new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
+        if new:
+            conn.execute(insert(links), new)
+
+
+def insert_children(conn: Connection, measurement_id: int, result: RunResult) -> None:
+    if result.token_timings:
+        _insert_token_timings(conn, measurement_id, result.token_timings)
+    if result.snapshots:
+        conn.execute(insert(DeviceSnapshot.__table__), [
+            {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
+             "fingerprint": dict(s.fingerprint)}
+            for s in result.snapshots
+        ])
+    if result.outcome is not None:
+        values = asdict(result.outcome)
+        values["extra"] = dict(values["extra"] or {})
+        conn.execute(insert(OutcomeRow.__table__).values(measurement_id=measurement_id,
+                                                         **values))
+
+
+TIMING_COLUMNS = ("measurement_id", "step", "token", "ms", "attn_ms")
+
+
+def _insert_token_timings(conn: Connection, measurement_id: int,
+                          timings: list[TokenTiming]) -> None:
+    """One executemany for all decode steps: the bulk path that bench/store.py measures.
+
+    On drivers with positional parameters (SQLite) the compiled INSERT goes straight to the
+    driver with tuples, which skips SQLAlchemy's per-row dict processing (about 1.7x faster).
+    Other drivers take Core's executemany (on PostgreSQL the per-run commit dominates anyway).
+    """
+    rows = [(measurement_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
+    table = TokenTimingRow.__table__
+    if conn.dialect.positional:
+        compiled = insert(table).compile(dialect=conn.dialect, column_keys=list(TIMING_COLUMNS))
+        if tuple(compiled.positiontup) == TIMING_COLUMNS:
+            conn.exec_driver_sql(str(compiled), rows)
+            return
+    conn.execute(insert(table), [dict(zip(TIMING_COLUMNS, row, strict=True)) for row in rows])
