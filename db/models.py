@@ -113,7 +113,8 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled')", name="status"
+            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled', 'lost')",
+            name="status"
         ),
         Index(None, "experiment_id", "status"),
     )
@@ -232,8 +233,6 @@ class Lease(Base):
     acquired: Mapped[datetime]
     heartbeat: Mapped[datetime]
     expires: Mapped[datetime]
-    waiter: Mapped[str | None] = mapped_column(String(200))  # next in turn (see db.leases)
-    waiting_since: Mapped[datetime | None]
 
 
 class Job(Base):
@@ -264,3 +263,16 @@ class Job(Base):
     submitted_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class BoardWaiter(Base):
+    """A coordinator waiting for a board: the next lease goes to the best fresh waiter (highest
+    priority, then the longest waiting; see db.leases)."""
+
+    __tablename__ = "board_waiters"
+
+    board: Mapped[str] = mapped_column(String(200), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200), primary_key=True)
+    priority: Mapped[int]  # its job's
+    since: Mapped[datetime]  # waiting since
+    seen: Mapped[datetime]  # last asked: a waiter that stopped asking has gone

@@ -16,7 +16,7 @@ from typing import Any
 # the transport) failed for good; "interrupted" when the coordinator stopped while it was in
 # flight; "pending" when no board could run it (a later `benchfarm run` finishes it);
 # "cancelled" when `benchfarm cancel` stopped its experiment while it was in flight.
-RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled")
+RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled", "lost")
 SNAPSHOT_PHASES = ("before", "after")
 
 

@@ -93,6 +93,15 @@ max_new = 6
     return path
 
 
+def slow_local_board(folder: Path, seconds: float) -> Path:
+    """An inventory whose `local` board sleeps before every command: runs of a known length."""
+    inventory = folder / "slow.toml"
+    inventory.write_text('[[device]]\nname = "local"\n'
+                         f'workdir = "{folder}/work"\n'
+                         f'exec_prefix = ["sh", "-c", "sleep {seconds}; exec \\"$0\\" \\"$@\\""]\n')
+    return inventory
+
+
 def stored_runs(store: Store, experiment: str) -> pd.DataFrame:
     """Every stored run of ``experiment`` (an empty frame before it exists)."""
     if experiment not in store.list_experiments():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures_db import fresh_postgres_database
-from fixtures_ray import count_ok, needle_spec, start_cli, stored_runs
+from fixtures_ray import count_ok, needle_spec, slow_local_board, start_cli, stored_runs
 
 from db.leases import utcnow
 from db.store import Store
@@ -49,15 +49,6 @@ def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.Compl
         signal.signal(signal.SIGTERM, handler)
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(args, code, out, err)
-
-
-def slow_local_board(folder: Path, seconds: float) -> Path:
-    """An inventory whose `local` board sleeps before every command: runs of a known length."""
-    inventory = folder / "slow.toml"
-    inventory.write_text('[[device]]\nname = "local"\n'
-                         f'workdir = "{folder}/work"\n'
-                         f'exec_prefix = ["sh", "-c", "sleep {seconds}; exec \\"$0\\" \\"$@\\""]\n')
-    return inventory
 
 
 def assert_no_overlap(runs: pd.DataFrame) -> None:

@@ -20,7 +20,8 @@ from db.records import Outcome, RunResult, Snapshot
 from db.store import KEY_CHUNK, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
-          "token_timings", "outcomes", "experiment_runs", "leases", "jobs"}
+          "token_timings", "outcomes", "experiment_runs", "leases", "jobs",
+          "board_waiters"}
 
 
 def count(store: Store, table: str) -> int:
@@ -32,7 +33,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
     with store.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0007"
         # The hand-written migration and the ORM classes describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     store.close()
@@ -153,7 +154,7 @@ def test_mark_runs_never_downgrades_ok_and_reports_missing(store: Store, refs) -
     assert store.get_run("running").run["status"] == "interrupted"
     assert store.get_run("running").run["error"] == "Ctrl-C"
     with pytest.raises(ValueError):
-        store.mark_runs(["running"], "lost")
+        store.mark_runs(["running"], "bogus")
 
 
 def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
@@ -171,7 +172,7 @@ def test_queries_and_frames_cover_one_experiment(store: Store, refs) -> None:
 
     summary = store.experiment_summary("exp")
     assert summary.counts == {"ok": 2, "failed": 1, "interrupted": 0, "pending": 0,
-                              "cancelled": 0}
+                              "cancelled": 0, "lost": 0}
     assert summary.total == 3 and summary.devices == {"local": summary.counts}
     (group,) = summary.groups
     assert (group.runs, group.decode_ms_per_token, group.recall) == (2, 13.5, 1.0)
@@ -308,7 +309,7 @@ def test_a_store_stamped_with_a_renamed_revision_opens_and_upgrades(
         conn.execute(text("UPDATE alembic_version SET version_num = :old"), {"old": stamped})
     engine.dispose()
     with Store.open(sqlite_url) as store, store.engine.connect() as conn:
-        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0007"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
 

@@ -84,8 +84,9 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                                 force=request.force, holder=who.holder)
     try:
         with job_heartbeat(store, job_id, who.ttl_s / 3):
-            summary = _run(request, store, placements,
-                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
+            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id,
+                              store.jobs.get(job_id).priority)
+            summary = _run(request, store, placements, sharing)
     except BaseException as exc:
         if one_shot:
             store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")

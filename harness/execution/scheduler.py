@@ -141,7 +141,7 @@ class Scheduler:
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
-                self.turns.release(board.device.name)
+            self.turns.done()
             ray.kill(self.server)
         return self.counts
 
@@ -175,7 +175,8 @@ class Scheduler:
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
-        self.turns.release(board.device.name)
+        wants = not board.dead and any(self.queues[key] for key in board.serves)
+        self.turns.release(board.device.name, again=wants)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:

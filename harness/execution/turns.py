@@ -44,10 +44,18 @@ class BoardTurns:
     def lease_of(self, board: str) -> str | None:
         return self.leases.get(board)
 
-    def release(self, board: str) -> None:
+    def release(self, board: str, again: bool = False) -> None:
+        """Give the board's lease back; ``again``: this coordinator has more for it and waits
+        for its next turn (a higher-priority job keeps the board, equals alternate)."""
         lease_id = self.leases.pop(board, None)
         if lease_id:
-            self.sharing.release(lease_id)
+            self.sharing.release(lease_id, again)
+
+    def done(self) -> None:
+        """Every lease back, and no more waiting for any board."""
+        for board in list(self.leases):
+            self.release(board)
+        self.sharing.withdraw()
 
     def renew(self) -> None:
         """Renew the leases in flight (and the job's heartbeat) when due; raises Cancelled once

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from db.migrations.statuses import set_run_statuses
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -17,26 +19,6 @@ depends_on = None
 
 OLD_STATUSES = "'ok', 'failed', 'interrupted', 'pending'"
 NEW_STATUSES = OLD_STATUSES + ", 'cancelled'"
-
-
-def _set_run_statuses(old: str, new: str) -> None:
-    bind = op.get_bind()
-    if bind.dialect.name != "sqlite":
-        op.drop_constraint("ck_runs_status", "runs", type_="check")
-        op.create_check_constraint("ck_runs_status", "runs", f"status IN ({new})")
-        return
-    # SQLite cannot alter a CHECK constraint, and rebuilding `runs` would cascade-delete its
-    # child rows. A CHECK does not change how rows are stored, so the table's SQL text is
-    # edited in place, the documented way (sqlite.org/lang_altertable.html, "other kinds of
-    # table schema changes"): writable_schema, then a schema_version bump so that every open
-    # connection re-reads the schema.
-    version = bind.exec_driver_sql("PRAGMA schema_version").scalar()
-    bind.exec_driver_sql("PRAGMA writable_schema=ON")
-    bind.exec_driver_sql(
-        "UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE type = 'table' AND name = 'runs'",
-        (f"status IN ({old})", f"status IN ({new})"))
-    bind.exec_driver_sql(f"PRAGMA schema_version={int(version) + 1}")
-    bind.exec_driver_sql("PRAGMA writable_schema=OFF")
 
 
 def upgrade() -> None:
@@ -81,12 +63,12 @@ def upgrade() -> None:
     op.create_index("ix_jobs_experiment", "jobs", ["experiment"])
     op.create_index("ix_jobs_state_priority", "jobs", ["state", "priority"])
     op.add_column("runs", sa.Column("lease_id", sa.String(36), nullable=True))
-    _set_run_statuses(OLD_STATUSES, NEW_STATUSES)
+    set_run_statuses(OLD_STATUSES, NEW_STATUSES)
 
 
 def downgrade() -> None:
     op.execute("UPDATE runs SET status = 'interrupted' WHERE status = 'cancelled'")
-    _set_run_statuses(NEW_STATUSES, OLD_STATUSES)
+    set_run_statuses(NEW_STATUSES, OLD_STATUSES)
     op.drop_column("runs", "lease_id")
     op.drop_table("jobs")
     op.drop_table("leases")
