@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from db.store import Store
+from devices.boardlock import LockHolder
 from devices.connect import connect
 from devices.fingerprint import probed_run
 from devices.inventory import Device, Inventory, load_inventory, local_device
@@ -45,6 +46,7 @@ from harness.execution.coordinator import Coordinator, RunRequest, run_experimen
 from harness.spec import load_spec
 
 MODEL = REPO_ROOT / "models" / "needle-tiny"
+HOLDER = LockHolder("bench", "bench", None, "bench")
 
 
 def per_run_ms(samples: list[float], runs: int) -> str:
@@ -84,11 +86,12 @@ def bench_board(device: Device, repeats: int) -> None:
             device = dataclasses.replace(device, workdir=workdir)
         times: dict[bool, list[float]] = {False: [], True: []}
         with connect(device) as transport:
-            probed_run(transport, ["true"], timeout=30, lock=True)  # static facts, workdir
+            probed_run(transport, ["true"], timeout=30, lock=HOLDER)  # static facts, workdir
             for _ in range(repeats):
                 for lock in (False, True):
                     started = time.perf_counter()
-                    result = probed_run(transport, ["true"], timeout=30, lock=lock).result
+                    result = probed_run(transport, ["true"], timeout=30,
+                                        lock=HOLDER if lock else None).result
                     times[lock].append(time.perf_counter() - started)
                     assert result.exit_code == 0, result.stderr
     plain, locked = (statistics.median(times[k]) * 1000 for k in (False, True))

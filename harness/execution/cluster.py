@@ -150,6 +150,14 @@ def check_resources(boards: list[Device]) -> None:
                          f"can place its runner ({want}): {seen}")
 
 
+def placeable(device: Device) -> bool:
+    """Whether a live node of the cluster declares the board's resources (its runner could be
+    placed there)."""
+    return any(node["Alive"] and all(node["Resources"].get(r, 0.0) >= a
+                                     for r, a in device.resources.items())
+               for node in ray.nodes())
+
+
 def wait_placed(boards: dict[str, Any], timeout_s: float) -> None:
     """Every runner actor started within ``timeout_s``, or a failure naming those that did not
     (their resources are held elsewhere, e.g. by another coordinator's runners)."""

@@ -35,13 +35,16 @@ class RunSummary:
 
     @property
     def complete(self) -> bool:
-        return not (self.counts["pending"] or self.counts["interrupted"] or self.cancelled)
+        return not (self.counts["pending"] or self.counts["interrupted"] or self.counts["lost"]
+                    or self.cancelled)
 
     def line(self) -> str:
         c = self.counts
         line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
                 f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
                 f"{c['pending']} pending now")
+        if c["lost"]:
+            line += f", {c['lost']} lost with their board's runner (rerun once it is back)"
         if c["elsewhere"]:
             line += f", {c['elsewhere']} done meanwhile by another coordinator"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
