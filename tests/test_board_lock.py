@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fixtures_farm import session_members, session_of
 from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 
 from db.store import Store
@@ -72,30 +73,6 @@ def test_a_coordinator_with_its_own_store_waits_for_the_lock(
     assert proc.returncode == 0, watch.text
     assert "2 ok" in out
     assert sum("lock file" in line for line in watch.lines) == 1  # said once, not every try
-
-
-def session_of(workdir: Path) -> str:
-    """The session recorded in the workdir's lock file, once a holder wrote it."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        path = workdir / LOCK_FILE
-        record = holder_record(path.read_text()) if path.exists() else {}
-        if record.get("sid"):
-            return record["sid"]
-        time.sleep(0.05)
-    raise AssertionError("no holder was recorded")
-
-
-def session_members(sid: str) -> list[int]:
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[3] == sid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
 
 
 @pytest.mark.parametrize("name", ["farm-x86", "local"])
