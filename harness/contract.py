@@ -37,14 +37,17 @@ status         set by                  what the driver does
                                        per loss; after ``retries`` more tries the run is
                                        stored ``pending`` and after ``retries`` losses in a
                                        row the board is given up
-``busy``       the runner              the board's lock file is held by a coordinator of
-                                       another store: nothing ran; the run waits for the
-                                       board (no try is counted)
+``busy``       the runner              the board's lock file is held by another coordinator
+                                       (the lock file names it): nothing ran; the run waits
+                                       for the board (no try is counted)
 =============  ======================  =======================================================
 
 The driver alone writes the store. Besides the reports it stores runs that never came back:
-``interrupted`` (Ctrl-C or SIGTERM while in flight), ``cancelled`` (``benchfarm cancel``) and
-``pending`` (no board left that can run it); a later ``benchfarm run`` finishes those.
+``interrupted`` (Ctrl-C or SIGTERM while in flight), ``cancelled`` (``benchfarm cancel``),
+``lost`` (the board's runner actor died with it, e.g. its node was lost: it is queued again for
+a new runner, and stays ``lost`` when none can be placed) and ``pending`` (no board left that
+can run it); a later ``benchfarm run`` finishes those. When the driver stops, or loses a
+board's lease, the run in flight is killed on the board first (``DeviceRunner.abort``).
 Warm-up orders (``warmup = True``) run the engine alone and are never stored.
 """
 
