@@ -1,10 +1,12 @@
 """Board-side abort: a coordinator SIGTERMed with a run in flight on a farm node over SSH
 kills that run's whole session on the board (the engine and what it started) and gives the
 board back at once: another coordinator of the store, waiting for it, takes it on its next try
-(no waiting for the lease to run out, nor for the lock file)."""
+(no waiting for the lease to run out, nor for the lock file). A run past its timeout loses
+even what it started in a process group of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,19 +19,27 @@ from fixtures_ray import CoordFarm, needle_spec, start_cli, stored_runs, watch_s
 from db.leases import utcnow
 from db.store import Store
 from devices.boardlock import LOCK_FILE, holder_record
+from devices.inventory import load_inventory
+from harness.execution.coordinator import RunRequest, run_experiment
+from harness.spec import load_spec
 
 
-def slow_x86(farm: CoordFarm, folder: Path, seconds: float) -> Path:
-    """The farm's inventory with farm-x86 sleeping before every command: a run that outlasts
-    the test unless it is killed (the sleep is part of the run's session)."""
+def x86_prefixed(farm: CoordFarm, folder: Path, script: str) -> Path:
+    """The farm's inventory with farm-x86 running every command under ``sh -c script``."""
     tables = farm.inventory.read_text().split("[[device]]")
     for i, table in enumerate(tables):
         if 'name = "farm-x86"' in table:
-            prefix = f'exec_prefix = ["sh", "-c", "sleep {seconds}; exec \\"$0\\" \\"$@\\""]'
-            tables[i] = table.replace("exec_prefix = []", prefix)
-    path = folder / "slow-x86.toml"
+            tables[i] = table.replace("exec_prefix = []",
+                                      f'exec_prefix = ["sh", "-c", {json.dumps(script)}]')
+    path = folder / "x86-prefixed.toml"
     path.write_text("[[device]]".join(tables))
     return path
+
+
+def slow_x86(farm: CoordFarm, folder: Path, seconds: float) -> Path:
+    """farm-x86 sleeping before every command: a run that outlasts the test unless it is
+    killed (the sleep is part of the run's session)."""
+    return x86_prefixed(farm, folder, f'sleep {seconds}; exec "$0" "$@"')
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -111,3 +121,23 @@ def test_sigterm_mid_run_kills_the_run_on_the_board_and_the_other_coordinator_ta
     assert set(others["status"]) == {"ok"}
     after = others[others["started_at"] > stopped_at]
     assert not after.empty and after["started_at"].max() < held.expires, (others, held)
+
+
+def test_a_run_past_its_timeout_leaves_nothing_behind_on_the_board(
+        ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
+    """The engine stands in for one that starts a helper in a process group of its own and
+    hangs: GNU timeout kills its own group at the deadline, the abort the rest."""
+    workdir = coord_farm.state / "nodes" / "farm-x86" / "work"
+    inventory = x86_prefixed(coord_farm, tmp_path,
+                             "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(300)' "
+                             ">/dev/null 2>&1 & sleep 60")
+    spec = load_spec(needle_spec(tmp_path, "past-timeout", needle_model, ["farm-x86"],
+                                 depths=(0.5,), warmups=0, extra="timeout_s = 3"))
+    with Store.open(f"sqlite:///{tmp_path}/timeout.db") as store:
+        summary = run_experiment(RunRequest(spec, load_inventory(inventory)), store)
+        runs = stored_runs(store, "past-timeout")
+    assert summary.counts["failed"] == 2
+    assert set(runs["status"]) == {"failed"} and runs["error"].str.contains("timeout").all()
+    record = holder_record((workdir / LOCK_FILE).read_text())
+    assert record["run"] in set(runs["run_key"])
+    assert session_members(record["sid"]) == []
