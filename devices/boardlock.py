@@ -21,6 +21,7 @@ calls it on cancel, SIGTERM/Ctrl-C, a lost lease, and after a timeout. Boards ne
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from devices.errors import BoardLocked
 from devices.transport import CommandResult
@@ -71,7 +72,7 @@ kill_session() {  # kill_session SID: TERM its processes, KILL what is left afte
 }
 """
 
-# $1..$4: coordinator, store, job, run; then the command.
+# $1..$5: coordinator, store, job, run, since; then the command.
 LOCK_SCRIPT = FUNCTIONS + r"""
 exec 9>>"$lock" || exit 1
 if ! flock -n 9; then
@@ -85,8 +86,8 @@ if ! flock -n 9; then
 fi
 stat_of $$; sid=$st_sid; stat_of "$sid"; parent=$st_ppid
 printf 'coordinator=%s\nstore=%s\njob=%s\nrun=%s\npid=%s\nsid=%s\nparent=%s\nsince=%s\n' \
-  "$1" "$2" "$3" "$4" $$ "$sid" "$parent" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$lock"
-shift 4
+  "$1" "$2" "$3" "$4" $$ "$sid" "$parent" "$5" > "$lock"
+shift 5
 exec "$@"
 """.replace("HELD_MARK", HELD_MARK).replace("LOCKED_EXIT", str(LOCKED_EXIT))
 
@@ -118,7 +119,10 @@ class LockHolder:
     run: str  # the run key (a warm-up: the run it warms up for)
 
     def args(self) -> list[str]:
-        return [_one_line(v) for v in (self.coordinator, self.store, self.job or "-", self.run)]
+        """The lock script's arguments: the holder, and now (the caller's clock, UTC)."""
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return [_one_line(v) for v in (self.coordinator, self.store, self.job or "-", self.run,
+                                       since)]
 
 
 def locked(argv: list[str], holder: LockHolder) -> list[str]:
