@@ -221,8 +221,6 @@ class Lease(Base):
     acquired: Mapped[datetime]
     heartbeat: Mapped[datetime]
     expires: Mapped[datetime]
-    waiter: Mapped[str | None] = mapped_column(String(200))  # next in turn (see db.leases)
-    waiting_since: Mapped[datetime | None]
 
 
 class Job(Base):
@@ -353,3 +351,16 @@ class Measurement(Base):
     # its lease had expired (or passed to another coordinator) when its result was stored: kept,
     # never counted as the run's ok
     lease_expired: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+class BoardWaiter(Base):
+    """A coordinator waiting for a board: the next lease goes to the best fresh waiter (highest
+    priority, then the longest waiting; see db.leases)."""
+
+    __tablename__ = "board_waiters"
+
+    board: Mapped[str] = mapped_column(String(200), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200), primary_key=True)
+    priority: Mapped[int]  # its job's
+    since: Mapped[datetime]  # waiting since
+    seen: Mapped[datetime]  # last asked: a waiter that stopped asking has gone

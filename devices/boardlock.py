@@ -1,30 +1,164 @@
-"""The lock file in a board's workdir: one benchmark command at a time, whoever sends it.
+"""The lock file in a board's workdir: one benchmark command at a time, whoever sends it, and
+who holds it.
 
 Board leases in the result store keep coordinators that share a store apart; coordinators with
 different stores (two people, two databases) meet only on the board. Each run's remote command
-is wrapped in ``flock -n`` on ``.benchfarm-lock`` in the workdir: the lock lives exactly as long
-as the command (the kernel drops it when the process ends, so a killed coordinator leaves no
-stale lock), and a command that finds it taken does not run at all: it exits with
-``LOCKED_EXIT`` and the caller waits and tries again. Boards need ``flock`` (util-linux or
-busybox).
+runs under ``LOCK_SCRIPT``: it takes ``flock`` on ``.benchfarm-lock`` in the workdir, writes its
+holder into the file (coordinator, store, job, run, its pid, its session and the session's
+parent: sshd's session process, or the local runner) and ``exec``s the command, which keeps the
+lock until it and everything it started have ended. A command that finds the lock taken does
+not run: it prints the holder's record and exits ``LOCKED_EXIT``, and the caller waits and tries
+again, naming who holds the board. When the recorded holder is gone (its process, or the
+connection that started it: a coordinator killed outright) while what it left behind still
+holds the lock, the newcomer kills the holder's session and takes the lock over.
+
+``abort_script`` kills the session of one run (its whole process tree: the engine, qemu, the
+fingerprint script), TERM then KILL, when the lock is still held by that run: the coordinator
+calls it on cancel, SIGTERM/Ctrl-C, a lost lease, and after a timeout. Boards need ``flock``
+(util-linux or busybox) and Linux's /proc.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from devices.errors import BoardLocked
 from devices.transport import CommandResult
 
 LOCK_FILE = ".benchfarm-lock"
-LOCKED_EXIT = 75  # EX_TEMPFAIL: flock's exit code when the lock is taken
+LOCKED_EXIT = 75  # EX_TEMPFAIL: the lock is taken, nothing ran
+HELD_MARK = "benchfarm-lock: held by"
+FIELDS = ("coordinator", "store", "job", "run", "pid", "sid", "parent", "since")
+FIELD_CHARS = 300  # each recorded value is cut to this (board output is untrusted)
+
+# Helpers of both scripts. stat_of PID sets st_state, st_ppid and st_sid (false when PID is
+# gone); the command name, which may hold spaces, is cut off at the last ')'.
+FUNCTIONS = r"""
+lock=.benchfarm-lock
+stat_of() {
+  line=
+  { read -r line; } 2>/dev/null < "/proc/$1/stat" || return 1
+  set -- ${line##*) }
+  st_state=$1 st_ppid=$2 st_sid=$4
+}
+alive() { stat_of "$1" && [ "$st_state" != Z ]; }
+recorded() {  # recorded KEY: sets v to the lock file's value of KEY
+  v=
+  while IFS='=' read -r key value; do
+    [ "$key" = "$1" ] && v=$value
+  done 2>/dev/null < "$lock"
+}
+signal_session() {  # signal_session SIG SID: whether any process of the session was left
+  left=
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    stat_of "$p" && [ "$st_sid" = "$2" ] && [ "$st_state" != Z ] || continue
+    left=1
+    kill -s "$1" "$p" 2>/dev/null
+  done
+  [ -n "$left" ]
+}
+kill_session() {  # kill_session SID: TERM its processes, KILL what is left after 2 s
+  stat_of $$; [ "$1" -gt 1 ] 2>/dev/null && [ "$1" != "$st_sid" ] || return 0
+  for sig in TERM KILL; do
+    signal_session "$sig" "$1" || return 0
+    n=0
+    while [ $n -lt 20 ]; do
+      sleep 0.1; n=$((n + 1))
+      signal_session 0 "$1" || return 0
+    done
+  done
+}
+"""
+
+# $1..$5: coordinator, store, job, run, since; then the command.
+LOCK_SCRIPT = FUNCTIONS + r"""
+exec 9>>"$lock" || exit 1
+if ! flock -n 9; then
+  recorded pid; pid=$v; recorded parent; parent=$v; recorded sid; sid=$v
+  if [ -n "$sid" ] && ! { alive "$pid" && alive "$parent"; }; then
+    kill_session "$sid"  # its holder is gone: what it left behind goes too
+    flock -w 5 9 || { printf '%s\n' 'HELD_MARK' >&2; cat "$lock" >&2; exit LOCKED_EXIT; }
+  else
+    printf '%s\n' 'HELD_MARK' >&2; cat "$lock" >&2; exit LOCKED_EXIT
+  fi
+fi
+stat_of $$; sid=$st_sid; stat_of "$sid"; parent=$st_ppid
+printf 'coordinator=%s\nstore=%s\njob=%s\nrun=%s\npid=%s\nsid=%s\nparent=%s\nsince=%s\n' \
+  "$1" "$2" "$3" "$4" $$ "$sid" "$parent" "$5" > "$lock"
+shift 5
+exec "$@"
+""".replace("HELD_MARK", HELD_MARK).replace("LOCKED_EXIT", str(LOCKED_EXIT))
+
+# $1: the run. Kills the session holding the lock when the lock file names that run; prints
+# "aborted" when something was killed.
+ABORT_SCRIPT = FUNCTIONS + r"""
+[ -f "$lock" ] || exit 0
+exec 9>>"$lock" || exit 0
+if flock -n 9; then exit 0; fi  # nobody holds it: the run has ended
+recorded run; [ "$v" = "$1" ] || exit 0
+recorded sid
+signal_session 0 "$v" || exit 0
+kill_session "$v"
+echo aborted
+"""
 
 
-def locked(argv: list[str]) -> list[str]:
-    """``argv`` run under the board's lock; it does not run if another command holds it."""
-    return ["flock", "-n", "-E", str(LOCKED_EXIT), LOCK_FILE, *argv]
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())[:FIELD_CHARS]
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who runs a command under a board's lock (written into the lock file)."""
+
+    coordinator: str  # the coordinator's holder id (host:pid:nonce)
+    store: str  # its result store (URL, password hidden)
+    job: int | None
+    run: str  # the run key (a warm-up: the run it warms up for)
+
+    def args(self) -> list[str]:
+        """The lock script's arguments: the holder, and now (the caller's clock, UTC)."""
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return [_one_line(v) for v in (self.coordinator, self.store, self.job or "-", self.run,
+                                       since)]
+
+
+def locked(argv: list[str], holder: LockHolder) -> list[str]:
+    """``argv`` run under the board's lock as ``holder``; it does not run if another command
+    holds it (one whose holder is gone is killed and the lock taken over)."""
+    return ["sh", "-c", LOCK_SCRIPT, "sh", *holder.args(), *argv]
+
+
+def abort_argv(run: str) -> list[str]:
+    """The host command that kills ``run``'s session on the board if it still holds the lock."""
+    return ["sh", "-c", ABORT_SCRIPT, "sh", _one_line(run)]
+
+
+def holder_record(text: str) -> dict[str, str]:
+    """The fields of a lock file's text (unknown keys and over-long values dropped)."""
+    record = {}
+    for line in text.splitlines()[:len(FIELDS) * 2]:
+        key, sep, value = line.partition("=")
+        if sep and key in FIELDS:
+            record[key] = value[:FIELD_CHARS]
+    return record
+
+
+def describe_holder(record: dict[str, str]) -> str:
+    if not record.get("coordinator"):
+        return "a command that recorded no holder (an older benchfarm, or a start cut short)"
+    job = record.get("job", "-")
+    return (f"coordinator {record['coordinator']} of store {record.get('store', '?')} "
+            f"(job {job if job != '-' else 'none'}, run {record.get('run', '?')}, pid "
+            f"{record.get('pid', '?')}) since {record.get('since', '?')}")
 
 
 def check_locked(device: str, workdir: str, result: CommandResult) -> None:
-    """Raise BoardLocked when ``result`` is that of a command that found the lock taken."""
-    if result.exit_code == LOCKED_EXIT and not result.stderr.strip():
-        raise BoardLocked(device, f"its lock file {workdir}/{LOCK_FILE} is held by another "
-                                  "coordinator (one that does not share this result store)")
+    """Raise BoardLocked, naming the holder, when ``result`` is that of a command that found
+    the lock taken."""
+    if result.exit_code == LOCKED_EXIT and result.stderr.startswith(HELD_MARK + "\n"):
+        record = holder_record(result.stderr[len(HELD_MARK) + 1:])
+        raise BoardLocked(device, f"its lock file {workdir}/{LOCK_FILE} is held by "
+                                  f"{describe_holder(record)}")

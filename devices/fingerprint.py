@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devices.boardlock import check_locked, locked
+from devices.boardlock import LockHolder, check_locked, locked
 from devices.cache import INTACT_FUNCTION, ArtifactCache
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
 from devices.flags import snapshot_flags
@@ -116,7 +116,7 @@ class ProbedRun:
 
 def probed_run(transport: Transport, argv: list[str], timeout: float,
                cpus: list[int] | None = None, stdin_file: Path | None = None,
-               lock: bool = False, cache: ArtifactCache | None = None) -> ProbedRun:
+               lock: LockHolder | None = None, cache: ArtifactCache | None = None) -> ProbedRun:
     """``probe``, ``transport.run(argv, ...)``, ``probe`` in one remote command instead of three.
 
     With ``cache`` (pushes through ``transport``), the artifacts that ``argv`` names (elements
@@ -132,8 +132,9 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
     taken on the device (GNU date), so it leaves out the SSH round trip; where the device's
     `date` has no nanoseconds it is the whole remote command's wall time.
 
-    With ``lock`` the whole command runs under the board's lock file (devices.boardlock) and
-    raises BoardLocked, having run nothing, when another coordinator's command holds it.
+    With ``lock`` (its holder) the whole command runs under the board's lock file
+    (devices.boardlock) and raises BoardLocked, having run nothing, when another coordinator's
+    command holds it.
     """
     marker = f"benchfarm-probe-{secrets.token_hex(8)}"
     pushes = cache or ArtifactCache(transport)  # a fresh one names no artifact: nothing to check
@@ -142,7 +143,7 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
         command = ["sh", "-c", PROBED_RUN_SCRIPT, "sh", marker, f"{timeout:.1f}", first,
                    *pushes.intact_args(argv), *device_argv(transport.device, argv, cpus)]
         if lock:
-            command = locked(command)
+            command = locked(command, lock)
         started = time.time()
         whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
                                    stdin_file=stdin_file)

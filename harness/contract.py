@@ -32,21 +32,25 @@ status         set by                  what the driver does
                                        ``benchfarm run`` tries it again)
 ``lost``       the runner, or the      the board could not be reached or dropped the
                driver when the actor   connection: the attempt is stored ``lost``; the run
-               died                    goes back to its queue (a pooled run may go to another
-                                       board of its class), the board backs off
-                                       ``backoff_s`` doubling per loss; after ``retries``
+               died                    goes back to its queue for a new runner (a pooled run
+                                       may go to another board of its class), the board backs
+                                       off ``backoff_s`` doubling per loss; after ``retries``
                                        more tries the last attempt is stored ``pending`` and
                                        after ``retries`` losses in a row the board is given up
-``busy``       the runner              the board's lock file is held by a coordinator of
-                                       another store: nothing ran; the run waits for the
-                                       board (no try is counted)
+                                       (its lost attempts stay ``lost``)
+``busy``       the runner              the board's lock file is held by another coordinator
+                                       (the lock file names it): nothing ran; the run waits
+                                       for the board (no try is counted)
 =============  ======================  =======================================================
 
 The driver alone writes the store, one measurement per attempt (recorded ``running`` when it
 is dispatched, so that a coordinator that dies leaves it to be found ``lost``). Besides the
 reports it stores attempts that never came back:
-``interrupted`` (Ctrl-C or SIGTERM while in flight), ``cancelled`` (``benchfarm cancel``) and
-``pending`` (no board left that can run it); a later ``benchfarm run`` finishes those.
+``interrupted`` (Ctrl-C or SIGTERM while in flight), ``cancelled`` (``benchfarm cancel``),
+``lost`` (the board's runner actor died with it, e.g. its node was lost, or its coordinator
+vanished) and ``pending`` (no board left that can run it); a later ``benchfarm run`` finishes
+those. When the driver stops, or loses a board's lease, the run in flight is killed on the
+board first (``DeviceRunner.abort``).
 Warm-up orders (``warmup = True``) run the engine alone and are never stored.
 """
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from devices.procs import descendants
+
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
 RAY = VENV / "bin" / "ray"
@@ -52,6 +54,7 @@ class TwoNodeCluster:
     # Ray's temp dirs: short paths, Ray's socket paths must stay under 108 bytes
     ray_dirs: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bf-ray-")))
     procs: list[subprocess.Popen] = field(default_factory=list)
+    worker: subprocess.Popen | None = None
 
     def node_cache(self, node: str) -> Path:
         """The node-local artifact cache of ``node`` ("head" or "worker")."""
@@ -87,9 +90,16 @@ class TwoNodeCluster:
             time.sleep(0.2)
 
     def start(self) -> None:
+        self.start_head()
+        self.start_worker()
+
+    def start_head(self) -> None:
         self.address = f"{HEAD_IP}:{free_port(HEAD_IP)}"
         ready = "will now block forever"
         self._spawn("head", self._ray_start("head", HEAD_IP, '{"node_head": 1}', True), ready)
+
+    def start_worker(self) -> None:
+        """The worker node (again, after ``kill_worker_raylet``: a new node, the same view)."""
         # Bind the venv aside, hide the work tree (and the rest) under tmpfs, bind it back.
         view = self.base / "venv-view"
         view.mkdir(exist_ok=True)
@@ -100,23 +110,47 @@ class TwoNodeCluster:
                   f"mkdir -p {shlex.quote(str(VENV))} && "
                   f"mount --bind {shlex.quote(str(view))} {shlex.quote(str(VENV))} && "
                   f"exec {shlex.join(worker)}")
-        self._spawn("worker", ["unshare", "--mount", "sh", "-c", script], ready)
+        self._spawn("worker", ["unshare", "--mount", "sh", "-c", script],
+                    "will now block forever")
+        self.worker = self.procs[-1]
+
+    def kill_worker_raylet(self) -> int:
+        """SIGKILL the worker node's raylet (a lost node); its `ray start` then stops the rest
+        of the node. Returns the raylet's pid."""
+        for pid in [self.worker.pid, *descendants(self.worker.pid)]:
+            try:
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if argv0.endswith(b"/raylet"):
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        raise RuntimeError("the worker node has no raylet")
+
+    def stop_worker(self) -> None:
+        """Stop what is left of the worker node (its process group)."""
+        _stop_group(self.worker)
+        self.procs.remove(self.worker)
 
     def stop(self) -> None:
         """Stop both nodes: SIGTERM to each node's process group, SIGKILL what remains."""
         for proc in reversed(self.procs):
-            for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and _group_alive(proc.pid):
-                    proc.poll()
-                    time.sleep(0.1)
-            proc.poll()
+            _stop_group(proc)
         self.procs.clear()
         shutil.rmtree(self.ray_dirs, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            proc.poll()
+            time.sleep(0.1)
+    proc.poll()
 
 
 def _group_alive(pgid: int) -> bool:

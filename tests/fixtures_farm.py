@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from devices.boardlock import LOCK_FILE, holder_record
 from devices.farm import farm_down, farm_up
 from devices.inventory import Device, Inventory, load_inventory
 
@@ -106,3 +107,29 @@ def gone(arg: str, within_s: float = 10.0) -> bool:
     while processes_with_arg(arg) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not processes_with_arg(arg)
+
+
+def session_of(workdir: Path) -> str:
+    """The session recorded in the workdir's lock file (devices.boardlock), once a holder
+    wrote it."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        path = workdir / LOCK_FILE
+        record = holder_record(path.read_text()) if path.exists() else {}
+        if record.get("sid"):
+            return record["sid"]
+        time.sleep(0.05)
+    raise AssertionError("no holder was recorded")
+
+
+def session_members(sid: str) -> list[int]:
+    """The live processes of session ``sid`` (a board's run: the farm's boards are here)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[3] == sid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members

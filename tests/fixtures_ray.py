@@ -70,14 +70,14 @@ def write_pool_inventory(farm: CoordFarm) -> None:
 
 def needle_spec(folder: Path, name: str, model: Path, devices: list[str], *,
                 depths: tuple[float, ...] = (0.5,), k: tuple[int, ...] = (4,),
-                ctx: int = 128, extra: str = "") -> Path:
+                ctx: int = 128, extra: str = "", warmups: int = 1) -> Path:
     """A small needle matrix: exact + sparse k for each depth, on ``devices``."""
     path = folder / f"{name}.toml"
     path.write_text(f"""
 name = "{name}"
 model = "{model}"
 devices = {json.dumps(devices)}
-warmups = 1
+warmups = {warmups}
 {extra}
 
 [engine.policy.exact]

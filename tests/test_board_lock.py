@@ -1,26 +1,33 @@
 """The lock file in a board's workdir (devices.boardlock), held here by a real flock as another
 coordinator's command would hold it: over SSH on a farm node and on the local device nothing
 runs while it is held; a `benchfarm run` with a store of its own waits, says so, and finishes
-once the lock is free."""
+once the lock is free. A command under the lock records its holder, which a refused one names;
+``abort_run`` kills the holder's whole session; a lock whose holder is gone is taken over."""
 
 from __future__ import annotations
 
 import dataclasses
 import fcntl
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fixtures_farm import session_members, session_of
 from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 
 from db.store import Store
-from devices.boardlock import LOCK_FILE
+from devices.boardlock import LOCK_FILE, LockHolder, holder_record, locked
 from devices.connect import connect
 from devices.errors import BoardLocked
 from devices.fingerprint import probed_run
 from devices.inventory import Device, local_device
+from harness.execution.runner import abort_run
+
+HOLDER = LockHolder("test-host:1:abc", "sqlite:///test.db", 7, "run-one")
+OTHER = LockHolder("test-host:2:def", "sqlite:///other.db", None, "run-two")
 
 
 @contextmanager
@@ -39,9 +46,9 @@ def test_nothing_runs_while_another_command_holds_the_lock(name: str, farm,
     marker = tmp_path / "ran"
     with connect(device) as transport:
         with board_lock(tmp_path / "work"), pytest.raises(BoardLocked, match=LOCK_FILE):
-            probed_run(transport, ["touch", str(marker)], timeout=30, lock=True)
+            probed_run(transport, ["touch", str(marker)], timeout=30, lock=HOLDER)
         assert not marker.exists()
-        probed = probed_run(transport, ["touch", str(marker)], timeout=30, lock=True)
+        probed = probed_run(transport, ["touch", str(marker)], timeout=30, lock=HOLDER)
     assert probed.result.exit_code == 0 and marker.exists()
 
 
@@ -55,7 +62,7 @@ def test_a_coordinator_with_its_own_store_waits_for_the_lock(
     with board_lock(workdir):
         proc = start_cli(["--db", url, "run", str(spec), "--inventory", str(inventory),
                           "--ray-address", ray_address], tmp_path)
-        watch = watch_stderr(proc, "is held by another coordinator")
+        watch = watch_stderr(proc, "is held by a command that recorded no holder")
         assert watch.seen.wait(120), watch.text
         time.sleep(1.0)  # several more tries while it is held
         with Store.open(url) as store:
@@ -66,3 +73,43 @@ def test_a_coordinator_with_its_own_store_waits_for_the_lock(
     assert proc.returncode == 0, watch.text
     assert "2 ok" in out
     assert sum("lock file" in line for line in watch.lines) == 1  # said once, not every try
+
+
+@pytest.mark.parametrize("name", ["farm-x86", "local"])
+def test_the_holder_is_named_aborted_with_its_session_and_a_gone_one_taken_over(
+        name: str, farm, tmp_path: Path) -> None:
+    found = local_device() if name == "local" else farm.inventory.get(name)
+    workdir = tmp_path / "work"
+    device: Device = dataclasses.replace(found, workdir=str(workdir))
+    with connect(device) as holder, connect(device) as other:
+        # a run whose command starts children of its own (a shell and a sleep)
+        outcome: dict[str, object] = {}
+        thread = threading.Thread(target=lambda: outcome.setdefault("result", holder.run_host(
+            locked(["sh", "-c", "sleep 300; echo late"], HOLDER), timeout=600)))
+        thread.start()
+        sid = session_of(workdir)
+        assert len(session_members(sid)) >= 2
+        with pytest.raises(BoardLocked) as refused:
+            probed_run(other, ["true"], timeout=30, lock=OTHER)
+        message = str(refused.value)
+        for part in ("test-host:1:abc", "sqlite:///test.db", "job 7", "run run-one", "pid "):
+            assert part in message, message
+        assert not abort_run(other, "another-run")  # not the holder: nothing is killed
+        assert session_members(sid)
+        assert abort_run(other, "run-one")
+        assert session_members(sid) == []
+        thread.join(30)
+        assert "late" not in outcome["result"].stdout
+        assert probed_run(other, ["true"], timeout=30, lock=OTHER).result.exit_code == 0
+
+        # the holder's process is gone while a child it left holds the lock: taken over
+        started = holder.run_host(locked(["sh", "-c", "sleep 300 >/dev/null 2>&1 & exit 0"],
+                                         HOLDER), timeout=30)
+        assert started.exit_code == 0
+        left_behind = session_of(workdir)
+        assert session_members(left_behind)
+        marker = tmp_path / "ran"
+        probed = probed_run(other, ["touch", str(marker)], timeout=30, lock=OTHER)
+        assert probed.result.exit_code == 0 and marker.exists()
+        assert session_members(left_behind) == []
+        assert holder_record((workdir / LOCK_FILE).read_text())["run"] == "run-two"

@@ -4,7 +4,8 @@ The worker node runs in its own mount namespace with tmpfs over the work tree an
 state (keys, known_hosts): the code reaches it through runtime_env, the engine and the model by
 hash through Ray, the SSH credentials with the device records. Boards of the local farm are
 pinned to each node by custom resources. The coordinator is the real command line, joining the
-cluster with --ray-address and its token.
+cluster with --ray-address and its token. The last test kills the worker node's raylet (a lost
+node) and starts the node again.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import hashlib
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from fixtures_cluster import TwoNodeCluster
-from fixtures_ray import CoordFarm, every_measurement, stored_runs
+from fixtures_ray import CoordFarm, every_measurement, needle_spec, stored_runs
 
+from db.leases import utcnow
 from db.store import Store
 
 pytestmark = pytest.mark.usefixtures("two_node_cluster")
@@ -159,3 +162,55 @@ def test_joining_without_the_clusters_token_names_the_token(
     message = proc.stderr.strip().splitlines()[-1]
     assert "token authentication" in message and "RAY_AUTH_TOKEN" in message, message
     assert "Traceback" not in proc.stderr
+
+
+def test_a_lost_node_loses_only_its_boards_run_and_a_rerun_after_it_returns_completes(
+        two_node_cluster: TwoNodeCluster, coord_farm: CoordFarm, needle_model: Path,
+        tmp_path: Path) -> None:
+    """The worker node's raylet is killed while its board (farm-arm) has a run in flight: the
+    head node's board (farm-x86) finishes its runs, the lost run is stored `lost`, the driver
+    exits 1 with its summary (no traceback); once the node is back a rerun does the rest."""
+    cluster = two_node_cluster
+    inventory = pinned_inventory(coord_farm, tmp_path,
+                                 {"farm-x86": "node_head", "farm-arm": "node_worker"})
+    spec = needle_spec(tmp_path, "lost-node", needle_model, ["farm-x86", "farm-arm"],
+                       depths=(0.3, 0.7), warmups=0)
+    url = f"sqlite:///{tmp_path}/farm.db"
+    store = Store.open(url)
+    args = [sys.executable, "-m", "harness.cli", "--db", url, "run", str(spec), "--inventory",
+            str(inventory), "--ray-address", cluster.address]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=cluster.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            lease = store.leases.get("farm-arm")
+            if lease is not None and lease.run_key is not None and lease.expires > utcnow():
+                break  # an arm run is in flight on the worker node
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        in_flight = lease.run_key
+        cluster.kill_worker_raylet()
+        out, err = proc.communicate(timeout=DRIVER_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "Error:" not in out, err[-3000:]
+    assert "1 lost" in out, out
+    runs = stored_runs(store, "lost-node")
+    x86, arm = (runs[runs["device_name"] == name] for name in ("farm-x86", "farm-arm"))
+    assert len(x86) == 4 and set(x86["status"]) == {"ok"}, x86[["status", "error"]]
+    lost = arm[arm["status"] == "lost"]
+    assert lost["run_key"].tolist() == [in_flight], arm[["status", "error"]]
+    assert "runner was lost" in lost["error"].iloc[0]
+    assert set(arm["status"]) <= {"ok", "lost", "pending"}
+
+    cluster.stop_worker()  # what is left of the node
+    cluster.start_worker()
+    rerun = driver(cluster, tmp_path, "run", str(spec), "--inventory", str(inventory))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    final = stored_runs(store, "lost-node")
+    store.close()
+    assert len(final) == 8 and final["run_key"].is_unique and set(final["status"]) == {"ok"}

@@ -37,6 +37,37 @@ def test_a_taken_board_is_refused_then_handed_over(store: Store) -> None:
     assert leases.get("board").holder == "B"
 
 
+def test_the_next_lease_goes_to_the_highest_priority_then_the_longest_waiting(
+        store: Store) -> None:
+    leases = store.leases
+    held = leases.acquire("board", "low-a", 30, priority=1).granted
+    assert held is not None
+    # waiting, in this order: another priority-1 coordinator, then a priority-5 one
+    assert leases.acquire("board", "low-b", 30, priority=1).granted is None
+    assert leases.acquire("board", "high", 30, priority=5).granted is None
+    leases.release(held.lease_id, again=1)  # low-a wants it again
+    assert leases.acquire("board", "low-b", 30, priority=1).granted is None
+    assert leases.acquire("board", "low-a", 30, priority=1).granted is None
+    turn = leases.acquire("board", "high", 30, priority=5).granted
+    assert turn is not None
+    # the priority-5 holder wants it again: it goes before both waiting priority-1 ones
+    leases.release(turn.lease_id, again=5)
+    assert leases.acquire("board", "low-b", 30, priority=1).granted is None
+    turn = leases.acquire("board", "high", 30, priority=5).granted
+    assert turn is not None
+    leases.release(turn.lease_id)  # done with it
+    # then the priority-1 coordinators in the order they began to wait
+    assert leases.acquire("board", "low-a", 30, priority=1).granted is None
+    turn = leases.acquire("board", "low-b", 30, priority=1).granted
+    assert turn is not None
+    leases.release(turn.lease_id, again=1)
+    assert leases.acquire("board", "low-b", 30, priority=1).granted is None
+    assert leases.acquire("board", "low-a", 30, priority=1).granted is not None
+    # a waiter that stopped asking holds nobody up
+    leases.withdraw("low-b")
+    assert store.engine.connect().execute(leases.waiters.select()).all() == []
+
+
 def test_a_dead_holders_lease_expires(store: Store) -> None:
     dead = store.leases.acquire("board", "dead", 1.0).granted
     assert store.leases.acquire("board", "alive", 1.0).granted is None

@@ -21,7 +21,7 @@ from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "token_timings", "outcomes", "experiment_runs", "leases", "jobs", "board_states",
-          "board_events", "health_checks", "reservations", "measurements"}
+          "board_events", "health_checks", "reservations", "measurements", "board_waiters"}
 
 
 def count(store: Store, table: str) -> int:

@@ -10,7 +10,9 @@ builds an engine for every (revision, target) in parallel where the sources are.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +32,8 @@ PLACEMENT_TIMEOUT_S = float(os.environ.get("BENCHFARM_PLACEMENT_TIMEOUT_S", "120
 # Ray refuses 127.0.0.1 as a node address (it resolves it to the public interface); any other
 # loopback address keeps a local instance off the network.
 LOCAL_NODE_IP = os.environ.get("BENCHFARM_RAY_NODE_IP", "127.0.0.2")
+# A private instance starts Ray's dashboard only when this is set to 1.
+DASHBOARD_ENV = "BENCHFARM_RAY_DASHBOARD"
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -73,30 +77,42 @@ def code_for_workers() -> dict[str, Any]:
 
 @contextmanager
 def ray_session(address: str | None, resources: dict[str, float] | None = None) -> Iterator[None]:
-    """Join ``address``, or start a local Ray instance declaring the inventory's resources.
+    """Join ``address``, or start a private Ray instance declaring the inventory's resources.
 
     Joining a cluster ships the project's code to its nodes through ``runtime_env``: the other
-    nodes need Python and the dependencies, not a checkout. An instance the caller already
-    started (tests, notebooks) is used as it is and left running.
+    nodes need Python and the dependencies, not a checkout. Without ``address`` the instance
+    is private even where a cluster runs on the machine (``ray start --head``, $RAY_ADDRESS):
+    ``address="local"``, a temp dir of its own (removed at the end), Ray's random ports, and
+    no dashboard unless $BENCHFARM_RAY_DASHBOARD is 1. An instance the caller already started
+    (tests, notebooks) is used as it is and left running.
     """
     if ray.is_initialized():
         yield
         return
+    # short: Ray's socket paths under it must stay within 108 bytes
+    temp_dir = None if address else tempfile.mkdtemp(prefix="bf-ray-", dir="/tmp")
     try:
         if address:
             check_reachable(address)
             ray.init(address=address, log_to_driver=False, runtime_env=code_for_workers())
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address=LOCAL_NODE_IP, resources=resources or None,
-                     object_store_memory=256 * 1024 * 1024)
+            ray.init(address="local", _temp_dir=temp_dir, num_cpus=os.cpu_count() or 1,
+                     include_dashboard=os.environ.get(DASHBOARD_ENV) == "1",
+                     log_to_driver=False, _node_ip_address=LOCAL_NODE_IP,
+                     resources=resources or None, object_store_memory=256 * 1024 * 1024)
     except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
         raise join_failure(str(address), exc) from exc
+    except BaseException:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
     sigterm_as_interrupt()  # ray.init replaced the handler with an immediate exit
     try:
         yield
     finally:
         ray.shutdown()
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def on_driver_node() -> NodeAffinitySchedulingStrategy:
@@ -132,6 +148,14 @@ def check_resources(boards: list[Device]) -> None:
             for node, free in sorted(nodes.items(), key=lambda item: names[item[0]]))
         raise InputError(f"device {device.name!r}: key 'resources': no node of the Ray cluster "
                          f"can place its runner ({want}): {seen}")
+
+
+def placeable(device: Device) -> bool:
+    """Whether a live node of the cluster declares the board's resources (its runner could be
+    placed there)."""
+    return any(node["Alive"] and all(node["Resources"].get(r, 0.0) >= a
+                                     for r, a in device.resources.items())
+               for node in ray.nodes())
 
 
 def wait_placed(boards: dict[str, Any], timeout_s: float) -> None:

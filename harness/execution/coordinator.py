@@ -40,13 +40,16 @@ class RunSummary:
 
     @property
     def complete(self) -> bool:
-        return not (self.counts["pending"] or self.counts["interrupted"] or self.cancelled)
+        return not (self.counts["pending"] or self.counts["interrupted"] or self.counts["lost"]
+                    or self.cancelled)
 
     def line(self) -> str:
         c = self.counts
         line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
                 f"{self.skipped} already done, {c['ok']} ok, {c['failed']} failed, "
                 f"{c['pending']} pending now")
+        if c["lost"]:
+            line += f", {c['lost']} lost with their board's runner (rerun once it is back)"
         if c["elsewhere"]:
             line += f", {c['elsewhere']} done meanwhile by another coordinator"
         if c["expired"]:
@@ -102,8 +105,9 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                      store.jobs.get(job_id).owner, who.holder, targets, request.bad_after)
     try:
         with job_heartbeat(store, job_id, who.ttl_s / 3):
-            summary = _run(request, store, placements,
-                           Sharing(store, who.holder, who.ttl_s, spec.name, job_id), gate)
+            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id,
+                              store.jobs.get(job_id).priority)
+            summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
         if one_shot:
             store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")

@@ -13,8 +13,12 @@ writer. Nothing here knows the plan or an engine by name.
 A transport error (board lost) is reported as status ``lost`` so that the scheduler can retry
 elsewhere; an engine that exits non-zero, outlives its timeout, or prints a document its
 adapter refuses is a ``failed`` run with its exit code and stderr, or the reason. Every command
-runs under the board's lock file (devices.boardlock); one that finds it taken by another
-coordinator is reported ``busy``, having run nothing, and the scheduler tries later.
+runs under the board's lock file (devices.boardlock), recording this coordinator, store, job
+and run as its holder; one that finds it taken by another coordinator is reported ``busy``,
+having run nothing, and the scheduler tries later. ``DeviceRunner.abort`` (a concurrency group
+of its own, so that it runs while a run is in flight) kills a run's whole session on the board
+over a connection of its own: the coordinator calls it when it stops (cancel, SIGTERM/Ctrl-C)
+or loses the board's lease; a run that outlives its timeout is aborted the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 import ray
 
-from devices.boardlock import check_locked, locked
+from devices.boardlock import LockHolder, abort_argv, check_locked, locked
 from devices.cache import ArtifactCache
 from devices.connect import connect
 from devices.errors import BoardLocked, CommandTimeout, DeviceError
@@ -47,6 +51,8 @@ from harness.contract import (
 from harness.engines import get_engine
 from harness.execution.artifacts import ArtifactError, ArtifactMismatch, NodeCache
 from harness.execution.credentials import Credentials
+
+ABORT_TIMEOUT_S = 15.0  # the kill script: TERM, 2 s, KILL, 2 s, and the round trip
 
 
 class PushMemo:
@@ -102,7 +108,14 @@ def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
     return path
 
 
-def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path) -> RunReport:
+def abort_run(transport: Transport, run: str) -> bool:
+    """Kill ``run``'s session on the board if it still holds the lock file; whether it did."""
+    result = transport.run_host(abort_argv(run), timeout=ABORT_TIMEOUT_S)
+    return result.stdout.strip() == "aborted"
+
+
+def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
+            holder: LockHolder) -> RunReport:
     """Run ``order`` on the device of ``pushes.transport``, between two fingerprints.
 
     The fingerprints and the engine go in one remote command (``probed_run``), whose engine
@@ -132,15 +145,22 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path)
         argv = engine.argv(order.command, binary, model, ids is not None, options)
         if order.warmup:
             device = transport.device
-            result = transport.run_host(locked(device_argv(device, argv, None)),
+            result = transport.run_host(locked(device_argv(device, argv, None), holder),
                                         timeout=order.timeout_s, stdin_file=ids)
             check_locked(device.name, device.workdir, result)
         else:
             probed = probed_run(transport, argv, timeout=order.timeout_s, stdin_file=ids,
-                                lock=True, cache=pushes.cache)
+                                lock=holder, cache=pushes.cache)
             result = probed.result
             report.snapshots = {"before": probed.before, "after": probed.after}
-    except (CommandTimeout, ArtifactError) as exc:
+    except CommandTimeout as exc:
+        try:  # whatever of the run's session outlived the deadline goes now
+            abort_run(transport, holder.run)
+        except DeviceError:
+            pass
+        report.status, report.error = "failed", str(exc)
+        return _finish(report, clock)
+    except ArtifactError as exc:
         report.status, report.error = "failed", str(exc)
         return _finish(report, clock)
     except BoardLocked as exc:
@@ -185,20 +205,33 @@ def scratch_dir() -> Path:
     return path
 
 
-@ray.remote(num_cpus=0, max_concurrency=1)
+@ray.remote(num_cpus=0, max_concurrency=1, concurrency_groups={"control": 1})
 class DeviceRunner:
     """Holds the connection to one board and runs work orders on it, one at a time.
 
     It may live on any node: the SSH credentials come with it, and each order's artifacts are
     fetched by hash into the node's cache (``harness.execution.artifacts``) before they are
-    pushed.
+    pushed. ``holder`` names the coordinator in the board's lock file (its ``run`` is filled
+    per order).
     """
 
-    def __init__(self, device: Device, credentials: Credentials, server: Any) -> None:
+    def __init__(self, device: Device, credentials: Credentials, server: Any,
+                 holder: LockHolder) -> None:
         self.device = credentials.install(device)
         self.cache = NodeCache(server)
+        self.holder = holder
         self.transport: Any = None
         self.pushes: PushMemo | None = None
+
+    @ray.method(concurrency_group="control")
+    def abort(self, run_key: str) -> bool:
+        """Kill the run's session on the board (while ``run`` may still wait for it), over a
+        connection of its own; whether something was killed."""
+        try:
+            with connect(self.device) as transport:
+                return abort_run(transport, run_key)
+        except DeviceError:
+            return False
 
     def run(self, order: WorkOrder) -> RunReport:
         started = datetime.now(UTC)
@@ -215,7 +248,8 @@ class DeviceRunner:
                 return RunReport(order.run_key, self.device.name, "lost", started,
                                  datetime.now(UTC), 0.0, error=str(exc))
         try:
-            report = execute(order, self.device.name, self.pushes, scratch_dir())
+            report = execute(order, self.device.name, self.pushes, scratch_dir(),
+                             replace(self.holder, run=order.run_key))
         except Exception as exc:  # noqa: BLE001 - an untyped transport failure: the board is
             # as good as lost; the error text goes with the run so that a bug stays visible.
             now = datetime.now(UTC)

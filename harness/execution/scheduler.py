@@ -12,7 +12,14 @@ the queue, with exponential backoff, up to ``retries`` more tries; a pooled run 
 board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
 runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
 Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
-`benchfarm cancel` stores them as cancelled.
+`benchfarm cancel` stores them as cancelled; either way each board's runner first kills the
+run's session on the board (``DeviceRunner.abort``), and so does a lease lost in flight.
+
+A runner actor that dies (its node was lost, or it crashed) takes nothing else down: its run in
+flight is stored ``lost`` and queued again, and a new runner (a new name: the old one's may
+still be registered) is started for the board. Until it is placed the board is skipped; once
+no live node of the cluster can place it, the board is given up: the rest finishes, the board's
+lost run stays ``lost`` and its other runs are stored pending, for a later `benchfarm run`.
 
 Every attempt is a measurement of its own in the store, recorded as ``running`` when it is
 dispatched (under the board's lease) and completed with its result; a result that comes after
@@ -38,10 +45,11 @@ import ray
 
 from db.records import RunResult
 from db.store import Store
+from devices.boardlock import LockHolder
 from devices.inventory import Device
 from harness.contract import RunReport, WorkOrder
 from harness.execution.artifacts import start_server
-from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, wait_placed
+from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, placeable, wait_placed
 from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate
 from harness.execution.progress import Progress
@@ -51,13 +59,15 @@ from harness.execution.sharing import LEASE_POLL_S, Cancelled, Sharing
 from harness.execution.turns import BoardTurns
 from harness.plan.planner import Plan, PlannedRun
 
+ABORT_WAIT_S = 20.0  # how long a stopping coordinator waits for its boards' runs to be killed
 
-def _actor_for(device: Device, server: Any, label: str) -> Any:
+
+def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> Any:
     """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
     the board's custom resources."""
     options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
-    return DeviceRunner.options(name=f"board:{device.name}:{label}", namespace=NAMESPACE,
-                                **options).remote(device, Credentials.of(device), server)
+    return DeviceRunner.options(name=name, namespace=NAMESPACE, **options).remote(
+        device, Credentials.of(device), server, holder)
 
 
 @dataclass
@@ -65,6 +75,7 @@ class Dispatch:
     ref: Any
     run: PlannedRun
     warmup: bool
+    aborted: bool = False  # its lease was lost and the run killed on the board
 
 
 @dataclass
@@ -77,6 +88,9 @@ class Board:
     losses: int = 0  # consecutive
     dead: bool = False
     last_error: str = ""
+    generation: int = 0  # runners started for the board (each has a name of its own)
+    starting: Any = None  # a new runner's readiness, until it is placed
+    starting_since: float = 0.0
     warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
 
 
@@ -97,12 +111,17 @@ class Scheduler:
         # several matrices in turn and ray.kill frees the previous one's names asynchronously
         self.label = f"{ray.get_runtime_context().get_job_id()}:{uuid.uuid4().hex[:8]}"
         self.server = start_server(plan.catalogue, self.label)
+        self.holder = LockHolder(sharing.holder,
+                                 store.engine.url.render_as_string(hide_password=True),
+                                 sharing.job_id, "")
+        self.lost_keys: set[str] = set()  # runs whose last try was lost with its runner
         self.boards: dict[str, Board] = {}
         for placement in plan.placements:
             for name in placement.devices:
                 if name not in self.boards:
                     device = plan.boards[name]
-                    actor = _actor_for(device, self.server, self.label)
+                    actor = _actor_for(device, self.server, f"board:{name}:{self.label}",
+                                       self.holder)
                     self.boards[name] = Board(device, actor, [])
                 serves = self.boards[name].serves
                 if placement.by_class:
@@ -126,7 +145,8 @@ class Scheduler:
         try:
             wait_placed({n: b.actor for n, b in self.boards.items()}, PLACEMENT_TIMEOUT_S)
             while True:
-                self.turns.renew()
+                self._abort_lost_leases(self.turns.renew())
+                self._check_starting()
                 self._give_up_unservable()
                 self._dispatch()
                 busy = [b for b in self.boards.values() if b.busy]
@@ -150,14 +170,15 @@ class Scheduler:
         finally:
             for board in self.boards.values():
                 ray.kill(board.actor)
-                self.turns.release(board.device.name)
+            self.turns.done()
             ray.kill(self.server)
         return self.counts
 
     def _dispatch(self) -> None:
         now = time.monotonic()
         for board in self.boards.values():
-            if board.dead or board.busy or board.not_before > now or self._held_back_now(board):
+            if (board.dead or board.busy or board.starting or board.not_before > now
+                    or self._held_back_now(board)):
                 continue
             run = self._next_for(board, now)
             if run is None:
@@ -197,16 +218,22 @@ class Scheduler:
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
-        self.turns.release(board.device.name)
+        wants = not board.dead and any(self.queues[key] for key in board.serves)
+        self.turns.release(board.device.name, again=wants)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
             report: RunReport = ray.get(dispatch.ref)
-        except ray.exceptions.RayError as exc:  # the actor died: treat like a lost board
-            if isinstance(exc, ray.exceptions.RayActorError):
-                board.actor = _actor_for(board.device, self.server, self.label)
+        except ray.exceptions.RayActorError as exc:  # the runner (or its node) died
+            self._runner_lost(board, dispatch, exc)
+            return
+        except ray.exceptions.RayError as exc:  # the run's task failed: as a lost board
             report = RunReport(dispatch.run.key, board.device.name, "lost", datetime.now(UTC),
                                datetime.now(UTC), 0.0, error=f"runner actor failed: {exc}")
+        if dispatch.aborted:  # its lease was lost: nothing to store; it waits for the board
+            self._busy(board, dispatch, f"device {board.device.name!r}: the run was stopped "
+                                        "on the board when its lease was lost")
+            return
         if report.status == "lost":
             self._lost(board, dispatch, report.error or "lost")
             return
@@ -283,7 +310,8 @@ class Scheduler:
                                f"{retries} in {backoff:g}s")
 
     def _give_up_unservable(self) -> None:
-        """Runs whose placement has no live board left become pending."""
+        """Runs whose placement has no live board left become pending (those lost with their
+        runner stay lost)."""
         for key, queue in self.queues.items():
             if not queue:
                 continue
@@ -292,24 +320,88 @@ class Scheduler:
                 continue
             errors = "; ".join(sorted({self._held_back.get(b.device.name) or b.last_error
                                        for b in servers}))
-            self._placeholder(list(queue), "pending", servers[0].device.name,
-                              f"no board of {key} left to run it ({errors})")
+            device = servers[0].device.name
+            lost = [r for r in queue if r.key in self.lost_keys]
+            self._placeholder(lost, "lost", device, f"{errors}; no board of {key} left to "
+                                                    "retry it")
+            self._placeholder([r for r in queue if r.key not in self.lost_keys], "pending",
+                              device, f"no board of {key} left to run it ({errors})")
             queue.clear()
 
     def _stop_in_flight(self, status: str, error: str) -> None:
-        in_flight = [b for b in self.boards.values() if b.busy and not b.busy.warmup]
+        """Kill the runs in flight on their boards, and store them with ``status``."""
+        in_flight = [b for b in self.boards.values() if b.busy]
+        aborts = [b.actor.abort.remote(b.busy.run.key) for b in in_flight]
         for board in in_flight:
-            self._placeholder([board.busy.run], status, board.device.name, error,
-                              self.turns.lease_of(board.device.name))
+            if not board.busy.warmup:
+                self._placeholder([board.busy.run], status, board.device.name, error,
+                                  self.turns.lease_of(board.device.name))
+        ray.wait(aborts, num_returns=len(aborts), timeout=ABORT_WAIT_S)
+
+    def _abort_lost_leases(self, boards: set[str]) -> None:
+        """A lease lost in flight: the run is killed on the board (another coordinator may
+        have it now); its result is not stored and the run waits for the board again."""
+        for name in boards:
+            board = self.boards[name]
+            if board.busy and not board.busy.aborted:
+                board.busy.aborted = True
+                board.actor.abort.remote(board.busy.run.key)
 
     def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
-                     error: str, lease: str | None = None) -> None:
+                     error: str, lease: str | None = None, count: bool = True) -> None:
         """Record runs that did not finish: their open attempt completed with ``status``, else
-        an attempt of that status added (earlier measurements stay as they are)."""
+        an attempt of that status added (earlier measurements stay as they are). ``count``:
+        whether the run ends here (a lost run queued again does not)."""
         for run in runs:
             self._save(run, base_result(run, self.plan.device_ids[device], status, error), lease)
-            self.counts[status] += 1
-            self.progress.record(device, status, run.order.label)
+            if count:
+                self.counts[status] += 1
+                self.progress.record(device, status, run.order.label)
+
+    # -- runners that die ---------------------------------------------------------------------
+
+    def _runner_lost(self, board: Board, dispatch: Dispatch, exc: Exception) -> None:
+        """The board's runner died with a run in flight: the run is stored lost and queued
+        again, and a new runner is started (placed when a node can host it)."""
+        name = board.device.name
+        error = f"device {name!r}: its runner was lost (its node died?): {type(exc).__name__}"
+        board.last_error = error
+        run = dispatch.run
+        if not dispatch.warmup:
+            self._placeholder([run], "lost", name, error, self.turns.lease_of(name), count=False)
+            self.lost_keys.add(run.key)
+            run.lost_on.add(name)
+            self.queues[run.placement.key].appendleft(run)
+        ray.kill(board.actor)
+        board.generation += 1
+        board.actor = _actor_for(board.device, self.server,
+                                 f"board:{name}:{self.label}:{board.generation}", self.holder)
+        board.starting, board.starting_since = board.actor.__ray_ready__.remote(), \
+            time.monotonic()
+        self.progress.note(f"{error}; waiting for a node that can run it")
+
+    def _check_starting(self) -> None:
+        """Boards whose new runner was placed are used again; those that no live node can
+        place (or that were not placed in time) are given up."""
+        for board in self.boards.values():
+            if board.starting is None:
+                continue
+            ready, _ = ray.wait([board.starting], timeout=0)
+            try:
+                if ready:
+                    ray.get(ready[0])
+                    board.starting = None
+                    continue
+            except ray.exceptions.RayError as exc:
+                board.last_error = f"{board.last_error}; a new runner failed: {exc}"
+            else:
+                waited = time.monotonic() - board.starting_since
+                if placeable(board.device) and waited < PLACEMENT_TIMEOUT_S:
+                    continue
+            board.starting, board.dead = None, True
+            ray.kill(board.actor)
+            self.progress.note(f"device {board.device.name!r} given up: no live node of the "
+                               "cluster can run it now; run again once its node is back")
 
     # -- the queues ---------------------------------------------------------------------------
 

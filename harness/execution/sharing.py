@@ -62,15 +62,21 @@ class Sharing:
     ttl_s: float
     experiment: str
     job_id: int | None = None
+    priority: int = 0  # the job's: a board's next lease goes to the best waiter (db.leases)
     last_tick: float = 0.0
 
     def acquire(self, board: str, run_key: str | None) -> Claim:
         """The board's lease for us (``.granted``), or the one in the way (``.current``)."""
         return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
-                                         run_key)
+                                         run_key, self.priority)
 
-    def release(self, lease_id: str) -> None:
-        self.store.leases.release(lease_id)
+    def release(self, lease_id: str, again: bool) -> None:
+        """Give the board back; ``again``: we wait for it for our next run."""
+        self.store.leases.release(lease_id, self.priority if again else None)
+
+    def withdraw(self) -> None:
+        """We wait for no board any more."""
+        self.store.leases.withdraw(self.holder)
 
     def tick(self, held: list[str]) -> set[str]:
         """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost."""

@@ -47,19 +47,30 @@ class BoardTurns:
     def lease_of(self, board: str) -> str | None:
         return self.leases.get(board)
 
-    def release(self, board: str) -> None:
+    def release(self, board: str, again: bool = False) -> None:
+        """Give the board's lease back; ``again``: this coordinator has more for it and waits
+        for its next turn (a higher-priority job keeps the board, equals alternate)."""
         lease_id = self.leases.pop(board, None)
         if lease_id:
-            self.sharing.release(lease_id)
+            self.sharing.release(lease_id, again)
 
-    def renew(self) -> None:
-        """Renew the leases in flight (and the job's heartbeat) when due; raises Cancelled once
-        the job was cancelled."""
+    def done(self) -> None:
+        """Every lease back, and no more waiting for any board."""
+        for board in list(self.leases):
+            self.release(board)
+        self.sharing.withdraw()
+
+    def renew(self) -> set[str]:
+        """Renew the leases in flight (and the job's heartbeat) when due; the boards whose
+        lease was lost. Raises Cancelled once the job was cancelled."""
         by_lease = {lease_id: board for board, lease_id in self.leases.items()}
-        for lease_id in self.sharing.tick(list(by_lease)):
-            self.progress.note(f"device {by_lease[lease_id]!r}: its lease expired while a run "
-                               "was in flight (was the coordinator stalled for longer than the "
-                               "lease time?); another coordinator may use it")
+        lost = {by_lease[lease_id] for lease_id in self.sharing.tick(list(by_lease))}
+        for board in sorted(lost):
+            self.progress.note(f"device {board!r}: its lease expired while a run was in flight "
+                               "(was the coordinator stalled for longer than the lease time?); "
+                               "the run is stopped on the board, another coordinator may use "
+                               "it")
+        return lost
 
     def done_elsewhere(self, run_key: str, experiment_id: int) -> bool:
         """Whether another coordinator of the store stored this run as ok meanwhile (it then
