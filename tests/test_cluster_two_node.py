@@ -197,7 +197,10 @@ def test_a_lost_node_loses_only_its_boards_run_and_a_rerun_after_it_returns_comp
             proc.kill()
             proc.communicate()
     assert proc.returncode == 1, err[-3000:]
-    assert "Traceback" not in err and "Error:" not in out, err[-3000:]
+    # Ray's own log lines (the raylet's, prefixed "(raylet)", e.g. "RpcError: ... Socket
+    # closed" as it notices the dead node) are not ours; every other line must be clean
+    ours = [line for line in out.splitlines() if "(raylet)" not in line]
+    assert "Traceback" not in err and not [line for line in ours if "Error:" in line], out
     assert "1 lost" in out, out
     runs = stored_runs(store, "lost-node")
     x86, arm = (runs[runs["device_name"] == name] for name in ("farm-x86", "farm-arm"))

@@ -95,14 +95,20 @@ THRESHOLD = ["--threshold", "3"]
 def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     good, commits = scratch["good"], scratch["commits"]
     slow = commits[1]
+    events = scratch["spec"].parent / "events.jsonl"
     tracked = cli(scratch, "track.db", "track", str(scratch["spec"]), "--since", good,
-                  *THRESHOLD)
+                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # the regression is one line naming the commit, metric, device and ratio; the broken
     # commit is named and left out
     lines = [line for line in tracked.stdout.splitlines() if line.startswith("regression:")]
     assert len(lines) == 1 and f"commit {slow[:12]} decode_ms_per_token on local:" in lines[0]
     assert f"revision {scratch['broken']} does not build" in tracked.stderr
+    # and the notification hook got it as a regression event
+    (event,) = [json.loads(line) for line in events.read_text().splitlines() if line]
+    assert (event["event"], event["revision"], event["metric"], event["device"]) == (
+        "regression", slow, "decode_ms_per_token", "local")
+    assert event["ratio"] > 3
 
     shown = cli(scratch, "track.db", "history", "hist", "--json", *THRESHOLD)
     assert shown.returncode == 0, shown.stderr[-3000:]

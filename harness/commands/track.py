@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.commands.flags import add_measuring, add_threshold
+from harness.commands.flags import add_measuring, add_notify, add_threshold
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "tracked commit)")
     add_measuring(parser, "the metric whose regressions are reported")
     add_threshold(parser, "smallest relative step reported")
+    add_notify(parser, "announce each regression here, besides the spec's [notify]")
     parser.set_defaults(func=run)
 
 
@@ -24,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
     from harness.history.measure import Measurer
-    from harness.history.track import track
+    from harness.execution.notify import targets_from
+    from harness.history.track import regression_hook, track
     from harness.spec import load_spec
 
     spec = load_spec(args.spec)
@@ -33,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
             Measurer(spec, inventory, store, args.device or spec.devices[0],
                      args.ray_address) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
-                       lambda line: print(line, file=sys.stderr, flush=True))
+                       lambda line: print(line, file=sys.stderr, flush=True),
+                       regression_hook(targets_from(args.notify, spec.notify)))
     print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "
           f"{len(result.regressions)} regression(s); `benchfarm history {spec.name}` shows them")
     return 0

@@ -13,20 +13,28 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from harness.errors import InputError
+from harness.execution.notify import Targets, notify
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import commit_order, engine_commits, engine_revision, resolve
 from reports.history import History, HistoryStep, history
 from reports.steps import StepParams
 
 
-def notify_regression(step: HistoryStep) -> None:
-    """The notification hook: called once for every regression `benchfarm track` finds, with
-    the commit, metric, device, config, levels and ratio. It prints the one line; the lab's
-    notification (mail, chat, a dashboard) is wired in here."""
-    print(step.line(), file=sys.stdout, flush=True)
+def regression_hook(targets: Targets) -> Callable[[HistoryStep], None]:
+    """What `benchfarm track` does with each regression it finds: print its one line, and send
+    it to the notification targets (``--notify``, the spec's ``[notify]``) as a ``regression``
+    event with the commit, metric, device, config, levels and ratio."""
+    def announce(step: HistoryStep) -> None:
+        print(step.line(), file=sys.stdout, flush=True)
+        if targets:
+            notify({"event": "regression", "line": step.line(), **asdict(step)}, targets)
+    return announce
+
+
+notify_regression = regression_hook(Targets())  # the line only
 
 
 @dataclass
