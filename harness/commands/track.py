@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
-    from harness.history.measure import Measurer
     from harness.execution.notify import targets_from
+    from harness.history.measure import Measurer
     from harness.history.track import regression_hook, track
     from harness.spec import load_spec
 
