@@ -261,6 +261,12 @@ def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome)
             if path == "/":  # the stored reason and health check, as the live script wrote them
                 assert text_of(browser, "#boards td.reason") == HOSTILE
                 assert HOSTILE in text_of(browser, "#boards td.health .health-failed")
+            # the live rows span every column
+            assert browser.execute_script(
+                "const width = (row) => [...row.cells].reduce((n, c) => n + c.colSpan, 0);"
+                "return [...document.querySelectorAll('table')].filter(t => t.tHead && "
+                "[...t.tBodies[0].rows].some(r => width(r) !== width(t.tHead.rows[0])))"
+                ".map(t => t.id)") == []
         cells = browser.execute_script(
             "return [...document.querySelectorAll('#counts td')].map(td => td.textContent)")
         assert HOSTILE in cells

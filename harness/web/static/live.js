@@ -3,7 +3,8 @@
 "use strict";
 
 const POLL_MS = 2000;
-const STATUSES = ["ok", "failed", "interrupted", "pending", "cancelled"];
+// the run statuses, in the store's order (db.records.RUN_STATUSES), as the page names them
+const STATUSES = document.body.dataset.statuses.split(" ");  // the script is deferred
 const PARTS = ["done", "failed", "running", "pending"];
 
 function el(tag, text, cls) {
