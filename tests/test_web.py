@@ -196,14 +196,21 @@ def test_an_experiment_of_two_revisions_shows_its_timelines_and_steps(tmp_path: 
     store = Store.open(url)
     exp = SyntheticExperiment(store)
     revisions = ["1" * 40, "2" * 40]  # not commits of this checkout: kept in their given order
-    for i, revision in enumerate(revisions):
-        exp.add_build(revision, build_record(source_hash=f"{i:064x}", revision=revision,
-                                             binary_sha256=f"{i + 10:064x}"))
+
+    def store_revision(i: int) -> None:
+        exp.add_build(revisions[i], build_record(source_hash=f"{i:064x}", revision=revisions[i],
+                                                 binary_sha256=f"{i + 10:064x}"))
         for repeat in range(3):
-            exp.run(repeat=repeat, build=revision, decode_ms=(10.0, 30.0)[i] * (1 + 0.01 * repeat))
+            exp.run(repeat=repeat, build=revisions[i],
+                    decode_ms=(10.0, 30.0)[i] * (1 + 0.01 * repeat))
+
+    store_revision(0)
     with store, serving(url) as base:
+        one = get_json(f"{base}/api/experiments/synthetic")
+        store_revision(1)  # while the dashboard runs: its next read has the second revision
         found = get_json(f"{base}/api/experiments/synthetic")
         status, html = get(f"{base}/experiments/synthetic")
+    assert (one["revisions"], one["steps"]) == ([], [])
     assert found["revisions"] == revisions
     assert [(s["revision"], s["metric"], s["device"]) for s in found["steps"]] == [
         (revisions[1], "decode_ms_per_token", "local")]

@@ -30,7 +30,7 @@ from db.connection import create_store_engine
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
-from db.models import Device, Experiment, Measurement, Run
+from db.models import Device, Experiment, ExperimentRun, Measurement, Run
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
@@ -185,7 +185,7 @@ class FarmData:
         self.claims_dir = claims_dir
         self._store: Store | None = None
         self._lock = threading.Lock()
-        self._histories: dict[str, tuple[int | None, ExperimentHistory]] = {}
+        self._histories: dict[str, tuple[tuple[Any, ...], ExperimentHistory]] = {}
 
     @property
     def shown_url(self) -> str:
@@ -232,10 +232,9 @@ class FarmData:
                 failures[device_id].append(Failure(run_id, experiment, finished_at, error))
         known = {name: (device_id, cls, arch, bool(emulated))
                  for device_id, name, cls, arch, emulated in devices}
-        states = store.boards.states()
         reservations = store.boards.reservations()
-        names = sorted({*known, *states, *reservations})
-        states.update(store.boards.states([n for n in names if n not in states]))
+        names = sorted({*known, *store.boards.states(), *reservations})
+        states = store.boards.states(names)  # online for a board whose state was never set
         boards = []
         for name in names:
             device_id, cls, arch, emulated = known.get(name, (None, None, None, None))
@@ -331,13 +330,14 @@ class FarmData:
             revisions=found.revisions, steps=found.steps)
 
     def history(self, name: str) -> ExperimentHistory:
-        """The experiment's revisions and steps, read again only once it has a new attempt
-        (the live page asks every few seconds)."""
+        """The experiment's revisions and steps, read again only once it has a new attempt or
+        a new run (the live page asks every few seconds)."""
         with self.store.session() as session:
-            newest = session.scalar(
-                select(func.max(Measurement.id)).join(Run, Run.id == Measurement.run_id)
-                .join(Experiment, Experiment.id == Run.experiment_id)
-                .where(Experiment.name == name))
+            newest = tuple(session.execute(
+                select(func.max(Measurement.id), func.count(func.distinct(Measurement.run_id)))
+                .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
+                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+                .where(Experiment.name == name)).one())
         with self._lock:
             cached = self._histories.get(name)
         if cached is not None and cached[0] == newest:
