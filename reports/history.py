@@ -175,19 +175,22 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
     return result
 
 
+def revision_histories(runs: pd.DataFrame, order: Sequence[str]) -> list[History]:
+    """The history of each metric an experiment's flattened runs have, when they hold more
+    than one engine revision (none otherwise): the report's and the dashboard's."""
+    found = runs_by_revision(runs)
+    if len({r.revision for r in found}) < 2:
+        return []
+    return [hist for metric in METRICS if (hist := history(found, order, metric)).series]
+
+
 def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str]
                            ) -> tuple[list[tuple[str, str]], pd.DataFrame]:
     """The report's history of an experiment with several revisions: a timeline per metric
     and device, and the table of the steps found (empty when it holds one revision)."""
-    found = runs_by_revision(runs)
-    if len({r.revision for r in found}) < 2:
-        return [], pd.DataFrame(columns=STEP_COLUMNS)
-    figures, steps = [], []
-    for metric in METRICS:
-        hist = history(found, order, metric)
-        if hist.series:
-            figures += timeline_figures(hist)
-            steps += [asdict(step) for step in hist.steps]
+    histories = revision_histories(runs, order)
+    figures = [figure for hist in histories for figure in timeline_figures(hist)]
+    steps = [asdict(step) for hist in histories for step in hist.steps]
     return figures, pd.DataFrame(steps, columns=STEP_COLUMNS)
 
 

@@ -14,19 +14,21 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import uvicorn
 from fixtures_cluster import free_port
 from fixtures_ray import needle_spec, slow_local_board, start_cli
-from fixtures_reports import SyntheticExperiment
+from fixtures_reports import SyntheticExperiment, build_record
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from db.leases import utcnow
 from db.store import Store
 from harness import REPO_ROOT
 from harness.cli import main
@@ -109,7 +111,8 @@ def console_errors(driver: webdriver.Chrome) -> list[dict]:
 
 
 def farm_store(url: str) -> tuple[Store, int]:
-    """Two boards, runs on both (one failed), a running job with its matrix, a lease."""
+    """Two boards, runs on both (one failed), a running job with its matrix, a lease; x86-1 in
+    maintenance after a good health check, arm-1 reserved and bad after a failed one."""
     store = Store.open(url)
     exp = SyntheticExperiment(store, name="alpha")
     exp.add_device("x86-1")
@@ -121,26 +124,53 @@ def farm_store(url: str) -> tuple[Store, int]:
                          holder="host:1:abc")
     store.jobs.set_totals(job, {"x86-1": 3, "arm-1": 2})
     store.leases.acquire("arm-1", "host:1:abc", 600, experiment="alpha", run_key="alpha-9")
+    store.boards.record_health("x86-1", True, [{"name": "ssh", "ok": True, "detail": "up"}],
+                               "ana (devices check)")
+    store.boards.set_state("x86-1", "maintenance", "fan swap", "ana")
+    store.boards.record_health("arm-1", True, [{"name": "temp", "ok": True, "detail": "45 C"}],
+                               "lab")
+    store.boards.record_health("arm-1", False, [{"name": "temp", "ok": False,
+                                                 "detail": "91 C"}], "lab")
+    store.boards.reserve("arm-1", "bo", utcnow() + timedelta(hours=2), "demo day")
     return store, job
 
 
 def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/farm.db"
     store, job = farm_store(url)
+    store.boards.set_state("spare-1", "retired", None, "ana")  # no run on it: no device row
     with store, serving(url) as base:
         boards = {b["name"]: b for b in get_json(f"{base}/api/boards")}
+        _, page = get(f"{base}/")
         jobs = get_json(f"{base}/api/jobs")
         one = get_json(f"{base}/api/jobs/{job}")
         missing, _ = get(f"{base}/api/jobs/999")
         experiment = get_json(f"{base}/api/experiments/alpha")
         summary = store.experiment_summary("alpha")
-    arm, x86 = boards["arm-1"], boards["x86-1"]
-    assert (arm["cls"], arm["arch"], arm["emulated"], arm["state"]) == (
+    arm, x86, spare = boards["arm-1"], boards["x86-1"], boards["spare-1"]
+    assert (arm["cls"], arm["arch"], arm["emulated"], arm["activity"]) == (
         "rk3588", "aarch64", True, "running")
     assert (arm["holder"], arm["experiment"], arm["run_key"]) == ("host:1:abc", "alpha", "alpha-9")
     assert [f["error"] for f in arm["failures"]] == ["lmc: error: synthetic failure"]
-    assert (x86["state"], x86["last_status"], x86["failures"], x86["emulated"]) == (
+    assert (arm["state"], arm["reason"], arm["changed_by"]) == (
+        "bad", "health check failed: temp: 91 C", "lab")
+    assert [(h["ok"], h["summary"]) for h in arm["health"]] == [
+        (False, "FAILED temp: 91 C"), (True, "ok")]
+    assert (arm["reservation"]["owner"], arm["reservation"]["reason"]) == ("bo", "demo day")
+    ends = datetime.fromisoformat(arm["reservation"]["ends"].removesuffix("Z"))
+    assert timedelta(hours=1) < ends - utcnow() <= timedelta(hours=2)
+    assert (x86["activity"], x86["last_status"], x86["failures"], x86["emulated"]) == (
         "idle", "ok", [], False)
+    assert (x86["state"], x86["reason"], x86["changed_by"], x86["reservation"]) == (
+        "maintenance", "fan swap", "ana", None)
+    assert x86["since"] is not None and spare["since"] is not None and arm["since"] is not None
+    assert [(h["ok"], h["checked_by"]) for h in x86["health"]] == [(True, "ana (devices check)")]
+    assert (spare["state"], spare["cls"], spare["emulated"], spare["health"]) == (
+        "retired", None, None, [])
+    x86_row = page[page.index('<tr data-board="x86-1">'):].split("</tr>")[0]
+    arm_row = page[page.index('<tr data-board="arm-1">'):].split("</tr>")[0]
+    assert all(text in x86_row for text in ("maintenance", "fan swap", "by ana", "idle"))
+    assert all(text in arm_row for text in ("bad", "FAILED temp: 91 C", "bo until", "demo day"))
     assert [j["id"] for j in jobs] == [job]
     clock = ("elapsed_s", "remaining_s")
     assert {k: v for k, v in one.items() if k not in clock} == {
@@ -157,7 +187,38 @@ def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
     assert one["elapsed_s"] >= 0 and one["remaining_s"] is None  # no run ended since its start
     assert missing == 404
     assert experiment["counts"] == summary.counts and experiment["job"]["id"] == job
+    assert (experiment["revisions"], experiment["steps"]) == ([], [])  # one engine revision
     assert [(g["device"], g["runs"]) for g in experiment["groups"]] == [("x86-1", 2)]
+
+
+def test_an_experiment_of_two_revisions_shows_its_timelines_and_steps(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/history.db"
+    store = Store.open(url)
+    exp = SyntheticExperiment(store)
+    revisions = ["1" * 40, "2" * 40]  # not commits of this checkout: kept in their given order
+
+    def store_revision(i: int) -> None:
+        exp.add_build(revisions[i], build_record(source_hash=f"{i:064x}", revision=revisions[i],
+                                                 binary_sha256=f"{i + 10:064x}"))
+        for repeat in range(3):
+            exp.run(repeat=repeat, build=revisions[i],
+                    decode_ms=(10.0, 30.0)[i] * (1 + 0.01 * repeat))
+
+    store_revision(0)
+    with store, serving(url) as base:
+        one = get_json(f"{base}/api/experiments/synthetic")
+        store_revision(1)  # while the dashboard runs: its next read has the second revision
+        found = get_json(f"{base}/api/experiments/synthetic")
+        status, html = get(f"{base}/experiments/synthetic")
+    assert (one["revisions"], one["steps"]) == ([], [])
+    assert found["revisions"] == revisions
+    assert [(s["revision"], s["metric"], s["device"]) for s in found["steps"]] == [
+        (revisions[1], "decode_ms_per_token", "local")]
+    assert 2.9 < found["steps"][0]["ratio"] < 3.1
+    history = html[html.index('<section id="history">'):].split("</section>")[0]
+    assert status == 200 and html.count('<section id="history">') == 1
+    assert "<svg" in history and history.count('class="mark"') == 1
+    assert revisions[1] in history  # the steps' table names the commit
 
 
 def test_the_audit_page_judges_a_claims_file_on_the_stored_runs(tmp_path: Path) -> None:
@@ -184,6 +245,10 @@ def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome)
     job = store.jobs.add(HOSTILE, "x.toml", exp.spec_text, owner=HOSTILE, holder=HOSTILE)
     store.jobs.set_totals(job, {HOSTILE: 4})
     store.leases.acquire(HOSTILE, HOSTILE, 600, experiment=HOSTILE, run_key=HOSTILE)
+    store.boards.set_state(HOSTILE, "maintenance", HOSTILE, HOSTILE)
+    store.boards.record_health(HOSTILE, False, [{"name": HOSTILE, "ok": False,
+                                                 "detail": HOSTILE}], HOSTILE)
+    store.boards.reserve(HOSTILE, HOSTILE, utcnow() + timedelta(hours=1), HOSTILE)
     with store, serving(url) as base:
         status, html = get(f"{base}/")
         assert status == 200 and HOSTILE not in html and "&lt;script&gt;" in html
@@ -200,6 +265,15 @@ def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome)
             assert [s.get_attribute("src") for s in scripts] == [f"{base}/static/live.js"]
             assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text
             assert console_errors(browser) == []
+            if path == "/":  # the stored reason and health check, as the live script wrote them
+                assert text_of(browser, "#boards td.reason") == HOSTILE
+                assert HOSTILE in text_of(browser, "#boards td.health .health-failed")
+            # the live rows span every column
+            assert browser.execute_script(
+                "const width = (row) => [...row.cells].reduce((n, c) => n + c.colSpan, 0);"
+                "return [...document.querySelectorAll('table')].filter(t => t.tHead && "
+                "[...t.tBodies[0].rows].some(r => width(r) !== width(t.tHead.rows[0])))"
+                ".map(t => t.id)") == []
         cells = browser.execute_script(
             "return [...document.querySelectorAll('#counts td')].map(td => td.textContent)")
         assert HOSTILE in cells

@@ -142,7 +142,8 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
     def experiment(request: Request) -> HTMLResponse:
         name = request.path_params["name"]
         view = data.experiment(name)
-        return page("experiment.html", experiment=view, report=data.report_html(name))
+        history, report = data.report_html(name)
+        return page("experiment.html", experiment=view, history=history, report=report)
 
     def api_boards(_request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.boards()))

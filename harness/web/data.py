@@ -4,9 +4,11 @@ Every view is a dataclass of plain values (``as_json`` turns it into JSON-ready 
 store is only read: it is opened without migrating (a dashboard never changes a team's schema),
 and a store that cannot be read raises ``db.StoreError``, which the app turns into a page.
 
-Board states, health checks and history timelines are not in the store yet: a board's state is
-derived here from its lease and its last run, in ``_board_state``, the one place to read a
-stored state from once the store keeps one.
+A board shows two things apart: its stored state (``db.boards``: online, maintenance, retired or
+bad, with who set it, when and why; online when never set) and its activity, derived from its
+lease (running, warm-up or idle). An experiment with runs of more than one engine revision
+carries its history: the revisions in commit order and the steps found in each metric, the same
+as the report's history section (``reports.history``).
 """
 
 from __future__ import annotations
@@ -23,22 +25,27 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from db.boards import HealthResult, ReservationInfo
 from db.connection import create_store_engine
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
-from db.models import Device, Experiment, Measurement, Run
+from db.models import Device, Experiment, ExperimentRun, Measurement, Run
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.execution.audit import audit_claims
+from harness.history.revisions import commit_order
 from reports.audit import Verdict
+from reports.history import HistoryStep, revision_histories
 from reports.render import build_sections, sections_html
 from reports.runs import load_experiment
 
 RECENT_FAILURES = 3  # failed runs shown per board
 FINISHED_JOBS = 20  # finished jobs listed under the queue
 FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
+HEALTH_SHOWN = 5  # health checks shown per board, newest first
+HISTORY_SECTION = "history"  # the report's section the experiment page shows first
 
 
 @dataclass(frozen=True)
@@ -50,13 +57,31 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Health:
+    ok: bool
+    checked_at: datetime
+    checked_by: str
+    summary: str  # "ok", or "FAILED" with each failed item and its detail
+
+    @classmethod
+    def of(cls, result: HealthResult) -> Health:
+        return cls(result.ok, result.checked_at, result.checked_by, result.summary)
+
+
+@dataclass(frozen=True)
 class Board:
     name: str
-    cls: str
-    arch: str
-    emulated: bool
-    state: str  # running | warm-up | idle (derived: see _board_state)
-    reason: str  # where the state comes from
+    cls: str | None  # None for a board the store has a state or reservation of, but no run
+    arch: str | None
+    emulated: bool | None
+    state: str  # stored: online | maintenance | retired | bad (online when never set)
+    reason: str | None  # ... why, as whoever set it wrote
+    since: datetime | None  # ... since when (None: never changed)
+    changed_by: str | None
+    lost_in_a_row: int  # runs lost on it in a row (at the coordinators' limit it turns bad)
+    activity: str  # running | warm-up | idle, derived from its lease (see _activity)
+    reservation: ReservationInfo | None  # in force now: kept for its owner until it ends
+    health: list[Health]  # its newest health checks, newest first
     holder: str | None  # the coordinator holding its lease now
     experiment: str | None  # ... for this experiment
     run_key: str | None  # ... running this run (None during a warm-up)
@@ -123,6 +148,14 @@ class ExperimentView:
     devices: dict[str, dict[str, int]]
     groups: list[GroupSummary]  # the latest results: medians per command, policy, k, device
     job: JobView | None  # its newest job
+    revisions: list[str]  # the engine revisions of its ok runs in commit order, when 2 or more
+    steps: list[HistoryStep]  # the steps beyond noise across them, every metric
+
+
+@dataclass(frozen=True)
+class ExperimentHistory:
+    revisions: list[str]
+    steps: list[HistoryStep]
 
 
 def as_json(value: Any) -> Any:
@@ -138,16 +171,10 @@ def as_json(value: Any) -> Any:
     return value
 
 
-def _board_state(lease: LeaseInfo | None, last_status: str | None,
-                 last_at: datetime | None) -> tuple[str, str]:
-    if lease is not None and lease.run_key is not None:
-        return "running", f"leased by {lease.holder} until {lease.expires:%H:%M:%S} UTC"
-    if lease is not None:
-        return "warm-up", f"leased by {lease.holder} for a warm-up"
-    if last_status is None:
-        return "idle", "no lease; no run stored yet"
-    at = "" if last_at is None else f" at {last_at:%Y-%m-%d %H:%M:%S} UTC"
-    return "idle", f"no lease; last run {last_status}{at}"
+def _activity(lease: LeaseInfo | None) -> str:
+    if lease is None:
+        return "idle"
+    return "warm-up" if lease.run_key is None else "running"
 
 
 class FarmData:
@@ -158,6 +185,7 @@ class FarmData:
         self.claims_dir = claims_dir
         self._store: Store | None = None
         self._lock = threading.Lock()
+        self._histories: dict[str, tuple[tuple[Any, ...], ExperimentHistory]] = {}
 
     @property
     def shown_url(self) -> str:
@@ -202,18 +230,27 @@ class FarmData:
         for run_id, device_id, experiment, finished_at, error in failed:
             if len(failures[device_id]) < RECENT_FAILURES:
                 failures[device_id].append(Failure(run_id, experiment, finished_at, error))
+        known = {name: (device_id, cls, arch, bool(emulated))
+                 for device_id, name, cls, arch, emulated in devices}
+        reservations = store.boards.reservations()
+        names = sorted({*known, *store.boards.states(), *reservations})
+        states = store.boards.states(names)  # online for a board whose state was never set
         boards = []
-        for device_id, name, cls, arch, emulated in devices:
-            lease = leases.get(name)
+        for name in names:
+            device_id, cls, arch, emulated = known.get(name, (None, None, None, None))
+            lease, stored = leases.get(name), states[name]
             status, at = last.get(device_id, (None, None))
-            state, reason = _board_state(lease, status, at)
             boards.append(Board(
-                name=name, cls=cls, arch=arch, emulated=bool(emulated), state=state,
-                reason=reason, holder=lease.holder if lease else None,
+                name=name, cls=cls, arch=arch, emulated=emulated, state=stored.state,
+                reason=stored.reason, since=stored.since, changed_by=stored.changed_by,
+                lost_in_a_row=stored.failures, activity=_activity(lease),
+                reservation=reservations.get(name),
+                health=[Health.of(h) for h in store.boards.health(name, HEALTH_SHOWN)],
+                holder=lease.holder if lease else None,
                 experiment=lease.experiment if lease else None,
                 run_key=lease.run_key if lease else None,
                 lease_expires=lease.expires if lease else None, last_run_at=at,
-                last_status=status, failures=failures[device_id]))
+                last_status=status, failures=failures.get(device_id, [])))
         return boards
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -285,16 +322,44 @@ class FarmData:
         store = self.store
         summary = store.experiment_summary(name)
         latest = store.jobs.latest(name)
+        found = self.history(name)
         return ExperimentView(
             name=summary.name, spec_hash=summary.spec_hash, updated_at=summary.updated_at,
             counts=summary.counts, devices=summary.devices, groups=summary.groups,
-            job=None if latest is None else self._job_view(latest, True))
+            job=None if latest is None else self._job_view(latest, True),
+            revisions=found.revisions, steps=found.steps)
 
-    def report_html(self, name: str) -> str:
-        """The experiment's report sections (tables and SVG figures), rendered now by the
-        report's own code; every value from the store is escaped there."""
-        sections = build_sections(load_experiment(self.store, name))
-        return sections_html([s for s in sections if s.has_content()])
+    def history(self, name: str) -> ExperimentHistory:
+        """The experiment's revisions and steps, read again only once it has a new attempt or
+        a new run (the live page asks every few seconds)."""
+        with self.store.session() as session:
+            newest = tuple(session.execute(
+                select(func.max(Measurement.id), func.count(func.distinct(Measurement.run_id)))
+                .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
+                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+                .where(Experiment.name == name)).one())
+        with self._lock:
+            cached = self._histories.get(name)
+        if cached is not None and cached[0] == newest:
+            return cached[1]
+        runs = load_experiment(self.store, name).runs
+        histories = revision_histories(
+            runs, commit_order(sorted(set(runs["build_revision"].dropna()))))
+        found = ExperimentHistory(
+            revisions=list(dict.fromkeys(r for hist in histories for r in hist.revisions)),
+            steps=[step for hist in histories for step in hist.steps])
+        with self._lock:
+            self._histories[name] = (newest, found)
+        return found
+
+    def report_html(self, name: str) -> tuple[str, str]:
+        """The experiment's history across revisions (timelines with their steps; empty with
+        one revision) and the rest of its report's sections, rendered now by the report's own
+        code (revisions in git's commit order); every value from the store is escaped there."""
+        sections = [s for s in build_sections(load_experiment(self.store, name), commit_order)
+                    if s.has_content()]
+        return (sections_html([s for s in sections if s.anchor == HISTORY_SECTION]),
+                sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))
 
     # -- audits --------------------------------------------------------------------------------
 

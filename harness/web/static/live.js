@@ -3,7 +3,8 @@
 "use strict";
 
 const POLL_MS = 2000;
-const STATUSES = ["ok", "failed", "interrupted", "pending", "cancelled"];
+// the run statuses, in the store's order (db.records.RUN_STATUSES), as the page names them
+const STATUSES = document.body.dataset.statuses.split(" ");  // the script is deferred
 const PARTS = ["done", "failed", "running", "pending"];
 
 function el(tag, text, cls) {
@@ -86,9 +87,22 @@ function boardRow(b) {
   const tr = el("tr");
   tr.dataset.board = b.name;
   const run = (b.experiment || "") + (b.run_key ? " / " + b.run_key.slice(0, 12) : "");
-  cells(tr, [[b.name, "text"], [b.state, "text state-" + b.state], [b.reason, "text"],
-             [b.cls], [b.arch], [b.emulated ? "yes" : "no"], [b.holder || "", "text"],
-             [run, "text"],
+  const lost = b.lost_in_a_row ? ` (${b.lost_in_a_row} runs lost in a row)` : "";
+  const r = b.reservation;
+  const reserved = r ? `${r.owner} until ${when(r.ends)}` + (r.reason ? ` (${r.reason})` : "") : "";
+  cells(tr, [[b.name, "text"], [b.state, "text state state-" + b.state],
+             [(b.reason || "") + lost, "text reason"],
+             [b.since ? `${when(b.since)} by ${b.changed_by}` : "", "text"],
+             [b.activity, "text activity-" + b.activity], [b.holder || "", "text"],
+             [run, "text"], [reserved, "text reservation"]]);
+  const health = el("td", null, "health");
+  for (const h of b.health) {
+    health.appendChild(el("div", `${when(h.checked_at)} ${h.summary}`,
+                          h.ok ? "health-ok" : "health-failed"));
+  }
+  tr.appendChild(health);
+  cells(tr, [[b.cls || ""], [b.arch || ""],
+             [b.emulated === null ? "" : (b.emulated ? "yes" : "no")],
              [when(b.last_run_at) + (b.last_status ? ` (${b.last_status})` : "")]]);
   const failures = el("td", null, "failure");
   for (const f of b.failures) {
@@ -168,7 +182,7 @@ async function refresh() {
   if (page === "index") {
     const [boards, jobs, experiments] = await Promise.all(
       [getJson("/api/boards"), getJson("/api/jobs"), getJson("/api/experiments")]);
-    replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 10);
+    replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 14);
     const active = jobs.filter((j) => j.state === "queued" || j.state === "running");
     const finished = jobs.filter((j) => !(j.state === "queued" || j.state === "running"));
     replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 10);
