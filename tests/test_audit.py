@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from fixtures_reports import SyntheticExperiment
 
 from db import Store
+from db.measurements import Selection
 from reports.audit import (
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -195,6 +197,29 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
         assert {"claim", "verdict", "kind", "measured", "expected", "evidence",
                 "reason"} <= set(record)
         assert {"model", "device", "data", "revision", "runs"} <= set(record["evidence"])
+
+
+def test_all_measurements_and_time_windows_choose_the_evidence(tmp_path: Path) -> None:
+    """By default a claim rests on each run's latest ok measurement; --all-measurements takes
+    every ok one (a rerun with --force adds one), --until the ones before a moment."""
+    store = Store.open(f"sqlite:///{tmp_path}/m.db")
+    exp = SyntheticExperiment(store)
+    for seed in range(2):
+        exp.run(policy="sparse", k=32, ctx=2061, seed=seed, decode_ms=20.0)
+        exp.run(policy="sparse", k=1, ctx=2061, seed=seed, decode_ms=10.0)
+        exp.count -= 1  # the same run key again: a second measurement of that k = 1 run
+        exp.run(policy="sparse", k=1, ctx=2061, seed=seed, decode_ms=16.0)
+    claim = CLAIMS.split("[[claim]]")[0] + "[[claim]]" + CLAIMS.split("[[claim]]")[3]
+    claims = parse_claims(claim, tmp_path / "c.toml")
+    (latest,) = run_audit(claims, store, ENV)
+    (every,) = run_audit(claims, store, ENV, selection=Selection(all_measurements=True))
+    (before,) = run_audit(claims, store, ENV, selection=Selection(
+        all_measurements=True, until=datetime(2000, 1, 1)))
+    store.close()
+    assert latest.claim.id == "k1-faster" and latest.measured == pytest.approx(16.0 / 20.0)
+    assert len(latest.runs) == 4 and every.runs == latest.runs  # the same runs, more measured
+    assert every.measured == pytest.approx(13.0 / 20.0)  # k = 1's median over 10, 10, 16, 16
+    assert before.measured is None and before.verdict == NOT_COMPARABLE
 
 
 def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:

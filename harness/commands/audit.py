@@ -12,7 +12,13 @@ import sys
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
-from harness.commands.flags import add_devices, add_inventory, add_ray_address
+from harness.commands.flags import (
+    add_devices,
+    add_inventory,
+    add_measurements,
+    add_ray_address,
+    selection,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"own `model`, else {DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     add_devices(parser, "local")
     add_inventory(parser)
+    add_measurements(parser)
     add_ray_address(parser)
     parser.add_argument("--stored-only", action="store_true",
                         help="run nothing; judge on the runs already stored")
@@ -48,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         verdicts = audit_claims(args.claims, store, inventory, args.model,
                                 args.devices or ["local"], args.ray_address,
                                 run_missing=not args.stored_only,
-                                progress=sys.stderr if args.json else sys.stdout)
+                                progress=sys.stderr if args.json else sys.stdout,
+                                selection=selection(args))
     if args.out:
         written = write_audit(args.out, f"audit: {Path(args.claims).name}", verdicts)
         print(f"audit: {written}", file=sys.stderr if args.json else sys.stdout)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from db.measurements import Selection
 from db.store import Store
 from devices.inventory import Inventory
 from harness import DEFAULT_MODEL
@@ -99,7 +100,8 @@ def local_builds(engine: str, targets: list[tuple[str, str]]
 
 def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
                  model: Path | None, devices: list[str], ray_address: str | None = None,
-                 run_missing: bool = True, progress: TextIO | None = None) -> list[Verdict]:
+                 run_missing: bool = True, progress: TextIO | None = None,
+                 selection: Selection | None = None) -> list[Verdict]:
     """Audit one claims file: validate its experiments, run what is missing, judge each claim.
 
     The entry point for other commands too (e.g. a demo that ends with the audit's section:
@@ -134,4 +136,5 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
     engine_checks = None
     if run_missing and any(c.metric in ENGINE_METRICS for c in claims.claims):
         engine_checks = EngineChecks(model or DEFAULT_MODEL).checks()
-    return run_audit(claims, store, environment(models, inventory), runner, engine_checks)
+    return run_audit(claims, store, environment(models, inventory), runner, engine_checks,
+                     selection)

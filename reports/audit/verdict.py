@@ -237,7 +237,7 @@ def decide(claim: Claim, value: float, noise: float | None) -> tuple[str, str]:
     return NOT_REPRODUCED, f"{shown}, {side} the claimed {expected} by more than our noise"
 
 
-def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
+def load_runs_by_keys(store: Any, keys: list[str], selection: Any = None) -> pd.DataFrame:
     """The flattened runs with these run keys, from whichever experiments hold them.
 
     A run belongs to the experiment that first stored it (run keys are global), so the evidence
@@ -248,7 +248,7 @@ def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
         names = sorted(set(session.scalars(
             sqlalchemy.select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
             .where(Run.run_key.in_(wanted)))))
-    frames = [stored_runs(store, name) for name in names]
+    frames = [stored_runs(store, name, selection) for name in names]
     if not frames:
         return pd.DataFrame()
     runs = pd.concat(frames, ignore_index=True)
@@ -257,10 +257,12 @@ def load_runs_by_keys(store: Any, keys: list[str]) -> pd.DataFrame:
     return runs.sort_values("run_id").reset_index(drop=True)
 
 
-def stored_runs(store: Any, experiment: str) -> pd.DataFrame:
+def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFrame:
+    """``selection``: which measurements of each run (db.measurements.Selection; default:
+    its latest ok one)."""
     if experiment not in store.list_experiments():
         return pd.DataFrame()
-    frames = store.frames(experiment)
+    frames = store.frames(experiment, selection)
     return flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
 
 
@@ -278,10 +280,12 @@ def computed(claim: Claim, engine_checks: dict[str, Check] | None) -> Verdict:
 
 def run_audit(claims: ClaimsFile, store: Any, env: Environment,
               runner: Runner | None = None,
-              engine_checks: dict[str, Check] | None = None) -> list[Verdict]:
+              engine_checks: dict[str, Check] | None = None,
+              selection: Any = None) -> list[Verdict]:
     """Judge every claim of ``claims``. With a ``runner``, experiments defined in the claims file
     are run (what is missing) before judging; without, stored runs are used as they are.
-    ``engine_checks`` (metric -> check) judge the claims that run the engine directly."""
+    ``engine_checks`` (metric -> check) judge the claims that run the engine directly;
+    ``selection`` says which measurements of each run are the evidence (db.measurements)."""
     evidence: dict[str, pd.DataFrame] = {}
     verdicts = []
     for claim in claims.claims:
@@ -297,12 +301,13 @@ def run_audit(claims: ClaimsFile, store: Any, env: Environment,
             if name not in evidence:
                 runs = pd.DataFrame()
                 if runner is not None and name in claims.experiments:
-                    runs = load_runs_by_keys(store, runner(name, claims.experiments[name]))
+                    runs = load_runs_by_keys(store, runner(name, claims.experiments[name]),
+                                             selection)
                 if runs.empty:  # e.g. stored-only after the engine changed: other keys, same name
-                    runs = stored_runs(store, name)
+                    runs = stored_runs(store, name, selection)
                 evidence[name] = runs
         frames = [evidence[n] for n in claim.experiments if not evidence[n].empty]
-        runs = (pd.concat(frames, ignore_index=True).drop_duplicates("run_id")
+        runs = (pd.concat(frames, ignore_index=True).drop_duplicates("measurement_id")
                 if frames else pd.DataFrame())
         verdicts.append(judge(claim, runs, " + ".join(claim.experiments)))
     return verdicts
