@@ -82,5 +82,7 @@ def test_ppl_claims_are_judged_only_on_a_model_that_predicts_the_text(
     needle, lm = verdicts["needle-tiny"], verdicts["pydoc-lm"]
     assert needle["verdict"] == "not comparable"
     assert "does not predict this text" in needle["reason"] and "uniform" in needle["reason"]
-    assert lm["verdict"] == "reproduced" and lm["measured"] is not None
-    assert len(lm["evidence"]) == 2
+    # judged on the model that predicts the text (one window: no noise to call a relation by,
+    # so it is inconclusive rather than reproduced), on the two runs compared
+    assert lm["verdict"] == "inconclusive" and lm["measured"] is not None
+    assert len(lm["evidence"]["runs"]) == 2

@@ -197,10 +197,14 @@ def test_key_ranking_is_stored_per_run_and_judged_by_the_audit(
     verdicts = json.loads((tmp_path / "out" / "audit.json").read_text())
     lost, order = verdicts
     assert lost["measured"] == pytest.approx(median["random"]["lost50"], abs=1e-9)
-    assert lost["verdict"] == "reproduced" and len(lost["evidence"]) == 2
+    # the figures are the point here; with two windows the noise may leave a verdict
+    # inconclusive (the verdict rules themselves are tested in test_audit.py)
+    assert lost["verdict"] in ("reproduced", "inconclusive")
+    assert len(lost["evidence"]["runs"]) == 2
     assert order["measured"] == pytest.approx(
         median["random"]["rho"] - median["window"]["rho"], abs=1e-9)
-    assert order["verdict"] == ("reproduced" if order["measured"] >= 0.5 else "not reproduced")
+    assert order["verdict"] in (("reproduced", "inconclusive") if order["measured"] >= 0.5
+                                else ("not reproduced", "inconclusive"))
     # exact has no keep score: its runs carry no ranking, and ran without --measure-keys
     with Store.open(db) as store:
         runs = stored_runs(store, "rank")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from db.store import Store
+from devices.boardlock import LockHolder
 from devices.connect import connect
 from devices.inventory import Inventory
 from harness.contract import WorkOrder
@@ -24,6 +25,7 @@ from harness.engines.lmc import PREDICTOR_FLAG, WORKTREE
 from harness.engines.lmc.build import build_engine
 from harness.errors import InputError, RunFailure
 from harness.execution.runner import PushMemo, execute, scratch_dir
+from harness.execution.sharing import new_holder
 from harness.identity import Catalogue, model_identity, sha256_file
 from reports.runs import first_divergence
 
@@ -160,8 +162,11 @@ def reproduce(store: Store, run: str, inventory: Inventory,
                       ids=ids, options=tuple(options), timeout_s=timeout_s,
                       extra_file=predictor, extra_sha256=predictor_sha,
                       extra_flag=PREDICTOR_FLAG if predictor else None)
+    # the board's lock file names this process as the holder (no job: nothing is stored)
+    holder = LockHolder(new_holder(), store.engine.url.render_as_string(hide_password=True),
+                        None, order.run_key)
     with connect(device) as transport:
-        report = execute(order, name, PushMemo(transport), scratch_dir())
+        report = execute(order, name, PushMemo(transport), scratch_dir(), holder)
     metric, stored_in, engine_key = TIMING[command]
     original = (row if stored_in == "run" else detail.outcome or {}).get(metric)
     result = Reproduction(row["id"], name, command, detail.build["binary_sha256"], rebuilt,
