@@ -21,7 +21,7 @@ The model is the Qwen3-0.6B-shaped random model (``bench/qwen3_06b.py``, ~2 min 
 ``--layers N`` writes a shallower one of the same layer shape, so the prefill that fills the
 context costs less on a small machine), or ``--model DIR`` (any Hugging Face directory lmc and
 the converter read). llama-bench is built from the pinned llama-cpp-python sdist
-(``benchfarm build --engine llama-bench``; reused from ``build/llama-cpp/``).
+(``benchfarm build --engine llama-bench``; reused from ``~/.cache/benchfarm/llama-cpp/``).
 
     .venv/bin/python bench/depth4096.py                          # 0.6B shape, 3 rounds
     .venv/bin/python bench/depth4096.py --layers 4 --rounds 5
