@@ -52,6 +52,10 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (opt->kv_budget) a->evict.evicted = lmc_alloc((size_t)a->n_layers * H * NB, 1, "evicted blocks");
 }
 
+int attention_pages_kv(const AttnOptions *opt) {
+    return opt->kv_budget && !opt->keep_evicted && !opt->measure && !opt->rank_every;
+}
+
 int attention_needs_features(const AttnOptions *opt) {
     return policy_uses_features(opt->sel.policy) || opt->rank_every;
 }

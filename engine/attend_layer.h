@@ -27,7 +27,13 @@ typedef struct {
     int features_every; /* --dump-every */
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
     int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
+    int keep_evicted;   /* --kv-keep-evicted: evicted blocks stay in memory (masked only) */
 } AttnOptions;
+
+/* --kv-budget gives evicted blocks' memory back (a paged cache, kvcache.h) unless something
+ * still reads every key: --measure-selection's exact attention, --measure-keys' ranking, or
+ * --kv-keep-evicted, which keeps the masking alone (same outputs, for comparison) */
+int attention_pages_kv(const AttnOptions *opt);
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */
 typedef struct {
