@@ -95,3 +95,18 @@ def test_paged_cache_under_asan(lmc, lmc_asan, tiny_model, tmp_path):
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     args = ["ppl", "--model", tiny_model(MODEL), "--text", prompt, *budget_args("sparse")]
     assert lmc_json(lmc_asan, *args)["nll"] == lmc_json(lmc, *args)["nll"]
+
+
+def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
+    """lmc's adapter checks kv_memory and peak_rss_kb and keeps them with the outcome (no store
+    columns yet: Outcome.extra)."""
+    from harness.engines import get_engine
+
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    proc = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
+                   *budget_args("window"))
+    engine = get_engine("lmc")
+    doc = engine.parse(proc.stdout, "ppl")
+    found = engine.outcome("ppl", doc, engine.measurements("ppl", doc))
+    assert found.extra["kv_memory"] == doc["kv_memory"] and found.extra["kv_memory"]["paged"]
+    assert found.extra["peak_rss_kb"] == doc["peak_rss_kb"] > 0
