@@ -16,7 +16,8 @@ enum { A_K, A_V, A_KQ, A_VQ, A_KS, A_VS, A_KMIN, A_KMAX, A_KSUM, A_PK, N_ARRAYS 
  * except under paging, where a 2 MiB page would hold far more than one block. */
 static void *reserve(KVCache *kv, int which, size_t count, size_t size, const char *what) {
     if (count > SIZE_MAX / size) lmc_die_runtime("out of memory allocating %s (size overflow)", what);
-    size_t bytes = count * size ? count * size : 1;
+    size_t bytes = count * size;
+    if (bytes == 0) bytes = 1;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) lmc_die_runtime("out of memory allocating %s (%zu bytes)", what, bytes);
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
