@@ -12,12 +12,13 @@ each in a process of its own; a ratio is llama-bench's ms over lmc's in the same
 1: lmc is faster), reported as median [min, max] over rounds.
 
 On a shared machine wall times follow the other jobs more than the engines, so the bench also
-takes each process's CPU time (``getrusage`` of the child): with one thread, CPU seconds are
-what the prefill computes, whatever the scheduler did meanwhile. A baseline process per engine
-and round with an 8-token prompt (``--cpu-baseline``) is subtracted (the load, the conversion,
-llama-bench's warm-up is a second pass: its CPU is halved after the subtraction). With two
-threads CPU time also counts waiting threads that spin (llama.cpp's OpenMP barriers, lmc's
-pool), so only the wall ratio is given there. The load average is printed before and after.
+takes each process's user CPU time (``getrusage`` of the child): with one thread, user CPU
+seconds are what the prefill computes, whatever the scheduler did meanwhile. A baseline
+process per engine and round with an 8-token prompt is subtracted (the load and conversion;
+``--no-cpu-baseline`` skips it); llama-bench's warm-up is a second full pass, so its CPU is
+halved after the subtraction. With two threads CPU time also counts waiting threads that spin
+(llama.cpp's OpenMP barriers, lmc's pool), so only the wall ratio is given there. The load
+average is printed before and after.
 
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
@@ -48,8 +49,11 @@ BASELINE_TOKENS = 8
 
 
 def child_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    """User CPU seconds of the finished children: the prefill computes in user space; system
+    time (page faults and zeroing while a model loads, several seconds for lmc, which converts
+    the weights into memory it allocates, and varying from run to run with the host's memory
+    pressure) is the loading's, and the 8-token baseline could not take it out reliably."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
 
 
 @dataclass
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
           f"rounds, model {model_dir}, lmc options {list(extra)}, "
           f"OMP_WAIT_POLICY {args.omp_wait_policy}")
     print("| weights | threads | lmc ms (median) | llama-bench ms (median) | ratio llama/lmc, "
-          "wall: median [min, max] | ratio, CPU seconds (1 thread) |")
+          "wall: median [min, max] | ratio, user CPU seconds (1 thread) |")
     print("|---|---|---|---|---|---|")
     for cell in cells:
         cpu = spread(cell.cpu_ratios()) if cell.threads == 1 and args.cpu_baseline else "–"
