@@ -22,7 +22,7 @@ from pathlib import Path
 
 from depth4096 import model_directory
 from qwen3_06b import QWEN3_06B
-from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
+from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,15 +71,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{mem['peak_live_bytes'] / base['peak_live_bytes']:.3f} | "
               f"{run['peak_rss_kb'] / 1e3:.0f} | {run['peak_rss_kb'] / exact['peak_rss_kb']:.3f} | "
               f"{run['prefill_ms'] / 1e3:.1f} |")
-    print(f"reserved (virtual) KV: {exact['kv_memory']['allocated_bytes'] / 1e6:.1f} MB; "
-          f"loadavg before {[round(x, 2) for x in load_before]}, "
-          f"after {[round(x, 2) for x in load_after]}")
-    env = environment(lmc)
-    print(f"environment: {json.dumps(env)}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"environment": env, "args": vars(args), "runs": runs},
-                                        indent=2, default=str))
+    print(f"reserved (virtual) KV: {exact['kv_memory']['allocated_bytes'] / 1e6:.1f} MB")
+    finish(lmc, (load_before, load_after), args.json, {"args": vars(args), "runs": runs})
     return 0
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from depth4096 import LMC_WQ, model_directory
 from qwen3_06b import QWEN3_06B
-from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
+from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generate
 
 from harness.engines.llamabench.build import build_llama_bench
 from harness.engines.llamabench.gguf import ensure_converted
@@ -172,16 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {cell.gguf_type} (lmc {LMC_WQ[cell.gguf_type]}) | {cell.threads} | "
               f"{statistics.median(cell.lmc_ms):.0f} | {statistics.median(cell.llama_ms):.0f} | "
               f"{spread(cell.ratios())} | {cpu} |")
-    print(f"loadavg before {[round(x, 2) for x in load_before]}, "
-          f"after {[round(x, 2) for x in load_after]}")
-    env = environment(lmc)
-    print(f"environment: {json.dumps(env)}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "environment": env, "args": vars(args), "llama_bench": llama,
-            "loadavg": {"before": load_before, "after": load_after},
-            "cells": [dataclasses.asdict(c) for c in cells]}, indent=2, default=str))
+    finish(lmc, (load_before, load_after), args.json,
+           {"args": vars(args), "llama_bench": llama,
+            "cells": [dataclasses.asdict(c) for c in cells]})
     return 0
 
 
