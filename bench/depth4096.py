@@ -21,7 +21,7 @@ The model is the Qwen3-0.6B-shaped random model (``bench/qwen3_06b.py``, ~2 min 
 ``--layers N`` writes a shallower one of the same layer shape, so the prefill that fills the
 context costs less on a small machine), or ``--model DIR`` (any Hugging Face directory lmc and
 the converter read). llama-bench is built from the pinned llama-cpp-python sdist
-(``benchfarm build --engine llama-bench``; reused from ``build/llama-cpp/``).
+(``benchfarm build --engine llama-bench``; reused from ``~/.cache/benchfarm/llama-cpp/``).
 
     .venv/bin/python bench/depth4096.py                          # 0.6B shape, 3 rounds
     .venv/bin/python bench/depth4096.py --layers 4 --rounds 5
@@ -42,7 +42,7 @@ from pathlib import Path
 
 from qwen3_06b import DEFAULT_ROOT, QWEN3_06B
 from qwen3_06b import generate as generate_model
-from roofline import Shape, bench_prompt, engine_binary, environment, run_lmc_generate
+from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generate
 
 from harness.engines.llamabench.build import build_llama_bench
 from harness.engines.llamabench.gguf import ensure_converted
@@ -168,17 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{series.name} prefill of {args.depth} tokens: "
               f"{statistics.median(series.prefill_ms) / 1e3:.1f} s (median; llama-bench's is "
               "untimed)")
-    env = environment(lmc)
-    print(f"loadavg before {[round(x, 2) for x in load_before]}, "
-          f"after {[round(x, 2) for x in load_after]}")
-    print(f"environment: {json.dumps(env)}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "environment": env, "args": vars(args), "llama_bench": llama,
-            "loadavg": {"before": load_before, "after": load_after},
-            "series": [dataclasses.asdict(s) for s in [llama_series, *lmc_series.values()]]},
-            indent=2, default=str))
+    finish(lmc, (load_before, load_after), args.json,
+           {"args": vars(args), "llama_bench": llama,
+            "series": [dataclasses.asdict(s) for s in [llama_series, *lmc_series.values()]]})
     return 0
 
 

@@ -94,6 +94,21 @@ def environment(lmc: Path | None = None) -> dict:
     return env
 
 
+def finish(lmc: Path, load: tuple[tuple[float, ...], tuple[float, ...]], json_path: Path | None,
+           figures: dict) -> None:
+    """A bench's last lines: the load average before and after, the environment; with
+    ``json_path`` every raw figure (``figures``) beside them in that file."""
+    before, after = load
+    print(f"loadavg before {[round(x, 2) for x in before]}, "
+          f"after {[round(x, 2) for x in after]}")
+    env = environment(lmc)
+    print(f"environment: {json.dumps(env)}")
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"environment": env, "loadavg": {
+            "before": before, "after": after}, **figures}, indent=2, default=str))
+
+
 @dataclass
 class Bandwidth:
     threads: int

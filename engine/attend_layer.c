@@ -50,6 +50,18 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     d->oracle_sel = lmc_alloc(H * NB, sizeof(int), "oracle blocks");
     d->stats = lmc_alloc(H, sizeof(SelStats), "selection statistics");
     if (opt->kv_budget) a->evict.evicted = lmc_alloc((size_t)a->n_layers * H * NB, 1, "evicted blocks");
+    PrefillTile *pt = &a->tile;
+    int group = n_heads / a->n_kv;
+    pt->n_q = group < ATTN_MAX_GROUP ? group : ATTN_MAX_GROUP;
+    size_t vecs = (size_t)a->n_kv * ATTN_TILE_QUERIES * (size_t)pt->n_q;
+    pt->q = lmc_alloc(vecs * (size_t)kv->head_dim, sizeof(float), "prefill tile");
+    pt->scores = lmc_alloc(vecs * (size_t)kv->block, sizeof(float), "prefill tile");
+    pt->m = lmc_alloc(vecs, sizeof(float), "prefill tile");
+    pt->l = lmc_alloc(vecs, sizeof(float), "prefill tile");
+}
+
+int attention_pages_kv(const AttnOptions *opt) {
+    return opt->kv_budget && !opt->keep_evicted && !opt->measure && !opt->rank_every;
 }
 
 int attention_needs_features(const AttnOptions *opt) {
@@ -75,6 +87,10 @@ void attention_free(Attention *a) {
     lmc_free(a->keys.gbm_cols);
     lmc_free(a->keys.key_score);
     lmc_free(a->evict.evicted);
+    lmc_free(a->tile.q);
+    lmc_free(a->tile.scores);
+    lmc_free(a->tile.m);
+    lmc_free(a->tile.l);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->head.select[h]);
     lmc_free(a->head.select);
     lmc_free(a->state.importance);
@@ -458,4 +474,43 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
     dispatch_kernel(a, &job);
     after_kernel(a, &job, stats);
     a->opt.sel.policy = policy;
+}
+
+/* ---------------------------------------------------------------- prefill tiles */
+
+int attention_tiles_prefill(const Attention *a) {
+    return grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL) && !a->kv->q8 && !a->stages.ms;
+}
+
+typedef struct {
+    Attention *a;
+    int layer, pos0, n;
+    const float *q_all;
+    float *out_all;
+} TileJob;
+
+/* KV head kvh's query heads over the chunk, ATTN_TILE_QUERIES queries and n_q heads a pass */
+static void tile_groups(void *arg, int begin, int end) {
+    const TileJob *job = arg;
+    Attention *a = job->a;
+    PrefillTile *pt = &a->tile;
+    int D = a->head_dim, group = a->n_heads / a->n_kv;
+    size_t Q = (size_t)a->n_heads * D, vecs = (size_t)ATTN_TILE_QUERIES * (size_t)pt->n_q;
+    for (int kvh = begin; kvh < end; kvh++)
+        for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += pt->n_q) {
+            int n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
+            for (int t0 = 0; t0 < job->n; t0 += ATTN_TILE_QUERIES) {
+                int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
+                size_t at = (size_t)t0 * Q + (size_t)h0 * D;
+                attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
+                                 job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
+                                 pt->scores + (size_t)kvh * vecs * a->kv->block, pt->m + (size_t)kvh * vecs,
+                                 pt->l + (size_t)kvh * vecs);
+            }
+        }
+}
+
+void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all) {
+    TileJob job = {a, layer, pos0, n, q_all, out_all};
+    pool_run(a->pool, tile_groups, &job, a->n_kv);
 }

@@ -28,7 +28,13 @@ typedef struct {
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
     int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
     int exact_first_layer; /* --exact-first-layer: layer 0 attends exactly (attend_layer) */
+    int keep_evicted;   /* --kv-keep-evicted: evicted blocks stay in memory (masked only) */
 } AttnOptions;
+
+/* --kv-budget gives evicted blocks' memory back (a paged cache, kvcache.h) unless something
+ * still reads every key: --measure-selection's exact attention, --measure-keys' ranking, or
+ * --kv-keep-evicted, which keeps the masking alone (same outputs, for comparison) */
+int attention_pages_kv(const AttnOptions *opt);
 
 /* diagnostics summed over heads (and layers, and steps by the caller) */
 typedef struct {
@@ -111,6 +117,12 @@ typedef struct {
     double *ms; /* [n_heads][N_STAGES]; NULL: nothing is timed */
 } StageTimes;
 
+/* exact prefill a tile of queries at a time (attn_causal_tile), per KV head's scratch */
+typedef struct {
+    float *q, *scores, *m, *l; /* [n_kv][ATTN_TILE_QUERIES][min(group, ATTN_MAX_GROUP)][...] */
+    int n_q;                   /* query heads per pass */
+} PrefillTile;
+
 typedef struct {
     AttnOptions opt;
     int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
@@ -123,6 +135,7 @@ typedef struct {
     Eviction evict;
     KeyScoring keys;
     StageTimes stages;
+    PrefillTile tile;
 } Attention;
 
 /* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */
@@ -137,5 +150,12 @@ void attention_free(Attention *a);
  * heads ([n_heads x head_dim]); stats (may be NULL) receive sums over heads. */
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats);
+/* whether a prefill chunk's attention can run a tile of queries at a time: exact prefill
+ * attention that records nothing per query (no prefill importance, H2O mass, features,
+ * reference kernel, stage times) over an f32 cache. Same bits as attend_layer per query. */
+int attention_tiles_prefill(const Attention *a);
+/* the n queries at pos0 .. pos0 + n - 1 (q_all, out_all: [n][n_heads x head_dim]), each over
+ * the positions up to its own; their keys and values must be in the cache */
+void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all);
 
 #endif

@@ -138,3 +138,59 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
     }
 #undef BLOCK_HEADS
 }
+
+void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
+                      int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
+                      float *m, float *l) {
+    int D = kv->head_dim, bs = kv->block, nv = T * n_q; /* vector t * n_q + g: query t, head g */
+    float scale = 1.0f / sqrtf((float)D);
+    size_t stride = (size_t)D;
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < n_q; g++) {
+            int v = t * n_q + g;
+            memcpy(qbuf + (size_t)v * D, q + (size_t)t * q_stride + (size_t)g * D, sizeof(float) * (size_t)D);
+            memset(out + (size_t)t * out_stride + (size_t)g * D, 0, sizeof(float) * (size_t)D);
+            m[v] = -INFINITY;
+            l[v] = 0.0f;
+        }
+    int last = pos0 + T - 1; /* the tile's last query sees positions 0 .. last */
+    for (int b = 0; b <= last / bs; b++) {
+        int p0 = b * bs, np = (p0 + bs <= last + 1 ? bs : last + 1 - p0);
+        int t0 = p0 > pos0 ? p0 - pos0 : 0; /* the first query that sees this block */
+        const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
+        const float *vrows = kv->v + kv_row(kv, layer, p0, kvh) * stride;
+        dot_rows_f32_x(qbuf + (size_t)t0 * n_q * D, stride, nv - t0 * n_q, k, stride, np, D,
+                       scores + (size_t)t0 * n_q * bs, (size_t)bs);
+        for (int t = t0; t < T; t++) {
+            int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np; /* its rows of the block */
+            for (int g = 0; g < n_q; g++) {
+                int v = t * n_q + g;
+                float *sg = scores + (size_t)v * bs, *o = out + (size_t)t * out_stride + (size_t)g * D;
+                float bmax = -INFINITY;
+                for (int p = 0; p < vis; p++) { /* attn_blocks' order, step by step */
+                    sg[p] *= scale;
+                    if (sg[p] > bmax) bmax = sg[p];
+                }
+                if (bmax > m[v]) {
+                    float corr = expf(m[v] - bmax);
+                    for (int d = 0; d < D; d++) o[d] *= corr;
+                    l[v] *= corr;
+                    m[v] = bmax;
+                }
+                for (int p = 0; p < vis; p++) {
+                    float e = expf(sg[p] - m[v]);
+                    l[v] += e;
+                    sg[p] = e;
+                }
+                axpy_rows_f32(o, sg, vrows, stride, vis, D);
+            }
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < n_q; g++) {
+            int v = t * n_q + g;
+            if (l[v] <= 0.0f) continue;
+            float inv = 1.0f / l[v], *o = out + (size_t)t * out_stride + (size_t)g * D;
+            for (int d = 0; d < D; d++) o[d] *= inv;
+        }
+}

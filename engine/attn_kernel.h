@@ -33,4 +33,18 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
                  const int *blocks, const unsigned char *heads, int n_blocks, float *out,
                  float *scratch, float *probs, size_t probs_stride);
 
+/* Exact causal attention for a tile of T consecutive prefill queries (issue 29): the queries
+ * at positions pos0 .. pos0 + T - 1, each of n_q query heads over KV head kvh, every query
+ * over all the positions up to its own. Each query's output has exactly the bits attn_blocks
+ * gives it alone over every block (same dot products, the same online softmax block by block,
+ * the same value sums in position order); what the tile shares is the reading: a block's keys
+ * are scored for all the tile's queries in one pass (dot_rows_f32_x over T x n_q vectors, 4
+ * rows x 3 vectors a tile, instead of 4 x n_q per query), and its values stay in L1 while
+ * every query sums them. f32 KV only. q: query t, head g at q + t * q_stride + g * head_dim;
+ * out likewise. Scratch (ATTN_TILE_QUERIES x n_q each): qbuf x head_dim, scores x block, m, l. */
+#define ATTN_TILE_QUERIES 64
+void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
+                      int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
+                      float *m, float *l);
+
 #endif

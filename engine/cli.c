@@ -41,6 +41,7 @@ static const OptSpec OPTIONS[] = {
     {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
     {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
     {"--measure-keys", C_PPL, T_INT, OFF(measure_keys), 1, 1 << 24, 0},
+    {"--kv-keep-evicted", C_MODEL, T_FLAG, OFF(keep_evicted), 0, 0, 1},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
@@ -179,6 +180,7 @@ void cli_check_attention(const Options *o) {
         lmc_die_input("--kv-budget evicts by the policy's scores: --attn %s (got --attn %s)", evicting, got);
     if (o->kv_budget && o->kv_budget < o->block)
         lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
+    if (o->keep_evicted && !o->kv_budget) lmc_die_input("--kv-keep-evicted needs --kv-budget");
     if (o->measure_keys && !policy_can_evict(o->policy))
         lmc_die_input("--measure-keys ranks keys by the policy's keep score: --attn %s (got --attn %s)", evicting,
                       got);
@@ -211,6 +213,7 @@ AttnOptions cli_attn_options(const Options *o) {
     a.predictor_path = o->predictor;
     a.kv_budget = o->kv_budget;
     a.rank_every = o->measure_keys;
+    a.keep_evicted = o->keep_evicted;
     a.features_every = o->dump_every;
     if (o->dump_features) {
         a.features = fopen(o->dump_features, "wb");

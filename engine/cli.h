@@ -23,6 +23,7 @@ typedef struct {
     int dump_every, layer; /* --dump-every; predict: --layer */
     int kv_budget;         /* --kv-budget, 0: off */
     int measure_keys;      /* --measure-keys N: rank the keys of every N-th query, 0: off */
+    int keep_evicted;      /* --kv-keep-evicted */
     /* attention */
     Policy policy;
     int k, block, probes, prefill_sparse, measure;

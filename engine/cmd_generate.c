@@ -81,6 +81,7 @@ int cmd_generate(const Options *o) {
     printf("], \"decode_ms_per_token\": %.4f, \"attn_ms_per_token\": %.4f, \"selection\": ",
            lmc_median(ms, n_out), lmc_median(attn_ms, n_out));
     cli_write_selection(stdout, &total, n_out, o->measure);
+    session_write_memory(stdout, &s);
     printf("}\n");
     lmc_free(out);
     lmc_free(ms);

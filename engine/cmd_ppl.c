@@ -33,6 +33,7 @@ int cmd_ppl(const Options *o) {
     session_write_config(stdout, o, &s);
     printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f", s.n_tokens,
            scored, nll, exp(nll), elapsed);
+    session_write_memory(stdout, &s);
     if (s.fwd.attn.keys.rank) {
         printf(", ");
         keyrank_write_json(stdout, s.fwd.attn.keys.rank);

@@ -100,6 +100,21 @@ void evict_score_keys(Attention *a, int layer, int pos) {
     pool_run(a->pool, score_keys, &job, (pos + SCORE_CHUNK) / SCORE_CHUNK);
 }
 
+/* paging: a KV head's block goes back to the cache once every query head of its group has
+ * dropped it (the group's heads choose on their own; the union of what they keep stays) */
+static void release_evicted(Attention *a, int layer, int n_blocks) {
+    int group = a->n_heads / a->n_kv;
+    for (int kvh = 0; kvh < a->n_kv; kvh++) {
+        const unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + (size_t)kvh * group) * a->n_blocks;
+        for (int b = 0; b < n_blocks - 1; b++) {
+            if (!kv_block_held(a->kv, layer, kvh, b)) continue;
+            int all = 1;
+            for (int g = 0; g < group && all; g++) all = gone[(size_t)g * a->n_blocks + b];
+            if (all) kv_release_block(a->kv, layer, kvh, b);
+        }
+    }
+}
+
 void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
     int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
     int keep = a->opt.kv_budget / bs;
@@ -130,6 +145,7 @@ void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
             live--;
         }
     }
+    if (a->kv->paged) release_evicted(a, layer, n_blocks);
 }
 
 void evict_rank_scores(Attention *a, int layer, int pos, const float *q_all) {

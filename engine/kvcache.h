@@ -16,7 +16,18 @@
  *   pk [layer][kvh][block][probe_rows][head_dim]
  * so probing one head's blocks is one sequential stream (the keys themselves are step rows
  * apart, each row its own miss). Costs probe_rows / block of the key cache (1/4 by default).
- * Summaries are computed from the keys as stored (dequantised for q8), updated on each write. */
+ * Summaries are computed from the keys as stored (dequantised for q8), updated on each write.
+ *
+ * Paging (--kv-budget, issue 29): the rows of one (layer, KV head) are `block`-row slots, and
+ * logical block b of that head lives in slot slot[(layer * n_kv + kvh) * n_blocks + b]. Without
+ * paging slot b holds block b (the layout above, unchanged). With it a block gets a slot when
+ * its first row is written: the last slot the head released (a stack per head), else the
+ * head's next unused one; kv_release_block gives a block's slot back when eviction dropped it
+ * for every query head of the KV head (the union of the group's choices stays). A head that
+ * keeps N positions so touches at most about N / block + 1 slots: the memory the cache makes
+ * resident follows the budget, not the context. A released block reads as the dead block (NaN
+ * everywhere), so any read of evicted rows shows in the output. All arrays are reserved, not
+ * written (mmap, zero pages): only touched pages become resident, with or without paging. */
 #ifndef LMC_KVCACHE_H
 #define LMC_KVCACHE_H
 
@@ -42,6 +53,15 @@ typedef struct {
     float *ksum;        /* NULL unless sum summaries are kept */
     float *pk;          /* NULL unless probe keys are kept */
     int pk_step, pk_rows; /* probe keys: rows apart in a block, rows per block */
+    /* paging (above); slot, free_slots, n_free are NULL/unused when !paged */
+    int paged;
+    int *slot;          /* [layer][kvh][n_blocks]: the slot of each block, -1: none */
+    int *free_slots;    /* [layer][kvh][n_blocks]: each head's stack of released slots */
+    int *n_free;        /* [layer][kvh] */
+    int *n_used;        /* [layer][kvh]: slots the head has touched (paged or not) */
+    size_t dead_row;    /* the first row of the dead block */
+    long held, peak_held; /* blocks holding KV now, and at most */
+    size_t reserved[10]; /* bytes reserved per array, for kv_free (k v kq vq ks vs kmin kmax ksum pk) */
 } KVCache;
 
 /* which per-block key summaries a cache keeps besides the keys (select.c's kv_layout_for says
@@ -51,6 +71,7 @@ typedef struct {
     int sum;    /* ksum (sparse --probe-summary) */
     int probes; /* > 0 (f32 only): the probe keys of that many probes per block (none when every
                  * row is a probe: the keys are contiguous already) */
+    int paged;  /* blocks in per-head slots, released by eviction (above) */
 } KVLayout;
 
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
@@ -62,8 +83,23 @@ void kv_write(KVCache *kv, int layer, int pos, const float *k_row, const float *
 /* the row of (layer, pos, kvh): its values start at row * head_dim, its q8 scales at
  * row * q8_groups(head_dim); the next position of the same head is the next row */
 static inline size_t kv_row(const KVCache *kv, int layer, int pos, int kvh) {
-    return ((size_t)layer * (size_t)kv->n_kv + (size_t)kvh) * (size_t)kv->capacity + (size_t)pos;
+    size_t head = (size_t)layer * (size_t)kv->n_kv + (size_t)kvh;
+    if (!kv->paged) return head * (size_t)kv->capacity + (size_t)pos;
+    int slot = kv->slot[head * (size_t)kv->n_blocks + (size_t)(pos / kv->block)];
+    size_t off = (size_t)(pos % kv->block);
+    if (slot < 0) return kv->dead_row + off;
+    return head * (size_t)kv->capacity + (size_t)slot * (size_t)kv->block + off;
 }
+/* paging: give block `block` of (layer, kvh) back (its rows then read as NaN); whether it
+ * holds a slot */
+void kv_release_block(KVCache *kv, int layer, int kvh, int block);
+int kv_block_held(const KVCache *kv, int layer, int kvh, int block);
+/* bytes of K and V one block of one KV head occupies; bytes of K and V reserved (virtual);
+ * bytes of K and V in slots touched so far (what the cache made resident: nothing is given
+ * back, a released slot is reused) */
+size_t kv_block_bytes(const KVCache *kv);
+size_t kv_reserved_bytes(const KVCache *kv);
+size_t kv_touched_bytes(const KVCache *kv);
 /* q . key(layer, pos, kvh) */
 float kv_key_dot(const KVCache *kv, int layer, int pos, int kvh, const float *q);
 /* out += a * value(layer, pos, kvh) */

@@ -44,6 +44,7 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
     f->capacity = capacity;
     f->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
     KVLayout layout = kv_layout_for(&opt->sel);
+    layout.paged = attention_pages_kv(opt);
     kv_init(&f->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8, &layout);
     attention_init(&f->attn, opt, &f->kv, c->n_heads, pool);
     f->use_feat = attention_needs_features(opt) || opt->features;
@@ -141,6 +142,7 @@ float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int wan
     }
     if (c->embed_scale != 1.0f) scale_by(f->x, nH, c->embed_scale);
     f->attn_ms = 0.0;
+    int tiles = phase == ATTN_PREFILL && !stats && attention_tiles_prefill(&f->attn);
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
@@ -153,14 +155,23 @@ float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int wan
             norm_rope_heads(f->q + (size_t)t * Q, c->n_heads, L->q_norm, c, f, pos + t);
             norm_rope_heads(f->k + (size_t)t * KV, c->n_kv_heads, L->k_norm, c, f, pos + t);
         }
-        /* token by token, in order: each query sees exactly the positions up to its own, and
-         * policy state (importance, H2O mass, block summaries) evolves as in decode */
-        for (int t = 0; t < n; t++) {
-            kv_write(&f->kv, l, pos + t, f->k + (size_t)t * KV, f->v + (size_t)t * KV);
+        if (tiles) {
+            /* exact prefill: the chunk's keys and values first, then its queries a tile at a
+             * time, each over the positions up to its own (same bits as token by token) */
+            for (int t = 0; t < n; t++)
+                kv_write(&f->kv, l, pos + t, f->k + (size_t)t * KV, f->v + (size_t)t * KV);
             double t0 = lmc_now_ms();
-            attend_layer(&f->attn, l, pos + t, f->q + (size_t)t * Q, f->att + (size_t)t * Q, phase, stats);
+            attend_prefill_tile(&f->attn, l, pos, n, f->q, f->att);
             f->attn_ms += lmc_now_ms() - t0;
-        }
+        } else
+            /* token by token, in order: each query sees exactly the positions up to its own,
+             * and policy state (importance, H2O mass, block summaries) evolves as in decode */
+            for (int t = 0; t < n; t++) {
+                kv_write(&f->kv, l, pos + t, f->k + (size_t)t * KV, f->v + (size_t)t * KV);
+                double t0 = lmc_now_ms();
+                attend_layer(&f->attn, l, pos + t, f->q + (size_t)t * Q, f->att + (size_t)t * Q, phase, stats);
+                f->attn_ms += lmc_now_ms() - t0;
+            }
         MatOut o = {&L->o, f->xb, H};
         matmul(&o, 1, f->att, Q, n, &f->xq, f->pool);
         add_into(f->x, f->xb, nH, c->residual_scale);

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "json.h"
 #include "util.h"
@@ -69,4 +70,15 @@ void session_write_config(FILE *f, const Options *o, const Session *s) {
             c->model_type, c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads,
             c->head_dim, c->vocab, c->max_pos, c->rope_theta, c->rope_type, (double)c->rms_eps,
             s->model.tied_used ? "true" : "false", s->model.weights_dtype);
+}
+
+void session_write_memory(FILE *f, const Session *s) {
+    const KVCache *kv = &s->fwd.kv;
+    size_t block = kv_block_bytes(kv);
+    struct rusage ru;
+    long peak_rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    fprintf(f, ", \"kv_memory\": {\"paged\": %s, \"block_bytes\": %zu, \"allocated_bytes\": %zu, "
+               "\"resident_bytes\": %zu, \"live_bytes\": %zu, \"peak_live_bytes\": %zu}, \"peak_rss_kb\": %ld",
+            kv->paged ? "true" : "false", block, kv_reserved_bytes(kv), kv_touched_bytes(kv),
+            (size_t)kv->held * block, (size_t)kv->peak_held * block, peak_rss_kb);
 }

@@ -28,5 +28,8 @@ void session_close(Session *s);
 /* the "config" member: the model path, the attention options, weights, context, generation
  * limits and the model's configuration */
 void session_write_config(FILE *f, const Options *o, const Session *s);
+/* ", \"kv_memory\": {...}, \"peak_rss_kb\": N": the KV cache's bytes (kvcache.h: reserved,
+ * touched, held now and at most) and the process's peak resident set (getrusage) */
+void session_write_memory(FILE *f, const Session *s);
 
 #endif

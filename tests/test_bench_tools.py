@@ -241,6 +241,43 @@ def test_depth_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tmp_
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in lines["lmc exact"]
 
 
+def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tmp_path: Path,
+                                                            tiny_models: dict[str, Path]) -> None:
+    """bench/prefill.py end to end on the tiny model: llama-bench's pp and lmc's prefill of the
+    same prompt, per round, with the user CPU seconds of each (baseline subtracted)."""
+    out = tmp_path / "prefill.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "prefill.py"), "--model", str(tiny_models["BF16"]),
+         "--prompt", "64", "--types", "f32", "--threads", "1", "--rounds", "2",
+         "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert (cell["gguf_type"], cell["threads"]) == ("f32", 1)
+    assert len(cell["lmc_ms"]) == len(cell["llama_ms"]) == len(cell["lmc_cpu_s"]) == 2
+    assert min(cell["lmc_ms"] + cell["llama_ms"]) > 0
+    ratios = sorted(b / a for a, b in zip(cell["lmc_ms"], cell["llama_ms"], strict=True))
+    assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
+
+
+def test_kv_memory_bench_sets_budgets_against_exact(tmp_path: Path,
+                                                    tiny_models: dict[str, Path]) -> None:
+    out = tmp_path / "kv.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "kv_memory.py"), "--model", str(tiny_models["BF16"]),
+         "--ctx", "128", "--max-new", "2", "--block", "8", "--budgets", "0.25", "--threads", "1",
+         "--wq", "f32", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    exact, budget = runs["exact"]["kv_memory"], runs["window 25%"]["kv_memory"]
+    assert not exact["paged"] and budget["paged"]
+    # 2 layers x 2 KV heads, 16 blocks each; a budget of 32 positions keeps 4 blocks per head,
+    # and a new block is written (one per KV head of one layer) before the query evicts
+    block = budget["block_bytes"]
+    assert exact["peak_live_bytes"] == 4 * 16 * block
+    assert budget["peak_live_bytes"] == (4 * 4 + 2) * block
+    assert "| window 25% |" in proc.stdout
+
+
 @pytest.mark.parametrize("k, summary", [(32, False), (32, True), (2, False)])
 def test_attention_bench_counts_the_bytes_a_grouped_step_reads(lmc: Path, tmp_path: Path,
                                                                k: int, summary: bool) -> None:

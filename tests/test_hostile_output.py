@@ -119,6 +119,10 @@ max_new = 4
     (json.dumps(GOOD | {"steps": [GOOD["steps"][0], {"token": 8, "ms": -1}]}), "'steps[1].ms'"),
     (json.dumps(GOOD | {"selection": {"mass": "x"}}), "'selection.mass'"),
     (json.dumps(GOOD | {"prompt_tokens": 2**64}), "'prompt_tokens'"),
+    (json.dumps(GOOD | {"kv_memory": {"paged": 1}}), "'kv_memory'"),
+    (json.dumps(GOOD | {"kv_memory": {"paged": True, "block_bytes": -1}}),
+     "'kv_memory.block_bytes'"),
+    (json.dumps(GOOD | {"peak_rss_kb": 1.5}), "'peak_rss_kb'"),
     ("[" * 100000 + "]" * 100000, "nested too deeply"),
 ])
 def test_parse_refuses_documents_outside_the_schema(stdout: str, reason: str) -> None:

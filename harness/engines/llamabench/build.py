@@ -4,14 +4,18 @@ The source is, in order of preference, what the spec's ``[llama-bench]`` section
 
 - ``source = "pypi"`` (the default): the llama.cpp tree vendored in the ``llama-cpp-python``
   sdist, fetched once with ``pip download --no-binary :all: --no-deps`` into
-  ``build/llama-cpp/sdist/`` and reused offline from then on;
+  ``<cache>/sdist/`` and reused offline from then on;
 - ``source = "PATH"``: a llama.cpp source tree as it is on disk;
 - ``source = "PATH"`` with ``rev = "REV"``: that git revision of the repository at PATH.
 
 Only the ``llama-bench`` target is built (not the library's tests, tools or server), statically
 linked for aarch64 so that a board needs no libstdc++ of the right version. The build directory
 is keyed by (source identity, target, compiler version, CMake flags): unchanged inputs rebuild
-nothing, and a fresh clone pays the build once (minutes on two cores, see docs/performance.md).
+nothing. The cache lives outside any work tree, ``~/.cache/benchfarm/llama-cpp/`` (or under
+``$XDG_CACHE_HOME``; ``BENCHFARM_LLAMA_BUILD_DIR`` overrides it), so a machine pays the build
+once (about 15 minutes on two idle cores, see docs/performance.md) for every clone, every
+worktree and the tests alike: ``benchfarm build --engine llama-bench`` and the test fixtures
+both call ``build_llama_bench`` with this root.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from harness import REPO_ROOT
 from harness.engines.base import BuildRecord, build_lock, host_arch
 from harness.errors import InputError, RunFailure
 from harness.identity import sha256_file
@@ -62,7 +65,11 @@ SOURCE_DIRS = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "t
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("BENCHFARM_LLAMA_BUILD_DIR", REPO_ROOT / "build" / "llama-cpp"))
+    """Where sources and builds are cached: one per machine (and user), not per clone."""
+    if os.environ.get("BENCHFARM_LLAMA_BUILD_DIR"):
+        return Path(os.environ["BENCHFARM_LLAMA_BUILD_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "benchfarm" / "llama-cpp"
 
 
 def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:
@@ -84,7 +91,7 @@ def sdist_tree(root: Path) -> tuple[Path, str, str]:
             _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
                   "--dest", str(cache), f"{SDIST_PACKAGE}=={SDIST_VERSION}"],
                  f"pip download {SDIST_PACKAGE}=={SDIST_VERSION} (needs the package registry "
-                 "once; afterwards the copy in build/llama-cpp/sdist is used)")
+                 f"once; afterwards the copy in {cache} is used)")
         digest = sha256_file(archive)
         tree = root / f"src-{digest[:16]}"
         if not (tree / "CMakeLists.txt").exists():

@@ -243,6 +243,9 @@ class LmcEngine:
                     setattr(found, name, int(value) if name == "bytes_read" else value)
         if output.TRACE_KEY in data:
             found.extra[output.TRACE_KEY] = data[output.TRACE_KEY]
+        for key in ("kv_memory", "peak_rss_kb"):  # no store columns yet: kept in extra
+            if key in data:
+                found.extra[key] = data[key]
         return found
 
     def health_argv(self, binary: str) -> list[str]:

@@ -107,6 +107,22 @@ def _selection(value: Any, path: str) -> None:
             _count(value[key], f"{path}.{key}")
 
 
+KV_MEMORY_COUNTS = ("block_bytes", "allocated_bytes", "resident_bytes", "live_bytes",
+                    "peak_live_bytes")
+
+
+def _memory(doc: dict[str, Any]) -> None:
+    """The optional ``kv_memory`` object (byte counts, ``paged``) and ``peak_rss_kb``."""
+    memory = doc.get("kv_memory")
+    if memory is not None:
+        if not isinstance(memory, dict) or not isinstance(memory.get("paged"), bool):
+            raise _fail("kv_memory", "an object with a boolean 'paged'", memory)
+        for key in KV_MEMORY_COUNTS:
+            _count(memory.get(key), f"kv_memory.{key}")
+    if doc.get("peak_rss_kb") is not None:
+        _count(doc["peak_rss_kb"], "peak_rss_kb")
+
+
 def _vocab_limit(doc: dict[str, Any]) -> int:
     """Token ids must lie below the model's vocabulary when the document states it."""
     config = doc.get("config")
@@ -141,12 +157,14 @@ def _generate(doc: dict[str, Any]) -> None:
         _number(step.get("attn_ms"), f"{where}.attn_ms", optional=True)
         _selection(step.get("selection"), f"{where}.selection")
     _selection(doc.get("selection"), "selection")
+    _memory(doc)
 
 
 def _ppl(doc: dict[str, Any]) -> None:
     _count(doc.get("tokens"), "tokens")
     _number(doc.get("nll"), "nll")
     _number(doc.get("ppl"), "ppl")
+    _memory(doc)
     ranking = doc.get("key_ranking")
     if ranking is not None:
         if not isinstance(ranking, dict):

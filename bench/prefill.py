@@ -1,0 +1,182 @@
+"""Prefill against llama.cpp: lmc's prefill of an N-token prompt beside llama-bench's ppN.
+
+llama-bench ``-p N -n 0 -r 1`` (its own warm-up pass first, then one timed pass: its
+``avg_ns``) against lmc ``generate`` with an N-token prompt, ``--max-new 0`` and ``--ctx N``
+(lmc's ``prefill_ms``: every prompt token through every layer, the last token's logits; what
+llama-bench's pp test times too). Same model (the Qwen3-0.6B-shaped random model of
+``bench/qwen3_06b.py``, or ``--layers L`` of its layer shape, or ``--model DIR``), the same
+weights converted to GGUF (``harness.engines.llamabench.gguf``: f32 and q8_0 against lmc's
+``--wq f32`` / ``--wq q8``), the same threads. Each round runs every (type, threads) cell with
+both engines, in alternating order (llama-bench first in odd rounds, lmc first in even ones),
+each in a process of its own; a ratio is llama-bench's ms over lmc's in the same round (above
+1: lmc is faster), reported as median [min, max] over rounds.
+
+On a shared machine wall times follow the other jobs more than the engines, so the bench also
+takes each process's user CPU time (``getrusage`` of the child): with one thread, user CPU
+seconds are what the prefill computes, whatever the scheduler did meanwhile. A baseline
+process per engine and round with an 8-token prompt is subtracted (the load and conversion;
+``--no-cpu-baseline`` skips it); llama-bench's warm-up is a second full pass, so its CPU is
+halved after the subtraction. With two threads CPU time also counts waiting threads that spin
+(llama.cpp's OpenMP barriers, lmc's pool), so only the wall ratio is given there. The load
+average is printed before and after.
+
+    .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
+    .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
+    .venv/bin/python bench/prefill.py --prompt 4096 --layers 4       # long prompts, 4 layers
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from depth4096 import LMC_WQ, model_directory
+from qwen3_06b import QWEN3_06B
+from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generate
+
+from harness.engines.llamabench.build import build_llama_bench
+from harness.engines.llamabench.gguf import ensure_converted
+
+BASELINE_TOKENS = 8
+
+
+def child_cpu_s() -> float:
+    """User CPU seconds of the finished children: the prefill computes in user space; system
+    time (page faults and zeroing while a model loads, several seconds for lmc, which converts
+    the weights into memory it allocates, and varying from run to run with the host's memory
+    pressure) is the loading's, and the 8-token baseline could not take it out reliably."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+
+
+@dataclass
+class Cell:
+    """One (weights, threads) cell: per round, each engine's ms and CPU seconds."""
+    gguf_type: str
+    threads: int
+    lmc_ms: list[float] = field(default_factory=list)
+    llama_ms: list[float] = field(default_factory=list)
+    lmc_cpu_s: list[float] = field(default_factory=list)  # baseline subtracted
+    llama_cpu_s: list[float] = field(default_factory=list)
+
+    def ratios(self) -> list[float]:
+        return [b / a for a, b in zip(self.lmc_ms, self.llama_ms, strict=True)]
+
+    def cpu_ratios(self) -> list[float]:
+        return [b / a for a, b in zip(self.lmc_cpu_s, self.llama_cpu_s, strict=True)
+                if a > 0 and b > 0]
+
+
+def run_llama(binary: str, gguf: Path, tokens: int, threads: int, wait_policy: str
+              ) -> tuple[float, float]:
+    """(ms of llama-bench's timed pp<tokens> pass, CPU seconds of the whole process)."""
+    argv = [binary, "-m", str(gguf), "-p", str(tokens), "-n", "0", "-r", "1",
+            "-t", str(threads), "-o", "json"]
+    env = dict(os.environ, OMP_WAIT_POLICY=wait_policy.upper())
+    before = child_cpu_s()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False,
+                          env=env)
+    cpu = child_cpu_s() - before
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    tests = json.loads(proc.stdout)
+    if len(tests) != 1 or tests[0]["n_prompt"] != tokens or tests[0]["n_gen"] != 0:
+        raise RuntimeError(f"llama-bench ran other tests than pp{tokens}: {proc.stdout[:300]}")
+    return tests[0]["avg_ns"] / 1e6, cpu
+
+
+def run_lmc(lmc: Path, model_dir: Path, prompt: list[int], wq: str, threads: int,
+            extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(lmc's prefill_ms, CPU seconds of the whole process)."""
+    before = child_cpu_s()
+    doc = run_lmc_generate(lmc, model_dir, prompt, 0, threads, wq, ctx=len(prompt),
+                           timeout=3600, extra=extra)
+    return float(doc["prefill_ms"]), child_cpu_s() - before
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt", type=int, default=512, help="prompt tokens (pp<N>)")
+    parser.add_argument("--types", nargs="+", choices=("f32", "q8_0"), default=["f32", "q8_0"])
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=QWEN3_06B.layers,
+                        help="layers of the 0.6B-shaped model")
+    parser.add_argument("--model", type=Path, help="a Hugging Face model directory instead")
+    parser.add_argument("--lmc-extra", default="", help="more lmc options, space-separated "
+                        "(e.g. '--attn sparse --prefill-attn sparse')")
+    parser.add_argument("--no-cpu-baseline", dest="cpu_baseline", action="store_false",
+                        help="skip the 8-token baseline processes (no CPU ratios)")
+    parser.add_argument("--omp-wait-policy", choices=("active", "passive"), default="active",
+                        help="llama.cpp's OpenMP barriers (bench/depth4096.py explains)")
+    parser.add_argument("--json", type=Path, help="also write every raw figure here")
+    args = parser.parse_args(argv)
+    if args.prompt <= BASELINE_TOKENS or args.rounds < 1:
+        parser.error(f"--prompt must be > {BASELINE_TOKENS} and --rounds >= 1")
+
+    lmc = engine_binary()
+    llama = build_llama_bench().binary
+    model_dir = model_directory(args)
+    vocab = Shape.from_model_dir(model_dir).vocab
+    prompt = bench_prompt(args.prompt, vocab)
+    baseline = bench_prompt(BASELINE_TOKENS, vocab)
+    extra = tuple(args.lmc_extra.split())
+    ggufs = {t: ensure_converted(model_dir, t) for t in args.types}
+    cells = [Cell(t, n) for t in args.types for n in args.threads]
+    load_before = os.getloadavg()
+    for r in range(args.rounds):
+        for cell in cells:
+            wq = LMC_WQ[cell.gguf_type]
+            order = ("llama", "lmc") if r % 2 == 0 else ("lmc", "llama")
+            for who in order:
+                if who == "llama":
+                    ms, cpu = run_llama(llama, ggufs[cell.gguf_type], args.prompt,
+                                        cell.threads, args.omp_wait_policy)
+                    base = (run_llama(llama, ggufs[cell.gguf_type], BASELINE_TOKENS,
+                                      cell.threads, args.omp_wait_policy)[1]
+                            if args.cpu_baseline else cpu)
+                    cell.llama_ms.append(ms)
+                    cell.llama_cpu_s.append((cpu - base) / 2)  # warm-up + timed pass
+                else:
+                    ms, cpu = run_lmc(lmc, model_dir, prompt, wq, cell.threads, extra)
+                    base = (run_lmc(lmc, model_dir, baseline, wq, cell.threads, extra)[1]
+                            if args.cpu_baseline else cpu)
+                    cell.lmc_ms.append(ms)
+                    cell.lmc_cpu_s.append(cpu - base)
+            print(f"  round {r + 1}/{args.rounds} {cell.gguf_type} t{cell.threads}: "
+                  f"lmc {cell.lmc_ms[-1]:.0f} ms, llama-bench {cell.llama_ms[-1]:.0f} ms, "
+                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    load_after = os.getloadavg()
+
+    print(f"prefill of {args.prompt} tokens (llama-bench pp{args.prompt}), {args.rounds} "
+          f"rounds, model {model_dir}, lmc options {list(extra)}, "
+          f"OMP_WAIT_POLICY {args.omp_wait_policy}")
+    print("| weights | threads | lmc ms (median) | llama-bench ms (median) | ratio llama/lmc, "
+          "wall: median [min, max] | ratio, user CPU seconds (1 thread) |")
+    print("|---|---|---|---|---|---|")
+    for cell in cells:
+        cpu = spread(cell.cpu_ratios()) if cell.threads == 1 and args.cpu_baseline else "–"
+        print(f"| {cell.gguf_type} (lmc {LMC_WQ[cell.gguf_type]}) | {cell.threads} | "
+              f"{statistics.median(cell.lmc_ms):.0f} | {statistics.median(cell.llama_ms):.0f} | "
+              f"{spread(cell.ratios())} | {cpu} |")
+    finish(lmc, (load_before, load_after), args.json,
+           {"args": vars(args), "llama_bench": llama,
+            "cells": [dataclasses.asdict(c) for c in cells]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The paged KV cache (issue 29): --kv-budget gives evicted blocks' memory back.
+
+Each policy's eviction, paged, against the same run with --kv-keep-evicted (the masking alone,
+evicted rows left in memory): bit-identical tokens, logits and nll. A released block reads as
+NaN (engine/kvcache.h), so a read of any evicted row would show in these outputs. The memory
+figures follow the budget: at most budget / block + 1 blocks per query head held, the union of
+a KV head's query heads, and the slots touched are the ones reused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fixtures_engine import TINY_SPECS, lmc_json, run_lmc, write_tokens
+
+MODEL = "gqa4_untied_f32_old"  # 8 query heads over 2 KV heads, 2 layers, vocabulary 320
+IDS = [(i * 37 + (i // 7) * 5) % 320 if i % 5 else 11 for i in range(120)]
+BLOCK, BUDGET = 8, 32
+POLICIES = ["window", "h2o", "h2o-prev", "random", "sparse", "quest", "oracle"]
+
+
+def budget_args(policy: str, *extra: str) -> list[str]:
+    return ["--attn", policy, "--kv-budget", str(BUDGET), "--block", str(BLOCK),
+            "--prefill-attn", "sparse", *extra]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_paged_eviction_gives_the_masked_outputs(lmc, tiny_model, tmp_path, policy):
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    runs = {}
+    for mode, extra in (("paged", ()), ("kept", ("--kv-keep-evicted",))):
+        dump = tmp_path / f"{mode}.bin"
+        gen = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 16,
+                       "--dump-logits", dump, *budget_args(policy, *extra))
+        ppl = lmc_json(lmc, "ppl", "--model", model, "--text", prompt, "--threads", 2,
+                       *budget_args(policy, *extra))
+        runs[mode] = (gen, ppl, np.fromfile(dump, dtype=np.float32))
+    (gen, ppl, logits), (kgen, kppl, klogits) = runs["paged"], runs["kept"]
+    assert gen["tokens"] == kgen["tokens"] and logits.tobytes() == klogits.tobytes()
+    assert ppl["nll"] == kppl["nll"] and np.isfinite(ppl["nll"])
+    assert gen["kv_memory"]["paged"] and not kgen["kv_memory"]["paged"]
+    spec = TINY_SPECS[MODEL]
+    heads = spec.layers * spec.kv_heads
+    mem, kept = gen["kv_memory"], kgen["kv_memory"]
+    block = mem["block_bytes"]
+    assert block == 2 * BLOCK * spec.head_dim * 4  # K and V rows of one block, f32
+    positions = len(IDS) + 16 - 1  # the last generated token is not fed back
+    assert kept["resident_bytes"] == heads * -(-positions // BLOCK) * block
+    # a query head keeps budget / block blocks and the newest; a KV head the union of its
+    # query heads' (one head's worth when they agree, as window's do)
+    group = spec.heads // spec.kv_heads
+    most = (BUDGET // BLOCK + 1) * (1 if policy == "window" else group)
+    assert mem["peak_live_bytes"] <= heads * most * block
+    assert mem["live_bytes"] <= mem["peak_live_bytes"] <= mem["resident_bytes"]
+    assert mem["resident_bytes"] < kept["resident_bytes"]
+    assert mem["allocated_bytes"] == kept["allocated_bytes"] > 0
+
+
+def test_paged_q8_cache_and_threads_give_the_same_bits(lmc, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    outs = [lmc_json(lmc, "ppl", "--model", model, "--text", prompt, "--kv", "q8",
+                     "--threads", threads, *budget_args("h2o", *extra))
+            for threads, extra in ((1, ()), (3, ()), (1, ("--kv-keep-evicted",)))]
+    assert outs[0]["nll"] == outs[1]["nll"] == outs[2]["nll"]
+    assert outs[0]["kv_memory"]["resident_bytes"] < outs[2]["kv_memory"]["resident_bytes"]
+
+
+def test_exact_cache_holds_what_was_written(lmc, tiny_model, tmp_path):
+    spec = TINY_SPECS[MODEL]
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    out = lmc_json(lmc, "generate", "--model", tiny_model(MODEL), "--prompt", prompt,
+                   "--max-new", 0, "--block", BLOCK)
+    mem = out["kv_memory"]
+    blocks = spec.layers * spec.kv_heads * -(-len(IDS) // BLOCK)
+    assert not mem["paged"]
+    assert mem["resident_bytes"] == mem["live_bytes"] == mem["peak_live_bytes"] == \
+        blocks * mem["block_bytes"]
+    # the whole context is reserved, not touched
+    assert mem["allocated_bytes"] >= 2 * spec.layers * out["config"]["ctx"] * \
+        spec.kv_heads * spec.head_dim * 4
+    assert out["peak_rss_kb"] > 0
+
+
+def test_keep_evicted_needs_a_budget(lmc, tiny_model, tmp_path):
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    proc = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
+                   "--kv-keep-evicted")
+    assert proc.returncode == 2 and "--kv-keep-evicted needs --kv-budget" in proc.stderr
+
+
+def test_paged_cache_under_asan(lmc, lmc_asan, tiny_model, tmp_path):
+    """Slots released, reused and the dead block read, with AddressSanitizer + UBSan watching:
+    the same nll as the release build."""
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    args = ["ppl", "--model", tiny_model(MODEL), "--text", prompt, *budget_args("sparse")]
+    assert lmc_json(lmc_asan, *args)["nll"] == lmc_json(lmc, *args)["nll"]
+
+
+def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
+    """lmc's adapter checks kv_memory and peak_rss_kb and keeps them with the outcome (no store
+    columns yet: Outcome.extra)."""
+    from harness.engines import get_engine
+
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    proc = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
+                   *budget_args("window"))
+    engine = get_engine("lmc")
+    doc = engine.parse(proc.stdout, "ppl")
+    found = engine.outcome("ppl", doc, engine.measurements("ppl", doc))
+    assert found.extra["kv_memory"] == doc["kv_memory"] and found.extra["kv_memory"]["paged"]
+    assert found.extra["peak_rss_kb"] == doc["peak_rss_kb"] > 0
