@@ -8,6 +8,7 @@ DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, withou
 from __future__ import annotations
 
 import functools
+import os
 import random
 import time
 from collections.abc import Callable
@@ -53,6 +54,37 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+class SqliteFile:
+    """The file a SQLite store opened, by device and inode: a file deleted or replaced under a
+    running store would take every later write with it (into the unlinked inode) while the run
+    reported success, so each new connection and each commit checks that the path is still the
+    file first opened, and fails with exit 1 otherwise."""
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.path, self.shown = path, shown
+        self.identity: tuple[int, int] | None = None
+
+    def check(self) -> None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            raise StoreError(f"--db {self.shown}: the store's file {self.path} is gone (deleted "
+                             "or moved while in use); nothing more was written, and what this "
+                             "run wrote since is lost; restore the file or start again") from None
+        identity = (info.st_dev, info.st_ino)
+        if self.identity is None:
+            self.identity = identity
+        elif identity != self.identity:
+            raise StoreError(f"--db {self.shown}: the store's file {self.path} was replaced by "
+                             "another file while in use; nothing more was written to it")
+
+    def on_connect(self, _dbapi_connection: Any, _record: Any) -> None:
+        self.check()
+
+    def on_commit(self, _connection: Connection) -> None:
+        self.check()
+
+
 def _sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql(connection.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
 
@@ -72,6 +104,7 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
         ) from exc
     shown = parsed.render_as_string(hide_password=True)
     options: dict[str, Any] = {}
+    watched: SqliteFile | None = None
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite:
         database = parsed.database or ""
@@ -93,6 +126,7 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
                     f"--db {shown}: directory {parent} does not exist; create it or choose "
                     "another path"
                 )
+            watched = SqliteFile(path, shown)
     try:
         engine = create_engine(parsed, **options)
     except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as exc:
@@ -103,6 +137,9 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
+    if watched is not None:
+        event.listen(engine, "connect", watched.on_connect)
+        event.listen(engine, "commit", watched.on_commit)
     event.listen(engine, "handle_error", _database_failure(shown))
     return engine
 
