@@ -17,6 +17,7 @@ from typing import TextIO
 from db.store import Store
 from devices.inventory import Inventory
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
+from harness.execution.credentials import Credentials
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.execution.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
@@ -77,6 +78,8 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     placements = resolve_placements(spec, list(request.inventory.devices.values()),
                                     request.selectors)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    for name in sorted({name for p in placements for name in p.devices}):
+        Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None
     if job_id is None:
         job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=getpass.getuser(),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.files import loads_toml, read_text
 from harness.checker import SpecChecker
 from harness.engines import ENGINES
 from harness.engines.lmc.build import WORKTREE
@@ -73,7 +74,7 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise InputError naming the file and key on any problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -84,7 +85,7 @@ def load_spec(path: str | Path) -> Spec:
 
 def parse_spec(text: str, path: Path) -> Spec:
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from exc
     check = SpecChecker(path)

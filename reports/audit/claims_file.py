@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.files import loads_toml, read_text
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 
@@ -184,7 +185,7 @@ class _Check:
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise ReportInputError(f"cannot read claims file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -196,7 +197,7 @@ def load_claims(path: str | Path) -> ClaimsFile:
 def parse_claims(text: str, path: Path) -> ClaimsFile:
     check = _Check(path)
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
     check.table(data, "file", "", {"source", "claim", "experiment", "llama_bench"})
