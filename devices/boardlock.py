@@ -16,11 +16,20 @@ from devices.transport import CommandResult
 
 LOCK_FILE = ".benchfarm-lock"
 LOCKED_EXIT = 75  # EX_TEMPFAIL: flock's exit code when the lock is taken
+# $1 = the lock file, then the command. A lock file that is not a regular file is refused at
+# once: flock's open of a FIFO would block until the run's deadline, every run.
+LOCK_SCRIPT = f"""
+if [ -e "$1" ] && [ ! -f "$1" ]; then
+  echo "the board's lock file $PWD/$1 is not a regular file (a FIFO?); remove it" >&2
+  exit 1
+fi
+exec flock -n -E {LOCKED_EXIT} "$@"
+"""
 
 
 def locked(argv: list[str]) -> list[str]:
     """``argv`` run under the board's lock; it does not run if another command holds it."""
-    return ["flock", "-n", "-E", str(LOCKED_EXIT), LOCK_FILE, *argv]
+    return ["sh", "-c", LOCK_SCRIPT, "sh", LOCK_FILE, *argv]
 
 
 def check_locked(device: str, workdir: str, result: CommandResult) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 from db.store import Store
 from devices.boardlock import LOCK_FILE
 from devices.connect import connect
-from devices.errors import BoardLocked
+from devices.errors import BoardLocked, DeviceError
 from devices.fingerprint import probed_run
 from devices.inventory import Device, local_device
 
@@ -66,3 +67,15 @@ def test_a_coordinator_with_its_own_store_waits_for_the_lock(
     assert proc.returncode == 0, watch.text
     assert "2 ok" in out
     assert sum("lock file" in line for line in watch.lines) == 1  # said once, not every try
+
+
+@pytest.mark.parametrize("name", ["farm-x86", "local"])
+def test_a_lock_file_that_is_a_fifo_is_refused_at_once(name: str, farm, tmp_path: Path) -> None:
+    found = local_device() if name == "local" else farm.inventory.get(name)
+    device: Device = dataclasses.replace(found, workdir=str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    os.mkfifo(tmp_path / "work" / LOCK_FILE)  # flock's open of it blocked until the deadline
+    marker = tmp_path / "ran"
+    with connect(device) as transport, pytest.raises(DeviceError, match="not a regular file"):
+        probed_run(transport, ["touch", str(marker)], timeout=600, lock=True)
+    assert not marker.exists()
