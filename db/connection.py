@@ -19,7 +19,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InternalError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    InterfaceError,
+    InternalError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlalchemy.pool import StaticPool
 
 from db.errors import StoreError, StoreInputError
@@ -163,6 +169,23 @@ def _database_failure(shown: str) -> Callable[[ExceptionContext], None]:
         reason = (str(original).splitlines() or [type(original).__name__])[0]
         raise StoreError(f"--db {shown}: the database failed ({reason}); the statement's "
                          "transaction was rolled back") from original
+
+    return handle
+
+
+def lost_database(shown: str) -> Callable[[ExceptionContext], None]:
+    """For a store that opened: a server that stops or goes away mid-run (the connection drops,
+    a new one is refused) is a failure while running, one line, not a chained traceback."""
+
+    def handle(context: ExceptionContext) -> None:
+        if not isinstance(context.sqlalchemy_exception, OperationalError | InterfaceError):
+            return
+        if not (context.is_disconnect or context.connection is None):
+            return  # a statement failing on a working connection: _database_failure's
+        original = context.original_exception
+        reason = (str(original).strip().splitlines() or [type(original).__name__])[0]
+        raise StoreError(f"--db {shown}: lost the database ({reason}); the runs stored so far "
+                         "are kept, the one in flight is not") from original
 
     return handle
 

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 import pandas as pd
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, event, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
-from db.connection import create_store_engine, migrate, retry_locked, writer
+from db.connection import create_store_engine, lost_database, migrate, retry_locked, writer
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
@@ -87,6 +87,7 @@ class Store:
             engine.dispose()
             reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
             raise StoreInputError(f"--db {shown}: cannot open the result store ({reason})") from exc
+        event.listen(engine, "handle_error", lost_database(shown))
         return cls(engine)
 
     def close(self) -> None:

@@ -1,16 +1,25 @@
-"""A SQLite store whose file is deleted or replaced while it is in use: every later commit
-fails with exit 1 and one line (writes would otherwise go on into the unlinked file and the
-run report success), and a coordinator stops before reporting its counts."""
+"""A store that goes away while it is in use. A SQLite file deleted or replaced: every later
+commit fails with exit 1 and one line (writes would otherwise go on into the unlinked file and
+the run report success), and a coordinator stops before reporting its counts. A PostgreSQL
+server that stops: one line and exit 1 (it was a 177-line chained traceback), and a rerun
+once it is back completes."""
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures_db import add_refs, sample_result
-from fixtures_ray import needle_spec, start_cli
+from fixtures_db import (
+    PostgresCluster,
+    add_refs,
+    fresh_postgres_database,
+    postgres_cluster,
+    sample_result,
+)
+from fixtures_ray import needle_spec, start_cli, stored_runs
 from test_coordinator import wait_for_ok_runs
 
 from db import Store
@@ -59,3 +68,55 @@ def test_run_stops_with_exit_1_when_its_store_is_deleted(ray_address: str, needl
     assert proc.returncode == 1, err
     assert "is gone" in err and "Traceback" not in err
     assert "runs in the matrix" not in err  # no success line
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of the test's own, to stop mid-run (the session's is shared)."""
+    with postgres_cluster() as cluster:
+        yield cluster
+
+
+def test_postgres_stopping_fails_the_next_write_in_one_line(own_postgres) -> None:
+    url = fresh_postgres_database(own_postgres.url)
+    with Store.open(url) as store:
+        refs = add_refs(store)
+        store.save_run(sample_result(refs, "a" * 64, steps=3))
+        own_postgres.stop()
+        with pytest.raises(StoreError) as caught:
+            store.save_run(sample_result(refs, "b" * 64, steps=3))
+        assert caught.value.exit_code == 1 and "\n" not in str(caught.value)
+        assert "lost the database" in str(caught.value)
+        own_postgres.start()  # the store reconnects: the runs before are there, whole
+        assert store.completed_run_keys() == {"a" * 64}
+
+
+def test_run_stops_in_one_line_when_postgres_stops_and_a_rerun_completes(
+        ray_address: str, needle_model: Path, tmp_path: Path, own_postgres) -> None:
+    spec_path = needle_spec(tmp_path, "pgstop", needle_model, ["local"],
+                            depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
+    url = fresh_postgres_database(own_postgres.url)
+    store = Store.open(url)
+    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address,
+                      "--lease-ttl", "3"], tmp_path)
+    try:
+        wait_for_ok_runs(proc, store, "pgstop", 1)
+        store.close()
+        own_postgres.stop()
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("benchfarm: error")]
+    assert len(errors) == 1 and "lost the database" in errors[0], err
+    assert "Traceback" not in err
+    own_postgres.start()
+    # nothing is left holding the board: a rerun takes it (once the lease ran out) and finishes
+    rerun = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
+                      tmp_path)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    with Store.open(url) as store:
+        assert set(stored_runs(store, "pgstop")["status"]) == {"ok"}

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from db.errors import StoreError
 from db.store import Store
 from devices.inventory import Inventory
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
@@ -91,7 +92,10 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                            Sharing(store, who.holder, who.ttl_s, spec.name, job_id))
     except BaseException as exc:
         if one_shot:
-            store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+            try:
+                store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+            except StoreError:
+                pass  # the store itself failed: its heartbeat stopped, the next claim ends it
         raise
     if one_shot:
         store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())

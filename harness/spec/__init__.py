@@ -66,6 +66,13 @@ class Spec:
         return self.sections[engine]
 
 
+# The bounds of a spec's durations: a run's timeout (a day: the longest benchmark run; 1e300
+# overflowed the deadlines into a "lost board"), the pause between runs and before a retry
+# (an hour: cooldown_s = 1e9 hung silently after the first run).
+MAX_TIMEOUT_S = 86400.0
+MAX_PAUSE_S = 3600.0
+
+
 def _listing(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
@@ -126,8 +133,8 @@ def parse_spec(text: str, path: Path) -> Spec:
             raise check.fail("devices", f"{device!r} is not a device or class name")
     revisions = check.axis(data.get("revisions", [WORKTREE]), "revisions", "str")
 
-    def number(key: str, kind: str, default: Any, low: float) -> Any:
-        return check.minimum(check.scalar(data.get(key, default), key, kind), key, low)
+    def number(key: str, kind: str, default: Any, low: float, high: float | None = None) -> Any:
+        return check.minimum(check.scalar(data.get(key, default), key, kind), key, low, high)
 
     return Spec(
         path=path,
@@ -140,11 +147,11 @@ def parse_spec(text: str, path: Path) -> Spec:
         revisions=revisions,
         repeats=number("repeats", "int", 1, 1),
         warmups=number("warmups", "int", 1, 0),
-        cooldown_s=number("cooldown_s", "float", 0.0, 0),
+        cooldown_s=number("cooldown_s", "float", 0.0, 0, MAX_PAUSE_S),
         retries=number("retries", "int", 2, 0),
-        backoff_s=number("backoff_s", "float", 1.0, 0),
+        backoff_s=number("backoff_s", "float", 1.0, 0, MAX_PAUSE_S),
         order_seed=number("order_seed", "int", 0, 0),
-        timeout_s=number("timeout_s", "float", 900.0, 1),
+        timeout_s=number("timeout_s", "float", 900.0, 1, MAX_TIMEOUT_S),
         workloads=workloads,
         engines=engines,
         sections=sections,

@@ -1,0 +1,39 @@
+"""Values a hostile or unlucky user gives (issue 30): durations beyond any run (each bounded,
+the bound named), values the engine or model cannot take (checked when the spec is read), a
+matrix whose every run failed (exit 1), cells a spreadsheet would run as formulas, control
+characters from a board. Each is exit 2 and one line naming the file, key or flag."""
+
+from __future__ import annotations
+
+import pytest
+from test_hostile_input import SPEC, cli
+
+from harness.cli import main
+
+
+@pytest.mark.parametrize("extra, key, bound", [
+    ("timeout_s = 1e300", "timeout_s", "<= 86400"),
+    ("cooldown_s = 1e9", "cooldown_s", "<= 3600"),
+    ("backoff_s = 1e12", "backoff_s", "<= 3600"),
+])
+def test_spec_durations_are_bounded(spec_dir, capsys, sqlite_url, extra, key, bound) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.format(extra=extra, depth="0.5"))
+    code, err = cli(capsys, "--db", sqlite_url, "run", str(path))
+    assert code == 2 and f"key '{key}'" in err and bound in err, err
+
+
+@pytest.mark.parametrize("ttl", ["inf", "1e12", "2", "0.5"])
+def test_lease_ttl_is_bounded(spec_dir, capsys, sqlite_url, ttl, monkeypatch) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.format(extra="", depth="0.5"))
+    if float(ttl) > 86400:  # the flag refuses it while parsing
+        with pytest.raises(SystemExit) as caught:
+            main(["--db", sqlite_url, "run", str(path), "--lease-ttl", ttl])
+        assert caught.value.code == 2 and "at most 86400" in capsys.readouterr().err
+    else:
+        code, err = cli(capsys, "--db", sqlite_url, "run", str(path), "--lease-ttl", ttl)
+        assert code == 2 and "--lease-ttl" in err and "between 3 and 86400" in err, err
+    monkeypatch.setenv("BENCHFARM_LEASE_TTL_S", ttl)
+    code, err = cli(capsys, "--db", sqlite_url, "run", str(path))
+    assert code == 2 and "$BENCHFARM_LEASE_TTL_S" in err and "between 3 and 86400" in err, err
