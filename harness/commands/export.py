@@ -8,6 +8,7 @@ from pathlib import Path
 
 from db.store import Store
 from harness.errors import InputError
+from reports.tables import safe_cells
 
 FORMATS = ("csv", "parquet")
 
@@ -34,7 +35,7 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path) -> dict[Path,
     for name, frame in frames.items():
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
-            frame.to_csv(path, index=False)
+            safe_cells(frame).to_csv(path, index=False)
         else:
             frame.to_parquet(path, index=False)
         written[path] = len(frame)
