@@ -5,6 +5,8 @@ characters from a board. Each is exit 2 and one line naming the file, key or fla
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import pytest
 from fixtures_db import add_refs, sample_result
@@ -13,6 +15,7 @@ from test_hostile_input import SPEC, cli
 from db import Store
 from harness.cli import main
 from harness.commands.export import export
+from harness.execution.progress import Progress
 from reports.render import render_report
 
 
@@ -61,3 +64,13 @@ def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path, start) -> N
         assert cell.startswith("'") and cell[1:].strip() == error.strip(), cell
     # numbers stay numbers: a negative one is not a formula
     assert (runs.loc[runs["status"] == "ok", "exit_code"] == 0).all()
+
+
+def test_control_characters_reach_the_terminal_escaped(tmp_path, capsys, sqlite_url) -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J\x9b31m"  # retitle, clear the screen, a C1 CSI
+    code, err = cli(capsys, "--db", sqlite_url, "run", str(tmp_path / f"spec{hostile}.toml"))
+    assert code == 2 and "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in err
+    assert not any(c in err for c in "\x1b\x07\x9b")
+    stream = io.StringIO()
+    Progress(1, ["local"], 0, stream).note(f"warm-up on local failed: lmc: error: {hostile}")
+    assert "\\x1b[2J" in stream.getvalue() and "\x1b" not in stream.getvalue()
