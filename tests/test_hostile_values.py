@@ -16,6 +16,8 @@ from db import Store
 from harness.cli import main
 from harness.commands.export import export
 from harness.execution.progress import Progress
+from reports.audit.claims_file import load_claims
+from reports.errors import ReportInputError
 from reports.render import render_report
 
 
@@ -74,3 +76,27 @@ def test_control_characters_reach_the_terminal_escaped(tmp_path, capsys, sqlite_
     stream = io.StringIO()
     Progress(1, ["local"], 0, stream).note(f"warm-up on local failed: lmc: error: {hostile}")
     assert "\\x1b[2J" in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+CLAIM = """[[claim]]
+id = "c{i}"
+statement = "s"
+metric = "reported"
+quantity = "q"
+"""
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_a_claims_file_with_many_claims_parses_in_one_pass(tmp_path, duplicate) -> None:
+    # 30k claims: pairwise id checks made 50 MB files run over 300 s
+    n = 30_000
+    text = 'source = "s"\n' + "".join(CLAIM.format(i=i) for i in range(n))
+    if duplicate:
+        text += CLAIM.format(i=n // 2)
+    path = tmp_path / "claims.toml"
+    path.write_text(text)
+    if duplicate:
+        with pytest.raises(ReportInputError, match=f"claim 'c{n // 2}': key 'id': is used by"):
+            load_claims(path)
+    else:
+        assert [c.id for c in load_claims(path).claims] == [f"c{i}" for i in range(n)]

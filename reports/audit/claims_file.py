@@ -217,13 +217,15 @@ def parse_claims(text: str, path: Path) -> ClaimsFile:
         raise check.fail("file", "claim", "at least one [[claim]] (or [[llama_bench]]) table "
                          "is required")
     claims: list[Claim] = []
+    ids: set[str] = set()  # a set, not a scan of the claims: linear in the file's size
     for index, raw in enumerate(raw_claims):
         claim = _claim(check, raw, index, default_source, experiments)
-        if any(c.id == claim.id for c in claims):
+        if claim.id in ids:
             raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
+        ids.add(claim.id)
         claims.append(claim)
     for row in rows:
-        if any(c.id == row.id for c in claims):
+        if row.id in ids:
             raise check.fail(f"llama_bench '{row.id}'", "id", "is used by a claim too")
         if row.experiment in experiments:
             raise check.fail("file", f"experiment.{row.experiment}",
