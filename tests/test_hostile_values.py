@@ -6,10 +6,12 @@ characters from a board. Each is exit 2 and one line naming the file, key or fla
 from __future__ import annotations
 
 import io
+import shutil
 
 import pandas as pd
 import pytest
 from fixtures_db import add_refs, sample_result
+from fixtures_ray import needle_spec
 from test_hostile_input import SPEC, cli
 
 from db import Store
@@ -100,3 +102,43 @@ def test_a_claims_file_with_many_claims_parses_in_one_pass(tmp_path, duplicate) 
             load_claims(path)
     else:
         assert [c.id for c in load_claims(path).claims] == [f"c{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("table, key, bound", [
+    ("[engine]\nthreads = [1000]\n", "engine.threads", "<= 256"),
+    ("[engine.policy.sparse]\nk = 1073741824\n", "engine.policy.sparse.k", "<= 16777216"),
+    ("[engine.policy.sparse]\nblock = 1073741824\n", "engine.policy.sparse.block",
+     "<= 1048576"),
+])
+def test_values_lmc_cannot_take_are_refused_with_the_spec(tmp_path, capsys, sqlite_url,
+                                                          needle_model, table, key, bound):
+    path = tmp_path / "spec.toml"
+    path.write_text(f'name = "limits"\nmodel = "{needle_model}"\n{table}'
+                    '[[workload]]\nkind = "needle"\nctx = 128\n')
+    code, err = cli(capsys, "--db", sqlite_url, "run", str(path), "--dry-run")
+    assert code == 2 and f"key '{key}'" in err and bound in err, err
+
+
+def test_a_needle_longer_than_the_model_takes_is_refused(tmp_path, capsys, sqlite_url,
+                                                         needle_model) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(f'name = "long"\nmodel = "{needle_model}"\n[engine.policy.exact]\n'
+                    '[[workload]]\nkind = "needle"\nctx = [128, 9000]\n')
+    code, err = cli(capsys, "--db", sqlite_url, "run", str(path), "--dry-run")
+    assert code == 2 and "key 'workload[0].ctx'" in err and "9000" in err
+    assert "max_position_embeddings (8192" in err
+
+
+def test_a_matrix_whose_every_run_failed_exits_1(ray_address, needle_model, tmp_path,
+                                                 capsys) -> None:
+    broken = tmp_path / "broken-model"
+    shutil.copytree(needle_model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # the engine cannot load it
+    spec = needle_spec(tmp_path, "all-failed", broken, ["local"])
+    url = f"sqlite:///{tmp_path}/failed.db"
+    assert main(["--db", url, "run", str(spec), "--ray-address", ray_address]) == 1
+    out = capsys.readouterr().out
+    assert "2 failed" in out and "every run failed" in out
+    with Store.open(url) as store:
+        assert store.jobs.latest("all-failed").state == "failed"

@@ -55,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when every run of the matrix is stored (ok or failed), 1 when some are pending."""
+    """Exit 0 when every run of the matrix is stored (ok or failed) and not every one failed;
+    1 when some are pending or all failed."""
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
     if args.dry_run:
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             spec, inventory, args.devices, args.force, args.ray_address, max_runs=args.max_runs,
             coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl))), store)
     print(summary.line())
-    return 0 if summary.complete else 1
+    return 0 if summary.succeeded else 1
 
 
 def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:

@@ -62,7 +62,7 @@ def serve_job(job: JobInfo, inventory: Inventory, store: Store, who: Coordinator
             raise
         store.jobs.finish(job.id, "failed", str(exc))
         return f"job {job.id} ({job.experiment}) failed: {exc}"
-    state = "cancelled" if summary.cancelled else "done" if summary.complete else "failed"
+    state = "cancelled" if summary.cancelled else "done" if summary.succeeded else "failed"
     store.jobs.finish(job.id, state, summary.line())
     return f"job {job.id} {state}: {summary.line()}"
 

@@ -39,6 +39,17 @@ class RunSummary:
     def complete(self) -> bool:
         return not (self.counts["pending"] or self.counts["interrupted"] or self.cancelled)
 
+    @property
+    def all_failed(self) -> bool:
+        """Every run of the matrix failed: none ok, now, before or by another coordinator (a
+        value the engine refuses fails them all; that is no success)."""
+        c = self.counts
+        return bool(c["failed"]) and not (c["ok"] or c["elsewhere"] or self.skipped)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.complete and not self.all_failed
+
     def line(self) -> str:
         c = self.counts
         line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
@@ -46,6 +57,8 @@ class RunSummary:
                 f"{c['pending']} pending now")
         if c["elsewhere"]:
             line += f", {c['elsewhere']} done meanwhile by another coordinator"
+        if self.all_failed:
+            line += "; every run failed"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 
@@ -98,7 +111,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                 pass  # the store itself failed: its heartbeat stopped, the next claim ends it
         raise
     if one_shot:
-        store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())
+        store.jobs.finish(job_id, "done" if summary.succeeded else "failed", summary.line())
     return summary
 
 

@@ -14,6 +14,7 @@ This module reads the file and its top-level keys; the ``[[workload]]`` tables a
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -73,6 +74,28 @@ MAX_TIMEOUT_S = 86400.0
 MAX_PAUSE_S = 3600.0
 
 
+def _check_context(check: SpecChecker, workloads: list[WorkloadAxes], config: Path) -> None:
+    """Prompt lengths (``ctx``, ``length``) the model cannot take are refused now: its
+    ``max_position_embeddings`` bounds them (every run of the matrix failed in the engine)."""
+    try:
+        document = json.loads(read_text(config))
+    except (OSError, ValueError, RecursionError):
+        return  # the engine's own check names the problem with the file
+    text = document.get("text_config", document) if isinstance(document, dict) else None
+    limit = text.get("max_position_embeddings") if isinstance(text, dict) else None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return
+    for index, workload in enumerate(workloads):
+        if not KINDS[workload.kind].uses_model:
+            continue  # attn-bench's synthetic attention has no model
+        for axis in ("ctx", "length"):
+            too_long = [n for n in workload.axes.get(axis, []) if n > limit]
+            if too_long:
+                raise check.fail(f"workload[{index}].{axis}",
+                                 f"{too_long[0]} is more than the model's "
+                                 f"max_position_embeddings ({limit}, in {config})")
+
+
 def _listing(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
@@ -112,6 +135,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         if not (model / "config.json").is_file():
             raise check.fail("model", f"{model_text!r} (resolved relative to the spec's folder "
                              f"to {model}) is not a model directory with a config.json")
+        _check_context(check, workloads, model / "config.json")
     elif any(KINDS[w.kind].uses_model for w in workloads):
         readers = [k.name for k in KINDS.values() if k.uses_model]
         raise check.fail("model", f"required for {_listing(readers)} workloads "
