@@ -156,3 +156,16 @@ def test_a_public_key_as_the_inventory_key_is_one_line(bad_key_inventory, capsys
     code, err = cli(capsys, "--db", sqlite_url, "run", str(tmp_path / "spec.toml"),
                     "--inventory", str(bad_key_inventory))
     assert code == 2 and "not an SSH private key" in err, err
+
+
+@pytest.mark.parametrize("which", ["key", "known_hosts"])
+def test_a_fifo_as_the_inventory_key_or_known_hosts_fails_at_once(farm, tmp_path, capsys,
+                                                                  which) -> None:
+    target = str(farm.x86.key) if which == "key" else str(farm.x86.known_hosts)
+    text = farm.inventory_path.read_text().replace(f'"{target}"',
+                                                   f'"{fifo(tmp_path / which)}"')
+    path = tmp_path / "inventory.toml"
+    path.write_text(text)
+    assert main(["devices", "check", "--inventory", str(path), "farm-x86"]) == 1
+    shown = capsys.readouterr()
+    assert "Traceback" not in shown.err and "not a regular file" in shown.out, shown

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,23 @@ from db.errors import StoreError
 def _remove(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _pull_the_store(argv: list[str], cwd: Path, store: Store, experiment: str,
+                    pull: Callable[[], None]) -> tuple[int, str]:
+    """Start the CLI, and once it stored a run ok, ``pull`` its store away; (exit code,
+    stderr)."""
+    proc = start_cli(argv, cwd)
+    try:
+        wait_for_ok_runs(proc, store, experiment, 1)
+        store.close()
+        pull()
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return proc.returncode, err
 
 
 @pytest.mark.parametrize("replace", [False, True])
@@ -53,19 +70,11 @@ def test_run_stops_with_exit_1_when_its_store_is_deleted(ray_address: str, needl
     spec_path = needle_spec(tmp_path, "vanish", needle_model, ["local"],
                             depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
     path = tmp_path / "vanish.db"
-    store = Store.open(f"sqlite:///{path}")
-    proc = start_cli(["--db", f"sqlite:///{path}", "run", str(spec_path),
-                      "--ray-address", ray_address], tmp_path)
-    try:
-        wait_for_ok_runs(proc, store, "vanish", 1)
-        store.close()
-        _remove(path)
-        _out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 1, err
+    code, err = _pull_the_store(["--db", f"sqlite:///{path}", "run", str(spec_path),
+                                 "--ray-address", ray_address], tmp_path,
+                                Store.open(f"sqlite:///{path}"), "vanish",
+                                lambda: _remove(path))
+    assert code == 1, err
     assert "is gone" in err and "Traceback" not in err
     assert "runs in the matrix" not in err  # no success line
 
@@ -96,19 +105,10 @@ def test_run_stops_in_one_line_when_postgres_stops_and_a_rerun_completes(
     spec_path = needle_spec(tmp_path, "pgstop", needle_model, ["local"],
                             depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
     url = fresh_postgres_database(own_postgres.url)
-    store = Store.open(url)
-    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address,
-                      "--lease-ttl", "3"], tmp_path)
-    try:
-        wait_for_ok_runs(proc, store, "pgstop", 1)
-        store.close()
-        own_postgres.stop()
-        _out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 1, err
+    code, err = _pull_the_store(["--db", url, "run", str(spec_path), "--ray-address",
+                                 ray_address, "--lease-ttl", "3"], tmp_path, Store.open(url),
+                                "pgstop", own_postgres.stop)
+    assert code == 1, err
     errors = [line for line in err.splitlines() if line.startswith("benchfarm: error")]
     assert len(errors) == 1 and "lost the database" in errors[0], err
     assert "Traceback" not in err
