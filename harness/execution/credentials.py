@@ -24,6 +24,8 @@ class Credentials:
 
     @classmethod
     def of(cls, device: Device) -> Credentials:
+        if device.is_local:
+            return cls(None, None)  # no SSH: nothing to read (install leaves it as it is)
         try:
             load_private_key(device)  # a public key or garbage: one line here, not in an actor
             key = read_text(device.key) if device.key is not None else None
