@@ -8,6 +8,7 @@ DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, withou
 from __future__ import annotations
 
 import functools
+import os
 import random
 import re
 import time
@@ -17,7 +18,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InternalError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    InterfaceError,
+    InternalError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlalchemy.pool import StaticPool
 
 from db.errors import StoreError, StoreInputError
@@ -52,6 +59,37 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+class SqliteFile:
+    """The file a SQLite store opened, by device and inode: a file deleted or replaced under a
+    running store would take every later write with it (into the unlinked inode) while the run
+    reported success, so each new connection and each commit checks that the path is still the
+    file first opened, and fails with exit 1 otherwise."""
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.path, self.shown = path, shown
+        self.identity: tuple[int, int] | None = None
+
+    def check(self) -> None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            raise StoreError(f"--db {self.shown}: the store's file {self.path} is gone (deleted "
+                             "or moved while in use); nothing more was written, and what this "
+                             "run wrote since is lost; restore the file or start again") from None
+        identity = (info.st_dev, info.st_ino)
+        if self.identity is None:
+            self.identity = identity
+        elif identity != self.identity:
+            raise StoreError(f"--db {self.shown}: the store's file {self.path} was replaced by "
+                             "another file while in use; nothing more was written to it")
+
+    def on_connect(self, _dbapi_connection: Any, _record: Any) -> None:
+        self.check()
+
+    def on_commit(self, _connection: Connection) -> None:
+        self.check()
+
+
 def _sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql(connection.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
 
@@ -71,6 +109,7 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
         ) from exc
     shown = parsed.render_as_string(hide_password=True)
     options: dict[str, Any] = {}
+    watched: SqliteFile | None = None
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite:
         database = parsed.database or ""
@@ -92,6 +131,7 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
                     f"--db {shown}: directory {parent} does not exist; create it or choose "
                     "another path"
                 )
+            watched = SqliteFile(path, shown)
     try:
         engine = create_engine(parsed, **options)
     except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as exc:
@@ -102,6 +142,9 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
+    if watched is not None:
+        event.listen(engine, "connect", watched.on_connect)
+        event.listen(engine, "commit", watched.on_commit)
     event.listen(engine, "handle_error", _database_failure(shown))
     return engine
 
@@ -153,6 +196,23 @@ def _is_current(engine: Engine) -> bool:
         if head is None or not inspect(connection).has_table("alembic_version"):
             return False
         return connection.scalar(text("SELECT version_num FROM alembic_version")) == head
+
+
+def lost_database(shown: str) -> Callable[[ExceptionContext], None]:
+    """For a store that opened: a server that stops or goes away mid-run (the connection drops,
+    a new one is refused) is a failure while running, one line, not a chained traceback."""
+
+    def handle(context: ExceptionContext) -> None:
+        if not isinstance(context.sqlalchemy_exception, OperationalError | InterfaceError):
+            return
+        if not (context.is_disconnect or context.connection is None):
+            return  # a statement failing on a working connection: _database_failure's
+        original = context.original_exception
+        reason = (str(original).strip().splitlines() or [type(original).__name__])[0]
+        raise StoreError(f"--db {shown}: lost the database ({reason}); the runs stored so far "
+                         "are kept, the one in flight is not") from original
+
+    return handle
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:

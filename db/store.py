@@ -14,13 +14,20 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, or_, select, update
+from sqlalchemy import Engine, event, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
 from db.boards import Boards
-from db.connection import SchemaUnknown, create_store_engine, migrate, retry_locked, writer
+from db.connection import (
+    SchemaUnknown,
+    create_store_engine,
+    lost_database,
+    migrate,
+    retry_locked,
+    writer,
+)
 from db.errors import StoreError, StoreInputError
 from db.jobs import Jobs
 from db.leases import Leases
@@ -83,6 +90,7 @@ class Store:
             engine.dispose()
             reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
             raise StoreInputError(f"--db {shown}: cannot open the result store ({reason})") from exc
+        event.listen(engine, "handle_error", lost_database(shown))
         return cls(engine)
 
     def close(self) -> None:

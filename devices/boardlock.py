@@ -74,6 +74,12 @@ kill_session() {  # kill_session SID: TERM its processes, KILL what is left afte
 
 # $1..$5: coordinator, store, job, run, since; then the command.
 LOCK_SCRIPT = FUNCTIONS + r"""
+# a lock file that is not a regular file is refused at once: opening a FIFO would block until
+# the run's deadline, every run
+if [ -e "$lock" ] && [ ! -f "$lock" ]; then
+  echo "the board's lock file $PWD/$lock is not a regular file (a FIFO?); remove it" >&2
+  exit 1
+fi
 exec 9>>"$lock" || exit 1
 if ! flock -n 9; then
   recorded pid; pid=$v; recorded parent; parent=$v; recorded sid; sid=$v

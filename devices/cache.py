@@ -32,7 +32,9 @@ HOST_TIMEOUT_S = 600.0  # hashing a multi-GB model on a board's eMMC takes a whi
 
 # $1 = cache dir; then pairs (name, stat signature at this transport's last verification of it,
 # or "-"); names are sha256 digests. Optionally "--tree", a tree dir and pairs (relpath, sha256).
-# For each file present prints "same <name> <sig>" when its inode, size, mtime and ctime are
+# A name that is a symlink or not a regular file (a directory in the way) prints "bad <name>": it
+# is never valid, and the upload's finalize replaces it. For each file present prints
+# "same <name> <sig>" when its inode, size, mtime and ctime are
 # unchanged since then (any write changes the ctime); for the others "sig <name> <sig>" and
 # then sha256sum's "<sha256>  <name>": the stat comes first, so a write during the hash changes
 # the signature and the file is hashed again next time. With --tree, ends with "tree yes" when
@@ -45,7 +47,9 @@ shift
 known=' ' check= stale=
 while [ "$#" -ge 2 ] && [ "$1" != --tree ]; do
   case $1 in *[!0-9a-f]*) echo "not a sha256 digest: $1" >&2; exit 2 ;; esac
-  if [ -e "$1" ]; then
+  if [ -L "$1" ] || { [ -e "$1" ] && [ ! -f "$1" ]; }; then
+    echo "bad $1"
+  elif [ -e "$1" ]; then
     if [ "$2" = - ]; then stale="$stale $1"; else check="$check $1" known="$known$1=$2 "; fi
   fi
   shift 2
@@ -79,7 +83,10 @@ exit 0
 SIGNATURE_RE = re.compile(r"\d+:\d+:\d+\.\d{9}:\d+\.\d{9}\Z")
 
 # $1 = cache dir; then pairs (incoming name, expected sha256). Verifies each upload on the device,
-# only then moves it into place, and prints "<sha256> <stat signature>" for it.
+# only then moves it into place, and prints "<sha256> <stat signature>" for it. Only a regular
+# file inside the cache is replaced: a symlink at the name is removed (never followed: mv onto a
+# symlink to a directory would move the upload into it, outside the workdir) and so is a
+# directory in the way; the entry must be a regular file afterwards.
 FINALIZE_SCRIPT = """
 cd -- "$1" || exit 1
 shift
@@ -90,8 +97,15 @@ while [ "$#" -ge 2 ]; do
     echo "upload of $2 arrived with hash $got" >&2
     exit 3
   fi
+  if [ -L "$2" ] || { [ -e "$2" ] && [ ! -f "$2" ]; }; then
+    rm -rf -- "$2" || { echo "cannot remove $2 from the cache: not a regular file" >&2; exit 1; }
+  fi
   chmod 0555 -- "$1" && mv -f -- "$1" "$2" || exit 1
-  echo "$2 $(stat -L -c '%i:%s:%.9Y:%.9Z' -- "$2" 2>/dev/null || echo unknown)"
+  if [ -L "$2" ] || [ ! -f "$2" ]; then
+    echo "cache entry $2 is not a regular file after the upload" >&2
+    exit 1
+  fi
+  echo "$2 $(stat -c '%i:%s:%.9Y:%.9Z' -- "$2" 2>/dev/null || echo unknown)"
   shift 2
 done
 """
@@ -330,6 +344,9 @@ class ArtifactCache:
                 signatures[parts[1]] = parts[2]
             elif len(parts) == 2 and parts[0] == "tree":
                 state.tree_ok = parts[1] == "yes"
+            elif len(parts) == 2 and parts[0] == "bad":
+                state.present.add(parts[1])  # in the way: replaced by the upload
+                memo.pop(parts[1], None)
             elif len(parts) == 2:
                 hashes[parts[1]] = parts[0]
         for name, sig in signatures.items():  # hashed now: verified or not

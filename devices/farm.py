@@ -132,13 +132,23 @@ def _free_port(address: str, preferred: int | None) -> int:
     raise FarmError(f"no free port on {address}")
 
 
+def _config_path(path: Path, tokens: bool = False) -> str:
+    """A path as one sshd_config argument: double-quoted (a space would split it), with ``%``
+    doubled where sshd expands %-tokens; quotes, backslashes and line breaks cannot be written."""
+    text = str(path)
+    if any(c in text for c in '"\\\n\r'):
+        raise FarmError(f"--state {path}: the path holds a quote, backslash or line break, "
+                        "which an sshd_config cannot hold; choose another state directory")
+    return '"' + (text.replace("%", "%%") if tokens else text) + '"'
+
+
 def _sshd_config(state_dir: Path, spec: NodeSpec, port: int) -> str:
     node_dir = state_dir / "nodes" / spec.name
     return "\n".join([
         f"ListenAddress {spec.address}:{port}",
-        f"HostKey {node_dir / 'ssh_host_ed25519_key'}",
-        f"PidFile {node_dir / 'sshd.pid'}",
-        f"AuthorizedKeysFile {state_dir / 'authorized_keys'}",
+        f"HostKey {_config_path(node_dir / 'ssh_host_ed25519_key')}",
+        f"PidFile {_config_path(node_dir / 'sshd.pid')}",
+        f"AuthorizedKeysFile {_config_path(state_dir / 'authorized_keys', tokens=True)}",
         "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",

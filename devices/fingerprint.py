@@ -23,6 +23,10 @@ from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, 
 # /2: devfreq devices and the snapshot's flags; /3: cpu_id (vendor, family, model, stepping)
 SCHEMA = "benchfarm.fingerprint/3"
 PROBE_TIMEOUT_S = 30.0
+# What a probed run's whole command gets beyond the engine's own timeout: the engine's kill
+# delay and the two fingerprints (built-in reads, well under a second). With the transport's
+# grace a probed run waits at most timeout + PROBED_EXTRA_S + GRACE_S (timeout + 16 s).
+PROBED_EXTRA_S = KILL_AFTER_S + 5.0
 STALE_EXIT = 99  # probed_run's script: an artifact changed since it was verified; nothing ran
 
 # Constant scripts: nothing from the inventory or the user is interpolated into them. A probe is
@@ -145,7 +149,7 @@ def probed_run(transport: Transport, argv: list[str], timeout: float,
         if lock:
             command = locked(command, lock)
         started = time.time()
-        whole = transport.run_host(command, timeout=timeout + 2 * PROBE_TIMEOUT_S,
+        whole = transport.run_host(command, timeout=timeout + PROBED_EXTRA_S,
                                    stdin_file=stdin_file)
         if lock:
             check_locked(transport.device.name, transport.device.workdir, whole)

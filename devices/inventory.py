@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from devices.errors import InventoryError
+from devices.files import loads_toml, read_text
 
 LOCAL = "local"
 ARCHES = ("x86_64", "aarch64")
@@ -268,7 +269,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     if path is None:
         return Inventory(devices)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = loads_toml(read_text(path))
     except OSError as exc:
         raise InventoryError(f"{path}: cannot read inventory: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

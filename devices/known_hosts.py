@@ -24,6 +24,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from devices.files import read_bytes
+
 MARKERS = ("@cert-authority", "@revoked")
 
 
@@ -117,7 +119,7 @@ def host_matches(patterns: str, name: str) -> bool:
 def read_entries(path: Path) -> list[Entry]:
     """Every usable line of ``path`` (none when it does not exist)."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except FileNotFoundError:
         return []
     text = data.decode("utf-8", "replace")  # a stray byte spoils its own line only

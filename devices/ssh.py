@@ -37,6 +37,7 @@ from devices.errors import (
     TransferFailed,
     UnknownHostKey,
 )
+from devices.files import read_bytes
 from devices.inventory import Device
 from devices.transport import (
     GRACE_S,
@@ -208,19 +209,31 @@ def _open_socket(device: Device) -> socket.socket:
     return sock
 
 
-def _load_client_key(device: Device) -> paramiko.PKey | None:
+# the most of a key file read: private keys are a few KiB (RSA 16384 bits: under 13 KiB)
+MAX_KEY_BYTES = 1 << 20
+
+
+def load_private_key(device: Device) -> paramiko.PKey | None:
+    """The device's private key (None when the inventory names none). A file that is not a
+    regular file, a public key or anything else paramiko cannot read is AuthFailed, one line."""
     if device.key is None:
         return None
     try:
+        read_bytes(device.key, MAX_KEY_BYTES)  # the type and size first: a FIFO would hang
         return paramiko.PKey.from_path(device.key)
-    except (OSError, paramiko.SSHException) as exc:
-        raise AuthFailed(device.name, f"cannot load private key {device.key}: {exc}") from exc
+    except OSError as exc:
+        raise AuthFailed(device.name, f"cannot read private key {device.key}: "
+                                      f"{exc.strerror or exc}") from exc
+    except (paramiko.SSHException, ValueError) as exc:
+        raise AuthFailed(device.name, f"key {device.key} is not an SSH private key that can be "
+                                      "read (a public key, or encrypted? the inventory's key "
+                                      "must be the unencrypted private key)") from exc
 
 
 class SSHTransport(Transport):
     def __init__(self, device: Device) -> None:
         super().__init__(device)
-        self._pkey = _load_client_key(device)
+        self._pkey = load_private_key(device)
         self._client: paramiko.SSHClient | None = None
         self._sftp_client: paramiko.SFTPClient | None = None
         self._connect()

@@ -1,5 +1,6 @@
 /* cli.c — see cli.h. Every option is documented in engine/README.md. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,9 @@ void cli_write_selection(FILE *f, const SelStats *st, int steps, int measured) {
     fprintf(f, "{\"select_bytes\": %.0f, \"kv_bytes\": %.0f, \"bytes_read\": %.0f",
             st->select_bytes * per_step, st->kv_bytes * per_step,
             (st->select_bytes + st->kv_bytes) * per_step);
+    if (measured && !(isfinite(st->mass) && isfinite(st->recall) && isfinite(st->max_abs_diff)))
+        lmc_die_runtime("the selection's measured attention mass is not finite: the model's weights or "
+                        "config give NaN or infinite values");
     if (measured)
         fprintf(f, ", \"mass\": %.9g, \"oracle_recall\": %.9g, \"max_abs_diff\": %.9g", st->mass / m,
                 st->recall / m, st->max_abs_diff / m);

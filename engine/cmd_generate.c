@@ -1,11 +1,20 @@
 /* cmd_generate.c — `lmc generate`: prefill of the prompt, then greedy decoding (argmax, ties to
  * the lowest id), each step timed. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "session.h"
 #include "util.h"
+
+/* NaN or infinite logits (NaN weights, say) would decode garbage and print nan: end the run */
+static void check_finite(const float *logits, int vocab, int position) {
+    for (int v = 0; v < vocab; v++)
+        if (!isfinite(logits[v]))
+            lmc_die_runtime("the logits at position %d are not finite (token %d: %g): the model's "
+                            "weights or config give NaN or infinite values", position, v, (double)logits[v]);
+}
 
 int cmd_generate(const Options *o) {
     Session s;
@@ -44,6 +53,7 @@ int cmd_generate(const Options *o) {
     memset(&total, 0, sizeof total);
     const char *stop_reason = o->max_new == 0 ? "max_new" : "context";
     int n_out = 0;
+    check_finite(logits, c->vocab, s.n_tokens - 1);
     int next = argmax(logits, c->vocab);
     for (int step = 0; step < max_steps; step++) {
         out[n_out] = next;
@@ -59,6 +69,7 @@ int cmd_generate(const Options *o) {
             break;
         }
         if (n_out == o->max_new) stop_reason = "max_new";
+        check_finite(logits, c->vocab, s.n_tokens + step);
         next = argmax(logits, c->vocab);
     }
 

@@ -29,6 +29,10 @@ int cmd_ppl(const Options *o) {
     }
     double elapsed = lmc_now_ms() - t0;
     nll /= scored;
+    /* never a document that is not JSON (nan, inf): NaN weights or values end the run here */
+    if (!isfinite(nll))
+        lmc_die_runtime("the negative log-likelihood is not finite (%g): the model's weights or config "
+                        "give NaN or infinite logits", nll);
     printf("{\"schema\": \"%s\", \"command\": \"ppl\", ", LMC_SCHEMA);
     session_write_config(stdout, o, &s);
     printf(", \"tokens\": %d, \"scored\": %d, \"nll\": %.9g, \"ppl\": %.9g, \"ms\": %.4f", s.n_tokens,

@@ -52,15 +52,22 @@ static int get_int(const JsonValue *root, const char *key, int required, int dfl
     return 0;
 }
 
-static int get_positive(const JsonValue *obj, const char *key, const char *path, double *out) {
+/* a number in [lo, hi]: the values that keep every derived float finite (a rope_theta of
+ * 1e-320 made the frequencies infinite; an rms_norm_eps of 1e39 is infinite as a float) */
+static int get_bounded(const JsonValue *obj, const char *key, double lo, double hi, const char *path,
+                       double *out) {
     const JsonValue *v = json_get(obj, key);
-    if (!v || v->type != JSON_NUMBER || !(v->number > 0.0) || !isfinite(v->number)) {
-        lmc_set_error("%s: '%s' must be a positive number", path, key);
+    if (!v || v->type != JSON_NUMBER || !(v->number >= lo && v->number <= hi)) {
+        lmc_set_error("%s: '%s' must be a number in [%g, %g]", path, key, lo, hi);
         return -1;
     }
     *out = v->number;
     return 0;
 }
+
+/* the bounds of the scaling factors (RoPE's, MiniCPM's): far beyond any model's, and floats */
+#define FACTOR_MIN 1e-6
+#define FACTOR_MAX 1e6
 
 static int is_true(const JsonValue *obj, const char *key) {
     const JsonValue *v = json_get(obj, key);
@@ -115,9 +122,9 @@ static int parse_rope(Config *c, const JsonValue *tc, const char *path) {
     const JsonValue *rs = bad ? NULL : rope_object(tc, "rope_scaling", path, &bad);
     if (bad) return -1;
     if (rp && json_get(rp, "rope_theta")) {
-        if (get_positive(rp, "rope_theta", path, &c->rope_theta)) return -1;
+        if (get_bounded(rp, "rope_theta", 1.0, 1e30, path, &c->rope_theta)) return -1;
     } else if (json_get(tc, "rope_theta")) {
-        if (get_positive(tc, "rope_theta", path, &c->rope_theta)) return -1;
+        if (get_bounded(tc, "rope_theta", 1.0, 1e30, path, &c->rope_theta)) return -1;
     } else {
         lmc_set_error("%s: missing key 'rope_theta' (top level or in rope_parameters)", path);
         return -1;
@@ -142,9 +149,9 @@ static int parse_rope(Config *c, const JsonValue *tc, const char *path) {
                       tkey, type);
         return -1;
     }
-    if (get_positive(scaling, "factor", path, &c->rope_factor) ||
-        get_positive(scaling, "low_freq_factor", path, &c->rope_low_freq) ||
-        get_positive(scaling, "high_freq_factor", path, &c->rope_high_freq) ||
+    if (get_bounded(scaling, "factor", FACTOR_MIN, FACTOR_MAX, path, &c->rope_factor) ||
+        get_bounded(scaling, "low_freq_factor", FACTOR_MIN, FACTOR_MAX, path, &c->rope_low_freq) ||
+        get_bounded(scaling, "high_freq_factor", FACTOR_MIN, FACTOR_MAX, path, &c->rope_high_freq) ||
         get_int(scaling, "original_max_position_embeddings", 1, 0, 1, 1 << 24, path, &c->rope_orig_max))
         return -1;
     if (!(c->rope_high_freq > c->rope_low_freq)) {
@@ -177,7 +184,7 @@ static int parse_text(Config *c, const JsonValue *tc, int tied, const char *path
         return -1;
     }
     double d = 1e-6;
-    if (json_get(tc, "rms_norm_eps") && get_positive(tc, "rms_norm_eps", path, &d)) return -1;
+    if (json_get(tc, "rms_norm_eps") && get_bounded(tc, "rms_norm_eps", 1e-30, 1.0, path, &d)) return -1;
     c->rms_eps = (float)d;
     if (parse_rope(c, tc, path)) return -1;
     const JsonValue *tie = json_get(tc, "tie_word_embeddings");
@@ -204,9 +211,9 @@ static int parse_text(Config *c, const JsonValue *tc, int tied, const char *path
 /* MiniCPM's three scaling factors, all required */
 static int parse_minicpm(Config *c, const JsonValue *root, const char *path) {
     double scale_emb, scale_depth, dim_base;
-    if (get_positive(root, "scale_emb", path, &scale_emb) ||
-        get_positive(root, "scale_depth", path, &scale_depth) ||
-        get_positive(root, "dim_model_base", path, &dim_base))
+    if (get_bounded(root, "scale_emb", FACTOR_MIN, FACTOR_MAX, path, &scale_emb) ||
+        get_bounded(root, "scale_depth", FACTOR_MIN, FACTOR_MAX, path, &scale_depth) ||
+        get_bounded(root, "dim_model_base", FACTOR_MIN, FACTOR_MAX, path, &dim_base))
         return -1;
     /* as MiniCPM's modelling code: python doubles, applied to float32 tensors */
     c->embed_scale = (float)scale_emb;

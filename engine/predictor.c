@@ -54,12 +54,19 @@ static int read_int(Cursor *c, const char *what, int lo, int hi, int *out) {
     return 0;
 }
 
+/* a finite number of magnitude at most GBM_MAX_VALUE: nan, inf and values whose sum over the
+ * trees could overflow would make every prediction meaningless */
 static int read_double(Cursor *c, const char *what, double *out) {
     char *t = next_token(c), *end;
     double v = t ? strtod(t, &end) : 0.0;
     if (!t || *end) {
         lmc_set_error("--predictor %s: line %d: %s must be a number, got '%.32s'", c->path, c->tok_line, what,
                       t ? t : "end of file");
+        return -1;
+    }
+    if (!(fabs(v) <= GBM_MAX_VALUE)) {
+        lmc_set_error("--predictor %s: line %d: %s must be a finite number of magnitude at most %g, got '%.32s'",
+                      c->path, c->tok_line, what, GBM_MAX_VALUE, t);
         return -1;
     }
     *out = v;
@@ -80,7 +87,7 @@ static int read_node(Cursor *c, GbmNode *n, int index, int n_nodes, int n_featur
     }
     /* exact: the exporter wrote a float value (the largest float not above the split) */
     n->threshold = (float)thr;
-    if ((double)n->threshold != thr && !isnan(thr)) {
+    if ((double)n->threshold != thr) {
         lmc_set_error("--predictor %s: line %d: threshold %.17g is not a float32 value", c->path, c->tok_line, thr);
         return -1;
     }
@@ -118,13 +125,22 @@ static int read_layer(Cursor *c, GbmLayer *L, int l, int n_features) {
 
 int gbm_load(Gbm *g, const char *path) {
     memset(g, 0, sizeof *g);
-    Cursor c = {path, NULL, NULL, 1, 1};
+    char *text;
     size_t len;
-    if (lmc_read_file(path, &c.text, &len) != 0) {
-        lmc_set_error("cannot read --predictor file %s", path);
+    if (lmc_read_file(path, &text, &len) != 0) {
+        char why[512]; /* the error names the path already */
+        snprintf(why, sizeof why, "%s", lmc_last_error());
+        lmc_set_error("--predictor: %s", why);
         return -1;
     }
-    c.at = c.text;
+    int rc = gbm_parse(g, text, path);
+    free(text);
+    return rc;
+}
+
+int gbm_parse(Gbm *g, char *text, const char *path) {
+    memset(g, 0, sizeof *g);
+    Cursor c = {path, text, text, 1, 1};
     int version, rc = -1;
     if (expect_word(&c, "lmc-gbm") || read_int(&c, "format version", 1, 1, &version) || expect_word(&c, "features") ||
         read_int(&c, "feature count", 1, GBM_MAX_FEATURES, &g->n_features))
@@ -149,7 +165,6 @@ int gbm_load(Gbm *g, const char *path) {
     }
     rc = 0;
 done:
-    free(c.text);
     if (rc) gbm_free(g);
     return rc;
 }

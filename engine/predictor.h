@@ -17,6 +17,10 @@
 #ifndef LMC_PREDICTOR_H
 #define LMC_PREDICTOR_H
 
+/* the largest magnitude of a baseline, threshold or leaf value: 2^20 trees of them still sum to
+ * a finite double; nan and inf are refused (file, line and field named) */
+#define GBM_MAX_VALUE 1e30
+
 /* the most features one predictor reads (a stack row per key) */
 #define GBM_MAX_FEATURES 256
 
@@ -41,6 +45,8 @@ typedef struct {
 
 /* -1 + lmc_set_error naming the file and line on a malformed file */
 int gbm_load(Gbm *g, const char *path);
+/* parse a predictor file's NUL-terminated text (modified in place); path names it in errors */
+int gbm_parse(Gbm *g, char *text, const char *path);
 void gbm_free(Gbm *g);
 /* the raw prediction of one layer's ensemble for x[n_features] */
 double gbm_predict(const Gbm *g, int layer, const float *x);

@@ -30,12 +30,13 @@ typedef struct {
     int mapped;         /* 1: map came from mmap and is unmapped by st_close */
     StTensor *tensors;
     int count;
+    int *by_name; /* [count] indices into tensors, sorted by name: st_find is a binary search */
     char path[512];
 } SafeTensors;
 
 /* Parse an in-memory file image (not copied; must outlive st). -1 + error on failure. */
 int st_parse(SafeTensors *st, const uint8_t *data, size_t size, const char *path);
-/* mmap `path` and parse it */
+/* mmap `path` (a regular file; opened non-blocking, so a FIFO is refused, not waited on) and parse it */
 int st_open(SafeTensors *st, const char *path);
 void st_close(SafeTensors *st);
 

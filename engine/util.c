@@ -2,12 +2,15 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -85,13 +88,33 @@ static void close_input(FILE *f) {
     if (f != stdin) fclose(f);
 }
 
-int lmc_read_file(const char *path, char **out, size_t *len) {
-    /* "-": standard input, which lets a harness send ids with the command */
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+/* a regular file opened for reading, checked before a byte is read (see lmc_read_file) */
+static FILE *open_regular(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        lmc_set_error("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        lmc_set_error("%s is not a regular file (a FIFO, device or directory is not read)", path);
+        close(fd);
+        return NULL;
+    }
+    /* back to blocking reads: a regular file never waits, and stdio expects them */
+    int flags = fcntl(fd, F_GETFL);
+    FILE *f = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
         lmc_set_error("cannot open %s: %s", path, strerror(errno));
-        return -1;
+        close(fd);
     }
+    return f;
+}
+
+int lmc_read_file(const char *path, char **out, size_t *len) {
+    /* "-": standard input, which lets a harness send ids with the command */
+    FILE *f = strcmp(path, "-") == 0 ? stdin : open_regular(path);
+    if (!f) return -1;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
@@ -101,10 +124,11 @@ int lmc_read_file(const char *path, char **out, size_t *len) {
     }
     for (;;) {
         if (n == cap) {
-            if (cap > ((size_t)1 << 34)) {
+            if (cap >= LMC_MAX_INPUT_BYTES) {
                 free(buf);
                 close_input(f);
-                lmc_set_error("%s is too large", path);
+                lmc_set_error("%s is larger than lmc reads (%zu MiB at most)", path,
+                              LMC_MAX_INPUT_BYTES >> 20);
                 return -1;
             }
             cap *= 2;

@@ -46,7 +46,13 @@ static inline void lmc_prefetch_floats(const float *p, int n) {
 
 double lmc_now_ms(void);
 
-/* Read a whole file into a NUL-terminated buffer; -1 with an error naming the path. */
+/* the most bytes lmc_read_file reads: config and index JSON, token files, predictors are far
+ * smaller; a larger file (or /dev/zero behind "-") is refused, not read until memory runs out */
+#define LMC_MAX_INPUT_BYTES ((size_t)256 << 20)
+
+/* Read a whole file into a NUL-terminated buffer; -1 with an error naming the path. Only a
+ * regular file is read ("-", standard input, excepted): it is opened non-blocking and checked
+ * with fstat, so a FIFO or a device is refused at once instead of hanging the command. */
 int lmc_read_file(const char *path, char **out, size_t *len);
 
 /* Parse whitespace-separated decimal token ids; -1 with an error naming the path. */

@@ -49,9 +49,11 @@ class SpecChecker:
                 raise self.fail(key, f"must be true or false, got {value!r}")
         return value
 
-    def minimum(self, value: Any, key: str, low: float) -> Any:
+    def minimum(self, value: Any, key: str, low: float, high: float | None = None) -> Any:
         if value < low:
             raise self.fail(key, f"must be >= {low:g}, got {value!r}")
+        if high is not None and value > high:
+            raise self.fail(key, f"must be <= {high:.15g}, got {value!r}")
         return value
 
     def axis(self, value: Any, key: str, kind: str, low: float | None = None,
@@ -68,7 +70,7 @@ class SpecChecker:
             if low is not None and item < low:
                 raise self.fail(key, f"values must be >= {low:g}, got {item!r}")
             if high is not None and item > high:
-                raise self.fail(key, f"values must be <= {high:g}, got {item!r}")
+                raise self.fail(key, f"values must be <= {high:.15g}, got {item!r}")
             if item in checked:
                 raise self.fail(key, f"value {item!r} is listed twice")
             checked.append(item)

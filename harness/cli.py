@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from harness.errors import sigterm_as_interrupt, terminated
+from harness.errors import printable, sigterm_as_interrupt, terminated
 
 SUBCOMMANDS = [
     "build",
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(type(exc), "exit_code", None)
         if code is None:
             raise
-        print(f"benchfarm: error: {exc}", file=sys.stderr)
+        print(f"benchfarm: error: {printable(str(exc))}", file=sys.stderr)
         return int(code)
 
 

@@ -25,6 +25,17 @@ class RunFailure(BenchfarmError):
     exit_code = 1
 
 
+# C0 controls but for the tab, DEL and C1 controls: what a terminal would act on (escape
+# sequences in a board's stderr could retitle, clear or rewrite it)
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0a, 0x20), 0x7f,
+                                          *range(0x80, 0xa0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control character written as ``\\xNN``."""
+    return text.translate(_CONTROLS)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill PID`, `ray job stop`, systemd): handled like Ctrl-C."""
 

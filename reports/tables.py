@@ -101,4 +101,26 @@ def to_html(frame: pd.DataFrame, table_id: str) -> str:
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    safe_cells(frame).to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+
+
+# What a spreadsheet reads as the start of a formula (OWASP's list): board stderr such as
+# =HYPERLINK(...) lands in failures.csv and the export's runs.csv
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell that a spreadsheet would run as a formula prefixed by a
+    single quote, which spreadsheets show as text; numbers (a negative one too) are kept."""
+    def neutral(value: object) -> object:
+        return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) \
+            else value
+
+    text = [c for c in frame.columns if pd.api.types.is_object_dtype(frame[c])
+            or pd.api.types.is_string_dtype(frame[c])]
+    if not text:
+        return frame
+    safe = frame.copy()
+    for column in text:
+        safe[column] = safe[column].map(neutral)
+    return safe

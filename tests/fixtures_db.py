@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -127,12 +128,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """A throw-away PostgreSQL cluster on 127.0.0.1 (as the postgres user when run as root).
+@dataclass
+class PostgresCluster:
+    """A throw-away cluster: the URL of its maintenance database, and how to stop and start it
+    (a test of a server that goes away mid-run)."""
 
-    Yields the URL of its maintenance database; the cluster is stopped and deleted afterwards.
-    """
+    url: str
+    pg_ctl: list[str]
+    port: int
+    data: Path
+
+    def stop(self) -> None:
+        subprocess.run([*self.pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run([*self.pg_ctl, "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data}",
+                        "-l", str(self.data / "log"), "-w", "start"], check=True,
+                       capture_output=True)
+
+
+@contextmanager
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster on 127.0.0.1 (as the postgres user when run as root), deleted after."""
     if os.environ.get(POSTGRES_OPT_IN) != "1":
         pytest.skip(f"PostgreSQL tests are opt-in: set {POSTGRES_OPT_IN}=1")
     pytest.importorskip("psycopg")
@@ -150,13 +167,21 @@ def postgres_server() -> Iterator[str]:
     pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data / "cluster")]
     subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data / "cluster"), "-A", "trust",
                     "-U", "postgres", "--no-sync"], check=True, capture_output=True)
-    subprocess.run([*pg_ctl, "-o", f"-h 127.0.0.1 -p {port} -k {data}", "-l",
-                    str(data / "log"), "-w", "start"], check=True, capture_output=True)
+    cluster = PostgresCluster(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
+                              pg_ctl, port, data)
+    cluster.start()
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield cluster
     finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        cluster.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The session's throw-away PostgreSQL cluster: the URL of its maintenance database."""
+    with postgres_cluster() as cluster:
+        yield cluster.url
 
 
 _database_numbers = itertools.count()

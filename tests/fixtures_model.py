@@ -32,3 +32,11 @@ def tokenizer_dir(tmp_path: Path) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(NEEDLE_MODEL / name, target / name)
     return target
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    """A folder for a spec beside a model folder `model` whose config.json is empty."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return tmp_path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from fixtures_ray import needle_spec, start_cli, stored_runs, watch_stderr
 from db.store import Store
 from devices.boardlock import LOCK_FILE, LockHolder, holder_record, locked
 from devices.connect import connect
-from devices.errors import BoardLocked
+from devices.errors import BoardLocked, DeviceError
 from devices.fingerprint import probed_run
 from devices.inventory import Device, local_device
 from harness.execution.runner import abort_run
@@ -113,3 +114,14 @@ def test_the_holder_is_named_aborted_with_its_session_and_a_gone_one_taken_over(
         assert probed.result.exit_code == 0 and marker.exists()
         assert session_members(left_behind) == []
         assert holder_record((workdir / LOCK_FILE).read_text())["run"] == "run-two"
+
+
+def test_a_lock_file_that_is_a_fifo_is_refused_at_once(name: str, farm, tmp_path: Path) -> None:
+    found = local_device() if name == "local" else farm.inventory.get(name)
+    device: Device = dataclasses.replace(found, workdir=str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    os.mkfifo(tmp_path / "work" / LOCK_FILE)  # flock's open of it blocked until the deadline
+    marker = tmp_path / "ran"
+    with connect(device) as transport, pytest.raises(DeviceError, match="not a regular file"):
+        probed_run(transport, ["touch", str(marker)], timeout=600, lock=HOLDER)
+    assert not marker.exists()

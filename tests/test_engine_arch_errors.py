@@ -47,9 +47,9 @@ def _rope_scaling(kind: str):
     (_rope_scaling("yarn"),
      "rope_scaling.type 'yarn' is not supported (allowed: default, llama3)"),
     (lambda c: c["rope_parameters"].update(rope_type="llama3", factor=8.0),
-     "'low_freq_factor' must be a positive number"),
+     "'low_freq_factor' must be a number in"),
     (lambda c: c.update(model_type="minicpm", scale_depth=1.4, dim_model_base=16),
-     "'scale_emb' must be a positive number"),
+     "'scale_emb' must be a number in"),
     (lambda c: c.update(model_type="llama", mlp_bias=True), "mlp_bias=true is not supported"),
 ], ids=["moe-type", "moe-experts", "vl-moe", "vl-no-text-config", "vl-tensor-prefix",
         "rope-yarn", "llama3-incomplete", "minicpm-no-scale", "mlp-bias"])

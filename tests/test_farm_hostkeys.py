@@ -163,7 +163,8 @@ def test_a_host_known_by_an_older_key_type_is_asked_for_that_key(farm, tmp_path:
 
 def test_unreadable_known_hosts_is_named_not_retried(farm, tmp_path: Path) -> None:
     device = dataclasses.replace(farm.x86, known_hosts=tmp_path, connect_retries=3)
-    with pytest.raises(HostKeyError, match=f"farm-x86.*cannot read {tmp_path}: Is a directory"):
+    with pytest.raises(HostKeyError,
+                       match=f"farm-x86.*cannot read {tmp_path}: not a regular file"):
         connect(device)
 
 
@@ -236,7 +237,7 @@ def test_wrong_client_key_is_auth_failed(farm, tmp_path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     with pytest.raises(AuthFailed, match="farm-x86.*refused authentication"):
         connect(dataclasses.replace(farm.x86, key=key))
-    with pytest.raises(AuthFailed, match="farm-x86.*cannot load private key"):
+    with pytest.raises(AuthFailed, match="farm-x86.*cannot read private key"):
         connect(dataclasses.replace(farm.x86, key=tmp_path / "missing"))
 
 

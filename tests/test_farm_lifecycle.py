@@ -167,3 +167,14 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_state_dir_with_a_space_and_a_percent_works(tmp_path: Path) -> None:
+    state = tmp_path / "my farm 100%"
+    farm = start_farm(state)
+    try:
+        with connect(farm.x86) as t:
+            assert t.run(["echo", "up"], timeout=30).stdout == "up\n"
+    finally:
+        farm_down(state)
+    assert pids(state) == {}

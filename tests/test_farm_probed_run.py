@@ -139,3 +139,24 @@ def test_changed_artifacts_are_pushed_again_before_the_command_runs(
         program.write_bytes(genuine + b"\0")
         with pytest.raises(TransferFailed, match=f"{device.name}.*changed here since"):
             probed_run(t, [remote], timeout=60, cache=c)
+
+
+# The command's ancestors, nearest first: their command lines, one per line.
+ANCESTORS = """p=$$
+while [ "$p" -gt 1 ]; do
+  tr '\\0' ' ' < /proc/$p/cmdline; echo
+  set -- $(cat /proc/$p/stat | sed 's/.*) //'); p=$2
+done"""
+
+
+@pytest.mark.parametrize("device", ["farm-x86"], indirect=True)
+def test_the_whole_probed_command_gets_the_timeout_and_8_s_only(device: Device) -> None:
+    # the run's own deadline, then the whole command's (GNU timeout over SSH; the local device
+    # keeps its deadline in Python): timeout + 8 (it was timeout + 60, so a wedged probe or
+    # lock held the run for timeout + 68 s)
+    with connect(device) as t:
+        out = probed_run(t, ["sh", "-c", ANCESTORS], timeout=30).result.stdout
+    # (the probe script's own text, `timeout -k 3 "$limit"`, is in an ancestor's line too)
+    limits = [line.split()[3] for line in out.splitlines() if line.startswith("timeout -k 3 ")
+              and line.split()[3][0].isdigit()]
+    assert limits == ["30.0", "38.0"], out

@@ -191,3 +191,30 @@ def test_a_flood_of_output_is_kept_only_up_to_the_cap(device: Device) -> None:
         result = t.run(["sh", "-c", script], timeout=120)
     assert result.exit_code == 0 and result.stderr == "done\n"
     assert len(result.stdout) == MAX_OUTPUT_BYTES and set(result.stdout) == {"x"}
+
+
+@pytest.mark.parametrize("device", NODES, indirect=True)
+@pytest.mark.parametrize("in_the_way", ["directory", "symlink to a directory"])
+def test_a_directory_or_symlink_at_a_cached_path_is_replaced_by_the_file(
+        device: Device, args_program, tmp_path: Path, in_the_way: str) -> None:
+    binary = args_program[device.arch]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with connect(device) as t:
+        c = ArtifactCache(t)
+        cached = on_disk(device, c.push(binary))
+        cached.unlink()
+        if in_the_way == "directory":
+            cached.mkdir()
+            (cached / "left-over").write_text("x")
+        else:
+            cached.symlink_to(outside, target_is_directory=True)
+        remote = c.push(binary)
+        assert c.last_push.status == "repaired"
+        # the upload replaced the entry: a regular file in the cache, nothing moved elsewhere
+        assert cached.is_file() and not cached.is_symlink()
+        assert cached.read_bytes() == binary.read_bytes()
+        assert list(outside.iterdir()) == []
+        result = t.run([remote, "ok"], timeout=60)
+        assert result.exit_code == 0 and "[ok]" in result.stdout, result.stderr
+        assert c.push(binary) == remote and c.last_push.status == "cached"

@@ -38,13 +38,6 @@ def cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
     return code, err
 
 
-@pytest.fixture
-def spec_dir(tmp_path: Path) -> Path:
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
-    return tmp_path
-
-
 @pytest.mark.parametrize("extra,depth,key", [
     ("backoff_s = inf", "0.5", "backoff_s"),
     ("timeout_s = nan", "0.5", "timeout_s"),

@@ -100,7 +100,8 @@ def test_feature_policies_are_refused_with_attn_bench(spec_dir: Path) -> None:
          "allowed: exact, gbm, h2o, h2o-prev, oracle, quest, random, sparse, window"),
         ("k = [1, 4, 32]", "k = [1, 1]", "'engine.policy.sparse.k'", "listed twice"),
         ("k = [1, 4, 32]", "topk = 4", "'engine.policy.sparse.topk'",
-         "allowed: block, exact_first_layer, importance, k, kv_budget, probe_summary, probes, recency"),
+         "allowed: block, exact_first_layer, importance, k, kv_budget, probe_summary, probes, "
+         "recency"),
         ('kind = "needle"', 'kind = "haystack"', "'workload[0].kind'",
          "allowed: needle, ppl, decode, attn-bench"),
         ("depth = [0.0, 0.5, 1.0]", "depth = [1.5]", "'workload[0].depth'", "<= 1"),

@@ -1,17 +1,39 @@
 /* fuzz_loader.c — libFuzzer target for the parsers that read untrusted files:
- * config.json (json.c + config.c), the safetensors header (safetensors.c) and a sharded
- * checkpoint's index (checkpoint.c), plus the tensor checks against the parsed config.
+ * config.json (json.c + config.c), the safetensors header (safetensors.c), a sharded
+ * checkpoint's index (checkpoint.c), plus the tensor checks against the parsed config, and
+ * the attention predictor's text file (predictor.c).
  *
  * The first input byte picks what the rest is: odd -> config.json text; 2 mod 4 ->
  * model.safetensors.index.json text (its shards are looked for in a directory that does not
- * exist, so no file is opened); 0 mod 4 -> a safetensors file image checked against a fixed
- * small config. Build and run: see engine/README.md. */
+ * exist, so no file is opened); 4 mod 8 -> a predictor file, whose loaded trees are then
+ * evaluated on a fixed feature row; 0 mod 8 -> a safetensors file image checked against a
+ * fixed small config. Build and run: see engine/README.md. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../model.h"
 #include "../checkpoint.h"
+#include "../predictor.h"
+
+/* parse a predictor file; every accepted one must evaluate in bounds to a finite value */
+static void fuzz_predictor(const uint8_t *body, size_t n) {
+    char *text = malloc(n + 1);
+    if (!text) return;
+    memcpy(text, body, n);
+    text[n] = '\0';
+    Gbm g;
+    if (gbm_parse(&g, text, "fuzz/predictor.gbm") == 0) {
+        float x[GBM_MAX_FEATURES];
+        for (int i = 0; i < GBM_MAX_FEATURES; i++) x[i] = i % 3 ? (float)i : NAN;
+        for (int l = 0; l < g.n_layers; l++)
+            if (!isfinite(gbm_predict(&g, l, x))) __builtin_trap();
+        gbm_free(&g);
+    }
+    free(text);
+}
 
 static const char CONFIG[] =
     "{\"model_type\": \"qwen3\", \"hidden_size\": 8, \"intermediate_size\": 16, "
@@ -33,6 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         Checkpoint index;
         ckpt_open_index(&index, "/nonexistent/lmc-fuzz", (const char *)body, n,
                         "fuzz/model.safetensors.index.json");
+        return 0;
+    }
+    if ((data[0] & 7) == 4) {
+        fuzz_predictor(body, n);
         return 0;
     }
     if (config_parse(&config, CONFIG, sizeof CONFIG - 1, "fixed config") != 0) __builtin_trap();

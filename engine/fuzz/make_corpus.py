@@ -2,8 +2,8 @@
 
 Usage: python3 engine/fuzz/make_corpus.py CORPUS_DIR
 Seeds: valid config.json files of every architecture (odd first byte), a sharded checkpoint's
-index (first byte 2) and a valid safetensors image for the fuzz target's fixed config (first
-byte 0), in BF16 and F32.
+index (first byte 2), a predictor file (first byte 4) and a valid safetensors image for the fuzz
+target's fixed config (first byte 0), in BF16 and F32.
 """
 
 import json
@@ -60,6 +60,25 @@ CONFIGS = {
 }
 
 
+# two layers of small trees over two features, floats in C99 hex as the exporter writes them
+PREDICTOR = """lmc-gbm 1
+features 2 f0 f1
+layers 2
+layer 0 baseline 0x1.8p-1 trees 2
+tree 3
+0 0x1p+0 1 2 0 0x0p+0 1
+0 0x0p+0 0 0 1 0x1p-2 0
+0 0x0p+0 0 0 1 -0x1p-2 0
+tree 1
+0 0x0p+0 0 0 1 0x1p-4 0
+layer 1 baseline -1.5 trees 1
+tree 3
+1 0x1.4p+1 1 2 0 0x0p+0 0
+0 0x0p+0 0 0 1 1e3 0
+0 0x0p+0 0 0 1 -2e-3 1
+"""
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -68,6 +87,7 @@ def main() -> None:
     index = {"metadata": {"total_size": 1}, "weight_map": {
         name: f"model-0000{i % 2 + 1}-of-00002.safetensors" for i, name in enumerate(shapes())}}
     (out / "index").write_bytes(b"\x02" + json.dumps(index).encode())
+    (out / "predictor").write_bytes(b"\x04" + PREDICTOR.encode())
     (out / "st_bf16").write_bytes(b"\x00" + safetensors("BF16", 2))
     (out / "st_f32").write_bytes(b"\x00" + safetensors("F32", 4))
 

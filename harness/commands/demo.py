@@ -70,4 +70,4 @@ def run(args: argparse.Namespace) -> int:
         print(summary.line())
         print(summary_table(store, spec.name).to_string(index=False))
         print(f"report: {render_report(store, spec.name, Path(args.out))}")
-    return 0 if summary.complete else 1
+    return 0 if summary.succeeded else 1

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from harness.commands.flags import add_measurements, selection
 from harness.errors import InputError
+from reports.tables import safe_cells
 
 if TYPE_CHECKING:
     from db.measurements import Selection
@@ -42,7 +43,7 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path,
     for name, frame in frames.items():
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
-            frame.to_csv(path, index=False)
+            safe_cells(frame).to_csv(path, index=False)
         else:
             frame.to_parquet(path, index=False)
         written[path] = len(frame)

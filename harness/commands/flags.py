@@ -28,14 +28,18 @@ def run_count(text: str) -> int:
     return value
 
 
+MAX_SECONDS = 86400.0  # a day: the most any duration flag may be (inf or 1e12 never ends)
+
+
 def positive_seconds(text: str) -> float:
-    """--lease-ttl, --poll: a positive number of seconds."""
+    """--lease-ttl, --poll: a positive number of seconds, at most MAX_SECONDS."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 and at "
+                                         f"most {MAX_SECONDS:g}")
     return value
 
 

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when every run of the matrix is stored (ok or failed), 1 when some are pending."""
+    """Exit 0 when every run of the matrix is stored (ok or failed) and not every one failed;
+    1 when some are pending or all failed."""
     from db.store import Store
     from devices.inventory import load_inventory
     from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)),
             notify=targets_from(args.notify), bad_after=args.bad_after), store)
     print(f"job {summary.job_id}: {summary.line()}")
-    return 0 if summary.complete else 1
+    return 0 if summary.succeeded else 1
 
 
 def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:

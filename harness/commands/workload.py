@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.errors import InputError
+from harness.errors import InputError, RunFailure
 from harness.workloads import decode_prompt, needle_prompt, ppl_tokens
 
 
@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.model.is_dir():
         raise InputError(f"--model {args.model}: not a directory")
+    if args.ids_out and not args.ids_out.parent.is_dir():
+        raise InputError(f"--ids-out {args.ids_out}: directory {args.ids_out.parent} does not "
+                         "exist")
     if args.kind == "needle":
         record = needle_prompt(args.model, args.ctx, args.depth, args.seed, filler=args.filler)
     elif args.kind == "ppl":
@@ -47,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         record = decode_prompt(args.model, args.ctx, args.seed, filler=args.filler)
     if args.ids_out:
-        args.ids_out.write_text(" ".join(map(str, record.ids)) + "\n")
+        try:
+            args.ids_out.write_text(" ".join(map(str, record.ids)) + "\n")
+        except OSError as exc:
+            raise RunFailure(f"--ids-out {args.ids_out}: cannot write the ids: "
+                             f"{exc.strerror or exc}") from exc
     print(json.dumps(record.to_dict()))
     return 0

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from db.errors import StoreError
 from db.store import Store
 from devices.inventory import Inventory
 from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
+from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate, blocked_boards
 from harness.execution.notify import Targets, notify, targets_from
 from harness.execution.progress import Progress
@@ -43,6 +45,17 @@ class RunSummary:
         return not (self.counts["pending"] or self.counts["interrupted"] or self.counts["lost"]
                     or self.cancelled)
 
+    @property
+    def all_failed(self) -> bool:
+        """Every run of the matrix failed: none ok, now, before or by another coordinator (a
+        value the engine refuses fails them all; that is no success)."""
+        c = self.counts
+        return bool(c["failed"]) and not (c["ok"] or c["elsewhere"] or self.skipped)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.complete and not self.all_failed
+
     def line(self) -> str:
         c = self.counts
         line = (f"experiment {self.experiment}: {self.total} runs in the matrix, "
@@ -55,6 +68,8 @@ class RunSummary:
         if c["expired"]:
             line += (f", {c['expired']} finished after their lease expired (kept as attempts, "
                      "not counted)")
+        if self.all_failed:
+            line += "; every run failed"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 
@@ -90,6 +105,8 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     placements = resolve_placements(spec, list(request.inventory.devices.values()),
                                     request.selectors)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    for name in sorted({name for p in placements for name in p.devices}):
+        Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None
     targets = targets_from(section=spec.notify) + request.notify
     if job_id is None:
@@ -110,12 +127,16 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
         if one_shot:
-            store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
-            announce_job(store, job_id, targets)
+            try:
+                store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+            except StoreError:
+                pass  # the store itself failed: its heartbeat stopped, the next claim ends it
+            else:
+                announce_job(store, job_id, targets)
         raise
     summary.job_id = job_id
     if one_shot:
-        store.jobs.finish(job_id, "done" if summary.complete else "failed", summary.line())
+        store.jobs.finish(job_id, "done" if summary.succeeded else "failed", summary.line())
         announce_job(store, job_id, targets)
     return summary
 

@@ -8,7 +8,10 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from devices.errors import AuthFailed
+from devices.files import read_text
 from devices.inventory import Device
+from devices.ssh import load_private_key
 from harness.errors import InputError
 
 
@@ -21,12 +24,18 @@ class Credentials:
 
     @classmethod
     def of(cls, device: Device) -> Credentials:
+        if device.is_local:
+            return cls(None, None)  # no SSH: nothing to read (install leaves it as it is)
         try:
-            key = device.key.read_text() if device.key is not None else None
-            hosts = device.known_hosts.read_text() if device.known_hosts.is_file() else None
-        except OSError as exc:
+            load_private_key(device)  # a public key or garbage: one line here, not in an actor
+            key = read_text(device.key) if device.key is not None else None
+            hosts = read_text(device.known_hosts) if device.known_hosts.exists() else None
+        except AuthFailed as exc:
+            raise InputError(str(exc)) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise InputError(f"device {device.name!r}: cannot read its SSH key or known_hosts "
-                             f"on the coordinator: {exc}") from exc
+                             f"on the coordinator: {reason}") from exc
         return cls(key, hosts)
 
     def install(self, device: Device) -> Device:

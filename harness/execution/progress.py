@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TextIO
 
+from harness.errors import printable
+
 
 class Progress:
     def __init__(self, total: int, boards: list[str], skipped: int = 0,
@@ -67,6 +69,7 @@ class Progress:
         self.stream.flush()
 
     def _write(self, text: str, final: bool) -> None:
+        text = printable(text)  # board stderr reaches the notes: no escape sequences
         if self.interactive:
             self.stream.write("\r\x1b[2K" + text + ("\n" if final else ""))
         else:

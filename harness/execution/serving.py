@@ -108,7 +108,7 @@ class Service:
         if why:
             store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})")
             return f"job {job.id} waits for its boards: {why}"
-        state = "cancelled" if summary.cancelled else "done" if summary.complete else "failed"
+        state = "cancelled" if summary.cancelled else "done" if summary.succeeded else "failed"
         store.jobs.finish(job.id, state, summary.line())
         announce_job(store, job.id, targets + spec_targets)
         return f"job {job.id} {state}: {summary.line()}"

@@ -26,6 +26,11 @@ from db.store import Store
 from harness.errors import InputError
 
 DEFAULT_LEASE_TTL_S = 30.0
+# A lease shorter than MIN_LEASE_TTL_S expires between the driver's renewals (it renews at most
+# once a second, and a result's handling can take that long); a day is the most, since a dead
+# coordinator blocks its boards for the lease time (inf or 1e12 would block them for good).
+MIN_LEASE_TTL_S = 3.0
+MAX_LEASE_TTL_S = 86400.0
 TTL_ENV = "BENCHFARM_LEASE_TTL_S"
 LEASE_POLL_S = 0.5  # a board whose lease (or lock file) is taken is tried again this often
 HEARTBEAT_MAX_S = 1.0  # the job heartbeat (and so a cancel) is seen at least this often
@@ -45,8 +50,9 @@ def lease_ttl(flag: float | None = None) -> float:
         ttl = float(value)
     except ValueError:
         ttl = 0.0
-    if not ttl >= 1.0:
-        raise InputError(f"{source}: {value!r} is not a lease time in seconds (>= 1)")
+    if not MIN_LEASE_TTL_S <= ttl <= MAX_LEASE_TTL_S:
+        raise InputError(f"{source}: {value!r} is not a lease time in seconds (between "
+                         f"{MIN_LEASE_TTL_S:g} and {MAX_LEASE_TTL_S:g})")
     return ttl
 
 

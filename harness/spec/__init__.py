@@ -14,12 +14,14 @@ This module reads the file and its top-level keys; the ``[[workload]]`` tables a
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.files import loads_toml, read_text
 from harness.checker import SpecChecker
 from harness.engines import ENGINES
 from harness.engines.lmc.build import WORKTREE
@@ -67,6 +69,35 @@ class Spec:
         return self.sections[engine]
 
 
+# The bounds of a spec's durations: a run's timeout (a day: the longest benchmark run; 1e300
+# overflowed the deadlines into a "lost board"), the pause between runs and before a retry
+# (an hour: cooldown_s = 1e9 hung silently after the first run).
+MAX_TIMEOUT_S = 86400.0
+MAX_PAUSE_S = 3600.0
+
+
+def _check_context(check: SpecChecker, workloads: list[WorkloadAxes], config: Path) -> None:
+    """Prompt lengths (``ctx``, ``length``) the model cannot take are refused now: its
+    ``max_position_embeddings`` bounds them (every run of the matrix failed in the engine)."""
+    try:
+        document = json.loads(read_text(config))
+    except (OSError, ValueError, RecursionError):
+        return  # the engine's own check names the problem with the file
+    text = document.get("text_config", document) if isinstance(document, dict) else None
+    limit = text.get("max_position_embeddings") if isinstance(text, dict) else None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return
+    for index, workload in enumerate(workloads):
+        if not KINDS[workload.kind].uses_model:
+            continue  # attn-bench's synthetic attention has no model
+        for axis in ("ctx", "length"):
+            too_long = [n for n in workload.axes.get(axis, []) if n > limit]
+            if too_long:
+                raise check.fail(f"workload[{index}].{axis}",
+                                 f"{too_long[0]} is more than the model's "
+                                 f"max_position_embeddings ({limit}, in {config})")
+
+
 def _listing(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
@@ -75,7 +106,7 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise InputError naming the file and key on any problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -86,7 +117,7 @@ def load_spec(path: str | Path) -> Spec:
 
 def parse_spec(text: str, path: Path) -> Spec:
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from exc
     check = SpecChecker(path)
@@ -106,6 +137,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         if not (model / "config.json").is_file():
             raise check.fail("model", f"{model_text!r} (resolved relative to the spec's folder "
                              f"to {model}) is not a model directory with a config.json")
+        _check_context(check, workloads, model / "config.json")
     elif any(KINDS[w.kind].uses_model for w in workloads):
         readers = [k.name for k in KINDS.values() if k.uses_model]
         raise check.fail("model", f"required for {_listing(readers)} workloads "
@@ -127,8 +159,8 @@ def parse_spec(text: str, path: Path) -> Spec:
             raise check.fail("devices", f"{device!r} is not a device or class name")
     revisions = check.axis(data.get("revisions", [WORKTREE]), "revisions", "str")
 
-    def number(key: str, kind: str, default: Any, low: float) -> Any:
-        return check.minimum(check.scalar(data.get(key, default), key, kind), key, low)
+    def number(key: str, kind: str, default: Any, low: float, high: float | None = None) -> Any:
+        return check.minimum(check.scalar(data.get(key, default), key, kind), key, low, high)
 
     return Spec(
         path=path,
@@ -141,11 +173,11 @@ def parse_spec(text: str, path: Path) -> Spec:
         revisions=revisions,
         repeats=number("repeats", "int", 1, 1),
         warmups=number("warmups", "int", 1, 0),
-        cooldown_s=number("cooldown_s", "float", 0.0, 0),
+        cooldown_s=number("cooldown_s", "float", 0.0, 0, MAX_PAUSE_S),
         retries=number("retries", "int", 2, 0),
-        backoff_s=number("backoff_s", "float", 1.0, 0),
+        backoff_s=number("backoff_s", "float", 1.0, 0, MAX_PAUSE_S),
         order_seed=number("order_seed", "int", 0, 0),
-        timeout_s=number("timeout_s", "float", 900.0, 1),
+        timeout_s=number("timeout_s", "float", 900.0, 1, MAX_TIMEOUT_S),
         workloads=workloads,
         engines=engines,
         sections=sections,

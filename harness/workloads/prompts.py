@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from devices.files import read_text
 from harness.errors import InputError
 from harness.workloads.text import (
     DECODE_REQUEST,
@@ -202,8 +203,10 @@ def ppl_tokens(model_dir: str | Path | ModelTokenizer, length: int, seed: int,
 
 def _text_window(tok: ModelTokenizer, path: Path, length: int, seed: int) -> list[int]:
     try:
-        ids = tok.encode(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        ids = tok.encode(read_text(path))
+    except OSError as exc:
+        raise InputError(f"ppl text {path}: cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
         raise InputError(f"ppl text {path}: cannot read it as UTF-8 text ({exc})") from exc
     windows = len(ids) // length
     if seed >= windows:

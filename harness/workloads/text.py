@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devices.files import read_text
 from harness.errors import InputError
 
 SUBJECTS = [
@@ -118,8 +119,11 @@ class TextFiller:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_text(self.path)
+        except OSError as exc:
+            raise InputError(
+                f"filler file {self.path}: cannot read it ({exc.strerror or exc})") from exc
+        except UnicodeDecodeError as exc:
             raise InputError(
                 f"filler file {self.path}: cannot read it as UTF-8 text ({exc})") from exc
         self.items = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
@@ -146,7 +150,9 @@ class NeedleTemplate:
     """The fact hidden in the haystack and the question that asks for it.
 
     ``needle`` and ``question`` must contain ``{key}``; ``needle`` must also contain ``{value}``.
-    The value is ``value_digits`` random decimal digits, so it spans several tokens.
+    The value is ``value_digits`` random decimal digits, so it spans several tokens. Only those
+    two placeholders are substituted; every other character, ``{`` and ``}`` included, is kept
+    as written (the text is the user's, never a format string).
     """
 
     needle: str = "The secret code of {key} is {value}."
@@ -167,10 +173,18 @@ class NeedleTemplate:
         return rng.choice(self.keys), "".join(rng.choice(DIGITS) for _ in range(self.value_digits))
 
     def needle_text(self, key: str, value: str) -> str:
-        return self.needle.format(key=key, value=value)
+        return _substitute(self.needle, {"key": key, "value": value})
 
     def question_text(self, key: str) -> str:
-        return self.question.format(key=key)
+        return _substitute(self.question, {"key": key})
+
+
+PLACEHOLDER = re.compile(r"\{(key|value)\}")
+
+
+def _substitute(template: str, values: dict[str, str]) -> str:
+    """``template`` with each ``{key}`` / ``{value}`` named in ``values`` replaced, in one pass."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 DEFAULT_NEEDLE = NeedleTemplate()

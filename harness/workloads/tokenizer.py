@@ -3,7 +3,8 @@
 ``tokenizer.json`` is loaded with the ``tokenizers`` library; the chat template from
 ``tokenizer_config.json`` is rendered with jinja2 under the same settings as transformers'
 ``apply_chat_template`` (sandboxed, trim_blocks, lstrip_blocks, loop controls,
-``raise_exception``, ``tojson``) and the rendered text is tokenised without extra special tokens.
+``raise_exception``, ``tojson``), bounded in time and size (``chat_template``), and the rendered
+text is tokenised without extra special tokens.
 Nothing here assumes a word-level vocabulary: a real Qwen3 checkpoint directory works unchanged.
 """
 
@@ -15,10 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from devices.files import read_text
 from harness.errors import InputError
+from harness.workloads.chat_template import TemplateFailed, compile_template, render
 
 # Private-use characters mark where each message's content lands in the rendered template.
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
@@ -84,28 +86,12 @@ class ModelTokenizer:
 def _render_template(tok: ModelTokenizer, messages: list[dict[str, str]],
                      add_generation_prompt: bool) -> str:
     try:
-        template = _compile_template(tok.chat_template)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               enable_thinking=False, **tok.special_tokens)
-    except jinja2.TemplateError as exc:
+        return render(tok.chat_template, {"messages": messages,
+                                          "add_generation_prompt": add_generation_prompt,
+                                          "enable_thinking": False, **tok.special_tokens})
+    except TemplateFailed as exc:
         raise InputError(f"{tok.model_dir / 'tokenizer_config.json'}: chat_template does not "
                          f"render: {exc}") from exc
-
-
-@lru_cache(maxsize=16)
-def _compile_template(source: str) -> jinja2.Template:
-    def raise_exception(message: str) -> None:
-        raise jinja2.TemplateError(message)
-
-    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
-                          separators=separators, sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(source)
 
 
 def _token_text(value) -> str | None:
@@ -141,18 +127,25 @@ def _load_tokenizer_cached(model_dir: str) -> ModelTokenizer:
     except Exception as exc:  # noqa: BLE001 - the Rust library raises a bare Exception
         raise InputError(f"{tokenizer_path}: not a valid tokenizers file ({exc})") from exc
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = json.loads(read_text(config_path))
     except FileNotFoundError:
         raise InputError(f"{config_path}: missing (it must hold the chat_template)") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise InputError(f"{config_path}: cannot read it ({exc.strerror or exc})") from exc
+    except ValueError as exc:
         raise InputError(f"{config_path}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise InputError(f"{config_path}: not valid JSON (nested too deeply)") from None
     if not isinstance(config, dict):
         raise InputError(f"{config_path}: must be a JSON object")
     # Some checkpoints keep the template in a separate chat_template.jinja file.
     raw_template = config.get("chat_template")
     jinja_file = directory / "chat_template.jinja"
     if raw_template is None and jinja_file.is_file():
-        raw_template = jinja_file.read_text(encoding="utf-8")
+        try:
+            raw_template = read_text(jinja_file)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{jinja_file}: cannot read it as UTF-8 text ({exc})") from exc
     template = _select_template(raw_template, config_path)
     _compile_template_checked(template, config_path)
 
@@ -172,7 +165,7 @@ def _load_tokenizer_cached(model_dir: str) -> ModelTokenizer:
 
 def _compile_template_checked(template: str, config_path: Path) -> None:
     try:
-        _compile_template(template)
+        compile_template(template)
     except jinja2.TemplateSyntaxError as exc:
         raise InputError(f"{config_path}: chat_template is not valid jinja2 "
                          f"(line {exc.lineno}: {exc.message})") from exc

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.files import loads_toml, read_text
 from reports.audit.claims_check import Check
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
@@ -164,7 +165,7 @@ class ClaimsFile:
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise ReportInputError(f"cannot read claims file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -176,7 +177,7 @@ def load_claims(path: str | Path) -> ClaimsFile:
 def parse_claims(text: str, path: Path) -> ClaimsFile:
     check = Check(path)
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
     check.table(data, "file", "", {"source", "setting", "claim", "experiment", "llama_bench"})
@@ -197,13 +198,15 @@ def parse_claims(text: str, path: Path) -> ClaimsFile:
         raise check.fail("file", "claim", "at least one [[claim]] (or [[llama_bench]]) table "
                          "is required")
     claims: list[Claim] = []
+    ids: set[str] = set()  # a set, not a scan of the claims: linear in the file's size
     for index, raw in enumerate(raw_claims):
         claim = _claim(check, raw, index, default_source, experiments, default_setting)
-        if any(c.id == claim.id for c in claims):
+        if claim.id in ids:
             raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
+        ids.add(claim.id)
         claims.append(claim)
     for row in rows:
-        if any(c.id == row.id for c in claims):
+        if row.id in ids:
             raise check.fail(f"llama_bench '{row.id}'", "id", "is used by a claim too")
         if row.experiment in experiments:
             raise check.fail("file", f"experiment.{row.experiment}",

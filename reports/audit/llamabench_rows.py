@@ -95,6 +95,7 @@ def parse_rows(check: Any, raw_rows: Any, default_source: Any,
     if not isinstance(raw_rows, list):
         raise check.fail("file", "llama_bench", "must be tables [[llama_bench]]")
     rows: list[LlamaBenchRow] = []
+    ids: set[str] = set()  # linear in the number of rows
     for index, raw in enumerate(raw_rows):
         where = f"llama_bench #{index + 1}"
         if not isinstance(raw, dict):
@@ -110,8 +111,9 @@ def parse_rows(check: Any, raw_rows: Any, default_source: Any,
         row_id = check.text(raw["id"], where, "id")
         if not name_re.match(row_id):
             raise check.fail(where, "id", f"{row_id!r}: use [a-z0-9][a-z0-9._-]*")
-        if any(r.id == row_id for r in rows):
+        if row_id in ids:
             raise check.fail(where, "id", "is used by two rows")
+        ids.add(row_id)
         test = check.text(raw["test"], where, "test")
         if not TEST_RE.match(test):
             raise check.fail(where, "test", f"{test!r}: expected ppN or tgN as llama-bench "

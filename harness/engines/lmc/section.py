@@ -31,6 +31,11 @@ from harness.checker import SpecChecker
 from harness.identity import sha256_file
 
 SECTION = "engine"  # the spec's table of lmc's axes
+# The most lmc takes of each (its option table in engine/cli.c): a spec asking for more failed
+# every run of its matrix at the engine's option check instead of being refused here
+LMC_LIMITS = {"threads": 256, "k": 1 << 24, "block": 1 << 20, "probes": 1 << 20,
+              "kv_budget": 1 << 24}
+
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
                "trace_selection", "measure_keys"}
 SWITCH_DEFAULTS = {s.name: s.default for s in SWITCHES}
@@ -90,7 +95,8 @@ def parse_section(check: SpecChecker, value: Any, kinds: list[str]) -> EngineAxe
                          "put the attn-bench workload and this policy in separate specs")
     threads = None
     if "threads" in table:
-        threads = check.axis(table["threads"], "engine.threads", "int", low=1)
+        threads = check.axis(table["threads"], "engine.threads", "int", low=1,
+                             high=LMC_LIMITS["threads"])
     return EngineAxes(
         policies=policies,
         kv=check.axis(table.get("kv", LMC_DEFAULTS["kv"]), "engine.kv", "str",
@@ -126,12 +132,14 @@ def _policy(check: SpecChecker, name: str, axes: Any) -> PolicyAxes:
     axes = check.table(axes, key, set(POLICY_AXES) | switches | own
                        | ({"predictor"} if name == "gbm" else set()))
     values = {
-        axis: check.axis(axes.get(axis, LMC_DEFAULTS[axis]), f"{key}.{axis}", "int", low=1)
+        axis: check.axis(axes.get(axis, LMC_DEFAULTS[axis]), f"{key}.{axis}", "int", low=1,
+                         high=LMC_LIMITS[axis])
         for axis in POLICY_AXES
     }
     kv_budget: list[int | None] = [None]
     if "kv_budget" in axes:
-        kv_budget = list(check.axis(axes["kv_budget"], f"{key}.kv_budget", "int", low=1))
+        kv_budget = list(check.axis(axes["kv_budget"], f"{key}.kv_budget", "int", low=1,
+                                    high=LMC_LIMITS["kv_budget"]))
         small = [b for b in kv_budget for blk in values["block"] if b < blk]
         if small:
             raise check.fail(f"{key}.kv_budget", f"{small[0]} positions is less than one "
