@@ -116,6 +116,7 @@ def test_the_holder_is_named_aborted_with_its_session_and_a_gone_one_taken_over(
         assert holder_record((workdir / LOCK_FILE).read_text())["run"] == "run-two"
 
 
+@pytest.mark.parametrize("name", ["farm-x86", "local"])
 def test_a_lock_file_that_is_a_fifo_is_refused_at_once(name: str, farm, tmp_path: Path) -> None:
     found = local_device() if name == "local" else farm.inventory.get(name)
     device: Device = dataclasses.replace(found, workdir=str(tmp_path / "work"))

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from harness.commands.flags import add_measurements, selection
 from harness.errors import InputError
-from reports.tables import safe_cells
 
 if TYPE_CHECKING:
     from db.measurements import Selection
@@ -32,6 +31,8 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path,
            chosen: Selection | None = None) -> dict[Path, int]:
     """Write ``out_dir/<table>.<fmt>`` for every frame of the experiment: {path: rows}
     (``chosen``: which measurements; default each run's latest ok one)."""
+    from reports.tables import safe_cells
+
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r}: allowed {', '.join(FORMATS)}")
     frames = store.frames(experiment, chosen)
