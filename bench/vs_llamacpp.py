@@ -50,8 +50,7 @@ def side_by_side(store: Store, experiment: str) -> pd.DataFrame:
     frames = []
     for policy in policies:
         for metric, label in METRICS.items():
-            table = compare_runs(runs, runs.attrs["steps"], LMC, LLAMA_BENCH, metric,
-                                 lmc_policy=policy).table
+            table = compare_runs(runs, LMC, LLAMA_BENCH, metric, lmc_policy=policy).table
             if len(table):
                 frames.append(table.assign(metric=label, policy=policy))
     if not frames:

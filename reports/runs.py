@@ -171,12 +171,13 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
     table["config"] = [config_label(row) + _text_label(param)
                        for (_, row), param in zip(table.iterrows(), params, strict=True)]
     table["revision"] = table["build_revision"]
-    if table["revision"].dropna().nunique() > 1:  # never one cell over several revisions
-        table["config"] = [f"{label} {REVISION_PART}{revision_label(rev)}" if rev else label
-                           for label, rev in zip(table["config"],
-                                                 table["revision"].where(
-                                                     table["revision"].notna(), None),
-                                                 strict=True)]
+    # never one cell over several revisions of an engine (two engines have two revisions by
+    # nature: their engine column keeps them apart)
+    several = table.groupby("engine")["revision"].nunique()
+    table["config"] = [f"{label} {REVISION_PART}{revision_label(rev)}"
+                       if isinstance(rev, str) and several.get(engine, 0) > 1 else label
+                       for label, rev, engine in zip(table["config"], table["revision"],
+                                                     table["engine"], strict=True)]
     by_run = snapshots_by_run(snapshots)
     table["flags"] = _run_flags(table, by_run)
     table["cpu"] = [run_cpu(by_run.get(int(m), {})) for m in table["measurement_id"]]

@@ -99,7 +99,7 @@ max_new = {MAX_NEW}
     data = load_experiment(store, "engines")
     table = timing_table(data.runs)
     assert sorted(table["config"]) == ["exact t=1", "llama-bench kv=f16 t=1"]
-    comparison = compare_runs(data.runs, data.steps, "lmc", "llama-bench")
+    comparison = compare_runs(data.runs, "lmc", "llama-bench")
     assert list(comparison.table["device"]) == [device]
     assert comparison.table["median_b"].iloc[0] == pytest.approx(row["decode_ms_per_token"])
     assert len(select(data.runs, {"engine": ["llama-bench"]})) == 1  # claims select by engine
