@@ -21,10 +21,12 @@ void keyrank_init(KeyRank *r, int capacity, int n_layers, int every) {
     r->rank_m = lmc_alloc(C, sizeof(double), "key ranking");
     r->sum = lmc_alloc((size_t)n_layers * KR_METRICS, sizeof(double), "key ranking");
     r->queries = lmc_alloc((size_t)n_layers, sizeof(long), "key ranking");
+    r->cand_queries = lmc_alloc((size_t)n_layers, sizeof(long), "key ranking");
 }
 
 void keyrank_free(KeyRank *r) {
-    void *bufs[] = {r->score, r->mass, r->order, r->rank_s, r->rank_m, r->sum, r->queries};
+    void *bufs[] = {r->score, r->mass, r->order, r->rank_s, r->rank_m, r->sum, r->queries,
+                    r->cand_queries};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) lmc_free(bufs[i]);
     memset(r, 0, sizeof *r);
 }
@@ -80,6 +82,34 @@ static double pearson(const double *x, const double *y, int n) {
     return sxy / sqrt(sxx * syy);
 }
 
+static int by_double_desc(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* the two-stage figures (keyrank.h) of the last 128 keys, added to sum; uses the scratch */
+static void add_candidates(KeyRank *r, double *sum, int n) {
+    static const int cands[] = {32, 48, 64, 96};
+    const float *s = r->score + (n - KR_UNIVERSE), *m = r->mass + (n - KR_UNIVERSE);
+    double total = 0.0;
+    for (int j = 0; j < KR_UNIVERSE; j++) total += m[j];
+    order_desc(m, r->order, KR_UNIVERSE);
+    for (int j = 0; j < KR_UNIVERSE; j++) r->rank_m[j] = 0.0;
+    for (int i = 0; i < TOP; i++) r->rank_m[r->order[i]] = 1.0;
+    order_desc(s, r->order, KR_UNIVERSE);
+    double hits = 0.0;
+    for (int c = 0, i = 0; c < (int)(sizeof cands / sizeof cands[0]); c++) {
+        for (; i < cands[c]; i++) hits += r->rank_m[r->order[i]];
+        sum[KR_C32 + c] += hits / TOP;
+    }
+    enum { KEPT_C = 96 }; /* the candidate count of kept32_c96 */
+    for (int i = 0; i < KEPT_C; i++) r->rank_s[i] = m[r->order[i]];
+    qsort(r->rank_s, KEPT_C, sizeof *r->rank_s, by_double_desc);
+    double kept = 0.0;
+    for (int i = 0; i < TOP; i++) kept += r->rank_s[i];
+    sum[KR_KEPT96] += total > 0 ? kept / total : 0.0;
+}
+
 void keyrank_add(KeyRank *r, int layer, int n) {
     if (n < 2 * TOP) return;
     double total = 0.0;
@@ -103,30 +133,39 @@ void keyrank_add(KeyRank *r, int layer, int n) {
     sum[KR_CAPTURED32] += total > 0 ? captured / total : 0.0;
     sum[KR_LOST50] += total > 0 ? lost / total : 0.0;
     r->queries[layer]++;
+    if (n >= KR_UNIVERSE) {
+        add_candidates(r, sum, n);
+        r->cand_queries[layer]++;
+    }
 }
 
-static void write_means(FILE *f, const double *sum, long queries) {
-    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50"};
-    fprintf(f, "\"queries\": %ld", queries);
+static void write_means(FILE *f, const double *sum, long queries, long cand_queries) {
+    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50",
+                                            "recall32_c32", "recall32_c48", "recall32_c64",
+                                            "recall32_c96", "kept32_c96"};
+    fprintf(f, "\"queries\": %ld, \"cand_queries\": %ld", queries, cand_queries);
     for (int m = 0; m < KR_METRICS; m++) {
-        if (queries) fprintf(f, ", \"%s\": %.9g", names[m], sum[m] / (double)queries);
+        long count = m < KR_RANK_METRICS ? queries : cand_queries;
+        if (count) fprintf(f, ", \"%s\": %.9g", names[m], sum[m] / (double)count);
         else fprintf(f, ", \"%s\": null", names[m]);
     }
 }
 
 void keyrank_write_json(FILE *f, const KeyRank *r) {
     double all[KR_METRICS] = {0};
-    long queries = 0;
+    long queries = 0, cand_queries = 0;
     for (int l = 0; l < r->n_layers; l++) {
         for (int m = 0; m < KR_METRICS; m++) all[m] += r->sum[(size_t)l * KR_METRICS + m];
         queries += r->queries[l];
+        cand_queries += r->cand_queries[l];
     }
     fprintf(f, "\"key_ranking\": {\"every\": %d, ", r->every);
-    write_means(f, all, queries);
+    write_means(f, all, queries, cand_queries);
     fprintf(f, ", \"layers\": [");
     for (int l = 0; l < r->n_layers; l++) {
         fprintf(f, "%s{", l ? ", " : "");
-        write_means(f, r->sum + (size_t)l * KR_METRICS, r->queries[l]);
+        write_means(f, r->sum + (size_t)l * KR_METRICS, r->queries[l],
+                    r->cand_queries[l]);
         fputc('}', f);
     }
     fprintf(f, "]}");

@@ -11,13 +11,24 @@
  *              evicting half the cache by s would lose
  * Orders are by value, ties to the lower key first. Queries with fewer than 64 keys are left
  * out (every key would be in the top 32). The figures are means over (query, layer) pairs,
- * over all layers and per layer; harness/predictor/metrics.py defines the same in Python. */
+ * over all layers and per layer; harness/predictor/metrics.py defines the same in Python.
+ *
+ * Seed 004's two-stage candidate attention (the scorer picks C candidates of a 128-key
+ * universe, exact attention takes the top 32 inside them), on the universe of the last 128
+ * keys (positions n-128 .. n-1; queries with fewer keys are left out, "cand_queries" counts
+ * the rest), the masses normalised over those 128:
+ *   recall32_c32, _c48, _c64, _c96   |top-C of the 128 by s & top-32 of the 128 by m| / 32
+ *   kept32_c96  the mass of the 32 largest m among the top-96 by s (the pipeline's top 32), over
+ *               the 128 keys' total
+ * (C = 128 would be the whole universe: recall 1 by construction.) */
 #ifndef LMC_KEYRANK_H
 #define LMC_KEYRANK_H
 
 #include <stdio.h>
 
-enum { KR_RHO, KR_RECALL32, KR_CAPTURED32, KR_LOST50, KR_METRICS };
+enum { KR_RHO, KR_RECALL32, KR_CAPTURED32, KR_LOST50, KR_RANK_METRICS };
+enum { KR_C32 = KR_RANK_METRICS, KR_C48, KR_C64, KR_C96, KR_KEPT96, KR_METRICS };
+enum { KR_UNIVERSE = 128 };
 
 typedef struct {
     int every;      /* measured queries: positions t with (t + 1) % every == 0 */
@@ -28,6 +39,7 @@ typedef struct {
     double *rank_s, *rank_m; /* [capacity] scratch */
     double *sum;    /* [n_layers][KR_METRICS] */
     long *queries;  /* [n_layers] */
+    long *cand_queries; /* [n_layers]: queries with a whole 128-key universe */
 } KeyRank;
 
 void keyrank_init(KeyRank *r, int capacity, int n_layers, int every);

@@ -33,6 +33,9 @@ LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq
                                                     "prefill_attn")}
 # lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
 RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
+# and of its two-stage candidates in the last 128 keys (top-32 recall at C, mass kept at C = 96)
+CANDIDATE_METRICS = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
+                     "kept32_c96")
 
 
 @dataclass
@@ -188,13 +191,14 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
 
 def _engine_columns(table: pd.DataFrame) -> None:
     """Columns from a run's stored config and outcome figures: ``kv_budget`` (eviction), and
-    ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS of the policy's key ranking, all layers)."""
+    ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS and CANDIDATE_METRICS of the policy's
+    key ranking, all layers)."""
     configs = [stored_json(c) for c in table["config"]]
     table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
                                     for c in configs], index=table.index, dtype="object")
     extras = [stored_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
     rankings = [e.get("key_ranking") or {} if isinstance(e, dict) else {} for e in extras]
-    for name in RANK_METRICS:
+    for name in RANK_METRICS + CANDIDATE_METRICS:
         table[f"rank_{name}"] = pd.Series([r.get(name) for r in rankings], index=table.index,
                                           dtype="float64")
 

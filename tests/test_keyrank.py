@@ -1,6 +1,8 @@
 """lmc ppl --measure-keys N: seed 004's ranking metrics (rho, top-32 recall, mass captured,
 mass lost at 50 %) of a policy's keep scores, computed in C, against the Python definitions
-(harness/predictor/metrics.py with scipy) on the same run's key-feature dump."""
+(harness/predictor/metrics.py with scipy) on the same run's key-feature dump; and the two-stage
+candidate figures (top-32 recall of the top-C of the last 128 keys, the mass the pipeline's
+top 32 keeps at C = 96) against a plain numpy computation from the same dump."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ MODEL = "gqa4_untied_f32_old"  # 8 query heads over 2 KV heads, 2 layers, vocabu
 IDS = [(i * 37 + (i // 7) * 5) % 320 if i % 5 else 11 for i in range(160)]
 EVERY = 4
 FIELDS = ("rho", "recall32", "captured32", "lost50")
+UNIVERSE, CANDIDATES = 128, (32, 48, 64, 96)
 
 
 def measured(lmc, model, tmp_path, policy: str, *extra: str) -> tuple[dict, KeyDump]:
@@ -36,10 +39,36 @@ def python_layer(dump: KeyDump, score: np.ndarray, layer: int) -> dict:
     return scores.to_dict()
 
 
-def assert_same(c_layer: dict, py: dict) -> None:
+def numpy_candidates(dump: KeyDump, score: np.ndarray, layer: int) -> dict:
+    """Per query with 128 keys or more, at ``layer``: of its last 128 keys, the true top 32 by
+    mass, the scorer's top C, and the 32 largest masses among the scorer's top 96; means."""
+    rows = []
+    at_layer = dump.column("layer") == layer
+    for query in np.unique(dump.column("query")[at_layer]):
+        mine = at_layer & (dump.column("query") == query)
+        keys = dump.column("key")[mine]
+        last = np.argsort(keys)[-UNIVERSE:]
+        if len(keys) < UNIVERSE:
+            continue
+        mass = dump.column("target")[mine].astype(np.float64)[last]
+        by_score = np.argsort(-score[mine][last], kind="stable")
+        true_top = set(np.argsort(-mass, kind="stable")[:32].tolist())
+        recalls = [len(true_top & set(by_score[:c].tolist())) / 32 for c in CANDIDATES]
+        kept = np.sort(mass[by_score[:96]])[::-1][:32].sum() / mass.sum()
+        rows.append([*recalls, kept])
+    means = np.mean(rows, axis=0) if rows else [None] * 5
+    names = [f"recall32_c{c}" for c in CANDIDATES] + ["kept32_c96"]
+    return {"cand_queries": len(rows)} | dict(zip(names, means, strict=True))
+
+
+def assert_same(c_layer: dict, py: dict, candidates: dict) -> None:
     assert c_layer["queries"] == py["queries"] > 0
     for name in FIELDS:
         assert c_layer[name] == pytest.approx(py[name], abs=1e-6), name
+    # of the measured positions, 127, 131, ..., 155 have a whole 128-key universe
+    assert c_layer["cand_queries"] == candidates["cand_queries"] == len(range(127, 159, 4))
+    for name, value in candidates.items():
+        assert c_layer[name] == pytest.approx(value, abs=1e-6), name
 
 
 def test_window_and_h2o_prev_rankings_match_the_python_metrics(lmc, tiny_model, tmp_path):
@@ -56,12 +85,16 @@ def test_window_and_h2o_prev_rankings_match_the_python_metrics(lmc, tiny_model, 
         # queries at positions t >= 63 with (t + 1) % 4 == 0, at both layers
         assert ranking["every"] == EVERY and ranking["queries"] == 2 * len(range(63, 159, 4))
         if policy == "window":  # the keep score is the position: recency
+            score = dump.column("key").astype(np.float64)
             for layer in (0, 1):
-                assert_same(ranking["layers"][layer],
-                            python_layer(dump, dump.column("key").astype(np.float64), layer))
+                assert_same(ranking["layers"][layer], python_layer(dump, score, layer),
+                            numpy_candidates(dump, score, layer))
         else:  # the previous layer's mass (layer 0 ranks by accumulated mass, not dumped)
-            assert_same(ranking["layers"][1],
-                        python_layer(dump, dump.column("prev_mass").astype(np.float64), 1))
+            score = dump.column("prev_mass").astype(np.float64)
+            assert_same(ranking["layers"][1], python_layer(dump, score, 1),
+                        numpy_candidates(dump, score, 1))
+            # a scorer that is not recency misses some of the true top 32 at C = 32
+            assert ranking["layers"][1]["recall32_c32"] < ranking["layers"][1]["recall32_c96"]
     # the two scorers rank differently: the figures are the policy's, not a fixed order
     assert docs["window"]["key_ranking"]["rho"] != docs["h2o-prev"]["key_ranking"]["rho"]
 
@@ -75,7 +108,8 @@ def test_gbm_ranking_matches_the_python_trees(lmc, tiny_model, tmp_path):
     predicted = trees.predict(dump)  # ln mass; lmc ranks by exp(prediction) in float32
     score = np.exp(predicted).astype(np.float32).astype(np.float64)
     for layer in (0, 1):
-        assert_same(doc["key_ranking"]["layers"][layer], python_layer(dump, score, layer))
+        assert_same(doc["key_ranking"]["layers"][layer], python_layer(dump, score, layer),
+                    numpy_candidates(dump, score, layer))
 
 
 def test_measure_keys_needs_a_policy_with_a_keep_score(lmc, tiny_model, tmp_path):

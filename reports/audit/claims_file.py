@@ -68,7 +68,9 @@ METRICS = ("identical_tokens", "identical_traces", "trace_shared_blocks", "repet
 TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
                "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
-RANK_FIELDS = ("rho", "recall32", "captured32", "lost50")  # key_rank: lmc --measure-keys
+# key_rank: lmc --measure-keys (reports.runs.RANK_METRICS and CANDIDATE_METRICS)
+RANK_FIELDS = ("rho", "recall32", "captured32", "lost50", "recall32_c32", "recall32_c48",
+               "recall32_c64", "recall32_c96", "kept32_c96")
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most", "kind", "setting", "differs",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}

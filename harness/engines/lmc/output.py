@@ -178,15 +178,22 @@ def _ppl(doc: dict[str, Any]) -> None:
             _key_ranking(part, f"key_ranking.layers[{i}]")
 
 
+RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50")
+# seed 004's two-stage candidates in the last 128 keys (engine/keyrank.h), over cand_queries
+CANDIDATE_FIGURES = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
+                     "kept32_c96")
+
+
 def _key_ranking(part: Any, path: str) -> None:
-    """--measure-keys figures: a query count, rho in [-1, 1], the shares in [0, 1] (all null
-    when no query had enough keys)."""
+    """--measure-keys figures: the query counts, rho in [-1, 1], the shares in [0, 1] (null
+    when no query had enough keys for them)."""
     if not isinstance(part, dict):
         raise _fail(path, "an object", part)
     _count(part.get("queries"), f"{path}.queries")
-    for key in ("rho", "recall32", "captured32", "lost50"):
+    _count(part.get("cand_queries"), f"{path}.cand_queries")
+    for key in RANKING_FIGURES + CANDIDATE_FIGURES:
         value = part.get(key)
-        if value is None and part["queries"] == 0:
+        if value is None and part["queries" if key in RANKING_FIGURES else "cand_queries"] == 0:
             continue
         low = -1 if key == "rho" else 0
         if isinstance(value, bool) or not isinstance(value, int | float) or \
