@@ -34,7 +34,8 @@ RUN_COLUMNS = [
     "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
     "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
     "selection_mass", "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms",
-    "build_binary_sha256", "workload_content_hash", "flags",
+    "peak_rss_kb", "kv_allocated_bytes", "kv_resident_bytes", "build_binary_sha256",
+    "workload_content_hash", "flags",
 ]
 
 
