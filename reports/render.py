@@ -206,6 +206,7 @@ def build_sections(data: ExperimentData,
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
     latency = aggregate.latency_table(runs)
+    ttft = aggregate.ttft_table(runs)
     selection = aggregate.selection_table(runs)
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
@@ -238,6 +239,13 @@ def build_sections(data: ExperimentData,
                 "Decode time per token split into attention and the rest of the step, against "
                 "context length (medians over runs; min/max and CV in the table).",
                 tables=[Table("latency", latency)], figures=figures.latency_charts(latency)),
+        Section("ttft", "Time to first token",
+                "The prompt's prefill (prefill_ms) per prompt length and config, median [min, "
+                "max] over runs; vs_exact is exact prefill's median over this one's (same "
+                "device, length and threads; above 1 is faster). Memory where the engine "
+                "printed it (medians, MB): the process's peak RSS, the KV cache's bytes "
+                "touched (resident) and reserved (allocated, virtual).",
+                tables=[Table("ttft", ttft)], figures=figures.ttft_charts(ttft)),
         Section("selection", "Selection quality",
                 "Attention mass captured by the selected blocks and recall of the oracle's "
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",
