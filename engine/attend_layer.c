@@ -496,7 +496,6 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
 
 /* ---------------------------------------------------------------- prefill tiles */
 
-
 /* sparse prefill a tile at a time (attention_tiles_prefill) */
 static int sparse_tiles(const Attention *a) {
     const AttnOptions *o = &a->opt;
