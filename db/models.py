@@ -202,6 +202,9 @@ class OutcomeRow(Base):
     bytes_read: Mapped[int | None] = mapped_column(BigInteger)
     attn_median_ms: Mapped[float | None] = mapped_column(Float)
     extra: Mapped[dict[str, Any]]
+    peak_rss_kb: Mapped[int | None] = mapped_column(BigInteger)
+    kv_allocated_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    kv_resident_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Lease(Base):

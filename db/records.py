@@ -49,6 +49,9 @@ class Outcome:
     bytes_read: int | None = None  # KV bytes read per decode step by the policy
     attn_median_ms: float | None = None  # `attn-bench`: median attention time
     extra: dict[str, Any] = field(default_factory=dict)  # any other figure, kept verbatim
+    peak_rss_kb: int | None = None  # the engine process's peak resident set (weights included)
+    kv_allocated_bytes: int | None = None  # KV cache reserved for the whole context (virtual)
+    kv_resident_bytes: int | None = None  # KV cache touched: the most it held at once
 
 
 @dataclass

@@ -12,6 +12,10 @@ const char *const STAGE_NAMES[N_STAGES] = {"probe", "importance", "select", "gat
 
 /* ---------------------------------------------------------------- set-up */
 
+/* sparse prefill tiles keep the scores of at most this many positions per query (k blocks and
+ * the tile's own; a larger k attends token by token) */
+#define TILE_KEEP_POSITIONS 2048
+
 void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_heads, ThreadPool *pool) {
     memset(a, 0, sizeof *a);
     a->opt = *opt;
@@ -55,9 +59,20 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     pt->n_q = group < ATTN_MAX_GROUP ? group : ATTN_MAX_GROUP;
     size_t vecs = (size_t)a->n_kv * ATTN_TILE_QUERIES * (size_t)pt->n_q;
     pt->q = lmc_alloc(vecs * (size_t)kv->head_dim, sizeof(float), "prefill tile");
-    pt->scores = lmc_alloc(vecs * (size_t)kv->block, sizeof(float), "prefill tile");
+    if (opt->sel.policy == POL_SPARSE && opt->prefill_sparse) {
+        int keep = opt->sel.k - 1 + (ATTN_TILE_QUERIES - 1) / kv->block + 2;
+        keep = keep < kv->n_blocks ? keep : kv->n_blocks;
+        pt->keep = (size_t)keep * (size_t)kv->block <= TILE_KEEP_POSITIONS ? keep : 0; /* 0: token by token */
+    }
+    size_t row = pt->keep ? (size_t)pt->keep * (size_t)kv->block : (size_t)kv->block;
+    pt->scores = lmc_alloc(vecs * row, sizeof(float), "prefill tile");
     pt->m = lmc_alloc(vecs, sizeof(float), "prefill tile");
     pt->l = lmc_alloc(vecs, sizeof(float), "prefill tile");
+    if (pt->keep) {
+        pt->mean = lmc_alloc((size_t)a->n_kv * (size_t)pt->n_q * (size_t)kv->head_dim, sizeof(float), "prefill tile");
+        pt->weights = lmc_alloc((size_t)a->n_kv * (size_t)kv->block, sizeof(float), "prefill tile");
+        pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
+    }
 }
 
 int attention_pages_kv(const AttnOptions *opt) {
@@ -91,6 +106,9 @@ void attention_free(Attention *a) {
     lmc_free(a->tile.scores);
     lmc_free(a->tile.m);
     lmc_free(a->tile.l);
+    lmc_free(a->tile.mean);
+    lmc_free(a->tile.weights);
+    lmc_free(a->tile.importance);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->head.select[h]);
     lmc_free(a->head.select);
     lmc_free(a->state.importance);
@@ -478,8 +496,16 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
 
 /* ---------------------------------------------------------------- prefill tiles */
 
+/* sparse prefill a tile at a time (attention_tiles_prefill) */
+static int sparse_tiles(const Attention *a) {
+    const AttnOptions *o = &a->opt;
+    return o->prefill_sparse && o->sel.policy == POL_SPARSE && a->tile.keep && !o->reference &&
+           !a->evict.evicted && !a->state.mass && !a->keys.feat && !o->sel.probe_summary && !o->exact_first_layer;
+}
+
 int attention_tiles_prefill(const Attention *a) {
-    return grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL) && !a->kv->q8 && !a->stages.ms;
+    int exact = grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL);
+    return (exact || sparse_tiles(a)) && !a->kv->q8 && !a->stages.ms;
 }
 
 typedef struct {
@@ -489,28 +515,70 @@ typedef struct {
     float *out_all;
 } TileJob;
 
+/* sparse prefill: the blocks of the tile at pos0 .. pos0 + T - 1 for n_q heads from h0 (q:
+ * the tile's first query, head h0), into sel; returns the count */
+static int tile_blocks(const TileJob *job, int kvh, int h0, int n_q, int pos0, int T, const float *q, int *sel) {
+    Attention *a = job->a;
+    PrefillTile *pt = &a->tile;
+    int D = a->head_dim, bs = a->kv->block, first = pos0 / bs, last = (pos0 + T - 1) / bs;
+    size_t Q = (size_t)a->n_heads * D;
+    int count = 0;
+    if (first > 0) {
+        float *mean = pt->mean + (size_t)kvh * pt->n_q * D;
+        for (int g = 0; g < n_q; g++)
+            for (int d = 0; d < D; d++) {
+                float sum = 0.0f;
+                for (int t = 0; t < T; t++) sum += q[(size_t)t * Q + (size_t)g * D + d];
+                mean[(size_t)g * D + d] = sum / (float)T;
+            }
+        SelectInput in = {.kv = a->kv, .layer = job->layer, .kvh = kvh, .head = h0, .n_pos = first * bs};
+        count = select_tile_blocks(&a->opt.sel, &in, mean, n_q, a->opt.sel.k - 1,
+                                   a->sparse.probe_scores + (size_t)h0 * a->n_blocks, &a->head.select[h0], sel);
+    }
+    for (int b = first; b <= last; b++) sel[count++] = b;
+    return count;
+}
+
 /* KV head kvh's query heads over the chunk, ATTN_TILE_QUERIES queries and n_q heads a pass */
 static void tile_groups(void *arg, int begin, int end) {
     const TileJob *job = arg;
     Attention *a = job->a;
     PrefillTile *pt = &a->tile;
-    int D = a->head_dim, group = a->n_heads / a->n_kv;
+    int D = a->head_dim, group = a->n_heads / a->n_kv, sparse = sparse_tiles(a);
     size_t Q = (size_t)a->n_heads * D, vecs = (size_t)ATTN_TILE_QUERIES * (size_t)pt->n_q;
+    size_t row = sparse ? (size_t)pt->keep * a->kv->block : (size_t)a->kv->block;
     for (int kvh = begin; kvh < end; kvh++)
         for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += pt->n_q) {
             int n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
             for (int t0 = 0; t0 < job->n; t0 += ATTN_TILE_QUERIES) {
                 int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
                 size_t at = (size_t)t0 * Q + (size_t)h0 * D;
+                TileBlocks sel = {0};
+                if (sparse) {
+                    int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
+                    sel = (TileBlocks){blocks, tile_blocks(job, kvh, h0, n_q, job->pos0 + t0, T, job->q_all + at, blocks),
+                                       row, pt->weights + (size_t)kvh * a->kv->block,
+                                       a->state.importance ? pt->importance + (size_t)kvh * a->capacity : NULL};
+                }
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
-                                 pt->scores + (size_t)kvh * vecs * a->kv->block, pt->m + (size_t)kvh * vecs,
-                                 pt->l + (size_t)kvh * vecs);
+                                 pt->scores + (size_t)kvh * vecs * row, pt->m + (size_t)kvh * vecs,
+                                 pt->l + (size_t)kvh * vecs, sparse ? &sel : NULL);
             }
         }
 }
 
 void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all) {
     TileJob job = {a, layer, pos0, n, q_all, out_all};
+    int record = sparse_tiles(a) && a->state.importance, n_pos = pos0 + n;
+    if (record)
+        for (int kvh = 0; kvh < a->n_kv; kvh++)
+            memset(a->tile.importance + (size_t)kvh * a->capacity, 0, sizeof(float) * (size_t)n_pos);
     pool_run(a->pool, tile_groups, &job, a->n_kv);
+    if (!record) return;
+    float *imp = a->state.importance + (size_t)layer * a->capacity; /* KV heads in order */
+    for (int kvh = 0; kvh < a->n_kv; kvh++) {
+        const float *part = a->tile.importance + (size_t)kvh * a->capacity;
+        for (int p = 0; p < n_pos; p++) imp[p] += part[p];
+    }
 }

@@ -117,10 +117,15 @@ typedef struct {
     double *ms; /* [n_heads][N_STAGES]; NULL: nothing is timed */
 } StageTimes;
 
-/* exact prefill a tile of queries at a time (attn_causal_tile), per KV head's scratch */
+/* prefill a tile of queries at a time (attn_causal_tile), per KV head's scratch */
 typedef struct {
     float *q, *scores, *m, *l; /* [n_kv][ATTN_TILE_QUERIES][min(group, ATTN_MAX_GROUP)][...] */
     int n_q;                   /* query heads per pass */
+    /* sparse prefill: the tile's blocks (at most `keep` of them, whose scores stay for the
+     * probabilities), each head's mean query, the value weights and the prefill importance
+     * of the chunk, per KV head ([n_kv][capacity], summed into the layer's in KV head order) */
+    int keep;
+    float *mean, *weights, *importance;
 } PrefillTile;
 
 typedef struct {
@@ -150,9 +155,13 @@ void attention_free(Attention *a);
  * heads ([n_heads x head_dim]); stats (may be NULL) receive sums over heads. */
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats);
-/* whether a prefill chunk's attention can run a tile of queries at a time: exact prefill
- * attention that records nothing per query (no prefill importance, H2O mass, features,
- * reference kernel, stage times) over an f32 cache. Same bits as attend_layer per query. */
+/* whether a prefill chunk's attention can run a tile of queries at a time over an f32 cache,
+ * with no reference kernel or stage times: exact prefill attention that records nothing per
+ * query (no prefill importance, H2O mass, features), same bits as attend_layer per query; or
+ * sparse prefill (--prefill-attn sparse, the sparse policy, sampled probes, no --kv-budget or
+ * --exact-first-layer), whose blocks are chosen once per tile (select_tile_blocks: k - 1 of the
+ * blocks before it by the tile's mean queries, and the tile's own) and whose probabilities
+ * still feed the prefill importance. */
 int attention_tiles_prefill(const Attention *a);
 /* the n queries at pos0 .. pos0 + n - 1 (q_all, out_all: [n][n_heads x head_dim]), each over
  * the positions up to its own; their keys and values must be in the cache */

@@ -141,7 +141,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
 
 void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
                       int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
-                      float *m, float *l) {
+                      float *m, float *l, const TileBlocks *sel) {
     int D = kv->head_dim, bs = kv->block, nv = T * n_q; /* vector t * n_q + g: query t, head g */
     float scale = 1.0f / sqrtf((float)D);
     size_t stride = (size_t)D;
@@ -154,18 +154,24 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             l[v] = 0.0f;
         }
     int last = pos0 + T - 1; /* the tile's last query sees positions 0 .. last */
-    for (int b = 0; b <= last / bs; b++) {
+    int keep = sel && sel->importance; /* scores kept for the probabilities */
+    size_t row = sel ? sel->score_stride : (size_t)bs;
+    int n_blocks = sel ? sel->n : last / bs + 1;
+    for (int i = 0; i < n_blocks; i++) {
+        int b = sel ? sel->blocks[i] : i;
         int p0 = b * bs, np = (p0 + bs <= last + 1 ? bs : last + 1 - p0);
         int t0 = p0 > pos0 ? p0 - pos0 : 0; /* the first query that sees this block */
+        float *srow = scores + (keep ? (size_t)i * bs : 0);
         const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
         const float *vrows = kv->v + kv_row(kv, layer, p0, kvh) * stride;
         dot_rows_f32_x(qbuf + (size_t)t0 * n_q * D, stride, nv - t0 * n_q, k, stride, np, D,
-                       scores + (size_t)t0 * n_q * bs, (size_t)bs);
+                       srow + (size_t)t0 * n_q * row, row);
         for (int t = t0; t < T; t++) {
             int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np; /* its rows of the block */
             for (int g = 0; g < n_q; g++) {
                 int v = t * n_q + g;
-                float *sg = scores + (size_t)v * bs, *o = out + (size_t)t * out_stride + (size_t)g * D;
+                float *sg = srow + (size_t)v * row, *o = out + (size_t)t * out_stride + (size_t)g * D;
+                float *w = keep ? sel->weights : sg;
                 float bmax = -INFINITY;
                 for (int p = 0; p < vis; p++) { /* attn_blocks' order, step by step */
                     sg[p] *= scale;
@@ -180,9 +186,9 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
                 for (int p = 0; p < vis; p++) {
                     float e = expf(sg[p] - m[v]);
                     l[v] += e;
-                    sg[p] = e;
+                    w[p] = e;
                 }
-                axpy_rows_f32(o, sg, vrows, stride, vis, D);
+                axpy_rows_f32(o, w, vrows, stride, vis, D);
             }
         }
     }
@@ -192,5 +198,11 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             if (l[v] <= 0.0f) continue;
             float inv = 1.0f / l[v], *o = out + (size_t)t * out_stride + (size_t)g * D;
             for (int d = 0; d < D; d++) o[d] *= inv;
+            if (!keep) continue;
+            for (int i = 0; i < n_blocks; i++) { /* the probabilities, as attn_blocks gives them */
+                int p0 = sel->blocks[i] * bs, vis = pos0 + t + 1 - p0 < bs ? pos0 + t + 1 - p0 : bs;
+                const float *sg = scores + (size_t)v * row + (size_t)i * bs;
+                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += expf(sg[p] - m[v]) * inv;
+            }
         }
 }

@@ -43,8 +43,23 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
  * every query sums them. f32 KV only. q: query t, head g at q + t * q_stride + g * head_dim;
  * out likewise. Scratch (ATTN_TILE_QUERIES x n_q each): qbuf x head_dim, scores x block, m, l. */
 #define ATTN_TILE_QUERIES 64
+/* Sparse prefill (--prefill-attn sparse): the blocks the whole tile attends, shared by its
+ * queries, each query still over the positions up to its own. blocks: n ascending block ids;
+ * importance (may be NULL): each query's attention probabilities are added to importance[p]
+ * (queries in order, heads in order), for which the scores are kept, block i's at i * block of
+ * the vector's score row (score_stride floats, >= n * block) and weights (block floats) holds
+ * the value weights. */
+typedef struct {
+    const int *blocks;
+    int n;
+    size_t score_stride;
+    float *weights;
+    float *importance;
+} TileBlocks;
+/* sel: NULL attends every block up to the tile's last query (exact; scores: block floats per
+ * vector) */
 void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
                       int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
-                      float *m, float *l);
+                      float *m, float *l, const TileBlocks *sel);
 
 #endif

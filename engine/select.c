@@ -183,6 +183,27 @@ void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const fl
     }
 }
 
+int select_tile_blocks(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, int want,
+                       float *probe, SelectScratch *s, int *sel) {
+    int n_blocks = in->n_pos / cfg->block;
+    size_t rows = 0;
+    select_probe_group(cfg, in, qs, nq, probe, (size_t)n_blocks, &rows);
+    for (int b = 0; b < n_blocks; b++) {
+        float sum = 0.0f;
+        for (int g = 0; g < nq; g++) sum += probe[(size_t)g * n_blocks + b];
+        s->score[b] = sum;
+        s->used[b] = 0;
+    }
+    int count = take_top(s->score, s->used, n_blocks, sel, 0, want < n_blocks ? want : n_blocks);
+    for (int i = 1; i < count; i++) /* ascending, as the kernel reads them */
+        for (int j = i; j > 0 && sel[j] < sel[j - 1]; j--) {
+            int x = sel[j];
+            sel[j] = sel[j - 1];
+            sel[j - 1] = x;
+        }
+    return count;
+}
+
 static int select_sparse(const SelectConfig *cfg, const SelectInput *in, SelectScratch *s,
                          int n_blocks, int *sel, size_t *bytes) {
     const KVCache *kv = in->kv;

@@ -70,6 +70,13 @@ int select_blocks(const SelectConfig *cfg, const SelectInput *in, SelectScratch 
 void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, float *scores,
                         size_t stride, size_t *rows);
 
+/* Sparse prefill's blocks for a tile of queries (attn_causal_tile): the blocks before the tile
+ * (in->n_pos positions, whole blocks) probed with qs (nq x head_dim: each head's mean query
+ * over the tile), scored by the sum over the heads, the best `want` (ties: the lower index)
+ * written ascending to sel; returns the count. probe (nq x the blocks) and s are scratch. */
+int select_tile_blocks(const SelectConfig *cfg, const SelectInput *in, const float *qs, int nq, int want,
+                       float *probe, SelectScratch *s, int *sel);
+
 /* The seed's importance reservation: the (k + 1) / 2 blocks of the highest prefill importance
  * summed over their positions (ties: the lower index), in pick order, into picks; sums (one
  * float per block) gets the block sums, used (one flag per block) 1 for the picks. Returns the

@@ -59,6 +59,7 @@ void session_write_config(FILE *f, const Options *o, const Session *s) {
     json_write_string(f, o->model);
     fprintf(f, ", ");
     cli_write_attn_config(f, o);
+    fprintf(f, ", \"prefill_tiles\": %s", attention_tiles_prefill(&s->fwd.attn) ? "true" : "false");
     fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", wq_name(o->wq),
             s->capacity, o->max_new);
     for (int i = 0; i < o->n_stops; i++) fprintf(f, "%s%d", i ? ", " : "", o->stops[i]);

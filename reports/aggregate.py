@@ -165,6 +165,45 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
     return sorted_table(pd.DataFrame(rows, columns=columns), keys)
 
 
+TTFT_KEYS = ["device", "ctx", "config"]
+# stored column -> (shown column, its divisor to MB)
+MEMORY_COLUMNS = {"peak_rss_kb": ("peak_rss_mb", 1e3), "kv_resident_bytes": ("kv_resident_mb", 1e6),
+                  "kv_allocated_bytes": ("kv_allocated_mb", 1e6)}
+
+
+def ttft_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Time to first token (the prompt's prefill, ``prefill_ms``) per (device, prompt length,
+    config): median [min, max] over runs, ``vs_exact`` = exact prefill's median / this one's (the
+    same device, length and thread count; > 1 is faster), and the memory medians (MB) where the
+    engine printed them (peak RSS, KV bytes touched, KV bytes reserved)."""
+    timed = runs[(runs["status"] == "ok") & runs["prefill_ms"].notna()
+                 & (runs["kind"] != "ppl")].copy()
+    timed["ctx"] = timed["ctx"].where(timed["ctx"].notna(), timed["prompt_tokens"])
+    rows = []
+    for key, cell in group_cells(timed, TTFT_KEYS):
+        ttft = summarize(cell["prefill_ms"])
+        first = cell.iloc[0]
+        row = dict(zip(TTFT_KEYS, key, strict=True)) | {
+            "policy": first["policy"], "prefill_attn": first["prefill_attn"],
+            "threads": int_or_none(first["threads"]),
+            "ttft_ms": ttft.median, "ttft_min_ms": ttft.min, "ttft_max_ms": ttft.max,
+            "vs_exact": None, "n": ttft.n}
+        for stored, (shown, scale) in MEMORY_COLUMNS.items():
+            values = pd.to_numeric(cell[stored]).dropna() if stored in cell else pd.Series()
+            row[shown] = float(values.median()) / scale if len(values) else None
+        row["flags"] = merge_flags(cell["flags"])
+        rows.append(row)
+    columns = TTFT_KEYS + ["policy", "prefill_attn", "threads", "ttft_ms",
+                           "ttft_min_ms", "ttft_max_ms", "vs_exact", "n",
+                           *(shown for shown, _ in MEMORY_COLUMNS.values()), "flags"]
+    table = pd.DataFrame(rows, columns=columns)
+    exact = table[(table["policy"] == "exact") & (table["prefill_attn"] == "exact")]
+    reference = {(r.device, r.ctx, r.threads): r.ttft_ms for r in exact.itertuples()}
+    table["vs_exact"] = [None if (ref := reference.get((r.device, r.ctx, r.threads))) is None
+                         else ref / r.ttft_ms for r in table.itertuples()]
+    return sorted_table(table, TTFT_KEYS)
+
+
 def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Selection quality per (policy, k, context, device): mass captured, oracle block recall."""
     measured = runs[(runs["status"] == "ok") & runs["selection_mass"].notna()]

@@ -139,3 +139,20 @@ def selection_charts(selection: pd.DataFrame) -> list[Figure]:
             figures.append((title, line_chart(title, series, Axes("k (blocks)", what, log_x=True,
                                                                   y_min=0, y_max=1, x_ticks=ks))))
     return figures
+
+
+def ttft_charts(ttft: pd.DataFrame) -> list[Figure]:
+    """Per device: time to first token against the prompt's length, one line per config."""
+    figures = []
+    for device, cell in ttft.groupby("device", sort=True):
+        lengths = sorted({float(c) for c in cell["ctx"].dropna()})
+        if len(lengths) < 2:
+            continue  # a line needs two lengths; the table has the rest
+        series = [Series(str(config), sorted((float(c), float(v)) for c, v in
+                                             zip(group["ctx"], group["ttft_ms"], strict=True)
+                                             if _num(c) is not None and _num(v) is not None))
+                  for config, group in cell.groupby("config", sort=True)]
+        title = f"time to first token vs prompt length: {device}"
+        figures.append((title, line_chart(title, series, Axes(
+            "prompt length (tokens)", "prefill ms", log_x=True, x_ticks=lengths))))
+    return figures

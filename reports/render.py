@@ -34,7 +34,8 @@ RUN_COLUMNS = [
     "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
     "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
     "selection_mass", "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms",
-    "build_binary_sha256", "workload_content_hash", "flags",
+    "peak_rss_kb", "kv_allocated_bytes", "kv_resident_bytes", "build_binary_sha256",
+    "workload_content_hash", "flags",
 ]
 
 
@@ -205,6 +206,7 @@ def build_sections(data: ExperimentData,
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
     latency = aggregate.latency_table(runs)
+    ttft = aggregate.ttft_table(runs)
     selection = aggregate.selection_table(runs)
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
@@ -237,6 +239,13 @@ def build_sections(data: ExperimentData,
                 "Decode time per token split into attention and the rest of the step, against "
                 "context length (medians over runs; min/max and CV in the table).",
                 tables=[Table("latency", latency)], figures=figures.latency_charts(latency)),
+        Section("ttft", "Time to first token",
+                "The prompt's prefill (prefill_ms) per prompt length and config, median [min, "
+                "max] over runs; vs_exact is exact prefill's median over this one's (same "
+                "device, length and threads; above 1 is faster). Memory where the engine "
+                "printed it (medians, MB): the process's peak RSS, the KV cache's bytes "
+                "touched (resident) and reserved (allocated, virtual).",
+                tables=[Table("ttft", ttft)], figures=figures.ttft_charts(ttft)),
         Section("selection", "Selection quality",
                 "Attention mass captured by the selected blocks and recall of the oracle's "
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",

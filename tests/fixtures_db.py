@@ -88,8 +88,9 @@ def insert_old_run(engine: Engine, refs: StoreRefs, key: str, **overrides: objec
             conn.execute(tables["token_timings"].insert(),
                          [{"run_id": run_id, **vars(t)} for t in result.token_timings])
         if result.outcome is not None:
-            conn.execute(tables["outcomes"].insert().values(run_id=run_id,
-                                                            **vars(result.outcome)))
+            outcomes = tables["outcomes"]
+            conn.execute(outcomes.insert().values(run_id=run_id, **{
+                k: v for k, v in vars(result.outcome).items() if k in outcomes.columns}))
         for snap in result.snapshots:
             conn.execute(tables["device_snapshots"].insert().values(run_id=run_id, **vars(snap)))
     return run_id
@@ -114,7 +115,8 @@ def sample_result(refs: StoreRefs, key: str, status: str = "ok", steps: int = 4,
         outcome=Outcome(generated_ids=[100 + i for i in range(steps)], text="ramen",
                         expected_answer="ramen", recall=1.0, selection_mass=0.9,
                         oracle_recall=0.75, max_abs_diff=1e-6, bytes_read=3 * 2**31,
-                        extra={"note": "x"}),
+                        extra={"note": "x"}, peak_rss_kb=812_000,
+                        kv_allocated_bytes=5 * 2**32, kv_resident_bytes=3 * 2**28),
         snapshots=[Snapshot("before", {"governor": "performance", "temp_c": 40.0}, start),
                    Snapshot("after", {"governor": "performance", "temp_c": 45.0}, start)],
     )

@@ -72,7 +72,8 @@ class SyntheticExperiment:
             fingerprint: dict[str, Any] | None = None, threads: int = 2,
             selection_mass: float | None = None, oracle_recall: float | None = None,
             step_ms: list[float] | None = None, bytes_read: int | None = None,
-            engine: str = "lmc") -> int:
+            engine: str = "lmc", prefill_ms: float = 50.0, prefill_attn: str = "exact",
+            peak_rss_kb: int | None = None, kv_resident_bytes: int | None = None) -> int:
         """Store one run; returns its id."""
         if device not in self.devices:
             self.add_device(device)
@@ -95,10 +96,10 @@ class SyntheticExperiment:
             build_id=self.builds[build], model_id=self.model_id, workload_id=workload_id,
             config={"policy": policy, "k": k}, policy=policy, k=k,
             block=None if policy == "exact" else 32, probes=None if policy == "exact" else 8,
-            kv="f32", wq="f32", threads=threads, prefill_attn="exact", repeat=repeat,
+            kv="f32", wq="f32", threads=threads, prefill_attn=prefill_attn, repeat=repeat,
             exit_code=0 if ok else 2, error=None if ok else "lmc: error: synthetic failure",
             wall_ms=1000.0, engine_ms=900.0, overhead_ms=100.0,
-            prefill_ms=50.0 if ok else None,
+            prefill_ms=prefill_ms if ok else None,
             decode_ms_per_token=decode_ms if ok and command == "generate" else None,
             attn_ms_per_token=attn_ms if ok and command == "generate" else None,
             prompt_tokens=ctx, raw_json=json.dumps({"ctx": ctx}),
@@ -106,7 +107,9 @@ class SyntheticExperiment:
             outcome=Outcome(generated_ids=tokens if command == "generate" else None,
                             recall=recall if kind == "needle" else None, ppl=ppl,
                             nll=None, selection_mass=selection_mass,
-                            oracle_recall=oracle_recall, bytes_read=bytes_read) if ok else None,
+                            oracle_recall=oracle_recall, bytes_read=bytes_read,
+                            peak_rss_kb=peak_rss_kb,
+                            kv_resident_bytes=kv_resident_bytes) if ok else None,
             snapshots=[Snapshot("before", snapshot), Snapshot("after", snapshot)],
         )
         return self.store.save_run(result)

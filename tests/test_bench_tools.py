@@ -259,6 +259,21 @@ def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tm
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
 
 
+def test_sparse_prefill_bench_times_each_config_against_exact(
+        tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    out = tmp_path / "sparse.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "sparse_prefill.py"), "--model",
+         str(tiny_models["BF16"]), "--prompt", "96", "--wq", "f32", "--rounds", "2",
+         "--config", "--attn sparse --prefill-attn sparse --k 2 --block 8", "--json", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert list(runs) == ["exact", "--attn sparse --prefill-attn sparse --k 2 --block 8"]
+    assert all(len(r["ms"]) == len(r["cpu_s"]) == 2 and min(r["ms"]) > 0 for r in runs.values())
+    assert "| exact | " in proc.stdout and "1.000 [1.000, 1.000]" in proc.stdout
+
+
 def test_kv_memory_bench_sets_budgets_against_exact(tmp_path: Path,
                                                     tiny_models: dict[str, Path]) -> None:
     out = tmp_path / "kv.json"

@@ -98,8 +98,8 @@ def test_paged_cache_under_asan(lmc, lmc_asan, tiny_model, tmp_path):
 
 
 def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
-    """lmc's adapter checks kv_memory and peak_rss_kb and keeps them with the outcome (no store
-    columns yet: Outcome.extra)."""
+    """lmc's adapter checks kv_memory and peak_rss_kb and fills the outcome's columns from them
+    (the whole kv_memory object kept in Outcome.extra)."""
     from harness.engines import get_engine
 
     prompt = write_tokens(tmp_path / "p.txt", IDS)
@@ -109,4 +109,7 @@ def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
     doc = engine.parse(proc.stdout, "ppl")
     found = engine.outcome("ppl", doc, engine.measurements("ppl", doc))
     assert found.extra["kv_memory"] == doc["kv_memory"] and found.extra["kv_memory"]["paged"]
-    assert found.extra["peak_rss_kb"] == doc["peak_rss_kb"] > 0
+    assert found.peak_rss_kb == doc["peak_rss_kb"] > 0
+    assert found.kv_allocated_bytes == doc["kv_memory"]["allocated_bytes"]
+    assert 0 < found.kv_resident_bytes == doc["kv_memory"]["resident_bytes"] < \
+        found.kv_allocated_bytes

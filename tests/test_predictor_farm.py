@@ -1,9 +1,9 @@
 """gbm as a spec policy: the predictor file is an artifact named by its sha256 (in the run's
 config and run key), pushed to the farm node by hash like the engine and the model;
-``kv_budget`` as a spec axis (lmc --kv-budget); ``measure_keys`` (lmc --measure-keys): the
-key-ranking figures stored per run, shown by the report and judged by the audit's key_rank
-metric. Real Ray, a real farm node over SSH, the real engine and the shipped needle model; the
-reference is lmc run directly on this machine."""
+``kv_budget`` as a spec axis (lmc --kv-budget), its KV memory stored per run;
+``measure_keys`` (lmc --measure-keys): the key-ranking figures stored per run, shown by the
+report and judged by the audit's key_rank metric. Real Ray, a real farm node over SSH, the
+real engine and the shipped needle model; the reference is lmc run directly on this machine."""
 
 from __future__ import annotations
 
@@ -76,11 +76,17 @@ def test_gbm_runs_on_a_farm_node_with_its_predictor_pushed_by_hash(
     outcomes = store.frames("gbm-farm")["outcomes"].set_index("measurement_id")
     ids = write_tokens(tmp_path / "ids.txt", ppl_tokens(needle_model, LENGTH, 0).ids)
     budgets = set()
+    exact_resident = int(outcomes.loc[runs.loc[runs["policy"] == "exact", "measurement_id"],
+                                      "kv_resident_bytes"].iloc[0])
     for row in runs.itertuples():
         config = json.loads(row.config)
+        memory = outcomes.loc[row.measurement_id]  # lmc's figures, stored in their columns
+        assert memory["peak_rss_kb"] > 0 and memory["kv_allocated_bytes"] > 0
         if row.policy == "exact":
             assert "predictor" not in config and "kv_budget" not in config
             continue
+        # eviction frees memory: the budget's KV is resident, not the whole context's
+        assert memory["kv_resident_bytes"] < exact_resident < memory["kv_allocated_bytes"]
         assert config["predictor"] == sha  # the content's identity, not a path
         budgets.add(config["kv_budget"])
         options = config["argv_options"]

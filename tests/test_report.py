@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fixtures_reports import SyntheticExperiment, healthy_fingerprint
 
@@ -18,6 +19,7 @@ from reports.aggregate import (
     latency_table,
     needle_table,
     timing_table,
+    ttft_table,
 )
 from reports.render import render_report
 from reports.runs import load_experiment
@@ -171,6 +173,39 @@ def test_the_headline_takes_the_complete_real_board_and_names_it(tmp_path: Path)
     first = text.split("## ")[1]
     assert "attention takes 2 against 4 ms/token" in first  # x86's, not arm-emu's 20 and 40
     assert "Medians over the ok runs on x86 (a real board)" in first and "arm-emu" not in first
+
+
+def test_time_to_first_token_per_prefill_attention_and_length(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/ttft.db")
+    exp = SyntheticExperiment(store)
+    for ctx in (1024, 4096):
+        for repeat, noise in enumerate((0.0, 10.0, -4.0)):  # medians: the middle value
+            exp.run(kind="decode", ctx=ctx, repeat=repeat, prefill_ms=ctx / 8 + noise,
+                    peak_rss_kb=9000, kv_resident_bytes=ctx * 1000)
+            exp.run(kind="decode", ctx=ctx, repeat=repeat, policy="sparse", k=8,
+                    prefill_attn="sparse", prefill_ms=ctx / 16 + noise)
+    exp.run(kind="decode", ctx=4096, policy="sparse", k=8, prefill_attn="sparse",
+            status="failed")  # not timed
+    table = ttft_table(load_experiment(store, "synthetic").runs)
+    rows = {(r.ctx, r.prefill_attn): r for r in table.itertuples()}
+    assert sorted(rows) == [(1024, "exact"), (1024, "sparse"), (4096, "exact"), (4096, "sparse")]
+    exact, sparse = rows[(4096, "exact")], rows[(4096, "sparse")]
+    assert (exact.ttft_ms, exact.ttft_min_ms, exact.ttft_max_ms, exact.n) == (512, 508, 522, 3)
+    assert (sparse.ttft_ms, sparse.vs_exact, exact.vs_exact) == (256, 2.0, 1.0)
+    assert rows[(1024, "sparse")].vs_exact == pytest.approx(128 / 64)
+    assert sparse.config == "sparse k=8 prefill_attn=sparse t=2"
+    # memory where the engine printed it (MB), nothing where it did not
+    assert (exact.peak_rss_mb, exact.kv_resident_mb) == (9.0, 4.096)
+    assert pd.isna(sparse.peak_rss_mb) and pd.isna(sparse.kv_resident_mb)
+    out = render_report(store, "synthetic", tmp_path / "out").parent
+    report = (out / "report.md").read_text()
+    section = report.split("## Time to first token\n")[1].split("\n## ")[0]
+    assert "vs_exact" in section and "peak_rss_mb" in section
+    assert "kv_allocated_mb" not in section  # empty everywhere: left out of the view
+    assert "time to first token vs prompt length: local" in section  # the figure
+    assert (out / "ttft.csv").read_text().count("\n") == 5
+    assert "peak_rss_kb" in (out / "runs.csv").read_text().splitlines()[0]
+    store.close()
 
 
 def test_rendering_is_byte_identical(known: Store, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from fixtures_db import BUILD_RECORD, add_refs, insert_old_run, refs_before_engines, sample_result
-from sqlalchemy import inspect, select, text
+from sqlalchemy import MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
@@ -276,6 +276,30 @@ def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str
         assert conn.execute(text("SELECT engine FROM runs")).scalars().all() == ["lmc"]
         assert conn.execute(text("SELECT engine FROM builds")).scalars().all() == ["lmc"]
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_upgrade_from_0007_adds_the_memory_figures_empty(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    migrate(engine, "0007")
+    old = Store(engine)  # the 0007 schema: outcomes without the memory columns
+    refs = add_refs(old)
+    measurement_id = old.save_run(replace(sample_result(refs, "old-run"), outcome=None)
+                                  ).measurement_id
+    with engine.begin() as conn:
+        outcomes = Table("outcomes", MetaData(), autoload_with=conn)
+        assert "peak_rss_kb" not in outcomes.columns
+        conn.execute(outcomes.insert().values(measurement_id=measurement_id, recall=1.0,
+                                              extra={"peak_rss_kb": 900}))
+    old.close()
+    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        outcome = store.get_run("old-run").measurements[0].outcome
+        assert (outcome["recall"], outcome["extra"]) == (1.0, {"peak_rss_kb": 900})
+        assert [outcome[c] for c in ("peak_rss_kb", "kv_allocated_bytes",
+                                     "kv_resident_bytes")] == [None] * 3
+        store.save_run(sample_result(refs, "new-run"))  # the new columns take big counts
+        assert store.get_run("new-run").measurements[0].outcome["kv_allocated_bytes"] == \
+            5 * 2**32
 
 
 @pytest.mark.parametrize("stamped, migrated_to", [("0003b", "0003"), ("0005", "0004")])

@@ -243,9 +243,12 @@ class LmcEngine:
                     setattr(found, name, int(value) if name == "bytes_read" else value)
         if output.TRACE_KEY in data:
             found.extra[output.TRACE_KEY] = data[output.TRACE_KEY]
-        for key in ("kv_memory", "peak_rss_kb"):  # no store columns yet: kept in extra
-            if key in data:
-                found.extra[key] = data[key]
+        memory = data.get("kv_memory")
+        if memory is not None:  # the columns; the rest (paged, live bytes) kept in extra
+            found.kv_allocated_bytes = memory["allocated_bytes"]
+            found.kv_resident_bytes = memory["resident_bytes"]
+            found.extra["kv_memory"] = memory
+        found.peak_rss_kb = data.get("peak_rss_kb")
         return found
 
     def health_argv(self, binary: str) -> list[str]:
