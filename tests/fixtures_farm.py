@@ -87,6 +87,15 @@ def args_program(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return binaries
 
 
+def old_file(path: Path, size: int, days: float = 2.0) -> Path:
+    """A file of ``size`` bytes last modified ``days`` ago (an artifact for `gc` to age out)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    moment = time.time() - days * 86400
+    os.utime(path, (moment, moment))
+    return path
+
+
 def processes_with_arg(arg: str) -> list[int]:
     """Live (not zombie) processes with ``arg`` as one of their arguments."""
     pids = []

@@ -2,7 +2,8 @@
 kills that run's whole session on the board (the engine and what it started) and gives the
 board back at once: another coordinator of the store, waiting for it, takes it on its next try
 (no waiting for the lease to run out, nor for the lock file). A run past its timeout loses
-even what it started in a process group of its own."""
+even what it started in a process group of its own, and a run whose lease another holder took
+is killed on the board too."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import os
 import signal
 import subprocess
 import time
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from fixtures_farm import session_members
 from fixtures_ray import CoordFarm, needle_spec, start_cli, stored_runs, watch_stderr
+from sqlalchemy import update
 
 from db.leases import utcnow
+from db.models import Lease
 from db.store import Store
 from devices.boardlock import LOCK_FILE, holder_record
 from devices.inventory import load_inventory
@@ -141,3 +146,51 @@ def test_a_run_past_its_timeout_leaves_nothing_behind_on_the_board(
     record = holder_record((workdir / LOCK_FILE).read_text())
     assert record["run"] in set(runs["run_key"])
     assert session_members(record["sid"]) == []
+
+
+def test_a_lease_lost_mid_run_kills_the_run_on_the_board(
+        ray_address: str, coord_farm: CoordFarm, needle_model: Path, tmp_path: Path) -> None:
+    """Another holder takes the board's lease in the store while a run is in flight (as after
+    a stall longer than the lease time): the coordinator's next renewal finds it lost and the
+    run's session on the board is killed; the coordinator then waits for the new holder."""
+    workdir = coord_farm.state / "nodes" / "farm-x86" / "work"
+    url = f"sqlite:///{tmp_path}/stolen.db"
+    store = Store.open(url)
+    spec = needle_spec(tmp_path, "stolen-lease", needle_model, ["farm-x86"], depths=(0.4,),
+                       warmups=0)
+    victim = start_cli(["--db", url, "run", str(spec), "--inventory",
+                        str(slow_x86(coord_farm, tmp_path, 60)), "--ray-address", ray_address,
+                        "--lease-ttl", "120"], tmp_path)
+    watch = watch_stderr(victim, "is leased by thief")
+    try:
+        deadline = time.monotonic() + 240
+        record: dict[str, str] = {}
+        while not record.get("sid"):
+            assert victim.poll() is None and time.monotonic() < deadline, watch.text
+            lease, path = store.leases.get("farm-x86"), workdir / LOCK_FILE
+            job = store.jobs.latest("stolen-lease")
+            if lease and job and lease.run_key and lease.holder == job.holder and path.exists():
+                found = holder_record(path.read_text())
+                if found.get("run") == lease.run_key and session_members(found.get("sid", "")):
+                    record = found
+            time.sleep(0.05)
+        with store.engine.begin() as conn:
+            conn.execute(update(Lease.__table__).where(Lease.board == "farm-x86").values(
+                lease_id=str(uuid.uuid4()), holder="thief", run_key=None,
+                expires=utcnow() + timedelta(seconds=600)))
+        deadline = time.monotonic() + 30  # a bound, not a speed: the renewal is every second
+        while session_members(record["sid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert session_members(record["sid"]) == [], "the run outlived its lost lease"
+        assert victim.poll() is None  # it waits for the board, it did not fail
+        wait_deadline = time.monotonic() + 60
+        while not watch.seen.is_set() and time.monotonic() < wait_deadline:
+            time.sleep(0.1)
+    finally:
+        victim.terminate()
+        finish(victim, 60)
+        store.close()
+    watch.reader.join(timeout=10)
+    assert any("its lease expired while a run was in flight" in line for line in watch.lines), \
+        watch.text
+    assert watch.seen.is_set(), watch.text

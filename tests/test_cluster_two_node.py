@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_cluster import TwoNodeCluster
+from fixtures_cluster import WORKER_IP, TwoNodeCluster
+from fixtures_farm import old_file
 from fixtures_ray import CoordFarm, every_measurement, needle_spec, stored_runs
 
 from db.leases import utcnow
@@ -162,6 +163,35 @@ def test_joining_without_the_clusters_token_names_the_token(
     message = proc.stderr.strip().splitlines()[-1]
     assert "token authentication" in message and "RAY_AUTH_TOKEN" in message, message
     assert "Traceback" not in proc.stderr
+
+
+def test_gc_nodes_cleans_the_node_cache_of_every_node_of_the_cluster(
+        two_node_cluster: TwoNodeCluster, pinned: Path, tmp_path: Path) -> None:
+    """An old unreferenced blob in the worker node's cache (a folder only that node's Ray
+    workers are told of, by its $BENCHFARM_NODE_CACHE) is reported by --dry-run and removed by
+    `gc --nodes --ray-address`; the head node's cache is cleaned by its own task."""
+    cluster = two_node_cluster
+    worker, head = cluster.node_cache("worker"), cluster.node_cache("head")
+    stale = old_file(worker / "blobs" / ("7" * 64), 1234)
+    head_stale = old_file(head / "blobs" / ("8" * 64), 766)
+    kept = old_file(worker / "blobs" / ("6" * 64), 99, days=0)
+    gc = ["gc", "--nodes", "--older-than", "1d", "--inventory", str(pinned)]
+    try:
+        dry = driver(cluster, tmp_path, *gc, "--dry-run")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert f"node {WORKER_IP} cache {worker}: 1 blobs, 0 trees; would free 1234 bytes" \
+            in dry.stdout, dry.stdout
+        assert "total: would free 2000 bytes" in dry.stdout, dry.stdout
+        assert stale.exists() and head_stale.exists()
+        done = driver(cluster, tmp_path, *gc)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"node {WORKER_IP} cache {worker}: 1 blobs, 0 trees; freed 1234 bytes" \
+            in done.stdout, done.stdout
+        assert "total: freed 2000 bytes" in done.stdout, done.stdout
+        assert not stale.exists() and not head_stale.exists() and kept.exists()
+    finally:
+        for path in (stale, head_stale, kept):
+            path.unlink(missing_ok=True)
 
 
 def test_a_lost_node_loses_only_its_boards_run_and_a_rerun_after_it_returns_completes(

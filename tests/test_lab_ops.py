@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from fixtures_farm import old_file
 from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
@@ -205,14 +206,6 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     assert check.ok and check.checked_by.count(":") == 2  # the serve's holder id
     [ended] = [json.loads(line) for line in events.read_text().splitlines() if line]
     assert ended["event"] == "job-end" and ended["state"] == "done" and ended["job"] == 1
-
-
-def old_file(path: Path, size: int, days: float = 2.0) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x" * size)
-    moment = time.time() - days * 86400
-    os.utime(path, (moment, moment))
-    return path
 
 
 def test_gc_frees_old_unreferenced_artifacts_but_not_what_a_job_needs(

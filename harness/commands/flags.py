@@ -58,8 +58,9 @@ def add_inventory(parser: argparse.ArgumentParser, help_text: str | None = None)
                         "inventory TOML (default: as for `benchfarm run`)")
 
 
-def add_ray_address(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ray-address", help="join this Ray cluster instead of starting one")
+def add_ray_address(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    parser.add_argument("--ray-address", help=help_text or
+                        "join this Ray cluster instead of starting one")
 
 
 def add_lease_ttl(parser: argparse.ArgumentParser) -> None:

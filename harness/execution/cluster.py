@@ -117,7 +117,17 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
 
 def on_driver_node() -> NodeAffinitySchedulingStrategy:
     """Placement on the driver's own node: where the sources, the builds and the model are."""
-    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return on_node(ray.get_runtime_context().get_node_id())
+
+
+def alive_nodes() -> dict[str, str]:
+    """The cluster's live nodes: node id -> IP address."""
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+
+
+def on_node(node_id: str) -> NodeAffinitySchedulingStrategy:
+    """Placement on that node and no other (a task that must act on the node's own files)."""
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
 def check_resources(boards: list[Device]) -> None:
@@ -174,6 +184,18 @@ def wait_placed(boards: dict[str, Any], timeout_s: float) -> None:
                          "not start them; see `ray status`")
 
 
+def task_result(ref: ray.ObjectRef, failure: str) -> Any:
+    """A task's result; its own error (one carrying an exit code) raised as it is, a failure of
+    Ray's (the task's node died, ...) as ``failure: why``."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None)
+        if cause is not None and hasattr(type(cause), "exit_code"):
+            raise cause from None
+        raise RunFailure(f"{failure}: {exc}") from exc
+
+
 # ---------------------------------------------------------------------------------------------
 # Builds: one Ray task per (revision, target), on the driver's node
 # ---------------------------------------------------------------------------------------------
@@ -194,14 +216,5 @@ def build_on_ray(engine: str, targets: list[tuple[str, str]]
     refs = {target: _build_task.options(name=f"build {target[0]} {target[1]}", **where
                                         ).remote(engine, *target)
             for target in targets}
-    records = {}
-    for target, ref in refs.items():
-        try:
-            records[target] = ray.get(ref)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if cause is not None and hasattr(type(cause), "exit_code"):
-                raise cause from None
-            raise RunFailure(f"building revision {target[0]} for {target[1]} failed: {exc}"
-                             ) from exc
-    return records
+    return {target: task_result(ref, f"building revision {target[0]} for {target[1]} failed")
+            for target, ref in refs.items()}

@@ -1,14 +1,17 @@
-"""`benchfarm gc`: old artifacts out of the board caches and this machine's node cache.
+"""`benchfarm gc`: old artifacts out of the board caches and the node caches (this machine's,
+or with a Ray address every live node's, each by a Ray task pinned to its node).
 
 Nothing a queued or running job needs goes: a board that a queued or running job's
-placements name, or whose lease is held, is left alone, and so is the node cache while any
+placements name, or whose lease is held, is left alone, and so are the node caches while any
 job runs. Elsewhere a tree older than ``older_than_s`` goes, and a blob that is older and that
 no remaining tree links to (devices.gc).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import ray
 
 from db.jobs import ACTIVE
 from db.store import Store
@@ -16,6 +19,7 @@ from devices.connect import connect
 from devices.gc import Collected, collect_board, collect_folder
 from devices.inventory import Device, Inventory
 from harness.execution.artifacts import default_cache_root
+from harness.execution.cluster import alive_nodes, on_node, ray_session, task_result
 from harness.execution.serving import job_boards
 
 
@@ -39,8 +43,27 @@ def in_use(store: Store, inventory: Inventory) -> dict[str, str]:
     return used
 
 
+@ray.remote(num_cpus=0)
+def _collect_node(ip: str, older_than_s: float, dry_run: bool) -> Collected:
+    root = default_cache_root()  # this node's: its own $BENCHFARM_NODE_CACHE or home
+    return replace(collect_folder(root, older_than_s, dry_run), where=f"node {ip} cache {root}")
+
+
+def collect_nodes(address: str, older_than_s: float, dry_run: bool) -> list[Collected]:
+    """Every live node's cache of the Ray cluster at ``address``, one task on each node."""
+    with ray_session(address):
+        refs = {ip: _collect_node.options(name=f"gc node {ip}", scheduling_strategy=on_node(node)
+                                          ).remote(ip, older_than_s, dry_run)
+                for node, ip in alive_nodes().items()}
+        return [task_result(ref, f"cleaning the node cache of node {ip} failed")
+                for ip, ref in refs.items()]
+
+
 def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nodes: bool,
-            older_than_s: float, dry_run: bool) -> Housekeeping:
+            older_than_s: float, dry_run: bool, ray_address: str | None = None
+            ) -> Housekeeping:
+    """``nodes``: this machine's node cache, or with ``ray_address`` every node's of that
+    cluster."""
     result = Housekeeping()
     used = in_use(store, inventory)
     for device in boards or []:
@@ -50,11 +73,13 @@ def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nod
         with connect(device) as transport:
             result.collected.append(collect_board(transport, older_than_s, dry_run))
     if nodes:
-        root = default_cache_root()
+        where = f"node caches of {ray_address}" if ray_address else \
+            f"node cache {default_cache_root()}"
         running = store.jobs.list(("running",))
         if running:
-            result.skipped[f"node cache {root}"] = (f"job {running[0].id} "
-                                                    f"({running[0].experiment}) is running")
+            result.skipped[where] = f"job {running[0].id} ({running[0].experiment}) is running"
+        elif ray_address:
+            result.collected.extend(collect_nodes(ray_address, older_than_s, dry_run))
         else:
-            result.collected.append(collect_folder(root, older_than_s, dry_run))
+            result.collected.append(collect_folder(default_cache_root(), older_than_s, dry_run))
     return result
