@@ -28,6 +28,7 @@ from db.measurements import CURRENT, Selection
 from reports.cells import merge_flags, plain_key
 from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
+from reports.metrics import TIMINGS
 from reports.outdir import output_dir
 from reports.runs import first_divergence, flatten_runs, without_revision
 from reports.runs import generated_tokens as tokens
@@ -45,9 +46,6 @@ POINT = ["command", "kind", "ctx", "depth", "seed", "length"]
 DIRTY = "+dirty"  # a stored revision's suffix: the working tree, with engine changes
 COLUMNS = POINT[1:] + ["config", "device", "policy", "wq", "pair", "n_a", "n_b", "median_a",
                        "median_b", "ratio", "p_value", "change", "needed", "tokens", "flags"]
-# The timings compare can take, and their units (lower is better for every one).
-UNITS = {"decode_ms_per_token": "ms per token", "attn_ms_per_token": "ms per token",
-         "prefill_ms": "ms", "attn_median_ms": "ms", "engine_ms": "ms"}
 # The roll-ups of the summary: the column of the rows each groups by, and its name.
 ROLLUPS = (("policy", "policy"), ("wq", "weight format"), ("pair", "device pair"))
 
@@ -71,7 +69,7 @@ class Comparison:
 
     @property
     def unit(self) -> str:
-        return UNITS.get(self.metric, "ms")
+        return TIMINGS.get(self.metric, "ms")
 
     def summary(self) -> str:
         """What the comparison found, in one paragraph that leads every rendering."""
@@ -272,8 +270,8 @@ def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_pe
     ``lmc_policy``: across engines, the lmc attention policy set against the other engine
     (exact by default: what another engine computes). ``named``: A or B -> the revision it
     names (see ``resolve``)."""
-    if metric not in UNITS or metric not in runs.columns:
-        raise ReportInputError(f"unknown timing {metric!r}; allowed: {', '.join(UNITS)}")
+    if metric not in TIMINGS or metric not in runs.columns:
+        raise ReportInputError(f"unknown timing {metric!r}; allowed: {', '.join(TIMINGS)}")
     runs = runs[runs["status"] == "ok"].copy()
     runs["base_config"] = runs["config"].map(_base_config)
     named = named or {}

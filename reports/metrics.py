@@ -6,9 +6,11 @@ numpy or pandas (tests/test_cli_startup.py).
 
 from __future__ import annotations
 
-# metric -> unit ("" for a ratio or a count)
-METRICS = {"decode_ms_per_token": "ms", "attn_ms_per_token": "ms", "prefill_ms": "ms",
-           "attn_median_ms": "ms", "engine_ms": "ms", "ppl": "", "recall": ""}
+# The timings (lower is better for every one) and their units: what `compare` takes.
+TIMINGS = {"decode_ms_per_token": "ms per token", "attn_ms_per_token": "ms per token",
+           "prefill_ms": "ms", "attn_median_ms": "ms", "engine_ms": "ms"}
+# Every metric a history or bisect follows -> its unit ("" for a ratio or a count).
+METRICS = {**TIMINGS, "ppl": "", "recall": ""}
 HIGHER_IS_BETTER = {"recall"}
 # relative change below which a difference is noise (raised to the A/A noise floor)
 NOISE_THRESHOLD = 0.05

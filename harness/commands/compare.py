@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness.commands.flags import add_measurements, selection
+from reports.metrics import TIMINGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,8 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--experiment", action="append",
                         help="limit to this experiment (repeatable; default: all)")
     parser.add_argument("--metric", default="decode_ms_per_token",
-                        help="timing to compare (default: %(default)s; also attn_ms_per_token, "
-                             "prefill_ms, attn_median_ms, engine_ms)")
+                        help=f"timing to compare: {', '.join(TIMINGS)} (default: %(default)s)")
     parser.add_argument("--threshold", type=float,
                         help="relative change below which a difference is noise "
                              "(default: reports.stats.NOISE_THRESHOLD, 0.05; raised to the A/A "

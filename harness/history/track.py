@@ -6,7 +6,8 @@ The revisions are ``--since`` (its engine: the last commit at or before it that 
 one the experiment already holds are new: each is built (one that does not build is named and
 left out), then all are run in one matrix (the coordinator interleaves them, so drift on a
 board spreads over the revisions). The history of the metric is computed over every stored
-revision, and each step at a new revision that makes it worse goes to ``notify_regression``.
+revision, and each step at a new revision that makes it worse goes to the ``announce`` hook
+(``regression_hook``: its line, and the notification targets).
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ def regression_hook(targets: Targets) -> Callable[[HistoryStep], None]:
     return announce
 
 
-notify_regression = regression_hook(Targets())  # the line only
-
-
 @dataclass
 class TrackResult:
     new: list[str]  # the revisions run now
@@ -53,7 +51,7 @@ def revisions_since(since: str) -> list[str]:
 
 def track(measurer: Measurer, since: str, metric: str, threshold: float,
           say: Callable[[str], None],
-          notify: Callable[[HistoryStep], None] = notify_regression) -> TrackResult:
+          announce: Callable[[HistoryStep], None]) -> TrackResult:
     """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
     revisions = revisions_since(since)
     stored = {r.revision for r in measurer.stored()}
@@ -82,5 +80,5 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
     for step in hist.steps:
         if step.regression and step.revision in new:
             result.regressions.append(step)
-            notify(step)
+            announce(step)
     return result
