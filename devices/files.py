@@ -54,6 +54,23 @@ def read_text(path: Path | str, limit: int = MAX_FILE_BYTES) -> str:
     return read_bytes(path, limit).decode("utf-8")
 
 
+class UnreadableToml(ValueError):
+    """A TOML file that cannot be read or is not UTF-8; its message names the file."""
+
+
+def read_toml_text(path: Path, what: str) -> str:
+    """The text of the TOML file ``path`` (``what`` it is, e.g. "spec"), or UnreadableToml
+    with the message a user acts on: why it cannot be read, or where its first byte that is
+    not UTF-8 is."""
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise UnreadableToml(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UnreadableToml(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                             f"offset {exc.start}); TOML files must be UTF-8") from None
+
+
 def loads_toml(text: str) -> dict[str, Any]:
     """``tomllib.loads``, with arrays or inline tables nested too deep for the parser's
     recursion refused as malformed TOML instead of a RecursionError."""

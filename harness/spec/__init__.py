@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devices.files import loads_toml, read_text
+from devices.files import UnreadableToml, loads_toml, read_text, read_toml_text
 from harness.checker import SpecChecker
 from harness.engines import ENGINES
 from harness.engines.lmc.build import WORKTREE
@@ -106,12 +106,9 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise InputError naming the file and key on any problem."""
     path = Path(path)
     try:
-        text = read_text(path)
-    except OSError as exc:
-        raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
-                         f"offset {exc.start}); TOML files must be UTF-8") from None
+        text = read_toml_text(path, "spec")
+    except UnreadableToml as exc:
+        raise InputError(str(exc)) from None
     return parse_spec(text, path)
 
 

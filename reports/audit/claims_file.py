@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devices.files import loads_toml, read_text
+from devices.files import UnreadableToml, loads_toml, read_toml_text
 from reports.audit.claims_check import Check
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
@@ -167,12 +167,9 @@ class ClaimsFile:
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
-        text = read_text(path)
-    except OSError as exc:
-        raise ReportInputError(f"cannot read claims file {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ReportInputError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
-                               f"offset {exc.start}); TOML files must be UTF-8") from None
+        text = read_toml_text(path, "claims file")
+    except UnreadableToml as exc:
+        raise ReportInputError(str(exc)) from None
     return parse_claims(text, path)
 
 
