@@ -118,12 +118,12 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                                 notify=targets.as_dict())
         print(f"job {job_id}: experiment {spec.name} (`benchfarm cancel {job_id}` stops it)",
               file=request.stream or sys.stderr, flush=True)
+    job = store.jobs.get(job_id)  # its owner and priority (a served job has its own)
     gate = BoardGate(store, [n for p in placements for n in p.devices],
-                     store.jobs.get(job_id).owner, who.holder, targets, request.bad_after)
+                     job.owner, who.holder, targets, request.bad_after)
     try:
         with job_heartbeat(store, job_id, who.ttl_s / 3):
-            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id,
-                              store.jobs.get(job_id).priority)
+            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority)
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
         if one_shot:
