@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ from fixtures_ray import (
     count_ok,
     every_measurement,
     needle_spec,
+    slow_local_board,
     start_cli,
     stored_runs,
     watch_stderr,
@@ -146,11 +148,27 @@ def test_engine_failure_is_stored_as_failed_and_redone(ray_address: str, needle_
 
 
 def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
-                     wanted: int, status: str | None = None) -> None:
-    """Until ``wanted`` runs are ok; with ``status``, until a measurement has that status."""
+                     wanted: int) -> None:
+    """Until ``wanted`` runs are ok."""
+    wait_until(proc, lambda: count_ok(store, experiment) >= wanted)
+
+
+def wait_for_a_new_running_attempt(proc: subprocess.Popen, store: Store,
+                                   experiment: str) -> None:
+    """Until an attempt not yet stored is stored running: one just dispatched, with its whole
+    run still ahead of it (one seen running earlier could be about to finish)."""
+    known = set(every_measurement(store, experiment)["measurement_id"])
+
+    def dispatched() -> bool:
+        every = every_measurement(store, experiment)
+        new = every[~every["measurement_id"].isin(known)]
+        return "running" in set(new["status"])
+    wait_until(proc, dispatched)
+
+
+def wait_until(proc: subprocess.Popen, condition: Callable[[], bool]) -> None:
     deadline = time.monotonic() + 180
-    while (count_ok(store, experiment) < wanted if status is None
-           else status not in set(every_measurement(store, experiment)["status"])):
+    while not condition():
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the coordinator made no progress"
         time.sleep(0.1)
@@ -158,17 +176,20 @@ def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
 
 def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
         ray_address: str, needle_model: Path, tmp_path: Path) -> None:
-    # cooldown between runs: the kill lands while the matrix is far from done
+    # runs of a known length on a board that sleeps before every command: the kill lands
+    # while a run is on the board (a short run could finish between seeing it running and the
+    # kill) and while the matrix is far from done
     spec_path = needle_spec(tmp_path, "killed", needle_model, ["local"],
-                            depths=(0.1, 0.4, 0.7, 1.0), extra="cooldown_s = 0.5")
+                            depths=(0.1, 0.4, 0.7, 1.0))
+    inventory = slow_local_board(tmp_path, 0.6)
     url = f"sqlite:///{tmp_path}/killed.db"
     store = Store.open(url)  # creates the schema before the coordinator starts
-    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address,
-                      "--lease-ttl", "3"], tmp_path)
+    proc = start_cli(["--db", url, "run", str(spec_path), "--inventory", str(inventory),
+                      "--ray-address", ray_address, "--lease-ttl", "3"], tmp_path)
     try:
         wait_for_ok_runs(proc, store, "killed", 2)
         # killed with a run in flight: its attempt is in the store, running
-        wait_for_ok_runs(proc, store, "killed", 0, status="running")
+        wait_for_a_new_running_attempt(proc, store, "killed")
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate()
@@ -176,8 +197,8 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
     done = set(before.loc[before["status"] == "ok", "run_key"])
     assert 2 <= len(done) < 8 and "running" in set(before["status"])
 
-    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(None), ["local"]),
-                             store)
+    summary = run_experiment(RunRequest(load_spec(spec_path), load_inventory(inventory),
+                                        ["local"]), store)
     assert summary.skipped == len(done)
     assert summary.counts["ok"] == 8 - len(done)
     after = stored_runs(store, "killed")
