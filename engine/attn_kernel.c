@@ -153,6 +153,9 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             m[v] = -INFINITY;
             l[v] = 0.0f;
         }
+    float *ys[ATTN_TILE_QUERIES * ATTN_MAX_GROUP]; /* a block's value sums: output, weights, rows */
+    float *ws[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
+    int counts[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
     int last = pos0 + T - 1; /* the tile's last query sees positions 0 .. last */
     int keep = sel && sel->importance; /* scores kept for the probabilities */
     size_t row = sel ? sel->score_stride : (size_t)bs;
@@ -188,9 +191,19 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
                     l[v] += e;
                     w[p] = e;
                 }
-                axpy_rows_f32(o, w, vrows, stride, vis, D);
+                if (keep) axpy_rows_f32(o, w, vrows, stride, vis, D); /* the weights are reused */
+                else {
+                    ys[v] = o;
+                    ws[v] = w;
+                    counts[v] = vis;
+                }
             }
         }
+        /* the weights stay in each vector's score row: the block's values for all of them at
+         * once, each value row loaded once per 3 vectors (each sum still in position order) */
+        if (!keep)
+            axpy_rows_f32_x(ys + t0 * n_q, (const float *const *)(ws + t0 * n_q), counts + t0 * n_q,
+                            nv - t0 * n_q, vrows, stride, D);
     }
     for (int t = 0; t < T; t++)
         for (int g = 0; g < n_q; g++) {

@@ -155,29 +155,132 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 #undef WQ_AT
 }
 
+/* ---------------------------------------------------------------- prefill panels */
+
+/* A chunk of tokens (prefill) times packed f32 quads. Two things the decode tiles do not need:
+ * - the columns go in blocks of PANEL_COLS, so that a block of the quad (16 KiB) stays in L1
+ *   while every token of the chunk goes past it; a whole quad of a wide matrix (32-48 KiB
+ *   for Qwen3-0.6B's o and down projections) and a tile's tokens would not fit together. A
+ *   tile's sums are carried from block to block unreduced (a store and a load are exact);
+ * - the next quad is fetched a slice per tile while this one is in use: decode's prefetch
+ *   runs a fixed distance ahead in the stream, which here would leave the first tile of each
+ *   quad waiting on memory for most of it.
+ * Each output is still computed as tile_f32 computes it (the same fused multiply-adds in the
+ * same order, lmc_reduce8, then the tail), so prefill and decode agree bit for bit. */
+#define PANEL_COLS 1024
+#define PANEL_TOKENS 96 /* tokens per pass over a quad: their carried sums fit on the stack */
+
+/* columns i0 .. i1 (multiples of 8, at most n & ~7) of the quad at w times TT tokens; the
+ * sums start from zero (first) or from `carry`, and go back to it */
+ALWAYS_INLINE void panel_span(const int TT, const float *w, const float *x, size_t xs, int i0, int i1,
+                              v8 *carry, int first) {
+    v8 acc[TILE_ROWS][TILE_TOKENS];
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = first ? v8_zero() : carry[r * TT + t];
+    for (int i = i0; i < i1; i += 8) {
+        v8 xv[TILE_TOKENS];
+        for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            v8 wv = v8_load(w + (size_t)i * TILE_ROWS + (size_t)r * 8);
+            for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int t = 0; t < TT; t++) carry[r * TT + t] = acc[r][t];
+}
+
+/* the packed quad at w (n columns) times tokens x[0 .. T), T <= PANEL_TOKENS, into
+ * out[t * os + r]; `next` is the quad after it, fetched a slice per span */
+static void panel_quad(const float *w, const float *next, int n, const float *x, size_t xs, int T,
+                       float *out, size_t os) {
+    v8 carry[PANEL_TOKENS * TILE_ROWS]; /* tile t0's sums at carry + t0 * TILE_ROWS, [r][t] */
+    const int n8 = n & ~7;
+    const int tiles = (T + TILE_TOKENS - 1) / TILE_TOKENS, blocks = (n8 + PANEL_COLS - 1) / PANEL_COLS;
+    const size_t quad_bytes = (size_t)n * TILE_ROWS * sizeof(float);
+    const size_t slice = (quad_bytes / (size_t)(tiles * (blocks > 0 ? blocks : 1)) + 127) & ~(size_t)63;
+    const char *fetch = (const char *)next;
+    if (n8 == 0)
+        for (int k = 0; k < T * TILE_ROWS; k++) carry[k] = v8_zero();
+    for (int i0 = 0; i0 < n8; i0 += PANEL_COLS) {
+        int i1 = i0 + PANEL_COLS < n8 ? i0 + PANEL_COLS : n8;
+        for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
+            for (size_t b = 0; b < slice; b += 64) __builtin_prefetch(fetch + b);
+            fetch += slice;
+            v8 *c = carry + t0 * TILE_ROWS;
+            const float *xt = x + (size_t)t0 * xs;
+            if (T - t0 >= 3) panel_span(3, w, xt, xs, i0, i1, c, i0 == 0);
+            else if (T - t0 == 2) panel_span(2, w, xt, xs, i0, i1, c, i0 == 0);
+            else panel_span(1, w, xt, xs, i0, i1, c, i0 == 0);
+        }
+    }
+    const float *tail = w + (size_t)n8 * TILE_ROWS; /* the quad's cols % 8 columns, row by row */
+    for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
+        int TT = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
+        for (int r = 0; r < TILE_ROWS; r++)
+            for (int t = 0; t < TT; t++) {
+                const float *xt = x + (size_t)(t0 + t) * xs;
+                float v = v8_reduce(carry[t0 * TILE_ROWS + r * TT + t]);
+                for (int j = n8; j < n; j++) v = fmaf(xt[j], tail[(size_t)r * (size_t)(n - n8) + (size_t)(j - n8)], v);
+                out[(size_t)(t0 + t) * os + r] = v;
+            }
+    }
+}
+
 /* ---------------------------------------------------------------- products */
 
-/* y[c0 .. c0 + 8·V) held in V registers across all the rows */
-ALWAYS_INLINE void axpy_rows_chunk(const int V, float *y, const float *a, const float *rows, size_t stride,
-                                   int count) {
-    v8 acc[8];
-    for (int j = 0; j < V; j++) acc[j] = v8_load(y + 8 * j);
-    for (int r = 0; r < count; r++) {
-        v8 ar = v8_set1(a[r]);
-        const float *row = rows + (size_t)r * stride;
-        for (int j = 0; j < V; j++) acc[j] = v8_fma(ar, v8_load(row + 8 * j), acc[j]);
+/* y[u][c0 .. c0 + 8·V) of NY vectors held in V x NY registers across rows r0 .. r1 (a pass
+ * over the rows per chunk of columns, so rows 4 KiB apart do not thrash L1) */
+ALWAYS_INLINE void axpy_rows_chunk(const int V, const int NY, float *const *y, const float *const *a, int c0,
+                                   const float *rows, size_t stride, int r0, int r1) {
+    v8 acc[8][3];
+    for (int u = 0; u < NY; u++)
+        for (int j = 0; j < V; j++) acc[j][u] = v8_load(y[u] + c0 + 8 * j);
+    for (int r = r0; r < r1; r++) {
+        const float *row = rows + (size_t)r * stride + c0;
+        v8 rv[8];
+        for (int j = 0; j < V; j++) rv[j] = v8_load(row + 8 * j);
+        for (int u = 0; u < NY; u++) {
+            v8 ar = v8_set1(a[u][r]);
+            for (int j = 0; j < V; j++) acc[j][u] = v8_fma(ar, rv[j], acc[j][u]);
+        }
     }
-    for (int j = 0; j < V; j++) v8_store(y + 8 * j, acc[j]);
+    for (int u = 0; u < NY; u++)
+        for (int j = 0; j < V; j++) v8_store(y[u] + c0 + 8 * j, acc[j][u]);
+}
+
+/* NY <= 3 vectors over the same rows r0 .. r1: 64 columns a pass for one vector, 32 for
+ * several (at most 12 accumulators) */
+ALWAYS_INLINE void axpy_rows_x(const int NY, float *const *y, const float *const *a, const float *rows,
+                               size_t stride, int r0, int r1, int n) {
+    const int V = NY == 1 ? 8 : 4;
+    int i = 0;
+    for (; i + 8 * V <= n; i += 8 * V) axpy_rows_chunk(V, NY, y, a, i, rows, stride, r0, r1);
+    for (; i + 8 <= n; i += 8) axpy_rows_chunk(1, NY, y, a, i, rows, stride, r0, r1);
+    for (; i < n; i++)
+        for (int u = 0; u < NY; u++) {
+            float v = y[u][i];
+            for (int r = r0; r < r1; r++) v = fmaf(a[u][r], rows[(size_t)r * stride + i], v);
+            y[u][i] = v;
+        }
 }
 
 void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n) {
-    int i = 0;
-    for (; i + 64 <= n; i += 64) axpy_rows_chunk(8, y + i, a, rows + i, stride, count);
-    for (; i + 8 <= n; i += 8) axpy_rows_chunk(1, y + i, a, rows + i, stride, count);
-    for (; i < n; i++) {
-        float v = y[i];
-        for (int r = 0; r < count; r++) v = fmaf(a[r], rows[(size_t)r * stride + i], v);
-        y[i] = v;
+    axpy_rows_x(1, &y, &a, rows, stride, 0, count, n);
+}
+
+void axpy_rows_f32_x(float *const *y, const float *const *a, const int *count, int ny, const float *rows,
+                     size_t stride, int n) {
+    for (int u0 = 0; u0 < ny; u0 += 3) {
+        int nu = ny - u0 < 3 ? ny - u0 : 3, common = count[u0];
+        for (int u = u0 + 1; u < u0 + nu; u++)
+            if (count[u] < common) common = count[u];
+        /* the rows every vector of the group has together, then each one's own rest: each
+         * element still takes its rows in order */
+        if (nu == 3) axpy_rows_x(3, y + u0, a + u0, rows, stride, 0, common, n);
+        else if (nu == 2) axpy_rows_x(2, y + u0, a + u0, rows, stride, 0, common, n);
+        else axpy_rows_x(1, y + u0, a + u0, rows, stride, 0, common, n);
+        for (int u = u0; u < u0 + nu; u++)
+            if (count[u] > common) axpy_rows_x(1, y + u, a + u, rows, stride, common, count[u], n);
     }
 }
 
@@ -233,7 +336,17 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
     if (w->h) F32_ROWS(1);
-    else F32_ROWS(0);
+    else if (T == 1) F32_ROWS(0);
+    else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
+        int r = r0;
+        for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
+            const float *wr = w->f + (size_t)r * ws;
+            for (int t = 0; t < T; t += PANEL_TOKENS)
+                panel_quad(wr, wr + TILE_ROWS * ws, w->cols, job->x + t * xs, xs,
+                           T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
+        }
+        for (; r < r1; r++) F32_TILE(1, 0, 0);
+    }
 #undef F32_ROWS
 #undef F32_TILE
 }

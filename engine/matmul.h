@@ -109,6 +109,12 @@ void dot_rows_f32_x(const float *x, size_t xs, int nx, const float *rows, size_t
  * rows (a pass over the rows per 64 elements, so rows 4 KiB apart do not thrash L1) */
 void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n);
 
+/* The same for ny vectors at once, each over its own first count[u] rows (each row loaded
+ * once for up to 3 of them): y[u][i] exactly as axpy_rows_f32(y[u], a[u], rows, stride,
+ * count[u], n) computes it */
+void axpy_rows_f32_x(float *const *y, const float *const *a, const int *count, int ny, const float *rows,
+                     size_t stride, int n);
+
 /* IEEE binary16 <-> f32 (round to nearest even), as the q8 scales are stored */
 uint16_t lmc_f32_to_f16(float f);
 /* f32 -> bfloat16, round to nearest even (NaN stays NaN) */
