@@ -71,14 +71,8 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
                             dot_rows_f32_x(q + (size_t)g * D, 0, 1, k + (size_t)p * stride, stride, c, D,
                                            scratch + g * bs + p, 0);
             }
-            for (int g = 0; g < n_q; g++) {
-                if (!(mask >> g & 1u)) continue;
-                float *sg = scratch + g * bs;
-                for (int p = 0; p < np; p++) {
-                    sg[p] *= scale;
-                    if (sg[p] > bmax[g]) bmax[g] = sg[p];
-                }
-            }
+            for (int g = 0; g < n_q; g++)
+                if (mask >> g & 1u) bmax[g] = scale_max(scratch + g * bs, np, scale);
         } else {
             for (int p = p0; p < p1; p++)
                 for (int g = 0; g < n_q; g++) {
@@ -91,7 +85,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         for (int g = 0; g < n_q; g++) {
             if (!(mask >> g & 1u) || !(bmax[g] > m[g])) continue;
             /* new running max: rescale what was accumulated so far (exp(-inf) = 0 at start) */
-            float corr = expf(m[g] - bmax[g]);
+            float corr = lmc_expf(m[g] - bmax[g]);
             float *o = out + (size_t)g * D;
             for (int d = 0; d < D; d++) o[d] *= corr;
             l[g] *= corr;
@@ -110,15 +104,11 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
         for (int g = 0; g < n_q; g++) {
             if (!(mask >> g & 1u)) continue;
             float *sg = scratch + g * bs, *o = out + (size_t)g * D;
-            for (int p = p0; p < p1; p++) {
-                float sc = sg[p - p0];
-                float e = expf(sc - m[g]);
-                l[g] += e;
-                if (probs) probs[(size_t)g * probs_stride + p] = sc;
-                if (kv->q8) kv_value_axpy(kv, layer, p, kvh, e, o);
-                else sg[p - p0] = e; /* now the weight of V row p */
-            }
-            if (!kv->q8) /* out += e_p * v_p, p in order, out held in registers */
+            if (probs) memcpy(probs + (size_t)g * probs_stride + p0, sg, sizeof(float) * (size_t)(p1 - p0));
+            l[g] += exp_sum(sg, p1 - p0, m[g]); /* now sg[p - p0] is the weight of V row p */
+            if (kv->q8)
+                for (int p = p0; p < p1; p++) kv_value_axpy(kv, layer, p, kvh, sg[p - p0], o);
+            else /* out += e_p * v_p, p in order, out held in registers */
                 axpy_rows_f32(o, sg, kv->v + kv_row(kv, layer, p0, kvh) * stride, stride, p1 - p0, D);
         }
     }
@@ -133,7 +123,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
             if (!(BLOCK_HEADS(i) >> g & 1u)) continue;
             int p0 = blocks[i] * bs;
             int p1 = p0 + bs < n_pos ? p0 + bs : n_pos;
-            for (int p = p0; p < p1; p++) pr[p] = expf(pr[p] - m[g]) * inv;
+            for (int p = p0; p < p1; p++) pr[p] = lmc_expf(pr[p] - m[g]) * inv;
         }
     }
 #undef BLOCK_HEADS
@@ -175,22 +165,15 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
                 int v = t * n_q + g;
                 float *sg = srow + (size_t)v * row, *o = out + (size_t)t * out_stride + (size_t)g * D;
                 float *w = keep ? sel->weights : sg;
-                float bmax = -INFINITY;
-                for (int p = 0; p < vis; p++) { /* attn_blocks' order, step by step */
-                    sg[p] *= scale;
-                    if (sg[p] > bmax) bmax = sg[p];
-                }
+                float bmax = scale_max(sg, vis, scale); /* attn_blocks' steps, block by block */
                 if (bmax > m[v]) {
-                    float corr = expf(m[v] - bmax);
+                    float corr = lmc_expf(m[v] - bmax);
                     for (int d = 0; d < D; d++) o[d] *= corr;
                     l[v] *= corr;
                     m[v] = bmax;
                 }
-                for (int p = 0; p < vis; p++) {
-                    float e = expf(sg[p] - m[v]);
-                    l[v] += e;
-                    w[p] = e;
-                }
+                if (keep) memcpy(w, sg, sizeof(float) * (size_t)vis); /* the scores are kept */
+                l[v] += exp_sum(w, vis, m[v]);
                 if (keep) axpy_rows_f32(o, w, vrows, stride, vis, D); /* the weights are reused */
                 else {
                     ys[v] = o;
@@ -215,7 +198,7 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             for (int i = 0; i < n_blocks; i++) { /* the probabilities, as attn_blocks gives them */
                 int p0 = sel->blocks[i] * bs, vis = pos0 + t + 1 - p0 < bs ? pos0 + t + 1 - p0 : bs;
                 const float *sg = scores + (size_t)v * row + (size_t)i * bs;
-                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += expf(sg[p] - m[v]) * inv;
+                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] - m[v]) * inv;
             }
         }
 }

@@ -97,13 +97,17 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
             for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) {
-            float v = v8_reduce(acc[r][t]);
+    for (int t = 0; t < TT; t++) {
+        float v[TILE_ROWS];
+        if (R == TILE_ROWS) v8_reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], v);
+        else
+            for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
+        for (int r = 0; r < R; r++) {
             for (int j = n8; j < n; j++)
-                v = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[W_TAIL(r, j)]) : w[W_TAIL(r, j)], v);
-            out[t * os + r] = v;
+                v[r] = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[W_TAIL(r, j)]) : w[W_TAIL(r, j)], v[r]);
+            out[t * os + r] = v[r];
         }
+    }
 #undef W_AT
 #undef W_TAIL
 }
@@ -150,8 +154,13 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
                 acc[r][t] = v8_fma(v8_set1(dw * xd[t * xds + g]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) out[t * os + r] = v8_reduce(acc[r][t]);
+    for (int t = 0; t < TT; t++) {
+        float v[TILE_ROWS];
+        if (R == TILE_ROWS) v8_reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], v);
+        else
+            for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
+        for (int r = 0; r < R; r++) out[t * os + r] = v[r];
+    }
 #undef WQ_AT
 }
 
@@ -216,13 +225,16 @@ static void panel_quad(const float *w, const float *next, int n, const float *x,
     const float *tail = w + (size_t)n8 * TILE_ROWS; /* the quad's cols % 8 columns, row by row */
     for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
         int TT = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
-        for (int r = 0; r < TILE_ROWS; r++)
-            for (int t = 0; t < TT; t++) {
-                const float *xt = x + (size_t)(t0 + t) * xs;
-                float v = v8_reduce(carry[t0 * TILE_ROWS + r * TT + t]);
-                for (int j = n8; j < n; j++) v = fmaf(xt[j], tail[(size_t)r * (size_t)(n - n8) + (size_t)(j - n8)], v);
-                out[(size_t)(t0 + t) * os + r] = v;
+        const v8 *c = carry + t0 * TILE_ROWS; /* [r][t] */
+        for (int t = 0; t < TT; t++) {
+            const float *xt = x + (size_t)(t0 + t) * xs;
+            float v[TILE_ROWS];
+            v8_reduce4(c[t], c[TT + t], c[2 * TT + t], c[3 * TT + t], v);
+            for (int r = 0; r < TILE_ROWS; r++) {
+                for (int j = n8; j < n; j++) v[r] = fmaf(xt[j], tail[(size_t)r * (size_t)(n - n8) + (size_t)(j - n8)], v[r]);
+                out[(size_t)(t0 + t) * os + r] = v[r];
             }
+        }
     }
 }
 

@@ -205,6 +205,109 @@ void dequantize_q8(const int8_t *q, const float *scales, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = (float)q[i] * scales[i / Q8_GROUP];
 }
 
+/* ---------------------------------------------------------------- softmax pieces */
+
+/* lmc_expf: e^x = 2^n e^r, n = x / ln 2 rounded to nearest (the magic number's addition
+ * rounds), r = x - n ln 2 in two parts (exact), e^r = 1 + r + r^2 p(r) with p of degree 5
+ * (Cephes' expf coefficients), all by fused multiply-adds; 2^n is built in the exponent bits.
+ * Below EXP_MIN (where e^x is no longer a normal float) it gives 0, above EXP_MAX e^EXP_MAX;
+ * NaN stays NaN. */
+#define EXP_MIN (-87.33654f)
+#define EXP_MAX 88.0f
+#define EXP_ROUND 12582912.0f /* 1.5 * 2^23: x + it - it is x rounded to an integer */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO (-2.12194440e-4f)
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
+float lmc_expf(float x) {
+    if (!(x >= EXP_MIN)) return x != x ? x : 0.0f;
+    if (x > EXP_MAX) x = EXP_MAX;
+    float n = fmaf(x, EXP_LOG2E, EXP_ROUND) - EXP_ROUND;
+    float r = fmaf(n, -EXP_LN2_LO, fmaf(n, -EXP_LN2_HI, x));
+    float p = fmaf(fmaf(fmaf(fmaf(fmaf(EXP_P0, r, EXP_P1), r, EXP_P2), r, EXP_P3), r, EXP_P4), r, EXP_P5);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+#if defined(LMC_AVX2)
+/* lmc_expf in 8 lanes: the same operations */
+static inline __m256 exp8(__m256 x) {
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_GE_OQ);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(EXP_MAX));
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(EXP_LOG2E), _mm256_set1_ps(EXP_ROUND)),
+                             _mm256_set1_ps(EXP_ROUND));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_HI), xc);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_LO), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_P0), r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(bits)), keep);
+    return _mm256_blendv_ps(e, x, nan);
+}
+#endif
+
+float exp_sum(float *s, int n, float m) {
+    int p = 0;
+    float lanes[8];
+#if defined(LMC_AVX2)
+    __m256 acc = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
+    for (; p + 8 <= n; p += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), mv));
+        _mm256_storeu_ps(s + p, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    _mm256_storeu_ps(lanes, acc);
+#else
+    for (int j = 0; j < 8; j++) lanes[j] = 0.0f;
+    for (; p + 8 <= n; p += 8)
+        for (int j = 0; j < 8; j++) {
+            s[p + j] = lmc_expf(s[p + j] - m);
+            lanes[j] += s[p + j];
+        }
+#endif
+    float sum = lmc_reduce8(lanes);
+    for (; p < n; p++) {
+        s[p] = lmc_expf(s[p] - m);
+        sum += s[p];
+    }
+    return sum;
+}
+
+float scale_max(float *s, int n, float scale) {
+    int p = 0;
+    float max = -INFINITY;
+#if defined(LMC_AVX2)
+    __m256 acc = _mm256_set1_ps(-INFINITY), sv = _mm256_set1_ps(scale);
+    for (; p + 8 <= n; p += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + p), sv);
+        _mm256_storeu_ps(s + p, v);
+        acc = _mm256_max_ps(v, acc); /* v > acc ? v : acc: a NaN score is passed over */
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    for (int j = 0; j < 8; j++) max = lanes[j] > max ? lanes[j] : max;
+#endif
+    for (; p < n; p++) {
+        s[p] *= scale;
+        if (s[p] > max) max = s[p];
+    }
+    return max;
+}
+
 /* ---------------------------------------------------------------- layers */
 
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {

@@ -52,6 +52,17 @@ float q8_block_max_abs(const float *x, int n);
 void quantize_q8(const float *x, int n, int8_t *q, float *scales);
 void dequantize_q8(const int8_t *q, const float *scales, int n, float *out);
 
+/* The softmax of the attention kernels (every one of them uses these, so their outputs agree
+ * bit for bit; the plain reference keeps libm's expf).
+ * lmc_expf: e^x within about 1 ulp of expf, the same operations on every target and in every
+ * vector lane; 0 below -87.34 (no denormals), NaN stays NaN. */
+float lmc_expf(float x);
+/* s[p] = lmc_expf(s[p] - m) for p < n; returns their sum: 8 partial sums by index mod 8,
+ * lmc_reduce8, the tail added in order */
+float exp_sum(float *s, int n, float m);
+/* s[p] *= scale for p < n; returns the largest (NaN passed over; -inf when n = 0) */
+float scale_max(float *s, int n, float scale);
+
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 /* rotate_half RoPE on one head: pairs (i, i + d/2) rotated by the angle pos * inv_freq[i] */
 void rope_apply(float *vec, int head_dim, const float *cos_row, const float *sin_row);

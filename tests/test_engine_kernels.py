@@ -1,6 +1,7 @@
 """Engine parts checked below the model level, in C, built with the engine's release flags for
 this machine (on x86_64 that is the AVX2 path): the q8 quantiser (weights, activations, KV
-cache) against its rule written out, and the thread pool against what pool_run promises."""
+cache) against its rule written out, the attention's softmax pieces against libm and their
+definitions, and the thread pool against what pool_run promises."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def run_check(tmp_path: Path, check: str, engine_sources: list[str]) -> str:
 def test_q8_quantiser_matches_its_rule(tmp_path: Path) -> None:
     out = run_check(tmp_path, "check_quantize", ["ops.c", "util.c"])
     assert "30000 rows, 0 mismatches" in out
+
+
+def test_softmax_exp_is_within_2_ulp_of_libm_and_its_vectors_match_the_definition(
+        tmp_path: Path) -> None:
+    out = run_check(tmp_path, "check_softmax", ["ops.c", "util.c"])
+    assert "values within" in out and "lengths 0-70 agree" in out
+    words = out.split()
+    checked, ulps = int(words[1]), int(words[4])
+    assert checked > 1_700_000 and ulps <= 2
 
 
 def test_pool_runs_each_item_once_in_shares_and_steals_from_a_stalled_thread(
