@@ -20,6 +20,12 @@ halved after the subtraction. With two threads CPU time also counts waiting thre
 (llama.cpp's OpenMP barriers, lmc's pool), so only the wall ratio is given there. The load
 average is printed before and after.
 
+For one thread the bench also says how close each engine runs to this host's ceiling: the
+prefill's operations (every weight product of every token, the last token's lm_head, causal
+attention's scores and value sums) per user CPU second, against the best of
+``bench/c/fma_peak.c`` (12 chains of 8-lane fused multiply-adds in registers), and the fraction
+of that peak a prefill 1.3x faster than llama-bench's would need.
+
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
     .venv/bin/python bench/prefill.py --prompt 4096 --layers 4       # long prompts, 4 layers
@@ -44,6 +50,7 @@ from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generat
 
 from harness.engines.llamabench.build import build_llama_bench
 from harness.engines.llamabench.gguf import ensure_converted
+from harness.engines.lmc.build import build_c_program
 
 BASELINE_TOKENS = 8
 
@@ -99,6 +106,40 @@ def run_lmc(lmc: Path, model_dir: Path, prompt: list[int], wq: str, threads: int
     doc = run_lmc_generate(lmc, model_dir, prompt, 0, threads, wq, ctx=len(prompt),
                            timeout=3600, extra=extra)
     return float(doc["prefill_ms"]), child_cpu_s() - before
+
+
+def prefill_ops(shape: Shape, tokens: int) -> float:
+    """Floating-point operations (a multiply-add is 2) of a prefill of ``tokens`` tokens."""
+    h, d = shape.hidden, shape.head_dim
+    per_token = shape.layers * (2 * shape.heads * d * h + 2 * shape.kv_heads * d * h
+                                + 3 * shape.intermediate * h)
+    causal_pairs = tokens * (tokens + 1) / 2  # (query, key) pairs
+    attention = shape.layers * shape.heads * causal_pairs * d * 2 * 2  # scores, value sums
+    return 2.0 * (per_token * tokens + shape.vocab * h) + attention
+
+
+def fma_peak_gflops() -> float:
+    """The best pass of bench/c/fma_peak.c on this host, GFLOP per CPU second."""
+    binary = build_c_program("fma_peak", [Path(__file__).resolve().parent / "c" / "fma_peak.c"])
+    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, check=True)
+    return float(json.loads(proc.stdout)["best_gflops"])
+
+
+def print_fractions(cells: list[Cell], ops: float, peak: float) -> None:
+    """Each one-thread cell's operations per CPU second against the peak."""
+    print(f"\nthis host's FMA peak: {peak:.1f} GFLOP per CPU second (bench/c/fma_peak.c, best "
+          f"of 5); the prefill: {ops / 1e9:.1f} G operations")
+    print("| weights | lmc G/CPU-s (of peak) | llama-bench G/CPU-s (of peak) | "
+          "1.3x llama-bench needs |")
+    print("|---|---|---|---|")
+    for cell in cells:
+        if cell.threads != 1 or not cell.cpu_ratios():
+            continue
+        lmc, llama = (ops / statistics.median(v) / 1e9 for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
+        print(f"| {cell.gguf_type} | {lmc:.1f} ({lmc / peak:.0%}) | {llama:.1f} "
+              f"({llama / peak:.0%}) | {1.3 * llama / peak:.0%} of the peak |")
+    print("(q8_0 counts an int8 multiply-add as 2 operations too; its AVX2 kernels spend 5 "
+          "instructions on 32 products of a row and a token, f32 4)")
 
 
 def spread(values: list[float]) -> str:
@@ -172,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {cell.gguf_type} (lmc {LMC_WQ[cell.gguf_type]}) | {cell.threads} | "
               f"{statistics.median(cell.lmc_ms):.0f} | {statistics.median(cell.llama_ms):.0f} | "
               f"{spread(cell.ratios())} | {cpu} |")
+    if args.cpu_baseline and 1 in args.threads:
+        print_fractions(cells, prefill_ops(Shape.from_model_dir(model_dir), args.prompt),
+                        fma_peak_gflops())
     finish(lmc, (load_before, load_after), args.json,
            {"args": vars(args), "llama_bench": llama,
             "cells": [dataclasses.asdict(c) for c in cells]})

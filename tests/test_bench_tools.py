@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import attention  # noqa: E402
 import gguf_convert  # noqa: E402
+import prefill  # noqa: E402
 import qwen3_06b  # noqa: E402
 import roofline  # noqa: E402
 import vs_llamacpp  # noqa: E402
@@ -41,6 +42,35 @@ def test_stream_read_reports_every_pass_and_rejects_bad_flags() -> None:
     assert doc["gbps_best"] == pytest.approx(max(doc["gbps"]), abs=1e-3)
     bad = subprocess.run([str(binary), "--passes", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--passes" in bad.stderr
+
+
+def test_fma_peak_reports_every_pass_and_rejects_bad_flags() -> None:
+    binary = build_c_program("fma_peak", [BENCH_DIR / "c" / "fma_peak.c"])
+    doc = json.loads(subprocess.run([str(binary), "--passes", "2"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert doc["chains"] == 12 and len(doc["passes_gflops"]) == 2
+    assert doc["best_gflops"] == pytest.approx(max(doc["passes_gflops"]), abs=0.01)
+    assert doc["best_gflops"] > 1
+    for bad in (["--passes", "0"], ["--passes", "x"], ["--mib", "8"]):
+        proc = subprocess.run([str(binary), *bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.startswith("fma_peak: ")
+
+
+def test_prefill_operations_count_every_product_of_the_model(
+        tiny_models: dict[str, Path]) -> None:
+    """prefill.prefill_ops against the model file: twice the weights of every layer matrix per
+    token, the lm_head once, and causal attention's pairs counted one by one."""
+    from safetensors.numpy import load_file
+
+    model = tiny_models["F32"]
+    tensors = load_file(model / "model.safetensors")
+    layer_weights = sum(t.size for name, t in tensors.items()
+                        if name.startswith("model.layers.") and t.ndim == 2)
+    tokens = 37
+    pairs = sum(query + 1 for query in range(tokens))
+    want = (2 * layer_weights * tokens + 2 * TINY.vocab * TINY.hidden
+            + TINY.layers * TINY.heads * pairs * TINY.head_dim * 4)
+    assert prefill.prefill_ops(roofline.Shape.from_model_dir(model), tokens) == want
 
 
 def fma_stream_sum(mib: int) -> float:
@@ -257,6 +287,8 @@ def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tm
     assert min(cell["lmc_ms"] + cell["llama_ms"]) > 0
     ratios = sorted(b / a for a, b in zip(cell["lmc_ms"], cell["llama_ms"], strict=True))
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
+    # one thread: how close each engine runs to this host's FMA peak
+    assert "this host's FMA peak:" in proc.stdout and "of the peak |" in proc.stdout
 
 
 def test_sparse_prefill_bench_times_each_config_against_exact(
