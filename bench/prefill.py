@@ -16,7 +16,8 @@ takes each process's user CPU time (``getrusage`` of the child): with one thread
 seconds are what the prefill computes, whatever the scheduler did meanwhile. A baseline
 process per engine and round with an 8-token prompt is subtracted (the load and conversion;
 ``--no-cpu-baseline`` skips it); llama-bench's warm-up is a second full pass, so its CPU is
-halved after the subtraction. With two threads CPU time also counts waiting threads that spin
+halved after the subtraction (``--llama-no-warmup`` skips that pass, for prompts of 16K and
+more, where it costs minutes). With two threads CPU time also counts waiting threads that spin
 (llama.cpp's OpenMP barriers, lmc's pool), so only the wall ratio is given there. The load
 average is printed before and after.
 
@@ -81,11 +82,11 @@ class Cell:
                 if a > 0 and b > 0]
 
 
-def run_llama(binary: str, gguf: Path, tokens: int, threads: int, wait_policy: str
-              ) -> tuple[float, float]:
+def run_llama(binary: str, gguf: Path, tokens: int, threads: int, wait_policy: str,
+              warmup: bool = True) -> tuple[float, float]:
     """(ms of llama-bench's timed pp<tokens> pass, CPU seconds of the whole process)."""
     argv = [binary, "-m", str(gguf), "-p", str(tokens), "-n", "0", "-r", "1",
-            "-t", str(threads), "-o", "json"]
+            "-t", str(threads), "-o", "json", *(() if warmup else ("--no-warmup",))]
     env = dict(os.environ, OMP_WAIT_POLICY=wait_policy.upper())
     before = child_cpu_s()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False,
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the 8-token baseline processes (no CPU ratios)")
     parser.add_argument("--omp-wait-policy", choices=("active", "passive"), default="active",
                         help="llama.cpp's OpenMP barriers (bench/depth4096.py explains)")
+    parser.add_argument("--llama-no-warmup", dest="llama_warmup", action="store_false",
+                        help="run llama-bench without its warm-up pass (long prompts)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
     args = parser.parse_args(argv)
     if args.prompt <= BASELINE_TOKENS or args.rounds < 1:
@@ -185,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             for who in order:
                 if who == "llama":
                     ms, cpu = run_llama(llama, ggufs[cell.gguf_type], args.prompt,
-                                        cell.threads, args.omp_wait_policy)
+                                        cell.threads, args.omp_wait_policy, args.llama_warmup)
                     base = (run_llama(llama, ggufs[cell.gguf_type], BASELINE_TOKENS,
-                                      cell.threads, args.omp_wait_policy)[1]
+                                      cell.threads, args.omp_wait_policy, args.llama_warmup)[1]
                             if args.cpu_baseline else cpu)
                     cell.llama_ms.append(ms)
-                    cell.llama_cpu_s.append((cpu - base) / 2)  # warm-up + timed pass
+                    passes = 2 if args.llama_warmup else 1  # its warm-up, then the timed pass
+                    cell.llama_cpu_s.append((cpu - base) / passes)
                 else:
                     ms, cpu = run_lmc(lmc, model_dir, prompt, wq, cell.threads, extra)
                     base = (run_lmc(lmc, model_dir, baseline, wq, cell.threads, extra)[1]

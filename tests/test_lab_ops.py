@@ -8,6 +8,7 @@ import getpass
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -19,7 +20,7 @@ from fixtures_farm import old_file
 from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
-from devices.inventory import load_inventory
+from devices.inventory import device_table, load_inventory
 from harness.errors import InputError
 from harness.execution.coordinator import Coordinator
 from harness.execution.notify import Targets, notify
@@ -206,6 +207,30 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     assert check.ok and check.checked_by.count(":") == 2  # the serve's holder id
     [ended] = [json.loads(line) for line in events.read_text().splitlines() if line]
     assert ended["event"] == "job-end" and ended["state"] == "done" and ended["job"] == 1
+
+
+def test_gc_cleans_the_other_boards_when_one_cannot_be_reached(
+        farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    x86 = farm.inventory.devices["farm-x86"]
+    gone = {"name": "farm-gone", "host": "127.0.0.1", "port": closed, "arch": x86.arch,
+            "user": x86.user, "key": str(x86.key), "workdir": str(tmp_path / "gone")}
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(farm.inventory_path.read_text() + device_table(gone))
+    stale = old_file(Path(x86.workdir) / "cache" / ("7" * 64), 1234)
+    monkeypatch.setenv("BENCHFARM_NODE_CACHE", str(tmp_path / "node-cache"))
+    try:
+        code, out, err = cli(capsys, "--db", f"sqlite:///{tmp_path}/gc.db", "gc", "--older-than",
+                             "1d", "--inventory", str(inventory), "farm-gone", "farm-x86")
+    finally:
+        stale.unlink(missing_ok=True)
+    assert code == 1, out + err
+    assert "farm-gone: failed, nothing removed there: " in out and str(closed) in out
+    assert "farm-x86: 1 blobs, 0 trees; freed 1234 bytes" in out
+    assert "total: freed 1234 bytes; 1 failed" in out
 
 
 def test_gc_frees_old_unreferenced_artifacts_but_not_what_a_job_needs(

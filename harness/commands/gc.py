@@ -5,7 +5,9 @@ Removes artifacts older than D (default 7d) that nothing references from the boa
 (every board of the inventory, or NAME...) and from this machine's node cache
 ($BENCHFARM_NODE_CACHE), or with --ray-address from every live node's of that cluster; never
 what a queued or running job may need (harness.execution.housekeeping). Neither flag: both.
-Reports the bytes freed (with --dry-run: that would be), per board and per node.
+Reports the bytes freed (with --dry-run: that would be), per board and per node. A board that
+cannot be reached or a node whose task fails is named with its error and the others are still
+cleaned; the exit code is then 1.
 """
 
 from __future__ import annotations
@@ -50,5 +52,8 @@ def run(args: argparse.Namespace) -> int:
               f"{found.bytes} bytes")
     for where, why in done.skipped.items():
         print(f"{where}: left alone ({why})")
-    print(f"total: {verb} {done.bytes} bytes")
-    return 0
+    for where, error in done.failed.items():
+        print(f"{where}: failed, nothing removed there: {error}")
+    print(f"total: {verb} {done.bytes} bytes" + (f"; {len(done.failed)} failed"
+                                                  if done.failed else ""))
+    return 1 if done.failed else 0

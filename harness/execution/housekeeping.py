@@ -4,7 +4,8 @@ or with a Ray address every live node's, each by a Ray task pinned to its node).
 Nothing a queued or running job needs goes: a board that a queued or running job's
 placements name, or whose lease is held, is left alone, and so are the node caches while any
 job runs. Elsewhere a tree older than ``older_than_s`` goes, and a blob that is older and that
-no remaining tree links to (devices.gc).
+no remaining tree links to (devices.gc). A board that cannot be reached, or a node whose task
+fails, is reported and the others are still cleaned.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import ray
 from db.jobs import ACTIVE
 from db.store import Store
 from devices.connect import connect
+from devices.errors import DeviceError
 from devices.gc import Collected, collect_board, collect_folder
 from devices.inventory import Device, Inventory
+from harness.errors import BenchfarmError
 from harness.execution.artifacts import default_cache_root
 from harness.execution.cluster import alive_nodes, on_node, ray_session, task_result
 from harness.execution.serving import job_boards
@@ -27,6 +30,7 @@ from harness.execution.serving import job_boards
 class Housekeeping:
     collected: list[Collected] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # board or cache -> why
+    failed: dict[str, str] = field(default_factory=dict)  # board or node -> the error
 
     @property
     def bytes(self) -> int:
@@ -49,14 +53,19 @@ def _collect_node(ip: str, older_than_s: float, dry_run: bool) -> Collected:
     return replace(collect_folder(root, older_than_s, dry_run), where=f"node {ip} cache {root}")
 
 
-def collect_nodes(address: str, older_than_s: float, dry_run: bool) -> list[Collected]:
-    """Every live node's cache of the Ray cluster at ``address``, one task on each node."""
+def collect_nodes(address: str, older_than_s: float, dry_run: bool, result: Housekeeping
+                  ) -> None:
+    """Every live node's cache of the Ray cluster at ``address``, one task on each node; a
+    node whose task fails goes to ``result.failed``."""
     with ray_session(address):
         refs = {ip: _collect_node.options(name=f"gc node {ip}", scheduling_strategy=on_node(node)
                                           ).remote(ip, older_than_s, dry_run)
                 for node, ip in alive_nodes().items()}
-        return [task_result(ref, f"cleaning the node cache of node {ip} failed")
-                for ip, ref in refs.items()]
+        for ip, ref in refs.items():
+            try:
+                result.collected.append(task_result(ref, "its task failed"))
+            except BenchfarmError as exc:
+                result.failed[f"node {ip}"] = str(exc)
 
 
 def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nodes: bool,
@@ -70,8 +79,11 @@ def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nod
         if device.name in used:
             result.skipped[device.name] = used[device.name]
             continue
-        with connect(device) as transport:
-            result.collected.append(collect_board(transport, older_than_s, dry_run))
+        try:
+            with connect(device) as transport:
+                result.collected.append(collect_board(transport, older_than_s, dry_run))
+        except DeviceError as exc:
+            result.failed[device.name] = str(exc)
     if nodes:
         where = f"node caches of {ray_address}" if ray_address else \
             f"node cache {default_cache_root()}"
@@ -79,7 +91,7 @@ def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nod
         if running:
             result.skipped[where] = f"job {running[0].id} ({running[0].experiment}) is running"
         elif ray_address:
-            result.collected.extend(collect_nodes(ray_address, older_than_s, dry_run))
+            collect_nodes(ray_address, older_than_s, dry_run, result)
         else:
             result.collected.append(collect_folder(default_cache_root(), older_than_s, dry_run))
     return result
