@@ -11,9 +11,10 @@
 
 #include "kvcache.h"
 
-/* The plain reference: scores for all n_pos positions, max, exp, sum, normalise, weighted V.
- * Slow and obviously correct; the yardstick for the kernel below. probs (required, n_pos
- * floats) receives the attention probabilities. */
+/* The plain reference: scores for all n_pos positions, max, exp (libm's), sum, normalise,
+ * weighted V, the sums pairwise (their float32 rounding grows with log n_pos). Slow and
+ * obviously correct; the yardstick for the kernel below. probs (required, n_pos floats)
+ * receives the attention probabilities. */
 void attn_reference(const float *q, const KVCache *kv, int layer, int kvh, int n_pos, float *out,
                     float *probs);
 
