@@ -71,8 +71,9 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (pt->keep) {
         pt->mean = lmc_alloc((size_t)a->n_kv * (size_t)pt->n_q * (size_t)kv->head_dim, sizeof(float), "prefill tile");
         pt->weights = lmc_alloc((size_t)a->n_kv * (size_t)kv->block, sizeof(float), "prefill tile");
-        pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
     }
+    if (pt->keep || a->state.importance)
+        pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
 }
 
 int attention_pages_kv(const AttnOptions *opt) {
@@ -503,9 +504,17 @@ static int sparse_tiles(const Attention *a) {
            !a->evict.evicted && !a->state.mass && !a->keys.feat && !o->sel.probe_summary && !o->exact_first_layer;
 }
 
+/* sparse's exact prefill a tile at a time: every block, with the probabilities recomputed
+ * for the prefill importance after each tile (attention_tiles_prefill) */
+static int importance_tiles(const Attention *a) {
+    const AttnOptions *o = &a->opt;
+    return !o->prefill_sparse && o->sel.policy == POL_SPARSE && a->state.importance && !o->reference &&
+           !a->evict.evicted && !a->state.mass && !a->keys.feat && !a->keys.rank && !o->exact_first_layer;
+}
+
 int attention_tiles_prefill(const Attention *a) {
     int exact = grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL);
-    return (exact || sparse_tiles(a)) && !a->kv->q8 && !a->stages.ms;
+    return (exact || sparse_tiles(a) || importance_tiles(a)) && !a->kv->q8 && !a->stages.ms;
 }
 
 typedef struct {
@@ -544,7 +553,7 @@ static void tile_groups(void *arg, int begin, int end) {
     const TileJob *job = arg;
     Attention *a = job->a;
     PrefillTile *pt = &a->tile;
-    int D = a->head_dim, group = a->n_heads / a->n_kv, sparse = sparse_tiles(a);
+    int D = a->head_dim, group = a->n_heads / a->n_kv, sparse = sparse_tiles(a), every = importance_tiles(a);
     size_t Q = (size_t)a->n_heads * D, vecs = (size_t)ATTN_TILE_QUERIES * (size_t)pt->n_q;
     size_t row = sparse ? (size_t)pt->keep * a->kv->block : (size_t)a->kv->block;
     for (int kvh = begin; kvh < end; kvh++)
@@ -554,23 +563,27 @@ static void tile_groups(void *arg, int begin, int end) {
                 int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
                 size_t at = (size_t)t0 * Q + (size_t)h0 * D;
                 TileBlocks sel = {0};
-                if (sparse) {
+                if (every) { /* exact: every block up to the tile's last query */
+                    int *blocks = a->head.sel + (size_t)h0 * a->n_blocks, n = (job->pos0 + t0 + T - 1) / a->kv->block + 1;
+                    for (int b = 0; b < n; b++) blocks[b] = b;
+                    sel = (TileBlocks){blocks, n, (size_t)a->kv->block, NULL, pt->importance + (size_t)kvh * a->capacity, 1};
+                } else if (sparse) {
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
                     sel = (TileBlocks){blocks, tile_blocks(job, kvh, h0, n_q, job->pos0 + t0, T, job->q_all + at, blocks),
                                        row, pt->weights + (size_t)kvh * a->kv->block,
-                                       a->state.importance ? pt->importance + (size_t)kvh * a->capacity : NULL};
+                                       a->state.importance ? pt->importance + (size_t)kvh * a->capacity : NULL, 0};
                 }
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
                                  pt->scores + (size_t)kvh * vecs * row, pt->m + (size_t)kvh * vecs,
-                                 pt->l + (size_t)kvh * vecs, sparse ? &sel : NULL);
+                                 pt->l + (size_t)kvh * vecs, sparse || every ? &sel : NULL);
             }
         }
 }
 
 void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all) {
     TileJob job = {a, layer, pos0, n, q_all, out_all};
-    int record = sparse_tiles(a) && a->state.importance, n_pos = pos0 + n;
+    int record = (sparse_tiles(a) || importance_tiles(a)) && a->state.importance, n_pos = pos0 + n;
     if (record)
         for (int kvh = 0; kvh < a->n_kv; kvh++)
             memset(a->tile.importance + (size_t)kvh * a->capacity, 0, sizeof(float) * (size_t)n_pos);

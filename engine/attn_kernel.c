@@ -172,7 +172,7 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
     float *ws[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
     int counts[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
     int last = pos0 + T - 1; /* the tile's last query sees positions 0 .. last */
-    int keep = sel && sel->importance; /* scores kept for the probabilities */
+    int keep = sel && sel->importance && !sel->recompute; /* scores kept for the probabilities */
     size_t row = sel ? sel->score_stride : (size_t)bs;
     int n_blocks = sel ? sel->n : last / bs + 1;
     for (int i = 0; i < n_blocks; i++) {
@@ -213,17 +213,34 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             axpy_rows_f32_x(ys + t0 * n_q, (const float *const *)(ws + t0 * n_q), counts + t0 * n_q,
                             nv - t0 * n_q, vrows, stride, D);
     }
+    float inv[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
     for (int t = 0; t < T; t++)
         for (int g = 0; g < n_q; g++) {
             int v = t * n_q + g;
+            inv[v] = l[v] > 0.0f ? 1.0f / l[v] : 0.0f;
             if (l[v] <= 0.0f) continue;
-            float inv = 1.0f / l[v], *o = out + (size_t)t * out_stride + (size_t)g * D;
-            for (int d = 0; d < D; d++) o[d] *= inv;
+            float *o = out + (size_t)t * out_stride + (size_t)g * D;
+            for (int d = 0; d < D; d++) o[d] *= inv[v];
             if (!keep) continue;
             for (int i = 0; i < n_blocks; i++) { /* the probabilities, as attn_blocks gives them */
                 int p0 = sel->blocks[i] * bs, vis = pos0 + t + 1 - p0 < bs ? pos0 + t + 1 - p0 : bs;
                 const float *sg = scores + (size_t)v * row + (size_t)i * bs;
-                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] - m[v]) * inv;
+                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] - m[v]) * inv[v];
             }
         }
+    if (!sel || !sel->importance || !sel->recompute) return;
+    /* the same probabilities from the scores computed again, a block at a time: each position
+     * still takes the vectors' terms in vector order, so the sums have the kept scores' bits */
+    for (int i = 0; i < n_blocks; i++) {
+        int p0 = sel->blocks[i] * bs, np = (p0 + bs <= last + 1 ? bs : last + 1 - p0);
+        int t0 = p0 > pos0 ? p0 - pos0 : 0;
+        dot_rows_f32_x(qbuf + (size_t)t0 * n_q * D, stride, nv - t0 * n_q, kv->k + kv_row(kv, layer, p0, kvh) * stride,
+                       stride, np, D, scores + (size_t)t0 * n_q * row, row);
+        for (int v = t0 * n_q; v < nv; v++) {
+            if (l[v] <= 0.0f) continue;
+            int t = v / n_q, vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;
+            const float *sg = scores + (size_t)v * row;
+            for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] * scale - m[v]) * inv[v];
+        }
+    }
 }

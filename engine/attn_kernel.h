@@ -56,6 +56,10 @@ typedef struct {
     size_t score_stride;
     float *weights;
     float *importance;
+    /* importance without keeping the scores (exact prefill over every block, too many to
+     * keep): after the pass each block's scores are computed again (the same dot products,
+     * the same bits) for the probabilities; score_stride is then one block */
+    int recompute;
 } TileBlocks;
 /* sel: NULL attends every block up to the tile's last query (exact; scores: block floats per
  * vector) */

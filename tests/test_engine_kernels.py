@@ -1,7 +1,8 @@
 """Engine parts checked below the model level, in C, built with the engine's release flags for
 this machine (on x86_64 that is the AVX2 path): the q8 quantiser (weights, activations, KV
 cache) against its rule written out, the attention's softmax pieces against libm and their
-definitions, and the thread pool against what pool_run promises."""
+definitions, the prefill tile's probabilities (kept and recomputed) against the plain
+reference, and the thread pool against what pool_run promises."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ def test_softmax_exp_is_within_2_ulp_of_libm_and_its_vectors_match_the_definitio
     words = out.split()
     checked, ulps = int(words[1]), int(words[4])
     assert checked > 1_700_000 and ulps <= 2
+
+
+def test_prefill_tile_importance_recomputed_is_kept_bit_for_bit_and_the_references(
+        tmp_path: Path) -> None:
+    out = run_check(tmp_path, "check_tile_importance",
+                    ["attn_kernel.c", "kvcache.c", "matmul.c", "ops.c", "util.c", "threads.c",
+                     "safetensors.c", "json.c"])
+    assert "174 positions: importance kept = recomputed, bit for bit" in out
 
 
 def test_pool_runs_each_item_once_in_shares_and_steals_from_a_stalled_thread(

@@ -4,8 +4,11 @@ mean queries, and the tile's own), attends them with the exact tile kernel and s
 each query's probabilities as the prefill importance that sparse decode reserves blocks by.
 
 With every block chosen the tile is exact attention: the same bits as exact prefill, and the
-same importance (decode picks by it) as the token-by-token exact prefill records. With few
-blocks it is another attention, the same for any thread count and under AddressSanitizer."""
+same importance (decode picks by it) as the token-by-token exact prefill records. Sparse's own
+exact prefill (no --prefill-attn sparse) runs the same tiles over every block, with the
+probabilities computed again after each tile instead of kept: the same importance, bit for
+bit. With few blocks it is another attention, the same for any thread count and under
+AddressSanitizer."""
 
 from __future__ import annotations
 
@@ -32,26 +35,32 @@ def test_tiles_choosing_every_block_give_exact_prefills_bits(lmc, tiny_model, tm
     tiled, tiled_logits = dump_run(lmc, model, prompt, tmp_path, "tiled", *every,
                                    "--prefill-attn", "sparse")
     exact, exact_logits = dump_run(lmc, model, prompt, tmp_path, "exact", *every)
+    # the exact policy: plain tiles (no importance), and decode over every block as sparse's
+    plain, plain_logits = dump_run(lmc, model, prompt, tmp_path, "plain", *every,
+                                   "--attn", "exact")
     assert tiled["config"]["prefill_attn"] == "sparse" and tiled["config"]["prefill_tiles"]
-    assert not exact["config"]["prefill_tiles"]  # sparse's exact prefill records per query
-    assert tiled["tokens"] == exact["tokens"]
-    assert tiled_logits.tobytes() == exact_logits.tobytes()
+    assert exact["config"]["prefill_attn"] == "exact" and exact["config"]["prefill_tiles"]
+    assert tiled["tokens"] == exact["tokens"] == plain["tokens"]
+    assert tiled_logits.tobytes() == exact_logits.tobytes() == plain_logits.tobytes()
 
 
 def test_tiles_record_the_prefill_importance_decode_reserves_by(lmc, tiny_model, tmp_path):
     """k = 20 blocks of 8 covers the 150-token prompt (19 blocks) but not the 182 positions
     decode reaches: decode reserves (k + 1) / 2 blocks by the prefill importance, which the
-    tiles sum per KV head (another float order than token by token: the same picks here)."""
+    tiles sum per KV head (another float order than token by token: the same picks here).
+    Sparse's exact prefill computes the probabilities again instead of keeping the scores:
+    the same importance, so the same picks and bits."""
     model = tiny_model("gqa4_untied_f32_old")
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     picks = {}
-    for tag, extra in (("tiled", ["--prefill-attn", "sparse"]), ("token", []),
+    for tag, extra in (("tiled", ["--prefill-attn", "sparse"]), ("again", []),
                        ("blind", ["--prefill-attn", "sparse", "--no-importance"])):
         trace = tmp_path / f"{tag}.trace"
         out, logits = dump_run(lmc, model, prompt, tmp_path, tag, "--k", 20, "--block", 8,
                                "--trace-selection", trace, *extra)
+        assert out["config"]["prefill_tiles"]
         picks[tag] = (out["tokens"], logits.tobytes(), trace.read_text())
-    assert picks["tiled"] == picks["token"]  # decode's blocks, step by step and head by head
+    assert picks["tiled"] == picks["again"]  # decode's blocks, step by step and head by head
     assert picks["blind"][1] == picks["tiled"][1]  # the same prefill
     assert picks["blind"][2] != picks["tiled"][2]  # without the reservation other blocks
 
