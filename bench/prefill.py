@@ -141,12 +141,16 @@ def print_fractions(cells: list[Cell], ops: float, peak: float, lmc_exact: bool)
           "1.3x llama-bench needs |")
     print("|---|---|---|---|")
     for cell in cells:
-        if cell.threads != 1 or not cell.cpu_ratios():
+        if cell.threads != 1:
             continue
-        lmc, llama = (ops / statistics.median(v) / 1e9 for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
-        ours = f"{lmc:.1f} ({lmc / peak:.0%})" if lmc_exact else "– (sparse prefill: fewer)"
-        print(f"| {cell.gguf_type} | {ours} | {llama:.1f} ({llama / peak:.0%}) | "
-              f"{1.3 * llama / peak:.0%} of the peak |")
+        lmc_s, llama_s = (statistics.median(v) for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
+        rates = [ops / seconds / 1e9 if seconds > 0 else None for seconds in (lmc_s, llama_s)]
+        shown = [f"{r:.1f} ({r / peak:.0%})" if r else "– (within the baseline's noise)"
+                 for r in rates]
+        if not lmc_exact:
+            shown[0] = "– (sparse prefill: fewer)"
+        need = f"{1.3 * rates[1] / peak:.0%} of the peak" if rates[1] else "–"
+        print(f"| {cell.gguf_type} | {shown[0]} | {shown[1]} | {need} |")
     print("(q8_0 counts an int8 multiply-add as 2 operations too; its AVX2 kernels spend 5 "
           "instructions on 32 products of a row and a token, f32 4)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -287,8 +288,11 @@ def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tm
     assert min(cell["lmc_ms"] + cell["llama_ms"]) > 0
     ratios = sorted(b / a for a, b in zip(cell["lmc_ms"], cell["llama_ms"], strict=True))
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
-    # one thread: how close each engine runs to this host's FMA peak
-    assert "this host's FMA peak:" in proc.stdout and "of the peak |" in proc.stdout
+    # one thread: how close each engine runs to this host's FMA peak (on this tiny model the
+    # CPU seconds left after the baseline may be noise: a figure or a dash, never a failure)
+    fractions = proc.stdout.split("this host's FMA peak:")[1]
+    assert re.search(r"^\| f32 \| (\d+\.\d \(\d+%\)|– \(within the baseline's noise\)) \| ",
+                     fractions, re.MULTILINE), fractions
 
 
 def test_sparse_prefill_bench_times_each_config_against_exact(
