@@ -60,7 +60,12 @@ def test_significance_needs_repeats_and_finds_the_emulated_slowdown(
     assert row.ratio > 2.0 and row.p_value < 0.05
     assert "1 slower" in many.summary() and "B: emulated" in many.common_flags
 
-    same = compare(store, "farm-x86", "farm-x86", ["many-x86"])  # even against odd repeats
+    # A/A: even against odd repeats of the same cell. With 4 runs a side the exact test's
+    # smallest p-value (2/70) is below alpha, so one draw in 35 separates perfectly by chance,
+    # and 6 decode steps of a tiny model vary by more than the default 5 % threshold on a
+    # shared host (CI saw it flagged once): the medians must agree within 20 %
+    same = compare(store, "farm-x86", "farm-x86", ["many-x86"], threshold=0.2)
     (row,) = same.table.itertuples()
-    assert (row.n_a, row.n_b) == (4, 4) and row.change == "unchanged", same.table
+    assert (row.n_a, row.n_b) == (4, 4) and row.p_value is not None, same.table
+    assert row.change == "unchanged", same.table
     store.close()
