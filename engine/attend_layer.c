@@ -72,7 +72,7 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
         pt->mean = lmc_alloc((size_t)a->n_kv * (size_t)pt->n_q * (size_t)kv->head_dim, sizeof(float), "prefill tile");
         pt->weights = lmc_alloc((size_t)a->n_kv * (size_t)kv->block, sizeof(float), "prefill tile");
     }
-    if (pt->keep || a->state.importance)
+    if (a->state.importance) /* the sparse policy: its prefill tiles record the importance */
         pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
 }
 
@@ -497,19 +497,23 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
 
 /* ---------------------------------------------------------------- prefill tiles */
 
+/* what either of sparse's prefill tiles leaves out: the reference, eviction, state kept per
+ * query (H2O mass, key features), a different layer 0 */
+static int sparse_tiles_possible(const Attention *a) {
+    const AttnOptions *o = &a->opt;
+    return o->sel.policy == POL_SPARSE && !o->reference && !a->evict.evicted && !a->state.mass && !a->keys.feat &&
+           !o->exact_first_layer;
+}
+
 /* sparse prefill a tile at a time (attention_tiles_prefill) */
 static int sparse_tiles(const Attention *a) {
-    const AttnOptions *o = &a->opt;
-    return o->prefill_sparse && o->sel.policy == POL_SPARSE && a->tile.keep && !o->reference &&
-           !a->evict.evicted && !a->state.mass && !a->keys.feat && !o->sel.probe_summary && !o->exact_first_layer;
+    return a->opt.prefill_sparse && a->tile.keep && !a->opt.sel.probe_summary && sparse_tiles_possible(a);
 }
 
 /* sparse's exact prefill a tile at a time: every block, with the probabilities recomputed
  * for the prefill importance after each tile (attention_tiles_prefill) */
 static int importance_tiles(const Attention *a) {
-    const AttnOptions *o = &a->opt;
-    return !o->prefill_sparse && o->sel.policy == POL_SPARSE && a->state.importance && !o->reference &&
-           !a->evict.evicted && !a->state.mass && !a->keys.feat && !a->keys.rank && !o->exact_first_layer;
+    return !a->opt.prefill_sparse && !a->keys.rank && sparse_tiles_possible(a);
 }
 
 int attention_tiles_prefill(const Attention *a) {
@@ -571,7 +575,7 @@ static void tile_groups(void *arg, int begin, int end) {
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
                     sel = (TileBlocks){blocks, tile_blocks(job, kvh, h0, n_q, job->pos0 + t0, T, job->q_all + at, blocks),
                                        row, pt->weights + (size_t)kvh * a->kv->block,
-                                       a->state.importance ? pt->importance + (size_t)kvh * a->capacity : NULL, 0};
+                                       pt->importance + (size_t)kvh * a->capacity, 0};
                 }
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
@@ -583,7 +587,7 @@ static void tile_groups(void *arg, int begin, int end) {
 
 void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all) {
     TileJob job = {a, layer, pos0, n, q_all, out_all};
-    int record = (sparse_tiles(a) || importance_tiles(a)) && a->state.importance, n_pos = pos0 + n;
+    int record = sparse_tiles(a) || importance_tiles(a), n_pos = pos0 + n;
     if (record)
         for (int kvh = 0; kvh < a->n_kv; kvh++)
             memset(a->tile.importance + (size_t)kvh * a->capacity, 0, sizeof(float) * (size_t)n_pos);

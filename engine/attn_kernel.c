@@ -154,6 +154,12 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
 #undef BLOCK_HEADS
 }
 
+/* importance[p] += the probability of score s[p] * scale (an exact product when scale is 1)
+ * for p < n, with the vector's final max m and 1 / sum inv, as attn_blocks gives them */
+static void add_probabilities(float *importance, const float *s, int n, float scale, float m, float inv) {
+    for (int p = 0; p < n; p++) importance[p] += lmc_expf(s[p] * scale - m) * inv;
+}
+
 void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
                       int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
                       float *m, float *l, const TileBlocks *sel) {
@@ -224,8 +230,8 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
             if (!keep) continue;
             for (int i = 0; i < n_blocks; i++) { /* the probabilities, as attn_blocks gives them */
                 int p0 = sel->blocks[i] * bs, vis = pos0 + t + 1 - p0 < bs ? pos0 + t + 1 - p0 : bs;
-                const float *sg = scores + (size_t)v * row + (size_t)i * bs;
-                for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] - m[v]) * inv[v];
+                add_probabilities(sel->importance + p0, scores + (size_t)v * row + (size_t)i * bs, vis, 1.0f,
+                                  m[v], inv[v]);
             }
         }
     if (!sel || !sel->importance || !sel->recompute) return;
@@ -239,8 +245,7 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
         for (int v = t0 * n_q; v < nv; v++) {
             if (l[v] <= 0.0f) continue;
             int t = v / n_q, vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;
-            const float *sg = scores + (size_t)v * row;
-            for (int p = 0; p < vis; p++) sel->importance[p0 + p] += lmc_expf(sg[p] * scale - m[v]) * inv[v];
+            add_probabilities(sel->importance + p0, scores + (size_t)v * row, vis, scale, m[v], inv[v]);
         }
     }
 }

@@ -53,6 +53,14 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 
 /* ---------------------------------------------------------------- tiles */
 
+/* token t's R sums of a tile, acc[r][t], reduced into v[r] (four at a time for a whole quad:
+ * the same additions) */
+ALWAYS_INLINE void reduce_token(const int R, v8 acc[][TILE_TOKENS], int t, float *v) {
+    if (R == TILE_ROWS) v8_reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], v);
+    else
+        for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
+}
+
 /* R rows of weights times TT tokens of x (stride xs) over n columns: f32, or bf16 when BF.
  * PK: the rows are one packed quad (mat_pack), read as one sequential stream and prefetched
  * ahead; otherwise R plain rows ws values apart (attention's keys, a matrix's rows % 4 last
@@ -99,9 +107,7 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
     }
     for (int t = 0; t < TT; t++) {
         float v[TILE_ROWS];
-        if (R == TILE_ROWS) v8_reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], v);
-        else
-            for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
+        reduce_token(R, acc, t, v);
         for (int r = 0; r < R; r++) {
             for (int j = n8; j < n; j++)
                 v[r] = fmaf(x[t * xs + j], BF ? lmc_bf16_to_f32(wh[W_TAIL(r, j)]) : w[W_TAIL(r, j)], v[r]);
@@ -156,9 +162,7 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
     }
     for (int t = 0; t < TT; t++) {
         float v[TILE_ROWS];
-        if (R == TILE_ROWS) v8_reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], v);
-        else
-            for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
+        reduce_token(R, acc, t, v);
         for (int r = 0; r < R; r++) out[t * os + r] = v[r];
     }
 #undef WQ_AT
