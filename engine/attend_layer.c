@@ -70,8 +70,11 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     pt->l = lmc_alloc(vecs, sizeof(float), "prefill tile");
     if (pt->keep) {
         pt->mean = lmc_alloc((size_t)a->n_kv * (size_t)pt->n_q * (size_t)kv->head_dim, sizeof(float), "prefill tile");
-        pt->weights = lmc_alloc((size_t)a->n_kv * (size_t)kv->block, sizeof(float), "prefill tile");
+        pt->weights = lmc_alloc(vecs * (size_t)kv->block, sizeof(float), "prefill tile");
     }
+    if (kv->q8)
+        pt->q8_scratch = lmc_alloc((size_t)a->n_kv * ATTN_TILE_Q8_FLOATS(kv->block, kv->head_dim, pt->n_q),
+                                   sizeof(float), "prefill tile");
     if (a->state.importance) /* the sparse policy: its prefill tiles record the importance */
         pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
 }
@@ -110,6 +113,7 @@ void attention_free(Attention *a) {
     lmc_free(a->tile.mean);
     lmc_free(a->tile.weights);
     lmc_free(a->tile.importance);
+    lmc_free(a->tile.q8_scratch);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->head.select[h]);
     lmc_free(a->head.select);
     lmc_free(a->state.importance);
@@ -518,7 +522,7 @@ static int importance_tiles(const Attention *a) {
 
 int attention_tiles_prefill(const Attention *a) {
     int exact = grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL);
-    return (exact || sparse_tiles(a) || importance_tiles(a)) && !a->kv->q8 && !a->stages.ms;
+    return (exact || sparse_tiles(a) || importance_tiles(a)) && !a->stages.ms;
 }
 
 typedef struct {
@@ -574,13 +578,15 @@ static void tile_groups(void *arg, int begin, int end) {
                 } else if (sparse) {
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
                     sel = (TileBlocks){blocks, tile_blocks(job, kvh, h0, n_q, job->pos0 + t0, T, job->q_all + at, blocks),
-                                       row, pt->weights + (size_t)kvh * a->kv->block,
+                                       row, pt->weights + (size_t)kvh * vecs * (size_t)a->kv->block,
                                        pt->importance + (size_t)kvh * a->capacity, 0};
                 }
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
                                  pt->scores + (size_t)kvh * vecs * row, pt->m + (size_t)kvh * vecs,
-                                 pt->l + (size_t)kvh * vecs, sparse || every ? &sel : NULL);
+                                 pt->l + (size_t)kvh * vecs, sparse || every ? &sel : NULL,
+                                 pt->q8_scratch ? pt->q8_scratch + (size_t)kvh * ATTN_TILE_Q8_FLOATS(a->kv->block, D, pt->n_q)
+                                                : NULL);
             }
         }
 }

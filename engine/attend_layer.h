@@ -126,6 +126,7 @@ typedef struct {
      * of the chunk, per KV head ([n_kv][capacity], summed into the layer's in KV head order) */
     int keep;
     float *mean, *weights, *importance;
+    float *q8_scratch; /* q8 KV: [n_kv][ATTN_TILE_Q8_FLOATS] (attn_causal_tile) */
 } PrefillTile;
 
 typedef struct {

@@ -160,12 +160,78 @@ static void add_probabilities(float *importance, const float *s, int n, float sc
     for (int p = 0; p < n; p++) importance[p] += lmc_expf(s[p] * scale - m) * inv;
 }
 
+/* q8 KV in a tile: a block's int8 rows are widened to floats once (the values exactly, no
+ * scale) and each group of Q8_GROUP columns goes through the f32 tile kernels, the scales
+ * applied per group as dot_q8 and axpy_q8 apply them. The conversions are then shared by the
+ * tile's vectors instead of repeated for each, and every score and sum keeps its bits: a
+ * group's dot product is dot_q8_group's (8-lane sums in column order, lmc_reduce8, then the
+ * tail, as dot_rows_f32_x takes them), combined over groups as fmaf(scale, dot, r) from 0; a
+ * value row is added as fma(weight * scale, value, y), row by row in position order. Scratch:
+ * ATTN_TILE_Q8_FLOATS (keys, values, a group's dots, a group's scaled weights). */
+static void widen_rows(const int8_t *q, size_t count, float *out) {
+    for (size_t i = 0; i < count; i++) out[i] = (float)q[i];
+}
+
+/* the scores of rows p0 .. p0 + np - 1 (one block or less) for nv query vectors (q:
+ * consecutive head_dim rows) into out[v * row + p - p0], unscaled: the bits kv_key_dot gives */
+static void tile_scores(const KVCache *kv, int layer, int kvh, int p0, int np, const float *q, int nv,
+                        float *out, size_t row, float *q8_scratch) {
+    int D = kv->head_dim, bs = kv->block, G = q8_groups(D);
+    size_t r0 = kv_row(kv, layer, p0, kvh);
+    if (!kv->q8) {
+        dot_rows_f32_x(q, (size_t)D, nv, kv->k + r0 * (size_t)D, (size_t)D, np, D, out, row);
+        return;
+    }
+    float *keys = q8_scratch, *dots = q8_scratch + 2 * (size_t)bs * (size_t)D; /* dots[v * bs + p] */
+    const float *scales = kv->ks + r0 * (size_t)G;
+    widen_rows(kv->kq + r0 * (size_t)D, (size_t)np * (size_t)D, keys);
+    for (int g = 0; g < G; g++) {
+        int c0 = g * Q8_GROUP, len = D - c0 < Q8_GROUP ? D - c0 : Q8_GROUP;
+        dot_rows_f32_x(q + c0, (size_t)D, nv, keys + c0, (size_t)D, np, len, dots, (size_t)bs);
+        for (int v = 0; v < nv; v++) {
+            float *o = out + (size_t)v * row;
+            for (int p = 0; p < np; p++)
+                o[p] = fmaf(scales[(size_t)p * G + g], dots[(size_t)v * bs + p], g ? o[p] : 0.0f);
+        }
+    }
+}
+
+/* y[u] += w[u][p] * value(p0 + p) for p < count[u], p in order for each u (attn_blocks' value
+ * sums, the bits kv_value_axpy gives for q8), 3 vectors a row load (axpy_rows_f32_x) */
+static void tile_values(const KVCache *kv, int layer, int kvh, int p0, float *const *y, const float *const *w,
+                        const int *count, int ny, float *q8_scratch) {
+    int D = kv->head_dim, bs = kv->block, G = q8_groups(D);
+    size_t r0 = kv_row(kv, layer, p0, kvh);
+    if (!kv->q8) {
+        axpy_rows_f32_x(y, w, count, ny, kv->v + r0 * (size_t)D, (size_t)D, D);
+        return;
+    }
+    int most = 0;
+    for (int u = 0; u < ny; u++)
+        if (count[u] > most) most = count[u];
+    float *values = q8_scratch + (size_t)bs * (size_t)D;
+    float *scaled = q8_scratch + 2 * (size_t)bs * (size_t)D + (size_t)ny * (size_t)bs; /* [u * bs + p] */
+    const float *scales = kv->vs + r0 * (size_t)G;
+    widen_rows(kv->vq + r0 * (size_t)D, (size_t)most * (size_t)D, values);
+    float *yg[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
+    const float *wg[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
+    for (int g = 0; g < G; g++) {
+        int c0 = g * Q8_GROUP, len = D - c0 < Q8_GROUP ? D - c0 : Q8_GROUP;
+        for (int u = 0; u < ny; u++) {
+            float *su = scaled + (size_t)u * bs;
+            for (int p = 0; p < count[u]; p++) su[p] = w[u][p] * scales[(size_t)p * G + g];
+            yg[u] = y[u] + c0;
+            wg[u] = su;
+        }
+        axpy_rows_f32_x(yg, wg, count, ny, values + c0, (size_t)D, len);
+    }
+}
+
 void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
                       int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
-                      float *m, float *l, const TileBlocks *sel) {
+                      float *m, float *l, const TileBlocks *sel, float *q8_scratch) {
     int D = kv->head_dim, bs = kv->block, nv = T * n_q; /* vector t * n_q + g: query t, head g */
     float scale = 1.0f / sqrtf((float)D);
-    size_t stride = (size_t)D;
     for (int t = 0; t < T; t++)
         for (int g = 0; g < n_q; g++) {
             int v = t * n_q + g;
@@ -186,16 +252,14 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
         int p0 = b * bs, np = (p0 + bs <= last + 1 ? bs : last + 1 - p0);
         int t0 = p0 > pos0 ? p0 - pos0 : 0; /* the first query that sees this block */
         float *srow = scores + (keep ? (size_t)i * bs : 0);
-        const float *k = kv->k + kv_row(kv, layer, p0, kvh) * stride;
-        const float *vrows = kv->v + kv_row(kv, layer, p0, kvh) * stride;
-        dot_rows_f32_x(qbuf + (size_t)t0 * n_q * D, stride, nv - t0 * n_q, k, stride, np, D,
-                       srow + (size_t)t0 * n_q * row, row);
+        tile_scores(kv, layer, kvh, p0, np, qbuf + (size_t)t0 * n_q * D, nv - t0 * n_q,
+                    srow + (size_t)t0 * n_q * row, row, q8_scratch);
         for (int t = t0; t < T; t++) {
             int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np; /* its rows of the block */
             for (int g = 0; g < n_q; g++) {
                 int v = t * n_q + g;
                 float *sg = srow + (size_t)v * row, *o = out + (size_t)t * out_stride + (size_t)g * D;
-                float *w = keep ? sel->weights : sg;
+                float *w = keep ? sel->weights + (size_t)v * bs : sg;
                 float bmax = scale_max(sg, vis, scale); /* attn_blocks' steps, block by block */
                 if (bmax > m[v]) {
                     float corr = lmc_expf(m[v] - bmax);
@@ -205,19 +269,16 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
                 }
                 if (keep) memcpy(w, sg, sizeof(float) * (size_t)vis); /* the scores are kept */
                 l[v] += exp_sum(w, vis, m[v]);
-                if (keep) axpy_rows_f32(o, w, vrows, stride, vis, D); /* the weights are reused */
-                else {
-                    ys[v] = o;
-                    ws[v] = w;
-                    counts[v] = vis;
-                }
+                ys[v] = o;
+                ws[v] = w;
+                counts[v] = vis;
             }
         }
-        /* the weights stay in each vector's score row: the block's values for all of them at
-         * once, each value row loaded once per 3 vectors (each sum still in position order) */
-        if (!keep)
-            axpy_rows_f32_x(ys + t0 * n_q, (const float *const *)(ws + t0 * n_q), counts + t0 * n_q,
-                            nv - t0 * n_q, vrows, stride, D);
+        /* the weights (in each vector's score row, or its own row when the scores are kept):
+         * the block's values for all of them at once, each value row loaded once per 3
+         * vectors (each sum still in position order) */
+        tile_values(kv, layer, kvh, p0, ys + t0 * n_q, (const float *const *)(ws + t0 * n_q), counts + t0 * n_q,
+                    nv - t0 * n_q, q8_scratch);
     }
     float inv[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];
     for (int t = 0; t < T; t++)
@@ -240,8 +301,8 @@ void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVC
     for (int i = 0; i < n_blocks; i++) {
         int p0 = sel->blocks[i] * bs, np = (p0 + bs <= last + 1 ? bs : last + 1 - p0);
         int t0 = p0 > pos0 ? p0 - pos0 : 0;
-        dot_rows_f32_x(qbuf + (size_t)t0 * n_q * D, stride, nv - t0 * n_q, kv->k + kv_row(kv, layer, p0, kvh) * stride,
-                       stride, np, D, scores + (size_t)t0 * n_q * row, row);
+        tile_scores(kv, layer, kvh, p0, np, qbuf + (size_t)t0 * n_q * D, nv - t0 * n_q,
+                    scores + (size_t)t0 * n_q * row, row, q8_scratch);
         for (int v = t0 * n_q; v < nv; v++) {
             if (l[v] <= 0.0f) continue;
             int t = v / n_q, vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;

@@ -41,15 +41,19 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
  * the same value sums in position order); what the tile shares is the reading: a block's keys
  * are scored for all the tile's queries in one pass (dot_rows_f32_x over T x n_q vectors, 4
  * rows x 3 vectors a tile, instead of 4 x n_q per query), and its values stay in L1 while
- * every query sums them. f32 KV only. q: query t, head g at q + t * q_stride + g * head_dim;
+ * every query sums them. q8 KV: a block's rows are widened to floats once for all the tile's
+ * vectors, with the bits of attn_blocks' q8 dot products and sums (q8_scratch: at least
+ * ATTN_TILE_Q8_FLOATS floats; NULL with f32 KV). q: query t, head g at q + t * q_stride + g * head_dim;
  * out likewise. Scratch (ATTN_TILE_QUERIES x n_q each): qbuf x head_dim, scores x block, m, l. */
 #define ATTN_TILE_QUERIES 64
+#define ATTN_TILE_Q8_FLOATS(block, head_dim, n_q) \
+    (2 * (size_t)(block) * (size_t)(head_dim) + 2 * (size_t)ATTN_TILE_QUERIES * (size_t)(n_q) * (size_t)(block))
 /* Sparse prefill (--prefill-attn sparse): the blocks the whole tile attends, shared by its
  * queries, each query still over the positions up to its own. blocks: n ascending block ids;
  * importance (may be NULL): each query's attention probabilities are added to importance[p]
  * (queries in order, heads in order), for which the scores are kept, block i's at i * block of
- * the vector's score row (score_stride floats, >= n * block) and weights (block floats) holds
- * the value weights. */
+ * the vector's score row (score_stride floats, >= n * block) and weights (block floats per
+ * vector) holds the value weights. */
 typedef struct {
     const int *blocks;
     int n;
@@ -65,6 +69,6 @@ typedef struct {
  * vector) */
 void attn_causal_tile(const float *q, int n_q, int T, size_t q_stride, const KVCache *kv, int layer,
                       int kvh, int pos0, float *out, size_t out_stride, float *qbuf, float *scores,
-                      float *m, float *l, const TileBlocks *sel);
+                      float *m, float *l, const TileBlocks *sel, float *q8_scratch);
 
 #endif

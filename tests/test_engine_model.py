@@ -247,16 +247,20 @@ def test_generation_stops_at_the_context(lmc, tiny_model, tmp_path):
     json.dumps(out)  # the document is plain JSON
 
 
+@pytest.mark.parametrize("kv", ["f32", "q8"])
 @pytest.mark.parametrize("name", ["gqa4_untied_f32_old", "odd_widths_f32"])
-def test_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_path, name):
-    """Exact prefill runs a chunk's queries a tile at a time (attn_causal_tile); sparse's exact
-    prefill records each query's probabilities, so it attends token by token: the prompt's
-    logits agree bit for bit (70 tokens: a full chunk and a part; blocks of 8 and of 5)."""
+def test_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_path, name, kv):
+    """Exact prefill runs a chunk's queries a tile at a time (attn_causal_tile), f32 and q8 KV
+    alike; --dump-features records each query's probabilities, so it attends token by token:
+    the prompt's logits agree bit for bit (70 tokens: a full chunk and a part; blocks of 8 and
+    of 5)."""
     ids = prompt_ids(320, n=70)
     prompt = write_tokens(tmp_path / "prompt.txt", ids)
     for block in ("8", "5"):
-        _, tiled = generate(lmc, tiny_model(name), prompt, tmp_path, "--block", block,
-                            "--threads", "2", tag=f"tiled{block}")
-        _, single = generate(lmc, tiny_model(name), prompt, tmp_path, "--attn", "sparse",
-                             "--block", block, tag=f"single{block}")
+        out, tiled = generate(lmc, tiny_model(name), prompt, tmp_path, "--block", block,
+                              "--kv", kv, "--threads", "2", tag=f"tiled{block}")
+        assert out["config"]["prefill_tiles"]
+        _, single = generate(lmc, tiny_model(name), prompt, tmp_path, "--block", block, "--kv", kv,
+                             "--dump-features", tmp_path / "features.bin", tag=f"single{block}")
+        assert (tmp_path / "features.bin").stat().st_size > 0  # the token-by-token runner ran
         assert tiled[:70 * 320].tobytes() == single[:70 * 320].tobytes()

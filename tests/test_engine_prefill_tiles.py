@@ -26,12 +26,14 @@ def dump_run(lmc, model, prompt, tmp_path, tag: str, *extra) -> tuple[dict, np.n
     return out, np.fromfile(dump, dtype=np.float32)
 
 
-@pytest.mark.parametrize("name, block", [("gqa4_untied_f32_old", 8), ("odd_widths_f32", 5)])
+@pytest.mark.parametrize("name, block, kv", [("gqa4_untied_f32_old", 8, "f32"),
+                                             ("odd_widths_f32", 5, "f32"),
+                                             ("gqa4_untied_f32_old", 8, "q8")])
 def test_tiles_choosing_every_block_give_exact_prefills_bits(lmc, tiny_model, tmp_path, name,
-                                                            block):
+                                                            block, kv):
     model = tiny_model(name)
     prompt = write_tokens(tmp_path / "p.txt", IDS)
-    every = ["--k", 64, "--block", block, "--threads", 2]  # k covers every block of 182
+    every = ["--k", 64, "--block", block, "--threads", 2, "--kv", kv]  # k covers every block
     tiled, tiled_logits = dump_run(lmc, model, prompt, tmp_path, "tiled", *every,
                                    "--prefill-attn", "sparse")
     exact, exact_logits = dump_run(lmc, model, prompt, tmp_path, "exact", *every)
@@ -76,7 +78,11 @@ def test_tiles_with_few_blocks_are_deterministic(lmc, lmc_asan, tiny_model, tmp_
     checked = lmc_json(lmc_asan, *args, "--prefill-attn", "sparse")
     assert runs[0]["nll"] == runs[1]["nll"] == checked["nll"] != exact["nll"]
     assert runs[0]["config"]["prefill_tiles"]
-    for extra in (["--kv", "q8"], ["--exact-first-layer"], ["--kv-budget", 64]):
+    q8 = [lmc_json(binary, *args, "--prefill-attn", "sparse", "--kv", "q8", "--threads", threads)
+          for binary, threads in ((lmc, 1), (lmc, 3), (lmc_asan, 2))]
+    assert q8[0]["config"]["prefill_tiles"]  # q8 KV rows in the same tiles
+    assert q8[0]["nll"] == q8[1]["nll"] == q8[2]["nll"] != runs[0]["nll"]
+    for extra in (["--exact-first-layer"], ["--kv-budget", 64]):
         per_query = lmc_json(lmc, *args, "--prefill-attn", "sparse", *extra)
         assert not per_query["config"]["prefill_tiles"], extra  # each query selects for itself
     assert np.isfinite(runs[0]["nll"])

@@ -42,7 +42,7 @@ int main(void) {
         kv_write(&kv, 0, p, k, v);
     }
     static float q[T * NQ * D], qbuf[T * NQ * D], out[2][T * NQ * D], m[T * NQ], l[T * NQ];
-    static float scores_kept[T * NQ * CAP], scores[T * NQ * BS], weights[BS], imp[2][CAP];
+    static float scores_kept[T * NQ * CAP], scores[T * NQ * BS], weights[T * NQ * BS], imp[2][CAP];
     static float ref_out[D], probs[CAP], want[CAP];
     int blocks[CAP / BS];
     for (int i = 0; i < T * NQ * D; i++) q[i] = uniform(&seed);
@@ -53,8 +53,8 @@ int main(void) {
         memset(imp, 0, sizeof imp);
         TileBlocks kept = {blocks, n, (size_t)n * BS, weights, imp[0], 0};
         TileBlocks again = {blocks, n, BS, NULL, imp[1], 1};
-        attn_causal_tile(q, NQ, T, NQ * D, &kv, 0, 0, pos0, out[0], NQ * D, qbuf, scores_kept, m, l, &kept);
-        attn_causal_tile(q, NQ, T, NQ * D, &kv, 0, 0, pos0, out[1], NQ * D, qbuf, scores, m, l, &again);
+        attn_causal_tile(q, NQ, T, NQ * D, &kv, 0, 0, pos0, out[0], NQ * D, qbuf, scores_kept, m, l, &kept, NULL);
+        attn_causal_tile(q, NQ, T, NQ * D, &kv, 0, 0, pos0, out[1], NQ * D, qbuf, scores, m, l, &again, NULL);
         if (memcmp(out[0], out[1], sizeof out[0]) != 0) return fail("outputs, kept against again", pos0, 0, 0);
         if (memcmp(imp[0], imp[1], sizeof imp[0]) != 0) return fail("importance, kept against again", pos0, 0, 0);
         memset(want, 0, sizeof want);
