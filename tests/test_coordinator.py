@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,14 +37,23 @@ from harness.spec import load_spec
 from harness.workloads import answer_text, check_answer
 
 
+def credential_folders() -> set[Path]:
+    """The private folders board runners on this machine copy SSH keys into
+    (harness.execution.credentials)."""
+    return set(Path(tempfile.gettempdir()).glob("benchfarm-farm-*"))
+
+
 def test_small_matrix_on_both_farm_nodes(ray_address: str, coord_farm: CoordFarm,
                                          needle_model: Path, tmp_path: Path) -> None:
     spec = load_spec(needle_spec(tmp_path, "both-nodes", needle_model,
                                  ["farm-x86", "farm-arm"], depths=(0.2, 0.8)))
     inventory = load_inventory(coord_farm.inventory)
     store = Store.open(f"sqlite:///{tmp_path}/farm.db")
+    before = credential_folders()
     summary = run_experiment(RunRequest(spec, inventory), store)
     assert (summary.total, summary.skipped, summary.counts["ok"]) == (8, 0, 8), summary
+    # the two runners' copies of the boards' private keys are gone with the runners
+    assert credential_folders() - before == set()
 
     runs = stored_runs(store, "both-nodes")
     assert len(runs) == 8 and runs["run_key"].is_unique

@@ -1,6 +1,8 @@
 """SSH credentials travel with a board's runner: the driver reads the key and known_hosts of
 each device (``Credentials.of``), and the actor, on whatever node Ray placed it, writes them
-into a private folder there (``install``)."""
+into a private folder there (``install``), which it removes when the scheduler closes it
+(``DeviceRunner.forget_credentials``: a runner killed without closing, by a lost node or a SIGKILLed
+coordinator, leaves its folder behind)."""
 
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ class Credentials:
                              f"on the coordinator: {reason}") from exc
         return cls(key, hosts)
 
-    def install(self, device: Device) -> Device:
-        """The device record with its key and known_hosts in a private folder on this node."""
+    def install(self, device: Device) -> tuple[Device, Path | None]:
+        """The device record with its key and known_hosts in a private folder on this node,
+        and that folder (None for a local board, which has no credentials)."""
         if device.is_local:
-            return device
+            return device, None
         folder = Path(tempfile.mkdtemp(prefix=f"benchfarm-{device.name}-"))  # mode 0700
         known_hosts = folder / "known_hosts"
         known_hosts.write_text(self.known_hosts or "")
@@ -50,4 +53,4 @@ class Credentials:
             key = folder / "id"
             key.touch(mode=0o600)
             key.write_text(self.key)
-        return replace(device, key=key, known_hosts=known_hosts)
+        return replace(device, key=key, known_hosts=known_hosts), folder

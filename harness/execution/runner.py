@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -217,11 +218,19 @@ class DeviceRunner:
 
     def __init__(self, device: Device, credentials: Credentials, server: Any,
                  holder: LockHolder) -> None:
-        self.device = credentials.install(device)
+        self.device, self.secrets = credentials.install(device)
         self.cache = NodeCache(server)
         self.holder = holder
         self.transport: Any = None
         self.pushes: PushMemo | None = None
+
+    @ray.method(concurrency_group="control")
+    def forget_credentials(self) -> None:
+        """Remove this node's copy of the board's key and known_hosts (the scheduler calls it
+        before it kills the actor: ray.kill runs no clean-up of the actor's own)."""
+        if self.secrets is not None:
+            shutil.rmtree(self.secrets, ignore_errors=True)
+            self.secrets = None
 
     @ray.method(concurrency_group="control")
     def abort(self, run_key: str) -> bool:

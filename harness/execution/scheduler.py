@@ -60,6 +60,7 @@ from harness.execution.turns import BoardTurns
 from harness.plan.planner import Plan, PlannedRun
 
 ABORT_WAIT_S = 20.0  # how long a stopping coordinator waits for its boards' runs to be killed
+CLOSE_WAIT_S = 5.0  # how long it waits for its runners to remove their copies of credentials
 
 
 def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> Any:
@@ -68,6 +69,17 @@ def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> An
     options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
     return DeviceRunner.options(name=name, namespace=NAMESPACE, **options).remote(
         device, Credentials.of(device), server, holder)
+
+
+def _retire(actors: list[Any]) -> None:
+    """Close the runners (each removes its node's copy of its board's credentials), then kill
+    them; one that is gone, or not placed, or does not answer in CLOSE_WAIT_S is killed as it
+    is."""
+    closing = [actor.forget_credentials.remote() for actor in actors]
+    if closing:
+        ray.wait(closing, num_returns=len(closing), timeout=CLOSE_WAIT_S)
+    for actor in actors:
+        ray.kill(actor)
 
 
 @dataclass
@@ -168,8 +180,7 @@ class Scheduler:
             self._stop_in_flight("cancelled", "cancelled by `benchfarm cancel` while in flight")
             raise
         finally:
-            for board in self.boards.values():
-                ray.kill(board.actor)
+            _retire([board.actor for board in self.boards.values() if not board.dead])
             self.turns.done()
             ray.kill(self.server)
         return self.counts
@@ -302,7 +313,7 @@ class Scheduler:
                 self.queues[run.placement.key].appendleft(run)
         if board.losses > retries:
             board.dead = True
-            ray.kill(board.actor)
+            _retire([board.actor])
             self.progress.note(f"device {name!r} given up after {board.losses} failed tries: "
                                f"{error}")
         else:
