@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,10 +97,18 @@ def test_ssh_credentials_travel_with_the_device_record(farm: Farm, tmp_path: Pat
     # on "another node": the coordinator's key and known_hosts paths do not exist there
     elsewhere = replace(farm.x86, key=tmp_path / "absent-key",
                         known_hosts=tmp_path / "absent-known-hosts")
-    device = shipped.install(elsewhere)
-    assert device.key != farm.x86.key and oct(device.key.stat().st_mode & 0o777) == "0o600"
-    with connect(device) as transport:
-        assert transport.run_host(["echo", "reached"], timeout=30).stdout.strip() == "reached"
+    device, folder = shipped.install(elsewhere)
+    try:
+        assert device.key is not None and device.key.parent == folder
+        assert device.key != farm.x86.key and oct(device.key.stat().st_mode & 0o777) == "0o600"
+        assert oct(folder.stat().st_mode & 0o777) == "0o700"
+        with connect(device) as transport:
+            assert transport.run_host(["echo", "reached"], timeout=30).stdout.strip() == \
+                "reached"
+    finally:
+        shutil.rmtree(folder)
+    local = farm.inventory.get("local")
+    assert Credentials.of(local).install(local) == (local, None)  # no SSH: nothing written
 
 
 def test_runners_that_do_not_fit_together_on_a_node_are_refused(ray_address: str) -> None:
