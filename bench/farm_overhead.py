@@ -16,6 +16,7 @@ Without --inventory a temporary farm is started and stopped.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -131,6 +132,7 @@ def main() -> None:
     finally:
         if state is not None:
             farm_down(state)
+            shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -138,6 +139,8 @@ def main() -> None:
             two = measure(folder, inventory, "x86", args)
     finally:
         farm_down(state)
+        if args.keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
     for label, m in (("1 board ", one), ("2 boards", two)):
         print(f"{label}: {m['runs']} runs ok ({m['failed']} failed), matrix {m['matrix_s']:.1f}s "
               f"(command {m['command_s']:.1f}s incl. Ray start + plan); engine median "
