@@ -167,7 +167,8 @@ static void add_probabilities(float *importance, const float *s, int n, float sc
  * group's dot product is dot_q8_group's (8-lane sums in column order, lmc_reduce8, then the
  * tail, as dot_rows_f32_x takes them), combined over groups as fmaf(scale, dot, r) from 0; a
  * value row is added as fma(weight * scale, value, y), row by row in position order. Scratch:
- * ATTN_TILE_Q8_FLOATS (keys, values, a group's dots, a group's scaled weights). */
+ * ATTN_TILE_Q8_FLOATS, the widened rows (keys for the scores, values for the sums: never both
+ * at once), then a row of block floats per vector (a group's dots, or its scaled weights). */
 static void widen_rows(const int8_t *q, size_t count, float *out) {
     for (size_t i = 0; i < count; i++) out[i] = (float)q[i];
 }
@@ -182,7 +183,7 @@ static void tile_scores(const KVCache *kv, int layer, int kvh, int p0, int np, c
         dot_rows_f32_x(q, (size_t)D, nv, kv->k + r0 * (size_t)D, (size_t)D, np, D, out, row);
         return;
     }
-    float *keys = q8_scratch, *dots = q8_scratch + 2 * (size_t)bs * (size_t)D; /* dots[v * bs + p] */
+    float *keys = q8_scratch, *dots = q8_scratch + (size_t)bs * (size_t)D; /* dots[v * bs + p] */
     const float *scales = kv->ks + r0 * (size_t)G;
     widen_rows(kv->kq + r0 * (size_t)D, (size_t)np * (size_t)D, keys);
     for (int g = 0; g < G; g++) {
@@ -209,8 +210,7 @@ static void tile_values(const KVCache *kv, int layer, int kvh, int p0, float *co
     int most = 0;
     for (int u = 0; u < ny; u++)
         if (count[u] > most) most = count[u];
-    float *values = q8_scratch + (size_t)bs * (size_t)D;
-    float *scaled = q8_scratch + 2 * (size_t)bs * (size_t)D + (size_t)ny * (size_t)bs; /* [u * bs + p] */
+    float *values = q8_scratch, *scaled = q8_scratch + (size_t)bs * (size_t)D; /* scaled[u * bs + p] */
     const float *scales = kv->vs + r0 * (size_t)G;
     widen_rows(kv->vq + r0 * (size_t)D, (size_t)most * (size_t)D, values);
     float *yg[ATTN_TILE_QUERIES * ATTN_MAX_GROUP];

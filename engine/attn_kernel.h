@@ -47,7 +47,7 @@ void attn_blocks(const float *q, int n_q, const KVCache *kv, int layer, int kvh,
  * out likewise. Scratch (ATTN_TILE_QUERIES x n_q each): qbuf x head_dim, scores x block, m, l. */
 #define ATTN_TILE_QUERIES 64
 #define ATTN_TILE_Q8_FLOATS(block, head_dim, n_q) \
-    (2 * (size_t)(block) * (size_t)(head_dim) + 2 * (size_t)ATTN_TILE_QUERIES * (size_t)(n_q) * (size_t)(block))
+    ((size_t)(block) * (size_t)(head_dim) + (size_t)ATTN_TILE_QUERIES * (size_t)(n_q) * (size_t)(block))
 /* Sparse prefill (--prefill-attn sparse): the blocks the whole tile attends, shared by its
  * queries, each query still over the positions up to its own. blocks: n ascending block ids;
  * importance (may be NULL): each query's attention probabilities are added to importance[p]
