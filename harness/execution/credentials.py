@@ -1,8 +1,8 @@
 """SSH credentials travel with a board's runner: the driver reads the key and known_hosts of
 each device (``Credentials.of``), and the actor, on whatever node Ray placed it, writes them
-into a private folder there (``install``), which it removes when the scheduler closes it
-(``DeviceRunner.forget_credentials``: a runner killed without closing, by a lost node or a SIGKILLed
-coordinator, leaves its folder behind)."""
+into a private folder there (``install``), which it removes when the scheduler retires it
+(``DeviceRunner.forget_credentials``); a runner that dies with its node, or whose coordinator is
+SIGKILLed, leaves its folder behind."""
 
 from __future__ import annotations
 

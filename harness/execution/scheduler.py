@@ -60,7 +60,7 @@ from harness.execution.turns import BoardTurns
 from harness.plan.planner import Plan, PlannedRun
 
 ABORT_WAIT_S = 20.0  # how long a stopping coordinator waits for its boards' runs to be killed
-CLOSE_WAIT_S = 5.0  # how long it waits for its runners to remove their copies of credentials
+RETIRE_WAIT_S = 5.0  # how long it waits for its runners to remove their copies of credentials
 
 
 def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> Any:
@@ -72,12 +72,12 @@ def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> An
 
 
 def _retire(actors: list[Any]) -> None:
-    """Close the runners (each removes its node's copy of its board's credentials), then kill
-    them; one that is gone, or not placed, or does not answer in CLOSE_WAIT_S is killed as it
+    """Have the runners remove their nodes' copies of their boards' credentials, then kill
+    them; one that is gone, or not placed, or does not answer in RETIRE_WAIT_S is killed as it
     is."""
-    closing = [actor.forget_credentials.remote() for actor in actors]
-    if closing:
-        ray.wait(closing, num_returns=len(closing), timeout=CLOSE_WAIT_S)
+    forgetting = [actor.forget_credentials.remote() for actor in actors]
+    if forgetting:
+        ray.wait(forgetting, num_returns=len(forgetting), timeout=RETIRE_WAIT_S)
     for actor in actors:
         ray.kill(actor)
 
