@@ -1,6 +1,6 @@
 """What sharing boards costs per run: the store's lease round trips and the board's lock file.
 
-Per run the scheduler (harness.execution.turns) takes the board's lease, checks that no other
+Per run the scheduler (harness.execution.leases) takes the board's lease, checks that no other
 coordinator finished the run meanwhile, and releases the lease once the result is stored; the
 leases in flight and the job's heartbeat are renewed at most once a second, whatever the
 number of runs. On the board, the run's command is wrapped in ``flock -n`` on the workdir's

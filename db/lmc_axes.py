@@ -4,7 +4,7 @@ switches and the defaults of the axes.
 One list for the whole project. The harness checks specs against it and makes lmc's flags from
 it (harness.engines.lmc); the report labels a config by what differs from its defaults
 (reports.runs); ``lmc info`` prints the engine's own table (engine/select.c), and
-tests/test_engines.py holds the two together. It lives beside the store's records because the
+tests/plan/test_engines.py holds the two together. It lives beside the store's records because the
 runs' columns (policy, k, block, probes, kv, wq, prefill_attn) and the switches in their config
 are this vocabulary, and every package may read db.
 

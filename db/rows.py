@@ -46,7 +46,7 @@ def chunks(items: list[T]) -> Iterator[list[T]]:
 
 # A run's record and its rows are one definition: every column of ``runs`` and
 # ``measurements`` but the store's own (ids, the attempt number, the lease check) comes from the
-# RunResult field of the same name (tests/test_store.py holds them together).
+# RunResult field of the same name (tests/store/test_store.py holds them together).
 RUN_TIMESTAMPS = ("started_at", "finished_at")
 RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
 MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns

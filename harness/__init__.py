@@ -8,5 +8,5 @@ from pathlib import Path
 # (see harness.execution.cluster.build_on_ray).
 REPO_ROOT = Path(os.environ.get("BENCHFARM_REPO_ROOT") or Path(__file__).resolve().parent.parent)
 ENGINE_DIR = REPO_ROOT / "engine"
-# The model a claims experiment runs when it names none (harness.execution.audit).
+# The model a claims experiment runs when it names none (harness.verify.claims).
 DEFAULT_MODEL = REPO_ROOT / "models" / "needle-tiny"

@@ -1,7 +1,7 @@
 """The metrics a history, bisect or comparison can follow, and the default noise threshold.
 
 Plain names with no imports, so the command line can offer them in `--help` without loading
-numpy or pandas (tests/test_cli_startup.py).
+numpy or pandas (tests/project/test_cli_startup.py).
 """
 
 from __future__ import annotations

@@ -184,3 +184,27 @@ def prompt(tmp_path: Path) -> Path:
 def write_tokens(path: Path, ids: list[int]) -> Path:
     path.write_text(" ".join(map(str, ids)) + "\n")
     return path
+
+
+# ---- lmc's refusals, as the error tests (engine, hostile inputs) check them ------------------
+
+
+def assert_input_error(proc, expected: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"exit {proc.returncode}, stderr: {proc.stderr}"
+    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr}"
+    assert lines[0].startswith("lmc: error: ")
+    assert expected in lines[0], f"{expected!r} not in {lines[0]!r}"
+    assert proc.stdout == ""
+
+
+def generate(lmc_asan, model, prompt, *extra):
+    return run_lmc(lmc_asan, "generate", "--model", model, "--prompt", prompt, "--max-new", 2,
+                   *extra)
+
+
+def edit_config(model, edit) -> None:
+    path = model / "config.json"
+    cfg = json.loads(path.read_text())
+    edit(cfg)
+    path.write_text(json.dumps(cfg))

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,3 +187,17 @@ def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.Compl
         signal.signal(signal.SIGTERM, handler)
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(args, code, out, err)
+
+
+def wait_until(proc: subprocess.Popen, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 180
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the coordinator made no progress"
+        time.sleep(0.1)
+
+
+def wait_for_ok_runs(proc: subprocess.Popen, store: Store, experiment: str,
+                     wanted: int) -> None:
+    """Until ``wanted`` runs are ok."""
+    wait_until(proc, lambda: count_ok(store, experiment) >= wanted)

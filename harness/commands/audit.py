@@ -1,6 +1,6 @@
 """`benchfarm audit CLAIMS.toml`: do published claims reproduce on this farm?
 
-The claims file's experiments run what is missing (harness.execution.audit), then
+The claims file's experiments run what is missing (harness.verify.claims), then
 ``reports.audit`` judges each claim; ``--stored-only`` runs, builds and writes nothing and judges
 on what the store already holds.
 """
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
-    from harness.execution.audit import audit_claims
+    from harness.verify.claims import audit_claims
     from reports.audit import terminal_table
     from reports.audit.report import audit_json, write_audit
     from reports.outdir import output_dir

@@ -138,8 +138,8 @@ def _given_binaries(values: list[str]) -> dict[str, Path]:
 
 def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json: bool,
            notify: list[str] | None) -> int:
-    from harness.execution.health import EngineBinaries, check_and_store
     from harness.execution.notify import targets_from
+    from harness.lab.health import EngineBinaries, check_and_store
 
     binaries = EngineBinaries(given)
     reports = []

@@ -4,7 +4,7 @@ cache space.
 Removes artifacts older than D (default 7d) that nothing references from the board caches
 (every board of the inventory, or NAME...) and from this machine's node cache
 ($BENCHFARM_NODE_CACHE), or with --ray-address from every live node's of that cluster; never
-what a queued or running job may need (harness.execution.housekeeping). Neither flag: both.
+what a queued or running job may need (harness.lab.housekeeping). Neither flag: both.
 Reports the bytes freed (with --dry-run: that would be), per board and per node. A board that
 cannot be reached or a node whose task fails is named with its error and the others are still
 cleaned; the exit code is then 1.
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
-    from harness.execution.housekeeping import collect
+    from harness.lab.housekeeping import collect
 
     inventory = load_inventory(args.inventory)
     both = not (args.boards or args.nodes)

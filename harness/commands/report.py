@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
-    from harness.execution.audit import audit_claims
     from harness.history.revisions import commit_order
+    from harness.verify.claims import audit_claims
     from reports.audit import audit_section, write_audit
     from reports.outdir import default_report_dir
     from reports.render import render_report

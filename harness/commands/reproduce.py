@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 when the run came out identical (or has no output to compare), 1 otherwise."""
     from db.store import Store
     from devices.inventory import load_inventory
-    from harness.execution.reproduce import reproduce
+    from harness.verify.reproduce import reproduce
 
     with Store.open(args.db) as store:
         result = reproduce(store, args.run, load_inventory(args.inventory), args.timeout)

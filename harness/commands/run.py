@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
     from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
+    from harness.execution.leases import lease_ttl
     from harness.execution.notify import targets_from
-    from harness.execution.sharing import lease_ttl
     from harness.spec import load_spec
 
     spec = load_spec(args.spec)

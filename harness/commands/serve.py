@@ -55,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from devices.inventory import load_inventory
     from harness.execution.cluster import ray_session
     from harness.execution.coordinator import Coordinator, inventory_resources
-    from harness.execution.health import HealthSchedule
+    from harness.execution.leases import lease_ttl
     from harness.execution.notify import targets_from
-    from harness.execution.serving import Service
-    from harness.execution.sharing import lease_ttl
+    from harness.lab.health import HealthSchedule
+    from harness.lab.serving import Service
 
     who = Coordinator(ttl_s=lease_ttl(args.lease_ttl))
     inventory = load_inventory(args.inventory)

@@ -22,10 +22,10 @@ from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate, blocked_boards
+from harness.execution.leases import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
 from harness.execution.notify import Targets, notify, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
-from harness.execution.sharing import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec

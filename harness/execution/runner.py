@@ -28,7 +28,8 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ from harness.contract import (
 )
 from harness.engines import get_engine
 from harness.execution.artifacts import ArtifactError, ArtifactMismatch, NodeCache
+from harness.execution.cluster import NAMESPACE
 from harness.execution.credentials import Credentials
+from harness.plan.planner import PlannedRun
 
 ABORT_TIMEOUT_S = 15.0  # the kill script: TERM, 2 s, KILL, 2 s, and the round trip
 
@@ -275,3 +278,54 @@ class DeviceRunner:
             except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
                 pass
             self.transport = self.pushes = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver's side: a board as the scheduler holds it, its runner started and retired
+# ---------------------------------------------------------------------------------------------
+
+# how long a stopping scheduler waits for its runners to remove their copies of credentials
+RETIRE_WAIT_S = 5.0
+
+
+def start_runner(device: Device, server: Any, name: str, holder: LockHolder) -> Any:
+    """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
+    the board's custom resources."""
+    options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
+    return DeviceRunner.options(name=name, namespace=NAMESPACE, **options).remote(
+        device, Credentials.of(device), server, holder)
+
+
+def retire(actors: list[Any]) -> None:
+    """Have the runners remove their nodes' copies of their boards' credentials, then kill
+    them; one that is gone, or not placed, or does not answer in RETIRE_WAIT_S is killed as it
+    is."""
+    forgetting = [actor.forget_credentials.remote() for actor in actors]
+    if forgetting:
+        ray.wait(forgetting, num_returns=len(forgetting), timeout=RETIRE_WAIT_S)
+    for actor in actors:
+        ray.kill(actor)
+
+
+@dataclass
+class Dispatch:
+    ref: Any
+    run: PlannedRun
+    warmup: bool
+    aborted: bool = False  # its lease was lost and the run killed on the board
+
+
+@dataclass
+class Board:
+    device: Device
+    actor: Any
+    serves: list[str]  # placement keys, pinned first
+    busy: Dispatch | None = None
+    not_before: float = 0.0
+    losses: int = 0  # consecutive
+    dead: bool = False
+    last_error: str = ""
+    generation: int = 0  # runners started for the board (each has a name of its own)
+    starting: Any = None  # a new runner's readiness, until it is placed
+    starting_since: float = 0.0
+    warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done

@@ -7,25 +7,15 @@ one run at a time (boards are exclusive). Runs wait in one queue per placement: 
 next run to a free board, waits for any result with ``ray.wait`` and stores it at once, in one
 transaction per run.
 
-Faults: a board that is lost (connection refused, dropped, transfer failed) gets its run back in
-the queue, with exponential backoff, up to ``retries`` more tries; a pooled run goes to another
-board of its class meanwhile. A board lost more than ``retries`` times in a row is given up, and
-runs that no remaining board can serve are stored as pending for a later `benchfarm run`.
-Ctrl-C (and SIGTERM) stores the in-flight runs as interrupted before the actors go;
-`benchfarm cancel` stores them as cancelled; either way each board's runner first kills the
-run's session on the board (``DeviceRunner.abort``), and so does a lease lost in flight.
-
-A runner actor that dies (its node was lost, or it crashed) takes nothing else down: its run in
-flight is stored ``lost`` and queued again, and a new runner (a new name: the old one's may
-still be registered) is started for the board. Until it is placed the board is skipped; once
-no live node of the cluster can place it, the board is given up: the rest finishes, the board's
-lost run stays ``lost`` and its other runs are stored pending, for a later `benchfarm run`.
+What goes wrong (boards lost or locked, runners that die, leases lost in flight, the
+coordinator stopped) is handled apart, in harness.execution.faults, which the scheduler mixes
+in.
 
 Every attempt is a measurement of its own in the store, recorded as ``running`` when it is
 dispatched (under the board's lease) and completed with its result; a result that comes after
 its lease expired is kept but not counted (another coordinator may have had the board).
 
-Sharing boards with other coordinators (harness.execution.turns): a board's lease is taken in
+Sharing boards with other coordinators (harness.execution.leases): a board's lease is taken in
 the store before each dispatch, renewed while the run is in flight and released once its result
 is stored; a board leased by another coordinator, or whose lock file another coordinator's
 command holds (status ``busy`` from the runner), is tried again a moment later. What the
@@ -37,76 +27,27 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import ray
 
 from db.records import RunResult
 from db.store import Store
 from devices.boardlock import LockHolder
-from devices.inventory import Device
 from harness.contract import RunReport, WorkOrder
 from harness.execution.artifacts import start_server
-from harness.execution.cluster import NAMESPACE, PLACEMENT_TIMEOUT_S, placeable, wait_placed
-from harness.execution.credentials import Credentials
+from harness.execution.cluster import PLACEMENT_TIMEOUT_S, wait_placed
+from harness.execution.faults import FaultHandling
 from harness.execution.gate import BoardGate
+from harness.execution.leases import LEASE_POLL_S, BoardTurns, Cancelled, Sharing
 from harness.execution.progress import Progress
 from harness.execution.results import base_result, to_run_result
-from harness.execution.runner import DeviceRunner
-from harness.execution.sharing import LEASE_POLL_S, Cancelled, Sharing
-from harness.execution.turns import BoardTurns
+from harness.execution.runner import Board, Dispatch, retire, start_runner
 from harness.plan.planner import Plan, PlannedRun
 
-ABORT_WAIT_S = 20.0  # how long a stopping coordinator waits for its boards' runs to be killed
-RETIRE_WAIT_S = 5.0  # how long it waits for its runners to remove their copies of credentials
 
-
-def _actor_for(device: Device, server: Any, name: str, holder: LockHolder) -> Any:
-    """The board's actor, named in the ``benchfarm`` namespace, placed on a node that declares
-    the board's custom resources."""
-    options: dict[str, Any] = {"resources": dict(device.resources)} if device.resources else {}
-    return DeviceRunner.options(name=name, namespace=NAMESPACE, **options).remote(
-        device, Credentials.of(device), server, holder)
-
-
-def _retire(actors: list[Any]) -> None:
-    """Have the runners remove their nodes' copies of their boards' credentials, then kill
-    them; one that is gone, or not placed, or does not answer in RETIRE_WAIT_S is killed as it
-    is."""
-    forgetting = [actor.forget_credentials.remote() for actor in actors]
-    if forgetting:
-        ray.wait(forgetting, num_returns=len(forgetting), timeout=RETIRE_WAIT_S)
-    for actor in actors:
-        ray.kill(actor)
-
-
-@dataclass
-class Dispatch:
-    ref: Any
-    run: PlannedRun
-    warmup: bool
-    aborted: bool = False  # its lease was lost and the run killed on the board
-
-
-@dataclass
-class Board:
-    device: Device
-    actor: Any
-    serves: list[str]  # placement keys, pinned first
-    busy: Dispatch | None = None
-    not_before: float = 0.0
-    losses: int = 0  # consecutive
-    dead: bool = False
-    last_error: str = ""
-    generation: int = 0  # runners started for the board (each has a name of its own)
-    starting: Any = None  # a new runner's readiness, until it is placed
-    starting_since: float = 0.0
-    warmed: Counter[str] = field(default_factory=Counter)  # warm-up group -> warm-ups done
-
-
-class Scheduler:
+class Scheduler(FaultHandling):
     def __init__(self, plan: Plan, store: Store, progress: Progress, sharing: Sharing,
                  gate: BoardGate) -> None:
         self.plan = plan
@@ -132,7 +73,7 @@ class Scheduler:
             for name in placement.devices:
                 if name not in self.boards:
                     device = plan.boards[name]
-                    actor = _actor_for(device, self.server, f"board:{name}:{self.label}",
+                    actor = start_runner(device, self.server, f"board:{name}:{self.label}",
                                        self.holder)
                     self.boards[name] = Board(device, actor, [])
                 serves = self.boards[name].serves
@@ -180,7 +121,7 @@ class Scheduler:
             self._stop_in_flight("cancelled", "cancelled by `benchfarm cancel` while in flight")
             raise
         finally:
-            _retire([board.actor for board in self.boards.values() if not board.dead])
+            retire([board.actor for board in self.boards.values() if not board.dead])
             self.turns.done()
             ray.kill(self.server)
         return self.counts
@@ -291,129 +232,6 @@ class Scheduler:
         run.measurement_id = None
         return saved.lease_expired
 
-    def _lost(self, board: Board, dispatch: Dispatch, error: str) -> None:
-        name = board.device.name
-        board.losses += 1
-        board.last_error = error
-        self.gate.lost(name, error)
-        backoff = self.spec.backoff_s * 2 ** (board.losses - 1)
-        board.not_before = time.monotonic() + backoff
-        retries = self.spec.retries
-        run = dispatch.run
-        if not dispatch.warmup:
-            run.lost_on.add(name)
-            if run.attempts > retries:
-                self._placeholder([run], "pending", name,
-                                  f"gave up after {run.attempts} tries: {error}")
-            else:
-                self._save(run, base_result(run, self.plan.device_ids[name], "lost", error),
-                           self.turns.lease_of(name))
-                # A pinned run waits for its board; a pooled one may go to another board now.
-                run.not_before = 0.0 if run.placement.by_class else board.not_before
-                self.queues[run.placement.key].appendleft(run)
-        if board.losses > retries:
-            board.dead = True
-            _retire([board.actor])
-            self.progress.note(f"device {name!r} given up after {board.losses} failed tries: "
-                               f"{error}")
-        else:
-            self.progress.note(f"device {name!r} lost ({error}); retry {board.losses} of "
-                               f"{retries} in {backoff:g}s")
-
-    def _give_up_unservable(self) -> None:
-        """Runs whose placement has no live board left become pending (those lost with their
-        runner stay lost)."""
-        for key, queue in self.queues.items():
-            if not queue:
-                continue
-            servers = [b for b in self.boards.values() if key in b.serves]
-            if any(not b.dead and (b.busy or not self._held_back_now(b)) for b in servers):
-                continue
-            errors = "; ".join(sorted({self._held_back.get(b.device.name) or b.last_error
-                                       for b in servers}))
-            device = servers[0].device.name
-            lost = [r for r in queue if r.key in self.lost_keys]
-            self._placeholder(lost, "lost", device, f"{errors}; no board of {key} left to "
-                                                    "retry it")
-            self._placeholder([r for r in queue if r.key not in self.lost_keys], "pending",
-                              device, f"no board of {key} left to run it ({errors})")
-            queue.clear()
-
-    def _stop_in_flight(self, status: str, error: str) -> None:
-        """Kill the runs in flight on their boards, and store them with ``status``."""
-        in_flight = [b for b in self.boards.values() if b.busy]
-        aborts = [b.actor.abort.remote(b.busy.run.key) for b in in_flight]
-        for board in in_flight:
-            if not board.busy.warmup:
-                self._placeholder([board.busy.run], status, board.device.name, error,
-                                  self.turns.lease_of(board.device.name))
-        ray.wait(aborts, num_returns=len(aborts), timeout=ABORT_WAIT_S)
-
-    def _abort_lost_leases(self, boards: set[str]) -> None:
-        """A lease lost in flight: the run is killed on the board (another coordinator may
-        have it now); its result is not stored and the run waits for the board again."""
-        for name in boards:
-            board = self.boards[name]
-            if board.busy and not board.busy.aborted:
-                board.busy.aborted = True
-                board.actor.abort.remote(board.busy.run.key)
-
-    def _placeholder(self, runs: list[PlannedRun], status: str, device: str,
-                     error: str, lease: str | None = None, count: bool = True) -> None:
-        """Record runs that did not finish: their open attempt completed with ``status``, else
-        an attempt of that status added (earlier measurements stay as they are). ``count``:
-        whether the run ends here (a lost run queued again does not)."""
-        for run in runs:
-            self._save(run, base_result(run, self.plan.device_ids[device], status, error), lease)
-            if count:
-                self.counts[status] += 1
-                self.progress.record(device, status, run.order.label)
-
-    # -- runners that die ---------------------------------------------------------------------
-
-    def _runner_lost(self, board: Board, dispatch: Dispatch, exc: Exception) -> None:
-        """The board's runner died with a run in flight: the run is stored lost and queued
-        again, and a new runner is started (placed when a node can host it)."""
-        name = board.device.name
-        error = f"device {name!r}: its runner was lost (its node died?): {type(exc).__name__}"
-        board.last_error = error
-        run = dispatch.run
-        if not dispatch.warmup:
-            self._placeholder([run], "lost", name, error, self.turns.lease_of(name), count=False)
-            self.lost_keys.add(run.key)
-            run.lost_on.add(name)
-            self.queues[run.placement.key].appendleft(run)
-        ray.kill(board.actor)
-        board.generation += 1
-        board.actor = _actor_for(board.device, self.server,
-                                 f"board:{name}:{self.label}:{board.generation}", self.holder)
-        board.starting, board.starting_since = board.actor.__ray_ready__.remote(), \
-            time.monotonic()
-        self.progress.note(f"{error}; waiting for a node that can run it")
-
-    def _check_starting(self) -> None:
-        """Boards whose new runner was placed are used again; those that no live node can
-        place (or that were not placed in time) are given up."""
-        for board in self.boards.values():
-            if board.starting is None:
-                continue
-            ready, _ = ray.wait([board.starting], timeout=0)
-            try:
-                if ready:
-                    ray.get(ready[0])
-                    board.starting = None
-                    continue
-            except ray.exceptions.RayError as exc:
-                board.last_error = f"{board.last_error}; a new runner failed: {exc}"
-            else:
-                waited = time.monotonic() - board.starting_since
-                if placeable(board.device) and waited < PLACEMENT_TIMEOUT_S:
-                    continue
-            board.starting, board.dead = None, True
-            ray.kill(board.actor)
-            self.progress.note(f"device {board.device.name!r} given up: no live node of the "
-                               "cluster can run it now; run again once its node is back")
-
     # -- the queues ---------------------------------------------------------------------------
 
     def _next_for(self, board: Board, now: float) -> PlannedRun | None:
@@ -446,10 +264,3 @@ class Scheduler:
             run = self._next_for(board, now)
         return run
 
-    def _busy(self, board: Board, dispatch: Dispatch, error: str) -> None:
-        """The board's lock file was taken: nothing ran; the run waits for the board."""
-        board.not_before = time.monotonic() + LEASE_POLL_S
-        if not dispatch.warmup:
-            dispatch.run.attempts -= 1
-            self.queues[dispatch.run.placement.key].appendleft(dispatch.run)
-        self.turns.note_locked(board.device.name, error)

@@ -34,8 +34,8 @@ from db.models import Device, Experiment, ExperimentRun, Measurement, Run
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.execution.audit import audit_claims
 from harness.history.revisions import commit_order
+from harness.verify.claims import audit_claims
 from reports.audit import Verdict
 from reports.history import HistoryStep, revision_histories
 from reports.render import build_sections, sections_html

@@ -58,7 +58,7 @@ from reports.errors import ReportInputError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # computed without runs: numpy arithmetic here (reports.audit.checks_softmax), or the engine
-# run directly by the harness (harness.execution.audit_engine); ``measure.params`` sets them
+# run directly by the harness (harness.verify.engine_checks); ``measure.params`` sets them
 ARITHMETIC_METRICS = ("exp_overflow", "dot_growth", "softmax_overflow", "quotient")
 ENGINE_METRICS = ("reference_error", "causal_prefix")
 COMPUTED_METRICS = ARITHMETIC_METRICS + ENGINE_METRICS

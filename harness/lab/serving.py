@@ -1,0 +1,119 @@
+"""One `benchfarm serve` service: which queued job it takes next, and running it to its end.
+
+A queued job waits while none of the boards of one of its placements may take its owner's
+work (a board not ``online``, or reserved for someone else: harness.execution.gate); the
+job's message says why, for `benchfarm queue`, and the service takes the next job. A job whose
+boards stop taking work while it runs (maintenance: the run in flight finishes) goes back to
+the queue with the reason, and resumes, skipping what is done, once they take work again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from db.jobs import JobInfo
+from db.store import Store
+from devices.inventory import Device, Inventory
+from harness.execution.coordinator import Coordinator, RunRequest, announce_job, run_experiment
+from harness.execution.gate import blocked_boards
+from harness.execution.notify import Targets, targets_from
+from harness.lab.health import HealthSchedule
+from harness.plan.matrix import Placement, resolve_placements
+from harness.spec import parse_spec
+
+
+def job_placements(job: JobInfo, inventory: Inventory) -> list[Placement] | None:
+    """The job's placements (None when its spec or devices no longer resolve: running it
+    reports why)."""
+    try:
+        spec = parse_spec(job.spec_text, Path(job.spec_path))
+        return resolve_placements(spec, list(inventory.devices.values()), job.devices)
+    except Exception as exc:  # noqa: BLE001 - the job's run reports it
+        if getattr(type(exc), "exit_code", None) is None:
+            raise
+        return None
+
+
+def job_boards(job: JobInfo, inventory: Inventory) -> set[str] | None:
+    """The boards the job may run on (None: unknown, see job_placements)."""
+    placements = job_placements(job, inventory)
+    return None if placements is None else {n for p in placements for n in p.devices}
+
+
+@dataclass
+class Service:
+    store: Store
+    inventory: Inventory
+    who: Coordinator
+    targets: Targets  # `serve --notify`, besides each job's own
+    health: HealthSchedule | None  # None: no scheduled health checks
+    bad_after: int | None = None
+    _placements: dict[int, list[Placement] | None] = field(default_factory=dict)
+
+    def placements(self, job: JobInfo) -> list[Placement] | None:
+        if job.id not in self._placements:
+            self._placements[job.id] = job_placements(job, self.inventory)
+        return self._placements[job.id]
+
+    def why_waiting(self, job: JobInfo) -> str | None:
+        """Why the job cannot start now: a placement none of whose boards takes its work."""
+        for placement in self.placements(job) or []:
+            blocked = blocked_boards(self.store, placement.devices, job.owner)
+            if len(blocked) == len(placement.devices):
+                return "; ".join(blocked.values())
+        return None
+
+    def waiting(self) -> set[int]:
+        """The queued jobs that cannot start now (their message says why)."""
+        waiting = set()
+        for job in self.store.jobs.list(("queued",)):
+            why = self.why_waiting(job)
+            if why:
+                self.store.jobs.note(job.id, f"waiting: {why}")
+                waiting.add(job.id)
+        return waiting
+
+    def boards_of(self, job: JobInfo) -> list[Device]:
+        names = sorted({n for p in self.placements(job) or [] for n in p.devices})
+        return [self.inventory.devices[name] for name in names]
+
+    def serve(self, job: JobInfo) -> str:
+        """Run one claimed job to its end; returns the line to print. Interrupts requeue it."""
+        store = self.store
+        if self.health is not None:
+            for report in self.health.before_job(self.boards_of(job)):
+                if not report.ok:
+                    bad = "; ".join(f"{i.name}: {i.detail}" for i in report.items if not i.ok)
+                    print(f"health check of {report.device} failed: {bad}", flush=True)
+        targets = targets_from(section=job.notify) + self.targets
+        spec_targets = Targets()  # the spec's [notify], once it parses
+        try:
+            spec = parse_spec(job.spec_text, Path(job.spec_path))
+            spec_targets = targets_from(section=spec.notify)
+            summary = run_experiment(RunRequest(spec, self.inventory, job.devices, job.force,
+                                                coordinator=self.who, job_id=job.id,
+                                                notify=targets, bad_after=self.bad_after),
+                                     store)
+        except KeyboardInterrupt:
+            store.jobs.requeue(job.id, "requeued: its coordinator was stopped (Ctrl-C/SIGTERM)")
+            raise
+        except Exception as exc:  # noqa: BLE001 - a job's error ends the job, not the service
+            if getattr(type(exc), "exit_code", None) is None:
+                raise
+            store.jobs.finish(job.id, "failed", str(exc))
+            announce_job(store, job.id, targets + spec_targets)
+            return f"job {job.id} ({job.experiment}) failed: {exc}"
+        why = None if summary.complete or summary.cancelled else self._blocked_now(job)
+        if why:
+            store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})")
+            return f"job {job.id} waits for its boards: {why}"
+        state = "cancelled" if summary.cancelled else "done" if summary.succeeded else "failed"
+        store.jobs.finish(job.id, state, summary.line())
+        announce_job(store, job.id, targets + spec_targets)
+        return f"job {job.id} {state}: {summary.line()}"
+
+    def _blocked_now(self, job: JobInfo) -> str | None:
+        blocked = blocked_boards(self.store, [d.name for d in self.boards_of(job)], job.owner)
+        return "; ".join(blocked.values()) or None
+

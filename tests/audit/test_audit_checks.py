@@ -1,0 +1,73 @@
+"""The audit's checks that need no store: seed 002's claims (lmc run directly against numpy,
+and float32 arithmetic), the selection-trace and repetition rules, and lmc --exact-first-layer
+(the one layer-0 treatment the seed-004 claims compare policies under)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fixtures_engine import lmc_json, write_tokens
+
+from harness.verify.engine_checks import EngineChecks
+from reports.audit import NOT_REPRODUCED, REPRODUCED, Environment, load_claims, run_audit
+from reports.audit.checks_identity import repeats, shared_blocks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_seed_002_claims_against_an_independent_reference(needle_model: Path) -> None:
+    claims = load_claims(REPO / "claims" / "seed_002_attention_reference.toml")
+    verdicts = {v.claim.id: v for v in run_audit(claims, None, Environment(("needle-tiny",)),
+                                                 None, EngineChecks(needle_model).checks())}
+    assert all(v.kind == "verified" for v in verdicts.values())
+    # lmc's kernel against its plain reference, both float32: the article's 1e-7 ruler holds
+    assert verdicts["002-kernel-matches-plain-reference"].verdict == REPRODUCED
+    # against float64 numpy both are within float32 rounding (about 1e-7 at 4096 positions);
+    # the plain reference, whose sums are pairwise, well within the ruler
+    for name in ("002-kernel-matches-reference", "002-plain-reference-matches"):
+        assert 0 < verdicts[name].measured < 1e-6 and verdicts[name].verdict == REPRODUCED
+    # lmc applies the 1/sqrt(d) scale: far from the formula without it
+    assert verdicts["002-scale-is-part-of-the-formula"].measured > 0.1
+    causal = verdicts["002-causal"]
+    assert causal.verdict == REPRODUCED and causal.measured == 0.0
+    assert "needle-tiny" in causal.evidence.model and "lmc " in causal.evidence.revision
+    # length alone does not overflow unscaled float32 scores of unit variance; large values do,
+    # and max-subtraction or the scale keeps them finite
+    assert verdicts["002-no-scale-long-context-nan"].verdict == NOT_REPRODUCED
+    for name in ("002-no-scale-large-values-nan", "002-max-subtraction-keeps-finite",
+                 "002-scale-keeps-finite", "002-fp32-exp-89-is-inf", "002-dot-grows-as-sqrt-d"):
+        assert verdicts[name].verdict == REPRODUCED, verdicts[name].reason
+
+
+def test_without_the_engine_the_engine_checks_are_not_comparable() -> None:
+    claims = load_claims(REPO / "claims" / "seed_002_attention_reference.toml")
+    verdict = next(v for v in run_audit(claims, None, Environment(("needle-tiny",)))
+                   if v.claim.id == "002-causal")
+    assert verdict.verdict == "not comparable" and "runs the engine itself" in verdict.reason
+
+
+def test_trace_and_repetition_rules() -> None:
+    trace = "# header\n9 0 0 2 3 5\n9 0 1 2 3 6\n10 0 0 2 3 7\n9 1 0 1 4\n10 1 0 1 4\n"
+    assert shared_blocks(trace) == (1, 2)  # layer 0 shares block 3, layer 1 block 4
+    assert repeats([7, 5, 5, 5]) and repeats([1, 2, 9, 8, 9, 8, 9, 8])
+    assert not repeats([1, 2, 3, 1, 2, 4, 1, 2]) and not repeats([])
+
+
+def test_exact_first_layer_gives_every_policy_the_same_layer_0(lmc: Path, needle_model: Path,
+                                                               tmp_path: Path) -> None:
+    ids = write_tokens(tmp_path / "ids.txt", [(i * 37) % 1100 + 5 for i in range(300)])
+    trace = tmp_path / "trace.txt"
+    doc = lmc_json(lmc, "generate", "--model", needle_model, "--prompt", ids, "--max-new", "3",
+                   "--attn", "h2o-prev", "--k", "2", "--exact-first-layer",
+                   "--trace-selection", trace)
+    assert doc["config"]["exact_first_layer"] is True
+    blocks = {int(f[1]): int(f[3]) for f in (line.split() for line in
+                                             trace.read_text().splitlines()[1:])}
+    assert blocks == {0: 10, 1: 2}  # layer 0 every block of 300+ positions, layer 1 k = 2
+    ranked = lmc_json(lmc, "ppl", "--model", needle_model, "--text", ids, "--attn", "window",
+                      "--measure-keys", "8", "--exact-first-layer")["key_ranking"]
+    assert [layer["queries"] for layer in ranked["layers"]][0] == 0  # layer 0 is not ranked
+    assert ranked["layers"][1]["queries"] > 0
+    plain = lmc_json(lmc, "ppl", "--model", needle_model, "--text", ids, "--attn", "window",
+                     "--measure-keys", "8")["key_ranking"]
+    assert plain["layers"][0]["queries"] > 0
