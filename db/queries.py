@@ -33,7 +33,7 @@ from db.models import (
     TokenTimingRow,
     Workload,
 )
-from db.records import RUN_STATUSES, TokenTiming
+from db.records import AXIS_COLUMNS, RUN_STATUSES, TokenTiming
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,22 +149,23 @@ class RunDuration:
     """How long one stored ok run took (for estimates of runs not done yet)."""
 
     device: str
+    engine: str
     command: str
-    policy: str | None
-    k: int | None
+    columns: dict[str, Any]  # the run's axis columns (AXIS_COLUMNS)
     workload: dict[str, Any]  # the workload parameters the run was planned with
     wall_ms: float
 
 
 def run_durations(session: Session) -> list[RunDuration]:
-    query = (select(Device.name, Run.command, Run.policy, Run.k, Run.config,
-                    Measurement.wall_ms)
+    axes = [getattr(Run, name) for name in AXIS_COLUMNS]
+    query = (select(Device.name, Run.engine, Run.command, Run.config, Measurement.wall_ms,
+                    *axes)
              .join(Measurement, Measurement.run_id == Run.id)
              .join(Device, Measurement.device_id == Device.id)
              .where(counted_ok(), Measurement.wall_ms.is_not(None)))
-    return [RunDuration(device, command, policy, k, dict((config or {}).get("workload") or {}),
-                        wall_ms)
-            for device, command, policy, k, config, wall_ms in session.execute(query)]
+    return [RunDuration(device, engine, command, dict(zip(AXIS_COLUMNS, values, strict=True)),
+                        dict((config or {}).get("workload") or {}), wall_ms)
+            for device, engine, command, config, wall_ms, *values in session.execute(query)]
 
 
 def list_runs(session: Session, experiment: str | None, status: str | None) -> list[RunListing]:

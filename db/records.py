@@ -21,6 +21,10 @@ from typing import Any
 # measurement made under a live lease, else its latest measurement's.
 RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled", "running", "lost")
 SNAPSHOT_PHASES = ("before", "after")
+# The runs' axis columns (indexed, so that reports group by them): named for lmc's axes, which
+# came first; each engine's adapter declares which of its config keys it stores in them
+# (``axis_columns``), and leaves the others empty.
+AXIS_COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn")
 
 
 @dataclass

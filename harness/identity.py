@@ -8,17 +8,24 @@ same name in run keys, in the store, and in the nodes' and boards' caches.
 
 ``Catalogue`` lists the artifacts of a plan by those names, with where the driver has them; the
 driver serves them from it (``harness.execution.artifacts``).
+
+A spec's ``revisions`` name git revisions of this repository (or ``worktree``, the working
+tree): an engine built from a folder of it (its adapter's ``source_paths``) is named by the
+commit, with ``+dirty`` when that folder has local changes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devices.cache import tree_manifest, tree_sha256
+from harness import REPO_ROOT
 from harness.errors import InputError
 
 Entry = tuple[str, str, int]  # a tree's file: (relative path, sha256, size)
@@ -103,3 +110,29 @@ class Catalogue:
     def merge(self, other: Catalogue) -> None:
         self.blobs.update(other.blobs)
         self.trees.update(other.trees)
+
+
+# ---------------------------------------------------------------------------------------------
+# Revisions of this repository
+# ---------------------------------------------------------------------------------------------
+
+WORKTREE = "worktree"  # a spec's name of the revision that is the working tree
+DIRTY = "+dirty"  # after a commit: the working tree, with local changes to the sources
+
+
+def git_output(*args: str, cwd: Path = REPO_ROOT) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def worktree_revision(paths: Sequence[str]) -> str:
+    """The commit of the working tree, with ``+dirty`` when ``paths`` have local changes."""
+    try:
+        commit = git_output("rev-parse", "HEAD")
+    except InputError:
+        return "unknown"
+    status = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout
+    return commit + (DIRTY if status.strip() else "")

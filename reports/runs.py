@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
-from db.lmc_axes import DEFAULTS, NAME, SWITCHES
+from db.lmc_axes import DEFAULTS, NAME, SWITCHES, shows_k
 from db.measurements import CURRENT, Selection
 from db.models import Experiment
 from devices.flags import run_flags
@@ -85,8 +85,8 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
     parts = [str(engine) if isinstance(engine, str) and engine != NAME else str(policy)]
     k = int_or_none(get("k"))
     config = stored_json(get("config"))
-    evicting = isinstance(config, dict) and config.get("kv_budget") is not None
-    if policy != "exact" and k is not None and not evicting:  # eviction does not use k
+    kv_budget = config.get("kv_budget") if isinstance(config, dict) else None
+    if shows_k(policy, k, kv_budget):
         parts.append(f"k={k}")
     for name, default in LABEL_DEFAULTS.items():
         value = get(name)

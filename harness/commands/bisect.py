@@ -26,12 +26,12 @@ def run(args: argparse.Namespace) -> int:
     from db.store import Store
     from devices.inventory import load_inventory
     from harness.history.bisect import bisect, bisect_range
-    from harness.history.measure import Measurer
+    from harness.history.measure import Measurer, history_paths
     from harness.spec import load_spec
 
     spec = load_spec(args.spec)
     inventory = load_inventory(args.inventory)
-    span = bisect_range(args.good, args.bad)  # before anything is built
+    span = bisect_range(args.good, args.bad, history_paths(spec))  # before anything is built
     with Store.open(args.db) as store, \
             Measurer(spec, inventory, store, args.device or spec.devices[0],
                      args.ray_address) as measurer:

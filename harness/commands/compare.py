@@ -34,12 +34,14 @@ def revision_names(*texts: str) -> dict[str, str]:
     """What each text names as an engine revision: ``worktree`` the working tree's engine
     sources (their hash), a git name the commit it resolves to."""
     from harness import ENGINE_DIR
-    from harness.engines.lmc.build import WORKTREE, source_hash
+    from harness.engines.lmc.build import SOURCE_PATHS, source_hash
     from harness.history.revisions import try_resolve
+    from harness.identity import WORKTREE
 
     named = {}
     for text in texts:
-        target = source_hash(ENGINE_DIR) if text == WORKTREE else try_resolve(text)
+        target = source_hash(ENGINE_DIR) if text == WORKTREE else try_resolve(text,
+                                                                              SOURCE_PATHS)
         if target:
             named[text] = target
     return named

@@ -20,6 +20,8 @@ from harness.errors import InputError
 
 # The order is the order of a matrix's cells (and the first one is a spec's default engine).
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (LmcEngine(), LlamaBenchEngine())}
+# The farm's own engine: a spec's when it names none, and the one a board's health check runs.
+DEFAULT_ENGINE = next(iter(ENGINES))
 
 
 def get_engine(name: str) -> Engine:
@@ -34,3 +36,9 @@ def engine_check(name: str, binary: Path | None, problem: str | None = None) -> 
     engine = get_engine(name)
     return EngineCheck(name=" ".join([name, *engine.health_argv("")[1:]]), binary=binary,
                        problem=problem, argv=engine.health_argv, verdict=engine.health_verdict)
+
+
+def source_paths(engines: list[str]) -> list[str]:
+    """The folders of this repository that ``engines`` are built from: a spec's revisions are
+    commits, and history follows those that change these folders."""
+    return list(dict.fromkeys(path for name in engines for path in get_engine(name).source_paths))

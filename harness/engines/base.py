@@ -136,11 +136,51 @@ class PlannedWork:
     stored: dict[str, Any] = field(default_factory=dict)  # added to the stored config
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """A stored ok run, as `benchfarm reproduce` hands it to its engine's adapter: the run row
+    (its config holds the flags it ran with), its outcome, and what the harness verified (the
+    identical binary, the model, the prompt ids)."""
+
+    row: dict[str, Any]
+    outcome: dict[str, Any] | None
+    binary: Path
+    binary_sha256: str
+    model_dir: str | None
+    ids: tuple[int, ...] | None
+
+
+@dataclass
+class Rerun:
+    """A stored run made into a work order again (``Engine.rerun``), and how its result is
+    compared with the original: the outputs (``same``: identical or not, and where they part),
+    and one timing (``timing``: its value in the new run's report)."""
+
+    order: WorkOrder
+    metric: str  # the timing compared
+    original: float | None  # its stored value
+    same: Callable[[dict[str, Any]], tuple[bool | None, str]]  # engine document -> (same, where)
+    timing: Callable[[dict[str, Any], float | None], float | None]  # (document, engine_ms)
+
+
 class Engine(Protocol):
     """One engine behind the harness."""
 
     name: str
     section: str  # the spec's table of its axes
+    # the folders of this repository its builds come from: a spec's revisions are commits of
+    # it, and history, bisect and track follow the commits that change them (() for an engine
+    # built from a source of its own)
+    source_paths: tuple[str, ...]
+    # which of its config keys are stored as the runs' axis columns (db.records.AXIS_COLUMNS),
+    # and of those, the ones a run's duration depends on (`run --dry-run`'s estimate)
+    axis_columns: tuple[str, ...]
+    timing_columns: tuple[str, ...]
+    reproducible: bool  # `benchfarm reproduce` can rerun its stored runs (``rerun``)
+
+    def default_revisions(self) -> list[str]:
+        """A spec's ``revisions`` when it names none (and this is its first engine)."""
+        ...
 
     def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> Any:
@@ -209,6 +249,16 @@ class Engine(Protocol):
 
     def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
         """What the run produced, for the store (the workload kind scores it afterwards)."""
+        ...
+
+    def rebuild(self, build: dict[str, Any]) -> BuildRecord:
+        """The stored build row's binary made again from its recorded revision, variant and
+        toolchain (`reproduce`, when the recorded file is gone)."""
+        ...
+
+    def rerun(self, stored: StoredRun, timeout_s: float) -> Rerun:
+        """The work order that runs a stored run again exactly, and how to compare the result;
+        InputError when the stored run lacks what that needs."""
         ...
 
     def health_argv(self, binary: str) -> list[str]:

@@ -1,14 +1,15 @@
 """`benchfarm bisect`: the first commit between a good and a bad revision where a metric got
 worse beyond noise, building and running only the revisions the search needs.
 
-The candidates are the commits after ``good`` up to ``bad`` that change ``engine/`` (the others
-build the same engine). ``good`` and ``bad`` are measured first (stored runs are reused); they
-must differ beyond noise. Then a binary search: a candidate is *bad* when its ratio to
-``good`` (geometric mean over the spec's configs of the medians' ratio) is worse than
-``good`` by more than the limit of ``reports.steps.differs_beyond_noise`` (``--threshold``,
-raised to three times the run-to-run noise). A candidate that does not build is named and
-skipped, as `git bisect skip` does: the search tests a neighbour instead; should only skipped
-candidates remain, the result names every commit the first bad one may be.
+The candidates are the commits after ``good`` up to ``bad`` that change the engine's sources
+(``engine/`` for lmc: the others build the same engine). ``good`` and ``bad`` are measured
+first (stored runs are reused); they must differ beyond noise. Then a binary search: a
+candidate is *bad* when its ratio to ``good`` (geometric mean over the spec's configs of the
+medians' ratio) is worse than ``good`` by more than the limit of
+``reports.steps.differs_beyond_noise`` (``--threshold``, raised to three times the run-to-run
+noise). A candidate that does not build is named and skipped, as `git bisect skip` does: the
+search tests a neighbour instead; should only skipped candidates remain, the result names every
+commit the first bad one may be.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from typing import Any
 
 from harness.errors import InputError, RunFailure
 from harness.history.measure import BuildFailed, Measurer
-from harness.history.revisions import engine_commits, engine_revision, is_ancestor, resolve
+from harness.history.revisions import (
+    engine_commits,
+    engine_revision,
+    folders,
+    is_ancestor,
+    resolve,
+)
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.steps import StepParams, differs_beyond_noise
 
@@ -91,22 +98,22 @@ def level(values: dict[str, list[float]]) -> float:
 class Range:
     good: str  # as the user named them
     bad: str
-    base: str  # good's engine: the last commit at or before good that changed engine/
-    candidates: list[str]  # the commits after good up to bad that change engine/, oldest first
+    base: str  # good's engine: the last commit at or before good that changed the sources
+    candidates: list[str]  # the commits after good up to bad that change them, oldest first
 
 
-def bisect_range(good: str, bad: str) -> Range:
+def bisect_range(good: str, bad: str, paths: list[str]) -> Range:
     """The commits to search, or InputError when good is not an ancestor of bad or no commit
-    between them changes the engine (checked before anything is built)."""
-    good_commit, bad_commit = resolve(good), resolve(bad)
+    between them changes the engine's sources ``paths`` (checked before anything is built)."""
+    good_commit, bad_commit = resolve(good, paths), resolve(bad, paths)
     if not is_ancestor(good_commit, bad_commit):
         raise InputError(f"--good {good} ({good_commit[:12]}) is not an ancestor of --bad {bad} "
                          f"({bad_commit[:12]})")
-    candidates = engine_commits(good_commit, bad_commit)
+    candidates = engine_commits(good_commit, bad_commit, paths)
     if not candidates:
-        raise InputError(f"no commit after --good {good} up to --bad {bad} changes engine/: "
-                         "they build the same engine")
-    return Range(good, bad, engine_revision(good_commit), candidates)
+        raise InputError(f"no commit after --good {good} up to --bad {bad} changes "
+                         f"{folders(paths)}: they build the same engine")
+    return Range(good, bad, engine_revision(good_commit, paths), candidates)
 
 
 def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,

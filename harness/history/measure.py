@@ -4,7 +4,9 @@
 Before anything runs, the revision's runs are named by their run keys from the build's
 identity (nothing built, as `run --dry-run` does); when all are stored as ok, nothing is built
 or run. Otherwise the revision is built first, so that one that does not build is reported as
-such (and can be skipped) instead of failing the whole matrix.
+such (and can be skipped) instead of failing the whole matrix. The revisions are commits of
+the folders the spec's engines are built from (``paths``); every engine is built and named
+through its adapter.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
-from harness.engines.lmc.build import build_engine
-from harness.errors import RunFailure
+from harness.engines import get_engine, source_paths
+from harness.errors import InputError, RunFailure
 from harness.execution.cluster import ray_session
 from harness.execution.coordinator import RunRequest, inventory_resources, run_experiment
-from harness.plan.matrix import Placement, resolve_placements
+from harness.plan.matrix import Placement, engines_of, resolve_placements
 from harness.plan.planner import identities, make_plan
 from harness.spec import Spec
 from reports.history import RevisionRun, revision_runs
@@ -28,6 +30,16 @@ from reports.history import RevisionRun, revision_runs
 
 class BuildFailed(RunFailure):
     """The revision's engine does not build."""
+
+
+def history_paths(spec: Spec) -> list[str]:
+    """The folders of this repository the spec's engines are built from (its revisions are
+    their commits); InputError when no engine of the spec is built from here."""
+    paths = source_paths(engines_of(spec))
+    if not paths:
+        raise InputError(f"{spec.path}: no engine of the spec is built from this repository, "
+                         "so its revisions have no history here")
+    return paths
 
 
 @dataclass
@@ -49,6 +61,10 @@ class Measurer:
         self.placement = resolve_placements(self.spec, list(self.inventory.devices.values()),
                                             [self.selector])[0]
 
+    @property
+    def paths(self) -> list[str]:
+        return history_paths(self.spec)
+
     def __enter__(self) -> Measurer:
         return self
 
@@ -65,10 +81,13 @@ class Measurer:
         return list(dict.fromkeys(r.cell.revision for r in plan.runs if r.key not in done))
 
     def build(self, revision: str) -> None:
-        """Build the revision for the placement's architecture (the coordinator's build then
-        finds it built); BuildFailed when it does not build."""
+        """Build the revision of every engine of the spec built from this repository, for the
+        placement's architecture (the coordinator's build then finds it built); BuildFailed
+        when one does not build."""
         try:
-            build_engine(target=self.placement.arch, rev=revision)
+            for name in engines_of(self.spec):
+                if get_engine(name).source_paths:
+                    get_engine(name).build(self.placement.arch, revision)
         except RunFailure as exc:
             first = str(exc).splitlines()[0].rstrip(":")
             raise BuildFailed(f"revision {revision} does not build: {first}") from exc

@@ -1,28 +1,33 @@
 """Engine revisions in git: names resolved to commits, commits in commit order, the commits
-between two that change ``engine/``.
+between two that change an engine's sources.
 
 A revision as the store names it is a commit (40 hex digits), or ``<commit>+dirty`` for a
-working tree whose engine had local changes (``harness.engines.lmc.build.worktree_revision``).
+working tree whose engine sources had local changes (``harness.identity.worktree_revision``).
+The sources are the folders of this repository a spec's engines are built from
+(``harness.engines.source_paths``: ``engine/`` for lmc); a commit that changes none of them
+builds the same engines as its parent.
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from harness import REPO_ROOT
-from harness.engines.lmc.build import WORKTREE, git_output, worktree_revision
 from harness.errors import InputError
-
-ENGINE_PATH = "engine"
-DIRTY = "+dirty"
+from harness.identity import DIRTY, WORKTREE, git_output, worktree_revision
 
 
-def resolve(name: str) -> str:
+def folders(paths: Sequence[str]) -> str:
+    """Source folders as messages name them: ``engine/``."""
+    return ", ".join(f"{path}/" for path in paths)
+
+
+def resolve(name: str, paths: Sequence[str]) -> str:
     """The commit a git revision name (branch, tag, sha or its prefix, HEAD~2) names; the
-    working tree's revision for ``worktree``."""
+    working tree's revision for ``worktree`` (dirty when ``paths`` have local changes)."""
     if name == WORKTREE:
-        return worktree_revision()
+        return worktree_revision(paths)
     try:
         return git_output("rev-parse", "--verify", "--quiet", f"{name}^{{commit}}")
     except InputError:
@@ -30,18 +35,18 @@ def resolve(name: str) -> str:
                          f"commit, HEAD~N, or {WORKTREE!r})") from None
 
 
-def try_resolve(name: str) -> str | None:
+def try_resolve(name: str, paths: Sequence[str]) -> str | None:
     """``resolve``, or None when ``name`` names no revision."""
     try:
-        return resolve(name)
+        return resolve(name, paths)
     except InputError:
         return None
 
 
-def engine_revision(commit: str) -> str:
-    """The last commit at or before ``commit`` that changed ``engine/``: the name of the engine
-    ``commit`` builds (commits that leave the engine alone build the same one)."""
-    last = git_output("rev-list", "-1", commit, "--", ENGINE_PATH)
+def engine_revision(commit: str, paths: Sequence[str]) -> str:
+    """The last commit at or before ``commit`` that changed ``paths``: the name of the engine
+    ``commit`` builds (commits that leave the sources alone build the same one)."""
+    last = git_output("rev-list", "-1", commit, "--", *paths)
     return last or commit
 
 
@@ -51,10 +56,9 @@ def is_ancestor(older: str, newer: str) -> bool:
     return done.returncode == 0
 
 
-def engine_commits(since: str, until: str) -> list[str]:
-    """The commits after ``since`` up to ``until`` that change ``engine/``, oldest first."""
-    out = git_output("rev-list", "--reverse", "--topo-order", f"{since}..{until}", "--",
-                     ENGINE_PATH)
+def engine_commits(since: str, until: str, paths: Sequence[str]) -> list[str]:
+    """The commits after ``since`` up to ``until`` that change ``paths``, oldest first."""
+    out = git_output("rev-list", "--reverse", "--topo-order", f"{since}..{until}", "--", *paths)
     return out.split()
 
 

@@ -1,8 +1,8 @@
-"""`benchfarm track`: run a spec on every new commit of ``engine/`` (what a nightly job calls)
-and report the regressions the history then shows.
+"""`benchfarm track`: run a spec on every new commit of its engine's sources (``engine/`` for
+lmc; what a nightly job calls) and report the regressions the history then shows.
 
-The revisions are ``--since`` (its engine: the last commit at or before it that changed
-``engine/``) and every later commit up to HEAD that changes ``engine/``. Those after the last
+The revisions are ``--since`` (its engine: the last commit at or before it that changed the
+sources) and every later commit up to HEAD that changes them. Those after the last
 one the experiment already holds are new: each is built (one that does not build is named and
 left out), then all are run in one matrix (the coordinator interleaves them, so drift on a
 board spreads over the revisions). The history of the metric is computed over every stored
@@ -19,7 +19,13 @@ from dataclasses import asdict, dataclass, field
 from harness.errors import InputError
 from harness.execution.notify import Targets, notify
 from harness.history.measure import BuildFailed, Measurer
-from harness.history.revisions import commit_order, engine_commits, engine_revision, resolve
+from harness.history.revisions import (
+    commit_order,
+    engine_commits,
+    engine_revision,
+    folders,
+    resolve,
+)
 from reports.history import History, HistoryStep, history
 from reports.steps import StepParams
 
@@ -43,17 +49,17 @@ class TrackResult:
     regressions: list[HistoryStep] = field(default_factory=list)
 
 
-def revisions_since(since: str) -> list[str]:
-    """``since``'s engine and every later commit up to HEAD that changes ``engine/``."""
-    base = resolve(since)
-    return [engine_revision(base), *engine_commits(base, "HEAD")]
+def revisions_since(since: str, paths: list[str]) -> list[str]:
+    """``since``'s engine and every later commit up to HEAD that changes ``paths``."""
+    base = resolve(since, paths)
+    return [engine_revision(base, paths), *engine_commits(base, "HEAD", paths)]
 
 
 def track(measurer: Measurer, since: str, metric: str, threshold: float,
           say: Callable[[str], None],
           announce: Callable[[HistoryStep], None]) -> TrackResult:
     """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
-    revisions = revisions_since(since)
+    revisions = revisions_since(since, measurer.paths)
     stored = {r.revision for r in measurer.stored()}
     last = max((i for i, rev in enumerate(revisions) if rev in stored), default=-1)
     new, skipped = [], []
@@ -69,7 +75,8 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
         say(f"track: running {len(new)} new revision(s) since {revisions[max(last, 0)][:12]}")
         measurer.run(new)
     else:
-        say(f"track: no new commit of engine/ since {revisions[max(last, 0)][:12]}")
+        say(f"track: no new commit of {folders(measurer.paths)} since "
+            f"{revisions[max(last, 0)][:12]}")
     runs = measurer.stored()
     if not runs:
         raise InputError(f"experiment {measurer.spec.name!r} holds no ok runs to show")

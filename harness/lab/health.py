@@ -16,8 +16,7 @@ from db.boards import ONLINE
 from db.store import Store
 from devices.health import CheckReport, check_device
 from devices.inventory import Device
-from harness.engines import engine_check, get_engine
-from harness.engines.lmc import NAME as LMC
+from harness.engines import DEFAULT_ENGINE, engine_check, get_engine
 from harness.execution.gate import went_bad
 from harness.execution.notify import Targets
 
@@ -25,7 +24,8 @@ DEFAULT_INTERVAL_S = 3600.0
 
 
 class EngineBinaries:
-    """lmc for each architecture: given (``--binary``), else built once (cached by ninja)."""
+    """The farm's engine (``DEFAULT_ENGINE``) for each architecture: given (``--binary``), else
+    built once (cached)."""
 
     def __init__(self, given: dict[str, Path] | None = None) -> None:
         self.found: dict[str, tuple[Path | None, str | None]] = {
@@ -34,11 +34,11 @@ class EngineBinaries:
     def for_arch(self, arch: str) -> tuple[Path | None, str | None]:
         if arch not in self.found:
             try:
-                self.found[arch] = (Path(get_engine(LMC).build(arch, None).binary), None)
+                self.found[arch] = (Path(get_engine(DEFAULT_ENGINE).build(arch, None).binary), None)
             except Exception as exc:  # noqa: BLE001 - any build failure becomes a failed check
                 if getattr(type(exc), "exit_code", None) is None:
                     raise
-                self.found[arch] = (None, f"building lmc for {arch} failed: {exc}")
+                self.found[arch] = (None, f"building {DEFAULT_ENGINE} for {arch} failed: {exc}")
         return self.found[arch]
 
 
@@ -46,7 +46,7 @@ def check_and_store(device: Device, binaries: EngineBinaries, store: Store, by: 
                     targets: Targets) -> CheckReport:
     """Check one board, store the result, and set it bad (announced) when it failed."""
     binary, problem = binaries.for_arch(device.arch)
-    report = check_device(device, engine_check(LMC, binary, problem))
+    report = check_device(device, engine_check(DEFAULT_ENGINE, binary, problem))
     items = [{"name": i.name, "ok": i.ok, "detail": i.detail} for i in report.items]
     if store.boards.record_health(device.name, report.ok, items, by):
         went_bad(store, device.name, targets)

@@ -1,12 +1,13 @@
 """`benchfarm run --dry-run`: how big a matrix is and how long it would take, running nothing.
 
 The time comes from stored durations: each cell takes the median wall time of the stored ok
-runs most like it — the same board, command, policy, k and context (or text length); else the
-same board and command; else the same command, policy, k and context on any board. A cell
-with none of these counts as unknown. Boards work in parallel, one run at a time, with the
-spec's cool-down after each; a pooled run goes to the pool's least loaded board. Warm-ups and
-runs already stored as ok (named by their run keys from the builds' identities, nothing built;
-lmc only) are left out of the time.
+runs most like it — the same board, engine, command, the axes its duration depends on (the
+adapter's ``timing_columns``: lmc's policy and k) and context (or text length); else the same
+board and command; else the same work on any board. A cell with none of these counts as
+unknown. Boards work in parallel, one run at a time, with the spec's cool-down after each; a
+pooled run goes to the pool's least loaded board. Warm-ups and runs already stored as ok (named
+by their run keys from the builds' identities, nothing built; for engines whose runs can be
+named without building) are left out of the time.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from db.queries import RunDuration
+from harness.engines import ENGINES, get_engine
 from harness.plan.matrix import Cell, Placement, expand
 from harness.spec import Spec
 
@@ -64,13 +67,20 @@ def _size(params: dict) -> object:
     return params.get("ctx", params.get("length"))
 
 
+def _work(engine: str, command: str, columns: dict[str, Any], params: dict) -> tuple:
+    """What a run's duration depends on: its engine and command, the axes its adapter names
+    (``timing_columns``) and its size."""
+    axes = get_engine(engine).timing_columns if engine in ENGINES else ()
+    return (engine, command, *(columns.get(name) for name in axes), _size(params))
+
+
 class Durations:
     """Median stored wall times (seconds), looked up from the most to the least specific."""
 
     def __init__(self, runs: Sequence[RunDuration]) -> None:
         samples: dict[tuple, list[float]] = defaultdict(list)
         for run in runs:
-            work = (run.command, run.policy, run.k, _size(run.workload))
+            work = _work(run.engine, run.command, run.columns, run.workload)
             seconds = run.wall_ms / 1000.0
             samples[("board", run.device, *work)].append(seconds)
             samples[("command", run.device, run.command)].append(seconds)
@@ -78,10 +88,8 @@ class Durations:
         self.medians = {key: statistics.median(values) for key, values in samples.items()}
 
     def seconds(self, cell: Cell, board: str) -> float | None:
-        config, workload = cell.config, cell.workload
-        # another engine's config (llama-bench) has no attention policy: stored as None
-        policy, k = getattr(config, "policy", None), getattr(config, "k", None)
-        work = (workload.command, policy, k, _size(dict(workload.params)))
+        workload = cell.workload
+        work = _work(cell.engine, workload.command, cell.config.columns(), dict(workload.params))
         for key in (("board", board, *work), ("command", board, workload.command),
                     ("anywhere", *work)):
             if key in self.medians:

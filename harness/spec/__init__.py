@@ -23,8 +23,7 @@ from typing import Any
 
 from devices.files import UnreadableToml, loads_toml, read_text, read_toml_text
 from harness.checker import SpecChecker
-from harness.engines import ENGINES
-from harness.engines.lmc.build import WORKTREE
+from harness.engines import DEFAULT_ENGINE, ENGINES
 from harness.errors import InputError
 from harness.spec.workloads import WorkloadAxes, parse_workloads
 from harness.workloads.kinds import KINDS
@@ -35,9 +34,8 @@ TOP_LEVEL_KEYS = {
     "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines", "notify",
     *(engine.section for engine in ENGINES.values()),
 }
-DEFAULT_ENGINES = [next(iter(ENGINES))]  # lmc, the first engine of the registry
 
-__all__ = ["WORKTREE", "Spec", "load_spec", "parse_spec"]
+__all__ = ["Spec", "load_spec", "parse_spec"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class Spec:
     description: str
     model: Path | None  # None only when no workload reads a model (attn-bench)
     devices: list[str]  # device names or device classes
-    revisions: list[str]  # WORKTREE or git revisions
+    revisions: list[str]  # git revisions of this repository, or its working tree
     repeats: int
     warmups: int
     cooldown_s: float
@@ -58,7 +56,7 @@ class Spec:
     order_seed: int
     timeout_s: float
     workloads: list[WorkloadAxes] = field(default_factory=list)
-    engines: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINES))
+    engines: list[str] = field(default_factory=lambda: [DEFAULT_ENGINE])
     # engine name -> its axes (the record its adapter made of its section)
     sections: dict[str, Any] = field(default_factory=dict)
     # [notify]: where the job's end is announced ({"url": [...], "command": [...]})
@@ -139,7 +137,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         readers = [k.name for k in KINDS.values() if k.uses_model]
         raise check.fail("model", f"required for {_listing(readers)} workloads "
                          "(a Hugging Face model directory, relative to the spec's folder)")
-    engines = check.axis(data.get("engines", DEFAULT_ENGINES), "engines", "str",
+    engines = check.axis(data.get("engines", [DEFAULT_ENGINE]), "engines", "str",
                          choices=tuple(ENGINES))
     kinds = [w.kind for w in workloads]
     sections = {}
@@ -154,7 +152,9 @@ def parse_spec(text: str, path: Path) -> Spec:
     for device in devices:
         if not NAME_RE.match(device):
             raise check.fail("devices", f"{device!r} is not a device or class name")
-    revisions = check.axis(data.get("revisions", [WORKTREE]), "revisions", "str")
+    first = next((name for name in ENGINES if name in engines), DEFAULT_ENGINE)  # registry order
+    revisions = check.axis(data.get("revisions", ENGINES[first].default_revisions()),
+                           "revisions", "str")
 
     def number(key: str, kind: str, default: Any, low: float, high: float | None = None) -> Any:
         return check.minimum(check.scalar(data.get(key, default), key, kind), key, low, high)

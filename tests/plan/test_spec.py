@@ -11,8 +11,9 @@ import pytest
 from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.errors import InputError
+from harness.identity import WORKTREE
 from harness.plan.matrix import expand, resolve_placements
-from harness.spec import WORKTREE, load_spec
+from harness.spec import load_spec
 
 GOOD = """
 name = "t1"

@@ -17,9 +17,14 @@ PACKAGES = ("harness", "devices", "db", "reports")
 # what each package may import of the others (DESIGN.md's layers)
 MAY_IMPORT = {"harness": {"devices", "db", "reports"}, "reports": {"db", "devices"},
               "devices": set(), "db": set()}
-# where no engine may be named: planning, expansion, the runner and the results mapping
-ENGINE_BLIND = ("harness/plan", "harness/execution/runner.py", "harness/execution/results.py",
-                "harness/execution/scheduler.py", "harness/execution/coordinator.py")
+# where no engine may be named: specs, planning, history, running a job and a lab, the back
+# ends of the audit and reproduce, and the reports; each engine is reached through its adapter
+ENGINE_BLIND = ("harness/spec", "harness/plan", "harness/history", "harness/execution",
+                "harness/lab", "harness/verify", "reports")
+# the modules there whose subject is one engine's claims (the audit of an article about lmc, of
+# llama-bench's published tables): each names that engine in its docstring, as the reason
+ABOUT_ONE_ENGINE = ("harness/verify/engine_checks.py", "reports/audit/llamabench_rows.py",
+                    "reports/audit/claims_file.py")
 HARNESS_TOP_LEVEL_MODULES = 12
 
 
@@ -135,7 +140,12 @@ def test_no_engine_is_named_where_runs_are_planned_run_or_recorded(
         graph: dict[str, set[str]]) -> None:
     names = set(ENGINES)
     for name, path in sources().items():
-        if not any(str(path.relative_to(REPO_ROOT)).startswith(p) for p in ENGINE_BLIND):
+        relative = str(path.relative_to(REPO_ROOT))
+        if not relative.startswith(ENGINE_BLIND):
+            continue
+        if relative in ABOUT_ONE_ENGINE:
+            docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+            assert any(engine in docstring for engine in names), (relative, "says which engine")
             continue
         engine_packages = {m for m in graph[name] if m.startswith("harness.engines.")
                            and m.split(".")[2] != "base"}

@@ -10,7 +10,8 @@ from fixtures_reports import SyntheticExperiment, build_record, healthy_fingerpr
 from db import Store
 from harness import ENGINE_DIR
 from harness.commands.compare import revision_names
-from harness.engines.lmc.build import git_output, source_hash
+from harness.engines.lmc.build import source_hash
+from harness.identity import git_output
 from reports.aggregate import devices_table, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError

@@ -38,17 +38,21 @@ from harness.engines.base import (
     Measurements,
     NeedsBuild,
     PlannedWork,
+    Rerun,
     Spec,
+    StoredRun,
 )
 from harness.engines.llamabench.build import PYPI, build_llama_bench
 from harness.engines.llamabench.section import (
+    COLUMNS,
     NAME,
     SECTION,
     LlamaBenchAxes,
     LlamaBenchConfig,
     parse_section,
 )
-from harness.identity import Catalogue, sha256_file
+from harness.errors import InputError
+from harness.identity import WORKTREE, Catalogue, sha256_file
 from harness.workloads.base import Material, WorkloadKind
 from harness.workloads.kinds import WorkloadPoint
 
@@ -80,6 +84,15 @@ def options(ctx: int, max_new: int, config: LlamaBenchConfig) -> tuple[str, ...]
 class LlamaBenchEngine:
     name = NAME
     section = SECTION
+    source_paths = ()  # built from llama.cpp's own source (the section's source and rev)
+    axis_columns = COLUMNS
+    timing_columns = ()  # its runs differ in their command and size only
+    reproducible = False
+
+    def default_revisions(self) -> list[str]:
+        # its runs cross their own source's revision, not the spec's: a spec of llama-bench
+        # alone keeps the working tree as its revisions, which nothing reads
+        return [WORKTREE]
 
     def __init__(self, source: str = PYPI, rev: str | None = None,
                  gguf_dir: Path | None = None) -> None:
@@ -199,6 +212,12 @@ class LlamaBenchEngine:
 
     def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
         return Outcome(extra=figures.extra)  # every test row verbatim, with its samples
+
+    def rebuild(self, build: dict[str, Any]) -> BuildRecord:
+        raise InputError(f"{NAME} builds are not made again by `reproduce`")
+
+    def rerun(self, stored: StoredRun, timeout_s: float) -> Rerun:
+        raise InputError(f"{NAME} runs are not rerun by `reproduce`")
 
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "--version"]

@@ -18,6 +18,9 @@ GGUF_TYPES = ("f32", "q8_0", "bf16")
 CACHE_TYPES = ("f16", "q8_0")
 # lmc's name for the same weight format (so that report labels line up)
 LMC_WQ = {"f32": "f32", "q8_0": "q8", "bf16": "bf16"}
+# its axes stored as the runs' indexed columns (db.records.AXIS_COLUMNS): the cache type as kv,
+# the weight format in lmc's names as wq, and the threads
+COLUMNS = ("kv", "wq", "threads")
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,7 @@ class LlamaBenchConfig:
 
     def columns(self) -> dict[str, Any]:
         """The run's axes as the store's columns: no attention policy, lmc's weight names."""
-        return {"policy": None, "k": None, "block": None, "probes": None, "kv": self.kv,
-                "wq": self.wq, "threads": self.threads, "prefill_attn": None}
+        return {name: getattr(self, name) for name in COLUMNS}
 
 
 @dataclass(frozen=True)

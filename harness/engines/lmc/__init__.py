@@ -28,15 +28,17 @@ from harness.engines.base import (
     Materials,
     Measurements,
     PlannedWork,
+    Rerun,
     Spec,
+    StoredRun,
 )
 from harness.engines.lmc import output
-from harness.engines.lmc.build import WORKTREE, build_engine, build_identity, git_output
-from harness.engines.lmc.config import EngineConfig, configs, count
+from harness.engines.lmc.build import SOURCE_PATHS, build_engine, build_identity
+from harness.engines.lmc.config import COLUMNS, TIMING_COLUMNS, EngineConfig, configs, count
 from harness.engines.lmc.flags import options
 from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
 from harness.errors import InputError, RunFailure
-from harness.identity import Catalogue, model_identity
+from harness.identity import DIRTY, WORKTREE, Catalogue, git_output, model_identity, sha256_file
 from harness.workloads.base import Material, WorkloadKind
 from harness.workloads.grid import GenerateFn
 from harness.workloads.kinds import WorkloadPoint
@@ -46,8 +48,14 @@ PREDICTOR_FLAG = "--predictor"  # gbm's trees, pushed by hash and named on the b
 SELECTION_FIELDS = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
                     "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
 
-__all__ = ["NAME", "WORKTREE", "EngineConfig", "LmcEngine", "check_revisions", "generator",
-           "options", "run_here"]
+__all__ = ["NAME", "EngineConfig", "LmcEngine", "check_revisions", "generator", "options",
+           "run_here"]
+
+# `reproduce`: the timing compared per command, where it is stored (the run's column or the
+# outcome's) and its key in lmc's document (None: the engine process's wall time)
+RERUN_TIMINGS = {"generate": ("decode_ms_per_token", "run", "decode_ms_per_token"),
+                 "ppl": ("engine_ms", "run", None),
+                 "attn-bench": ("attn_median_ms", "outcome", "ms")}
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,13 @@ def generator(lmc: str | Path | list[str], model_dir: str | Path,
 class LmcEngine:
     name = NAME
     section = SECTION
+    source_paths = SOURCE_PATHS
+    axis_columns = COLUMNS
+    timing_columns = TIMING_COLUMNS
+    reproducible = True
+
+    def default_revisions(self) -> list[str]:
+        return [WORKTREE]  # the working tree's engine
 
     # -- the spec and the matrix ---------------------------------------------------------------
 
@@ -175,11 +190,9 @@ class LmcEngine:
         inputs: Inputs = materials.inputs
         reads_model = point.workload_kind.uses_model and inputs.model_dir is not None
         predictor = None if config.predictor is None else inputs.predictors[config.predictor]
-        label = (f"{point.label()} {config.policy}"
-                 + (f" k={config.k}" if config.k is not None and config.kv_budget is None else "")
-                 + (f" kv-budget={config.kv_budget}" if config.kv_budget is not None else ""))
         order = WorkOrder(
-            run_key="", label=label, engine=self.name, command=point.command,
+            run_key="", label=f"{point.label()} {config.label()}", engine=self.name,
+            command=point.command,
             binary=record.binary, binary_sha256=record.binary_sha256,
             model_dir=str(inputs.model_dir) if reads_model else None,
             model_sha256=inputs.model_tree if reads_model else None,
@@ -251,6 +264,37 @@ class LmcEngine:
         found.peak_rss_kb = data.get("peak_rss_kb")
         return found
 
+    def rebuild(self, build: dict[str, Any]) -> BuildRecord:
+        revision = str(build["revision"])
+        # a build of uncommitted sources can only come back from the working tree as it is
+        rev = None if revision.endswith(DIRTY) or revision == WORKTREE else revision
+        return build_engine(target=build["target"], rev=rev, variant=build["variant"],
+                            toolchain_name=build["toolchain"])
+
+    def rerun(self, stored: StoredRun, timeout_s: float) -> Rerun:
+        row = stored.row
+        config = row["config"]
+        predictor, predictor_sha = _stored_predictor(config)
+        command = row["command"]
+        order = WorkOrder(
+            run_key=f"{row['run_key']}-reproduce", label=f"reproduce run {row['id']}",
+            engine=self.name, command=command, binary=str(stored.binary),
+            binary_sha256=stored.binary_sha256, model_dir=stored.model_dir,
+            model_sha256=stored.model_dir and Catalogue.empty().add_tree(Path(stored.model_dir)),
+            ids=None if command == "attn-bench" else stored.ids,
+            options=tuple(config["argv_options"]),
+            timeout_s=timeout_s, extra_file=predictor, extra_sha256=predictor_sha,
+            extra_flag=PREDICTOR_FLAG if predictor else None)
+        metric, stored_in, document_key = RERUN_TIMINGS[command]
+        original = (row if stored_in == "run" else stored.outcome or {}).get(metric)
+
+        def timing(data: dict[str, Any], engine_ms: float | None) -> float | None:
+            return engine_ms if document_key is None else data.get(document_key)
+
+        return Rerun(order, metric, original,
+                     same=lambda data: _same_output(command, stored.outcome, data),
+                     timing=timing)
+
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "info"]
 
@@ -266,3 +310,33 @@ class LmcEngine:
         simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
         return info.get("arch") in (None, arch), (f"version {info.get('version')}, arch "
                                                   f"{info.get('arch')}, simd [{simd_text}]")
+
+
+def _stored_predictor(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """gbm's tree file as the stored run used it (path, sha256), or (None, None) without one."""
+    sha = config.get("predictor")
+    if sha is None:
+        return None, None
+    path = Path(config.get("predictor_file") or "")
+    if not path.is_file() or sha256_file(path) != sha:
+        raise RunFailure(f"predictor {path}: the run used trees with sha256 {sha}, and that "
+                         "file is gone or changed; restore it to reproduce the run")
+    return str(path), sha
+
+
+def _same_output(command: str, original: dict[str, Any] | None,
+                 data: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether a rerun's output is the stored one's: generated tokens (and the first step where
+    they part), the nll of a ppl run; None for attn-bench, which has none to compare."""
+    from reports.runs import first_divergence  # pandas: not for every user of the adapter
+
+    original = original or {}
+    if command == "generate":
+        before = [int(t) for t in original.get("generated_ids") or []]
+        now = [int(t) for t in data.get("tokens", [])]
+        step = first_divergence(before, now)
+        return step is None, "" if step is None else f"first divergent step {step}"
+    if command == "ppl":
+        same = original.get("nll") == data.get("nll")
+        return same, "" if same else f"nll {original.get('nll')} -> {data.get('nll')}"
+    return None, ""

@@ -28,10 +28,11 @@ from db.lmc_axes import NAME
 from harness import ENGINE_DIR, REPO_ROOT
 from harness.engines.base import BuildRecord, build_lock, host_arch
 from harness.errors import InputError, RunFailure
-from harness.identity import files_hash, sha256_file
+from harness.identity import files_hash, git_output, sha256_file, worktree_revision
 
-WORKTREE = "worktree"  # a spec's name of the revision that is the working tree's engine sources
 TARGETS = ("x86_64", "aarch64")
+# the folders of this repository lmc is built from: its revisions are the commits that change them
+SOURCE_PATHS = (ENGINE_DIR.relative_to(REPO_ROOT).as_posix(),)
 VARIANTS = ("release", "asan")
 
 COMMON_CFLAGS = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wno-unused-parameter"]
@@ -117,26 +118,6 @@ def engine_sources(engine_dir: Path) -> list[Path]:
 def source_hash(engine_dir: Path) -> str:
     """sha256 over the names and contents of the engine's sources, in name order."""
     return files_hash(engine_sources(engine_dir))
-
-
-def git_output(*args: str, cwd: Path = REPO_ROOT) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise InputError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout.strip()
-
-
-def worktree_revision() -> str:
-    """The commit of the working tree, with ``+dirty`` when the engine has local changes."""
-    try:
-        commit = git_output("rev-parse", "HEAD")
-    except InputError:
-        return "unknown"
-    status = subprocess.run(
-        ["git", "status", "--porcelain", "--", "engine"], cwd=REPO_ROOT,
-        capture_output=True, text=True,
-    ).stdout
-    return commit + ("+dirty" if status.strip() else "")
 
 
 def export_revision(rev: str, dest: Path) -> tuple[str, Path]:
@@ -265,7 +246,7 @@ def _engine_source(rev: str | None, engine_dir: Path | None):
     """(engine source dir, revision text): the working tree's, or revision ``rev`` exported
     into a temporary directory that lives as long as the context."""
     if rev is None:
-        yield engine_dir or ENGINE_DIR, worktree_revision()
+        yield engine_dir or ENGINE_DIR, worktree_revision(SOURCE_PATHS)
         return
     with tempfile.TemporaryDirectory(prefix="benchfarm-src-") as tmp:
         revision, src_dir = export_revision(rev, Path(tmp))

@@ -12,11 +12,15 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from db.lmc_axes import EVICTING, SWITCH_NAMES
+from db.lmc_axes import EVICTING, SWITCH_NAMES, shows_k
 from harness.engines.lmc.section import EngineAxes
 
 AXES = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
         "measure_selection")
+# the axes stored as the runs' indexed columns (db.records.AXIS_COLUMNS): every one of them
+COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn")
+# of those, what a run's duration depends on besides its command and size
+TIMING_COLUMNS = ("policy", "k")
 # axes added after the first runs were stored: left out of a config when unset
 LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys")
 
@@ -52,9 +56,16 @@ class EngineConfig:
 
     def columns(self) -> dict[str, Any]:
         """The run's axes as the store's columns (db.records.RunResult)."""
-        return {"policy": self.policy, "k": self.k, "block": self.block, "probes": self.probes,
-                "kv": self.kv, "wq": self.wq, "threads": self.threads,
-                "prefill_attn": self.prefill_attn}
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    def label(self) -> str:
+        """The config as a run's progress line names it: the policy, then k or the budget."""
+        words = [self.policy]
+        if shows_k(self.policy, self.k, self.kv_budget):
+            words.append(f"k={self.k}")
+        if self.kv_budget is not None:
+            words.append(f"kv-budget={self.kv_budget}")
+        return " ".join(words)
 
 
 def configs(axes: EngineAxes, command: str, uses_model: bool,
