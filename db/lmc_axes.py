@@ -3,13 +3,15 @@ switches and the defaults of the axes.
 
 One list for the whole project. The harness checks specs against it and makes lmc's flags from
 it (harness.engines.lmc); the report labels a config by what differs from its defaults
-(reports.runs); ``lmc info`` prints the engine's own table (engine/select.c), and
+(reports.runs); ``lmc info`` prints the engine's own table (engine/policy.h), and
 tests/test_engines.py holds the two together. It lives beside the store's records because the
 runs' columns (policy, k, block, probes, kv, wq, prefill_attn) and the switches in their config
 are this vocabulary, and every package may read db.
 
-To add a policy: a row of POLICIES (and of the engine's table). To add a switch: a row of
-SWITCHES (and of the engine's), and the engine's flag does the rest.
+To add a policy: a row of POLICIES (and of the engine's table), and its name in the recency
+switch's policies if its selection keeps the last block (T_RECENCY in the engine's row): the
+checklist in harness/engines/README.md. To add a switch: a row of SWITCHES (and of the
+engine's), and the engine's flag does the rest.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Switch:
 
 SWITCHES: tuple[Switch, ...] = (
     Switch("importance", "--no-importance", True, ("sparse",)),
+    # the policies whose row in engine/policy.h has T_RECENCY
     Switch("recency", "--no-recency", True, ("sparse", "h2o", "quest", "random", "h2o-prev",
                                              "gbm")),
     Switch("probe_summary", "--probe-summary", False, ("sparse",)),
