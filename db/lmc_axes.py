@@ -3,13 +3,15 @@ switches and the defaults of the axes.
 
 One list for the whole project. The harness checks specs against it and makes lmc's flags from
 it (harness.engines.lmc); the report labels a config by what differs from its defaults
-(reports.runs); ``lmc info`` prints the engine's own table (engine/select.c), and
+(reports.runs); ``lmc info`` prints the engine's own table (engine/policy.h), and
 tests/plan/test_engines.py holds the two together. It lives beside the store's records because the
 runs' columns (policy, k, block, probes, kv, wq, prefill_attn) and the switches in their config
 are this vocabulary, and every package may read db.
 
-To add a policy: a row of POLICIES (and of the engine's table). To add a switch: a row of
-SWITCHES (and of the engine's), and the engine's flag does the rest.
+To add a policy: a row of POLICIES (and of the engine's table), and its name in the recency
+switch's policies if its selection keeps the last block (T_RECENCY in the engine's row): the
+checklist in harness/engines/README.md. To add a switch: a row of SWITCHES (and of the
+engine's), and the engine's flag does the rest.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Switch:
 
 SWITCHES: tuple[Switch, ...] = (
     Switch("importance", "--no-importance", True, ("sparse",)),
+    # the policies whose row in engine/policy.h has T_RECENCY
     Switch("recency", "--no-recency", True, ("sparse", "h2o", "quest", "random", "h2o-prev",
                                              "gbm")),
     Switch("probe_summary", "--probe-summary", False, ("sparse",)),
@@ -70,12 +73,6 @@ SWITCHES: tuple[Switch, ...] = (
            tuple(p.name for p in POLICIES if p.name != "exact")),
 )
 SWITCH_NAMES = tuple(s.name for s in SWITCHES)
-
-def shows_k(policy: str, k: int | None, kv_budget: int | None) -> bool:
-    """Whether a config's label names its k: not for exact attention (it has none), nor under
-    eviction for good (``kv_budget``: the budget, not k, decides what is kept)."""
-    return policy != "exact" and k is not None and kv_budget is None
-
 
 # lmc's defaults of the other axes (what it runs without the flag)
 DEFAULTS = {"k": 32, "block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_attn": "exact",

@@ -1,4 +1,8 @@
-/* attend_layer.c — see attend_layer.h */
+/* attend_layer.c — see attend_layer.h. What a policy does beyond choosing blocks reaches here
+ * as its traits (policy.h: T_IMPORTANCE, T_PROBES, T_MASS, T_EXACT_SCORES), never as its id:
+ * POL_EXACT and POL_ORACLE appear only as what the attention runs itself (exact attention in
+ * an exact prefill, on layer 0 under --exact-first-layer, and --ref-attn's; the oracle's picks
+ * that --measure-selection's recall counts against). */
 #include "attend_layer.h"
 
 #include <math.h>
@@ -28,18 +32,21 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     a->capacity = kv->capacity;
     a->n_blocks = kv->n_blocks;
     size_t H = (size_t)n_heads, C = (size_t)kv->capacity, NB = (size_t)kv->n_blocks;
-    if (opt->sel.policy == POL_SPARSE) {
-        SparseScratch *sp = &a->sparse;
+    Policy policy = opt->sel.policy;
+    SparseScratch *sp = &a->sparse;
+    if (policy_has(policy, T_IMPORTANCE)) { /* the state, and the reservation chosen per layer */
         a->state.importance = lmc_alloc((size_t)a->n_layers * C, sizeof(float), "prefill importance");
-        sp->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
-        sp->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
-        sp->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
         sp->imp_picks = lmc_alloc(NB, sizeof(int), "importance reservation");
         sp->imp_sums = lmc_alloc(NB, sizeof(float), "importance reservation");
         sp->imp_used = lmc_alloc(NB, 1, "importance reservation");
     }
-    /* h2o-prev ranks layer 0 (which has no previous layer) by its accumulated mass, as h2o */
-    if (opt->sel.policy == POL_H2O || opt->sel.policy == POL_H2O_PREV)
+    if (policy_has(policy, T_PROBES)) { /* a GQA group's probes and the union of its blocks */
+        sp->probe_scores = lmc_alloc(H * NB, sizeof(float), "probe scores");
+        sp->group_blocks = lmc_alloc(H * NB, sizeof(int), "blocks of a GQA group");
+        sp->group_heads = lmc_alloc(H * NB, 1, "blocks of a GQA group");
+    }
+    /* h2o ranks by it; h2o-prev ranks layer 0 (which has no previous layer) by it */
+    if (policy_has(policy, T_MASS))
         a->state.mass = lmc_alloc((size_t)a->n_layers * H * C, sizeof(float), "h2o attention mass");
     HeadScratch *hs = &a->head;
     hs->att_probs = lmc_alloc(H * C, sizeof(float), "attention probabilities");
@@ -59,7 +66,7 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     pt->n_q = group < ATTN_MAX_GROUP ? group : ATTN_MAX_GROUP;
     size_t vecs = (size_t)a->n_kv * ATTN_TILE_QUERIES * (size_t)pt->n_q;
     pt->q = lmc_alloc(vecs * (size_t)kv->head_dim, sizeof(float), "prefill tile");
-    if (opt->sel.policy == POL_SPARSE && opt->prefill_sparse) {
+    if (policy_has(policy, T_PROBES) && opt->prefill_sparse) { /* a tile probes once for its queries */
         int keep = opt->sel.k - 1 + (ATTN_TILE_QUERIES - 1) / kv->block + 2;
         keep = keep < kv->n_blocks ? keep : kv->n_blocks;
         pt->keep = (size_t)keep * (size_t)kv->block <= TILE_KEEP_POSITIONS ? keep : 0; /* 0: token by token */
@@ -75,7 +82,7 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
     if (kv->q8)
         pt->q8_scratch = lmc_alloc((size_t)a->n_kv * ATTN_TILE_Q8_FLOATS(kv->block, kv->head_dim, pt->n_q),
                                    sizeof(float), "prefill tile");
-    if (a->state.importance) /* the sparse policy: its prefill tiles record the importance */
+    if (a->state.importance) /* its prefill tiles record the importance */
         pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
 }
 
@@ -226,7 +233,8 @@ static SelectInput head_input(const LayerJob *job, int h, const float *probe_sco
 }
 
 /* Exact attention without diagnostics: the query heads that share a KV head run together
- * (attn_blocks over a group), so each K/V row is read once per group instead of per head. */
+ * (attn_blocks over a group), so each K/V row is read once per group instead of per head. The
+ * exact policy, or any policy's prefill when the prefill is exact. */
 static int grouped_exact(const Attention *a, int phase) {
     int policy = phase == ATTN_PREFILL && !a->opt.prefill_sparse ? POL_EXACT : a->opt.sel.policy;
     int measure = a->opt.measure && phase != ATTN_PREFILL;
@@ -284,7 +292,7 @@ static void attend_head(LayerJob *job, int h) {
     SelectConfig cfg = a->opt.sel;
     if (!decode && !a->opt.prefill_sparse) cfg.policy = POL_EXACT;
     int measure = a->opt.measure && decode;
-    int need_exact = measure || cfg.policy == POL_ORACLE;
+    int need_exact = measure || policy_has(cfg.policy, T_EXACT_SCORES);
     int need_probs = needs_probs(a, job->phase);
 
     if (need_exact) {
@@ -348,7 +356,7 @@ static void attend_heads(void *arg, int begin, int end) {
 static int grouped_sparse(const Attention *a, int phase) {
     int decode = phase != ATTN_PREFILL;
     if (!decode && !a->opt.prefill_sparse) return 0;
-    return a->opt.sel.policy == POL_SPARSE && !(a->opt.measure && decode) && !a->opt.reference;
+    return policy_has(a->opt.sel.policy, T_PROBES) && !(a->opt.measure && decode) && !a->opt.reference;
 }
 
 static void attend_sparse_group(LayerJob *job, int kvh) {
@@ -501,23 +509,27 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
 
 /* ---------------------------------------------------------------- prefill tiles */
 
-/* what either of sparse's prefill tiles leaves out: the reference, eviction, state kept per
- * query (H2O mass, key features), a different layer 0 */
-static int sparse_tiles_possible(const Attention *a) {
+/* what either of the prefill tiles that record the prefill importance (T_IMPORTANCE) leaves
+ * out: the reference, eviction, state kept per query (H2O mass, key features), a different
+ * layer 0 */
+static int importance_tiles_possible(const Attention *a) {
     const AttnOptions *o = &a->opt;
-    return o->sel.policy == POL_SPARSE && !o->reference && !a->evict.evicted && !a->state.mass && !a->keys.feat &&
+    return a->state.importance && !o->reference && !a->evict.evicted && !a->state.mass && !a->keys.feat &&
            !o->exact_first_layer;
 }
 
-/* sparse prefill a tile at a time (attention_tiles_prefill) */
+/* sparse prefill a tile at a time, the tile's blocks chosen by probing (T_PROBES;
+ * attention_tiles_prefill) */
 static int sparse_tiles(const Attention *a) {
-    return a->opt.prefill_sparse && a->tile.keep && !a->opt.sel.probe_summary && sparse_tiles_possible(a);
+    return a->opt.prefill_sparse && policy_has(a->opt.sel.policy, T_PROBES) && a->tile.keep &&
+           !a->opt.sel.probe_summary && importance_tiles_possible(a);
 }
 
-/* sparse's exact prefill a tile at a time: every block, with the probabilities recomputed
- * for the prefill importance after each tile (attention_tiles_prefill) */
+/* the exact prefill of a policy that records the prefill importance, a tile at a time: every
+ * block, with the probabilities recomputed for the importance after each tile
+ * (attention_tiles_prefill) */
 static int importance_tiles(const Attention *a) {
-    return !a->opt.prefill_sparse && !a->keys.rank && sparse_tiles_possible(a);
+    return !a->opt.prefill_sparse && !a->keys.rank && importance_tiles_possible(a);
 }
 
 int attention_tiles_prefill(const Attention *a) {

@@ -198,13 +198,12 @@ AttnOptions cli_attn_options(const Options *o) {
     a.sel.k = o->k;
     a.sel.block = o->block;
     a.sel.probes = o->probes;
-    a.sel.importance = o->switches[SW_IMPORTANCE];
-    a.sel.recency = o->switches[SW_RECENCY];
-    a.sel.probe_summary = o->switches[SW_PROBE_SUMMARY];
     a.sel.seed = o->seed;
     a.prefill_sparse = o->prefill_sparse;
-    a.reference = o->switches[SW_REF_ATTN];
-    a.exact_first_layer = o->switches[SW_EXACT_FIRST_LAYER];
+    /* each switch into the member of AttnOptions its row names (policy.h) */
+#define LMC_SWITCH_APPLY(id, name, flag, on, policies, strict, member) a.member = o->switches[SW_##id];
+    LMC_SWITCH_TABLE(LMC_SWITCH_APPLY)
+#undef LMC_SWITCH_APPLY
     a.measure = o->measure;
     if (o->trace) {
         a.trace = fopen(o->trace, "w");

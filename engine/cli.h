@@ -27,7 +27,7 @@ typedef struct {
     /* attention */
     Policy policy;
     int k, block, probes, prefill_sparse, measure;
-    int switches[N_SWITCHES]; /* by Switch: --no-importance, --no-recency, --probe-summary, --ref-attn */
+    int switches[N_SWITCHES]; /* by Switch (policy.h): on or off */
     uint64_t seed;
     int kv_q8, wq, threads; /* wq: WQ_F32, WQ_Q8 or WQ_BF16 (matmul.h) */
     /* generate / ppl */

@@ -27,7 +27,9 @@ static void oracle_block_mass(Attention *a, int layer, int h, int n_pos, const f
 const float *evict_block_scores(Attention *a, int layer, int h, int pos, const float *q,
                                 const unsigned char *gone) {
     float *score = a->head.select[h].score;
-    if (a->opt.sel.policy == POL_ORACLE) {
+    /* a ranking by exact attention (T_EXACT_SCORES) needs that attention first, which select_blocks
+     * only reads: computed here over the blocks still cached */
+    if (policy_has(a->opt.sel.policy, T_EXACT_SCORES)) {
         oracle_block_mass(a, layer, h, pos + 1, q, gone, score);
         return score;
     }
@@ -83,15 +85,16 @@ static void score_keys(void *arg, int begin, int end) {
         }
 }
 
-/* --kv-budget: the score that keeps key p of head h (higher: kept longer); window keeps the
- * newest, random draws a fixed value per (seed, layer, head, key); sparse and quest score
+/* --kv-budget: the score that keeps key p of head h (higher: kept longer), by the policy's kind
+ * of keep score (policy.h: window keeps the newest, h2o the most mass, random draws a fixed value
+ * per (seed, layer, head, key), h2o-prev and gbm score keys for the query); KEEP_BLOCKS scores
  * blocks, not keys (evict.h) */
 static float keep_score(const Attention *a, int layer, int h, int p) {
-    switch (a->opt.sel.policy) {
-    case POL_WINDOW: return (float)p;
-    case POL_H2O: return a->state.mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
-    case POL_RANDOM: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
-    default: return a->keys.key_score[p]; /* h2o-prev, gbm */
+    switch (POLICIES[a->opt.sel.policy].keep) {
+    case KEEP_NEWEST: return (float)p;
+    case KEEP_MASS: return a->state.mass[((size_t)layer * a->n_heads + h) * a->capacity + p];
+    case KEEP_DRAW: return (float)(select_random_key(a->opt.sel.seed, p, layer, h) >> 40);
+    default: return a->keys.key_score[p]; /* KEEP_KEY_SCORE */
     }
 }
 
@@ -118,7 +121,7 @@ static void release_evicted(Attention *a, int layer, int n_blocks) {
 void evict_blocks(Attention *a, int layer, int pos, const float *q_all) {
     int bs = a->kv->block, n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs;
     int keep = a->opt.kv_budget / bs;
-    int first = a->opt.sel.policy == POL_WINDOW ? 1 : 0;
+    int first = POLICIES[a->opt.sel.policy].keep == KEEP_NEWEST ? 1 : 0; /* the sink stays */
     for (int h = 0; h < a->n_heads; h++) {
         unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
         int live = 0;

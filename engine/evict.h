@@ -2,7 +2,7 @@
  * Key-scoring policies keep a score per key (window: the newest, h2o: accumulated mass, random:
  * a fixed draw, h2o-prev and gbm: Attention.keys.key_score); block-scoring ones (sparse, quest,
  * oracle) give each block the score their per-query selection (select.c) ranks by. Which kind
- * a policy has is POLICIES[].keep (policy.h). */
+ * a policy has is POLICIES[].keep (policy.h): this file branches on the kind, not the policy. */
 #ifndef LMC_EVICT_H
 #define LMC_EVICT_H
 
@@ -23,8 +23,8 @@ void evict_score_keys(Attention *a, int layer, int pos);
 
 /* --kv-budget, before the query at pos attends: while head h keeps more than budget / block
  * blocks, drop the one with the lowest summed keep score (ties: the lower index) for good. The
- * newest block (still filling) always stays, and so does block 0 under window (StreamingLLM's
- * sink). */
+ * newest block (still filling) always stays, and so does block 0 under window's KEEP_NEWEST
+ * (StreamingLLM's sink). */
 void evict_blocks(Attention *a, int layer, int pos, const float *q_all);
 
 /* --measure-keys: every key's keep score summed over heads into a->keys.rank->score, taken

@@ -317,11 +317,11 @@ static int select_random(const SelectConfig *cfg, const SelectInput *in, SelectS
 /* ---------------------------------------------------------------- entry points */
 
 KVLayout kv_layout_for(const SelectConfig *cfg) {
-    int sparse = cfg->policy == POL_SPARSE;
+    int probing = policy_has(cfg->policy, T_PROBES); /* what select_probe_group reads */
     return (KVLayout){
         .minmax = cfg->policy == POL_QUEST,
-        .sum = sparse && cfg->probe_summary,
-        .probes = sparse && !cfg->probe_summary ? cfg->probes : 0,
+        .sum = probing && cfg->probe_summary,
+        .probes = probing && !cfg->probe_summary ? cfg->probes : 0,
     };
 }
 
