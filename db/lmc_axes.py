@@ -74,6 +74,12 @@ SWITCHES: tuple[Switch, ...] = (
 )
 SWITCH_NAMES = tuple(s.name for s in SWITCHES)
 
+def shows_k(policy: str, k: int | None, kv_budget: int | None) -> bool:
+    """Whether a config's label names its k: not for exact attention (it has none), nor under
+    eviction for good (``kv_budget``: the budget, not k, decides what is kept)."""
+    return policy != "exact" and k is not None and kv_budget is None
+
+
 # lmc's defaults of the other axes (what it runs without the flag)
 DEFAULTS = {"k": 32, "block": 32, "probes": 8, "kv": "f32", "wq": "f32", "prefill_attn": "exact",
             "threads": 1}
