@@ -29,11 +29,15 @@ from harness.spec.workloads import WorkloadAxes, parse_workloads
 from harness.workloads.kinds import KINDS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-TOP_LEVEL_KEYS = {
+SPEC_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
     "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines", "notify",
-    *(engine.section for engine in ENGINES.values()),
 }
+
+
+def top_level_keys() -> set[str]:
+    """A spec's keys: its own, and each registered engine's section."""
+    return SPEC_KEYS | {engine.section for engine in ENGINES.values()}
 
 __all__ = ["Spec", "load_spec", "parse_spec"]
 
@@ -116,7 +120,7 @@ def parse_spec(text: str, path: Path) -> Spec:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from exc
     check = SpecChecker(path)
-    check.table(data, "", TOP_LEVEL_KEYS)
+    check.table(data, "", top_level_keys())
 
     if "name" not in data:
         raise check.fail("name", "required (the experiment name)")
