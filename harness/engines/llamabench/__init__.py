@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from db.records import Outcome
+from db.records import Figures, Outcome
 from devices.transport import Transport
 from harness import REPO_ROOT
 from harness.checker import SpecChecker
@@ -35,7 +35,6 @@ from harness.engines.base import (
     BuildFn,
     BuildRecord,
     Materials,
-    Measurements,
     NeedsBuild,
     PlannedWork,
     Spec,
@@ -181,8 +180,8 @@ class LlamaBenchEngine:
     def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
         """llama-bench leaves nothing on the board."""
 
-    def measurements(self, command: str, data: Any) -> Measurements:
-        result = Measurements()
+    def measurements(self, command: str, data: Any) -> Figures:
+        result = Figures()
         tests = []
         for row in data:
             n_prompt, n_gen = int(row["n_prompt"]), int(row["n_gen"])
@@ -197,7 +196,7 @@ class LlamaBenchEngine:
         result.extra = {"llama_bench": {"tests": tests, "build": build}}
         return result
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         return Outcome(extra=figures.extra)  # every test row verbatim, with its samples
 
     def health_argv(self, binary: str) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from db.lmc_axes import NAME
-from db.records import Outcome
+from db.records import Figures, Outcome
 from devices.transport import Transport
 from harness.checker import SpecChecker
 from harness.contract import WorkOrder
@@ -26,7 +26,6 @@ from harness.engines.base import (
     BuildFn,
     BuildRecord,
     Materials,
-    Measurements,
     PlannedWork,
     Spec,
 )
@@ -216,8 +215,8 @@ class LmcEngine:
         if trace is not None:
             data[output.TRACE_KEY] = output.fetch_trace(transport, trace)
 
-    def measurements(self, command: str, data: Any) -> Measurements:
-        return Measurements(
+    def measurements(self, command: str, data: Any) -> Figures:
+        return Figures(
             prefill_ms=data.get("prefill_ms"),
             decode_ms_per_token=data.get("decode_ms_per_token"),
             attn_ms_per_token=data.get("attn_ms_per_token"),
@@ -225,7 +224,7 @@ class LmcEngine:
             steps=list(data.get("steps", [])) if command == "generate" else [],
         )
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         found = Outcome(extra=figures.extra)
         if command == "generate":
             found.generated_ids = [int(t) for t in data.get("tokens", [])]
