@@ -23,9 +23,17 @@ from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
 from db.measurements import current_measurements
-from db.models import Device, Experiment, ExperimentRun, Job, Lease, Measurement, Run
+from db.models import (
+    JOB_STATES,
+    Device,
+    Experiment,
+    ExperimentRun,
+    Job,
+    Lease,
+    Measurement,
+    Run,
+)
 
-JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
 
 
