@@ -19,7 +19,7 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
                                            # relation, verified or sanity (KINDS)
     differs = "needle-tiny on x86, three prompts"  # analogue: what differs from the article
     setting = "RK3588, Qwen3-VL-2B"        # the article's setting (default: the file's setting)
-    metric = "identical_tokens"            # see reports.audit.verdict.METRICS
+    metric = "identical_tokens"            # see reports.audit.checks.CHECKS
     expected = 1.0
     tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
                                            # one-sided claims: at_least / at_most instead
@@ -33,7 +33,8 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     device_class = "any"
     context = 2061
 
-Computed metrics (COMPUTED_METRICS) take no experiment: ``measure.params`` sets them.
+Computed metrics (``reports.audit.checks.COMPUTED_METRICS``) take no experiment:
+``measure.params`` sets them.
 
 Published llama-bench rows may be given as ``[[llama_bench]]`` tables instead of (or beside)
 ``[[claim]]``: each becomes a claim of metric ``llama_bench_tps`` with an experiment of its own
@@ -47,30 +48,26 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devices.files import UnreadableToml, loads_toml, read_toml_text
+from reports.audit.checks import CHECKS, COMPUTED_METRICS, LLAMA_BENCH_TPS
+from reports.audit.claim import ANY, Claim, Fairness, Measure
 from reports.audit.claims_check import Check
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
+from reports.runs import CANDIDATE_METRICS, RANK_METRICS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# computed without runs: numpy arithmetic here (reports.audit.checks_softmax), or the engine
-# run directly by the harness (harness.verify.engine_checks); ``measure.params`` sets them
-ARITHMETIC_METRICS = ("exp_overflow", "dot_growth", "softmax_overflow", "quotient")
-ENGINE_METRICS = ("reference_error", "causal_prefix")
-COMPUTED_METRICS = ARITHMETIC_METRICS + ENGINE_METRICS
-METRICS = ("identical_tokens", "identical_traces", "trace_shared_blocks", "repetition",
-           "critical_k", *COMPUTED_METRICS, "recall", "time", "time_ratio", "ppl", "ppl_change",
-           "key_rank", "reported")
+# the metrics a [[claim]] may name: every one with a check but a [[llama_bench]] row's own
+METRICS = tuple(name for name in CHECKS if name != LLAMA_BENCH_TPS)
 TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
                "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
-# key_rank: lmc --measure-keys (reports.runs.RANK_METRICS and CANDIDATE_METRICS)
-RANK_FIELDS = ("rho", "recall32", "captured32", "lost50", "recall32_c32", "recall32_c48",
-               "recall32_c64", "recall32_c96", "kept32_c96")
+# key_rank: lmc --measure-keys, a policy's key ranking and its two-stage candidates
+RANK_FIELDS = RANK_METRICS + CANDIDATE_METRICS
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most", "kind", "setting", "differs",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
@@ -80,81 +77,6 @@ CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "r
 KINDS = ("direct", "analogue", "relation", "verified", "sanity")
 MEASURE_KEYS = {"a", "b", "baseline", "field", "field_b", "baseline_min_recall", "params"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
-ANY = "any"
-LLAMA_BENCH_TPS = "llama_bench_tps"  # the metric of a [[llama_bench]] row
-
-
-@dataclass(frozen=True)
-class Fairness:
-    """What must hold for a measurement here to be comparable with the published one."""
-
-    models: tuple[str, ...] = (ANY,)  # the model(s) the claim is about; "any": mechanism claims
-    device_class: str = ANY
-    context: int | None = None  # prompt length the claim was measured at, in tokens
-    context_tolerance: float = 0.05  # relative
-    allow_emulated: bool = True  # timing claims set False: emulated timings are not hardware's
-
-
-@dataclass(frozen=True)
-class Measure:
-    a: dict[str, list[Any]] = field(default_factory=dict)  # selector of the runs measured
-    b: dict[str, list[Any]] = field(default_factory=dict)  # the second config (ratios, identity)
-    params: dict[str, Any] = field(default_factory=dict)  # computed metrics: their setting
-    baseline: dict[str, list[Any]] | None = None  # recall claims: exact must recall first
-    baseline_min_recall: float = 0.9
-    field: str = "decode_ms_per_token"  # time_ratio: which timing
-    field_b: str = ""  # time_ratio: b's field when it is another one (e.g. select_bytes)
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    source: str
-    statement: str
-    metric: str
-    expected: float | None
-    tolerance: float | None  # absolute
-    rel_tolerance: float | None  # relative to |expected|
-    at_least: float | None  # one-sided claims ("at least halves") give bounds instead
-    at_most: float | None
-    unit: str
-    experiment: str | None  # the first of ``experiments``
-    measure: Measure
-    fair: Fairness
-    quantity: str  # `reported` claims: what was measured (that benchfarm cannot measure)
-    note: str
-    quote: str = ""  # the source's own sentence (or table row) the figures come from, verbatim
-    kind: str = "direct"  # KINDS
-    setting: str = ""  # the article's setting of the figure (model, device, data)
-    differs: str = ""  # analogue: what differs from the article's setting
-    experiments: tuple[str, ...] = ()  # whose runs together are the evidence
-
-    def tolerance_text(self) -> str:
-        if self.tolerance is not None:
-            return f"± {self.tolerance:g}"
-        if self.rel_tolerance is not None:
-            return f"± {100 * self.rel_tolerance:g} %"
-        return ""
-
-    def expected_text(self) -> str:
-        if self.expected is not None:
-            return f"{self.expected:g} {self.tolerance_text()} {self.unit}".strip()
-        bounds = [f">= {self.at_least:g}"] if self.at_least is not None else []
-        bounds += [f"<= {self.at_most:g}"] if self.at_most is not None else []
-        return " and ".join(bounds) + (f" {self.unit}" if bounds and self.unit else "")
-
-    def bounds(self) -> tuple[float, float]:
-        """The range of measured values that reproduce the claim."""
-        if self.expected is not None:
-            allowed = (self.tolerance if self.tolerance is not None
-                       else (self.rel_tolerance or 0.0) * abs(self.expected))
-            return self.expected - allowed, self.expected + allowed
-        low = self.at_least if self.at_least is not None else float("-inf")
-        return low, self.at_most if self.at_most is not None else float("inf")
-
-    def within(self, measured: float) -> bool:
-        low, high = self.bounds()
-        return low - 1e-12 <= measured <= high + 1e-12
 
 
 @dataclass(frozen=True)
