@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.errors import InputError
 from harness.identity import Catalogue
@@ -131,7 +131,7 @@ class Engine(Protocol):
     name: str
     section: str  # the spec's table of its axes
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> Any:
         """Its spec section (``{}`` when absent) as its axes record; errors name the key."""
         ...

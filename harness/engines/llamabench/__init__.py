@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
 from harness import REPO_ROOT
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.engines.base import (
     Artifact,
@@ -87,7 +87,7 @@ class LlamaBenchEngine:
 
     # -- the spec and the matrix ---------------------------------------------------------------
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> LlamaBenchAxes:
         return parse_section(check, value, spec_dir, kinds)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from db.lmc_axes import NAME
 from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.engines.base import (
     BuildFn,
@@ -119,7 +119,7 @@ class LmcEngine:
 
     # -- the spec and the matrix ---------------------------------------------------------------
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> EngineAxes:
         return parse_section(check, value, kinds)
 
