@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import REPO_ROOT
+from harness.cli import SUBCOMMANDS
 from harness.engines import ENGINES
 
 PACKAGES = ("harness", "devices", "db", "reports")
@@ -124,6 +125,14 @@ def test_harness_parts_depend_one_way(graph: dict[str, set[str]]) -> None:
         return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else None
 
     assert cycle(collapsed(graph, part)) is None
+
+
+def test_no_command_imports_another(graph: dict[str, set[str]]) -> None:
+    """A command shares only the helper modules (flags, table, context), never another
+    command's module."""
+    commands = {f"harness.commands.{name}" for name in SUBCOMMANDS}
+    for command in commands:
+        assert not graph[command] & commands, (command, graph[command] & commands)
 
 
 def test_harness_keeps_a_short_top_level() -> None:
