@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import sqlalchemy
 
-from db.models import Experiment, Run
 from reports.audit import checks_ppl
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, ENGINE_METRICS, Check
 from reports.audit.claim import ANY, Claim
@@ -215,10 +213,7 @@ def load_runs_by_keys(store: Any, keys: list[str], selection: Any = None) -> pd.
     of an audit experiment may sit in another experiment, e.g. the demo's.
     """
     wanted = set(keys)
-    with store.session() as session:
-        names = sorted(set(session.scalars(
-            sqlalchemy.select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
-            .where(Run.run_key.in_(wanted)))))
+    names = store.experiments_holding(wanted)
     frames = [stored_runs(store, name, selection) for name in names]
     if not frames:
         return pd.DataFrame()
