@@ -1,5 +1,6 @@
-"""The lab's boards over time: their states (with who, when and why), health checks and
-reservations. Plain reads return dataclasses (the CLI and the dashboard share them).
+"""The lab's boards over time: their states (with who, when and why), health checks,
+reservations, and what they ran lately. Plain reads return dataclasses (the CLI and the
+dashboard share them).
 
 A board is ``online`` until someone sets another state: ``maintenance`` (drained: the run in
 flight finishes, no new one starts), ``retired``, or ``bad``, which coordinators set by
@@ -15,12 +16,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
-from db.models import BOARD_STATES, BoardEvent, BoardState, HealthCheck, Reservation
+from db.models import (
+    BOARD_STATES,
+    BoardEvent,
+    BoardState,
+    Device,
+    Experiment,
+    HealthCheck,
+    Measurement,
+    Reservation,
+    Run,
+)
 
 ONLINE = "online"
 BAD = "bad"
@@ -72,6 +83,41 @@ class ReservationInfo:
     released_by: str | None
 
 
+@dataclass(frozen=True)
+class StoredBoard:
+    """A board the store has runs of (its ``devices`` row)."""
+
+    id: int
+    name: str
+    cls: str
+    arch: str
+    emulated: bool
+
+
+@dataclass(frozen=True)
+class LastAttempt:
+    status: str
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    run_id: int
+    device_id: int
+    experiment: str  # the experiment that first stored the run
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class BoardActivity:
+    """What the boards ran lately, read in one transaction."""
+
+    boards: list[StoredBoard]  # every board the store has runs of, by name
+    last: dict[int, LastAttempt]  # device id -> its latest attempt (measurements: attempts)
+    failed: list[FailedAttempt]  # the newest failed attempts of every board, newest first
+
+
 def _online(board: str) -> BoardStatus:
     return BoardStatus(board, ONLINE, None, None, None, 0)
 
@@ -115,6 +161,26 @@ class Boards:
             rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
         names = sorted(rows) if boards is None else boards
         return {name: rows.get(name) or _online(name) for name in names}
+
+    def activity(self, failures: int) -> BoardActivity:
+        """Every board the store has runs of, each one's latest attempt, and the ``failures``
+        newest failed attempts."""
+        with self.engine.connect() as conn:
+            boards = [StoredBoard(*row) for row in conn.execute(
+                select(Device.id, Device.name, Device.cls, Device.arch, Device.emulated)
+                .order_by(Device.name))]
+            last_ids = select(func.max(Measurement.id)).group_by(Measurement.device_id)
+            last = {device_id: LastAttempt(status, at) for device_id, status, at in conn.execute(
+                select(Measurement.device_id, Measurement.status, Measurement.finished_at)
+                .where(Measurement.id.in_(last_ids)))}
+            failed = [FailedAttempt(*row) for row in conn.execute(
+                select(Measurement.run_id, Measurement.device_id, Experiment.name,
+                       Measurement.finished_at, Measurement.error)
+                .join(Run, Run.id == Measurement.run_id)
+                .join(Experiment, Experiment.id == Run.experiment_id)
+                .where(Measurement.status == "failed").order_by(Measurement.id.desc())
+                .limit(failures))]
+        return BoardActivity(boards, last, failed)
 
     def history(self, board: str) -> list[StateChange]:
         """The board's state changes, oldest first."""

@@ -24,6 +24,7 @@ from sqlalchemy.exc import (
     InternalError,
     NoSuchModuleError,
     OperationalError,
+    SQLAlchemyError,
 )
 from sqlalchemy.pool import StaticPool
 
@@ -92,6 +93,19 @@ class SqliteFile:
 
 def _sqlite_begin(connection: Connection) -> None:
     connection.exec_driver_sql(connection.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
+
+
+# Any failure of the database below the store, for a reader that keeps going after one (the
+# dashboard): the store makes most of them a StoreError, but a read may still raise this.
+DatabaseFailure = SQLAlchemyError
+
+
+def shown_url(url: str) -> str | None:
+    """``url`` as messages show it, without its password; None when it is no SQLAlchemy URL."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return None
 
 
 def create_store_engine(url: str, create: bool = True) -> Engine:

@@ -17,15 +17,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
 from db.measurements import current_measurements
-from db.models import Device, Experiment, ExperimentRun, Job, Lease, Measurement, Run
+from db.models import (
+    JOB_STATES,
+    Device,
+    Experiment,
+    ExperimentRun,
+    Job,
+    Lease,
+    Measurement,
+    Run,
+)
 
-JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
 
 
@@ -197,6 +205,18 @@ class Jobs:
         """The newest job of ``experiment`` (running ones first)."""
         jobs = [j for j in self.list() if j.experiment == experiment]
         return jobs[0] if jobs else None
+
+    def finished_since(self, experiment: str, since: datetime) -> int:
+        """Attempts at the experiment's runs that ended (ok or failed) since ``since``: the
+        pace of its job."""
+        with self.engine.connect() as conn:
+            return conn.scalar(
+                select(func.count()).select_from(Measurement)
+                .join(Run, Run.id == Measurement.run_id)
+                .join(Experiment, Experiment.id == Run.experiment_id)
+                .where(Experiment.name == experiment,
+                       Measurement.status.in_(("ok", "failed")),
+                       Measurement.finished_at >= since)) or 0
 
     def progress(self, experiment: str, job: JobInfo | None = None) -> list[PlacementProgress]:
         """Per placement of the experiment's newest job (or of ``job``, read already): total /

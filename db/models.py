@@ -8,6 +8,7 @@ the planned cell) has one ``measurements`` row per attempt, never overwritten.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from db.records import RUN_STATUSES
+
 # Explicit constraint names so that migrations can refer to them on every backend.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -36,6 +39,13 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+def _one_of(column: str, values: Sequence[str]) -> CheckConstraint:
+    """The check that ``column`` holds one of ``values``, made from the list the code checks
+    against (the migrations keep the literal lists they wrote: they are history)."""
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({quoted})", name=column)
 
 
 class Base(DeclarativeBase):
@@ -226,14 +236,15 @@ class Lease(Base):
     expires: Mapped[datetime]
 
 
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+
+
 class Job(Base):
     """One experiment for a coordinator: queued by `submit`, or run at once by `run`."""
 
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint(
-            "state IN ('queued', 'running', 'done', 'failed', 'cancelled')", name="state"
-        ),
+        _one_of("state", JOB_STATES),
         Index(None, "state", "priority"),
     )
 
@@ -266,7 +277,7 @@ class BoardState(Base):
 
     __tablename__ = "board_states"
     __table_args__ = (
-        CheckConstraint("state IN ('online', 'maintenance', 'retired', 'bad')", name="state"),
+        _one_of("state", BOARD_STATES),
     )
 
     board: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -327,9 +338,7 @@ class Measurement(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "attempt"),
         Index(None, "status"),  # the sweep for lost attempts looks for running ones
-        CheckConstraint(
-            "status IN ('ok', 'failed', 'interrupted', 'pending', 'cancelled', 'running', "
-            "'lost')", name="status"),
+        _one_of("status", RUN_STATUSES),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -8,7 +8,7 @@ prints them. Timestamps are :class:`datetime.datetime` (aware ones are stored as
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,32 @@ SNAPSHOT_PHASES = ("before", "after")
 # came first; each engine's adapter declares which of its config keys it stores in them
 # (``axis_columns``), and leaves the others empty.
 AXIS_COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn")
+
+
+@dataclass
+class Figures:
+    """The figures every engine reports in the same units, mapped from its output by its
+    adapter (``measurements``); each is a column of ``measurements`` and a field of
+    :class:`RunResult` of the same name.
+
+    Each figure's field names its unit in its metadata: ``FIGURE_UNITS`` reads them, and the
+    results mapping, the report's runs.csv and the timings ``compare`` and ``history`` follow
+    take their lists from it, so a figure added here reaches all of them.
+    """
+
+    prompt_tokens: int | None = field(default=None, metadata={"unit": "tokens"})
+    # the whole prompt's forward pass
+    prefill_ms: float | None = field(default=None, metadata={"unit": "ms"})
+    # one generated token, and attention's share of it where measured
+    decode_ms_per_token: float | None = field(default=None, metadata={"unit": "ms per token"})
+    attn_ms_per_token: float | None = field(default=None, metadata={"unit": "ms per token"})
+    steps: list[dict[str, Any]] = field(default_factory=list)  # per decode step: token, ms
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific, stored verbatim
+
+
+# figure -> its unit, in the order of the fields (steps and extra are no single figure)
+FIGURE_UNITS: dict[str, str] = {f.name: f.metadata["unit"] for f in fields(Figures)
+                                if "unit" in f.metadata}
 
 
 @dataclass

@@ -9,7 +9,7 @@ are appended to it, never overwritten.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from sqlalchemy import Engine, event, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import queries
+from db import experiments, queries
 from db.boards import Boards
 from db.connection import (
     SchemaUnknown,
@@ -269,7 +269,7 @@ class Store:
             link(conn, experiment_id, list(found.values()))
         return set(keys) - set(found)
 
-    # -- queries (db/queries.py) ---------------------------------------------------------------
+    # -- queries (db/queries.py, db/experiments.py) -------------------------------------------
 
     def list_experiments(self) -> list[str]:
         with self.session() as s:
@@ -292,6 +292,19 @@ class Store:
     def experiment_summary(self, name: str) -> queries.ExperimentSummary:
         with self.session() as s:
             return queries.experiment_summary(s, name)
+
+    def experiment_spec(self, name: str) -> experiments.StoredSpec:
+        with self.session() as s:
+            return experiments.spec(s, name)
+
+    def experiment_mark(self, name: str) -> tuple[int | None, int]:
+        """A value that changes when the experiment gets a new attempt or run (a cache key)."""
+        with self.session() as s:
+            return experiments.mark(s, name)
+
+    def experiments_holding(self, run_keys: Collection[str]) -> list[str]:
+        with self.session() as s:
+            return experiments.holding(s, run_keys)
 
     def frames(self, experiment: str,
                selection: Selection | None = None) -> dict[str, pd.DataFrame]:

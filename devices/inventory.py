@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.checker import Checker
 from devices.errors import InventoryError
 from devices.files import loads_toml, read_text
 
@@ -77,8 +78,8 @@ def local_device() -> Device:
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation: one checker per key, each returns the converted value or raises ValueError with
-# a description of what is allowed.
+# Validation: one converter per key, each returns the converted value or raises ValueError with
+# a description of what is allowed (Checker.converted names the file, the device and the key).
 # ---------------------------------------------------------------------------------------------
 
 
@@ -286,42 +287,41 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     for index, table in enumerate(tables, start=1):
         device = _parse_device(path, index, table)
         if device.name in devices and (device.name != LOCAL or seen_local):
-            raise InventoryError(f"{path}: device {device.name!r}: key 'name': duplicate name")
+            raise _checker(path, f"device {device.name!r}").fail("name", "duplicate name")
         seen_local = seen_local or device.name == LOCAL
         devices[device.name] = device
     return Inventory(devices, source=path)
+
+
+def _checker(path: Path, device: str) -> Checker:
+    """The checks of one ``[[device]]`` table; its messages write keys as Python does."""
+    return Checker(path, InventoryError, "inventory", device, quote=repr)
 
 
 def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
     label = f"device #{index}"
     if isinstance(table.get("name"), str) and NAME_RE.match(table["name"]):
         label = f"device {table['name']!r}"
-
-    def fail(key: str, problem: str) -> InventoryError:
-        return InventoryError(f"{path}: {label}: key {key!r}: {problem}")
-
+    check = _checker(path, label)
     values: dict[str, Any] = {}
     for key, raw in table.items():
-        check = KEYS.get(key)
-        if check is None:
-            raise fail(key, f"unknown key; allowed: {', '.join(KEYS)}")
-        try:
-            values[key] = check(raw)
-        except ValueError as exc:
-            raise fail(key, f"got {raw!r}, expected {exc}") from None
+        convert = KEYS.get(key)
+        if convert is None:  # the first unknown key as written, the allowed ones in KEYS' order
+            raise check.fail(key, f"unknown key; allowed: {', '.join(KEYS)}")
+        values[key] = check.converted(raw, key, convert)
 
     is_local = values.get("name") == LOCAL
     required = ("name",) if is_local else REQUIRED
     for key in required:
         if key not in values:
-            raise fail(key, "missing (required)")
+            raise check.fail(key, "missing (required)")
     if is_local:
         for key in (*SSH_ONLY, "arch"):
             if key in values:
-                raise fail(key, "not allowed for the local device (it is this machine)")
+                raise check.fail(key, "not allowed for the local device (it is this machine)")
     if "threads" in values and "cpus" in values and values["threads"] > len(values["cpus"]):
-        raise fail("threads", f"{values['threads']} threads exceed the {len(values['cpus'])} "
-                              "pinned cpus")
+        raise check.fail("threads", f"{values['threads']} threads exceed the "
+                                    f"{len(values['cpus'])} pinned cpus")
 
     if is_local:
         device = local_device()

@@ -15,15 +15,16 @@ from typing import Any
 import pandas as pd
 
 from devices.flags import memory_controllers
+from reports import metrics
 from reports.cells import group_cells, merge_flags, sorted_table
 from reports.cpu import mixed_cpu_flag
 from reports.runs import int_or_none, stored_json
 from reports.stats import CV_FLAG, summarize
 
-# Per-run timings summarised over repeats. engine_ms (the whole engine process) is the timing
-# of ppl runs; for generate runs it includes loading the model, so it is only flagged for ppl.
-TIMINGS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
-           "engine_ms", "overhead_ms")
+# Per-run timings summarised over repeats: those a comparison follows, and the harness's own
+# overhead. engine_ms (the whole engine process) is the timing of ppl runs; for generate runs
+# it includes loading the model, so it is only flagged for ppl.
+TIMINGS = (*metrics.TIMINGS, "overhead_ms")
 CELL_KEYS = ["device", "command", "kind", "ctx", "depth", "seed", "length", "config"]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from db.measurements import CURRENT, Selection
+from db.records import FIGURE_UNITS
 from reports import aggregate, eviction, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
@@ -26,16 +27,16 @@ from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
-# Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out).
+# Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out); the
+# engines' common figures in the order of db.records.Figures.
 RUN_COLUMNS = [
     "run_id", "run_key", "measurement_id", "attempt", "started_at", "device", "device_class",
     "emulated", "command", "kind", "ctx", "depth",
     "seed", "length", "policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
-    "repeat", "status", "exit_code", "prompt_tokens", "prefill_ms", "decode_ms_per_token",
-    "attn_ms_per_token", "engine_ms", "overhead_ms", "recall", "same_as_exact", "ppl", "nll",
-    "selection_mass", "oracle_recall", "max_abs_diff", "bytes_read", "attn_median_ms",
-    "peak_rss_kb", "kv_allocated_bytes", "kv_resident_bytes", "build_binary_sha256",
-    "workload_content_hash", "flags",
+    "repeat", "status", "exit_code", *FIGURE_UNITS, "engine_ms", "overhead_ms", "recall",
+    "same_as_exact", "ppl", "nll", "selection_mass", "oracle_recall", "max_abs_diff",
+    "bytes_read", "attn_median_ms", "peak_rss_kb", "kv_allocated_bytes", "kv_resident_bytes",
+    "build_binary_sha256", "workload_content_hash", "flags",
 ]
 
 

@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import select
 
 from db.lmc_axes import DEFAULTS, NAME, SWITCHES, shows_k
 from db.measurements import CURRENT, Selection
-from db.models import Experiment
 from devices.flags import run_flags
 from reports.cells import plain_key
 from reports.cpu import run_cpu
@@ -135,11 +133,9 @@ def load_experiment(store: Any, experiment: str,
     """Read an experiment's rows and flatten them into one DataFrame row per measurement (by
     default each run's current one: its latest ok)."""
     frames = store.frames(experiment, selection)
-    with store.session() as session:
-        exp = session.scalar(select(Experiment).where(Experiment.name == experiment))
-        spec_text, spec_hash = exp.spec_text, exp.spec_hash
+    spec = store.experiment_spec(experiment)
     return ExperimentData(
-        name=experiment, spec_text=spec_text, spec_hash=spec_hash,
+        name=experiment, spec_text=spec.text, spec_hash=spec.hash,
         runs=flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"]),
         steps=frames["token_timings"], snapshots=frames["snapshots"])
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
+from harness.commands.context import inventory_of, store_of
 from harness.commands.flags import (
     add_devices,
     add_inventory,
@@ -41,8 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.verify.claims import audit_claims
     from reports.audit import terminal_table
     from reports.audit.report import audit_json, write_audit
@@ -50,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         output_dir(args.out)  # refuse an unwritable --out before the audit runs anything
-    inventory = load_inventory(args.inventory)
-    with Store.open(args.db) as store:
+    inventory = inventory_of(args)
+    with store_of(args) as store:
         verdicts = audit_claims(args.claims, store, inventory, args.model,
                                 args.devices or ["local"], args.ray_address,
                                 run_missing=not args.stored_only,

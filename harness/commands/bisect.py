@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from harness.commands.context import inventory_of, measuring, spec_of
 from harness.commands.flags import add_measuring, add_threshold
 
 
@@ -23,18 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.history.bisect import bisect, bisect_range
-    from harness.history.measure import Measurer, history_paths
-    from harness.spec import load_spec
+    from harness.history.measure import history_paths
 
-    spec = load_spec(args.spec)
-    inventory = load_inventory(args.inventory)
+    spec, inventory = spec_of(args), inventory_of(args)
     span = bisect_range(args.good, args.bad, history_paths(spec))  # before anything is built
-    with Store.open(args.db) as store, \
-            Measurer(spec, inventory, store, args.device or spec.devices[0],
-                     args.ray_address) as measurer:
+    with measuring(args, spec, inventory) as measurer:
         result = bisect(measurer, span, args.metric, args.threshold,
                         lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:

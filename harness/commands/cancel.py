@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.context import store_of
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -24,11 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from db.jobs import ACTIVE
-    from db.store import Store
     from harness.errors import InputError
 
     me = getpass.getuser()
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         if args.job.isdigit():
             job = store.jobs.get(int(args.job))
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import store_of
 from harness.commands.flags import add_measurements, selection
 from reports.metrics import TIMINGS
 
@@ -48,12 +49,11 @@ def revision_names(*texts: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
     from reports.compare import compare, terminal_table, write_comparison
     from reports.metrics import NOISE_THRESHOLD
 
     threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         result = compare(store, args.a, args.b, args.experiment, args.metric, threshold,
                          args.lmc_policy, selection(args), revision_names(args.a, args.b))
     print(terminal_table(result))

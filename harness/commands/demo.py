@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import REPO_ROOT
+from harness.commands.context import spec_of, store_of
 from reports.outdir import default_report_dir
 
 if TYPE_CHECKING:
@@ -57,15 +58,13 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
     from devices.inventory import LOCAL, Inventory, local_device
     from harness.execution.coordinator import RunRequest, run_experiment
-    from harness.spec import load_spec
     from reports.render import render_report
 
-    spec = load_spec(args.spec)
+    spec = spec_of(args)
     inventory = Inventory({LOCAL: local_device()})  # the demo never reaches other machines
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         summary = run_experiment(RunRequest(spec, inventory, [LOCAL], args.force), store)
         print(summary.line())
         print(summary_table(store, spec.name).to_string(index=False))

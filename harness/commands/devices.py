@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.context import boards_of, store_of
 from harness.commands.flags import add_notify
 from harness.commands.table import format_table
 from harness.errors import InputError
@@ -63,17 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
-
-    devices = load_inventory(args.inventory).select(args.names)
+    devices = boards_of(args)
     if args.action == "probe":
         return _probe(devices)
     if args.action == "trust":
         return _trust(devices, args.replace, args.expect)
     if args.action == "list":
-        return _list(devices, args.db, args.json)
-    with Store.open(args.db) as store:
+        return _list(devices, args)
+    with store_of(args) as store:
         if args.action == "check":
             return _check(devices, store, _given_binaries(args.binary), args.json, args.notify)
         if args.action == "state":
@@ -81,23 +79,22 @@ def run(args: argparse.Namespace) -> int:
         return _health(devices, store)
 
 
-def _list(devices: list[Device], url: str, as_json: bool) -> int:
+def _list(devices: list[Device], args: argparse.Namespace) -> int:
     from db.boards import BoardStatus
     from db.errors import StoreInputError
-    from db.store import Store
 
     names = [d.name for d in devices]
     states = {name: BoardStatus(name, "online", None, None, None, 0) for name in names}
     holders, health, reserved = {}, {}, {}
     try:
-        with Store.open(url, create=False) as store:
+        with store_of(args, create=False) as store:
             states = store.boards.states(names)
             holders = {lease.board: lease.holder for lease in store.leases.active()}
             health = store.boards.last_health(names)
             reserved = store.boards.reservations(names)
     except StoreInputError:
         pass  # no store yet: every board is online, unleased, unchecked
-    if as_json:
+    if args.json:
         rows = [{"name": d.name, "class": d.cls, "arch": d.arch, "address": d.address,
                  "cpus": d.cpus, "threads": d.threads, "emulated": d.emulated,
                  "exec_prefix": d.exec_prefix, "workdir": d.workdir,

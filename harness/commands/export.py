@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.context import store_of
 from harness.commands.flags import add_measurements, selection
 from harness.errors import InputError
 
@@ -52,11 +53,9 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path,
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-
     # Experiment names become folder names: keep them to safe characters.
     out_dir = Path(args.out or Path("export") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.experiment))
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         written = export(store, args.experiment, args.format, out_dir, selection(args))
     for path, rows in written.items():
         print(f"{path}  ({rows} rows)")

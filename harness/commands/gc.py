@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import inventory_of, store_of
 from harness.commands.flags import add_inventory, add_ray_address, duration
 
 
@@ -36,14 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.lab.housekeeping import collect
 
-    inventory = load_inventory(args.inventory)
+    inventory = inventory_of(args)
     both = not (args.boards or args.nodes)
     boards = inventory.select(args.names) if args.boards or both else None
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         done = collect(store, inventory, boards, args.nodes or both, args.older_than,
                        args.dry_run, args.ray_address)
     verb = "would free" if args.dry_run else "freed"

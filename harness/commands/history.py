@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.context import store_of
 from harness.commands.flags import add_threshold
 from harness.errors import InputError
 from reports.metrics import METRICS
@@ -55,10 +56,9 @@ def load_history(store: Store, experiment: str, metric: str, devices: list[str] 
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
     from reports.outdir import output_dir
 
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         result = load_history(store, args.experiment, args.metric, args.device, args.config,
                               args.threshold)
     if args.out:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import store_of
 from harness.commands.table import format_table
 
 ERROR_WIDTH = 70
@@ -17,9 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from db.leases import utcnow
-    from db.store import Store
 
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         job = store.jobs.get(args.job)
         stored = job.experiment in store.list_experiments()
         runs = store.list_runs(job.experiment) if stored else []

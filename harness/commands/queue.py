@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import store_of
 from harness.commands.table import format_table
 
 
@@ -17,9 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from db.jobs import ACTIVE
-    from db.store import Store
 
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         jobs = store.jobs.list(None if args.all else ACTIVE)
         leases = store.leases.active()
         states = [s for s in store.boards.states().values() if s.state != "online"]

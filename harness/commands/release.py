@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.context import boards_of, store_of
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("release", help="end a board's reservation")
@@ -14,11 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
-
-    devices = load_inventory(args.inventory).select(args.names)
-    with Store.open(args.db) as store:
+    devices = boards_of(args)
+    with store_of(args) as store:
         for device in devices:
             held = store.boards.release(device.name, getpass.getuser())
             print(f"{device.name}: " + (f"released (was reserved for {held.owner})" if held

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
+from harness.commands.context import inventory_of, store_of
 from harness.commands.flags import add_devices, add_inventory, add_measurements, selection
 
 
@@ -30,8 +31,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.history.revisions import commit_order
     from harness.verify.claims import audit_claims
     from reports.audit import audit_section, write_audit
@@ -39,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from reports.render import render_report
 
     out = Path(args.out) if args.out else default_report_dir(args.experiment)
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         sections = []
         if args.claims:
-            inventory = load_inventory(args.inventory)
+            inventory = inventory_of(args)
             verdicts = [v for path in args.claims
                         for v in audit_claims(path, store, inventory, args.model,
                                               args.devices or ["local"], run_missing=False)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import inventory_of, store_of
 from harness.commands.flags import add_inventory
 
 
@@ -19,11 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the run came out identical (or has no output to compare), 1 otherwise."""
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.verify.reproduce import reproduce
 
-    with Store.open(args.db) as store:
-        result = reproduce(store, args.run, load_inventory(args.inventory), args.timeout)
+    with store_of(args) as store:
+        result = reproduce(store, args.run, inventory_of(args), args.timeout)
     print(result.text())
     return 0 if result.status == "ok" and result.identical is not False else 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.context import boards_of, store_of
 from harness.commands.flags import duration
 
 
@@ -29,12 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from db.leases import utcnow
-    from db.store import Store
-    from devices.inventory import load_inventory
 
-    devices = load_inventory(args.inventory).select(args.names)
+    devices = boards_of(args)
     ends = utcnow() + timedelta(seconds=args.seconds)
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         for device in devices:
             held = store.boards.reserve(device.name, args.owner, ends, args.reason)
             print(f"{device.name}: reserved for {held.owner} until {held.ends:%Y-%m-%d %H:%M} "

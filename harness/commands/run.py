@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from harness.commands.context import inventory_of, spec_of, store_of
 from harness.commands.flags import (
     INVENTORY_HELP,
     add_devices,
@@ -51,18 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every run of the matrix is stored (ok or failed) and not every one failed;
     1 when some are pending or all failed."""
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
     from harness.execution.leases import lease_ttl
     from harness.execution.notify import targets_from
-    from harness.spec import load_spec
 
-    spec = load_spec(args.spec)
-    inventory = load_inventory(args.inventory)
+    spec, inventory = spec_of(args), inventory_of(args)
     if args.dry_run:
         return dry_run(args, spec, inventory)
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         summary = run_experiment(RunRequest(
             spec, inventory, args.devices, args.force, args.ray_address, max_runs=args.max_runs,
             coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)),
@@ -74,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
 def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     from db.errors import StoreInputError
     from db.queries import RunDuration
-    from db.store import Store
     from harness.plan.estimate import estimate
     from harness.plan.matrix import check_size, count_cells, resolve_placements
 
@@ -86,7 +82,7 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     durations: list[RunDuration] = []
     done: set[Cell] = set()
     try:
-        with Store.open(args.db, create=False) as store:
+        with store_of(args, create=False) as store:
             durations = store.run_durations()
             done = stored_ok_cells(store, spec, inventory, placements)
     except StoreInputError as exc:

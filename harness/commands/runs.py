@@ -9,6 +9,7 @@ from dataclasses import asdict
 from datetime import datetime
 
 from db.records import RUN_STATUSES
+from harness.commands.context import store_of
 from harness.commands.table import format_table
 
 ERROR_WIDTH = 60
@@ -33,9 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from db.store import Store
-
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         runs = store.list_runs(args.experiment, args.status)
     if not runs:
         print("no runs match")
@@ -72,9 +71,7 @@ def _json_default(value: object) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from db.store import Store
-
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         detail = asdict(store.get_run(args.run))
     # each measurement as one object: its columns, outcome, snapshots and timings
     detail["measurements"] = [m.pop("measurement") | m for m in detail["measurements"]]

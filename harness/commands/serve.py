@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from harness.commands.context import inventory_of, store_of
 from harness.commands.flags import (
     INVENTORY_HELP,
     add_inventory,
@@ -51,8 +52,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.execution.cluster import ray_session
     from harness.execution.coordinator import Coordinator, inventory_resources
     from harness.execution.leases import lease_ttl
@@ -61,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.lab.serving import Service
 
     who = Coordinator(ttl_s=lease_ttl(args.lease_ttl))
-    inventory = load_inventory(args.inventory)
+    inventory = inventory_of(args)
     targets = targets_from(args.notify)
-    with Store.open(args.db) as store, \
+    with store_of(args) as store, \
             ray_session(args.ray_address, inventory_resources(inventory)):
         health = None if args.no_health_checks else HealthSchedule(
             store, who.holder, targets, args.health_interval)

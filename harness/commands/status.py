@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from db.records import RUN_STATUSES
+from harness.commands.context import store_of
 from harness.commands.table import format_table
 
 if TYPE_CHECKING:
@@ -57,9 +58,7 @@ def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         if args.experiment:
             job_id = int(args.experiment) if args.experiment.isdigit() else None
             name = args.experiment if job_id is None else store.jobs.get(job_id).experiment

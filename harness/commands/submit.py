@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.context import inventory_of, spec_of, store_of
 from harness.commands.flags import INVENTORY_HELP, add_devices, add_inventory, add_notify
 
 
@@ -31,19 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.errors import InputError
     from harness.execution.gate import blocked_boards
     from harness.execution.notify import targets_from
     from harness.plan.matrix import resolve_placements
-    from harness.spec import load_spec
 
-    spec = load_spec(args.spec)
-    inventory = load_inventory(args.inventory)
+    spec, inventory = spec_of(args), inventory_of(args)
     placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
     notes = []
-    with Store.open(args.db) as store:
+    with store_of(args) as store:
         for placement in placements:
             blocked = blocked_boards(store, placement.devices, args.owner)
             states = store.boards.states(list(placement.devices))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.commands.context import inventory_of, measuring, spec_of
 from harness.commands.flags import add_measuring, add_notify, add_threshold
 
 
@@ -22,18 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from db.store import Store
-    from devices.inventory import load_inventory
     from harness.execution.notify import targets_from
-    from harness.history.measure import Measurer
     from harness.history.track import regression_hook, track
-    from harness.spec import load_spec
 
-    spec = load_spec(args.spec)
-    inventory = load_inventory(args.inventory)
-    with Store.open(args.db) as store, \
-            Measurer(spec, inventory, store, args.device or spec.devices[0],
-                     args.ray_address) as measurer:
+    spec = spec_of(args)
+    with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
                        regression_hook(targets_from(args.notify, spec.notify)))

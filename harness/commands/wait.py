@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.context import store_of
 from harness.commands.flags import positive_seconds
 
 EXIT_CODES = {"done": 0, "failed": 1, "cancelled": 3}
@@ -22,9 +23,8 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from db.jobs import ACTIVE
-    from db.store import Store
 
-    with Store.open(args.db, create=False) as store:
+    with store_of(args, create=False) as store:
         job = store.jobs.get(args.job)
         while job.state in ACTIVE:
             time.sleep(args.poll)

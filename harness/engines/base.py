@@ -4,7 +4,8 @@ An engine (``lmc``, ``llama-bench`` ...) is one adapter object, in its own packa
 ``harness/engines/``: its spec section (validated into frozen config records), which workload
 kinds it runs and the configs it crosses them with, how to build it and make its model
 artifact, the work order of one run, the argv on a device, the check of its stdout, the common
-:class:`Measurements` and the stored :class:`Outcome` of its output, and a health command.
+:class:`Figures` (``db.records``: the store and the reports read their list too) and the stored
+:class:`Outcome` of its output, and a health command.
 Planning, expansion, the runner and the results mapping talk to engines only through this
 interface (``harness.engines.get_engine``): none of them names an engine.
 """
@@ -20,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from db.records import Outcome
+from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.errors import InputError
 from harness.identity import Catalogue
@@ -90,18 +91,6 @@ def build_lock(build_dir: Path) -> Iterator[None]:
 
 # builds every (revision, target) of an engine: (engine name, targets) -> records
 BuildFn = Callable[[str, list[tuple[str, str]]], dict[tuple[str, str], BuildRecord]]
-
-
-@dataclass
-class Measurements:
-    """The figures every engine reports in the same units (milliseconds, tokens)."""
-
-    prefill_ms: float | None = None  # the whole prompt's forward pass
-    decode_ms_per_token: float | None = None  # one generated token
-    attn_ms_per_token: float | None = None  # attention's share of it, where measured
-    prompt_tokens: int | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)  # per decode step: token, ms
-    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific, stored verbatim
 
 
 @dataclass(frozen=True)
@@ -182,7 +171,7 @@ class Engine(Protocol):
         """A spec's ``revisions`` when it names none (and this is its first engine)."""
         ...
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> Any:
         """Its spec section (``{}`` when absent) as its axes record; errors name the key."""
         ...
@@ -243,11 +232,11 @@ class Engine(Protocol):
         ``data`` (lmc: the selection trace)."""
         ...
 
-    def measurements(self, command: str, data: Any) -> Measurements:
+    def measurements(self, command: str, data: Any) -> Figures:
         """The common figures of one parsed output."""
         ...
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         """What the run produced, for the store (the workload kind scores it afterwards)."""
         ...
 

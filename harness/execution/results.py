@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from db.records import RunResult, Snapshot, timings_from_steps
+from db.records import FIGURE_UNITS, RunResult, Snapshot, timings_from_steps
 from harness.contract import RunReport
 from harness.engines import get_engine
 from harness.plan.planner import PlannedRun
@@ -38,7 +38,7 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
         return result
     engine, command = get_engine(planned.order.engine), planned.order.command
     figures = engine.measurements(command, data)
-    for name in ("prefill_ms", "decode_ms_per_token", "attn_ms_per_token", "prompt_tokens"):
+    for name in FIGURE_UNITS:
         setattr(result, name, getattr(figures, name))
     result.token_timings = timings_from_steps(figures.steps)
     outcome = engine.outcome(command, data, figures)

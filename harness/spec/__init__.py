@@ -8,7 +8,7 @@ as a scalar or a list of values.
 This module reads the file and its top-level keys; the ``[[workload]]`` tables are validated by
 ``harness.spec.workloads`` against the workload kinds, and each engine's section (lmc's
 ``[engine]``, ``[llama-bench]``) by its adapter (``harness.engines``), all with
-``harness.checker.SpecChecker``.
+``devices.checker.Checker``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devices.checker import Checker
 from devices.files import UnreadableToml, loads_toml, read_text, read_toml_text
-from harness.checker import SpecChecker
 from harness.engines import DEFAULT_ENGINE, ENGINES
 from harness.errors import InputError
 from harness.spec.workloads import WorkloadAxes, parse_workloads
@@ -78,7 +78,7 @@ MAX_TIMEOUT_S = 86400.0
 MAX_PAUSE_S = 3600.0
 
 
-def _check_context(check: SpecChecker, workloads: list[WorkloadAxes], config: Path) -> None:
+def _check_context(check: Checker, workloads: list[WorkloadAxes], config: Path) -> None:
     """Prompt lengths (``ctx``, ``length``) the model cannot take are refused now: its
     ``max_position_embeddings`` bounds them (every run of the matrix failed in the engine)."""
     try:
@@ -119,7 +119,7 @@ def parse_spec(text: str, path: Path) -> Spec:
         data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from exc
-    check = SpecChecker(path)
+    check = Checker(path, InputError, "spec")
     check.table(data, "", top_level_keys())
 
     if "name" not in data:
@@ -186,7 +186,7 @@ def parse_spec(text: str, path: Path) -> Spec:
     )
 
 
-def _notify(check: SpecChecker, section: Any) -> dict[str, list[str]]:
+def _notify(check: Checker, section: Any) -> dict[str, list[str]]:
     check.table(section, "notify", {"url", "command"})
     return {key: check.axis(section[key], f"notify.{key}", "str") for key in ("url", "command")
             if key in section}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.checker import SpecChecker
+from devices.checker import Checker
 from harness.errors import InputError
 from harness.workloads.base import WorkloadKind
 from harness.workloads.kinds import KINDS
@@ -26,7 +26,7 @@ class WorkloadAxes:
     settings: dict[str, Any]
 
 
-def parse_workloads(check: SpecChecker, value: Any) -> list[WorkloadAxes]:
+def parse_workloads(check: Checker, value: Any) -> list[WorkloadAxes]:
     """Validate the ``[[workload]]`` tables (at least one), in the file's order."""
     if value is None:
         raise check.fail("workload", "at least one [[workload]] table is required; kinds: "
@@ -53,7 +53,7 @@ def parse_workloads(check: SpecChecker, value: Any) -> list[WorkloadAxes]:
     return result
 
 
-def _axes(check: SpecChecker, table: dict[str, Any], key: str,
+def _axes(check: Checker, table: dict[str, Any], key: str,
           kind: WorkloadKind) -> dict[str, list[Any]]:
     axes: dict[str, list[Any]] = {}
     for axis in kind.axes:
@@ -64,7 +64,7 @@ def _axes(check: SpecChecker, table: dict[str, Any], key: str,
     return axes
 
 
-def _settings(check: SpecChecker, table: dict[str, Any], key: str,
+def _settings(check: Checker, table: dict[str, Any], key: str,
               kind: WorkloadKind) -> dict[str, Any]:
     settings = {}
     for setting in kind.settings:
@@ -83,7 +83,7 @@ def _settings(check: SpecChecker, table: dict[str, Any], key: str,
     return settings
 
 
-def _workload_text(check: SpecChecker, table: dict[str, Any], key: str,
+def _workload_text(check: Checker, table: dict[str, Any], key: str,
                    kind: WorkloadKind) -> dict[str, str]:
     """The text settings a workload table sets away from the defaults, checked; left out when
     at the default, so that a workload keeps its identity (and its runs their keys)."""

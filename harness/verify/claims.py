@@ -29,7 +29,7 @@ from harness.spec import Spec, parse_spec
 from harness.verify.engine_checks import EngineChecks
 from harness.workloads.kinds import KINDS
 from reports.audit import DeviceInfo, Environment, Verdict, load_claims, run_audit
-from reports.audit.claims_file import ENGINE_METRICS
+from reports.audit.checks import ENGINE_METRICS
 
 
 def toml_value(value: Any) -> str:

@@ -25,7 +25,8 @@ import pandas as pd
 
 from harness.engines import get_engine
 from harness.engines.lmc import run_here
-from reports.audit.claims_file import Claim
+from reports.audit.checks import ENGINE_METRICS
+from reports.audit.claim import Claim
 from reports.audit.evidence import Measurement
 from reports.audit.provenance import Provenance, parameters, this_host
 
@@ -54,7 +55,8 @@ class EngineChecks:
         self.revision = f"lmc {str(build.revision)[:10]} (source {build.source_hash[:10]})"
 
     def checks(self) -> dict[str, EngineCheck]:
-        return {"reference_error": self.reference_error, "causal_prefix": self.causal_prefix}
+        """Metric -> check: each engine metric's check is the method of its name."""
+        return {name: getattr(self, name) for name in ENGINE_METRICS}
 
     def _provenance(self, claim: Claim, model: str, data: str) -> Provenance:
         return Provenance(model=model, device=f"{this_host()}, lmc run directly", data=data,

@@ -17,7 +17,6 @@ from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,6 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Redire
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from db.connection import DatabaseFailure
 from db.errors import StoreError, StoreInputError
 from db.leases import utcnow
 from db.records import RUN_STATUSES
@@ -234,7 +234,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         Route(LOGIN_PATH, login, methods=["GET", "POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        StoreError: store_failed, SQLAlchemyError: store_failed, HTTPException: http_failed,
+        StoreError: store_failed, DatabaseFailure: store_failed, HTTPException: http_failed,
         BenchfarmError: bad_input, ReportError: bad_input,
         Exception: crashed},
         lifespan=lambda _app: _closing(data))

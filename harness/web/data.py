@@ -21,16 +21,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from db.boards import HealthResult, ReservationInfo
-from db.connection import create_store_engine
+from db.connection import create_store_engine, shown_url
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
-from db.models import Device, Experiment, ExperimentRun, Measurement, Run
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
@@ -190,10 +185,7 @@ class FarmData:
     @property
     def shown_url(self) -> str:
         """The store's URL without its password."""
-        try:
-            return make_url(self.url).render_as_string(hide_password=True)
-        except ArgumentError:
-            return "(not a SQLAlchemy URL)"
+        return shown_url(self.url) or "(not a SQLAlchemy URL)"
 
     @property
     def store(self) -> Store:
@@ -211,27 +203,14 @@ class FarmData:
     def boards(self) -> list[Board]:
         store = self.store
         leases = {lease.board: lease for lease in store.leases.active()}
-        with store.session() as session:
-            devices = session.execute(select(Device.id, Device.name, Device.cls, Device.arch,
-                                             Device.emulated).order_by(Device.name)).all()
-            # each board's latest attempt, and its latest failed ones (measurements: attempts)
-            last_ids = select(func.max(Measurement.id)).group_by(Measurement.device_id)
-            last = {device_id: (status, at) for device_id, status, at in session.execute(
-                select(Measurement.device_id, Measurement.status, Measurement.finished_at)
-                .where(Measurement.id.in_(last_ids)))}
-            failed = session.execute(
-                select(Measurement.run_id, Measurement.device_id, Experiment.name,
-                       Measurement.finished_at, Measurement.error)
-                .join(Run, Run.id == Measurement.run_id)
-                .join(Experiment, Experiment.id == Run.experiment_id)
-                .where(Measurement.status == "failed").order_by(Measurement.id.desc())
-                .limit(FAILURE_SCAN)).all()
+        # each board's latest attempt, and its latest failed ones (measurements: attempts)
+        activity = store.boards.activity(FAILURE_SCAN)
         failures: dict[int, list[Failure]] = defaultdict(list)
-        for run_id, device_id, experiment, finished_at, error in failed:
-            if len(failures[device_id]) < RECENT_FAILURES:
-                failures[device_id].append(Failure(run_id, experiment, finished_at, error))
-        known = {name: (device_id, cls, arch, bool(emulated))
-                 for device_id, name, cls, arch, emulated in devices}
+        for failed in activity.failed:
+            if len(failures[failed.device_id]) < RECENT_FAILURES:
+                failures[failed.device_id].append(Failure(failed.run_id, failed.experiment,
+                                                          failed.finished_at, failed.error))
+        known = {b.name: (b.id, b.cls, b.arch, bool(b.emulated)) for b in activity.boards}
         reservations = store.boards.reservations()
         names = sorted({*known, *store.boards.states(), *reservations})
         states = store.boards.states(names)  # online for a board whose state was never set
@@ -239,7 +218,8 @@ class FarmData:
         for name in names:
             device_id, cls, arch, emulated = known.get(name, (None, None, None, None))
             lease, stored = leases.get(name), states[name]
-            status, at = last.get(device_id, (None, None))
+            last = activity.last.get(device_id)
+            status, at = (last.status, last.finished_at) if last else (None, None)
             boards.append(Board(
                 name=name, cls=cls, arch=arch, emulated=emulated, state=stored.state,
                 reason=stored.reason, since=stored.since, changed_by=stored.changed_by,
@@ -286,7 +266,7 @@ class FarmData:
                 for name in ("total", "done", "failed", "running", "pending")}
         remaining = None
         if job.state == "running" and job.started_at is not None and elapsed:
-            finished_here = self._finished_since(job.experiment, job.started_at)
+            finished_here = self.store.jobs.finished_since(job.experiment, job.started_at)
             if finished_here:
                 remaining = elapsed / finished_here * (sums["pending"] + sums["running"])
         return JobView(
@@ -295,17 +275,6 @@ class FarmData:
             submitted_at=job.submitted_at, started_at=job.started_at,
             finished_at=job.finished_at, elapsed_s=elapsed, remaining_s=remaining,
             placements=placements, **sums)
-
-    def _finished_since(self, experiment: str, since: datetime) -> int:
-        """Runs of the experiment that ended (ok or failed) since ``since``: the job's pace."""
-        with self.store.session() as session:
-            return session.scalar(
-                select(func.count()).select_from(Measurement)
-                .join(Run, Run.id == Measurement.run_id)
-                .join(Experiment, Experiment.id == Run.experiment_id)
-                .where(Experiment.name == experiment,
-                       Measurement.status.in_(("ok", "failed")),
-                       Measurement.finished_at >= since)) or 0
 
     # -- experiments ---------------------------------------------------------------------------
 
@@ -332,12 +301,7 @@ class FarmData:
     def history(self, name: str) -> ExperimentHistory:
         """The experiment's revisions and steps, read again only once it has a new attempt or
         a new run (the live page asks every few seconds)."""
-        with self.store.session() as session:
-            newest = tuple(session.execute(
-                select(func.max(Measurement.id), func.count(func.distinct(Measurement.run_id)))
-                .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
-                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
-                .where(Experiment.name == name)).one())
+        newest = self.store.experiment_mark(name)
         with self._lock:
             cached = self._histories.get(name)
         if cached is not None and cached[0] == newest:

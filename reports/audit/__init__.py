@@ -1,6 +1,7 @@
 """The audit of published claims: claims files, checks per metric family, verdicts, outputs."""
 
-from reports.audit.claims_file import Claim, ClaimsFile, load_claims, parse_claims
+from reports.audit.claim import Claim
+from reports.audit.claims_file import ClaimsFile, load_claims, parse_claims
 from reports.audit.report import (
     audit_markdown,
     audit_section,

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
 from reports.runs import first_divergence
 from reports.runs import generated_tokens as tokens

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
 
 

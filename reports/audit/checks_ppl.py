@@ -12,7 +12,7 @@ import json
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import (
     Measurement,
     describe,

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import (
     Measurement,
     describe,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import Measurement, paired_margin
 from reports.audit.provenance import Provenance, this_host
 

@@ -17,7 +17,7 @@ import statistics
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 from reports.audit.evidence import (
     Measurement,
     describe,

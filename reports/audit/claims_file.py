@@ -19,7 +19,7 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
                                            # relation, verified or sanity (KINDS)
     differs = "needle-tiny on x86, three prompts"  # analogue: what differs from the article
     setting = "RK3588, Qwen3-VL-2B"        # the article's setting (default: the file's setting)
-    metric = "identical_tokens"            # see reports.audit.verdict.METRICS
+    metric = "identical_tokens"            # see reports.audit.checks.CHECKS
     expected = 1.0
     tolerance = 0.0                        # absolute; or rel_tolerance (fraction of expected);
                                            # one-sided claims: at_least / at_most instead
@@ -33,7 +33,8 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     device_class = "any"
     context = 2061
 
-Computed metrics (COMPUTED_METRICS) take no experiment: ``measure.params`` sets them.
+Computed metrics (``reports.audit.checks.COMPUTED_METRICS``) take no experiment:
+``measure.params`` sets them.
 
 Published llama-bench rows may be given as ``[[llama_bench]]`` tables instead of (or beside)
 ``[[claim]]``: each becomes a claim of metric ``llama_bench_tps`` with an experiment of its own
@@ -47,30 +48,27 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devices.checker import Checker
 from devices.files import UnreadableToml, loads_toml, read_toml_text
-from reports.audit.claims_check import Check
+from reports.audit.checks import CHECKS, COMPUTED_METRICS, LLAMA_BENCH_TPS
+from reports.audit.claim import ANY, Claim, Fairness, Measure
+from reports.audit.claims_check import selector
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
+from reports.runs import CANDIDATE_METRICS, RANK_METRICS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# computed without runs: numpy arithmetic here (reports.audit.checks_softmax), or the engine
-# run directly by the harness (harness.verify.engine_checks); ``measure.params`` sets them
-ARITHMETIC_METRICS = ("exp_overflow", "dot_growth", "softmax_overflow", "quotient")
-ENGINE_METRICS = ("reference_error", "causal_prefix")
-COMPUTED_METRICS = ARITHMETIC_METRICS + ENGINE_METRICS
-METRICS = ("identical_tokens", "identical_traces", "trace_shared_blocks", "repetition",
-           "critical_k", *COMPUTED_METRICS, "recall", "time", "time_ratio", "ppl", "ppl_change",
-           "key_rank", "reported")
+# the metrics a [[claim]] may name: every one with a check but a [[llama_bench]] row's own
+METRICS = tuple(name for name in CHECKS if name != LLAMA_BENCH_TPS)
 TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
                "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
-# key_rank: lmc --measure-keys (reports.runs.RANK_METRICS and CANDIDATE_METRICS)
-RANK_FIELDS = ("rho", "recall32", "captured32", "lost50", "recall32_c32", "recall32_c48",
-               "recall32_c64", "recall32_c96", "kept32_c96")
+# key_rank: lmc --measure-keys, a policy's key ranking and its two-stage candidates
+RANK_FIELDS = RANK_METRICS + CANDIDATE_METRICS
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most", "kind", "setting", "differs",
               "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
@@ -80,81 +78,6 @@ CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "r
 KINDS = ("direct", "analogue", "relation", "verified", "sanity")
 MEASURE_KEYS = {"a", "b", "baseline", "field", "field_b", "baseline_min_recall", "params"}
 FAIR_KEYS = {"model", "device_class", "context", "context_tolerance", "allow_emulated"}
-ANY = "any"
-LLAMA_BENCH_TPS = "llama_bench_tps"  # the metric of a [[llama_bench]] row
-
-
-@dataclass(frozen=True)
-class Fairness:
-    """What must hold for a measurement here to be comparable with the published one."""
-
-    models: tuple[str, ...] = (ANY,)  # the model(s) the claim is about; "any": mechanism claims
-    device_class: str = ANY
-    context: int | None = None  # prompt length the claim was measured at, in tokens
-    context_tolerance: float = 0.05  # relative
-    allow_emulated: bool = True  # timing claims set False: emulated timings are not hardware's
-
-
-@dataclass(frozen=True)
-class Measure:
-    a: dict[str, list[Any]] = field(default_factory=dict)  # selector of the runs measured
-    b: dict[str, list[Any]] = field(default_factory=dict)  # the second config (ratios, identity)
-    params: dict[str, Any] = field(default_factory=dict)  # computed metrics: their setting
-    baseline: dict[str, list[Any]] | None = None  # recall claims: exact must recall first
-    baseline_min_recall: float = 0.9
-    field: str = "decode_ms_per_token"  # time_ratio: which timing
-    field_b: str = ""  # time_ratio: b's field when it is another one (e.g. select_bytes)
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    source: str
-    statement: str
-    metric: str
-    expected: float | None
-    tolerance: float | None  # absolute
-    rel_tolerance: float | None  # relative to |expected|
-    at_least: float | None  # one-sided claims ("at least halves") give bounds instead
-    at_most: float | None
-    unit: str
-    experiment: str | None  # the first of ``experiments``
-    measure: Measure
-    fair: Fairness
-    quantity: str  # `reported` claims: what was measured (that benchfarm cannot measure)
-    note: str
-    quote: str = ""  # the source's own sentence (or table row) the figures come from, verbatim
-    kind: str = "direct"  # KINDS
-    setting: str = ""  # the article's setting of the figure (model, device, data)
-    differs: str = ""  # analogue: what differs from the article's setting
-    experiments: tuple[str, ...] = ()  # whose runs together are the evidence
-
-    def tolerance_text(self) -> str:
-        if self.tolerance is not None:
-            return f"± {self.tolerance:g}"
-        if self.rel_tolerance is not None:
-            return f"± {100 * self.rel_tolerance:g} %"
-        return ""
-
-    def expected_text(self) -> str:
-        if self.expected is not None:
-            return f"{self.expected:g} {self.tolerance_text()} {self.unit}".strip()
-        bounds = [f">= {self.at_least:g}"] if self.at_least is not None else []
-        bounds += [f"<= {self.at_most:g}"] if self.at_most is not None else []
-        return " and ".join(bounds) + (f" {self.unit}" if bounds and self.unit else "")
-
-    def bounds(self) -> tuple[float, float]:
-        """The range of measured values that reproduce the claim."""
-        if self.expected is not None:
-            allowed = (self.tolerance if self.tolerance is not None
-                       else (self.rel_tolerance or 0.0) * abs(self.expected))
-            return self.expected - allowed, self.expected + allowed
-        low = self.at_least if self.at_least is not None else float("-inf")
-        return low, self.at_most if self.at_most is not None else float("inf")
-
-    def within(self, measured: float) -> bool:
-        low, high = self.bounds()
-        return low - 1e-12 <= measured <= high + 1e-12
 
 
 @dataclass(frozen=True)
@@ -174,42 +97,41 @@ def load_claims(path: str | Path) -> ClaimsFile:
 
 
 def parse_claims(text: str, path: Path) -> ClaimsFile:
-    check = Check(path)
+    check = Checker(path, ReportInputError, "claims file")
+    top = check.at("file")
     try:
         data = loads_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML: {exc}") from exc
-    check.table(data, "file", "", {"source", "setting", "claim", "experiment", "llama_bench"})
+    top.table(data, "", {"source", "setting", "claim", "experiment", "llama_bench"})
     default_source = data.get("source")
     default_setting = str(data.get("setting", ""))
     experiments = data.get("experiment", {})
     if not isinstance(experiments, dict):
-        raise check.fail("file", "experiment", "must be tables [experiment.NAME]")
+        raise top.fail("experiment", "must be tables [experiment.NAME]")
     for name, fragment in experiments.items():
         if not NAME_RE.match(name):
-            raise check.fail("file", f"experiment.{name}",
-                             "experiment names are [a-z0-9][a-z0-9._-]*")
+            raise top.fail(f"experiment.{name}", "experiment names are [a-z0-9][a-z0-9._-]*")
         if not isinstance(fragment, dict):
-            raise check.fail("file", f"experiment.{name}", "must be a table (a spec fragment)")
+            raise top.fail(f"experiment.{name}", "must be a table (a spec fragment)")
     raw_claims = data.get("claim", [])
     rows = parse_rows(check, data.get("llama_bench", []), default_source, NAME_RE)
     if not isinstance(raw_claims, list) or not (raw_claims or rows):
-        raise check.fail("file", "claim", "at least one [[claim]] (or [[llama_bench]]) table "
-                         "is required")
+        raise top.fail("claim", "at least one [[claim]] (or [[llama_bench]]) table is required")
     claims: list[Claim] = []
     ids: set[str] = set()  # a set, not a scan of the claims: linear in the file's size
     for index, raw in enumerate(raw_claims):
         claim = _claim(check, raw, index, default_source, experiments, default_setting)
         if claim.id in ids:
-            raise check.fail(f"claim '{claim.id}'", "id", "is used by two claims")
+            raise check.at(f"claim '{claim.id}'").fail("id", "is used by two claims")
         ids.add(claim.id)
         claims.append(claim)
     for row in rows:
         if row.id in ids:
-            raise check.fail(f"llama_bench '{row.id}'", "id", "is used by a claim too")
+            raise check.at(f"llama_bench '{row.id}'").fail("id", "is used by a claim too")
         if row.experiment in experiments:
-            raise check.fail("file", f"experiment.{row.experiment}",
-                             f"the name is taken by llama_bench row '{row.id}'")
+            raise top.fail(f"experiment.{row.experiment}",
+                           f"the name is taken by llama_bench row '{row.id}'")
         claims.append(_row_claim(row))
         if row.unrunnable() is None:
             experiments[row.experiment] = row.fragment()
@@ -234,96 +156,96 @@ def _row_claim(row: LlamaBenchRow) -> Claim:
         setting=f"{row.model} {row.quant} on {row.board}, {row.threads} thread(s)")
 
 
-def _claim(check: Check, raw: Any, index: int, default_source: Any,
+def _claim(check: Checker, raw: Any, index: int, default_source: Any,
            experiments: dict[str, Any], default_setting: str = "") -> Claim:
-    where = f"claim #{index + 1}"
+    check = check.at(f"claim #{index + 1}")
     if not isinstance(raw, dict):
-        raise check.fail(where, "claim", "must be a table")
+        raise check.fail("claim", "must be a table")
     if "id" in raw:
-        claim_id = check.text(raw["id"], where, "id")
+        claim_id = check.text(raw["id"], "id")
         if not NAME_RE.match(claim_id):
-            raise check.fail(where, "id", f"{claim_id!r}: use [a-z0-9][a-z0-9._-]*")
-        where = f"claim '{claim_id}'"
-    check.table(raw, where, "", CLAIM_KEYS)
+            raise check.fail("id", f"{claim_id!r}: use [a-z0-9][a-z0-9._-]*")
+        check = check.at(f"claim '{claim_id}'")
+    check.table(raw, "", CLAIM_KEYS)
     for key in ("id", "statement", "metric"):
         if key not in raw:
-            raise check.fail(where, key, "required")
+            raise check.fail(key, "required")
     if "source" not in raw and default_source is None:
-        raise check.fail(where, "source", "required (here or at the top of the file)")
-    source = check.text(raw.get("source", default_source), where, "source")
-    metric = check.text(raw["metric"], where, "metric")
+        raise check.fail("source", "required (here or at the top of the file)")
+    source = check.text(raw.get("source", default_source), "source")
+    metric = check.text(raw["metric"], "metric")
     if metric not in METRICS:
-        raise check.fail(where, "metric", f"unknown metric {metric!r}; allowed: "
+        raise check.fail("metric", f"unknown metric {metric!r}; allowed: "
                          f"{', '.join(METRICS)}")
     expected = tolerance = rel_tolerance = None
     if "expected" in raw:
-        expected = check.number(raw["expected"], where, "expected")
-    at_least = check.number(raw["at_least"], where, "at_least") if "at_least" in raw else None
-    at_most = check.number(raw["at_most"], where, "at_most") if "at_most" in raw else None
+        expected = check.number(raw["expected"], "expected")
+    at_least = check.number(raw["at_least"], "at_least") if "at_least" in raw else None
+    at_most = check.number(raw["at_most"], "at_most") if "at_most" in raw else None
     if expected is not None and (at_least is not None or at_most is not None):
-        raise check.fail(where, "at_least" if at_least is not None else "at_most",
+        raise check.fail("at_least" if at_least is not None else "at_most",
                          "give either expected (with a tolerance) or bounds, not both")
     if "tolerance" in raw and "rel_tolerance" in raw:
-        raise check.fail(where, "rel_tolerance", "give either tolerance or rel_tolerance")
+        raise check.fail("rel_tolerance", "give either tolerance or rel_tolerance")
     if "tolerance" in raw:
-        tolerance = check.number(raw["tolerance"], where, "tolerance", low=0)
+        tolerance = check.number(raw["tolerance"], "tolerance", low=0)
     if "rel_tolerance" in raw:
-        rel_tolerance = check.number(raw["rel_tolerance"], where, "rel_tolerance", low=0)
+        rel_tolerance = check.number(raw["rel_tolerance"], "rel_tolerance", low=0)
     experiment, experiments = None, ()
     if metric == "reported":
         if "quantity" not in raw:
-            raise check.fail(where, "quantity", "required for metric 'reported' (what the "
+            raise check.fail("quantity", "required for metric 'reported' (what the "
                              "source measured)")
     else:
         if expected is None and at_least is None and at_most is None:
-            raise check.fail(where, "expected", f"required for metric {metric!r} (or the "
+            raise check.fail("expected", f"required for metric {metric!r} (or the "
                              "bounds at_least / at_most)")
         if expected is not None and tolerance is None and rel_tolerance is None:
-            raise check.fail(where, "tolerance", "required (or rel_tolerance)")
+            raise check.fail("tolerance", "required (or rel_tolerance)")
     if metric != "reported" and metric not in COMPUTED_METRICS:
         if "experiment" not in raw:
-            raise check.fail(where, "experiment", "required: the name of an [experiment.NAME] "
+            raise check.fail("experiment", "required: the name of an [experiment.NAME] "
                              "of this file or of an experiment in the store")
         names = raw["experiment"] if isinstance(raw["experiment"], list) else [raw["experiment"]]
-        experiments = tuple(check.text(n, where, "experiment") for n in names)
+        experiments = tuple(check.text(n, "experiment") for n in names)
         for name in experiments or ("",):
             if not NAME_RE.match(name):
-                raise check.fail(where, "experiment", f"{name!r}: use [a-z0-9][a-z0-9._-]*")
+                raise check.fail("experiment", f"{name!r}: use [a-z0-9][a-z0-9._-]*")
         experiment = experiments[0]
-    measure = _measure(check, raw.get("measure", {}), where, metric)
-    fair = _fairness(check, raw.get("fair", {}), where, metric)
+    measure = _measure(check, raw.get("measure", {}), metric)
+    fair = _fairness(check, raw.get("fair", {}), metric)
     bounded = expected is None and (at_least is not None or at_most is not None)
-    kind = check.text(raw.get("kind", "relation" if bounded else "direct"), where, "kind")
+    kind = check.text(raw.get("kind", "relation" if bounded else "direct"), "kind")
     if kind not in KINDS:
-        raise check.fail(where, "kind", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
+        raise check.fail("kind", f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     if kind == "analogue" and "differs" not in raw:
-        raise check.fail(where, "differs", "required for kind 'analogue' (what differs from "
+        raise check.fail("differs", "required for kind 'analogue' (what differs from "
                          "the article's setting)")
     return Claim(
-        id=check.text(raw["id"], where, "id"), source=source,
-        statement=check.text(raw["statement"], where, "statement"), metric=metric,
+        id=check.text(raw["id"], "id"), source=source,
+        statement=check.text(raw["statement"], "statement"), metric=metric,
         expected=expected, tolerance=tolerance, rel_tolerance=rel_tolerance,
         at_least=at_least, at_most=at_most,
         unit=str(raw.get("unit", "")), experiment=experiment, measure=measure, fair=fair,
         quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")),
-        quote=check.text(raw.get("quote", ""), where, "quote") if "quote" in raw else "",
+        quote=check.text(raw.get("quote", ""), "quote") if "quote" in raw else "",
         kind=kind, setting=str(raw.get("setting", default_setting)),
         differs=str(raw.get("differs", "")), experiments=experiments)
 
 
-def _measure(check: Check, raw: Any, where: str, metric: str) -> Measure:
-    table = check.table(raw, where, "measure", MEASURE_KEYS)
+def _measure(check: Checker, raw: Any, metric: str) -> Measure:
+    table = check.table(raw, "measure", MEASURE_KEYS)
     if metric == "reported":
         return Measure()
     if metric in COMPUTED_METRICS:
-        params = check.table(table.get("params", {}), where, "measure.params",
+        params = check.table(table.get("params", {}), "measure.params",
                              set(table.get("params", {})))
         return Measure(params=dict(params))
     if "a" not in table:
-        raise check.fail(where, "measure.a", "required: the runs to measure, e.g. "
+        raise check.fail("measure.a", "required: the runs to measure, e.g. "
                          "{ policy = \"sparse\", k = 32 }")
     if metric in TWO_CONFIG_METRICS and "b" not in table:
-        raise check.fail(where, "measure.b", f"required for metric {metric!r} (it compares "
+        raise check.fail("measure.b", f"required for metric {metric!r} (it compares "
                          "two configs, a and b)")
     fields = RANK_FIELDS if metric == "key_rank" else TIME_FIELDS
     field_name = table.get("field", fields[0] if metric == "key_rank" else
@@ -332,36 +254,36 @@ def _measure(check: Check, raw: Any, where: str, metric: str) -> Measure:
         name = table.get(key, field_name)
         if name not in fields:
             kind = "key-ranking figure" if metric == "key_rank" else "timing"
-            raise check.fail(where, f"measure.{key}", f"unknown {kind} {name!r}; allowed: "
+            raise check.fail(f"measure.{key}", f"unknown {kind} {name!r}; allowed: "
                              f"{', '.join(fields)}")
-    layers = check.table(table.get("params", {}), where, "measure.params",
+    layers = check.table(table.get("params", {}), "measure.params",
                          {"layer_a", "layer_b"} if metric == "key_rank" else set())
     return Measure(
-        params={k: int(check.number(v, where, f"measure.params.{k}", low=0))
+        params={k: int(check.number(v, f"measure.params.{k}", low=0))
                 for k, v in layers.items()},
-        a=check.selector(table["a"], where, "measure.a"),
-        b=check.selector(table.get("b", {}), where, "measure.b"),
-        baseline=(check.selector(table["baseline"], where, "measure.baseline")
+        a=selector(check, table["a"], "measure.a"),
+        b=selector(check, table.get("b", {}), "measure.b"),
+        baseline=(selector(check, table["baseline"], "measure.baseline")
                   if "baseline" in table else None),
-        baseline_min_recall=check.number(table.get("baseline_min_recall", 0.9), where,
+        baseline_min_recall=check.number(table.get("baseline_min_recall", 0.9),
                                          "measure.baseline_min_recall", low=0),
         field=field_name, field_b=table.get("field_b", ""))
 
 
-def _fairness(check: Check, raw: Any, where: str, metric: str) -> Fairness:
-    table = check.table(raw, where, "fair", FAIR_KEYS)
+def _fairness(check: Checker, raw: Any, metric: str) -> Fairness:
+    table = check.table(raw, "fair", FAIR_KEYS)
     models = table.get("model", ANY)
     models = models if isinstance(models, list) and models else [models]
     context = None
     if "context" in table:
-        context = int(check.number(table["context"], where, "fair.context", low=1))
+        context = int(check.number(table["context"], "fair.context", low=1))
     allow = table.get("allow_emulated", metric not in ("time", "time_ratio"))
     if not isinstance(allow, bool):
-        raise check.fail(where, "fair.allow_emulated", f"must be true or false, got {allow!r}")
+        raise check.fail("fair.allow_emulated", f"must be true or false, got {allow!r}")
     return Fairness(
-        models=tuple(check.text(m, where, "fair.model") for m in models),
-        device_class=check.text(table.get("device_class", ANY), where, "fair.device_class"),
+        models=tuple(check.text(m, "fair.model") for m in models),
+        device_class=check.text(table.get("device_class", ANY), "fair.device_class"),
         context=context,
-        context_tolerance=check.number(table.get("context_tolerance", 0.05), where,
+        context_tolerance=check.number(table.get("context_tolerance", 0.05),
                                        "fair.context_tolerance", low=0),
         allow_emulated=allow)

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from devices.checker import Checker
+
 ROW_KEYS = {"id", "source", "model", "quant", "test", "tps", "sd", "board", "threads",
             "backend", "build", "rel_tolerance", "note"}
 TEST_RE = re.compile(r"^(pp|tg)([1-9][0-9]{0,5})$")
@@ -88,49 +90,49 @@ class LlamaBenchRow:
                 "workload": [{"kind": "decode", "ctx": ctx, "max_new": max_new}]}
 
 
-def parse_rows(check: Any, raw_rows: Any, default_source: Any,
+def parse_rows(check: Checker, raw_rows: Any, default_source: Any,
                name_re: re.Pattern[str]) -> list[LlamaBenchRow]:
     """Validate ``[[llama_bench]]`` tables with the claims file's checker (errors name the
     file, the row and the key)."""
     if not isinstance(raw_rows, list):
-        raise check.fail("file", "llama_bench", "must be tables [[llama_bench]]")
+        raise check.at("file").fail("llama_bench", "must be tables [[llama_bench]]")
     rows: list[LlamaBenchRow] = []
     ids: set[str] = set()  # linear in the number of rows
     for index, raw in enumerate(raw_rows):
-        where = f"llama_bench #{index + 1}"
+        row_check = check.at(f"llama_bench #{index + 1}")
         if not isinstance(raw, dict):
-            raise check.fail(where, "llama_bench", "must be a table")
+            raise row_check.fail("llama_bench", "must be a table")
         if isinstance(raw.get("id"), str) and raw["id"].strip():
-            where = f"llama_bench '{raw['id'].strip()}'"
-        check.table(raw, where, "", ROW_KEYS)
+            row_check = row_check.at(f"llama_bench '{raw['id'].strip()}'")
+        row_check.table(raw, "", ROW_KEYS)
         for key in ("id", "model", "quant", "test", "tps", "sd", "board", "threads", "build"):
             if key not in raw:
-                raise check.fail(where, key, "required")
+                raise row_check.fail(key, "required")
         if "source" not in raw and default_source is None:
-            raise check.fail(where, "source", "required (here or at the top of the file)")
-        row_id = check.text(raw["id"], where, "id")
+            raise row_check.fail("source", "required (here or at the top of the file)")
+        row_id = row_check.text(raw["id"], "id")
         if not name_re.match(row_id):
-            raise check.fail(where, "id", f"{row_id!r}: use [a-z0-9][a-z0-9._-]*")
+            raise row_check.fail("id", f"{row_id!r}: use [a-z0-9][a-z0-9._-]*")
         if row_id in ids:
-            raise check.fail(where, "id", "is used by two rows")
+            raise row_check.fail("id", "is used by two rows")
         ids.add(row_id)
-        test = check.text(raw["test"], where, "test")
+        test = row_check.text(raw["test"], "test")
         if not TEST_RE.match(test):
-            raise check.fail(where, "test", f"{test!r}: expected ppN or tgN as llama-bench "
-                             "names its tests (e.g. pp512, tg128)")
+            raise row_check.fail("test", f"{test!r}: expected ppN or tgN as llama-bench "
+                                 "names its tests (e.g. pp512, tg128)")
         threads = raw["threads"]
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise check.fail(where, "threads", f"must be a whole number >= 1, got {threads!r}")
+            raise row_check.fail("threads", f"must be a whole number >= 1, got {threads!r}")
         rows.append(LlamaBenchRow(
-            id=row_id, source=check.text(raw.get("source", default_source), where, "source"),
-            model=check.text(raw["model"], where, "model"),
-            quant=check.text(raw["quant"], where, "quant"), test=test,
-            tps=check.number(raw["tps"], where, "tps", low=0),
-            sd=check.number(raw["sd"], where, "sd", low=0),
-            board=check.text(raw["board"], where, "board"), threads=threads,
-            backend=check.text(raw.get("backend", BACKEND), where, "backend"),
-            build=check.text(raw["build"], where, "build"),
-            rel_tolerance=check.number(raw.get("rel_tolerance", DEFAULT_REL_TOLERANCE), where,
-                                       "rel_tolerance", low=0),
+            id=row_id, source=row_check.text(raw.get("source", default_source), "source"),
+            model=row_check.text(raw["model"], "model"),
+            quant=row_check.text(raw["quant"], "quant"), test=test,
+            tps=row_check.number(raw["tps"], "tps", low=0),
+            sd=row_check.number(raw["sd"], "sd", low=0),
+            board=row_check.text(raw["board"], "board"), threads=threads,
+            backend=row_check.text(raw.get("backend", BACKEND), "backend"),
+            build=row_check.text(raw["build"], "build"),
+            rel_tolerance=row_check.number(raw.get("rel_tolerance", DEFAULT_REL_TOLERANCE),
+                                           "rel_tolerance", low=0),
             note=str(raw.get("note", ""))))
     return rows

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.audit.claims_file import Claim
+from reports.audit.claim import Claim
 
 NOTHING = "none (nothing ran for this claim)"
 

@@ -27,26 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import sqlalchemy
 
-from db.models import Experiment, Run
-from reports.audit import (
-    checks_identity,
-    checks_llamabench,
-    checks_ppl,
-    checks_rank,
-    checks_recall,
-    checks_softmax,
-    checks_timing,
-)
-from reports.audit.claims_file import (
-    ANY,
-    COMPUTED_METRICS,
-    ENGINE_METRICS,
-    LLAMA_BENCH_TPS,
-    Claim,
-    ClaimsFile,
-)
+from reports.audit import checks_ppl
+from reports.audit.checks import CHECKS, COMPUTED_METRICS, ENGINE_METRICS, Check
+from reports.audit.claim import ANY, Claim
+from reports.audit.claims_file import ClaimsFile
 from reports.audit.evidence import Measurement, select
 from reports.audit.provenance import Provenance, provenance
 from reports.runs import flatten_runs
@@ -54,26 +39,10 @@ from reports.runs import flatten_runs
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 INCONCLUSIVE = "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_COMPARABLE)
-METRICS: dict[str, Callable[[Claim, pd.DataFrame], Measurement]] = {
-    "identical_tokens": checks_identity.identical_tokens,
-    "identical_traces": checks_identity.identical_traces,
-    "trace_shared_blocks": checks_identity.trace_shared_blocks,
-    "repetition": checks_identity.repetition,
-    "critical_k": checks_recall.critical_k,
-    "recall": checks_recall.recall,
-    "time": checks_timing.time,
-    "time_ratio": checks_timing.time_ratio,
-    "ppl": checks_ppl.ppl,
-    "ppl_change": checks_ppl.ppl_change,
-    LLAMA_BENCH_TPS: checks_llamabench.tokens_per_second,
-    "key_rank": checks_rank.key_rank,
-    "exp_overflow": checks_softmax.exp_overflow,
-    "dot_growth": checks_softmax.dot_growth,
-    "softmax_overflow": checks_softmax.softmax_overflow,
-    "quotient": checks_softmax.quotient,
-}
-# checks that run the engine directly (the harness provides them: reports does not run lmc)
-Check = Callable[[Claim, pd.DataFrame], Measurement]
+# metric -> its check, for every metric reports measures itself (the harness provides the
+# engine checks: reports does not run lmc)
+METRICS: dict[str, Check] = {name: metric.check for name, metric in CHECKS.items()
+                             if metric.check is not None}
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
 Runner = Callable[[str, dict[str, Any]], list[str]]
@@ -244,10 +213,7 @@ def load_runs_by_keys(store: Any, keys: list[str], selection: Any = None) -> pd.
     of an audit experiment may sit in another experiment, e.g. the demo's.
     """
     wanted = set(keys)
-    with store.session() as session:
-        names = sorted(set(session.scalars(
-            sqlalchemy.select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
-            .where(Run.run_key.in_(wanted)))))
+    names = store.experiments_holding(wanted)
     frames = [stored_runs(store, name, selection) for name in names]
     if not frames:
         return pd.DataFrame()

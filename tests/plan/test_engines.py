@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from db import lmc_axes
+from db.records import Figures
 from harness.engines import ENGINES, get_engine
-from harness.engines.base import Measurements
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.engines.lmc import run_here
 from harness.errors import InputError, RunFailure
@@ -56,7 +56,7 @@ def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> Non
     engine = get_engine(name)
     command, stdout = outputs[name]
     figures = engine.measurements(command, engine.parse(stdout, command))
-    assert isinstance(figures, Measurements)
+    assert isinstance(figures, Figures)
     assert figures.prompt_tokens == CTX
     assert figures.prefill_ms is not None and figures.prefill_ms > 0
     assert figures.decode_ms_per_token is not None and figures.decode_ms_per_token > 0

@@ -1,7 +1,8 @@
 """The layout's rules, read from the code's own imports (docs/architecture.md draws them):
 dependencies point one way between the packages and between harness's parts, no module takes
-part in an import cycle, harness keeps a short top level, and no engine is named where runs
-are planned, expanded, executed or recorded."""
+part in an import cycle, harness keeps a short top level, no engine is named where runs are
+planned, expanded, executed or recorded, no command imports another, and the dashboard and
+the reports read the store only through db's named reads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import REPO_ROOT
+from harness.cli import SUBCOMMANDS
 from harness.engines import ENGINES
 
 PACKAGES = ("harness", "devices", "db", "reports")
@@ -26,6 +28,9 @@ ENGINE_BLIND = ("harness/spec", "harness/plan", "harness/history", "harness/exec
 ABOUT_ONE_ENGINE = ("harness/verify/engine_checks.py", "reports/audit/llamabench_rows.py",
                     "reports/audit/claims_file.py")
 HARNESS_TOP_LEVEL_MODULES = 12
+# what reads the store only through db's named reads: neither SQL nor the tables
+STORE_READERS = ("harness/web", "reports")
+BELOW_THE_STORE = ("sqlalchemy", "db.models")
 
 
 def module_name(path: Path) -> str:
@@ -129,6 +134,47 @@ def test_harness_parts_depend_one_way(graph: dict[str, set[str]]) -> None:
         return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else None
 
     assert cycle(collapsed(graph, part)) is None
+
+
+def test_no_command_imports_another(graph: dict[str, set[str]]) -> None:
+    """A command shares only the helper modules (flags, table, context), never another
+    command's module."""
+    commands = {f"harness.commands.{name}" for name in SUBCOMMANDS}
+    for command in commands:
+        assert not graph[command] & commands, (command, graph[command] & commands)
+
+
+def modules_named(path: Path) -> set[str]:
+    """Every module an import statement of the file names, whatever it is (``from a import
+    b`` names a and a.b), at its top, inside functions or for type checkers alone."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def below_the_store(name: str) -> bool:
+    return any(name == banned or name.startswith(banned + ".") for banned in BELOW_THE_STORE)
+
+
+def test_the_import_scan_sees_sql_and_tables(tmp_path: Path) -> None:
+    module = tmp_path / "reader.py"
+    module.write_text("from db import models\n\ndef f():\n    import sqlalchemy.orm\n")
+    assert sorted(filter(below_the_store, modules_named(module))) == ["db.models",
+                                                                      "sqlalchemy.orm"]
+
+
+def test_the_dashboard_and_the_reports_read_the_store_through_db() -> None:
+    """harness/web and reports call db's named reads (db/queries.py, db/experiments.py,
+    Store, Boards, Jobs ...); they build no SQL and touch no table of their own."""
+    for folder in STORE_READERS:
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            found = sorted(filter(below_the_store, modules_named(path)))
+            assert not found, (str(path.relative_to(REPO_ROOT)), found)
 
 
 def test_harness_keeps_a_short_top_level() -> None:

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from fixtures_model import NEEDLE_MODEL
 
-from db.records import AXIS_COLUMNS, Outcome
+from db.records import AXIS_COLUMNS, Figures, Outcome
 from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.contract import RunReport, WorkOrder
 from harness.engines import ENGINES
-from harness.engines.base import BuildRecord, Materials, Measurements, PlannedWork
+from harness.engines.base import BuildRecord, Materials, PlannedWork
 from harness.execution.results import base_result, to_run_result
 from harness.identity import WORKTREE
 from harness.plan.estimate import estimate
@@ -108,10 +108,10 @@ class ScratchEngine:
     def collect(self, transport: Any, order: WorkOrder, data: Any) -> None:
         pass
 
-    def measurements(self, command: str, data: Any) -> Measurements:
-        return Measurements(decode_ms_per_token=data["ms"], prompt_tokens=data["tokens"])
+    def measurements(self, command: str, data: Any) -> Figures:
+        return Figures(decode_ms_per_token=data["ms"], prompt_tokens=data["tokens"])
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         return Outcome(extra={"scratch": True})
 
     def rebuild(self, build: dict[str, Any]) -> BuildRecord:

@@ -123,6 +123,7 @@ def upgrade() -> None:
         sa.Column("attn_ms_per_token", sa.Float(), nullable=True),
         sa.Column("prompt_tokens", sa.Integer(), nullable=True),
         sa.Column("raw_json", sa.Text(), nullable=True),
+        # literal, not db.records.RUN_STATUSES: a migration is history and keeps what it wrote
         sa.CheckConstraint(
             "status IN ('ok', 'failed', 'interrupted', 'pending')", name="ck_runs_status"
         ),

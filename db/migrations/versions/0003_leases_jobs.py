@@ -15,6 +15,8 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
+# literal, not db.records.RUN_STATUSES (nor, below, db.models.JOB_STATES): a migration is
+# history and keeps what it wrote
 OLD_STATUSES = "'ok', 'failed', 'interrupted', 'pending'"
 NEW_STATUSES = OLD_STATUSES + ", 'cancelled'"
 

@@ -27,6 +27,7 @@ depends_on = None
 MOVED = ("device_id", "status", "exit_code", "error", "started_at", "finished_at", "wall_ms",
          "engine_ms", "overhead_ms", "prefill_ms", "decode_ms_per_token", "attn_ms_per_token",
          "prompt_tokens", "raw_json", "lease_id")
+# literal, not db.records.RUN_STATUSES: a migration is history and keeps what it wrote
 STATUSES = "'ok', 'failed', 'interrupted', 'pending', 'cancelled', 'running', 'lost'"
 CHILDREN = ("token_timings", "outcomes", "device_snapshots")
 

@@ -26,6 +26,7 @@ def upgrade() -> None:
         sa.Column("since", sa.DateTime(), nullable=False),
         sa.Column("changed_by", sa.String(200), nullable=False),
         sa.Column("failures", sa.Integer(), nullable=False),
+        # literal, not db.models.BOARD_STATES: a migration is history and keeps what it wrote
         sa.CheckConstraint("state IN ('online', 'maintenance', 'retired', 'bad')",
                            name="ck_board_states_state"),
         sa.PrimaryKeyConstraint("board", name="pk_board_states"),

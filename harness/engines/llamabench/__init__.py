@@ -25,17 +25,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from db.records import Outcome
+from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
 from harness import REPO_ROOT
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.engines.base import (
     Artifact,
     BuildFn,
     BuildRecord,
     Materials,
-    Measurements,
     NeedsBuild,
     PlannedWork,
     Rerun,
@@ -101,7 +100,7 @@ class LlamaBenchEngine:
 
     # -- the spec and the matrix ---------------------------------------------------------------
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> LlamaBenchAxes:
         return parse_section(check, value, spec_dir, kinds)
 
@@ -194,8 +193,8 @@ class LlamaBenchEngine:
     def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
         """llama-bench leaves nothing on the board."""
 
-    def measurements(self, command: str, data: Any) -> Measurements:
-        result = Measurements()
+    def measurements(self, command: str, data: Any) -> Figures:
+        result = Figures()
         tests = []
         for row in data:
             n_prompt, n_gen = int(row["n_prompt"]), int(row["n_gen"])
@@ -210,7 +209,7 @@ class LlamaBenchEngine:
         result.extra = {"llama_bench": {"tests": tests, "build": build}}
         return result
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         return Outcome(extra=figures.extra)  # every test row verbatim, with its samples
 
     def rebuild(self, build: dict[str, Any]) -> BuildRecord:

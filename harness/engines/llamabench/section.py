@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.checker import SpecChecker
+from devices.checker import Checker
 from harness.engines.llamabench.build import PYPI
 
 NAME = "llama-bench"
@@ -71,7 +71,7 @@ class LlamaBenchAxes:
                 for d in self.depth for c in self.cache_type]
 
 
-def parse_section(check: SpecChecker, value: Any, spec_dir: Path,
+def parse_section(check: Checker, value: Any, spec_dir: Path,
                   kinds: list[str]) -> LlamaBenchAxes:
     """Validate the ``[llama-bench]`` table with the spec's checker (errors name the key);
     ``kinds``: the spec's workload kinds (llama-bench runs decode workloads)."""

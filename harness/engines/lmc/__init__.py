@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from db.lmc_axes import NAME
-from db.records import Outcome
+from db.records import Figures, Outcome
+from devices.checker import Checker
 from devices.transport import Transport
-from harness.checker import SpecChecker
 from harness.contract import WorkOrder
 from harness.engines.base import (
     BuildFn,
     BuildRecord,
     Materials,
-    Measurements,
     PlannedWork,
     Rerun,
     Spec,
@@ -135,7 +134,7 @@ class LmcEngine:
 
     # -- the spec and the matrix ---------------------------------------------------------------
 
-    def parse_section(self, check: SpecChecker, value: Any, spec_dir: Path,
+    def parse_section(self, check: Checker, value: Any, spec_dir: Path,
                       kinds: list[str]) -> EngineAxes:
         return parse_section(check, value, kinds)
 
@@ -229,8 +228,8 @@ class LmcEngine:
         if trace is not None:
             data[output.TRACE_KEY] = output.fetch_trace(transport, trace)
 
-    def measurements(self, command: str, data: Any) -> Measurements:
-        return Measurements(
+    def measurements(self, command: str, data: Any) -> Figures:
+        return Figures(
             prefill_ms=data.get("prefill_ms"),
             decode_ms_per_token=data.get("decode_ms_per_token"),
             attn_ms_per_token=data.get("attn_ms_per_token"),
@@ -238,7 +237,7 @@ class LmcEngine:
             steps=list(data.get("steps", [])) if command == "generate" else [],
         )
 
-    def outcome(self, command: str, data: Any, figures: Measurements) -> Outcome:
+    def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
         found = Outcome(extra=figures.extra)
         if command == "generate":
             found.generated_ids = [int(t) for t in data.get("tokens", [])]

@@ -27,7 +27,7 @@ from db.lmc_axes import (
     SWITCHES,
     WQ_FORMATS,
 )
-from harness.checker import SpecChecker
+from devices.checker import Checker
 from harness.identity import sha256_file
 
 SECTION = "engine"  # the spec's table of lmc's axes
@@ -74,7 +74,7 @@ class EngineAxes:
     measure_keys: int | None = None
 
 
-def parse_section(check: SpecChecker, value: Any, kinds: list[str]) -> EngineAxes:
+def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
     """Validate the ``[engine]`` table (``kinds``: the spec's workload kinds): lmc's axes,
     each policy's crossed with that policy only."""
     table = check.table(value, SECTION, ENGINE_KEYS)
@@ -116,7 +116,7 @@ def parse_section(check: SpecChecker, value: Any, kinds: list[str]) -> EngineAxe
     )
 
 
-def _policy(check: SpecChecker, name: str, axes: Any) -> PolicyAxes:
+def _policy(check: Checker, name: str, axes: Any) -> PolicyAxes:
     key = f"engine.policy.{name}"
     switches = {s.name for s in SWITCHES if name in s.policies}
     if name == "exact":
@@ -149,7 +149,7 @@ def _policy(check: SpecChecker, name: str, axes: Any) -> PolicyAxes:
                       _predictor(check, axes, key) if name == "gbm" else None)
 
 
-def _predictor(check: SpecChecker, axes: dict[str, Any], key: str) -> Predictor:
+def _predictor(check: Checker, axes: dict[str, Any], key: str) -> Predictor:
     """gbm's required tree file, named relative to the spec's folder, and its sha256."""
     if "predictor" not in axes:
         raise check.fail(f"{key}.predictor", "gbm needs its trees: a predictor file (lmc-gbm) "
@@ -162,7 +162,7 @@ def _predictor(check: SpecChecker, axes: dict[str, Any], key: str) -> Predictor:
     return Predictor(path, sha256_file(path))
 
 
-def _switches(check: SpecChecker, axes: dict[str, Any], key: str,
+def _switches(check: Checker, axes: dict[str, Any], key: str,
               names: set[str]) -> dict[str, list[bool | None]]:
     """The switch axes a policy table sets, the engine's default value written as None."""
     found = {}

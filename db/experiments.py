@@ -1,0 +1,47 @@
+"""Reads of an experiment as a whole, behind ``Store.experiment_spec``, ``experiment_mark`` and
+``experiments_holding``: its spec as it was run, what changes when one of its runs lands, and
+which experiments first stored a set of runs. Each returns plain values (no ORM object
+escapes the session that loaded it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from db.models import Experiment, ExperimentRun, Measurement, Run
+
+
+@dataclass(frozen=True)
+class StoredSpec:
+    """The spec an experiment was last run with."""
+
+    text: str  # the spec file as it was run
+    hash: str
+
+
+def spec(session: Session, name: str) -> StoredSpec:
+    """The spec of the experiment ``name`` (which the caller knows is stored)."""
+    row = session.scalar(select(Experiment).where(Experiment.name == name))
+    return StoredSpec(row.spec_text, row.spec_hash)
+
+
+def mark(session: Session, name: str) -> tuple[int | None, int]:
+    """What changes when the experiment gets a new attempt or a new run: its newest
+    measurement's id and the number of its runs with a measurement."""
+    return tuple(session.execute(
+        select(func.max(Measurement.id), func.count(func.distinct(Measurement.run_id)))
+        .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
+        .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+        .where(Experiment.name == name)).one())
+
+
+def holding(session: Session, run_keys: Collection[str]) -> list[str]:
+    """The names of the experiments that first stored any of these runs, sorted (run keys are
+    global: a run belongs to the experiment that first stored it)."""
+    return sorted(set(session.scalars(
+        select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
+        .where(Run.run_key.in_(run_keys)))))
