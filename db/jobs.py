@@ -22,7 +22,6 @@ from sqlalchemy import Engine, func, insert, select, update
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
-from db.measurements import current_measurements
 from db.models import (
     JOB_STATES,
     Device,
@@ -224,12 +223,10 @@ class Jobs:
         job = job or self.latest(experiment)
         if job is None or not job.totals:
             return []
-        current = current_measurements().subquery()  # a run counts once
-        with self.engine.connect() as conn:
+        with self.engine.connect() as conn:  # a run counts once: its current measurement
             rows = conn.execute(
                 select(Run.config, Measurement.status, Device.name)
-                .join(current, current.c.run_id == Run.id)
-                .join(Measurement, Measurement.id == current.c.measurement_id)
+                .join(Measurement, Measurement.id == Run.current_measurement_id)
                 .join(ExperimentRun, ExperimentRun.run_id == Run.id)
                 .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
                 .join(Device, Device.id == Measurement.device_id)

@@ -1,9 +1,15 @@
 """The tables of the result store (SQLAlchemy 2.0 typed ORM).
 
 The schema is created and upgraded by the Alembic migrations in ``db/migrations``; a test checks
-that the migrated schema matches these classes. Raw data is kept: one ``token_timings`` row per
-decode step, the engine's JSON output verbatim in ``measurements.raw_json``; a run (``runs``,
-the planned cell) has one ``measurements`` row per attempt, never overwritten.
+that the migrated schema matches these classes. Raw data is kept: every decode step of a
+measurement (``decode_steps``, packed per measurement), the engine's JSON output verbatim in
+``measurements.raw_json`` and every device fingerprint (both compressed, ``db.packing``); a run
+(``runs``, the planned cell) has one ``measurements`` row per attempt, never overwritten.
+
+What reads would otherwise derive from every row of a large store is kept as the rows land
+(db.rows): each run's current measurement and its status (``runs.current_measurement_id``,
+``runs.status``, ``runs.attempts``) and each experiment's runs per status
+(``experiment_counts``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -29,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from db.packing import CompressedJSON, CompressedText
 from db.records import RUN_STATUSES
 
 # Explicit constraint names so that migrations can refer to them on every backend.
@@ -130,7 +138,7 @@ class Run(Base):
     """
 
     __tablename__ = "runs"
-    __table_args__ = (Index(None, "experiment_id"),)
+    __table_args__ = (Index(None, "experiment_id"), Index(None, "build_id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_key: Mapped[str] = mapped_column(String(128), unique=True)
@@ -150,6 +158,16 @@ class Run(Base):
     threads: Mapped[int | None]
     prefill_attn: Mapped[str | None] = mapped_column(String(32))
     repeat: Mapped[int]
+    # kept by the store as measurements land (db.rows.refresh_runs): the measurement reads use
+    # (its latest ok one made under a live lease, else its latest), its status, and how many
+    # attempts the run has; NULL / 0 before its first measurement
+    current_measurement_id: Mapped[int | None] = mapped_column(index=True)
+    status: Mapped[str | None] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(server_default="0")
+
+
+# The columns of ``runs`` the store keeps from the run's measurements (db.rows.refresh_runs).
+RUN_KEPT = ("current_measurement_id", "status", "attempts")
 
 
 class ExperimentRun(Base):
@@ -170,6 +188,20 @@ class ExperimentRun(Base):
     )
 
 
+class ExperimentCount(Base):
+    """How many of an experiment's runs are in each status now (their current measurement's),
+    kept by the store as measurements land, so that `status` reads a few rows per experiment
+    instead of every run. One row per experiment and status, made with the experiment."""
+
+    __tablename__ = "experiment_counts"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    runs: Mapped[int]
+
+
 class DeviceSnapshot(Base):
     __tablename__ = "device_snapshots"
 
@@ -178,20 +210,23 @@ class DeviceSnapshot(Base):
         ForeignKey("measurements.id", ondelete="CASCADE"), index=True)
     phase: Mapped[str] = mapped_column(String(16))  # before | after
     taken_at: Mapped[datetime | None]
-    fingerprint: Mapped[dict[str, Any]]
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(CompressedJSON)
 
 
-class TokenTimingRow(Base):
-    __tablename__ = "token_timings"
+class DecodeSteps(Base):
+    """Every decode step of a measurement, packed into one row (``db.packing``: the tokens as
+    32-bit integers, the times as 64-bit floats, in step order): a year of runs would otherwise
+    be tens of millions of rows of 40 bytes of overhead each."""
 
-    # (measurement_id, step) is the key: no surrogate id, so a bulk insert maintains one index.
+    __tablename__ = "decode_steps"
+
     measurement_id: Mapped[int] = mapped_column(
-        ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True
+        ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
     )
-    step: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    token: Mapped[int]
-    ms: Mapped[float] = mapped_column(Float)
-    attn_ms: Mapped[float | None] = mapped_column(Float)
+    steps: Mapped[int]
+    tokens: Mapped[bytes] = mapped_column(LargeBinary)
+    ms: Mapped[bytes] = mapped_column(LargeBinary)
+    attn_ms: Mapped[bytes | None] = mapped_column(LargeBinary)  # NULL when no step has one
 
 
 class OutcomeRow(Base):
@@ -358,7 +393,7 @@ class Measurement(Base):
     decode_ms_per_token: Mapped[float | None] = mapped_column(Float)
     attn_ms_per_token: Mapped[float | None] = mapped_column(Float)
     prompt_tokens: Mapped[int | None]
-    raw_json: Mapped[str | None] = mapped_column(Text)
+    raw_json: Mapped[str | None] = mapped_column(CompressedText)  # the engine's stdout
     lease_id: Mapped[str | None] = mapped_column(String(36))  # the board lease it ran under
     # its lease had expired (or passed to another coordinator) when its result was stored: kept,
     # never counted as the run's ok

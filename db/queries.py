@@ -15,24 +15,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, Connection, Select, func, inspect, literal, select
+from sqlalchemy import JSON, ColumnElement, Connection, Select, func, inspect, literal, select
 from sqlalchemy.orm import Session
 
 from db.errors import StoreInputError
 from db.measurements import CURRENT, Selection, counted_ok, current_measurements
 from db.models import (
+    RUN_KEPT,
     Build,
+    DecodeSteps,
     Device,
     DeviceSnapshot,
     Experiment,
+    ExperimentCount,
     ExperimentRun,
     Measurement,
     Model,
     OutcomeRow,
     Run,
-    TokenTimingRow,
     Workload,
 )
+from db.packing import CompressedJSON, unpack_steps
 from db.records import AXIS_COLUMNS, RUN_STATUSES, TokenTiming
 
 if TYPE_CHECKING:
@@ -168,37 +171,64 @@ def run_durations(session: Session) -> list[RunDuration]:
             for device, engine, command, config, wall_ms, *values in session.execute(query)]
 
 
-def list_runs(session: Session, experiment: str | None, status: str | None) -> list[RunListing]:
-    if status is not None and status not in RUN_STATUSES:
-        raise StoreInputError(f"run status {status!r}: allowed {', '.join(RUN_STATUSES)}")
-    current = current_measurements().subquery()
-    attempts = (select(Measurement.run_id, func.count().label("n"))
-                .group_by(Measurement.run_id).subquery())
+def list_runs(session: Session, experiment: str | None, status: str | None,
+              limit: int | None = None, offset: int = 0) -> list[RunListing]:
+    """The runs in id order (of ``experiment``; with ``status``), ``limit`` of them from
+    ``offset`` on: each read through its current measurement, kept on its row."""
     query = (
-        select(Run, Measurement, Experiment.name, Device.name, Build.revision, attempts.c.n,
+        select(Run.id, Run.run_key, Run.command, Run.policy, Run.k, Run.repeat, Run.attempts,
+               Measurement.status, Measurement.decode_ms_per_token, Measurement.finished_at,
+               Measurement.error, Experiment.name, Device.name, Build.revision,
                OutcomeRow.recall, OutcomeRow.ppl)
         .join(Experiment, Run.experiment_id == Experiment.id)
-        .join(current, current.c.run_id == Run.id)
-        .join(Measurement, Measurement.id == current.c.measurement_id)
+        .join(Measurement, Measurement.id == Run.current_measurement_id)
         .join(Device, Measurement.device_id == Device.id)
-        .join(attempts, attempts.c.run_id == Run.id)
         .outerjoin(Build, Run.build_id == Build.id)
         .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
-        .order_by(Run.id)
+        .where(*_run_filter(session, experiment, status))
+        .order_by(Run.id).offset(offset)
     )
-    if experiment is not None:
-        query = query.where(Run.id.in_(_members(_experiment(session, experiment).id)))
-    if status is not None:
-        query = query.where(Measurement.status == status)
+    if limit is not None:
+        query = query.limit(limit)
     # Filtered by experiment, a shared run is listed under the experiment asked for.
     return [
-        RunListing(id=run.id, run_key=run.run_key, experiment=experiment or exp, device=dev,
-                   command=run.command, policy=run.policy, k=run.k, repeat=run.repeat,
-                   status=m.status, decode_ms_per_token=m.decode_ms_per_token,
-                   recall=recall, ppl=ppl, finished_at=m.finished_at, error=m.error,
-                   revision=revision, measurements=n)
-        for run, m, exp, dev, revision, n, recall, ppl in session.execute(query)
+        RunListing(id=run_id, run_key=key, experiment=experiment or exp, device=dev,
+                   command=command, policy=policy, k=k, repeat=repeat, status=state,
+                   decode_ms_per_token=decode, recall=recall, ppl=ppl, finished_at=finished,
+                   error=error, revision=revision, measurements=attempts)
+        for (run_id, key, command, policy, k, repeat, attempts, state, decode, finished, error,
+             exp, dev, revision, recall, ppl) in session.execute(query)
     ]
+
+
+def count_runs(session: Session, experiment: str | None, status: str | None) -> int:
+    """How many runs ``list_runs`` lists without a limit: an experiment's from its counts per
+    status, kept as runs land."""
+    if experiment is not None:
+        exp_id = _experiment(session, experiment).id
+        counts = select(func.coalesce(func.sum(ExperimentCount.runs), 0)).where(
+            ExperimentCount.experiment_id == exp_id)
+        if status is not None:
+            counts = counts.where(ExperimentCount.status == _status(status))
+        return int(session.scalar(counts))
+    return int(session.scalar(select(func.count()).select_from(Run)
+                              .where(*_run_filter(session, None, status))))
+
+
+def _status(status: str) -> str:
+    if status not in RUN_STATUSES:
+        raise StoreInputError(f"run status {status!r}: allowed {', '.join(RUN_STATUSES)}")
+    return status
+
+
+def _run_filter(session: Session, experiment: str | None,
+                status: str | None) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [Run.current_measurement_id.is_not(None)]
+    if status is not None:
+        conditions.append(Run.status == _status(status))
+    if experiment is not None:
+        conditions.append(Run.id.in_(_members(_experiment(session, experiment).id)))
+    return conditions
 
 
 MIN_KEY_PREFIX = 6
@@ -250,16 +280,13 @@ def _measurement_detail(session: Session, measurement: Measurement) -> Measureme
     outcome = session.get(OutcomeRow, measurement.id)
     snapshots = session.scalars(select(DeviceSnapshot).where(
         DeviceSnapshot.measurement_id == measurement.id).order_by(DeviceSnapshot.id))
-    timings = session.execute(
-        select(TokenTimingRow.step, TokenTimingRow.token, TokenTimingRow.ms,
-               TokenTimingRow.attn_ms)
-        .where(TokenTimingRow.measurement_id == measurement.id).order_by(TokenTimingRow.step)
-    )
+    steps = session.get(DecodeSteps, measurement.id)
     return MeasurementDetail(
         measurement=_row_dict(measurement),
         outcome=None if outcome is None else _row_dict(outcome),
         snapshots=[_row_dict(s) for s in snapshots],
-        token_timings=[TokenTiming(step=s, token=t, ms=ms, attn_ms=a) for s, t, ms, a in timings],
+        token_timings=[] if steps is None else unpack_steps(steps.tokens, steps.ms,
+                                                           steps.attn_ms),
     )
 
 
@@ -277,13 +304,11 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
     """Counts per status of the runs' current measurements (a run counts once), and medians
     over the runs whose current measurement is ok."""
     exp = _experiment(session, name)
-    current = current_measurements().subquery()
     rows = session.execute(
         select(Run.command, Run.policy, Run.k, Device.name, Measurement.status,
                Measurement.decode_ms_per_token, Measurement.attn_ms_per_token,
                Measurement.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
-        .join(current, current.c.run_id == Run.id)
-        .join(Measurement, Measurement.id == current.c.measurement_id)
+        .join(Measurement, Measurement.id == Run.current_measurement_id)
         .join(Device, Measurement.device_id == Device.id)
         .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
         .where(Run.id.in_(_members(exp.id)))
@@ -333,7 +358,7 @@ def _read(conn: Connection, query: Select) -> pd.DataFrame:
     frame = pd.DataFrame.from_records([tuple(row) for row in result],
                                       columns=list(result.keys()))
     for column in query.selected_columns:
-        if isinstance(column.type, JSON):
+        if isinstance(column.type, JSON | CompressedJSON):
             frame[column.key] = frame[column.key].map(
                 lambda v: None if v is None else json.dumps(v, sort_keys=True))
     return frame
@@ -355,13 +380,13 @@ def frames(conn: Connection, experiment: str,
     """
     with Session(bind=conn) as session:
         exp_id = _experiment(session, experiment).id
-    chosen = current_measurements(selection).where(
-        Measurement.run_id.in_(_members(exp_id))).subquery()
+    chosen = current_measurements(selection, _members(exp_id)).subquery()
     ids = select(chosen.c.measurement_id)
     measured = [c.label("measurement_id") if c.key == "id" else c
                 for c in Measurement.__table__.columns if c.key != "run_id"]
+    planned = [c for c in Run.__table__.columns if c.key not in RUN_KEPT]
     runs = (
-        select(*Run.__table__.columns, *measured, literal(experiment).label("experiment"),
+        select(*planned, *measured, literal(experiment).label("experiment"),
                *_labelled(Device, "device"), *_labelled(Build, "build"),
                *_labelled(Model, "model", skip=("config",)),
                *_labelled(Workload, "workload", skip=("ids",)))
@@ -375,9 +400,7 @@ def frames(conn: Connection, experiment: str,
     )
     return {
         "runs": _read(conn, runs),
-        "token_timings": _read(conn, select(TokenTimingRow.__table__)
-                               .where(TokenTimingRow.measurement_id.in_(ids))
-                               .order_by(TokenTimingRow.measurement_id, TokenTimingRow.step)),
+        "token_timings": _steps_frame(conn, ids),
         "outcomes": _read(conn, select(OutcomeRow.__table__)
                           .where(OutcomeRow.measurement_id.in_(ids))
                           .order_by(OutcomeRow.measurement_id)),
@@ -385,3 +408,35 @@ def frames(conn: Connection, experiment: str,
                            .where(DeviceSnapshot.measurement_id.in_(ids))
                            .order_by(DeviceSnapshot.measurement_id, DeviceSnapshot.id)),
     }
+
+
+STEP_COLUMNS = ["measurement_id", "step", "token", "ms", "attn_ms"]
+
+
+def _steps_frame(conn: Connection, ids: Select) -> pd.DataFrame:
+    """One row per decode step of the measurements ``ids`` names, unpacked (db.packing), in
+    (measurement, step) order."""
+    import numpy as np
+    import pandas as pd
+
+    table = DecodeSteps.__table__
+    rows = conn.execute(select(table.c.measurement_id, table.c.steps, table.c.tokens,
+                               table.c.ms, table.c.attn_ms)
+                        .where(table.c.measurement_id.in_(ids))
+                        .order_by(table.c.measurement_id)).all()
+    if not rows:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    counts = [steps for _, steps, _, _, _ in rows]
+    attn = [np.full(n, np.nan) if a is None else np.frombuffer(a, "<f8")
+            for (_, n, _, _, a) in rows]
+    frame = pd.DataFrame({
+        "measurement_id": np.repeat([m for m, *_ in rows], counts),
+        "step": np.concatenate([np.arange(n) for n in counts]),
+        "token": np.concatenate([np.frombuffer(t, "<i4") for _, _, t, _, _ in rows]).astype(
+            np.int64),
+        "ms": np.concatenate([np.frombuffer(ms, "<f8") for _, _, _, ms, _ in rows]),
+        "attn_ms": np.concatenate(attn),
+    })
+    if frame["attn_ms"].isna().all():  # as a frame of the rows would hold them: None
+        frame["attn_ms"] = pd.Series([None] * len(frame), dtype=object)
+    return frame

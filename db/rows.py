@@ -1,6 +1,11 @@
 """How a ``RunResult`` becomes rows: its run (made on the first measurement), one measurement
 and the measurement's child rows, written on the caller's connection inside its transaction
 (``db.store.Store`` is the only caller, and the only writer of the store).
+
+What reads would otherwise derive from every row is kept here as the rows change, in the same
+transaction: ``refresh_runs`` sets each changed run's current measurement, status and number of
+attempts, and moves the run between its experiments' counts per status
+(``experiment_counts``); ``link`` counts a run into an experiment it joins.
 """
 
 from __future__ import annotations
@@ -12,16 +17,20 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from db.measurements import current_rule
 from db.models import (
+    RUN_KEPT,
+    DecodeSteps,
     DeviceSnapshot,
+    ExperimentCount,
     ExperimentRun,
     Lease,
     Measurement,
     OutcomeRow,
     Run,
-    TokenTimingRow,
 )
-from db.records import RunResult, TokenTiming
+from db.packing import pack_steps
+from db.records import RUN_STATUSES, RunResult
 
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
@@ -48,7 +57,7 @@ def chunks(items: list[T]) -> Iterator[list[T]]:
 # ``measurements`` but the store's own (ids, the attempt number, the lease check) comes from the
 # RunResult field of the same name (tests/store/test_store.py holds them together).
 RUN_TIMESTAMPS = ("started_at", "finished_at")
-RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name != "id")
+RUN_FIELDS = tuple(c.name for c in Run.__table__.columns if c.name not in ("id", *RUN_KEPT))
 MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns
                            if c.name not in ("id", "run_id", "attempt", "lease_expired"))
 # A measurement that may still be completed: in flight, or given up by another coordinator.
@@ -119,19 +128,82 @@ def complete(conn: Connection, run_id: int, measurement_id: int, result: RunResu
 
 
 def link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
-    """Add the missing (experiment, run) memberships."""
+    """Add the missing (experiment, run) memberships, and count the runs in the experiment's
+    counts per status."""
     links = ExperimentRun.__table__
+    runs = Run.__table__
+    joined: dict[str, int] = {}
     for chunk in chunks(run_ids):
         linked = set(conn.scalars(select(links.c.run_id).where(
             links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
-        new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
-        if new:
-            conn.execute(insert(links), new)
+        new = [i for i in chunk if i not in linked]
+        if not new:
+            continue
+        conn.execute(insert(links), [{"experiment_id": experiment_id, "run_id": i} for i in new])
+        for status, n in conn.execute(select(runs.c.status, func.count())
+                                      .where(runs.c.id.in_(new), runs.c.status.is_not(None))
+                                      .group_by(runs.c.status)):
+            joined[status] = joined.get(status, 0) + n
+    _count(conn, {(experiment_id, status): n for status, n in joined.items()})
+
+
+def add_counts(conn: Connection, experiment_id: int) -> None:
+    """The experiment's counts per status, all zero (made with the experiment)."""
+    table = ExperimentCount.__table__
+    have = set(conn.scalars(select(table.c.status).where(table.c.experiment_id == experiment_id)))
+    missing = [{"experiment_id": experiment_id, "status": status, "runs": 0}
+               for status in RUN_STATUSES if status not in have]
+    if missing:
+        conn.execute(insert(table), missing)
+
+
+def _count(conn: Connection, deltas: dict[tuple[int, str], int]) -> None:
+    """Add ``deltas`` to the experiments' counts per status, in one order (experiment, status)
+    so that coordinators sharing a PostgreSQL store take the rows' locks in the same order."""
+    table = ExperimentCount.__table__
+    for (experiment_id, status), delta in sorted(deltas.items()):
+        if delta:
+            conn.execute(update(table).where(table.c.experiment_id == experiment_id,
+                                             table.c.status == status)
+                         .values(runs=table.c.runs + delta))
+
+
+def refresh_runs(conn: Connection, run_ids: list[int]) -> None:
+    """Each run's current measurement (its latest ok one made under a live lease, else its
+    latest: db.measurements), status and number of attempts, from its measurements now; a run
+    whose status changed moves between its experiments' counts."""
+    runs, table, links = Run.__table__, Measurement.__table__, ExperimentRun.__table__
+    current = current_rule()
+    for chunk in chunks(sorted(set(run_ids))):
+        before = dict(conn.execute(select(runs.c.id, runs.c.status)
+                                   .where(runs.c.id.in_(chunk))).all())
+        found = conn.execute(select(table.c.run_id, current, func.count())
+                             .where(table.c.run_id.in_(chunk)).group_by(table.c.run_id)).all()
+        statuses = dict(conn.execute(select(table.c.id, table.c.status).where(
+            table.c.id.in_([measurement for _, measurement, _ in found]))).all())
+        moved: dict[int, tuple[str | None, str]] = {}
+        for run_id, measurement, attempts in found:
+            status = statuses[measurement]
+            conn.execute(update(runs).where(runs.c.id == run_id).values(
+                current_measurement_id=measurement, status=status, attempts=attempts))
+            if before.get(run_id) != status:
+                moved[run_id] = (before.get(run_id), status)
+        if not moved:
+            continue
+        deltas: dict[tuple[int, str], int] = {}
+        for experiment_id, run_id in conn.execute(
+                select(links.c.experiment_id, links.c.run_id).where(links.c.run_id.in_(moved))):
+            old, new = moved[run_id]
+            if old is not None:
+                deltas[(experiment_id, old)] = deltas.get((experiment_id, old), 0) - 1
+            deltas[(experiment_id, new)] = deltas.get((experiment_id, new), 0) + 1
+        _count(conn, deltas)
 
 
 def insert_children(conn: Connection, measurement_id: int, result: RunResult) -> None:
     if result.token_timings:
-        _insert_token_timings(conn, measurement_id, result.token_timings)
+        conn.execute(insert(DecodeSteps.__table__).values(
+            measurement_id=measurement_id, **pack_steps(result.token_timings)))
     if result.snapshots:
         conn.execute(insert(DeviceSnapshot.__table__), [
             {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
@@ -143,24 +215,3 @@ def insert_children(conn: Connection, measurement_id: int, result: RunResult) ->
         values["extra"] = dict(values["extra"] or {})
         conn.execute(insert(OutcomeRow.__table__).values(measurement_id=measurement_id,
                                                          **values))
-
-
-TIMING_COLUMNS = ("measurement_id", "step", "token", "ms", "attn_ms")
-
-
-def _insert_token_timings(conn: Connection, measurement_id: int,
-                          timings: list[TokenTiming]) -> None:
-    """One executemany for all decode steps: the bulk path that bench/store.py measures.
-
-    On drivers with positional parameters (SQLite) the compiled INSERT goes straight to the
-    driver with tuples, which skips SQLAlchemy's per-row dict processing (about 1.7x faster).
-    Other drivers take Core's executemany (on PostgreSQL the per-run commit dominates anyway).
-    """
-    rows = [(measurement_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
-    table = TokenTimingRow.__table__
-    if conn.dialect.positional:
-        compiled = insert(table).compile(dialect=conn.dialect, column_keys=list(TIMING_COLUMNS))
-        if tuple(compiled.positiontup) == TIMING_COLUMNS:
-            conn.exec_driver_sql(str(compiled), rows)
-            return
-    conn.execute(insert(table), [dict(zip(TIMING_COLUMNS, row, strict=True)) for row in rows])

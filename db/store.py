@@ -45,6 +45,7 @@ from db.models import (
 from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult
 from db.rows import (
     Saved,
+    add_counts,
     append,
     chunks,
     complete,
@@ -53,6 +54,7 @@ from db.rows import (
     lease_expired,
     link,
     now,
+    refresh_runs,
 )
 
 if TYPE_CHECKING:
@@ -120,6 +122,7 @@ class Store:
                 s.add(row)
             row.spec_text, row.spec_hash, row.updated_at = spec_text, spec_hash, now()
             s.flush()
+            add_counts(s.connection(), row.id)
             return row.id
 
     @retry_locked
@@ -187,8 +190,8 @@ class Store:
     def completed_run_keys(self, run_keys: Iterable[str] | None = None) -> set[str]:
         """Keys of the runs with an ok measurement made under a live lease (among ``run_keys``
         when given)."""
-        ok = (select(Run.run_key).join(Measurement, Measurement.run_id == Run.id)
-              .where(counted_ok()).distinct())
+        ok = (select(Run.run_key).join(Measurement, Measurement.id == Run.current_measurement_id)
+              .where(counted_ok()))
         with self.engine.connect() as conn:
             if run_keys is None:
                 return set(conn.scalars(ok))
@@ -210,8 +213,10 @@ class Store:
             run_id = ensure_run(conn, start)
             expired = lease_expired(conn, start)
             if measurement_id is None:
-                return append(conn, run_id, start, expired)
-            complete(conn, run_id, measurement_id, start, expired)
+                measurement_id = append(conn, run_id, start, expired)
+            else:
+                complete(conn, run_id, measurement_id, start, expired)
+            refresh_runs(conn, [run_id])
             return measurement_id
 
     @retry_locked
@@ -234,6 +239,7 @@ class Store:
             else:
                 complete(conn, run_id, measurement_id, result, expired)
             insert_children(conn, measurement_id, result)
+            refresh_runs(conn, [run_id])
         return Saved(run_id, measurement_id, expired)
 
     @retry_locked
@@ -243,13 +249,19 @@ class Store:
         takes a board). Returns how many."""
         table = Measurement.__table__
         live = select(Lease.lease_id).where(Lease.expires >= now())
+        stale = (table.c.status == "running") & or_(table.c.lease_id.is_(None),
+                                                      table.c.lease_id.not_in(live))
         with self.writer.begin() as conn:
-            return conn.execute(update(table).where(
-                table.c.status == "running",
-                or_(table.c.lease_id.is_(None), table.c.lease_id.not_in(live))).values(
-                status="lost", lease_expired=True, finished_at=now(),
-                error="its coordinator stopped while it was in flight (the board's lease "
-                      "expired)")).rowcount
+            found = conn.execute(select(table.c.id, table.c.run_id).where(stale)).all()
+            if not found:
+                return 0
+            for chunk in chunks([measurement for measurement, _ in found]):
+                conn.execute(update(table).where(table.c.id.in_(chunk), stale).values(
+                    status="lost", lease_expired=True, finished_at=now(),
+                    error="its coordinator stopped while it was in flight (the board's lease "
+                          "expired)"))
+            refresh_runs(conn, [run_id for _, run_id in found])
+            return len(found)
 
     @retry_locked
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:
@@ -275,10 +287,17 @@ class Store:
         with self.session() as s:
             return queries.list_experiments(s)
 
-    def list_runs(self, experiment: str | None = None,
-                  status: str | None = None) -> list[queries.RunListing]:
+    def list_runs(self, experiment: str | None = None, status: str | None = None,
+                  limit: int | None = None, offset: int = 0) -> list[queries.RunListing]:
+        """The runs (of ``experiment``, with ``status``) in id order: ``limit`` of them from
+        ``offset`` on (all when ``limit`` is None)."""
         with self.session() as s:
-            return queries.list_runs(s, experiment, status)
+            return queries.list_runs(s, experiment, status, limit, offset)
+
+    def count_runs(self, experiment: str | None = None, status: str | None = None) -> int:
+        """How many runs ``list_runs`` has for these filters without a limit."""
+        with self.session() as s:
+            return queries.count_runs(s, experiment, status)
 
     def run_durations(self) -> list[queries.RunDuration]:
         """The wall time of every stored ok run, with what identifies its kind of work."""

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine, MetaData, Table, create_engine, text
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming
-from db.models import Build
+from db.models import Build, Experiment
 
 # PostgreSQL runs are opt-in: BENCHFARM_TEST_POSTGRES=1 (needs Debian's postgresql and psycopg).
 POSTGRES_OPT_IN = "BENCHFARM_TEST_POSTGRES"
@@ -65,7 +65,12 @@ def refs_before_engines(old: Store) -> StoreRefs:
     with old.engine.begin() as conn:
         build_id = conn.execute(Build.__table__.insert().values(
             **build, created_at=datetime(2025, 3, 1))).inserted_primary_key[0]
-    return StoreRefs(old.upsert_experiment("exp", "name = 'exp'\n", "h1"),
+        # the experiment through its table: an old schema has no counts per status to start
+        experiment_id = conn.execute(Experiment.__table__.insert().values(
+            name="exp", spec_text="name = 'exp'\n", spec_hash="h1",
+            created_at=datetime(2025, 3, 1), updated_at=datetime(2025, 3, 1))
+        ).inserted_primary_key[0]
+    return StoreRefs(experiment_id,
                      old.upsert_device("local", "x86_64", "x86", False, {}), build_id,
                      old.upsert_model("models/tiny", "d" * 64, {}),
                      old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
@@ -93,6 +98,44 @@ def insert_old_run(engine: Engine, refs: StoreRefs, key: str, **overrides: objec
                 k: v for k, v in vars(result.outcome).items() if k in outcomes.columns}))
         for snap in result.snapshots:
             conn.execute(tables["device_snapshots"].insert().values(run_id=run_id, **vars(snap)))
+    return run_id
+
+
+def insert_measured_run(engine: Engine, refs: StoreRefs, key: str,
+                        results: list[RunResult] | None = None, **overrides: object) -> int:
+    """A run as the schemas 0005 to 0008 hold it (a ``runs`` row, one ``measurements`` row per
+    result, a ``token_timings`` row per decode step, the fingerprints and raw output as plain
+    JSON and text), written through the tables as they are; returns the run's id."""
+    results = results or [sample_result(refs, key, **overrides)]
+    with engine.begin() as conn:
+        tables = {name: Table(name, MetaData(), autoload_with=conn)
+                  for name in ("runs", "measurements", "token_timings", "outcomes",
+                               "device_snapshots", "experiment_runs")}
+        runs, measurements = tables["runs"], tables["measurements"]
+        first = vars(results[0])
+        run_id = conn.execute(runs.insert().values(
+            **{c.name: first[c.name] for c in runs.columns if c.name != "id"})
+        ).inserted_primary_key[0]
+        conn.execute(tables["experiment_runs"].insert().values(
+            experiment_id=refs.experiment_id, run_id=run_id))
+        for attempt, result in enumerate(results, start=1):
+            values = vars(result)
+            measurement_id = conn.execute(measurements.insert().values(
+                run_id=run_id, attempt=attempt, lease_expired=False,
+                **{c.name: values[c.name] for c in measurements.columns
+                   if c.name in values and c.name not in ("id", "run_id")})
+            ).inserted_primary_key[0]
+            if result.token_timings:
+                conn.execute(tables["token_timings"].insert(),
+                             [{"measurement_id": measurement_id, **vars(t)}
+                              for t in result.token_timings])
+            if result.outcome is not None:
+                outcomes = tables["outcomes"]
+                conn.execute(outcomes.insert().values(measurement_id=measurement_id, **{
+                    k: v for k, v in vars(result.outcome).items() if k in outcomes.columns}))
+            for snap in result.snapshots:
+                conn.execute(tables["device_snapshots"].insert().values(
+                    measurement_id=measurement_id, **vars(snap)))
     return run_id
 
 

@@ -9,24 +9,38 @@ from dataclasses import asdict, replace
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from fixtures_db import BUILD_RECORD, add_refs, insert_old_run, refs_before_engines, sample_result
+from fixtures_db import (
+    BUILD_RECORD,
+    add_refs,
+    insert_measured_run,
+    insert_old_run,
+    refs_before_engines,
+    sample_result,
+)
 from sqlalchemy import MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
 from db.connection import create_store_engine, head_revision, migrate
-from db.models import Base, DeviceSnapshot, Measurement, OutcomeRow, Run, TokenTimingRow
+from db.models import RUN_KEPT, Base, DeviceSnapshot, Measurement, OutcomeRow, Run
 from db.records import Outcome, RunResult, Snapshot
 from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
 
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
-          "token_timings", "outcomes", "experiment_runs", "leases", "jobs", "board_states",
-          "board_events", "health_checks", "reservations", "measurements", "board_waiters"}
+          "decode_steps", "outcomes", "experiment_runs", "experiment_counts", "leases", "jobs",
+          "board_states", "board_events", "health_checks", "reservations", "measurements",
+          "board_waiters"}
 
 
 def count(store: Store, table: str) -> int:
     with store.engine.connect() as conn:
         return conn.scalar(text(f"SELECT count(*) FROM {table}"))
+
+
+def steps(store: Store) -> int:
+    """The decode steps stored (packed a measurement to a row)."""
+    with store.engine.connect() as conn:
+        return conn.scalar(text("SELECT coalesce(sum(steps), 0) FROM decode_steps"))
 
 
 def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
@@ -103,18 +117,18 @@ def test_the_database_refuses_a_second_row_per_key(store: Store, refs) -> None:
 
 
 def test_an_error_mid_save_leaves_nothing_written(store: Store, refs) -> None:
-    # Duplicate decode steps violate the (run_id, step) key after the run row was written.
+    # Decode steps out of order are refused after the run and measurement rows were written.
     bad = sample_result(refs, "k", steps=3)
     bad.token_timings.append(TokenTiming(step=0, token=1, ms=1.0))
-    with pytest.raises(IntegrityError):
+    with pytest.raises(ValueError, match="decode steps must be numbered"):
         store.save_run(bad)
     assert all(count(store, t) == 0
-               for t in ("runs", "measurements", "token_timings", "outcomes", "device_snapshots"))
+               for t in ("runs", "measurements", "decode_steps", "outcomes", "device_snapshots"))
     # A failing second measurement leaves the first and its children as they were.
     store.save_run(sample_result(refs, "k", status="failed", steps=2))
-    with pytest.raises(IntegrityError):
+    with pytest.raises(ValueError):
         store.save_run(replace(bad, outcome=None))
-    assert store.get_run("k").run["status"] == "failed" and count(store, "token_timings") == 2
+    assert store.get_run("k").run["status"] == "failed" and steps(store) == 2
     assert count(store, "measurements") == 1
 
 
@@ -282,12 +296,12 @@ def test_upgrade_from_0007_adds_the_memory_figures_empty(sqlite_url: str) -> Non
     engine = create_store_engine(sqlite_url)
     migrate(engine, "0007")
     old = Store(engine)  # the 0007 schema: outcomes without the memory columns
-    refs = add_refs(old)
-    measurement_id = old.save_run(replace(sample_result(refs, "old-run"), outcome=None)
-                                  ).measurement_id
+    refs = refs_before_engines(old)
+    run_id = insert_measured_run(engine, refs, "old-run", outcome=None)
     with engine.begin() as conn:
         outcomes = Table("outcomes", MetaData(), autoload_with=conn)
         assert "peak_rss_kb" not in outcomes.columns
+        measurement_id = conn.scalar(text(f"SELECT id FROM measurements WHERE run_id = {run_id}"))
         conn.execute(outcomes.insert().values(measurement_id=measurement_id, recall=1.0,
                                               extra={"peak_rss_kb": 900}))
     old.close()
@@ -327,12 +341,11 @@ def test_a_stored_run_has_one_definition() -> None:
 
     children = {"token_timings", "outcome", "snapshots"}  # stored in their own tables
     store_own = ("id", "run_id", "attempt", "lease_expired")  # what the store decides
-    assert columns(Run, "id") == set(RUN_FIELDS)
+    assert columns(Run, "id", *RUN_KEPT) == set(RUN_FIELDS)
     assert columns(Measurement, *store_own) == set(MEASUREMENT_FIELDS)
     assert fields(RunResult) - children == set(RUN_FIELDS) | set(MEASUREMENT_FIELDS)
     assert not set(RUN_FIELDS) & set(MEASUREMENT_FIELDS)
     assert fields(Outcome) == columns(OutcomeRow, "measurement_id")
-    assert fields(TokenTiming) == columns(TokenTimingRow, "measurement_id")
     assert fields(Snapshot) == columns(DeviceSnapshot, "id", "measurement_id")
 
 

@@ -1,0 +1,165 @@
+"""A year of runs in the store (SQLite, and PostgreSQL when opted in): the raw data packed and
+compressed without losing a value (migration 0009 from the oldest schema and from 0008, with
+data), each run's current measurement and each experiment's counts per status kept as
+measurements land (and equal to what the measurements say), and paged run lists."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import timedelta
+
+from fixtures_db import (
+    add_refs,
+    insert_measured_run,
+    insert_old_run,
+    refs_before_engines,
+    sample_result,
+)
+from sqlalchemy import func, select, text
+
+from db import Store, TokenTiming
+from db.connection import create_store_engine, migrate
+from db.measurements import current_rule
+from db.models import ExperimentCount, ExperimentRun, Measurement, Run
+from db.packing import pack_steps, unpack_steps
+from db.records import RUN_STATUSES, Snapshot
+
+
+def kept_counts(store: Store, experiment_id: int) -> dict[str, int]:
+    with store.engine.connect() as conn:
+        return {s: n for s, n in conn.execute(
+            select(ExperimentCount.status, ExperimentCount.runs)
+            .where(ExperimentCount.experiment_id == experiment_id)) if n}
+
+
+def derived_counts(store: Store, experiment_id: int) -> dict[str, int]:
+    """The counts per status from the measurements themselves, by the reads' rule."""
+    with store.engine.connect() as conn:
+        current = (select(Measurement.run_id, current_rule().label("id"))
+                   .group_by(Measurement.run_id).subquery())
+        rows = conn.execute(
+            select(Measurement.status, func.count())
+            .join(current, current.c.id == Measurement.id)
+            .join(ExperimentRun, ExperimentRun.run_id == current.c.run_id)
+            .where(ExperimentRun.experiment_id == experiment_id)
+            .group_by(Measurement.status)).all()
+    return dict(rows)
+
+
+def test_steps_pack_and_unpack_to_the_same_values() -> None:
+    steps = [TokenTiming(0, 7, 12.345678901234, None), TokenTiming(1, 2**31 - 1, 0.1, 3.25),
+             TokenTiming(2, 0, 1e-300, 0.0)]
+    packed = pack_steps(steps)
+    assert packed["steps"] == 3 and len(packed["ms"]) == 24
+    assert unpack_steps(packed["tokens"], packed["ms"], packed["attn_ms"]) == steps
+    none = pack_steps([TokenTiming(0, 1, 2.0)])
+    assert none["attn_ms"] is None
+    assert unpack_steps(none["tokens"], none["ms"], None) == [TokenTiming(0, 1, 2.0, None)]
+
+
+def test_the_upgrade_from_0008_keeps_every_value_and_fills_what_is_kept(store_url: str) -> None:
+    engine = create_store_engine(store_url)
+    migrate(engine, "0008")
+    old = Store(engine)
+    refs = refs_before_engines(old)
+    long_doc = '{"schema": "lmc/1", "steps": [' + ", ".join(["1.5"] * 3000) + "]}"
+    retried = [sample_result(refs, "retried", status="failed", steps=0, outcome=None),
+               sample_result(refs, "retried", steps=5, raw_json=long_doc),
+               replace(sample_result(refs, "retried", status="running", steps=0,
+                                     outcome=None, snapshots=[]), raw_json=None)]
+    odd = sample_result(refs, "odd", token_timings=[TokenTiming(0, 5, 1.0, None),
+                                                     TokenTiming(1, 6, 2.0, 0.5)],
+                        snapshots=[Snapshot("before", {"nested": {"deep": [1, 2.5, None]},
+                                                       "text": "ü\n"}, None)])
+    insert_measured_run(engine, refs, "retried", results=retried)
+    insert_measured_run(engine, refs, "odd", results=[odd])
+    insert_measured_run(engine, refs, "lone", status="pending", steps=0, outcome=None)
+    old.close()
+    with Store.open(store_url) as store:
+        detail = store.get_run("retried")
+        assert detail.run["status"] == "ok" and detail.run["attempts"] == 3
+        assert detail.run["current_measurement_id"] == detail.measurements[1].measurement["id"]
+        assert detail.measurements[1].measurement["raw_json"] == long_doc
+        assert detail.measurements[2].measurement["raw_json"] is None
+        assert detail.token_timings == retried[1].token_timings
+        assert [s["fingerprint"] for s in detail.snapshots] == \
+            [s.fingerprint for s in retried[1].snapshots]
+        shown = store.get_run("odd")
+        assert shown.token_timings == odd.token_timings
+        assert shown.snapshots[0]["fingerprint"] == odd.snapshots[0].fingerprint
+        assert kept_counts(store, refs.experiment_id) == {"ok": 2, "pending": 1}
+        assert derived_counts(store, refs.experiment_id) == {"ok": 2, "pending": 1}
+        frames = store.frames("exp")
+        assert frames["token_timings"]["step"].tolist() == [0, 1, 2, 3, 4, 0, 1]
+        attn = frames["token_timings"]["attn_ms"].tolist()
+        assert attn[:5] == [3.0] * 5 and math.isnan(attn[5]) and attn[6] == 0.5
+        with store.engine.connect() as conn:
+            assert "token_timings" not in conn.dialect.get_table_names(conn)
+
+
+def test_the_upgrade_from_0001_carries_the_old_steps_into_packed_rows(store_url: str) -> None:
+    engine = create_store_engine(store_url)
+    migrate(engine, "0001")
+    old = Store(engine)
+    refs = refs_before_engines(old)
+    insert_old_run(engine, refs, "oldest", steps=6)
+    old.close()
+    with Store.open(store_url) as store:
+        detail = store.get_run("oldest")
+        assert detail.token_timings == sample_result(refs, "oldest", steps=6).token_timings
+        assert (detail.run["status"], detail.run["attempts"]) == ("ok", 1)
+        assert kept_counts(store, refs.experiment_id) == {"ok": 1}
+
+
+def test_counts_follow_every_kind_of_write(store: Store) -> None:
+    refs = add_refs(store)
+    other = store.upsert_experiment("other", "name = 'other'\n", "h2")
+    running = store.start_measurement(sample_result(refs, "a"))
+    assert kept_counts(store, refs.experiment_id) == {"running": 1}
+    store.save_run(sample_result(refs, "a", status="failed"), running)
+    store.save_run(sample_result(refs, "b"))
+    store.save_run(sample_result(refs, "c", status="failed"))
+    store.save_run(sample_result(refs, "c"))  # a retry that went ok
+    store.save_run(sample_result(refs, "b", status="failed"))  # a failed rerun: b stays ok
+    expected = {"failed": 1, "ok": 2}
+    assert kept_counts(store, refs.experiment_id) == expected
+    assert store.link_runs(other, ["b", "c", "missing"]) == {"missing"}
+    store.link_runs(other, ["b"])  # linking twice counts once
+    assert kept_counts(store, other) == {"ok": 2}
+    # an attempt in flight whose coordinator died: found lost
+    store.start_measurement(sample_result(refs, "d", lease_id="gone"))
+    assert store.mark_lost() == 1
+    expected["lost"] = 1
+    assert kept_counts(store, refs.experiment_id) == expected
+    for experiment in (refs.experiment_id, other):
+        assert kept_counts(store, experiment) == derived_counts(store, experiment)
+    summary = store.experiment_summary("exp")
+    assert {s: n for s, n in summary.counts.items() if n} == expected
+    assert set(summary.counts) == set(RUN_STATUSES)
+
+
+def test_runs_are_listed_a_page_at_a_time(store: Store) -> None:
+    refs = add_refs(store)
+    for i in range(7):
+        store.save_run(sample_result(refs, f"r{i}", status="failed" if i % 3 == 0 else "ok"))
+    pages = [[r.run_key for r in store.list_runs("exp", limit=3, offset=start)]
+             for start in (0, 3, 6)]
+    assert pages == [["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6"]]
+    assert [r.run_key for r in store.list_runs("exp", "failed", limit=2, offset=1)] == \
+        ["r3", "r6"]
+    assert store.count_runs("exp") == 7 and store.count_runs("exp", "failed") == 3
+    assert store.count_runs(None, "ok") == 4 and store.count_runs() == 7
+
+
+def test_what_is_kept_on_a_run_equals_what_its_measurements_say(store: Store) -> None:
+    refs = add_refs(store)
+    start = sample_result(refs, "x").started_at
+    for i, status in enumerate(("failed", "ok", "failed", "ok", "lost")):
+        store.save_run(sample_result(refs, "x", status=status,
+                                     started_at=start + timedelta(minutes=i)))
+    with store.engine.connect() as conn:
+        kept = conn.execute(select(Run.current_measurement_id, Run.status, Run.attempts)).one()
+        rule = conn.scalar(select(current_rule()).where(Measurement.run_id == 1))
+        count = conn.scalar(text("SELECT count(*) FROM measurements"))
+    assert kept == (rule, "ok", count) and not math.isnan(rule)
