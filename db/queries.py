@@ -15,7 +15,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, ColumnElement, Connection, Select, func, inspect, literal, select
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Float,
+    Select,
+    func,
+    inspect,
+    literal,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from db.errors import StoreInputError
@@ -145,6 +156,42 @@ def _members(experiment_id: int) -> Select:
 
 def list_experiments(session: Session) -> list[str]:
     return list(session.scalars(select(Experiment.name).order_by(Experiment.name)))
+
+
+@dataclass
+class ExperimentLine:
+    """One experiment as `benchfarm status` lists it: its runs per status (kept as runs land,
+    ``experiment_counts``) and its last run."""
+
+    name: str
+    updated_at: datetime
+    counts: dict[str, int]  # every status, 0 when none
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def experiment_lines(session: Session, limit: int | None = None,
+                     offset: int = 0) -> list[ExperimentLine]:
+    """The experiments in name order, ``limit`` of them from ``offset`` on: a few rows each,
+    whatever the number of their runs."""
+    page = select(Experiment.id, Experiment.name, Experiment.updated_at) \
+        .order_by(Experiment.name).offset(offset)
+    if limit is not None:
+        page = page.limit(limit)
+    experiments = session.execute(page).all()
+    counts: dict[int, dict[str, int]] = {e.id: dict.fromkeys(RUN_STATUSES, 0)
+                                         for e in experiments}
+    for experiment_id, status, runs in session.execute(
+            select(ExperimentCount.experiment_id, ExperimentCount.status, ExperimentCount.runs)
+            .where(ExperimentCount.experiment_id.in_(list(counts)))):
+        counts[experiment_id][status] = runs
+    return [ExperimentLine(e.name, e.updated_at, counts[e.id]) for e in experiments]
+
+
+def count_experiments(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(Experiment)))
 
 
 @dataclass
@@ -439,4 +486,43 @@ def _steps_frame(conn: Connection, ids: Select) -> pd.DataFrame:
     })
     if frame["attn_ms"].isna().all():  # as a frame of the rows would hold them: None
         frame["attn_ms"] = pd.Series([None] * len(frame), dtype=object)
+    return frame
+
+
+def history_frame(conn: Connection, experiment: str) -> pd.DataFrame:
+    """What a history across engine revisions reads of an experiment: one row per run whose
+    current measurement is ok, with its device, engine revision (the build's revision and
+    source hash), engine, axis columns and config, workload (kind, parameters), and its
+    figures (measurement and outcome columns). Nothing else a report reads is selected: no
+    raw output, decode steps, snapshots or generated ids; each workload's parameters are read
+    once."""
+    import pandas as pd
+
+    with Session(bind=conn) as session:
+        exp_id = _experiment(session, experiment).id
+    figures = [c for c in Measurement.__table__.columns
+               if isinstance(c.type, Float) or c.key == "prompt_tokens"]
+    outcome = [c for c in OutcomeRow.__table__.columns
+               if isinstance(c.type, Float | BigInteger)]
+    query = (
+        select(Run.id.label("run_id"), literal(experiment).label("experiment"),
+               Device.name.label("device"), Run.engine, Run.command, Run.workload_id,
+               *(getattr(Run, name) for name in AXIS_COLUMNS), Run.config,
+               Measurement.id.label("measurement_id"), Measurement.status, *figures, *outcome,
+               Build.revision.label("build_revision"),
+               Build.source_hash.label("build_source_hash"))
+        .join(Measurement, Measurement.id == Run.current_measurement_id)
+        .join(Device, Measurement.device_id == Device.id)
+        .join(Build, Run.build_id == Build.id)
+        .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
+        .where(Run.id.in_(_members(exp_id)), Measurement.status == "ok")
+        .order_by(Run.id)
+    )
+    result = conn.execute(query)
+    frame = pd.DataFrame.from_records([tuple(row) for row in result], columns=list(result.keys()))
+    ids = sorted({int(i) for i in frame["workload_id"].dropna()})
+    workloads = {wid: (kind, params) for wid, kind, params in conn.execute(
+        select(Workload.id, Workload.kind, Workload.params).where(Workload.id.in_(ids)))}
+    frame["workload_kind"] = [workloads.get(w, (None, None))[0] for w in frame["workload_id"]]
+    frame["workload_params"] = [workloads.get(w, (None, None))[1] for w in frame["workload_id"]]
     return frame

@@ -287,6 +287,17 @@ class Store:
         with self.session() as s:
             return queries.list_experiments(s)
 
+    def experiment_lines(self, limit: int | None = None,
+                         offset: int = 0) -> list[queries.ExperimentLine]:
+        """The experiments in name order with their runs per status (``limit`` of them from
+        ``offset`` on)."""
+        with self.session() as s:
+            return queries.experiment_lines(s, limit, offset)
+
+    def count_experiments(self) -> int:
+        with self.session() as s:
+            return queries.count_experiments(s)
+
     def list_runs(self, experiment: str | None = None, status: str | None = None,
                   limit: int | None = None, offset: int = 0) -> list[queries.RunListing]:
         """The runs (of ``experiment``, with ``status``) in id order: ``limit`` of them from
@@ -324,6 +335,11 @@ class Store:
     def experiments_holding(self, run_keys: Collection[str]) -> list[str]:
         with self.session() as s:
             return experiments.holding(s, run_keys)
+
+    def history_frame(self, experiment: str) -> pd.DataFrame:
+        """What a history across revisions reads of the experiment (db.queries.history_frame)."""
+        with self.engine.connect() as conn:
+            return queries.history_frame(conn, experiment)
 
     def frames(self, experiment: str,
                selection: Selection | None = None) -> dict[str, pd.DataFrame]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
-from reports.runs import load_experiment, revision_label, without_revision
+from reports.runs import labelled_for_history, revision_label, without_revision
 from reports.stats import summarize
 from reports.steps import DEFAULT_PARAMS, StepParams, detect_steps
 
@@ -40,20 +40,26 @@ class RevisionRun:
 
 
 def revision_runs(store: Any, experiment: str) -> list[RevisionRun]:
-    """Every ok run of ``experiment`` with its revision and metric values (the stored runs)."""
-    return runs_by_revision(load_experiment(store, experiment).runs)
+    """Every ok run of ``experiment`` with its revision and metric values (the stored runs),
+    read with only what a history needs (``Store.history_frame``)."""
+    return runs_by_revision(labelled_for_history(store.history_frame(experiment)))
 
 
 def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
     """``revision_runs`` of an experiment's flattened runs (``reports.runs``)."""
-    out = []
-    for row in runs[(runs["status"] == "ok") & runs["build_revision"].notna()].to_dict("records"):
-        values = {m: float(row[m]) for m in METRICS
-                  if row.get(m) is not None and not pd.isna(row[m]) and math.isfinite(row[m])}
-        out.append(RevisionRun(int(row["run_id"]), str(row["experiment"]), str(row["device"]),
-                               _point_label(row), str(row["build_revision"]),
-                               str(row["build_source_hash"]), values))
-    return out
+    chosen = runs[(runs["status"] == "ok") & runs["build_revision"].notna()]
+    metrics = [m for m in METRICS if m in chosen]
+    values = [[float(v) if v is not None and not pd.isna(v) and math.isfinite(v) else None
+               for v in chosen[m]] for m in metrics]
+    points = [_point_label(row) for row in chosen[["kind", *POINT_PARAMS, "config"]]
+              .to_dict("records")]
+    return [RevisionRun(int(run_id), str(experiment), str(device), point, str(revision),
+                        str(source), {m: column[i] for m, column in zip(metrics, values,
+                                                                       strict=True)
+                                      if column[i] is not None})
+            for i, (run_id, experiment, device, point, revision, source) in enumerate(zip(
+                chosen["run_id"], chosen["experiment"], chosen["device"], points,
+                chosen["build_revision"], chosen["build_source_hash"], strict=True))]
 
 
 def _point_label(row: dict[str, Any]) -> str:

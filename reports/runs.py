@@ -143,7 +143,9 @@ def load_experiment(store: Any, experiment: str,
 def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
                  snapshots: pd.DataFrame) -> pd.DataFrame:
     """One row per measurement: run and measurement columns, outcome columns, workload
-    parameters, label and flags."""
+    parameters, label and flags. Work per row is done on plain column lists (a nightly history
+    has tens of thousands of rows); what is the same for many rows (a config's label, a
+    workload's parameters) is worked out once."""
     table = runs.rename(columns={"id": "run_id"}).copy()
     if len(outcomes):
         table = table.merge(outcomes, on="measurement_id", how="left", suffixes=("", "_outcome"))
@@ -154,21 +156,19 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
     table["device"] = table["device_name"]
     table["device_class"] = table["device_cls"]
     table["emulated"] = table["device_emulated"].astype(bool)
-    table["kind"] = table["workload_kind"].where(table["workload_kind"].notna(), table["command"])
-    params = [(stored_json(p) or {}) for p in table["workload_params"]]
-    raws = [(stored_json(r) or {}) if isinstance(r, str) and r.startswith("{") else {}
-            for r in table["raw_json"]]
-    for column in PARAM_COLUMNS:
-        values = []
-        for param, raw in zip(params, raws, strict=True):
-            value = param.get(column)
-            if value is None and column == "ctx":  # attn-bench without a workload row
-                value = raw.get("ctx")
-            values.append(value)
-        table[column] = pd.Series(values, index=table.index, dtype="object")
-    _engine_columns(table)
-    table["config"] = [config_label(row) + _text_label(param)
-                       for (_, row), param in zip(table.iterrows(), params, strict=True)]
+    params = _point_columns(table)
+    missing_ctx = [i for i, value in enumerate(table["ctx"]) if value is None]
+    if missing_ctx:  # attn-bench without a workload row: the ctx its engine document names
+        raws = table["raw_json"].tolist()
+        ctx = table["ctx"].tolist()
+        for i in missing_ctx:
+            raw = raws[i]
+            ctx[i] = ((stored_json(raw) or {}) if isinstance(raw, str) and raw.startswith("{")
+                      else {}).get("ctx")
+        table["ctx"] = pd.Series(ctx, index=table.index, dtype="object")
+    configs = [stored_json(c) for c in table["config"]]
+    _engine_columns(table, configs)
+    table["config"] = _config_labels(table, configs, params)
     table["revision"] = table["build_revision"]
     # never one cell over several revisions of an engine (two engines have two revisions by
     # nature: their engine column keeps them apart)
@@ -185,11 +185,71 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
         drop=True)
 
 
-def _engine_columns(table: pd.DataFrame) -> None:
+def _point_columns(table: pd.DataFrame) -> list[Any]:
+    """``kind`` and the workload parameters' columns (PARAM_COLUMNS) of each row; returns the
+    parameters."""
+    table["kind"] = table["workload_kind"].where(table["workload_kind"].notna(), table["command"])
+    params = _parsed_once(table["workload_params"])
+    for column in PARAM_COLUMNS:
+        table[column] = pd.Series([param.get(column) for param in params], index=table.index,
+                                  dtype="object")
+    return params
+
+
+def labelled_for_history(table: pd.DataFrame) -> pd.DataFrame:
+    """A history's rows (db.queries.history_frame) with what ``flatten_runs`` gives a row to
+    label it: its kind, workload parameters and config label (without a revision part: a
+    history keeps revisions apart itself)."""
+    params = _point_columns(table)
+    table["config"] = _config_labels(table, [stored_json(c) for c in table["config"]], params)
+    return table
+
+
+def _parsed_once(texts: pd.Series) -> list[Any]:
+    """Stored JSON texts parsed, each distinct text once (a workload's parameters are shared by
+    every run of it); ``{}`` for none."""
+    parsed: dict[str, Any] = {}
+    out = []
+    for text in texts:
+        if not isinstance(text, str):  # read as a value already (or none)
+            out.append(stored_json(text) or {})
+            continue
+        if text not in parsed:
+            parsed[text] = stored_json(text) or {}
+        out.append(parsed[text])
+    return out
+
+
+LABEL_COLUMNS = ("policy", "engine", "k", "block", "probes", "kv", "wq", "prefill_attn",
+                 "threads")
+
+
+def _config_labels(table: pd.DataFrame, configs: list[Any], params: list[Any]) -> list[str]:
+    """Each row's config label (``config_label`` and the workload's own text), worked out once
+    per distinct config: what a label reads of a row's config (the switches, the budget, the
+    trees) and its axis columns."""
+    read = ("kv_budget", "predictor", *(switch.name for switch in SWITCHES))
+    columns = [table[c].tolist() if c in table else [None] * len(table) for c in LABEL_COLUMNS]
+    labels: dict[tuple, str] = {}
+    out = []
+    for i, (config, param) in enumerate(zip(configs, params, strict=True)):
+        axes = tuple(plain_key(column[i] for column in columns))
+        chosen = tuple((name, config.get(name)) for name in read) \
+            if isinstance(config, dict) else None
+        text = (param.get("filler"), param.get("needle"), param.get("question"))
+        key = (axes, chosen, text)
+        if key not in labels:
+            row = dict(zip(LABEL_COLUMNS, axes, strict=True))
+            row["config"] = None if chosen is None else dict(chosen)
+            labels[key] = config_label(row) + _text_label(param)
+        out.append(labels[key])
+    return out
+
+
+def _engine_columns(table: pd.DataFrame, configs: list[Any]) -> None:
     """Columns from a run's stored config and outcome figures: ``kv_budget`` (eviction), and
     ``rank_<metric>`` (lmc --measure-keys: RANK_METRICS and CANDIDATE_METRICS of the policy's
     key ranking, all layers)."""
-    configs = [stored_json(c) for c in table["config"]]
     table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
                                     for c in configs], index=table.index, dtype="object")
     extras = [stored_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
@@ -205,42 +265,44 @@ PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat", "th
 def same_as_exact(table: pd.DataFrame) -> pd.Series:
     """Per generate run: 1.0 when its tokens equal exact attention's on the same prompt, device,
     repeat and thread count, 0.0 when they differ, None when there is no exact run to compare."""
+    if "generated_ids" not in table:
+        return pd.Series([None] * len(table), index=table.index, dtype="object")
+    keys = [plain_key(values) for values in zip(
+        *(table[k].tolist() if k in table else [None] * len(table) for k in PROMPT_KEYS),
+        strict=True)]
+    tokens = [generated_tokens(value) for value in table["generated_ids"]]
+    statuses, policies = table["status"].tolist(), table["policy"].tolist()
     exact: dict[tuple, list[int]] = {}
-    for _, row in table.iterrows():
-        ids = generated_tokens(row.get("generated_ids"))
-        if row["policy"] == "exact" and row["status"] == "ok" and ids is not None:
-            exact[_key(row)] = ids
-    values = []
-    for _, row in table.iterrows():
-        ids = generated_tokens(row.get("generated_ids"))
-        reference = exact.get(_key(row))
-        values.append(None if ids is None or reference is None or row["status"] != "ok"
-                      else float(ids == reference))
+    for key, ids, status, policy in zip(keys, tokens, statuses, policies, strict=True):
+        if policy == "exact" and status == "ok" and ids is not None:
+            exact[key] = ids
+    values = [None if ids is None or exact.get(key) is None or status != "ok"
+              else float(ids == exact[key])
+              for key, ids, status in zip(keys, tokens, statuses, strict=True)]
     return pd.Series(values, index=table.index, dtype="object")
-
-
-def _key(row: pd.Series) -> tuple:
-    return plain_key(row.get(k) for k in PROMPT_KEYS)
 
 
 def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
     """measurement id -> phase ("before", "after") -> the fingerprint document."""
     by_run: dict[int, dict[str, dict]] = {}
-    for _, snap in snapshots.iterrows():
-        phases = by_run.setdefault(int(snap["measurement_id"]), {})
-        phases[snap["phase"]] = stored_json(snap["fingerprint"])
+    if snapshots.empty:
+        return by_run
+    for measurement, phase, fingerprint in zip(snapshots["measurement_id"], snapshots["phase"],
+                                               snapshots["fingerprint"], strict=True):
+        by_run.setdefault(int(measurement), {})[phase] = stored_json(fingerprint)
     return by_run
 
 
 def _run_flags(table: pd.DataFrame, by_run: dict[int, dict[str, dict]]) -> list[str]:
     flags = []
-    for _, row in table.iterrows():
+    for emulated, status, measurement in zip(table["emulated"], table["status"],
+                                             table["measurement_id"], strict=True):
         found: list[str] = []
-        if row["emulated"]:
+        if emulated:
             found.append("emulated")
-        if row["status"] != "ok":
-            found.append(str(row["status"]))
-        phases = by_run.get(int(row["measurement_id"]), {})
+        if status != "ok":
+            found.append(str(status))
+        phases = by_run.get(int(measurement), {})
         found += run_flags(phases.get("before"), phases.get("after"))
         flags.append("; ".join(dict.fromkeys(found)))
     return flags

@@ -28,6 +28,43 @@ def run_count(text: str) -> int:
     return value
 
 
+MAX_PAGE = 10**6  # the most rows one --limit may ask for, and the largest --offset
+
+
+def page_size(text: str) -> int:
+    """--limit: how many rows to show, 0 for all (at most MAX_PAGE)."""
+    return _bounded_count(text, 0, MAX_PAGE)
+
+
+def page_start(text: str) -> int:
+    """--offset: how many rows to skip (at most MAX_PAGE)."""
+    return _bounded_count(text, 0, MAX_PAGE)
+
+
+def _bounded_count(text: str, low: int, high: int) -> int:
+    value = int(text) if text.strip().isascii() and text.strip().isdigit() else None
+    if value is None or not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {low} to {high}")
+    return value
+
+
+def add_paging(parser: argparse.ArgumentParser, what: str, default: int) -> None:
+    """--limit and --offset: a list shown a page at a time."""
+    parser.add_argument("--limit", type=page_size, default=default,
+                        help=f"show at most this many {what} (default: %(default)s; 0: all)")
+    parser.add_argument("--offset", type=page_start, default=0,
+                        help=f"skip this many {what} first (the next page)")
+
+
+def page_note(shown: int, offset: int, total: int, what: str) -> str | None:
+    """The line under a page that is not the whole list, or None."""
+    if shown >= total and offset == 0:
+        return None
+    end = offset + shown
+    more = f"; --offset {end} for the next" if end < total else ""
+    return f"{what} {offset + 1 if shown else offset}-{end} of {total}{more}"
+
+
 MAX_SECONDS = 86400.0  # a day: the most any duration flag may be (inf or 1e12 never ends)
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from db.records import RUN_STATUSES
 from harness.commands.context import store_of
+from harness.commands.flags import add_paging, page_note
 from harness.commands.table import format_table
 
 ERROR_WIDTH = 60
@@ -21,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="one line per run")
     listing.add_argument("--experiment", help="only this experiment")
     listing.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
+    add_paging(listing, "runs", 200)
     listing.set_defaults(func=run_list)
     show = actions.add_parser("show", help="everything stored about one run and every "
                                            "measurement of it")
@@ -35,9 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     with store_of(args, create=False) as store:
-        runs = store.list_runs(args.experiment, args.status)
+        runs = store.list_runs(args.experiment, args.status, args.limit or None, args.offset)
+        total = store.count_runs(args.experiment, args.status)
     if not runs:
-        print("no runs match")
+        print("no runs match" + (f" from --offset {args.offset} ({total} in all)"
+                                 if total else ""))
         return 0
     print(format_table(
         ["id", "key", "experiment", "device", "revision", "command", "policy", "k", "rep",
@@ -47,6 +51,9 @@ def run_list(args: argparse.Namespace) -> int:
           last_line(r.error)]
          for r in runs],
     ))
+    note = page_note(len(runs), args.offset, total, "runs")
+    if note:
+        print(note)
     return 0
 
 

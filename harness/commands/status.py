@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from db.records import RUN_STATUSES
 from harness.commands.context import store_of
+from harness.commands.flags import add_paging, page_note
 from harness.commands.table import format_table
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "status", help="runs per status for every experiment, or one experiment's summary")
     parser.add_argument("experiment", nargs="?", metavar="EXPERIMENT|JOB",
                         help="experiment name or job id (default: all, briefly)")
+    add_paging(parser, "experiments", 100)
     parser.set_defaults(func=run)
 
 
@@ -66,14 +68,17 @@ def run(args: argparse.Namespace) -> int:
             progress = render_progress(store, name, job_id)
             print(render_summary(summary) + (f"\n\n{progress}" if progress else ""))
             return 0
-        names = store.list_experiments()
-        if not names:
-            print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
-            return 0
-        summaries = [store.experiment_summary(name) for name in names]
+        lines = store.experiment_lines(args.limit or None, args.offset)
+        total = store.count_experiments()
+    if not total:
+        print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
+        return 0
     print(format_table(
         ["experiment", "runs", *RUN_STATUSES, "last run (UTC)"],
-        [[s.name, s.total, *(s.counts[st] for st in RUN_STATUSES),
-          f"{s.updated_at:%Y-%m-%d %H:%M:%S}"] for s in summaries],
+        [[line.name, line.total, *(line.counts[st] for st in RUN_STATUSES),
+          f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
     ))
+    note = page_note(len(lines), args.offset, total, "experiments")
+    if note:
+        print(note)
     return 0

@@ -52,7 +52,7 @@ def test_sigkilled_writer_leaves_only_complete_runs(tmp_path: Path) -> None:
     with Store.open(url) as store, store.engine.connect() as conn:
         per_run = conn.execute(text(
             "SELECT r.run_key, "
-            "(SELECT count(*) FROM token_timings t WHERE t.measurement_id = m.id), "
+            "(SELECT sum(t.steps) FROM decode_steps t WHERE t.measurement_id = m.id), "
             "(SELECT count(*) FROM outcomes o WHERE o.measurement_id = m.id), "
             "(SELECT count(*) FROM device_snapshots s WHERE s.measurement_id = m.id) "
             "FROM runs r JOIN measurements m ON m.run_id = r.id"
