@@ -77,10 +77,10 @@ class PlacementProgress:
 
 
 class Jobs:
-    """The ``jobs`` table; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+    """The ``jobs`` table; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine) -> None:
+        self.database = database
         self.table = Job.__table__
 
     @retry_locked
@@ -96,7 +96,7 @@ class Jobs:
         if holder is not None:
             values |= {"kind": "run", "state": "running", "holder": holder,
                        "heartbeat": moment, "started_at": moment}
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
 
     @retry_locked
@@ -107,7 +107,7 @@ class Jobs:
         table = self.table
         moment = utcnow()
         stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             running = (table.c.state == "running") & stale
             conn.execute(update(table).where(running, table.c.kind == "queue").values(
                 state="queued", holder=None,
@@ -128,14 +128,14 @@ class Jobs:
     @retry_locked
     def heartbeat(self, job_id: int) -> str:
         """Renew the job's heartbeat; returns its state (``cancelled`` means: stop)."""
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(self.table).where(self.table.c.id == job_id)
                          .values(heartbeat=utcnow()))
             return conn.scalar(select(self.table.c.state).where(self.table.c.id == job_id))
 
     @retry_locked
     def set_totals(self, job_id: int, totals: dict[str, int]) -> None:
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(self.table).where(self.table.c.id == job_id)
                          .values(totals=dict(totals)))
 
@@ -145,7 +145,7 @@ class Jobs:
         if state not in JOB_STATES:
             raise ValueError(f"job state {state!r}: allowed {', '.join(JOB_STATES)}")
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id).values(message=message))
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
                          .values(state=state, finished_at=utcnow()))
@@ -154,7 +154,7 @@ class Jobs:
     def requeue(self, job_id: int, message: str) -> None:
         """Put a running job back in the queue (its coordinator stopped; a restart resumes)."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
                          .values(state="queued", holder=None, message=message))
 
@@ -162,7 +162,7 @@ class Jobs:
     def note(self, job_id: int, message: str) -> None:
         """Say on a queued job why it waits (shown by `benchfarm queue`)."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "queued")
                          .values(message=message))
 
@@ -170,7 +170,7 @@ class Jobs:
     def cancel(self, job_id: int, by: str, message: str) -> bool:
         """Cancel a queued or running job, recording who did it; False if it had ended."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             return conn.execute(update(table).where(
                 table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
                 state="cancelled", finished_at=utcnow(), message=message,
@@ -178,7 +178,7 @@ class Jobs:
 
     def get(self, job_id: int) -> JobInfo:
         """The job with this id (StoreInputError naming `benchfarm queue` when none)."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
         if row is None:
             raise StoreInputError(f"no job {job_id}; `benchfarm queue --all` lists them")
@@ -194,7 +194,7 @@ class Jobs:
         query = select(self.table)
         if states:
             query = query.where(self.table.c.state.in_(states))
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             jobs = [JobInfo(**row._mapping) for row in conn.execute(query)]
         order = {"running": 0, "queued": 1}
         return sorted(jobs, key=lambda j: (order.get(j.state, 2), -j.priority
@@ -209,7 +209,7 @@ class Jobs:
     def finished_since(self, experiment: str, since: datetime) -> int:
         """Attempts at the experiment's runs that ended (ok or failed) since ``since``: the
         pace of its job."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             return conn.scalar(
                 select(func.count()).select_from(Measurement)
                 .join(Run, Run.id == Measurement.run_id)
@@ -225,7 +225,7 @@ class Jobs:
         if job is None or not job.totals:
             return []
         current = current_measurements().subquery()  # a run counts once
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             rows = conn.execute(
                 select(Run.config, Measurement.status, Device.name)
                 .join(current, current.c.run_id == Run.id)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         health = None if args.no_health_checks else HealthSchedule(
             store, who.holder, targets, args.health_interval)
         service = Service(store, inventory, who, targets, health, args.bad_after)
-        print(f"serving the queue of {store.engine.url.render_as_string(hide_password=True)} "
+        print(f"serving the queue of {store.database.url.render_as_string(hide_password=True)} "
               f"as {who.holder}", flush=True)
         while True:
             waiting = service.waiting()

@@ -7,7 +7,7 @@ artifact, the work order of one run, the argv on a device, the check of its stdo
 :class:`Figures` (``db.records``: the store and the reports read their list too) and the stored
 :class:`Outcome` of its output, and a health command.
 Planning, expansion, the runner and the results mapping talk to engines only through this
-interface (``harness.engines.get_engine``): none of them names an engine.
+interface (``harness.engines.adapter_of``): none of them names an engine.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class StoredRun:
 
 @dataclass
 class Rerun:
-    """A stored run made into a work order again (``Engine.rerun``), and how its result is
+    """A stored run made into a work order again (``EngineAdapter.rerun``), and how its result is
     compared with the original: the outputs (``same``: identical or not, and where they part),
     and one timing (``timing``: its value in the new run's report)."""
 
@@ -152,8 +152,8 @@ class Rerun:
     timing: Callable[[dict[str, Any], float | None], float | None]  # (document, engine_ms)
 
 
-class Engine(Protocol):
-    """One engine behind the harness."""
+class EngineAdapter(Protocol):
+    """One engine behind the harness: the adapter the harness reaches it through."""
 
     name: str
     section: str  # the spec's table of its axes

@@ -16,7 +16,7 @@ from db.boards import ONLINE
 from db.store import Store
 from devices.health import CheckReport, check_device
 from devices.inventory import Device
-from harness.engines import DEFAULT_ENGINE, engine_check, get_engine
+from harness.engines import DEFAULT_ENGINE, adapter_of, engine_check
 from harness.execution.gate import went_bad
 from harness.execution.notify import Targets
 
@@ -34,7 +34,7 @@ class EngineBinaries:
     def for_arch(self, arch: str) -> tuple[Path | None, str | None]:
         if arch not in self.found:
             try:
-                self.found[arch] = (Path(get_engine(DEFAULT_ENGINE).build(arch, None).binary), None)
+                self.found[arch] = (Path(adapter_of(DEFAULT_ENGINE).build(arch, None).binary), None)
             except Exception as exc:  # noqa: BLE001 - any build failure becomes a failed check
                 if getattr(type(exc), "exit_code", None) is None:
                     raise

@@ -24,7 +24,7 @@ from typing import Any
 from db.store import Store
 from devices.inventory import Device
 from harness.contract import WorkOrder
-from harness.engines import ENGINES, get_engine
+from harness.engines import ENGINES, adapter_of
 from harness.engines.base import BuildFn, BuildRecord, Materials
 from harness.identity import Catalogue
 from harness.plan.matrix import (
@@ -127,7 +127,7 @@ def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str,
             material = made[point] = point.workload_kind.material(spec.model, point.identity())
         engine_materials = materials[cell.engine]
         record = engine_materials.builds[(cell.revision, cell.placement.arch)]
-        work = get_engine(cell.engine).work(cell.workload, cell.config, record,
+        work = adapter_of(cell.engine).work(cell.workload, cell.config, record,
                                             engine_materials, material, spec.timeout_s)
         key = run_key(asdict(record), work.key_model, material.hash, cell)
         runs.append(PlannedRun(

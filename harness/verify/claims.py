@@ -19,7 +19,7 @@ from db.measurements import Selection
 from db.store import Store
 from devices.inventory import Inventory
 from harness import DEFAULT_MODEL
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.base import BuildRecord, NeedsBuild
 from harness.errors import InputError
 from harness.execution.coordinator import RunRequest, run_experiment
@@ -95,7 +95,7 @@ def environment(models: list[Path], inventory: Inventory) -> Environment:
 def local_builds(engine: str, targets: list[tuple[str, str]]
                  ) -> dict[tuple[str, str], BuildRecord]:
     """Build records without Ray (after a run every build is cached, so this is quick)."""
-    return {(rev, arch): get_engine(engine).build(arch, rev) for rev, arch in targets}
+    return {(rev, arch): adapter_of(engine).build(arch, rev) for rev, arch in targets}
 
 
 def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,

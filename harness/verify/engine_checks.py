@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.lmc import run_here
 from reports.audit.checks import ENGINE_METRICS
 from reports.audit.claim import Claim
@@ -50,7 +50,7 @@ class EngineChecks:
     """The checks, with lmc built (or taken from the build cache) for this machine."""
 
     def __init__(self, model: Path) -> None:
-        build = get_engine("lmc").build(platform.machine(), None)
+        build = adapter_of("lmc").build(platform.machine(), None)
         self.binary, self.model = Path(build.binary), model
         self.revision = f"lmc {str(build.revision)[:10]} (source {build.source_hash[:10]})"
 

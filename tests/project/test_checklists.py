@@ -46,8 +46,8 @@ class ScratchConfig:
         return {"threads": self.threads}
 
 
-class ScratchEngine:
-    """The least an engine is: every method of base.Engine, in one class."""
+class ScratchAdapter:
+    """The least an engine is: every method of base.EngineAdapter, in one class."""
 
     name = "scratch-engine"
     section = "scratch-engine"
@@ -138,8 +138,8 @@ def stated_count(heading: str) -> int:
 def test_a_new_engine_is_its_adapter_and_one_line_of_the_registry(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert stated_count("Add an engine") == 5
-    engine = ScratchEngine()
-    monkeypatch.setitem(ENGINES, engine.name, engine)  # the registry's one line
+    adapter = ScratchAdapter()
+    monkeypatch.setitem(ENGINES, adapter.name, adapter)  # the registry's one line
     spec = parse_spec(f"""
 name = "scratch"
 model = "{NEEDLE_MODEL}"
@@ -154,15 +154,15 @@ max_new = 2
 """, tmp_path / "scratch.toml")
     placements = resolve_placements(spec, [local_device()])
     cells = expand(spec, placements)
-    assert len(cells) == 4 and {c.engine for c in cells} == {engine.name}
+    assert len(cells) == 4 and {c.engine for c in cells} == {adapter.name}
     plan = make_plan(spec, placements, {"local": local_device()}, identities(spec, placements))
     assert len({run.key for run in plan.runs}) == 4
-    assert all(run.order.engine == engine.name and run.order.options == ("--threads", "3")
+    assert all(run.order.engine == adapter.name and run.order.options == ("--threads", "3")
                for run in plan.runs)
     assert estimate(spec, placements, []).unknown == 4  # nothing stored like them yet
     run = plan.runs[0]
     record = base_result(run, 1, "running", None)
-    assert record.engine == engine.name and record.threads == 3
+    assert record.engine == adapter.name and record.threads == 3
     assert all(getattr(record, column) is None for column in AXIS_COLUMNS if column != "threads")
     now = datetime.now(UTC)
     report = RunReport(run.key, "local", "ok", now, now, 5.0, exit_code=0, engine_ms=4.0,

@@ -59,7 +59,7 @@ from harness.workloads.kinds import WorkloadPoint
 BUILD_FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends")
 RUNS_KINDS = ("decode",)  # a decode point: pp<ctx> and tg<max_new>
 
-__all__ = ["BUILD_FIELDS", "NAME", "LlamaBenchConfig", "LlamaBenchEngine", "bench_test_name",
+__all__ = ["BUILD_FIELDS", "NAME", "LlamaBenchConfig", "LlamaBenchAdapter", "bench_test_name",
            "options"]
 
 
@@ -80,7 +80,7 @@ def options(ctx: int, max_new: int, config: LlamaBenchConfig) -> tuple[str, ...]
     return tuple(opts)
 
 
-class LlamaBenchEngine:
+class LlamaBenchAdapter:
     name = NAME
     section = SECTION
     source_paths = ()  # built from llama.cpp's own source (the section's source and rev)
@@ -127,9 +127,9 @@ class LlamaBenchEngine:
                 build: BuildFn) -> Materials:
         """llama-bench for every arch (in this process: its builds are cached for good) and
         the spec's model converted to each GGUF type."""
-        engine = LlamaBenchEngine(axes.source, axes.rev)
-        builds = {(NAME, arch): engine.build(arch) for arch in archs}
-        gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
+        adapter = LlamaBenchAdapter(axes.source, axes.rev)
+        builds = {(NAME, arch): adapter.build(arch) for arch in archs}
+        gguf = {t: adapter.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
         catalogue = Catalogue.empty()
         for artifact in gguf.values():
             catalogue.add_file(artifact.path, artifact.sha256)

@@ -47,7 +47,7 @@ PREDICTOR_FLAG = "--predictor"  # gbm's trees, pushed by hash and named on the b
 SELECTION_FIELDS = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
                     "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
 
-__all__ = ["NAME", "EngineConfig", "LmcEngine", "check_revisions", "generator", "options",
+__all__ = ["NAME", "EngineConfig", "LmcAdapter", "check_revisions", "generator", "options",
            "run_here"]
 
 # `reproduce`: the timing compared per command, where it is stored (the run's column or the
@@ -93,9 +93,9 @@ def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path
     with it (an emulator, then the binary); the ids go to standard input. Returns the engine's
     document; RunFailure names the command when it fails or prints no valid document."""
     prefix = [str(binary)] if isinstance(binary, (str, Path)) else [str(x) for x in binary]
-    engine = LmcEngine()
-    argv = [*prefix[:-1], *engine.argv(command, prefix[-1], None if model is None else str(model),
-                                       ids is not None, flags)]
+    adapter = LmcAdapter()
+    argv = [*prefix[:-1], *adapter.argv(command, prefix[-1], None if model is None else str(model),
+                                        ids is not None, flags)]
     stdin = None if ids is None else " ".join(map(str, ids)) + "\n"
     done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     shown = shlex.join(argv[len(prefix) - 1:])
@@ -103,7 +103,7 @@ def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path
         raise RunFailure(f"`{shown}` failed (exit {done.returncode}): "
                          f"{done.stderr.strip()[:500]}")
     try:
-        return engine.parse(done.stdout, command)
+        return adapter.parse(done.stdout, command)
     except output.EngineOutputError as exc:
         raise RunFailure(f"`{shown}`: {exc}") from exc
 
@@ -121,7 +121,9 @@ def generator(lmc: str | Path | list[str], model_dir: str | Path,
     return generate
 
 
-class LmcEngine:
+class LmcAdapter:
+    """lmc, this project's engine, behind the harness (base.EngineAdapter)."""
+
     name = NAME
     section = SECTION
     source_paths = SOURCE_PATHS
