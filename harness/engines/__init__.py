@@ -4,7 +4,7 @@ llama-bench).
 
 To add an engine: write ``harness/engines/<name>/`` with an adapter providing the methods of
 ``base.EngineAdapter`` (its spec section and config records, the kinds it runs, its builds and model
-artifacts, its work orders, argv, the check of its output, its measurements and outcome, a
+artifacts, its work orders, argv, the check of its output, its figures and outcome, a
 health command) and register it in ``ENGINES``. README.md has the checklist.
 """
 

@@ -232,7 +232,7 @@ class EngineAdapter(Protocol):
         ``data`` (lmc: the selection trace)."""
         ...
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         """The common figures of one parsed output."""
         ...
 

@@ -3,7 +3,7 @@
 The scheduler (and nothing on a board) calls these: ``to_run_result`` for a finished run,
 ``base_result`` for the record of an attempt without figures (running, lost, pending,
 interrupted, cancelled).
-The common figures and the outcome come from the engine's adapter (``measurements``,
+The common figures and the outcome come from the engine's adapter (``figures``,
 ``outcome``); generated tokens are decoded to text with the model's tokenizer, and the
 workload's kind scores the outcome (the needle's recall). Nothing here names an engine or a
 workload kind.
@@ -37,7 +37,7 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     if data is None:
         return result
     adapter, command = adapter_of(planned.order.engine), planned.order.command
-    figures = adapter.measurements(command, data)
+    figures = adapter.figures(command, data)
     for name in FIGURE_UNITS:
         setattr(result, name, getattr(figures, name))
     result.token_timings = timings_from_steps(figures.steps)
@@ -51,8 +51,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
 
 def base_result(planned: PlannedRun, device_id: int, status: str,
                 error: str | None) -> RunResult:
-    """A run record without measurements: the start of every record, and by itself the record
-    of a run that is pending or was interrupted."""
+    """A run record without the engine's figures: the start of every record, and by itself the
+    record of a run that is pending or was interrupted."""
     cell, order = planned.cell, planned.order
     return RunResult(
         run_key=planned.key,

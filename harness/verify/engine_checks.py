@@ -27,10 +27,10 @@ from harness.engines import adapter_of
 from harness.engines.lmc import run_here
 from reports.audit.checks import ENGINE_METRICS
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement
+from reports.audit.evidence import Reading
 from reports.audit.provenance import Provenance, parameters, this_host
 
-EngineCheck = Callable[[Claim, pd.DataFrame], Measurement]
+EngineCheck = Callable[[Claim, pd.DataFrame], Reading]
 
 
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool) -> np.ndarray:
@@ -63,7 +63,7 @@ class EngineChecks:
                           revision=self.revision,
                           article=claim.setting or "not stated in the claims file")
 
-    def reference_error(self, claim: Claim, _runs: pd.DataFrame) -> Measurement:
+    def reference_error(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
         p = claim.measure.params
         ctx, heads = int(p.get("ctx", 4096)), int(p.get("heads", 16))
         kv_heads, dim = int(p.get("kv_heads", 8)), int(p.get("head_dim", 128))
@@ -85,7 +85,7 @@ class EngineChecks:
             want = reference_attention(q, k, v, scale)
             other = f"float64 numpy {'with' if scale else 'without'} 1/sqrt(d)"
         diff = float(np.abs(got - want).max())
-        return Measurement(
+        return Reading(
             value=diff, text=f"max difference {diff:.3g}", noise=0.0,
             detail=f"{kernel} against {other}; outputs up to {float(np.abs(want).max()):.3g}",
             provenance=self._provenance(
@@ -104,7 +104,7 @@ class EngineChecks:
                       "--runs", "1", "--warmup", "0", *flags])
             return np.frombuffer(out.read_bytes(), dtype="<f4").astype(np.float64)
 
-    def causal_prefix(self, claim: Claim, _runs: pd.DataFrame) -> Measurement:
+    def causal_prefix(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
         p = claim.measure.params
         prefix, length = int(p.get("prefix", 256)), int(p.get("length", 512))
         rng = np.random.default_rng(int(p.get("seed", 0)))
@@ -123,7 +123,7 @@ class EngineChecks:
                               .reshape(length, vocab_size))
         diff = float(np.abs(logits[0][:prefix] - logits[1][:prefix]).max())
         after = float(np.abs(logits[0][prefix:] - logits[1][prefix:]).max())
-        return Measurement(
+        return Reading(
             value=diff, text=f"max prefix logit difference {diff:.3g}", noise=0.0,
             detail=f"the {length - prefix} positions after the prefix differ by up to "
                    f"{after:.3g} (the sequences differ there)",

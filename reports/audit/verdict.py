@@ -32,7 +32,7 @@ from reports.audit import checks_ppl
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, ENGINE_METRICS, Check
 from reports.audit.claim import ANY, Claim
 from reports.audit.claims_file import ClaimsFile
-from reports.audit.evidence import Measurement, select
+from reports.audit.evidence import Reading, select
 from reports.audit.provenance import Provenance, provenance
 from reports.runs import flatten_runs
 
@@ -164,19 +164,19 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     return verdict_of(claim, METRICS[claim.metric](claim, measured), measured, experiment)
 
 
-def verdict_of(claim: Claim, measurement: Measurement, measured: pd.DataFrame,
+def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
                experiment: str | None) -> Verdict:
-    verdict = Verdict(claim, NOT_COMPARABLE, measurement.value, measurement.text,
-                      runs=measurement.evidence, experiment=experiment,
-                      evidence=measurement.provenance
-                      or provenance(claim, measured, measurement.evidence),
-                      noise=measurement.noise)
+    verdict = Verdict(claim, NOT_COMPARABLE, reading.value, reading.text,
+                      runs=reading.evidence, experiment=experiment,
+                      evidence=reading.provenance
+                      or provenance(claim, measured, reading.evidence),
+                      noise=reading.noise)
     on = f"; evidence: {verdict.evidence.short()}"
-    detail = f" ({measurement.detail})" if measurement.detail else ""
-    if measurement.reason or measurement.value is None:
-        verdict.reason = (measurement.reason or "nothing was measured") + detail + on
+    detail = f" ({reading.detail})" if reading.detail else ""
+    if reading.reason or reading.value is None:
+        verdict.reason = (reading.reason or "nothing was measured") + detail + on
         return verdict
-    verdict.verdict, why = decide(claim, measurement.value, measurement.noise)
+    verdict.verdict, why = decide(claim, reading.value, reading.noise)
     verdict.reason = why + detail + on
     return verdict
 

@@ -107,7 +107,7 @@ def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
                    *budget_args("window"))
     adapter = adapter_of("lmc")
     doc = adapter.parse(proc.stdout, "ppl")
-    found = adapter.outcome("ppl", doc, adapter.measurements("ppl", doc))
+    found = adapter.outcome("ppl", doc, adapter.figures("ppl", doc))
     assert found.extra["kv_memory"] == doc["kv_memory"] and found.extra["kv_memory"]["paged"]
     assert found.peak_rss_kb == doc["peak_rss_kb"] > 0
     assert found.kv_allocated_bytes == doc["kv_memory"]["allocated_bytes"]

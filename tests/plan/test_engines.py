@@ -55,7 +55,7 @@ def outputs(lmc: Path, llama_bench: Path, needle_model: Path, needle_gguf: Path,
 def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> None:
     adapter = adapter_of(name)
     command, stdout = outputs[name]
-    figures = adapter.measurements(command, adapter.parse(stdout, command))
+    figures = adapter.figures(command, adapter.parse(stdout, command))
     assert isinstance(figures, Figures)
     assert figures.prompt_tokens == CTX
     assert figures.prefill_ms is not None and figures.prefill_ms > 0
@@ -76,7 +76,7 @@ def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> Non
 def test_llama_bench_figures_are_its_own_json(outputs: dict[str, tuple[str, str]]) -> None:
     rows = json.loads(outputs["llama-bench"][1])
     adapter = adapter_of("llama-bench")
-    figures = adapter.measurements("llama-bench",
+    figures = adapter.figures("llama-bench",
                                  adapter.parse(outputs["llama-bench"][1], "llama-bench"))
     by_shape = {(r["n_prompt"], r["n_gen"]): r for r in rows}
     pp, tg = by_shape[(CTX, 0)], by_shape[(0, MAX_NEW)]

@@ -108,7 +108,7 @@ class ScratchAdapter:
     def collect(self, transport: Any, order: WorkOrder, data: Any) -> None:
         pass
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         return Figures(decode_ms_per_token=data["ms"], prompt_tokens=data["tokens"])
 
     def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:

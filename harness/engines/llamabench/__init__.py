@@ -193,7 +193,7 @@ class LlamaBenchAdapter:
     def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
         """llama-bench leaves nothing on the board."""
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         result = Figures()
         tests = []
         for row in data:

@@ -230,7 +230,7 @@ class LmcAdapter:
         if trace is not None:
             data[output.TRACE_KEY] = output.fetch_trace(transport, trace)
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         return Figures(
             prefill_ms=data.get("prefill_ms"),
             decode_ms_per_token=data.get("decode_ms_per_token"),
