@@ -103,11 +103,13 @@ class Artifact:
 
 
 @dataclass
-class Materials:
-    """What an engine's runs use that must exist before they can be named: its builds by
-    (revision, target), its models (sha256 -> path and info, for the models table), the
-    artifacts besides the binaries that the driver serves (the planner adds the binaries), and
-    what the adapter itself needs to make its work orders."""
+class Prepared:
+    """What an engine prepared for a plan (``EngineAdapter.prepare``; ``identities`` names the
+    same without building): what its runs use that must exist before they can be named. Its
+    builds by (revision, target), its models (sha256 -> path and info, for the models table),
+    the artifacts besides the binaries that the driver serves (the planner adds the binaries),
+    and what the adapter itself needs to make its work orders (not the workload's ``Material``,
+    which the kind makes per workload point)."""
 
     builds: dict[tuple[str, str], BuildRecord]
     models: dict[str, tuple[Path, dict[str, Any]]] = field(default_factory=dict)
@@ -198,17 +200,17 @@ class EngineAdapter(Protocol):
         """len(configs(...)), counted without building them."""
         ...
 
-    def prepare(self, spec: Spec, axes: Any, archs: list[str], build: BuildFn) -> Materials:
+    def prepare(self, spec: Spec, axes: Any, archs: list[str], build: BuildFn) -> Prepared:
         """Build what its runs use for ``archs`` (cached: instant once built); writes under
         build/ only."""
         ...
 
-    def identities(self, spec: Spec, axes: Any, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: Any, archs: list[str]) -> Prepared:
         """What ``prepare`` would return, with nothing built or written: enough to name the
         runs (their keys), not to execute them; NeedsBuild when that is impossible."""
         ...
 
-    def work(self, point: WorkloadPoint, config: Any, record: BuildRecord, materials: Materials,
+    def work(self, point: WorkloadPoint, config: Any, record: BuildRecord, prepared: Prepared,
              material: Material, timeout_s: float) -> PlannedWork:
         """The work order of one cell: a workload point, one of its configs, its build."""
         ...

@@ -122,13 +122,13 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
             summary = run_experiment(RunRequest(spec, inventory, devices,
                                                 ray_address=ray_address), store)
             print(summary.line(), file=progress or sys.stdout)
-            materials = prepare(spec, placements, local_builds)  # all cached by the run
+            prepared = prepare(spec, placements, local_builds)  # all cached by the run
         else:
             try:
-                materials = identities(spec, placements)  # builds nothing, writes nothing
+                prepared = identities(spec, placements)  # builds nothing, writes nothing
             except NeedsBuild:
                 return []  # its keys need a build: judged on the experiment's stored runs
-        return [r.key for r in make_plan(spec, placements, inventory.devices, materials).runs]
+        return [r.key for r in make_plan(spec, placements, inventory.devices, prepared).runs]
 
     models = sorted({spec.model for spec in specs.values() if spec.model is not None}
                     or {model or DEFAULT_MODEL})

@@ -22,7 +22,7 @@ from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.contract import RunReport, WorkOrder
 from harness.engines import ENGINES
-from harness.engines.base import BuildRecord, Materials, PlannedWork
+from harness.engines.base import BuildRecord, PlannedWork, Prepared
 from harness.execution.results import base_result, to_run_result
 from harness.identity import WORKTREE
 from harness.plan.estimate import estimate
@@ -82,13 +82,13 @@ class ScratchAdapter:
         return BuildRecord(arch, "release", "cc", "cc", "1", [], [], "src", revision, "k",
                            "/bin/true", "0" * 64, 0.0, False, engine=self.name)
 
-    def prepare(self, spec: Any, axes: int, archs: list[str], build: Any) -> Materials:
+    def prepare(self, spec: Any, axes: int, archs: list[str], build: Any) -> Prepared:
         return self.identities(spec, axes, archs)
 
-    def identities(self, spec: Any, axes: int, archs: list[str]) -> Materials:
-        return Materials({("scratch-1", arch): self._record("scratch-1", arch) for arch in archs})
+    def identities(self, spec: Any, axes: int, archs: list[str]) -> Prepared:
+        return Prepared({("scratch-1", arch): self._record("scratch-1", arch) for arch in archs})
 
-    def work(self, point: Any, config: ScratchConfig, record: BuildRecord, materials: Materials,
+    def work(self, point: Any, config: ScratchConfig, record: BuildRecord, prepared: Prepared,
              material: Material, timeout_s: float) -> PlannedWork:
         order = WorkOrder("", f"{point.label()} scratch t={config.threads}", self.name,
                           "scratch", record.binary, record.binary_sha256, None, None,

@@ -34,9 +34,9 @@ from harness.engines.base import (
     Artifact,
     BuildFn,
     BuildRecord,
-    Materials,
     NeedsBuild,
     PlannedWork,
+    Prepared,
     Rerun,
     Spec,
     StoredRun,
@@ -124,7 +124,7 @@ class LlamaBenchAdapter:
     # -- planning ------------------------------------------------------------------------------
 
     def prepare(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str],
-                build: BuildFn) -> Materials:
+                build: BuildFn) -> Prepared:
         """llama-bench for every arch (in this process: its builds are cached for good) and
         the spec's model converted to each GGUF type."""
         adapter = LlamaBenchAdapter(axes.source, axes.rev)
@@ -134,16 +134,16 @@ class LlamaBenchAdapter:
         for artifact in gguf.values():
             catalogue.add_file(artifact.path, artifact.sha256)
         models = {a.sha256: (a.path, a.info) for a in gguf.values()}
-        return Materials(builds, models, catalogue, gguf)
+        return Prepared(builds, models, catalogue, gguf)
 
-    def identities(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str]) -> Prepared:
         raise NeedsBuild(NAME, f"{spec.path}: judging stored runs without building is possible for "
                          "lmc experiments only; this one runs llama-bench (run it, or audit "
                          "without --stored-only)")
 
     def work(self, point: WorkloadPoint, config: LlamaBenchConfig, record: BuildRecord,
-             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
-        artifact: Artifact = materials.inputs[config.gguf_type]
+             prepared: Prepared, material: Material, timeout_s: float) -> PlannedWork:
+        artifact: Artifact = prepared.inputs[config.gguf_type]
         order = WorkOrder(
             run_key="", label=f"{point.label()} llama-bench {config.gguf_type}",
             engine=NAME, command=NAME,

@@ -25,8 +25,8 @@ from harness.contract import WorkOrder
 from harness.engines.base import (
     BuildFn,
     BuildRecord,
-    Materials,
     PlannedWork,
+    Prepared,
     Rerun,
     Spec,
     StoredRun,
@@ -159,19 +159,19 @@ class LmcAdapter:
     # -- planning ------------------------------------------------------------------------------
 
     def prepare(self, spec: Spec, axes: EngineAxes, archs: list[str],
-                build: BuildFn) -> Materials:
+                build: BuildFn) -> Prepared:
         check_revisions(spec)
         builds = build(self.name, [(rev, arch) for rev in spec.revisions for arch in archs])
-        return self._materials(spec, axes, builds)
+        return self._prepared(spec, axes, builds)
 
-    def identities(self, spec: Spec, axes: EngineAxes, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: EngineAxes, archs: list[str]) -> Prepared:
         check_revisions(spec)
         builds = {(rev, arch): build_identity(arch, revision_arg(rev))
                   for rev in spec.revisions for arch in archs}
-        return self._materials(spec, axes, builds)
+        return self._prepared(spec, axes, builds)
 
-    def _materials(self, spec: Spec, axes: EngineAxes,
-                   builds: dict[tuple[str, str], BuildRecord]) -> Materials:
+    def _prepared(self, spec: Spec, axes: EngineAxes,
+                  builds: dict[tuple[str, str], BuildRecord]) -> Prepared:
         catalogue = Catalogue.empty()
         models: dict[str, tuple[Path, dict[str, Any]]] = {}
         model_sha, model_tree = None, None
@@ -183,12 +183,12 @@ class LmcAdapter:
                       if p.predictor is not None}
         for sha, path in predictors.items():
             catalogue.add_file(path, sha)
-        return Materials(builds, models, catalogue,
-                         Inputs(spec.model, model_sha, model_tree, predictors))
+        return Prepared(builds, models, catalogue,
+                        Inputs(spec.model, model_sha, model_tree, predictors))
 
     def work(self, point: WorkloadPoint, config: EngineConfig, record: BuildRecord,
-             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
-        inputs: Inputs = materials.inputs
+             prepared: Prepared, material: Material, timeout_s: float) -> PlannedWork:
+        inputs: Inputs = prepared.inputs
         reads_model = point.workload_kind.uses_model and inputs.model_dir is not None
         predictor = None if config.predictor is None else inputs.predictors[config.predictor]
         order = WorkOrder(
