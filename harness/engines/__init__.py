@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devices.health import EngineCheck
+from devices.health import HealthCommand
 from harness.engines.base import EngineAdapter
 from harness.engines.llamabench import LlamaBenchAdapter
 from harness.engines.lmc import LmcAdapter
@@ -33,11 +33,13 @@ def adapter_of(name: str) -> EngineAdapter:
         raise InputError(f"unknown engine {name!r}; allowed: {', '.join(ENGINES)}") from None
 
 
-def engine_check(name: str, binary: Path | None, problem: str | None = None) -> EngineCheck:
+def health_command(name: str, binary: Path | None,
+                   problem: str | None = None) -> HealthCommand:
     """The device health check of engine ``name`` (``devices check``), from its adapter."""
     adapter = adapter_of(name)
-    return EngineCheck(name=" ".join([name, *adapter.health_argv("")[1:]]), binary=binary,
-                       problem=problem, argv=adapter.health_argv, verdict=adapter.health_verdict)
+    return HealthCommand(name=" ".join([name, *adapter.health_argv("")[1:]]), binary=binary,
+                         problem=problem, argv=adapter.health_argv,
+                         verdict=adapter.health_verdict)
 
 
 def source_paths(engines: list[str]) -> list[str]:

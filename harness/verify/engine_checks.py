@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import platform
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +24,10 @@ import pandas as pd
 
 from harness.engines import adapter_of
 from harness.engines.lmc import run_here
-from reports.audit.checks import ENGINE_METRICS
+from reports.audit.checks import ENGINE_METRICS, Check
 from reports.audit.claim import Claim
 from reports.audit.evidence import Reading
 from reports.audit.provenance import Provenance, parameters, this_host
-
-EngineCheck = Callable[[Claim, pd.DataFrame], Reading]
 
 
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool) -> np.ndarray:
@@ -54,7 +51,7 @@ class EngineChecks:
         self.binary, self.model = Path(build.binary), model
         self.revision = f"lmc {str(build.revision)[:10]} (source {build.source_hash[:10]})"
 
-    def checks(self) -> dict[str, EngineCheck]:
+    def checks(self) -> dict[str, Check]:
         """Metric -> check: each engine metric's check is the method of its name."""
         return {name: getattr(self, name) for name in ENGINE_METRICS}
 

@@ -10,7 +10,7 @@ Order of judgement for one claim:
    claims file defines it (only what is missing runs), else taken from the store as they are;
 3. fairness of the evidence: emulated timings, device class, context length;
 4. perplexity claims: the model must predict the workload's text (``checks_ppl.model_guard``);
-5. the metric's check (``METRICS``) measures a value and the noise of our side (the 95 %
+5. the metric's check (``CHECK_OF_METRIC``) measures a value and the noise of our side (the 95 %
    half-width from independent paired repeats). A relation is reproduced when the value's
    interval lies inside its bounds, not reproduced when it lies outside, and inconclusive when
    it straddles a bound or there were no independent repeats to measure the noise; any other
@@ -41,8 +41,8 @@ INCONCLUSIVE = "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_COMPARABLE)
 # metric -> its check, for every metric reports measures itself (the harness provides the
 # engine checks: reports does not run lmc)
-METRICS: dict[str, Check] = {name: metric.check for name, metric in CHECKS.items()
-                             if metric.check is not None}
+CHECK_OF_METRIC: dict[str, Check] = {name: metric.check for name, metric in CHECKS.items()
+                                     if metric.check is not None}
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
 Runner = Callable[[str, dict[str, Any]], list[str]]
@@ -161,7 +161,8 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     if reason:
         return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment,
                        evidence=provenance(claim, measured, []))
-    return verdict_of(claim, METRICS[claim.metric](claim, measured), measured, experiment)
+    return verdict_of(claim, CHECK_OF_METRIC[claim.metric](claim, measured), measured,
+                      experiment)
 
 
 def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
@@ -234,7 +235,7 @@ def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFr
 
 def computed(claim: Claim, engine_checks: dict[str, Check] | None) -> Verdict:
     """A claim judged without runs: arithmetic here, or the engine run by the harness."""
-    check = METRICS.get(claim.metric) or (engine_checks or {}).get(claim.metric)
+    check = CHECK_OF_METRIC.get(claim.metric) or (engine_checks or {}).get(claim.metric)
     if check is None:
         reason = ("this check runs the engine itself, which only `benchfarm audit` does (not "
                   "--stored-only or a report)" if claim.metric in ENGINE_METRICS else
