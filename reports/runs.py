@@ -3,7 +3,8 @@
 ``load_experiment`` reads the store's frames (each run's current measurement, or those a
 ``db.measurements.Selection`` names) and ``flatten_runs`` turns them into one row per
 measurement: config, device, build, workload parameters, outcome, the config's label, the run's
-flags (``devices.flags``), its CPU (``reports.cpu``) and whether its tokens equal exact attention's.
+flags (``devices.conditions``), its CPU (``reports.cpu``) and whether its tokens equal exact
+attention's.
 The report's tables (``reports.aggregate``), compare and the audit read that frame.
 """
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from db.lmc_axes import DEFAULTS, NAME, SWITCHES, shows_k
 from db.measurements import CURRENT, Selection
-from devices.flags import run_flags
+from devices.conditions import run_flags
 from reports.cells import plain_key
 from reports.cpu import run_cpu
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from harness.commands.context import inventory_of, store_of
-from harness.commands.flags import (
+from harness.commands.arguments import (
     INVENTORY_HELP,
     add_inventory,
     add_lease_ttl,
@@ -26,6 +25,7 @@ from harness.commands.flags import (
     positive_seconds,
     run_count,
 )
+from harness.commands.context import inventory_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -137,7 +137,7 @@ def test_harness_parts_depend_one_way(graph: dict[str, set[str]]) -> None:
 
 
 def test_no_command_imports_another(graph: dict[str, set[str]]) -> None:
-    """A command shares only the helper modules (flags, table, context), never another
+    """A command shares only the helper modules (arguments, table, context), never another
     command's module."""
     commands = {f"harness.commands.{name}" for name in SUBCOMMANDS}
     for command in commands:

@@ -1,10 +1,10 @@
 """``lmc``, this project's engine, behind the adapter interface (harness.engines.base).
 
 Its spec section is ``[engine]`` (``section.py``), crossed into ``EngineConfig`` records
-(``config.py``) and turned into lmc's flags (``flags.py``); it is built with ninja per target
-and git revision (``build.py``); the model is a Hugging Face directory pushed as a tree, the
-token ids travel on standard input, and the output is the one JSON document of the engine
-contract (engine/README.md), checked on the board's side (``output.py``).
+(``config.py``) and turned into lmc's options of a run (``run_options.py``); it is built with
+ninja per target and git revision (``build.py``); the model is a Hugging Face directory pushed
+as a tree, the token ids travel on standard input, and the output is the one JSON document of
+the engine contract (engine/README.md), checked on the board's side (``output.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from harness.engines.base import (
 from harness.engines.lmc import output
 from harness.engines.lmc.build import SOURCE_PATHS, build_engine, build_identity
 from harness.engines.lmc.config import COLUMNS, TIMING_COLUMNS, EngineConfig, configs, count
-from harness.engines.lmc.flags import options
+from harness.engines.lmc.run_options import options
 from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
 from harness.errors import InputError, RunFailure
 from harness.identity import DIRTY, WORKTREE, Catalogue, git_output, model_identity, sha256_file
