@@ -30,7 +30,8 @@ PARAM_COLUMNS = ("ctx", "depth", "seed", "length", "heads", "kv_heads", "head_di
 # config holds an engine switch only when the spec set it away from its default
 LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq",
                                                     "prefill_attn")}
-# lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
+# lmc --measure-keys: the eviction-prediction article's figures of a policy's key ranking
+# (engine/keyrank.h)
 RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
 # and of its two-stage candidates in the last 128 keys (top-32 recall at C, mass kept at C = 96)
 CANDIDATE_METRICS = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",

@@ -132,7 +132,7 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
 
     models = sorted({spec.model for spec in specs.values() if spec.model is not None}
                     or {model or DEFAULT_MODEL})
-    # checks that run lmc here directly (seed 002's reference); never without running
+    # checks that run lmc here directly (the attention-reference article's); never without running
     engine_checks = None
     if run_missing and any(c.metric in ENGINE_METRICS for c in claims.claims):
         engine_checks = EngineChecks(model or DEFAULT_MODEL).checks()

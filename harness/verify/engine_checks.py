@@ -1,5 +1,5 @@
 """The audit's checks that run lmc directly on this machine, against an independent reference
-(seed 002's attention maths): no board and no store, a few hundred milliseconds each.
+(the attention-reference article's maths): no board and no store, a few hundred milliseconds each.
 
 - ``reference_error``: lmc attn-bench's exact attention (``--inputs``, ``--dump-out``; with
   ``ref_attn`` its plain reference instead of the optimised kernel) against the three steps in

@@ -1,9 +1,9 @@
-"""Key-ranking claims (seed 004's predictor metrics): a policy's Spearman rho, top-32 recall,
-mass captured by the top 32 or mass lost at 50 % eviction, as lmc measured them on the run
-(``lmc ppl --measure-keys``: the ``rank_<field>`` columns of reports.runs), the median over
-the runs of ``a``; with ``b``, the mean over the inputs (windows) both ran of b's figure less
-a's; with ``params = { layer_a, layer_b }``, a's figure at one layer less at another. The
-noise is the 95 % interval of the mean over the windows (the independent repeats).
+"""Key-ranking claims (the eviction-prediction article's metrics): a policy's Spearman rho, top-32
+recall, mass captured by the top 32 or mass lost at 50 % eviction, as lmc measured them on the run
+(``lmc ppl --measure-keys``: the ``rank_<field>`` columns of reports.runs), the median over the runs
+of ``a``; with ``b``, the mean over the inputs (windows) both ran of b's figure less a's; with
+``params = { layer_a, layer_b }``, a's figure at one layer less at another. The noise is the 95 %
+interval of the mean over the windows (the independent repeats).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Recall claims: does a config find the needle (mean recall over its runs)?
 
-The seed's own pitfall decides fairness: before judging an optimisation, exact attention must
-answer. When the baseline recalls less than ``baseline_min_recall`` the prompts do not test the
-optimisation, and the claim is not comparable.
+The block-selection article's own pitfall decides fairness: before judging an optimisation, exact
+attention must answer. When the baseline recalls less than ``baseline_min_recall`` the prompts do
+not test the optimisation, and the claim is not comparable.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ def _scan(runs: pd.DataFrame, selector: dict) -> pd.DataFrame:
 
 
 def critical_k(claim: Claim, runs: pd.DataFrame) -> Reading:
-    """The smallest k of a's scan from which every larger k recalls every prompt (the seed's
-    "critical k"); the baseline must answer first, as for recall. With ``b``: b's critical k
-    less a's, per prompt (the prompts are the independent repeats: their mean and its 95 %
-    interval)."""
+    """The smallest k of a's scan from which every larger k recalls every prompt (the
+    block-selection article's "critical k"); the baseline must answer first, as for recall. With
+    ``b``: b's critical k less a's, per prompt (the prompts are the independent repeats: their mean
+    and its 95 % interval)."""
     chosen = _scan(runs, claim.measure.a)
     if chosen.empty:
         return Reading(reason=f"no successful needle runs for {describe(claim.measure.a)}")

@@ -1,5 +1,5 @@
-"""Arithmetic claims about attention's softmax (seed 002), computed here with numpy in float32,
-the engine's precision: no runs, the claim's ``measure.params`` give the setting.
+"""Arithmetic claims about attention's softmax (the attention-reference article), computed here with
+numpy in float32, the engine's precision: no runs, the claim's ``measure.params`` give the setting.
 
 - ``exp_overflow``: 1.0 when float32 exp(``x``) is infinite, else 0.0;
 - ``dot_growth``: the exponent p of std(q·k) ∝ d^p over ``dims`` (q, k i.i.d. N(0, ``sigma``²)),

@@ -213,7 +213,7 @@ def test_reference_agrees_with_trace(lmc, tmp_path, policy, flags, ref_args, kv)
 
 
 # ---------------------------------------------------------------------------------------------
-# Crafted inputs: the seed's mechanisms
+# Crafted inputs: the block-selection article's mechanisms
 # ---------------------------------------------------------------------------------------------
 
 
