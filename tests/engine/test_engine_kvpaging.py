@@ -1,4 +1,4 @@
-"""The paged KV cache (issue 29): --kv-budget gives evicted blocks' memory back.
+"""The paged KV cache: --kv-budget gives evicted blocks' memory back.
 
 Each policy's eviction, paged, against the same run with --kv-keep-evicted (the masking alone,
 evicted rows left in memory): bit-identical tokens, logits and nll. A released block reads as

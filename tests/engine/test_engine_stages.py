@@ -1,4 +1,4 @@
-"""Issue 19: attn-bench's per-stage breakdown, and the fast sparse selection paths (probe keys
+"""attn-bench's per-stage breakdown, and the fast sparse selection paths (probe keys
 copied beside the cache, the importance reservation chosen once per layer, the one-pass top-k)
 choosing exactly what the block-selection article's greedy rule chooses, ties and NaN scores
 included."""
