@@ -16,7 +16,7 @@ from harness.cli import SUBCOMMANDS
 from harness.engines import ENGINES
 
 PACKAGES = ("harness", "devices", "db", "reports")
-# what each package may import of the others (DESIGN.md's layers)
+# what each package may import of the others (the layers docs/architecture.md draws)
 MAY_IMPORT = {"harness": {"devices", "db", "reports"}, "reports": {"db", "devices"},
               "devices": set(), "db": set()}
 # where no engine may be named: specs, planning, history, running a job and a lab, the back
