@@ -33,6 +33,11 @@ from harness.workloads import kinds
 from harness.workloads.base import Axis, Material, Setting, WorkloadKind, synthetic
 
 README = REPO_ROOT / "harness" / "engines" / "README.md"
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+# each checklist's heading in the README, and the architecture page's for the same change
+SAME_COUNTS = {"Add an engine": "An engine",
+               "Add an attention policy (lmc)": "An attention policy of lmc",
+               "Add a workload kind": "A workload kind"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,14 @@ def stated_count(heading: str) -> int:
     found = re.search(rf"\*\*{re.escape(heading)}\*\* \((?:at most )?(\d+) files", text)
     assert found, heading
     return int(found.group(1))
+
+
+def test_the_architecture_page_states_the_same_counts() -> None:
+    """docs/architecture.md's "Where to add" gives each checklist's count as the README does."""
+    readme, page = (" ".join(path.read_text().split()) for path in (README, ARCHITECTURE))
+    for heading, theirs in SAME_COUNTS.items():
+        counts = re.search(rf"\*\*{re.escape(heading)}\*\* (\([^)]*files[^)]*\))", readme)
+        assert counts and f"**{theirs}** {counts[1]}" in page, heading
 
 
 def test_a_new_engine_is_its_adapter_and_one_line_of_the_registry(
