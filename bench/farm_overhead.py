@@ -28,11 +28,11 @@ from devices.connect import connect
 from devices.farm import QEMU_AARCH64, farm_down, farm_up
 from devices.fingerprint import probe, probed_run
 from devices.inventory import Device, load_inventory
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.lmc import NAME as LMC
 from harness.engines.lmc.build import build_engine
 
-LMC_INFO = get_engine(LMC).health_argv  # `lmc info`, as the adapter runs it
+LMC_INFO = adapter_of(LMC).health_argv  # `lmc info`, as the adapter runs it
 
 
 def ms(samples: list[float]) -> str:

@@ -73,7 +73,7 @@ def bench_store(url: str, rounds: int, runs: int) -> None:
                 store.jobs.heartbeat(job)
             renew_rounds.append(time.perf_counter() - started)
             store.leases.release(held.lease_id)
-        shown = store.engine.url.render_as_string(hide_password=True)
+        shown = store.database.url.render_as_string(hide_password=True)
     print(f"store {shown}: per run (acquire + done check + release) "
           f"{per_run_ms(lease_rounds, runs)} ms; one renew + job heartbeat "
           f"{per_run_ms(renew_rounds, runs)} ms (at most once a second)  "

@@ -1,4 +1,5 @@
-"""What the loader's generality costs on the Qwen3-0.6B-shaped bench model (issue 17).
+"""What the loader's generality (the architectures besides Qwen3, sharded checkpoints) costs on
+the Qwen3-0.6B-shaped bench model.
 
 Three engines/layouts run in alternating rounds (A B C, then C B A, ...), each run its own
 process, and every run must give the same tokens:

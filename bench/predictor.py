@@ -1,5 +1,5 @@
-"""Decode cost of seed 004's policies: exact vs h2o vs h2o-prev vs gbm (with and without
---kv-budget), on a model and a predictor file from `benchfarm predictor study`.
+"""Decode cost of the eviction-prediction article's policies: exact vs h2o vs h2o-prev vs gbm (with
+and without --kv-budget), on a model and a predictor file from `benchfarm predictor study`.
 
 Every round runs each configuration once, in turn (so drift of a shared machine hits all of
 them alike), as `lmc generate` over one needle prompt; the figure per configuration is the

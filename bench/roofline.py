@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.engines.lmc import LmcEngine, run_here
+from harness.engines.lmc import LmcAdapter, run_here
 from harness.engines.lmc.build import build_c_program, build_engine
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -87,7 +87,7 @@ def environment(lmc: Path | None = None) -> dict:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if lmc is not None:
-        info = json.loads(subprocess.run(LmcEngine().health_argv(str(lmc)), capture_output=True,
+        info = json.loads(subprocess.run(LmcAdapter().health_argv(str(lmc)), capture_output=True,
                                          text=True, check=True).stdout)
         env.update({k: info.get(k) for k in ("version", "source_hash", "compiler", "flags",
                                              "simd")})

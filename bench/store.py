@@ -40,7 +40,7 @@ def one_repeat(url: str | None, runs: int, per_run: int,
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(url or f"sqlite:///{tmp}/bench.db")
         try:
-            with store.engine.begin() as conn:
+            with store.database.begin() as conn:
                 conn.execute(delete(Run.__table__).where(Run.run_key.like("bench-%")))
             results = make_results(store, runs, per_run, tag)
             start, cpu_start = time.perf_counter(), time.process_time()

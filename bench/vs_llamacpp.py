@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from db.store import Store  # noqa: E402
 from devices.inventory import load_inventory  # noqa: E402
-from harness.commands.flags import device_list  # noqa: E402
+from harness.commands.arguments import device_list  # noqa: E402
 from harness.engines.llamabench import NAME as LLAMA_BENCH  # noqa: E402
 from harness.engines.lmc import NAME as LMC  # noqa: E402
 from harness.errors import InputError  # noqa: E402

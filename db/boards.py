@@ -123,10 +123,10 @@ def _online(board: str) -> BoardStatus:
 
 
 class Boards:
-    """The boards' tables; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+    """The boards' tables; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine) -> None:
+        self.database = database
 
     # -- states -------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class Boards:
         if state not in BOARD_STATES:
             raise StoreInputError(f"board state {state!r}: allowed {', '.join(BOARD_STATES)}")
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             self._write_state(conn, board, state, reason, by, moment)
         return BoardStatus(board, state, reason, moment, by, 0)
 
@@ -154,7 +154,7 @@ class Boards:
 
     def states(self, boards: list[str] | None = None) -> dict[str, BoardStatus]:
         """The state of each board named (every board with a stored state when None)."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             query = select(BoardState.__table__)
             if boards is not None:
                 query = query.where(BoardState.__table__.c.board.in_(boards))
@@ -165,7 +165,7 @@ class Boards:
     def activity(self, failures: int) -> BoardActivity:
         """Every board the store has runs of, each one's latest attempt, and the ``failures``
         newest failed attempts."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             boards = [StoredBoard(*row) for row in conn.execute(
                 select(Device.id, Device.name, Device.cls, Device.arch, Device.emulated)
                 .order_by(Device.name))]
@@ -185,7 +185,7 @@ class Boards:
     def history(self, board: str) -> list[StateChange]:
         """The board's state changes, oldest first."""
         table = BoardEvent.__table__
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             rows = conn.execute(select(table).where(table.c.board == board)
                                 .order_by(table.c.id)).all()
         return [StateChange(r.board, r.state, r.reason, r.changed_by, r.at) for r in rows]
@@ -196,7 +196,7 @@ class Boards:
         bad. Returns whether this call made it bad."""
         table = BoardState.__table__
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             row = conn.execute(select(table).where(table.c.board == board)).first()
             if row is None:
                 conn.execute(insert(table).values(board=board, state=ONLINE, reason=None,
@@ -215,7 +215,7 @@ class Boards:
     @retry_locked
     def clear_failures(self, board: str) -> None:
         table = BoardState.__table__
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.board == board, table.c.failures > 0)
                          .values(failures=0))
 
@@ -227,7 +227,7 @@ class Boards:
         """Store a health check; a failed one makes an online board bad. Returns whether this
         call made it bad."""
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(insert(HealthCheck.__table__).values(
                 board=board, ok=ok, items=items, checked_by=by, checked_at=moment))
             if ok:
@@ -243,7 +243,7 @@ class Boards:
     def health(self, board: str, limit: int = 20) -> list[HealthResult]:
         """The board's newest health checks, newest first."""
         table = HealthCheck.__table__
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             rows = conn.execute(select(table).where(table.c.board == board)
                                 .order_by(table.c.id.desc()).limit(limit)).all()
         return [HealthResult(**r._mapping) for r in rows]
@@ -251,7 +251,7 @@ class Boards:
     def last_health(self, boards: list[str]) -> dict[str, HealthResult]:
         """The newest health check of each board that has one."""
         table = HealthCheck.__table__
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             rows = conn.execute(select(table).where(table.c.board.in_(boards))
                                 .order_by(table.c.id)).all()
         return {r.board: HealthResult(**r._mapping) for r in rows}
@@ -263,7 +263,7 @@ class Boards:
                 reason: str | None) -> ReservationInfo:
         """Keep the board for ``owner`` until ``ends``; refused while another owner holds it."""
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             held = self._active(conn, board, moment)
             if held is not None and held.owner != owner:
                 raise StoreInputError(
@@ -282,7 +282,7 @@ class Boards:
     def release(self, board: str, by: str) -> ReservationInfo | None:
         """End the board's reservation now; the one released, or None when there was none."""
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             held = self._active(conn, board, moment)
             if held is not None:
                 conn.execute(update(Reservation.__table__).where(
@@ -306,5 +306,5 @@ class Boards:
                                     table.c.ends > moment).order_by(table.c.id)
         if boards is not None:
             query = query.where(table.c.board.in_(boards))
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}

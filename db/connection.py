@@ -1,8 +1,9 @@
 """Connecting to the store's database and migrating its schema.
 
-This is the database side of the store (SQLAlchemy's ``Engine``, not an inference engine):
-``create_store_engine`` turns a URL into an Engine (SQLite: WAL, foreign keys, transactional
-DDL); ``migrate`` runs the Alembic migrations in ``db/migrations`` on it, without an alembic.ini.
+This is the database side of the store: ``connect_database`` turns a URL into the database the
+store holds (a SQLAlchemy ``Engine``, called the database here, as "engine" names the inference
+engines; SQLite: WAL, foreign keys, transactional DDL); ``migrate`` runs the Alembic migrations
+in ``db/migrations`` on it, without an alembic.ini.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ def shown_url(url: str) -> str | None:
         return None
 
 
-def create_store_engine(url: str, create: bool = True) -> Engine:
-    """An Engine for ``url``; bad URLs, unknown drivers and missing directories are input errors.
+def connect_database(url: str, create: bool = True) -> Engine:
+    """The database at ``url`` (a SQLAlchemy Engine); bad URLs, unknown drivers and missing
+    directories are input errors.
 
     With ``create=False`` a SQLite file that does not exist is an input error too (read-only
     commands should not leave an empty database behind).
@@ -147,20 +149,20 @@ def create_store_engine(url: str, create: bool = True) -> Engine:
                 )
             watched = SqliteFile(path, shown)
     try:
-        engine = create_engine(parsed, **options)
+        database = create_engine(parsed, **options)
     except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as exc:
         raise StoreInputError(
             f"--db {shown}: cannot use this database driver ({exc}); install it or use "
             "sqlite:///PATH"
         ) from exc
     if is_sqlite:
-        event.listen(engine, "connect", _sqlite_connect)
-        event.listen(engine, "begin", _sqlite_begin)
+        event.listen(database, "connect", _sqlite_connect)
+        event.listen(database, "begin", _sqlite_begin)
     if watched is not None:
-        event.listen(engine, "connect", watched.on_connect)
-        event.listen(engine, "commit", watched.on_commit)
-    event.listen(engine, "handle_error", _database_failure(shown))
-    return engine
+        event.listen(database, "connect", watched.on_connect)
+        event.listen(database, "commit", watched.on_commit)
+    event.listen(database, "handle_error", _database_failure(shown))
+    return database
 
 
 def _database_failure(shown: str) -> Callable[[ExceptionContext], None]:
@@ -202,11 +204,11 @@ def head_revision() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
-def _is_current(engine: Engine) -> bool:
+def _is_current(database: Engine) -> bool:
     """Whether the store is at the newest revision already (the common case: then Alembic,
     a third of a second to import, is not needed)."""
     head = head_revision()
-    with engine.connect() as connection:
+    with database.connect() as connection:
         if head is None or not inspect(connection).has_table("alembic_version"):
             return False
         return connection.scalar(text("SELECT version_num FROM alembic_version")) == head
@@ -229,9 +231,9 @@ def lost_database(shown: str) -> Callable[[ExceptionContext], None]:
     return handle
 
 
-def migrate(engine: Engine, revision: str = "head") -> None:
+def migrate(database: Engine, revision: str = "head") -> None:
     """Create or upgrade the schema to ``revision`` with the Alembic migrations."""
-    if revision == "head" and _is_current(engine):
+    if revision == "head" and _is_current(database):
         return
     from alembic import command
     from alembic.config import Config
@@ -239,7 +241,7 @@ def migrate(engine: Engine, revision: str = "head") -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.connect() as connection:
+    with database.connect() as connection:
         # Two processes opening a new SQLite file at once: IMMEDIATE takes the write lock before
         # reading the schema version, so the second waits and then finds the schema done,
         # instead of failing to upgrade its read lock ("database is locked").
@@ -276,14 +278,14 @@ def _restamp_renamed(connection: Connection) -> None:
                                 "WHERE version_num = :old"), {"old": old, "new": new})
 
 
-def writer(engine: Engine) -> Engine:
-    """``engine`` for write transactions: on SQLite they open with BEGIN IMMEDIATE.
+def writer(database: Engine) -> Engine:
+    """``database`` for write transactions: on SQLite they open with BEGIN IMMEDIATE.
 
     A deferred transaction that reads and then writes cannot wait for another writer (SQLite
     answers "database is locked" at once, since waiting could deadlock); IMMEDIATE takes the
     write lock first, so it waits in the busy timeout instead. Other backends are unaffected.
     """
-    return engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+    return database.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
 
 
 def is_locked(exc: OperationalError) -> bool:

@@ -76,10 +76,10 @@ class PlacementProgress:
 
 
 class Jobs:
-    """The ``jobs`` table; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+    """The ``jobs`` table; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine) -> None:
+        self.database = database
         self.table = Job.__table__
 
     @retry_locked
@@ -95,7 +95,7 @@ class Jobs:
         if holder is not None:
             values |= {"kind": "run", "state": "running", "holder": holder,
                        "heartbeat": moment, "started_at": moment}
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
 
     @retry_locked
@@ -106,7 +106,7 @@ class Jobs:
         table = self.table
         moment = utcnow()
         stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             running = (table.c.state == "running") & stale
             conn.execute(update(table).where(running, table.c.kind == "queue").values(
                 state="queued", holder=None,
@@ -127,14 +127,14 @@ class Jobs:
     @retry_locked
     def heartbeat(self, job_id: int) -> str:
         """Renew the job's heartbeat; returns its state (``cancelled`` means: stop)."""
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(self.table).where(self.table.c.id == job_id)
                          .values(heartbeat=utcnow()))
             return conn.scalar(select(self.table.c.state).where(self.table.c.id == job_id))
 
     @retry_locked
     def set_totals(self, job_id: int, totals: dict[str, int]) -> None:
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(self.table).where(self.table.c.id == job_id)
                          .values(totals=dict(totals)))
 
@@ -144,7 +144,7 @@ class Jobs:
         if state not in JOB_STATES:
             raise ValueError(f"job state {state!r}: allowed {', '.join(JOB_STATES)}")
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id).values(message=message))
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
                          .values(state=state, finished_at=utcnow()))
@@ -153,7 +153,7 @@ class Jobs:
     def requeue(self, job_id: int, message: str) -> None:
         """Put a running job back in the queue (its coordinator stopped; a restart resumes)."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
                          .values(state="queued", holder=None, message=message))
 
@@ -161,7 +161,7 @@ class Jobs:
     def note(self, job_id: int, message: str) -> None:
         """Say on a queued job why it waits (shown by `benchfarm queue`)."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "queued")
                          .values(message=message))
 
@@ -169,7 +169,7 @@ class Jobs:
     def cancel(self, job_id: int, by: str, message: str) -> bool:
         """Cancel a queued or running job, recording who did it; False if it had ended."""
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             return conn.execute(update(table).where(
                 table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
                 state="cancelled", finished_at=utcnow(), message=message,
@@ -177,7 +177,7 @@ class Jobs:
 
     def get(self, job_id: int) -> JobInfo:
         """The job with this id (StoreInputError naming `benchfarm queue` when none)."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
         if row is None:
             raise StoreInputError(f"no job {job_id}; `benchfarm queue --all` lists them")
@@ -193,7 +193,7 @@ class Jobs:
         query = select(self.table)
         if states:
             query = query.where(self.table.c.state.in_(states))
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             jobs = [JobInfo(**row._mapping) for row in conn.execute(query)]
         order = {"running": 0, "queued": 1}
         return sorted(jobs, key=lambda j: (order.get(j.state, 2), -j.priority
@@ -208,7 +208,7 @@ class Jobs:
     def finished_since(self, experiment: str, since: datetime) -> int:
         """Attempts at the experiment's runs that ended (ok or failed) since ``since``: the
         pace of its job."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             return conn.scalar(
                 select(func.count()).select_from(Measurement)
                 .join(Run, Run.id == Measurement.run_id)
@@ -223,7 +223,7 @@ class Jobs:
         job = job or self.latest(experiment)
         if job is None or not job.totals:
             return []
-        with self.engine.connect() as conn:  # a run counts once: its current measurement
+        with self.database.connect() as conn:  # a run counts once: its current measurement
             rows = conn.execute(
                 select(Run.config, Measurement.status, Device.name)
                 .join(Measurement, Measurement.id == Run.current_measurement_id)

@@ -63,10 +63,10 @@ def _lease_fields(values: Any) -> dict[str, Any]:
 
 
 class Leases:
-    """The ``leases`` table; ``engine`` should open write transactions with BEGIN IMMEDIATE."""
+    """The ``leases`` table; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Engine) -> None:
+        self.database = database
         self.table = Lease.__table__
         self.waiters = BoardWaiter.__table__
 
@@ -86,7 +86,7 @@ class Leases:
                       "run_key": run_key, "acquired": moment, "heartbeat": moment,
                       "expires": moment + timedelta(seconds=ttl_s)}
             granted = Claim(LeaseInfo(board=board, **values), None)
-            with self.engine.begin() as conn:
+            with self.database.begin() as conn:
                 first = self._wait(conn, board, holder, priority, moment, keep_since=True)
                 if first:
                     taken = conn.execute(update(table).where(
@@ -99,7 +99,7 @@ class Leases:
                 held = current is not None and current.expires >= moment
                 return Claim(None, LeaseInfo(**_lease_fields(current._mapping)) if held else None)
             try:
-                with self.engine.begin() as conn:
+                with self.database.begin() as conn:
                     conn.execute(insert(table).values(board=board, **values))
                     self._stop_waiting(conn, board, holder)
                 return granted
@@ -136,7 +136,7 @@ class Leases:
             return set()
         moment = utcnow()
         table = self.table
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             # an expired lease stays lost: another holder may have had the board meanwhile
             conn.execute(update(table).where(table.c.lease_id.in_(lease_ids),
                                              table.c.expires >= moment).values(
@@ -151,7 +151,7 @@ class Leases:
         behind the waiters of that priority."""
         table = self.table
         moment = utcnow()
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             lease = conn.execute(select(table.c.board, table.c.holder)
                                  .where(table.c.lease_id == lease_id)).first()
             conn.execute(update(table).where(table.c.lease_id == lease_id)
@@ -162,18 +162,18 @@ class Leases:
     @retry_locked
     def withdraw(self, holder: str) -> None:
         """``holder`` waits for no board any more (its coordinator is done with them)."""
-        with self.engine.begin() as conn:
+        with self.database.begin() as conn:
             conn.execute(delete(self.waiters).where(self.waiters.c.holder == holder))
 
     def get(self, board: str) -> LeaseInfo | None:
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             row = conn.execute(select(self.table).where(self.table.c.board == board)).first()
         return None if row is None else LeaseInfo(**_lease_fields(row._mapping))
 
     def active(self) -> list[LeaseInfo]:
         """The leases not expired, by board."""
         table = self.table
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             rows = conn.execute(select(table).where(table.c.expires >= utcnow())
                                 .order_by(table.c.board)).all()
         return [LeaseInfo(**_lease_fields(row._mapping)) for row in rows]

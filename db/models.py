@@ -113,7 +113,7 @@ class Model(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     path: Mapped[str] = mapped_column(Text)
-    sha256: Mapped[str] = mapped_column(String(64))  # harness.plan.weights_sha256
+    sha256: Mapped[str] = mapped_column(String(64))  # harness.identity.weights_sha256
     config: Mapped[dict[str, Any]]  # config.json
 
 

@@ -30,7 +30,7 @@ AXIS_COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefil
 @dataclass
 class Figures:
     """The figures every engine reports in the same units, mapped from its output by its
-    adapter (``measurements``); each is a column of ``measurements`` and a field of
+    adapter (``figures``); each is a column of ``measurements`` and a field of
     :class:`RunResult` of the same name.
 
     Each figure's field names its unit in its metadata: ``FIGURE_UNITS`` reads them, and the

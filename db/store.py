@@ -22,7 +22,7 @@ from db import experiments, queries
 from db.boards import Boards
 from db.connection import (
     SchemaUnknown,
-    create_store_engine,
+    connect_database,
     lost_database,
     migrate,
     retry_locked,
@@ -64,12 +64,12 @@ if TYPE_CHECKING:
 class Store:
     """The result store. Open with :meth:`open`; all methods are safe to call repeatedly."""
 
-    def __init__(self, engine: Engine, read_only: bool = False) -> None:
+    def __init__(self, database: Engine, read_only: bool = False) -> None:
         """``read_only``: for a process that only reads (`benchfarm web`): its transactions
         stay deferred, so on SQLite it never takes the write lock that coordinators wait for."""
-        self.engine = engine
+        self.database = database
         # write transactions (BEGIN IMMEDIATE on SQLite)
-        self.writer = engine if read_only else writer(engine)
+        self.writer = database if read_only else writer(database)
         self._sessions = sessionmaker(self.writer, expire_on_commit=False)
         self.leases = Leases(self.writer)
         self.jobs = Jobs(self.writer)
@@ -77,26 +77,26 @@ class Store:
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:
-        """Connect and bring the schema to the newest revision (see create_store_engine)."""
-        engine = create_store_engine(url, create)
-        shown = engine.url.render_as_string(hide_password=True)
+        """Connect and bring the schema to the newest revision (see connect_database)."""
+        database = connect_database(url, create)
+        shown = database.url.render_as_string(hide_password=True)
         try:
-            migrate(engine)
+            migrate(database)
         except SchemaUnknown as exc:
-            engine.dispose()
+            database.dispose()
             raise StoreError(
                 f"--db {shown}: the schema cannot be upgraded ({exc}); it was probably written "
                 "by a newer benchfarm"
             ) from exc
         except SQLAlchemyError as exc:
-            engine.dispose()
+            database.dispose()
             reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
             raise StoreInputError(f"--db {shown}: cannot open the result store ({reason})") from exc
-        event.listen(engine, "handle_error", lost_database(shown))
-        return cls(engine)
+        event.listen(database, "handle_error", lost_database(shown))
+        return cls(database)
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.database.dispose()
 
     def __enter__(self) -> Store:
         return self
@@ -192,7 +192,7 @@ class Store:
         when given)."""
         ok = (select(Run.run_key).join(Measurement, Measurement.id == Run.current_measurement_id)
               .where(counted_ok()))
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             if run_keys is None:
                 return set(conn.scalars(ok))
             done: set[str] = set()
@@ -338,14 +338,14 @@ class Store:
 
     def history_frame(self, experiment: str) -> pd.DataFrame:
         """What a history across revisions reads of the experiment (db.queries.history_frame)."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             return queries.history_frame(conn, experiment)
 
     def frames(self, experiment: str,
                selection: Selection | None = None) -> dict[str, pd.DataFrame]:
         """The experiment's rows; by default each run's current measurement (its latest ok
         one, else its latest), see db.measurements.Selection for all of them or a time window."""
-        with self.engine.connect() as conn:
+        with self.database.connect() as conn:
             return queries.frames(conn, experiment, selection or CURRENT)
 
 

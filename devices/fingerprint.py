@@ -3,7 +3,7 @@
 ``probe`` takes one snapshot (one remote command, reading /proc and /sys only, so it works the
 same on any board whatever compiler it has). The coordinator takes one before and one after
 every run; ``probed_run`` does both and the run in a single remote command. Each snapshot carries
-its ``flags`` (``devices.flags``): what should make a reader distrust the numbers.
+its ``flags`` (``devices.conditions``): what should make a reader distrust the numbers.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 from devices.boardlock import LockHolder, check_locked, locked
 from devices.cache import INTACT_FUNCTION, ArtifactCache
+from devices.conditions import snapshot_flags
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
-from devices.flags import snapshot_flags
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
 # /2: devfreq devices and the snapshot's flags; /3: cpu_id (vendor, family, model, stepping)

@@ -3,7 +3,7 @@
 Reachable, the architecture it claims, a writable workdir with free space, and (given a binary
 built for it) the engine's own health command runs there (``lmc info``: and reports the same
 architecture). What that command is and how its output is judged comes from the engine's
-adapter (``harness.engines``), as an :class:`EngineCheck`: this package knows no engine.
+adapter (``harness.engines``), as a :class:`HealthCommand`: this package knows no engine.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ WRITE_TEST = 'f=".benchfarm-write-test.$$" && : > "$f" && rm -f -- "$f"'
 
 
 @dataclass(frozen=True)
-class EngineCheck:
-    """How to prove an engine runs on a device."""
+class HealthCommand:
+    """How to prove an engine runs on a device: its health command and the verdict on it."""
 
     name: str  # the check's name in the report, e.g. "lmc info"
     binary: Path | None  # the engine built for the device's architecture
@@ -55,7 +55,7 @@ class CheckReport:
         self.items.append(CheckItem(name, ok, detail))
 
 
-def check_device(device: Device, engine: EngineCheck,
+def check_device(device: Device, health: HealthCommand,
                  min_free_mb: int = MIN_FREE_MB) -> CheckReport:
     """Run every check; a failed step is recorded, not raised."""
     report = CheckReport(device.name)
@@ -68,7 +68,7 @@ def check_device(device: Device, engine: EngineCheck,
         report.add("reachable", True, device.address)
         try:
             _check_host(transport, report, min_free_mb)
-            _check_engine(transport, report, engine)
+            _check_engine(transport, report, health)
         except DeviceError as exc:
             report.add("connection", False, str(exc))
     return report
@@ -101,17 +101,17 @@ def _check_host(transport: Transport, report: CheckReport, min_free_mb: int) -> 
                f"{free_mb} MiB free in {device.workdir} (need {min_free_mb})")
 
 
-def _check_engine(transport: Transport, report: CheckReport, engine: EngineCheck) -> None:
-    if engine.binary is None:
-        report.add(engine.name, False, engine.problem or "no engine binary for this device")
+def _check_engine(transport: Transport, report: CheckReport, health: HealthCommand) -> None:
+    if health.binary is None:
+        report.add(health.name, False, health.problem or "no engine binary for this device")
         return
     cache = ArtifactCache(transport)
-    remote = cache.push(engine.binary)
+    remote = cache.push(health.binary)
     pushed = cache.last_push
-    result = transport.run(engine.argv(remote), timeout=CHECK_TIMEOUT_S)
+    result = transport.run(health.argv(remote), timeout=CHECK_TIMEOUT_S)
     if not result.ok:
-        report.add(engine.name, False, f"exit code {result.exit_code}: {result.stderr.strip()}")
+        report.add(health.name, False, f"exit code {result.exit_code}: {result.stderr.strip()}")
         return
-    ok, detail = engine.verdict(result.stdout, result.stderr, transport.device.arch)
-    report.add(engine.name, ok, f"{detail}, push {pushed.status if pushed else '?'}, "
+    ok, detail = health.verdict(result.stdout, result.stderr, transport.device.arch)
+    report.add(health.name, ok, f"{detail}, push {pushed.status if pushed else '?'}, "
                f"{result.wall_s * 1000:.0f} ms")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from devices.flags import memory_controllers
+from devices.conditions import memory_controllers
 from reports import metrics
 from reports.cells import group_cells, merge_flags, sorted_table
 from reports.cpu import mixed_cpu_flag

@@ -1,6 +1,7 @@
-"""The KV eviction tables of a report (seed 004's study): perplexity under eviction (lmc
---kv-budget) and the ranking figures of each policy's keep score (lmc --measure-keys), from the
-flattened runs (reports.runs.flatten_runs: its ``kv_budget`` and ``rank_<metric>`` columns)."""
+"""The KV eviction tables of a report (the eviction-prediction article's study): perplexity under
+eviction (lmc --kv-budget) and the ranking figures of each policy's keep score (lmc --measure-keys),
+from the flattened runs (reports.runs.flatten_runs: its ``kv_budget`` and ``rank_<metric>``
+columns)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def eviction_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def key_rank_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Seed 004's key-ranking figures (lmc --measure-keys) per (device, config, length): the
-    median over runs (texts) of each run's mean over its measured queries and layers."""
+    """The eviction-prediction article's key-ranking figures (lmc --measure-keys) per (device,
+    config, length): the median over runs (texts) of each run's mean over its measured queries and
+    layers."""
     measured = runs[(runs["status"] == "ok") & runs["rank_rho"].notna()]
     keys = ["device", "config", "length"]
     rows = [dict(zip(keys, key, strict=True))

@@ -257,7 +257,7 @@ def build_sections(data: ExperimentData,
                 "for good (lmc --kv-budget), by the policy's keep score; the cost against exact "
                 "attention on the same texts, in percent (medians over the texts).",
                 tables=[Table("eviction", eviction.eviction_table(runs))]),
-        Section("key-ranking", "Key ranking (seed 004's metrics)",
+        Section("key-ranking", "Key ranking (the eviction-prediction article's metrics)",
                 "How well each policy's keep score orders the keys of a query against the true "
                 "attention mass (ppl runs with engine.measure_keys; engine/keyrank.h): Spearman "
                 "rho, recall of the true top-32 keys, mass inside the top 32, and mass lost "

@@ -3,7 +3,8 @@
 ``load_experiment`` reads the store's frames (each run's current measurement, or those a
 ``db.measurements.Selection`` names) and ``flatten_runs`` turns them into one row per
 measurement: config, device, build, workload parameters, outcome, the config's label, the run's
-flags (``devices.flags``), its CPU (``reports.cpu``) and whether its tokens equal exact attention's.
+flags (``devices.conditions``), its CPU (``reports.cpu``) and whether its tokens equal exact
+attention's.
 The report's tables (``reports.aggregate``), compare and the audit read that frame.
 """
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from db.lmc_axes import DEFAULTS, NAME, SWITCHES, shows_k
 from db.measurements import CURRENT, Selection
-from devices.flags import run_flags
+from devices.conditions import run_flags
 from reports.cells import plain_key
 from reports.cpu import run_cpu
 
@@ -29,7 +30,8 @@ PARAM_COLUMNS = ("ctx", "depth", "seed", "length", "heads", "kv_heads", "head_di
 # config holds an engine switch only when the spec set it away from its default
 LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq",
                                                     "prefill_attn")}
-# lmc --measure-keys: seed 004's figures of a policy's key ranking (engine/keyrank.h)
+# lmc --measure-keys: the eviction-prediction article's figures of a policy's key ranking
+# (engine/keyrank.h)
 RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
 # and of its two-stage candidates in the last 128 keys (top-32 recall at C, mass kept at C = 96)
 CANDIDATE_METRICS = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",

@@ -1,4 +1,4 @@
-"""Tiny random models of the architectures lmc runs besides Qwen3 (issue 17), with their
+"""Tiny random models of the architectures lmc runs besides Qwen3, with their
 transformers reference.
 
 Each is made here with transformers (seeded, nothing downloaded) and written with

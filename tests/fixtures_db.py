@@ -62,7 +62,7 @@ def refs_before_engines(old: Store) -> StoreRefs:
     class has it, so the build goes in through the table's old columns)."""
     build = {k: v for k, v in BUILD_RECORD.items() if k in Build.__table__.columns
              and k != "engine"}
-    with old.engine.begin() as conn:
+    with old.database.begin() as conn:
         build_id = conn.execute(Build.__table__.insert().values(
             **build, created_at=datetime(2025, 3, 1))).inserted_primary_key[0]
         # the experiment through its table: an old schema has no counts per status to start
@@ -76,13 +76,13 @@ def refs_before_engines(old: Store) -> StoreRefs:
                      old.upsert_workload("decode", {"ctx": 8, "seed": 0}, "w" * 16, [1, 2]))
 
 
-def insert_old_run(engine: Engine, refs: StoreRefs, key: str, **overrides: object) -> int:
+def insert_old_run(database: Engine, refs: StoreRefs, key: str, **overrides: object) -> int:
     """A run as a schema before 0005 holds it (one ``runs`` row with whichever columns its
     revision has, and its children keyed by ``run_id``); returns the row id."""
     result = sample_result(refs, key, **overrides)
     values = {k: v for k, v in vars(result).items() if k not in ("outcome", "snapshots")}
     values["attempts"] = 1
-    with engine.begin() as conn:
+    with database.begin() as conn:
         tables = {name: Table(name, MetaData(), autoload_with=conn)
                   for name in ("runs", "token_timings", "outcomes", "device_snapshots")}
         runs = tables["runs"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.llamabench import LlamaBenchEngine
+from harness.engines.llamabench import LlamaBenchAdapter
 from harness.engines.llamabench.build import build_llama_bench
 
 
@@ -30,5 +30,5 @@ def llama_bench_aarch64() -> Path:
 @pytest.fixture(scope="session")
 def needle_gguf(needle_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """needle-tiny as an f32 GGUF, converted in this session."""
-    engine = LlamaBenchEngine(gguf_dir=tmp_path_factory.mktemp("gguf"))
-    return engine.artifact(needle_model, "f32").path
+    adapter = LlamaBenchAdapter(gguf_dir=tmp_path_factory.mktemp("gguf"))
+    return adapter.artifact(needle_model, "f32").path

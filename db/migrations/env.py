@@ -15,7 +15,8 @@ config = context.config
 connection = config.attributes.get("connection")
 if connection is None:
     raise RuntimeError(
-        "db/migrations runs through db.store.Store.open (or db.migrate), which passes a connection"
+        "db/migrations runs through db.store.Store.open (or db.connection.migrate), which passes a "
+        "connection"
     )
 
 context.configure(

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
-from harness.commands.context import inventory_of, store_of
-from harness.commands.flags import (
+from harness.commands.arguments import (
     add_devices,
     add_inventory,
     add_measurements,
     add_ray_address,
     selection,
 )
+from harness.commands.context import inventory_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

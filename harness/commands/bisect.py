@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
+from harness.commands.arguments import add_measuring, add_threshold
 from harness.commands.context import inventory_of, measuring, spec_of
-from harness.commands.flags import add_measuring, add_threshold
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

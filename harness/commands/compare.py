@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.arguments import add_measurements, selection
 from harness.commands.context import store_of
-from harness.commands.flags import add_measurements, selection
 from reports.metrics import TIMINGS
 
 

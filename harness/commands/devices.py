@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.arguments import add_notify
 from harness.commands.context import boards_of, store_of
-from harness.commands.flags import add_notify
 from harness.commands.table import format_table
 from harness.errors import InputError
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.arguments import add_measurements, selection
 from harness.commands.context import store_of
-from harness.commands.flags import add_measurements, selection
 from harness.errors import InputError
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.arguments import add_inventory, add_ray_address, duration
 from harness.commands.context import inventory_of, store_of
-from harness.commands.flags import add_inventory, add_ray_address, duration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

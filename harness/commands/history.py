@@ -9,8 +9,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.commands.arguments import add_threshold
 from harness.commands.context import store_of
-from harness.commands.flags import add_threshold
 from harness.errors import InputError
 from reports.metrics import METRICS
 

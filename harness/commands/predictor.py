@@ -1,4 +1,5 @@
-"""`benchfarm predictor study FILE`: seed 004's attention predictor on a model, end to end.
+"""`benchfarm predictor study FILE`: the eviction-prediction article's attention predictor on a
+model, end to end.
 
 Dumps key features from exact ``lmc ppl`` runs, trains every feature set per layer, ranks
 held-out keys with them and the baselines, runs lmc's policies at the study's KV budgets, and

@@ -10,8 +10,8 @@ import argparse
 from pathlib import Path
 
 from harness import DEFAULT_MODEL, REPO_ROOT
+from harness.commands.arguments import add_devices, add_inventory, add_measurements, selection
 from harness.commands.context import inventory_of, store_of
-from harness.commands.flags import add_devices, add_inventory, add_measurements, selection
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.arguments import duration
 from harness.commands.context import boards_of, store_of
-from harness.commands.flags import duration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

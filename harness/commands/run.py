@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from harness.commands.context import inventory_of, spec_of, store_of
-from harness.commands.flags import (
+from harness.commands.arguments import (
     INVENTORY_HELP,
     add_devices,
     add_inventory,
@@ -19,6 +18,7 @@ from harness.commands.flags import (
     add_ray_address,
     run_count,
 )
+from harness.commands.context import inventory_of, spec_of, store_of
 from harness.plan.matrix import MAX_RUNS
 
 if TYPE_CHECKING:

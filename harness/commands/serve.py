@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from harness.commands.context import inventory_of, store_of
-from harness.commands.flags import (
+from harness.commands.arguments import (
     INVENTORY_HELP,
     add_inventory,
     add_lease_ttl,
@@ -26,6 +25,7 @@ from harness.commands.flags import (
     positive_seconds,
     run_count,
 )
+from harness.commands.context import inventory_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         health = None if args.no_health_checks else HealthSchedule(
             store, who.holder, targets, args.health_interval)
         service = Service(store, inventory, who, targets, health, args.bad_after)
-        print(f"serving the queue of {store.engine.url.render_as_string(hide_password=True)} "
+        print(f"serving the queue of {store.database.url.render_as_string(hide_password=True)} "
               f"as {who.holder}", flush=True)
         while True:
             waiting = service.waiting()

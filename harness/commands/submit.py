@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.arguments import INVENTORY_HELP, add_devices, add_inventory, add_notify
 from harness.commands.context import inventory_of, spec_of, store_of
-from harness.commands.flags import INVENTORY_HELP, add_devices, add_inventory, add_notify
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.commands.arguments import add_measuring, add_notify, add_threshold
 from harness.commands.context import inventory_of, measuring, spec_of
-from harness.commands.flags import add_measuring, add_notify, add_threshold
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

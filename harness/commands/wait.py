@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.arguments import positive_seconds
 from harness.commands.context import store_of
-from harness.commands.flags import positive_seconds
 
 EXIT_CODES = {"done": 0, "failed": 1, "cancelled": 3}
 

@@ -7,7 +7,7 @@ artifact, the work order of one run, the argv on a device, the check of its stdo
 :class:`Figures` (``db.records``: the store and the reports read their list too) and the stored
 :class:`Outcome` of its output, and a health command.
 Planning, expansion, the runner and the results mapping talk to engines only through this
-interface (``harness.engines.get_engine``): none of them names an engine.
+interface (``harness.engines.adapter_of``): none of them names an engine.
 """
 
 from __future__ import annotations
@@ -103,11 +103,13 @@ class Artifact:
 
 
 @dataclass
-class Materials:
-    """What an engine's runs use that must exist before they can be named: its builds by
-    (revision, target), its models (sha256 -> path and info, for the models table), the
-    artifacts besides the binaries that the driver serves (the planner adds the binaries), and
-    what the adapter itself needs to make its work orders."""
+class Prepared:
+    """What an engine prepared for a plan (``EngineAdapter.prepare``; ``identities`` names the
+    same without building): what its runs use that must exist before they can be named. Its
+    builds by (revision, target), its models (sha256 -> path and info, for the models table),
+    the artifacts besides the binaries that the driver serves (the planner adds the binaries),
+    and what the adapter itself needs to make its work orders (not the workload's ``Material``,
+    which the kind makes per workload point)."""
 
     builds: dict[tuple[str, str], BuildRecord]
     models: dict[str, tuple[Path, dict[str, Any]]] = field(default_factory=dict)
@@ -141,7 +143,7 @@ class StoredRun:
 
 @dataclass
 class Rerun:
-    """A stored run made into a work order again (``Engine.rerun``), and how its result is
+    """A stored run made into a work order again (``EngineAdapter.rerun``), and how its result is
     compared with the original: the outputs (``same``: identical or not, and where they part),
     and one timing (``timing``: its value in the new run's report)."""
 
@@ -152,8 +154,8 @@ class Rerun:
     timing: Callable[[dict[str, Any], float | None], float | None]  # (document, engine_ms)
 
 
-class Engine(Protocol):
-    """One engine behind the harness."""
+class EngineAdapter(Protocol):
+    """One engine behind the harness: the adapter the harness reaches it through."""
 
     name: str
     section: str  # the spec's table of its axes
@@ -198,17 +200,17 @@ class Engine(Protocol):
         """len(configs(...)), counted without building them."""
         ...
 
-    def prepare(self, spec: Spec, axes: Any, archs: list[str], build: BuildFn) -> Materials:
+    def prepare(self, spec: Spec, axes: Any, archs: list[str], build: BuildFn) -> Prepared:
         """Build what its runs use for ``archs`` (cached: instant once built); writes under
         build/ only."""
         ...
 
-    def identities(self, spec: Spec, axes: Any, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: Any, archs: list[str]) -> Prepared:
         """What ``prepare`` would return, with nothing built or written: enough to name the
         runs (their keys), not to execute them; NeedsBuild when that is impossible."""
         ...
 
-    def work(self, point: WorkloadPoint, config: Any, record: BuildRecord, materials: Materials,
+    def work(self, point: WorkloadPoint, config: Any, record: BuildRecord, prepared: Prepared,
              material: Material, timeout_s: float) -> PlannedWork:
         """The work order of one cell: a workload point, one of its configs, its build."""
         ...
@@ -232,7 +234,7 @@ class Engine(Protocol):
         ``data`` (lmc: the selection trace)."""
         ...
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         """The common figures of one parsed output."""
         ...
 

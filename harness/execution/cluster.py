@@ -22,7 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from devices.inventory import Device
 from harness import REPO_ROOT
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.base import BuildRecord
 from harness.errors import InputError, RunFailure, sigterm_as_interrupt
 
@@ -203,7 +203,7 @@ def task_result(ref: ray.ObjectRef, failure: str) -> Any:
 
 @ray.remote(num_cpus=1)
 def _build_task(engine: str, revision: str, target: str) -> BuildRecord:
-    return get_engine(engine).build(target, revision)
+    return adapter_of(engine).build(target, revision)
 
 
 def build_on_ray(engine: str, targets: list[tuple[str, str]]

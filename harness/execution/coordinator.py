@@ -177,8 +177,8 @@ def _run(request: RunRequest, store: Store, placements: list[Placement],
     spec, inventory = request.spec, request.inventory
     with ray_session(request.ray_address, inventory_resources(inventory)):
         check_resources([inventory.devices[name] for p in placements for name in p.devices])
-        materials = prepare(spec, placements, build_on_ray)
-        plan = register_plan(make_plan(spec, placements, inventory.devices, materials), store,
+        prepared = prepare(spec, placements, build_on_ray)
+        plan = register_plan(make_plan(spec, placements, inventory.devices, prepared), store,
                              request.force)
         if sharing.job_id is not None:
             store.jobs.set_totals(sharing.job_id,

@@ -3,7 +3,7 @@
 The scheduler (and nothing on a board) calls these: ``to_run_result`` for a finished run,
 ``base_result`` for the record of an attempt without figures (running, lost, pending,
 interrupted, cancelled).
-The common figures and the outcome come from the engine's adapter (``measurements``,
+The common figures and the outcome come from the engine's adapter (``figures``,
 ``outcome``); generated tokens are decoded to text with the model's tokenizer, and the
 workload's kind scores the outcome (the needle's recall). Nothing here names an engine or a
 workload kind.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from db.records import FIGURE_UNITS, RunResult, Snapshot, timings_from_steps
 from harness.contract import RunReport
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.plan.planner import PlannedRun
 from harness.workloads.prompts import answer_text
 
@@ -36,12 +36,12 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
     data = report.engine_json
     if data is None:
         return result
-    engine, command = get_engine(planned.order.engine), planned.order.command
-    figures = engine.measurements(command, data)
+    adapter, command = adapter_of(planned.order.engine), planned.order.command
+    figures = adapter.figures(command, data)
     for name in FIGURE_UNITS:
         setattr(result, name, getattr(figures, name))
     result.token_timings = timings_from_steps(figures.steps)
-    outcome = engine.outcome(command, data, figures)
+    outcome = adapter.outcome(command, data, figures)
     if outcome.generated_ids is not None and model_dir is not None:
         outcome.text = answer_text(model_dir, outcome.generated_ids)
     planned.cell.workload.workload_kind.score(outcome, model_dir, planned.answer)
@@ -51,8 +51,8 @@ def to_run_result(report: RunReport, planned: PlannedRun, device_id: int,
 
 def base_result(planned: PlannedRun, device_id: int, status: str,
                 error: str | None) -> RunResult:
-    """A run record without measurements: the start of every record, and by itself the record
-    of a run that is pending or was interrupted."""
+    """A run record without the engine's figures: the start of every record, and by itself the
+    record of a run that is pending or was interrupted."""
     cell, order = planned.cell, planned.order
     return RunResult(
         run_key=planned.key,

@@ -50,7 +50,7 @@ from harness.contract import (
     WorkOrder,
     kept_stdout,
 )
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.execution.artifacts import ArtifactError, ArtifactMismatch, NodeCache
 from harness.execution.cluster import NAMESPACE
 from harness.execution.credentials import Credentials
@@ -131,7 +131,7 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
     clock = time.perf_counter()
     report = RunReport(order.run_key, device_name, "lost", started, started, 0.0)
     transport = pushes.transport
-    engine = get_engine(order.engine)
+    adapter = adapter_of(order.engine)
     try:
         model = None
         if order.model_dir is not None and order.model_sha256 is not None:
@@ -146,7 +146,7 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
         if order.extra_file is not None and order.extra_sha256 is not None:
             options += (str(order.extra_flag),
                         pushes.push(Path(order.extra_file), order.extra_sha256))
-        argv = engine.argv(order.command, binary, model, ids is not None, options)
+        argv = adapter.argv(order.command, binary, model, ids is not None, options)
         if order.warmup:
             device = transport.device
             result = transport.run_host(locked(device_argv(device, argv, None), holder),
@@ -183,9 +183,9 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
         return _finish(report, clock)
     # checked here, on the device side: the driver only ever sees a valid document
     try:
-        report.engine_json = engine.parse(result.stdout, order.command)
+        report.engine_json = adapter.parse(result.stdout, order.command)
         if not order.warmup:
-            engine.collect(transport, order, report.engine_json)
+            adapter.collect(transport, order, report.engine_json)
     except OutputRefused as exc:
         report.status, report.error = "failed", str(exc)
         return _finish(report, clock)

@@ -65,7 +65,7 @@ class Scheduler(FaultHandling):
         self.label = f"{ray.get_runtime_context().get_job_id()}:{uuid.uuid4().hex[:8]}"
         self.server = start_server(plan.catalogue, self.label)
         self.holder = LockHolder(sharing.holder,
-                                 store.engine.url.render_as_string(hide_password=True),
+                                 store.database.url.render_as_string(hide_password=True),
                                  sharing.job_id, "")
         self.lost_keys: set[str] = set()  # runs whose last try was lost with its runner
         self.boards: dict[str, Board] = {}

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
-from harness.engines import get_engine, source_paths
+from harness.engines import adapter_of, source_paths
 from harness.errors import InputError, RunFailure
 from harness.execution.cluster import ray_session
 from harness.execution.coordinator import RunRequest, inventory_resources, run_experiment
@@ -86,8 +86,8 @@ class Measurer:
         when one does not build."""
         try:
             for name in engines_of(self.spec):
-                if get_engine(name).source_paths:
-                    get_engine(name).build(self.placement.arch, revision)
+                if adapter_of(name).source_paths:
+                    adapter_of(name).build(self.placement.arch, revision)
         except RunFailure as exc:
             first = str(exc).splitlines()[0].rstrip(":")
             raise BuildFailed(f"revision {revision} does not build: {first}") from exc

@@ -16,7 +16,7 @@ from db.boards import ONLINE
 from db.store import Store
 from devices.health import CheckReport, check_device
 from devices.inventory import Device
-from harness.engines import DEFAULT_ENGINE, engine_check, get_engine
+from harness.engines import DEFAULT_ENGINE, adapter_of, health_command
 from harness.execution.gate import went_bad
 from harness.execution.notify import Targets
 
@@ -34,7 +34,7 @@ class EngineBinaries:
     def for_arch(self, arch: str) -> tuple[Path | None, str | None]:
         if arch not in self.found:
             try:
-                self.found[arch] = (Path(get_engine(DEFAULT_ENGINE).build(arch, None).binary), None)
+                self.found[arch] = (Path(adapter_of(DEFAULT_ENGINE).build(arch, None).binary), None)
             except Exception as exc:  # noqa: BLE001 - any build failure becomes a failed check
                 if getattr(type(exc), "exit_code", None) is None:
                     raise
@@ -46,7 +46,7 @@ def check_and_store(device: Device, binaries: EngineBinaries, store: Store, by: 
                     targets: Targets) -> CheckReport:
     """Check one board, store the result, and set it bad (announced) when it failed."""
     binary, problem = binaries.for_arch(device.arch)
-    report = check_device(device, engine_check(DEFAULT_ENGINE, binary, problem))
+    report = check_device(device, health_command(DEFAULT_ENGINE, binary, problem))
     items = [{"name": i.name, "ok": i.ok, "detail": i.detail} for i in report.items]
     if store.boards.record_health(device.name, report.ok, items, by):
         went_bad(store, device.name, targets)

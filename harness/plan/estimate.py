@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.queries import RunDuration
-from harness.engines import ENGINES, get_engine
+from harness.engines import ENGINES, adapter_of
 from harness.plan.matrix import Cell, Placement, expand
 from harness.spec import Spec
 
@@ -70,7 +70,7 @@ def _size(params: dict) -> object:
 def _work(engine: str, command: str, columns: dict[str, Any], params: dict) -> tuple:
     """What a run's duration depends on: its engine and command, the axes its adapter names
     (``timing_columns``) and its size."""
-    axes = get_engine(engine).timing_columns if engine in ENGINES else ()
+    axes = adapter_of(engine).timing_columns if engine in ENGINES else ()
     return (engine, command, *(columns.get(name) for name in axes), _size(params))
 
 

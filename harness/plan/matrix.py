@@ -132,14 +132,14 @@ def expand(spec: Spec, placements: Sequence[Placement]) -> list[Cell]:
     """
     cells = []
     for name in engines_of(spec):
-        engine, axes = ENGINES[name], spec.axes(name)
-        for revision in engine.revisions(spec):
+        adapter, axes = ENGINES[name], spec.axes(name)
+        for revision in adapter.revisions(spec):
             for placement in placements:
                 for workload in spec.workloads:
                     kind = KINDS[workload.kind]
-                    if not engine.runs_kind(kind):
+                    if not adapter.runs_kind(kind):
                         continue
-                    configs = engine.configs(axes, kind, placement.threads)
+                    configs = adapter.configs(axes, kind, placement.threads)
                     for point in _workload_points(workload):
                         for config in configs:
                             for repeat in range(spec.repeats):
@@ -158,10 +158,10 @@ def count_cells(spec: Spec, placements: Sequence[Placement]) -> dict[str, int]:
     for p in placements:
         total = 0
         for name in engines_of(spec):
-            engine, axes = ENGINES[name], spec.axes(name)
-            total += len(engine.revisions(spec)) * sum(
-                points(w) * engine.count_configs(axes, KINDS[w.kind], p.threads)
-                for w in spec.workloads if engine.runs_kind(KINDS[w.kind]))
+            adapter, axes = ENGINES[name], spec.axes(name)
+            total += len(adapter.revisions(spec)) * sum(
+                points(w) * adapter.count_configs(axes, KINDS[w.kind], p.threads)
+                for w in spec.workloads if adapter.runs_kind(KINDS[w.kind]))
         counts[p.key] = total * spec.repeats
     return counts
 

@@ -24,8 +24,8 @@ from typing import Any
 from db.store import Store
 from devices.inventory import Device
 from harness.contract import WorkOrder
-from harness.engines import ENGINES, get_engine
-from harness.engines.base import BuildFn, BuildRecord, Materials
+from harness.engines import ENGINES, adapter_of
+from harness.engines.base import BuildFn, BuildRecord, Prepared
 from harness.identity import Catalogue
 from harness.plan.matrix import (
     Cell,
@@ -86,7 +86,7 @@ class Plan:
         return len(self.runs) - len(self.todo)
 
 
-def prepare(spec: Spec, placements: Sequence[Placement], build: BuildFn) -> dict[str, Materials]:
+def prepare(spec: Spec, placements: Sequence[Placement], build: BuildFn) -> dict[str, Prepared]:
     """Build every engine the spec runs for the placements' architectures (cached: instant once
     built) and make their model artifacts. Writes under build/ only."""
     archs = archs_of(placements)
@@ -94,7 +94,7 @@ def prepare(spec: Spec, placements: Sequence[Placement], build: BuildFn) -> dict
             for name in engines_of(spec)}
 
 
-def identities(spec: Spec, placements: Sequence[Placement]) -> dict[str, Materials]:
+def identities(spec: Spec, placements: Sequence[Placement]) -> dict[str, Prepared]:
     """What ``prepare`` would return, with nothing built or written: enough to name the runs
     (their keys), not to execute them. InputError for an engine whose identity needs its
     build (llama-bench)."""
@@ -104,17 +104,17 @@ def identities(spec: Spec, placements: Sequence[Placement]) -> dict[str, Materia
 
 
 def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str, Device],
-              materials: Mapping[str, Materials]) -> Plan:
+              prepared: Mapping[str, Prepared]) -> Plan:
     """Every run of the matrix, named: keys, work orders, warm-up groups. Builds nothing and
     writes nothing; ``register_plan`` stores it. ``devices``: the inventory's, by name."""
     boards = {name: devices[name] for p in placements for name in p.devices}
     catalogue = Catalogue.empty()
     builds: dict[tuple[str, str], BuildRecord] = {}
     models: dict[str, tuple[Path, dict[str, Any]]] = {}
-    for engine_materials in materials.values():
-        catalogue.merge(engine_materials.catalogue)
-        builds |= engine_materials.builds
-        models |= engine_materials.models
+    for engine_prepared in prepared.values():
+        catalogue.merge(engine_prepared.catalogue)
+        builds |= engine_prepared.builds
+        models |= engine_prepared.models
     for record in builds.values():  # every engine binary, served by its hash
         catalogue.add_file(Path(record.binary), record.binary_sha256)
 
@@ -125,10 +125,10 @@ def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str,
         if material is None:
             point = cell.workload
             material = made[point] = point.workload_kind.material(spec.model, point.identity())
-        engine_materials = materials[cell.engine]
-        record = engine_materials.builds[(cell.revision, cell.placement.arch)]
-        work = get_engine(cell.engine).work(cell.workload, cell.config, record,
-                                            engine_materials, material, spec.timeout_s)
+        engine_prepared = prepared[cell.engine]
+        record = engine_prepared.builds[(cell.revision, cell.placement.arch)]
+        work = adapter_of(cell.engine).work(cell.workload, cell.config, record,
+                                            engine_prepared, material, spec.timeout_s)
         key = run_key(asdict(record), work.key_model, material.hash, cell)
         runs.append(PlannedRun(
             key=key, cell=cell, order=replace(work.order, run_key=key),

@@ -1,6 +1,6 @@
-"""Seed 004's learned attention predictor: key features dumped by ``lmc``, gradient-boosted
-trees per layer (scikit-learn's HistGradientBoostingRegressor), the seed's ranking metrics, and
-the tree file ``lmc --attn gbm --predictor FILE`` evaluates.
+"""The eviction-prediction article's learned attention predictor: key features dumped by ``lmc``,
+gradient-boosted trees per layer (scikit-learn's HistGradientBoostingRegressor), the article's
+ranking metrics, and the tree file ``lmc --attn gbm --predictor FILE`` evaluates.
 
 - :mod:`harness.predictor.dump` runs ``lmc ppl --dump-features`` and reads the rows back;
 - :mod:`harness.predictor.metrics` scores a ranking of keys against the true attention mass;

@@ -1,4 +1,5 @@
-"""Seed 004's metrics of a key ranking against the true attention mass, per query and layer.
+"""The eviction-prediction article's metrics of a key ranking against the true attention mass,
+per query and layer.
 
 For one query at one layer with keys j and true masses m_j, a scorer gives scores s_j:
 

@@ -1,6 +1,6 @@
-"""A predictor study (``specs/studies/*.toml``): train seed 004's predictor on a model, then
-set it against the baselines at equal KV budgets, offline (rank metrics on held-out texts) and
-in ``lmc`` (perplexity change against exact attention), and write the report.
+"""A predictor study (``specs/studies/*.toml``): train the eviction-prediction article's predictor
+on a model, then set it against the baselines at equal KV budgets, offline (rank metrics on held-out
+texts) and in ``lmc`` (perplexity change against exact attention), and write the report.
 
 The study file (every key optional but ``name`` and ``model``; errors name the file and key):
 

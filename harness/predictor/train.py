@@ -1,4 +1,5 @@
-"""Train seed 004's predictor per layer, evaluate it beside the baselines, write the tree file.
+"""Train the eviction-prediction article's predictor per layer, evaluate it beside the
+baselines, write the tree file.
 
 Feature sets (names as in engine/keyfeat.h):
 
@@ -122,7 +123,7 @@ def baseline_scores(dump: KeyDump, name: str, seed: int = 0) -> np.ndarray:
 
 
 def evaluate(dump: KeyDump, scorers: dict[str, np.ndarray]) -> Evaluation:
-    """The seed's metrics of each scorer's key scores on ``dump``, per layer and overall."""
+    """The article's metrics of each scorer's key scores on ``dump``, per layer and overall."""
     keys = np.stack([dump.text, dump.column("query"), dump.column("layer")], axis=1)
     groups = group_bounds(keys)
     layer_of = [int(keys[a, 2]) for a, _ in groups]

@@ -37,7 +37,7 @@ SPEC_KEYS = {
 
 def top_level_keys() -> set[str]:
     """A spec's keys: its own, and each registered engine's section."""
-    return SPEC_KEYS | {engine.section for engine in ENGINES.values()}
+    return SPEC_KEYS | {adapter.section for adapter in ENGINES.values()}
 
 __all__ = ["Spec", "load_spec", "parse_spec"]
 
@@ -145,12 +145,12 @@ def parse_spec(text: str, path: Path) -> Spec:
                          choices=tuple(ENGINES))
     kinds = [w.kind for w in workloads]
     sections = {}
-    for engine_name, engine in ENGINES.items():  # the registry's order
+    for engine_name, adapter in ENGINES.items():  # the registry's order
         if engine_name in engines:
-            sections[engine_name] = engine.parse_section(
-                check, data.get(engine.section, {}), path.parent, kinds)
-        elif engine.section in data:
-            raise check.fail(engine.section, f"the spec's `engines` does not list {engine_name}")
+            sections[engine_name] = adapter.parse_section(
+                check, data.get(adapter.section, {}), path.parent, kinds)
+        elif adapter.section in data:
+            raise check.fail(adapter.section, f"the spec's `engines` does not list {engine_name}")
 
     devices = check.axis(data.get("devices", ["local"]), "devices", "str")
     for device in devices:

@@ -19,7 +19,7 @@ from db.measurements import Selection
 from db.store import Store
 from devices.inventory import Inventory
 from harness import DEFAULT_MODEL
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.base import BuildRecord, NeedsBuild
 from harness.errors import InputError
 from harness.execution.coordinator import RunRequest, run_experiment
@@ -95,7 +95,7 @@ def environment(models: list[Path], inventory: Inventory) -> Environment:
 def local_builds(engine: str, targets: list[tuple[str, str]]
                  ) -> dict[tuple[str, str], BuildRecord]:
     """Build records without Ray (after a run every build is cached, so this is quick)."""
-    return {(rev, arch): get_engine(engine).build(arch, rev) for rev, arch in targets}
+    return {(rev, arch): adapter_of(engine).build(arch, rev) for rev, arch in targets}
 
 
 def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
@@ -122,17 +122,17 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
             summary = run_experiment(RunRequest(spec, inventory, devices,
                                                 ray_address=ray_address), store)
             print(summary.line(), file=progress or sys.stdout)
-            materials = prepare(spec, placements, local_builds)  # all cached by the run
+            prepared = prepare(spec, placements, local_builds)  # all cached by the run
         else:
             try:
-                materials = identities(spec, placements)  # builds nothing, writes nothing
+                prepared = identities(spec, placements)  # builds nothing, writes nothing
             except NeedsBuild:
                 return []  # its keys need a build: judged on the experiment's stored runs
-        return [r.key for r in make_plan(spec, placements, inventory.devices, materials).runs]
+        return [r.key for r in make_plan(spec, placements, inventory.devices, prepared).runs]
 
     models = sorted({spec.model for spec in specs.values() if spec.model is not None}
                     or {model or DEFAULT_MODEL})
-    # checks that run lmc here directly (seed 002's reference); never without running
+    # checks that run lmc here directly (the attention-reference article's); never without running
     engine_checks = None
     if run_missing and any(c.metric in ENGINE_METRICS for c in claims.claims):
         engine_checks = EngineChecks(model or DEFAULT_MODEL).checks()

@@ -1,5 +1,5 @@
 """The audit's checks that run lmc directly on this machine, against an independent reference
-(seed 002's attention maths): no board and no store, a few hundred milliseconds each.
+(the attention-reference article's maths): no board and no store, a few hundred milliseconds each.
 
 - ``reference_error``: lmc attn-bench's exact attention (``--inputs``, ``--dump-out``; with
   ``ref_attn`` its plain reference instead of the optimised kernel) against the three steps in
@@ -17,20 +17,17 @@ from __future__ import annotations
 import math
 import platform
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.engines.lmc import run_here
-from reports.audit.checks import ENGINE_METRICS
+from reports.audit.checks import ENGINE_METRICS, Check
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement
+from reports.audit.evidence import Reading
 from reports.audit.provenance import Provenance, parameters, this_host
-
-EngineCheck = Callable[[Claim, pd.DataFrame], Measurement]
 
 
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool) -> np.ndarray:
@@ -50,11 +47,11 @@ class EngineChecks:
     """The checks, with lmc built (or taken from the build cache) for this machine."""
 
     def __init__(self, model: Path) -> None:
-        build = get_engine("lmc").build(platform.machine(), None)
+        build = adapter_of("lmc").build(platform.machine(), None)
         self.binary, self.model = Path(build.binary), model
         self.revision = f"lmc {str(build.revision)[:10]} (source {build.source_hash[:10]})"
 
-    def checks(self) -> dict[str, EngineCheck]:
+    def checks(self) -> dict[str, Check]:
         """Metric -> check: each engine metric's check is the method of its name."""
         return {name: getattr(self, name) for name in ENGINE_METRICS}
 
@@ -63,7 +60,7 @@ class EngineChecks:
                           revision=self.revision,
                           article=claim.setting or "not stated in the claims file")
 
-    def reference_error(self, claim: Claim, _runs: pd.DataFrame) -> Measurement:
+    def reference_error(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
         p = claim.measure.params
         ctx, heads = int(p.get("ctx", 4096)), int(p.get("heads", 16))
         kv_heads, dim = int(p.get("kv_heads", 8)), int(p.get("head_dim", 128))
@@ -85,7 +82,7 @@ class EngineChecks:
             want = reference_attention(q, k, v, scale)
             other = f"float64 numpy {'with' if scale else 'without'} 1/sqrt(d)"
         diff = float(np.abs(got - want).max())
-        return Measurement(
+        return Reading(
             value=diff, text=f"max difference {diff:.3g}", noise=0.0,
             detail=f"{kernel} against {other}; outputs up to {float(np.abs(want).max()):.3g}",
             provenance=self._provenance(
@@ -104,7 +101,7 @@ class EngineChecks:
                       "--runs", "1", "--warmup", "0", *flags])
             return np.frombuffer(out.read_bytes(), dtype="<f4").astype(np.float64)
 
-    def causal_prefix(self, claim: Claim, _runs: pd.DataFrame) -> Measurement:
+    def causal_prefix(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
         p = claim.measure.params
         prefix, length = int(p.get("prefix", 256)), int(p.get("length", 512))
         rng = np.random.default_rng(int(p.get("seed", 0)))
@@ -123,7 +120,7 @@ class EngineChecks:
                               .reshape(length, vocab_size))
         diff = float(np.abs(logits[0][:prefix] - logits[1][:prefix]).max())
         after = float(np.abs(logits[0][prefix:] - logits[1][prefix:]).max())
-        return Measurement(
+        return Reading(
             value=diff, text=f"max prefix logit difference {diff:.3g}", noise=0.0,
             detail=f"the {length - prefix} positions after the prefix differ by up to "
                    f"{after:.3g} (the sequences differ there)",

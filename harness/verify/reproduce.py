@@ -5,7 +5,7 @@ file when it is intact, else rebuilt from the recorded revision and verified), t
 model (sha256 of its weights verified: model.safetensors, or a sharded checkpoint's index and
 shards), the identical prompt ids (from the store) and the identical engine flags
 (``config.argv_options`` recorded with the run). The result is compared with the original as
-its engine's adapter says (``Engine.rerun``; lmc: generated tokens and their first divergent
+its engine's adapter says (``EngineAdapter.rerun``; lmc: generated tokens and their first divergent
 step, perplexity, and one timing's ratio new / original). Nothing is written to the store (the
 original run keeps its key).
 """
@@ -20,8 +20,8 @@ from db.store import Store
 from devices.boardlock import LockHolder
 from devices.connect import connect
 from devices.inventory import Inventory
-from harness.engines import ENGINES, get_engine
-from harness.engines.base import Engine, StoredRun
+from harness.engines import ENGINES, adapter_of
+from harness.engines.base import EngineAdapter, StoredRun
 from harness.errors import InputError, RunFailure
 from harness.execution.leases import new_holder
 from harness.execution.runner import PushMemo, execute, scratch_dir
@@ -64,12 +64,12 @@ class Reproduction:
         return "\n".join(lines)
 
 
-def verified_binary(engine: Engine, build: dict[str, Any]) -> tuple[Path, bool]:
+def verified_binary(adapter: EngineAdapter, build: dict[str, Any]) -> tuple[Path, bool]:
     """The recorded binary if intact; else a rebuild of its revision with the same sha256."""
     path = Path(build["binary"])
     if path.is_file() and sha256_file(path) == build["binary_sha256"]:
         return path, False
-    record = engine.rebuild(build)
+    record = adapter.rebuild(build)
     if record.binary_sha256 != build["binary_sha256"]:
         raise RunFailure(
             f"the binary of this run (sha256 {build['binary_sha256']}) is gone and rebuilding "
@@ -95,8 +95,8 @@ def reproduce(store: Store, run: str, inventory: Inventory,
     row = detail.run
     if row["status"] != "ok":
         raise InputError(f"run {row['id']} is {row['status']}; only ok runs can be reproduced")
-    engine = get_engine(row["engine"])
-    if not engine.reproducible:
+    adapter = adapter_of(row["engine"])
+    if not adapter.reproducible:
         rerun = " and ".join(name for name, e in ENGINES.items() if e.reproducible)
         raise InputError(f"run {row['id']} ran engine {row['engine']}; reproduce reruns "
                          f"{rerun} runs only (rerun its spec with --force instead)")
@@ -108,13 +108,13 @@ def reproduce(store: Store, run: str, inventory: Inventory,
     if device is None:
         raise InputError(f"run {row['id']} ran on device {name!r}, which is not in the "
                          f"inventory (devices: {', '.join(sorted(inventory.devices))})")
-    binary, rebuilt = verified_binary(engine, detail.build)
+    binary, rebuilt = verified_binary(adapter, detail.build)
     ids = None if detail.workload is None else tuple(int(i) for i in detail.workload["ids"])
-    rerun = engine.rerun(StoredRun(row, detail.outcome, binary, detail.build["binary_sha256"],
+    rerun = adapter.rerun(StoredRun(row, detail.outcome, binary, detail.build["binary_sha256"],
                                    verified_model(detail.model), ids), timeout_s)
     order = rerun.order
     # the board's lock file names this process as the holder (no job: nothing is stored)
-    holder = LockHolder(new_holder(), store.engine.url.render_as_string(hide_password=True),
+    holder = LockHolder(new_holder(), store.database.url.render_as_string(hide_password=True),
                         None, order.run_key)
     with connect(device) as transport:
         report = execute(order, name, PushMemo(transport), scratch_dir(), holder)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from db.boards import HealthResult, ReservationInfo
-from db.connection import create_store_engine, shown_url
+from db.connection import connect_database, shown_url
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
@@ -191,7 +191,7 @@ class FarmData:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                self._store = Store(create_store_engine(self.url, create=False), read_only=True)
+                self._store = Store(connect_database(self.url, create=False), read_only=True)
             return self._store
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The workload kinds, and a point of one kind's axes.
 
 To add a kind: a module with its ``WorkloadKind`` (harness.workloads.base) and one line in
-``KINDS``; its flags for an engine go in that engine's adapter (lmc: harness.engines.lmc.flags).
+``KINDS``; its flags for an engine go in that engine's adapter (lmc:
+harness.engines.lmc.run_options).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from reports.audit import (
     checks_timing,
 )
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement
+from reports.audit.evidence import Reading
 
 # a metric's check: the claim and its runs (empty for a computed metric) -> what it measured
-Check = Callable[[Claim, pd.DataFrame], Measurement]
+Check = Callable[[Claim, pd.DataFrame], Reading]
 LLAMA_BENCH_TPS = "llama_bench_tps"  # the metric of a [[llama_bench]] row (no [[claim]] names it)
 
 

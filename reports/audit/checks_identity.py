@@ -8,23 +8,23 @@ import json
 import pandas as pd
 
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
+from reports.audit.evidence import Reading, describe, ok_runs, run_ids, select
 from reports.runs import first_divergence
 from reports.runs import generated_tokens as tokens
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat"]
 
 
-def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Reading:
     """The fraction of prompts (same device, prompt and repeat) where a and b agree exactly."""
     a = ok_runs(select(runs, claim.measure.a))
     b = ok_runs(select(runs, claim.measure.b))
     if a.empty or b.empty:
-        return Measurement(reason=f"no successful runs for {describe(claim.measure.a)} and "
-                                  f"{describe(claim.measure.b)} to compare")
+        return Reading(reason=f"no successful runs for {describe(claim.measure.a)} and "
+                              f"{describe(claim.measure.b)} to compare")
     pairs = a.merge(b, on=PROMPT_KEYS, suffixes=("_a", "_b"))
     if pairs.empty:
-        return Measurement(reason="the two configs were never run on the same prompts")
+        return Reading(reason="the two configs were never run on the same prompts")
     same, divergent = 0, []
     for row in pairs.itertuples():
         ta, tb = tokens(row.generated_ids_a), tokens(row.generated_ids_b)
@@ -37,10 +37,10 @@ def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Measurement:
     detail = f"{same} of {len(pairs)} prompts identical"
     if divergent:
         detail += "; " + "; ".join(divergent[:3]) + ("; ..." if len(divergent) > 3 else "")
-    return Measurement(value=value, text=f"{value:.3g} ({same}/{len(pairs)} identical)",
-                       evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
-                                        pairs.rename(columns={"run_id_b": "run_id"})),
-                       detail=detail, noise=0.0)  # an exact count
+    return Reading(value=value, text=f"{value:.3g} ({same}/{len(pairs)} identical)",
+                   evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
+                                    pairs.rename(columns={"run_id_b": "run_id"})),
+                   detail=detail, noise=0.0)  # an exact count
 
 
 def _trace(extra: object) -> str | None:
@@ -51,28 +51,28 @@ def _trace(extra: object) -> str | None:
         return None
 
 
-def identical_traces(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def identical_traces(claim: Claim, runs: pd.DataFrame) -> Reading:
     """The fraction of prompts where a's and b's selection traces (lmc --trace-selection: the
     blocks each decode step, layer and head selected) are byte-identical."""
     a = ok_runs(select(runs, claim.measure.a))
     b = ok_runs(select(runs, claim.measure.b))
     pairs = a.merge(b, on=PROMPT_KEYS, suffixes=("_a", "_b"))
     if pairs.empty:
-        return Measurement(reason=f"no prompts with successful runs of both "
-                                  f"{describe(claim.measure.a)} and {describe(claim.measure.b)}")
+        return Reading(reason=f"no prompts with successful runs of both "
+                              f"{describe(claim.measure.a)} and {describe(claim.measure.b)}")
     traces = [(_trace(ra), _trace(rb)) for ra, rb in zip(pairs["extra_a"], pairs["extra_b"],
                                                           strict=True)]
     if any(ta is None or tb is None for ta, tb in traces):
-        return Measurement(reason="a run has no selection trace (the experiment needs "
-                                  "engine.trace_selection = true)")
+        return Reading(reason="a run has no selection trace (the experiment needs "
+                              "engine.trace_selection = true)")
     same = sum(ta == tb for ta, tb in traces)
     lines = sum(ta.count("\n") - 1 for ta, _ in traces)
     value = same / len(pairs)
-    return Measurement(value=value, text=f"{value:.3g} ({same}/{len(pairs)} traces identical)",
-                       evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
-                                        pairs.rename(columns={"run_id_b": "run_id"})),
-                       detail=f"{same} of {len(pairs)} prompts select the same blocks "
-                              f"({lines} step x layer x head selections compared)", noise=0.0)
+    return Reading(value=value, text=f"{value:.3g} ({same}/{len(pairs)} traces identical)",
+                   evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
+                                    pairs.rename(columns={"run_id_b": "run_id"})),
+                   detail=f"{same} of {len(pairs)} prompts select the same blocks "
+                          f"({lines} step x layer x head selections compared)", noise=0.0)
 
 
 def shared_blocks(trace: str) -> tuple[int, int]:
@@ -87,20 +87,20 @@ def shared_blocks(trace: str) -> tuple[int, int]:
     return min((len(c) for c in common.values()), default=0), widest
 
 
-def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Reading:
     """The blocks a layer selects for every head and decode step alike (the fewest over layers
     and runs), from a's selection traces: what no query's own scores chose (e.g. sparse's
     importance reservation, made once per layer from prefill)."""
     a = ok_runs(select(runs, claim.measure.a))
     traces = [_trace(extra) for extra in a["extra"]]
     if a.empty or any(t is None for t in traces):
-        return Measurement(reason=f"no successful runs with a selection trace for "
-                                  f"{describe(claim.measure.a)} (engine.trace_selection = true)")
+        return Reading(reason=f"no successful runs with a selection trace for "
+                              f"{describe(claim.measure.a)} (engine.trace_selection = true)")
     shared = [shared_blocks(t) for t in traces if t is not None]
     value = min(s for s, _ in shared)
-    return Measurement(value=float(value), text=f"{value} blocks", evidence=run_ids(a),
-                       detail=f"{len(shared)} traces; every selection at most "
-                              f"{max(w for _, w in shared)} blocks", noise=0.0)
+    return Reading(value=float(value), text=f"{value} blocks", evidence=run_ids(a),
+                   detail=f"{len(shared)} traces; every selection at most "
+                          f"{max(w for _, w in shared)} blocks", noise=0.0)
 
 
 def repeats(ids: list[int], copies: int = 3, longest: int = 4) -> bool:
@@ -114,13 +114,13 @@ def repeats(ids: list[int], copies: int = 3, longest: int = 4) -> bool:
     return False
 
 
-def repetition(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def repetition(claim: Claim, runs: pd.DataFrame) -> Reading:
     """The fraction of a's runs whose output degenerates into repetition (a span of 1-4 tokens
     three times in a row); the baseline's fraction beside it."""
     a = ok_runs(select(runs, claim.measure.a))
     a = a[a["generated_ids"].notna()]
     if a.empty:
-        return Measurement(reason=f"no successful generate runs for {describe(claim.measure.a)}")
+        return Reading(reason=f"no successful generate runs for {describe(claim.measure.a)}")
     hits = sum(repeats(tokens(ids) or []) for ids in a["generated_ids"])
     used, detail = [a], f"{describe(claim.measure.a)}: {hits} of {len(a)} runs repeat"
     if claim.measure.baseline is not None:
@@ -130,5 +130,5 @@ def repetition(claim: Claim, runs: pd.DataFrame) -> Measurement:
         base_hits = sum(repeats(tokens(ids) or []) for ids in base["generated_ids"])
         detail += f"; baseline {describe(claim.measure.baseline)}: {base_hits} of {len(base)}"
     value = hits / len(a)
-    return Measurement(value=value, text=f"{value:.3g} ({hits}/{len(a)} runs repeat)",
-                       evidence=run_ids(*used), detail=detail, noise=0.0)
+    return Reading(value=value, text=f"{value:.3g} ({hits}/{len(a)} runs repeat)",
+                   evidence=run_ids(*used), detail=detail, noise=0.0)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement, describe, ok_runs, run_ids, select
+from reports.audit.evidence import Reading, describe, ok_runs, run_ids, select
 
 
 def measured_tps(extra: Any, test: str) -> float | None:
@@ -29,17 +29,17 @@ def measured_tps(extra: Any, test: str) -> float | None:
     return None
 
 
-def tokens_per_second(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def tokens_per_second(claim: Claim, runs: pd.DataFrame) -> Reading:
     test = claim.measure.field
     a = ok_runs(select(runs, claim.measure.a))
     figures = a.assign(tps=[measured_tps(extra, test) for extra in a["extra"]])
     figures = figures[figures["tps"].notna()]
     if figures.empty:
-        return Measurement(reason=f"no successful llama-bench run of {test} for "
-                                  f"{describe(claim.measure.a)}")
+        return Reading(reason=f"no successful llama-bench run of {test} for "
+                              f"{describe(claim.measure.a)}")
     medians = {device: float(cell["tps"].median()) for device, cell in figures.groupby("device")}
     value = statistics.median(medians.values())
-    return Measurement(value=value, text=f"{value:.4g} t/s", evidence=run_ids(figures),
-                       detail="; ".join(f"{d}: {test} {m:.4g} t/s over "
-                                        f"{int((figures['device'] == d).sum())} run(s)"
-                                        for d, m in sorted(medians.items())))
+    return Reading(value=value, text=f"{value:.4g} t/s", evidence=run_ids(figures),
+                   detail="; ".join(f"{d}: {test} {m:.4g} t/s over "
+                                    f"{int((figures['device'] == d).sum())} run(s)"
+                                    for d, m in sorted(medians.items())))

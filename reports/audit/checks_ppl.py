@@ -14,7 +14,7 @@ import pandas as pd
 
 from reports.audit.claim import Claim
 from reports.audit.evidence import (
-    Measurement,
+    Reading,
     describe,
     ok_runs,
     paired_margin,
@@ -65,27 +65,27 @@ def model_guard(measured: pd.DataFrame, runs: pd.DataFrame) -> str | None:
     return None
 
 
-def ppl(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def ppl(claim: Claim, runs: pd.DataFrame) -> Reading:
     chosen = _ppl_runs(runs, claim.measure.a)
     if chosen.empty:
-        return Measurement(reason=f"no successful ppl runs for {describe(claim.measure.a)}")
+        return Reading(reason=f"no successful ppl runs for {describe(claim.measure.a)}")
     value = float(chosen["ppl"].median())
-    return Measurement(value=value, text=f"{value:.4g}", evidence=run_ids(chosen),
-                       detail=f"median over {len(chosen)} runs",
-                       noise=paired_margin(chosen["ppl"].tolist()))
+    return Reading(value=value, text=f"{value:.4g}", evidence=run_ids(chosen),
+                   detail=f"median over {len(chosen)} runs",
+                   noise=paired_margin(chosen["ppl"].tolist()))
 
 
-def ppl_change(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def ppl_change(claim: Claim, runs: pd.DataFrame) -> Reading:
     """(ppl(b) / ppl(a) - 1) x 100, the perplexity cost of b over a in percent: the mean over
     the inputs (windows) both ran of the per-window change; the noise is the 95 % interval of
     that mean (the windows are the independent repeats)."""
     a, b = _ppl_runs(runs, claim.measure.a), _ppl_runs(runs, claim.measure.b)
     if a.empty or b.empty:
-        return Measurement(reason=f"no successful ppl runs for both {describe(claim.measure.a)} "
-                                  f"and {describe(claim.measure.b)}")
+        return Reading(reason=f"no successful ppl runs for both {describe(claim.measure.a)} "
+                              f"and {describe(claim.measure.b)}")
     changes = [(y / x - 1.0) * 100.0 for x, y in pairs(a, b, "ppl")]
     if not changes:
-        return Measurement(reason="the two configs never ran on the same windows")
+        return Reading(reason="the two configs never ran on the same windows")
     per_window = ", ".join(f"{c:+.2f}" for c in changes)
     return paired_mean(changes, run_ids(a, b),
                        f"per-window changes {per_window} %; median ppl "

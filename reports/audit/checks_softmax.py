@@ -1,5 +1,5 @@
-"""Arithmetic claims about attention's softmax (seed 002), computed here with numpy in float32,
-the engine's precision: no runs, the claim's ``measure.params`` give the setting.
+"""Arithmetic claims about attention's softmax (the attention-reference article), computed here with
+numpy in float32, the engine's precision: no runs, the claim's ``measure.params`` give the setting.
 
 - ``exp_overflow``: 1.0 when float32 exp(``x``) is infinite, else 0.0;
 - ``dot_growth``: the exponent p of std(q·k) ∝ d^p over ``dims`` (q, k i.i.d. N(0, ``sigma``²)),
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from reports.audit.claim import Claim
-from reports.audit.evidence import Measurement, paired_margin
+from reports.audit.evidence import Reading, paired_margin
 from reports.audit.provenance import Provenance, this_host
 
 
@@ -33,20 +33,20 @@ def _param(claim: Claim, name: str, default: Any) -> Any:
     return claim.measure.params.get(name, default)
 
 
-def exp_overflow(claim: Claim, _runs: Any) -> Measurement:
+def exp_overflow(claim: Claim, _runs: Any) -> Reading:
     x = float(_param(claim, "x", 89.0))
     with np.errstate(over="ignore"):
         value = np.exp(np.float32(x))
         below = np.exp(np.float32(x - 1))
     inf = bool(np.isinf(value))
     largest = float(np.finfo(np.float32).max)
-    return Measurement(value=float(inf), text=f"exp({x:g}) = {value} in float32",
-                       detail=f"exp({x - 1:g}) = {below:.4g}; float32's largest is "
-                              f"{largest:.4g} = exp({math.log(largest):.2f})",
-                       noise=0.0, provenance=_evidence(claim, f"the single value {x:g}"))
+    return Reading(value=float(inf), text=f"exp({x:g}) = {value} in float32",
+                   detail=f"exp({x - 1:g}) = {below:.4g}; float32's largest is "
+                          f"{largest:.4g} = exp({math.log(largest):.2f})",
+                   noise=0.0, provenance=_evidence(claim, f"the single value {x:g}"))
 
 
-def dot_growth(claim: Claim, _runs: Any) -> Measurement:
+def dot_growth(claim: Claim, _runs: Any) -> Reading:
     dims = [int(d) for d in _param(claim, "dims", [32, 64, 128, 256, 512])]
     sigma, keys = float(_param(claim, "sigma", 1.0)), int(_param(claim, "keys", 4096))
     repeats = int(_param(claim, "repeats", 8))
@@ -60,11 +60,11 @@ def dot_growth(claim: Claim, _runs: Any) -> Measurement:
             stds.append(float(np.std(k @ q)))
         slopes.append(float(np.polyfit(np.log(dims), np.log(stds), 1)[0]))
     value = sum(slopes) / len(slopes)
-    return Measurement(value=value, text=f"std(q.k) ~ d^{value:.3f}",
-                       detail=f"d = {', '.join(map(str, dims))}; {keys} keys, {repeats} seeds",
-                       noise=paired_margin(slopes),
-                       provenance=_evidence(claim, f"q, k i.i.d. N(0, {sigma:g}^2), {keys} keys, "
-                                                   f"{repeats} independent seeds"))
+    return Reading(value=value, text=f"std(q.k) ~ d^{value:.3f}",
+                   detail=f"d = {', '.join(map(str, dims))}; {keys} keys, {repeats} seeds",
+                   noise=paired_margin(slopes),
+                   provenance=_evidence(claim, f"q, k i.i.d. N(0, {sigma:g}^2), {keys} keys, "
+                                               f"{repeats} independent seeds"))
 
 
 def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool,
@@ -81,7 +81,7 @@ def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool,
         return weights @ v
 
 
-def softmax_overflow(claim: Claim, _runs: Any) -> Measurement:
+def softmax_overflow(claim: Claim, _runs: Any) -> Reading:
     ctx, d = int(_param(claim, "ctx", 4096)), int(_param(claim, "d", 128))
     sigma, queries = float(_param(claim, "sigma", 1.0)), int(_param(claim, "queries", 16))
     scale, subtract = bool(_param(claim, "scale", True)), bool(_param(claim, "subtract_max", True))
@@ -93,14 +93,14 @@ def softmax_overflow(claim: Claim, _runs: Any) -> Measurement:
     top = float((q @ k.T).max() / (math.sqrt(d) if scale else 1.0))
     how = (f"{'with' if scale else 'without'} the 1/sqrt(d) scale, "
            f"{'with' if subtract else 'without'} max-subtraction")
-    return Measurement(value=bad / queries, text=f"{bad}/{queries} queries not finite",
-                       detail=f"{how}; largest score {top:.1f} (float32 exp overflows above 88.72)",
-                       noise=0.0,
-                       provenance=_evidence(claim, f"{queries} queries over {ctx} keys, q/k/v "
-                                                   f"i.i.d. N(0, {sigma:g}^2), head_dim {d}"))
+    return Reading(value=bad / queries, text=f"{bad}/{queries} queries not finite",
+                   detail=f"{how}; largest score {top:.1f} (float32 exp overflows above 88.72)",
+                   noise=0.0,
+                   provenance=_evidence(claim, f"{queries} queries over {ctx} keys, q/k/v "
+                                               f"i.i.d. N(0, {sigma:g}^2), head_dim {d}"))
 
 
-def quotient(claim: Claim, _runs: Any) -> Measurement:
+def quotient(claim: Claim, _runs: Any) -> Reading:
     """The article's own figures combined: sum(``numerator``) / sum(``denominator``) (each a
     number or a list), to check a figure the article derives from others."""
     def total(name: str) -> float:
@@ -108,9 +108,9 @@ def quotient(claim: Claim, _runs: Any) -> Measurement:
         return float(sum(value)) if isinstance(value, list) else float(value)
     top, bottom = total("numerator"), total("denominator")
     value = top / bottom
-    return Measurement(value=value, text=f"{top:g} / {bottom:g} = {value:.4g}", noise=0.0,
-                       provenance=Provenance(
-                           model="none: the article's own figures", device="none (arithmetic)",
-                           data=f"{_param(claim, 'numerator', 1)} / "
-                                f"{_param(claim, 'denominator', 1)}",
-                           revision="none", article=claim.setting or "not stated"))
+    return Reading(value=value, text=f"{top:g} / {bottom:g} = {value:.4g}", noise=0.0,
+                   provenance=Provenance(
+                       model="none: the article's own figures", device="none (arithmetic)",
+                       data=f"{_param(claim, 'numerator', 1)} / "
+                            f"{_param(claim, 'denominator', 1)}",
+                       revision="none", article=claim.setting or "not stated"))

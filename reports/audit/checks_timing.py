@@ -19,7 +19,7 @@ import pandas as pd
 
 from reports.audit.claim import Claim
 from reports.audit.evidence import (
-    Measurement,
+    Reading,
     describe,
     ok_runs,
     paired_margin,
@@ -42,7 +42,7 @@ def with_field(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     return runs.assign(**{column: [figure(raw) for raw in runs["raw_json"]]})
 
 
-def time_ratio(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def time_ratio(claim: Claim, runs: pd.DataFrame) -> Reading:
     """B / A of one timing (or byte count), or of b's ``field_b`` over a's ``field``."""
     column = claim.measure.field
     a = with_field(ok_runs(select(runs, claim.measure.a)), column)
@@ -69,26 +69,26 @@ def time_ratio(claim: Claim, runs: pd.DataFrame) -> Measurement:
                        f"{statistics.median(sample_a):.4g} = {change.ratio:.3f} "
                        f"(n={len(sample_a)}/{len(sample_b)}{p_text}, {change.verdict})")
     if not ratios:
-        return Measurement(reason=f"no device has successful runs with {column} for both "
-                                  f"{describe(claim.measure.a)} and {describe(claim.measure.b)}")
+        return Reading(reason=f"no device has successful runs with {column} for both "
+                              f"{describe(claim.measure.a)} and {describe(claim.measure.b)}")
     value = statistics.median(ratios)
     noise = None if None in noises else max(noises)
-    return Measurement(value=value, text=f"{value:.3f} (B/A)", evidence=run_ids(a, b),
-                       detail="; ".join(details) + ("; no runs paired by input and repeat"
-                                                    if noise is None else ""), noise=noise)
+    return Reading(value=value, text=f"{value:.3f} (B/A)", evidence=run_ids(a, b),
+                   detail="; ".join(details) + ("; no runs paired by input and repeat"
+                                                if noise is None else ""), noise=noise)
 
 
-def time(claim: Claim, runs: pd.DataFrame) -> Measurement:
+def time(claim: Claim, runs: pd.DataFrame) -> Reading:
     """The median of a timing over the selected runs (ms), per device; judged on the median."""
     column = claim.measure.field
     a = ok_runs(select(runs, claim.measure.a))
     a = a[a[column].notna()]
     if a.empty:
-        return Measurement(reason=f"no successful runs with {column} for "
-                                  f"{describe(claim.measure.a)}")
+        return Reading(reason=f"no successful runs with {column} for "
+                              f"{describe(claim.measure.a)}")
     medians = {device: float(cell[column].median()) for device, cell in a.groupby("device")}
     value = statistics.median(medians.values())
     margins = [paired_margin(cell[column].tolist()) for _, cell in a.groupby("device")]
-    return Measurement(value=value, text=f"{value:.4g} ms", evidence=run_ids(a),
-                       noise=None if None in margins else max(margins),
-                       detail="; ".join(f"{d}: {m:.4g} ms" for d, m in sorted(medians.items())))
+    return Reading(value=value, text=f"{value:.4g} ms", evidence=run_ids(a),
+                   noise=None if None in margins else max(margins),
+                   detail="; ".join(f"{d}: {m:.4g} ms" for d, m in sorted(medians.items())))

@@ -1,10 +1,12 @@
 """The runs a claim is judged on, and what a check returns.
 
 ``select`` picks runs by a selector from the claims file (``{policy = "sparse", k = 32}``); a
-check returns a ``Measurement``: the measured value, or the reason why nothing comparable could
-be measured, plus the ids of the runs it used and the noise of our side: the half-width of a
-95 % interval of the value from independent paired repeats (``paired_margin``), 0 for exact
-counts, None when there were no independent repeats to measure it from.
+check returns a ``Reading``: the figure it read off the runs (or computed), or the reason why
+nothing comparable could be measured, plus its evidence (the ids of the runs it used, or for a
+check without runs what it rests on) and the noise of our side: the half-width of a 95 %
+interval of the value from independent paired repeats (``paired_margin``), 0 for exact counts,
+None when there were no independent repeats to measure it from. (A ``Measurement`` is a stored
+attempt at a run, ``db/models.py``: a reading rests on some of them.)
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ SWITCHES = {s.name: s for s in lmc_axes.SWITCHES}
 
 
 @dataclass
-class Measurement:
+class Reading:
+    """The figure a check read for one claim, with its evidence."""
+
     value: float | None = None
     text: str = ""  # the value as shown (with its unit / context)
     evidence: list[int] = field(default_factory=list)  # run ids
@@ -49,11 +53,11 @@ def paired_margin(values: Sequence[float]) -> float | None:
                  / math.sqrt(len(values)))
 
 
-def paired_mean(diffs: Sequence[float], ids: list[int], detail: str, unit: str = "") -> Measurement:
+def paired_mean(diffs: Sequence[float], ids: list[int], detail: str, unit: str = "") -> Reading:
     """The mean of per-input paired differences, its 95 % interval as the noise."""
     mean = sum(diffs) / len(diffs)
-    return Measurement(value=mean, text=f"{mean:+.3g}{unit}", evidence=ids, detail=detail,
-                       noise=paired_margin(diffs))
+    return Reading(value=mean, text=f"{mean:+.3g}{unit}", evidence=ids, detail=detail,
+                   noise=paired_margin(diffs))
 
 
 # what makes two runs a pair: the same device, input (workload) and repeat

@@ -10,7 +10,7 @@ Order of judgement for one claim:
    claims file defines it (only what is missing runs), else taken from the store as they are;
 3. fairness of the evidence: emulated timings, device class, context length;
 4. perplexity claims: the model must predict the workload's text (``checks_ppl.model_guard``);
-5. the metric's check (``METRICS``) measures a value and the noise of our side (the 95 %
+5. the metric's check (``CHECK_OF_METRIC``) measures a value and the noise of our side (the 95 %
    half-width from independent paired repeats). A relation is reproduced when the value's
    interval lies inside its bounds, not reproduced when it lies outside, and inconclusive when
    it straddles a bound or there were no independent repeats to measure the noise; any other
@@ -32,7 +32,7 @@ from reports.audit import checks_ppl
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, ENGINE_METRICS, Check
 from reports.audit.claim import ANY, Claim
 from reports.audit.claims_file import ClaimsFile
-from reports.audit.evidence import Measurement, select
+from reports.audit.evidence import Reading, select
 from reports.audit.provenance import Provenance, provenance
 from reports.runs import flatten_runs
 
@@ -41,8 +41,8 @@ INCONCLUSIVE = "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_COMPARABLE)
 # metric -> its check, for every metric reports measures itself (the harness provides the
 # engine checks: reports does not run lmc)
-METRICS: dict[str, Check] = {name: metric.check for name, metric in CHECKS.items()
-                             if metric.check is not None}
+CHECK_OF_METRIC: dict[str, Check] = {name: metric.check for name, metric in CHECKS.items()
+                                     if metric.check is not None}
 # runner(experiment name, spec fragment) -> the run keys of that experiment's matrix, after
 # running whatever of it was missing. Provided by the harness (reports does not import it).
 Runner = Callable[[str, dict[str, Any]], list[str]]
@@ -161,22 +161,23 @@ def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
     if reason:
         return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment,
                        evidence=provenance(claim, measured, []))
-    return verdict_of(claim, METRICS[claim.metric](claim, measured), measured, experiment)
+    return verdict_of(claim, CHECK_OF_METRIC[claim.metric](claim, measured), measured,
+                      experiment)
 
 
-def verdict_of(claim: Claim, measurement: Measurement, measured: pd.DataFrame,
+def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
                experiment: str | None) -> Verdict:
-    verdict = Verdict(claim, NOT_COMPARABLE, measurement.value, measurement.text,
-                      runs=measurement.evidence, experiment=experiment,
-                      evidence=measurement.provenance
-                      or provenance(claim, measured, measurement.evidence),
-                      noise=measurement.noise)
+    verdict = Verdict(claim, NOT_COMPARABLE, reading.value, reading.text,
+                      runs=reading.evidence, experiment=experiment,
+                      evidence=reading.provenance
+                      or provenance(claim, measured, reading.evidence),
+                      noise=reading.noise)
     on = f"; evidence: {verdict.evidence.short()}"
-    detail = f" ({measurement.detail})" if measurement.detail else ""
-    if measurement.reason or measurement.value is None:
-        verdict.reason = (measurement.reason or "nothing was measured") + detail + on
+    detail = f" ({reading.detail})" if reading.detail else ""
+    if reading.reason or reading.value is None:
+        verdict.reason = (reading.reason or "nothing was measured") + detail + on
         return verdict
-    verdict.verdict, why = decide(claim, measurement.value, measurement.noise)
+    verdict.verdict, why = decide(claim, reading.value, reading.noise)
     verdict.reason = why + detail + on
     return verdict
 
@@ -234,7 +235,7 @@ def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFr
 
 def computed(claim: Claim, engine_checks: dict[str, Check] | None) -> Verdict:
     """A claim judged without runs: arithmetic here, or the engine run by the harness."""
-    check = METRICS.get(claim.metric) or (engine_checks or {}).get(claim.metric)
+    check = CHECK_OF_METRIC.get(claim.metric) or (engine_checks or {}).get(claim.metric)
     if check is None:
         reason = ("this check runs the engine itself, which only `benchfarm audit` does (not "
                   "--stored-only or a report)" if claim.metric in ENGINE_METRICS else

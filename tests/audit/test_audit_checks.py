@@ -1,6 +1,7 @@
-"""The audit's checks that need no store: seed 002's claims (lmc run directly against numpy,
-and float32 arithmetic), the selection-trace and repetition rules, and lmc --exact-first-layer
-(the one layer-0 treatment the seed-004 claims compare policies under)."""
+"""The audit's checks that need no store: the attention-reference article's claims (lmc run
+directly against numpy, and float32 arithmetic), the selection-trace and repetition rules, and
+lmc --exact-first-layer (the one layer-0 treatment the eviction-prediction article's claims
+compare policies under)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from reports.audit.checks_identity import repeats, shared_blocks
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_seed_002_claims_against_an_independent_reference(needle_model: Path) -> None:
+def test_attention_reference_claims_against_an_independent_reference(needle_model: Path) -> None:
     claims = load_claims(REPO / "claims" / "seed_002_attention_reference.toml")
     verdicts = {v.claim.id: v for v in run_audit(claims, None, Environment(("needle-tiny",)),
                                                  None, EngineChecks(needle_model).checks())}

@@ -1,4 +1,4 @@
-"""lmc on the architectures besides Qwen3 (issue 17): Llama (plain and with Llama 3 RoPE
+"""lmc on the architectures besides Qwen3: Llama (plain and with Llama 3 RoPE
 scaling), the Qwen3-VL text tower from a sharded checkpoint, MiniCPM's scaling factors — each
 against transformers on a tiny random model (fixtures_arch); sharded == single file; the
 architecture switches keep lmc's bit-identical output across thread counts."""

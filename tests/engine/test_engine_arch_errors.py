@@ -1,4 +1,4 @@
-"""What lmc refuses among the new architectures and sharded checkpoints (issue 17): exit 2
+"""What lmc refuses among the architectures besides Qwen3 and sharded checkpoints: exit 2
 and one stderr line naming the file, key or tensor — under ASan + UBSan, as
 test_engine_errors."""
 

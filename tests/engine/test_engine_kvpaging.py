@@ -1,4 +1,4 @@
-"""The paged KV cache (issue 29): --kv-budget gives evicted blocks' memory back.
+"""The paged KV cache: --kv-budget gives evicted blocks' memory back.
 
 Each policy's eviction, paged, against the same run with --kv-keep-evicted (the masking alone,
 evicted rows left in memory): bit-identical tokens, logits and nll. A released block reads as
@@ -100,14 +100,14 @@ def test_paged_cache_under_asan(lmc, lmc_asan, tiny_model, tmp_path):
 def test_adapter_keeps_the_memory_figures(lmc, tiny_model, tmp_path):
     """lmc's adapter checks kv_memory and peak_rss_kb and fills the outcome's columns from them
     (the whole kv_memory object kept in Outcome.extra)."""
-    from harness.engines import get_engine
+    from harness.engines import adapter_of
 
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     proc = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
                    *budget_args("window"))
-    engine = get_engine("lmc")
-    doc = engine.parse(proc.stdout, "ppl")
-    found = engine.outcome("ppl", doc, engine.measurements("ppl", doc))
+    adapter = adapter_of("lmc")
+    doc = adapter.parse(proc.stdout, "ppl")
+    found = adapter.outcome("ppl", doc, adapter.figures("ppl", doc))
     assert found.extra["kv_memory"] == doc["kv_memory"] and found.extra["kv_memory"]["paged"]
     assert found.peak_rss_kb == doc["peak_rss_kb"] > 0
     assert found.kv_allocated_bytes == doc["kv_memory"]["allocated_bytes"]

@@ -1,4 +1,4 @@
-"""Sparse prefill a tile of queries at a time (issue 29): `--prefill-attn sparse` chooses the
+"""Sparse prefill a tile of queries at a time: `--prefill-attn sparse` chooses the
 blocks once per tile of 64 queries (select_tile_blocks: k - 1 blocks before the tile by its
 mean queries, and the tile's own), attends them with the exact tile kernel and still records
 each query's probabilities as the prefill importance that sparse decode reserves blocks by.

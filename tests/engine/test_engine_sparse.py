@@ -1,4 +1,5 @@
-"""Block-sparse attention and the policy zoo (issue 3).
+"""Block-sparse attention and the policy zoo: every selection rule, and attention over the
+blocks it selects.
 
 A Python reference of every selection rule (below) is checked against the engine's
 --trace-selection on random inputs given to `lmc attn-bench --inputs`; crafted inputs check the
@@ -213,7 +214,7 @@ def test_reference_agrees_with_trace(lmc, tmp_path, policy, flags, ref_args, kv)
 
 
 # ---------------------------------------------------------------------------------------------
-# Crafted inputs: the seed's mechanisms
+# Crafted inputs: the block-selection article's mechanisms
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
-"""Issue 19: attn-bench's per-stage breakdown, and the fast sparse selection paths (probe keys
+"""attn-bench's per-stage breakdown, and the fast sparse selection paths (probe keys
 copied beside the cache, the importance reservation chosen once per layer, the one-pass top-k)
-choosing exactly what the seed's greedy rule chooses, ties and NaN scores included."""
+choosing exactly what the block-selection article's greedy rule chooses, ties and NaN scores
+included."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_layers_is_checked(lmc):
 def test_ties_and_nan_scores_pick_as_the_greedy_rule(lmc, tmp_path, k, flags, ref_args):
     """Blocks with identical keys tie on their probe score and blocks with equal importance tie
     on it (the lower index wins); a NaN importance block orders nothing, and the greedy scans
-    decide then, as in the seed's rule."""
+    decide then, as in the block-selection article's rule."""
     bench = random_bench(tmp_path, ctx=600, heads=4, kv_heads=2, dim=16, seed=5)
     bs = 16
     for b in (3, 9, 20, 30):  # four blocks with the same keys: equal probe scores

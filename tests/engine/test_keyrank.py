@@ -1,8 +1,8 @@
-"""lmc ppl --measure-keys N: seed 004's ranking metrics (rho, top-32 recall, mass captured,
-mass lost at 50 %) of a policy's keep scores, computed in C, against the Python definitions
-(harness/predictor/metrics.py with scipy) on the same run's key-feature dump; and the two-stage
-candidate figures (top-32 recall of the top-C of the last 128 keys, the mass the pipeline's
-top 32 keeps at C = 96) against a plain numpy computation from the same dump."""
+"""lmc ppl --measure-keys N: the eviction-prediction article's ranking metrics (rho, top-32 recall,
+mass captured, mass lost at 50 %) of a policy's keep scores, computed in C, against the Python
+definitions (harness/predictor/metrics.py with scipy) on the same run's key-feature dump; and the
+two-stage candidate figures (top-32 recall of the top-C of the last 128 keys, the mass the
+pipeline's top 32 keeps at C = 96) against a plain numpy computation from the same dump."""
 
 from __future__ import annotations
 

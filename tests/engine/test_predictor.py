@@ -1,6 +1,6 @@
-"""Seed 004's predictor: lmc's key-feature dump against transformers and the definitions in
-engine/keyfeat.h, the C tree evaluation against scikit-learn bit for bit, the gbm and h2o-prev
-policies, --kv-budget eviction, and the Python metrics."""
+"""The eviction-prediction article's predictor: lmc's key-feature dump against transformers and the
+definitions in engine/keyfeat.h, the C tree evaluation against scikit-learn bit for bit, the gbm and
+h2o-prev policies, --kv-budget eviction, and the Python metrics."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def test_a_lease_lost_mid_run_kills_the_run_on_the_board(
                 if found.get("run") == lease.run_key and session_members(found.get("sid", "")):
                     record = found
             time.sleep(0.05)
-        with store.engine.begin() as conn:
+        with store.database.begin() as conn:
             conn.execute(update(Lease.__table__).where(Lease.board == "farm-x86").values(
                 lease_id=str(uuid.uuid4()), holder="thief", run_key=None,
                 expires=utcnow() + timedelta(seconds=600)))

@@ -28,7 +28,7 @@ from fixtures_ray import (
 )
 
 from db.store import Store
-from devices.flags import snapshot_flags
+from devices.conditions import snapshot_flags
 from devices.inventory import load_inventory
 from harness.cli import main
 from harness.errors import InputError

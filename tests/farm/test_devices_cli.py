@@ -8,7 +8,7 @@ from pathlib import Path
 from db.store import Store
 from devices.health import check_device
 from harness.cli import main
-from harness.engines import engine_check
+from harness.engines import health_command
 from harness.engines.lmc import NAME as LMC
 
 
@@ -35,7 +35,7 @@ def test_check_reports_a_wrong_binary_and_an_unreachable_device(farm, args_progr
                                                                 tmp_path: Path, sqlite_url,
                                                                 capsys) -> None:
     # An x86_64 binary cannot run on the aarch64 node: `lmc info` fails, the rest passes.
-    report = check_device(farm.arm, engine_check(LMC, args_program["x86_64"]))
+    report = check_device(farm.arm, health_command(LMC, args_program["x86_64"]))
     assert not report.ok
     assert [(i.name, i.ok) for i in report.items] == [
         ("reachable", True), ("arch", True), ("workdir", True), ("free disk", True),

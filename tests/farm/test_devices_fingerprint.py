@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import json
 
+from devices.conditions import run_flags, snapshot_flags
 from devices.connect import connect
 from devices.fingerprint import parse_probe, probe
-from devices.flags import run_flags, snapshot_flags
 from harness.cli import main
 
 # What PROBE_SCRIPT prints on an idle RK3588 (4x A55 at 1.8 GHz, 4x A76 at 2.4 GHz).

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devices.conditions import snapshot_flags
 from devices.fingerprint import PROBE_SCRIPT, parse_probe
-from devices.flags import snapshot_flags
 
 CPUINFO = """processor\t: 0
 BogoMIPS\t: 48.00

@@ -1,4 +1,4 @@
-"""Engine inputs a hostile or unlucky user gives (issue 30), under ASan + UBSan: non-finite
+"""Engine inputs a hostile or unlucky user gives, under ASan + UBSan: non-finite
 predictor values and configs, NaN weights, files that are not regular files, a header with very
 many tensors. Each is refused (exit 2, one line naming the file) or fails the run (exit 1);
 lmc never exits 0 with a document that is not JSON, and nothing waits on a FIFO."""

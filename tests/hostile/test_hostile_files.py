@@ -1,4 +1,4 @@
-"""Files and text a hostile or unlucky user names (issue 30): FIFOs and devices where a file is
+"""Files and text a hostile or unlucky user names: FIFOs and devices where a file is
 expected, TOML and JSON nested hundreds of levels deep, braces in needle text, a chat template
 that loops, a public key as the inventory's key, --ids-out onto nowhere. Each is one line and
 exit 2 (or exit 1 for a failure while running), at once: nothing waits on a FIFO."""

@@ -1,4 +1,4 @@
-"""Values a hostile or unlucky user gives (issue 30): durations beyond any run (each bounded,
+"""Values a hostile or unlucky user gives: durations beyond any run (each bounded,
 the bound named), values the engine or model cannot take (checked when the spec is read), a
 matrix whose every run failed (exit 1), cells a spreadsheet would run as formulas, control
 characters from a board. Each is exit 2 and one line naming the file, key or flag."""

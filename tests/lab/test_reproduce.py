@@ -9,7 +9,7 @@ import pytest
 
 from db import Store, StoreInputError
 from devices.inventory import load_inventory
-from harness.engines import get_engine
+from harness.engines import adapter_of
 from harness.errors import InputError, RunFailure
 from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
@@ -75,7 +75,7 @@ def test_a_changed_binary_is_refused(stored_run: tuple[Store, int]) -> None:
     build["binary"] = "/nonexistent/lmc"
     build["binary_sha256"] = "0" * 64  # what no rebuild can give
     with pytest.raises(RunFailure, match="cannot be reproduced with the identical binary"):
-        verified_binary(get_engine(build["engine"]), build)
+        verified_binary(adapter_of(build["engine"]), build)
 
 
 def test_unknown_device_or_run(stored_run: tuple[Store, int], tmp_path: Path) -> None:

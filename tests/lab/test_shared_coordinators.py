@@ -270,7 +270,7 @@ def stall_run(url: str, spec: Path, inventory: str, ray_address: str,
 
 def test_a_stalled_coordinators_late_result_never_replaces_the_others(
         ray_address: str, needle_model: Path, tmp_path: Path) -> None:
-    """Issue 30: coordinator A stopped (SIGSTOP) past its lease with a run in flight; B takes
+    """Coordinator A stopped (SIGSTOP) past its lease with a run in flight; B takes
     the board, finds A's attempt lost and stores the run ok; A's late result, once it goes on,
     is kept as A's own attempt, marked as from an expired lease, and counted nowhere."""
     url = f"sqlite:///{tmp_path}/stalled.db"

@@ -13,7 +13,7 @@ import pytest
 
 from db import lmc_axes
 from db.records import Figures
-from harness.engines import ENGINES, get_engine
+from harness.engines import ENGINES, adapter_of
 from harness.engines.llamabench import BUILD_FIELDS, LlamaBenchConfig, bench_test_name, options
 from harness.engines.lmc import run_here
 from harness.errors import InputError, RunFailure
@@ -35,10 +35,10 @@ def outputs(lmc: Path, llama_bench: Path, needle_model: Path, needle_gguf: Path,
     ids = folder / "ids.txt"
     ids.write_text(" ".join(map(str, decode_prompt(needle_model, CTX, 0).ids)))
     argv = {
-        "lmc": ("generate", get_engine("lmc").argv(
+        "lmc": ("generate", adapter_of("lmc").argv(
             "generate", str(lmc), str(needle_model), False,
             ["--prompt", str(ids), "--max-new", str(MAX_NEW), "--threads", "1"])),
-        "llama-bench": ("llama-bench", get_engine("llama-bench").argv(
+        "llama-bench": ("llama-bench", adapter_of("llama-bench").argv(
             "llama-bench", str(llama_bench), str(needle_gguf), False,
             options(CTX, MAX_NEW, llama_config()))),
     }
@@ -53,9 +53,9 @@ def outputs(lmc: Path, llama_bench: Path, needle_model: Path, needle_gguf: Path,
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ENGINES))
 def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> None:
-    engine = get_engine(name)
+    adapter = adapter_of(name)
     command, stdout = outputs[name]
-    figures = engine.measurements(command, engine.parse(stdout, command))
+    figures = adapter.figures(command, adapter.parse(stdout, command))
     assert isinstance(figures, Figures)
     assert figures.prompt_tokens == CTX
     assert figures.prefill_ms is not None and figures.prefill_ms > 0
@@ -65,19 +65,19 @@ def test_adapter_contract(name: str, outputs: dict[str, tuple[str, str]]) -> Non
     for other, (_, text) in outputs.items():
         if other != name:
             with pytest.raises(ValueError):
-                engine.parse(text, command)
+                adapter.parse(text, command)
     with pytest.raises(ValueError):
-        engine.parse("Segmentation fault\n", command)
-    argv = engine.health_argv("/bin/engine")
+        adapter.parse("Segmentation fault\n", command)
+    argv = adapter.health_argv("/bin/engine")
     assert argv[0] == "/bin/engine" and len(argv) == 2
 
 
 @pytest.mark.slow
 def test_llama_bench_figures_are_its_own_json(outputs: dict[str, tuple[str, str]]) -> None:
     rows = json.loads(outputs["llama-bench"][1])
-    engine = get_engine("llama-bench")
-    figures = engine.measurements("llama-bench",
-                                engine.parse(outputs["llama-bench"][1], "llama-bench"))
+    adapter = adapter_of("llama-bench")
+    figures = adapter.figures("llama-bench",
+                                 adapter.parse(outputs["llama-bench"][1], "llama-bench"))
     by_shape = {(r["n_prompt"], r["n_gen"]): r for r in rows}
     pp, tg = by_shape[(CTX, 0)], by_shape[(0, MAX_NEW)]
     for row in (pp, tg):
@@ -96,28 +96,28 @@ def test_llama_bench_figures_are_its_own_json(outputs: dict[str, tuple[str, str]
 def test_health_check_runs_the_real_engine(name: str, binary: str, request: pytest.FixtureRequest,
                                            args_program: dict[str, Path]) -> None:
     # what `devices check` runs, from the adapter: a working engine passes for its arch only
-    engine, path = get_engine(name), request.getfixturevalue(binary)
-    done = subprocess.run(engine.health_argv(str(path)), capture_output=True, text=True,
+    adapter, path = adapter_of(name), request.getfixturevalue(binary)
+    done = subprocess.run(adapter.health_argv(str(path)), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    ok, detail = engine.health_verdict(done.stdout, done.stderr, "x86_64")
+    ok, detail = adapter.health_verdict(done.stdout, done.stderr, "x86_64")
     assert ok, detail
     # another program's output (the stand-in engine echoes its argv) is not a healthy engine
     other = subprocess.run([str(args_program["x86_64"]), "--version"], capture_output=True,
                            text=True, timeout=60)
-    assert not engine.health_verdict(other.stdout, other.stderr, "x86_64")[0]
+    assert not adapter.health_verdict(other.stdout, other.stderr, "x86_64")[0]
     if name == "lmc":
-        assert not engine.health_verdict(done.stdout, done.stderr, "aarch64")[0]
+        assert not adapter.health_verdict(done.stdout, done.stderr, "aarch64")[0]
 
 
 def test_lmc_argv_puts_the_ids_on_stdin_for_its_command() -> None:
-    engine = get_engine("lmc")
-    assert engine.argv("ppl", "/b/lmc", "/m", True, ["--threads", "2"]) == \
+    adapter = adapter_of("lmc")
+    assert adapter.argv("ppl", "/b/lmc", "/m", True, ["--threads", "2"]) == \
         ["/b/lmc", "ppl", "--model", "/m", "--text", "-", "--threads", "2"]
-    assert engine.argv("attn-bench", "/b/lmc", None, False, ["--ctx", "8"]) == \
+    assert adapter.argv("attn-bench", "/b/lmc", None, False, ["--ctx", "8"]) == \
         ["/b/lmc", "attn-bench", "--ctx", "8"]
     with pytest.raises(InputError, match="allowed: lmc, llama-bench"):
-        get_engine("vllm")
+        adapter_of("vllm")
 
 
 def test_llama_bench_options_follow_the_config() -> None:

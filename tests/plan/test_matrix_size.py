@@ -113,7 +113,7 @@ def test_dry_run_estimates_from_stored_durations(tmp_path: Path, capsys,
 
 def test_dry_run_of_the_depth4096_spec_with_llama_bench(tmp_path: Path, capsys,
                                                         sqlite_url: str) -> None:
-    """specs/lmc_vs_llamacpp_depth4096.toml (issue 19) is a valid two-engine matrix; a dry run
+    """specs/lmc_vs_llamacpp_depth4096.toml is a valid two-engine matrix; a dry run
     of a spec with llama-bench counts and estimates it (it raised on the missing policy)."""
     spec = Path(__file__).resolve().parents[2] / "specs" / "lmc_vs_llamacpp_depth4096.toml"
     text = spec.read_text().replace('devices = ["x86"]', 'devices = ["local"]')

@@ -2,11 +2,13 @@
 dependencies point one way between the packages and between harness's parts, no module takes
 part in an import cycle, harness keeps a short top level, no engine is named where runs are
 planned, expanded, executed or recorded, no command imports another, and the dashboard and
-the reports read the store only through db's named reads."""
+the reports read the store only through db's named reads. And the page itself stays true: every
+file and every ``file.py:symbol`` it names exists."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from harness.cli import SUBCOMMANDS
 from harness.engines import ENGINES
 
 PACKAGES = ("harness", "devices", "db", "reports")
-# what each package may import of the others (DESIGN.md's layers)
+# what each package may import of the others (the layers docs/architecture.md draws)
 MAY_IMPORT = {"harness": {"devices", "db", "reports"}, "reports": {"db", "devices"},
               "devices": set(), "db": set()}
 # where no engine may be named: specs, planning, history, running a job and a lab, the back
@@ -31,6 +33,14 @@ HARNESS_TOP_LEVEL_MODULES = 12
 # what reads the store only through db's named reads: neither SQL nor the tables
 STORE_READERS = ("harness/web", "reports")
 BELOW_THE_STORE = ("sqlalchemy", "db.models")
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+# the repository's folders a path on the page starts from (a name inside a table row, such as
+# static/live.js under harness/web, is read by the reader in its row's folder)
+TOP_FOLDERS = ("harness", "db", "devices", "reports", "engine", "tests", "specs", "claims",
+               "bench", "docs", "models", "scripts")
+# a path to a file, then optionally :symbol or :Class.member ("harness/cli.py:main")
+NAMED = re.compile(r"(?<![\w/.<-])((?:[\w-]+/)+[\w.-]+\.(?:py|md|toml|h|c|js|html))"
+                   r"(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?))?")
 
 
 def module_name(path: Path) -> str:
@@ -137,7 +147,7 @@ def test_harness_parts_depend_one_way(graph: dict[str, set[str]]) -> None:
 
 
 def test_no_command_imports_another(graph: dict[str, set[str]]) -> None:
-    """A command shares only the helper modules (flags, table, context), never another
+    """A command shares only the helper modules (arguments, table, context), never another
     command's module."""
     commands = {f"harness.commands.{name}" for name in SUBCOMMANDS}
     for command in commands:
@@ -200,3 +210,49 @@ def test_no_engine_is_named_where_runs_are_planned_run_or_recorded(
         literals = {node.value for node in ast.walk(tree)
                     if isinstance(node, ast.Constant) and isinstance(node.value, str)}
         assert not literals & names, (name, literals & names)
+
+
+def defined(path: Path) -> set[str]:
+    """What a module defines at its top (functions, classes, assignments) and its classes'
+    methods, as ``Class.method``."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names.update(f"{node.name}.{member.name}" for member in node.body
+                         if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef))
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def stale_names(text: str) -> list[str]:
+    """The files and ``file.py:symbol``s ``text`` names that do not exist in the repository."""
+    stale = []
+    for path, symbol in NAMED.findall(text):
+        if path.split("/")[0] not in TOP_FOLDERS:
+            continue
+        where = REPO_ROOT / path
+        if not where.is_file():
+            stale.append(path)
+        elif symbol and (not path.endswith(".py") or symbol not in defined(where)):
+            stale.append(f"{path}:{symbol}")
+    return stale
+
+
+def test_the_page_scan_finds_what_is_gone() -> None:
+    text = ("`harness/cli.py:main` and `harness/engines/base.py:EngineAdapter.figures`, "
+            "`harness/engines/<name>/`; gone: `harness/nonesuch.py`, `harness/cli.py:nonesuch`, "
+            "`harness/engines/base.py:EngineAdapter.nonesuch`")
+    assert stale_names(text) == ["harness/nonesuch.py", "harness/cli.py:nonesuch",
+                                 "harness/engines/base.py:EngineAdapter.nonesuch"]
+
+
+def test_every_file_and_symbol_the_architecture_page_names_exists() -> None:
+    """docs/architecture.md names files (``db/store.py``) and what is in them
+    (``harness/plan/planner.py:make_plan``, ``db/jobs.py:Jobs.add``): each must still be there,
+    so that the page cannot go stale silently when code moves."""
+    assert stale_names(ARCHITECTURE.read_text()) == []

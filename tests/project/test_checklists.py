@@ -22,7 +22,7 @@ from devices.inventory import local_device
 from harness import REPO_ROOT
 from harness.contract import RunReport, WorkOrder
 from harness.engines import ENGINES
-from harness.engines.base import BuildRecord, Materials, PlannedWork
+from harness.engines.base import BuildRecord, PlannedWork, Prepared
 from harness.execution.results import base_result, to_run_result
 from harness.identity import WORKTREE
 from harness.plan.estimate import estimate
@@ -33,6 +33,11 @@ from harness.workloads import kinds
 from harness.workloads.base import Axis, Material, Setting, WorkloadKind, synthetic
 
 README = REPO_ROOT / "harness" / "engines" / "README.md"
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+# each checklist's heading in the README, and the architecture page's for the same change
+SAME_COUNTS = {"Add an engine": "An engine",
+               "Add an attention policy (lmc)": "An attention policy of lmc",
+               "Add a workload kind": "A workload kind"}
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,8 @@ class ScratchConfig:
         return {"threads": self.threads}
 
 
-class ScratchEngine:
-    """The least an engine is: every method of base.Engine, in one class."""
+class ScratchAdapter:
+    """The least an engine is: every method of base.EngineAdapter, in one class."""
 
     name = "scratch-engine"
     section = "scratch-engine"
@@ -82,13 +87,13 @@ class ScratchEngine:
         return BuildRecord(arch, "release", "cc", "cc", "1", [], [], "src", revision, "k",
                            "/bin/true", "0" * 64, 0.0, False, engine=self.name)
 
-    def prepare(self, spec: Any, axes: int, archs: list[str], build: Any) -> Materials:
+    def prepare(self, spec: Any, axes: int, archs: list[str], build: Any) -> Prepared:
         return self.identities(spec, axes, archs)
 
-    def identities(self, spec: Any, axes: int, archs: list[str]) -> Materials:
-        return Materials({("scratch-1", arch): self._record("scratch-1", arch) for arch in archs})
+    def identities(self, spec: Any, axes: int, archs: list[str]) -> Prepared:
+        return Prepared({("scratch-1", arch): self._record("scratch-1", arch) for arch in archs})
 
-    def work(self, point: Any, config: ScratchConfig, record: BuildRecord, materials: Materials,
+    def work(self, point: Any, config: ScratchConfig, record: BuildRecord, prepared: Prepared,
              material: Material, timeout_s: float) -> PlannedWork:
         order = WorkOrder("", f"{point.label()} scratch t={config.threads}", self.name,
                           "scratch", record.binary, record.binary_sha256, None, None,
@@ -108,7 +113,7 @@ class ScratchEngine:
     def collect(self, transport: Any, order: WorkOrder, data: Any) -> None:
         pass
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         return Figures(decode_ms_per_token=data["ms"], prompt_tokens=data["tokens"])
 
     def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:
@@ -135,11 +140,19 @@ def stated_count(heading: str) -> int:
     return int(found.group(1))
 
 
+def test_the_architecture_page_states_the_same_counts() -> None:
+    """docs/architecture.md's "Where to add" gives each checklist's count as the README does."""
+    readme, page = (" ".join(path.read_text().split()) for path in (README, ARCHITECTURE))
+    for heading, theirs in SAME_COUNTS.items():
+        counts = re.search(rf"\*\*{re.escape(heading)}\*\* (\([^)]*files[^)]*\))", readme)
+        assert counts and f"**{theirs}** {counts[1]}" in page, heading
+
+
 def test_a_new_engine_is_its_adapter_and_one_line_of_the_registry(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert stated_count("Add an engine") == 5
-    engine = ScratchEngine()
-    monkeypatch.setitem(ENGINES, engine.name, engine)  # the registry's one line
+    adapter = ScratchAdapter()
+    monkeypatch.setitem(ENGINES, adapter.name, adapter)  # the registry's one line
     spec = parse_spec(f"""
 name = "scratch"
 model = "{NEEDLE_MODEL}"
@@ -154,15 +167,15 @@ max_new = 2
 """, tmp_path / "scratch.toml")
     placements = resolve_placements(spec, [local_device()])
     cells = expand(spec, placements)
-    assert len(cells) == 4 and {c.engine for c in cells} == {engine.name}
+    assert len(cells) == 4 and {c.engine for c in cells} == {adapter.name}
     plan = make_plan(spec, placements, {"local": local_device()}, identities(spec, placements))
     assert len({run.key for run in plan.runs}) == 4
-    assert all(run.order.engine == engine.name and run.order.options == ("--threads", "3")
+    assert all(run.order.engine == adapter.name and run.order.options == ("--threads", "3")
                for run in plan.runs)
     assert estimate(spec, placements, []).unknown == 4  # nothing stored like them yet
     run = plan.runs[0]
     record = base_result(run, 1, "running", None)
-    assert record.engine == engine.name and record.threads == 3
+    assert record.engine == adapter.name and record.threads == 3
     assert all(getattr(record, column) is None for column in AXIS_COLUMNS if column != "threads")
     now = datetime.now(UTC)
     report = RunReport(run.key, "local", "ok", now, now, 5.0, exit_code=0, engine_ms=4.0,

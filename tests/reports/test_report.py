@@ -285,7 +285,7 @@ def test_report_goes_under_out_reports_unless_out_says(known: Store, tmp_path: P
     runs, or the folder --out names."""
     from harness.cli import main
 
-    url = str(known.engine.url)
+    url = str(known.database.url)
     monkeypatch.chdir(tmp_path)
     assert main(["--db", url, "report", "synthetic"]) == 0
     assert (tmp_path / "out" / "reports" / "synthetic" / "index.html").is_file()

@@ -12,7 +12,7 @@ import pytest
 from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_result
 from sqlalchemy.exc import IntegrityError
 
-from db.connection import create_store_engine, migrate
+from db.connection import connect_database, migrate
 from db.models import Measurement
 from db.store import Store
 from harness.execution.leases import job_heartbeat
@@ -65,7 +65,7 @@ def test_the_next_lease_goes_to_the_highest_priority_then_the_longest_waiting(
     assert leases.acquire("board", "low-a", 30, priority=1).granted is not None
     # a waiter that stopped asking holds nobody up
     leases.withdraw("low-b")
-    assert store.engine.connect().execute(leases.waiters.select()).all() == []
+    assert store.database.connect().execute(leases.waiters.select()).all() == []
 
 
 def test_a_dead_holders_lease_expires(store: Store) -> None:
@@ -150,17 +150,17 @@ def test_job_queue_order_claim_reclaim_and_cancel(store: Store) -> None:
 
 def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/old.db"
-    engine = create_store_engine(url)
-    migrate(engine, "0002")
-    old = Store(engine)
+    database = connect_database(url)
+    migrate(database, "0002")
+    old = Store(database)
     refs = refs_before_engines(old)
-    insert_old_run(engine, refs, "old-run")
+    insert_old_run(database, refs, "old-run")
     old.close()
     with Store.open(url) as store:
         assert [r.run_key for r in store.list_runs()] == ["old-run"]
         store.save_run(sample_result(refs, "cancelled-run", status="cancelled"))
         assert store.get_run("cancelled-run").run["status"] == "cancelled"
-        with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        with pytest.raises(IntegrityError), store.database.begin() as conn:
             conn.execute(Measurement.__table__.update().values(status="bogus"))
 
 

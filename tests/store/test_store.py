@@ -21,7 +21,7 @@ from sqlalchemy import MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import Store, StoreError, StoreInputError, TokenTiming, timings_from_steps
-from db.connection import create_store_engine, head_revision, migrate
+from db.connection import connect_database, head_revision, migrate
 from db.models import RUN_KEPT, Base, DeviceSnapshot, Measurement, OutcomeRow, Run
 from db.records import Outcome, RunResult, Snapshot
 from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
@@ -33,19 +33,19 @@ TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "wor
 
 
 def count(store: Store, table: str) -> int:
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         return conn.scalar(text(f"SELECT count(*) FROM {table}"))
 
 
 def steps(store: Store) -> int:
     """The decode steps stored (packed a measurement to a row)."""
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         return conn.scalar(text("SELECT coalesce(sum(steps), 0) FROM decode_steps"))
 
 
 def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
     store = Store.open(store_url)
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES | {"alembic_version"}
         assert conn.scalar(text("SELECT version_num FROM alembic_version")) == head_revision()
         # The hand-written migration and the ORM classes describe the same schema.
@@ -56,7 +56,7 @@ def test_migrations_create_the_schema_of_the_models(store_url: str) -> None:
 
 
 def test_sqlite_runs_in_wal_mode_with_foreign_keys(sqlite_url: str) -> None:
-    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+    with Store.open(sqlite_url) as store, store.database.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
@@ -111,7 +111,7 @@ def test_the_database_refuses_a_second_row_per_key(store: Store, refs) -> None:
     store.save_run(sample_result(refs, "k"))
     row = {c: v for c, v in store.get_run("k").run.items()
            if c in Run.__table__.columns and c != "id"}
-    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+    with pytest.raises(IntegrityError), store.database.begin() as conn:
         conn.execute(Run.__table__.insert().values(**row))
     assert count(store, "runs") == 1
 
@@ -223,7 +223,7 @@ def test_a_file_that_is_not_a_database_is_an_input_error(tmp_path) -> None:
 
 
 def test_a_schema_from_a_newer_benchfarm_is_refused(store: Store, store_url: str) -> None:
-    with store.engine.begin() as conn:
+    with store.database.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(StoreError, match="cannot be upgraded") as caught:
         Store.open(store_url)
@@ -266,11 +266,11 @@ def test_a_run_shared_by_two_experiments_belongs_to_both(store: Store, refs) -> 
 
 
 def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
-    engine = create_store_engine(sqlite_url)
-    migrate(engine, "0001")
-    old = Store(engine)  # the 0001 schema: no experiment_runs yet
+    database = connect_database(sqlite_url)
+    migrate(database, "0001")
+    old = Store(database)  # the 0001 schema: no experiment_runs yet
     refs = refs_before_engines(old)
-    insert_old_run(engine, refs, "old-run")
+    insert_old_run(database, refs, "old-run")
     old.close()
     with Store.open(sqlite_url) as store:
         assert [r.run_key for r in store.list_runs("exp")] == ["old-run"]
@@ -278,34 +278,34 @@ def test_upgrade_from_0001_links_existing_runs(sqlite_url: str) -> None:
 
 
 def test_upgrade_from_0002_marks_existing_builds_and_runs_as_lmc(sqlite_url: str) -> None:
-    engine = create_store_engine(sqlite_url)
-    migrate(engine, "0002")
-    old = Store(engine)  # the 0002 schema: no engine columns
-    with engine.connect() as conn:
+    database = connect_database(sqlite_url)
+    migrate(database, "0002")
+    old = Store(database)  # the 0002 schema: no engine columns
+    with database.connect() as conn:
         assert "engine" not in {c["name"] for c in inspect(conn).get_columns("runs")}
     refs = refs_before_engines(old)
-    insert_old_run(engine, refs, "old-run")
+    insert_old_run(database, refs, "old-run")
     old.close()
-    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+    with Store.open(sqlite_url) as store, store.database.connect() as conn:
         assert conn.execute(text("SELECT engine FROM runs")).scalars().all() == ["lmc"]
         assert conn.execute(text("SELECT engine FROM builds")).scalars().all() == ["lmc"]
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
 
 def test_upgrade_from_0007_adds_the_memory_figures_empty(sqlite_url: str) -> None:
-    engine = create_store_engine(sqlite_url)
-    migrate(engine, "0007")
-    old = Store(engine)  # the 0007 schema: outcomes without the memory columns
+    database = connect_database(sqlite_url)
+    migrate(database, "0007")
+    old = Store(database)  # the 0007 schema: outcomes without the memory columns
     refs = refs_before_engines(old)
-    run_id = insert_measured_run(engine, refs, "old-run", outcome=None)
-    with engine.begin() as conn:
+    run_id = insert_measured_run(database, refs, "old-run", outcome=None)
+    with database.begin() as conn:
         outcomes = Table("outcomes", MetaData(), autoload_with=conn)
         assert "peak_rss_kb" not in outcomes.columns
         measurement_id = conn.scalar(text(f"SELECT id FROM measurements WHERE run_id = {run_id}"))
         conn.execute(outcomes.insert().values(measurement_id=measurement_id, recall=1.0,
                                               extra={"peak_rss_kb": 900}))
     old.close()
-    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+    with Store.open(sqlite_url) as store, store.database.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         outcome = store.get_run("old-run").measurements[0].outcome
         assert (outcome["recall"], outcome["extra"]) == (1.0, {"peak_rss_kb": 900})
@@ -320,12 +320,12 @@ def test_upgrade_from_0007_adds_the_memory_figures_empty(sqlite_url: str) -> Non
 def test_a_store_stamped_with_a_renamed_revision_opens_and_upgrades(
         sqlite_url: str, stamped: str, migrated_to: str) -> None:
     """Stores migrated before the revisions were renumbered 0001-0004 hold the old ids."""
-    engine = create_store_engine(sqlite_url)
-    migrate(engine, migrated_to)
-    with engine.begin() as conn:
+    database = connect_database(sqlite_url)
+    migrate(database, migrated_to)
+    with database.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = :old"), {"old": stamped})
-    engine.dispose()
-    with Store.open(sqlite_url) as store, store.engine.connect() as conn:
+    database.dispose()
+    with Store.open(sqlite_url) as store, store.database.connect() as conn:
         assert conn.scalar(text("SELECT version_num FROM alembic_version")) == head_revision()
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
 
@@ -351,8 +351,8 @@ def test_a_stored_run_has_one_definition() -> None:
 
 def test_schema_changes_are_transactional(store: Store) -> None:
     # Migrations rely on it: an interrupted upgrade must not leave half a schema behind.
-    with pytest.raises(RuntimeError), store.engine.begin() as conn:
+    with pytest.raises(RuntimeError), store.database.begin() as conn:
         conn.execute(text("CREATE TABLE half_done (id INTEGER)"))
         raise RuntimeError("killed mid-migration")
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         assert "half_done" not in inspect(conn).get_table_names()

@@ -49,7 +49,7 @@ def test_sigkilled_writer_leaves_only_complete_runs(tmp_path: Path) -> None:
         writer.kill()
         writer.wait()
         writer.stdout.close()
-    with Store.open(url) as store, store.engine.connect() as conn:
+    with Store.open(url) as store, store.database.connect() as conn:
         per_run = conn.execute(text(
             "SELECT r.run_key, "
             "(SELECT sum(t.steps) FROM decode_steps t WHERE t.measurement_id = m.id), "
@@ -69,5 +69,5 @@ def test_concurrent_first_opens_all_succeed(tmp_path: Path) -> None:
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     errors = [proc.communicate()[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0, 0], errors
-    with Store.open(url) as store, store.engine.connect() as conn:
+    with Store.open(url) as store, store.database.connect() as conn:
         assert conn.scalar(text("SELECT count(*) FROM alembic_version")) == 1

@@ -13,19 +13,19 @@ from fixtures_db import StoreRefs, insert_old_run, refs_before_engines, sample_r
 from sqlalchemy import text
 
 from db import Store
-from db.connection import create_store_engine, migrate
+from db.connection import connect_database, migrate
 from db.measurements import Selection
 from db.models import Base
 
 
 def count(store: Store, table: str) -> int:
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         return conn.scalar(text(f"SELECT count(*) FROM {table}"))
 
 
 def steps(store: Store) -> int:
     """The decode steps stored (packed a measurement to a row)."""
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         return conn.scalar(text("SELECT coalesce(sum(steps), 0) FROM decode_steps"))
 
 
@@ -125,17 +125,17 @@ def test_a_time_window_chooses_among_the_measurements_started_in_it(
 
 
 def test_the_upgrade_from_0001_keeps_every_run_as_one_measurement(store_url: str) -> None:
-    engine = create_store_engine(store_url)
-    migrate(engine, "0001")  # the oldest schema, rows and children in it
-    old = Store(engine)
+    database = connect_database(store_url)
+    migrate(database, "0001")  # the oldest schema, rows and children in it
+    old = Store(database)
     refs = refs_before_engines(old)
-    ok_id = insert_old_run(engine, refs, "old-ok", steps=3)
-    failed_id = insert_old_run(engine, refs, "old-failed", status="failed", steps=0,
+    ok_id = insert_old_run(database, refs, "old-ok", steps=3)
+    failed_id = insert_old_run(database, refs, "old-failed", status="failed", steps=0,
                                outcome=None)
     old.close()
     expected = sample_result(refs, "old-ok", steps=3)
     with Store.open(store_url) as store:
-        with store.engine.connect() as conn:
+        with store.database.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         ok, failed = store.get_run("old-ok"), store.get_run("old-failed")
         assert (ok.run["id"], failed.run["id"]) == (ok_id, failed_id)

@@ -19,7 +19,7 @@ from fixtures_db import (
 from sqlalchemy import func, select, text
 
 from db import Store, TokenTiming
-from db.connection import create_store_engine, migrate
+from db.connection import connect_database, migrate
 from db.measurements import current_rule
 from db.models import ExperimentCount, ExperimentRun, Measurement, Run
 from db.packing import pack_steps, unpack_steps
@@ -27,7 +27,7 @@ from db.records import RUN_STATUSES, Snapshot
 
 
 def kept_counts(store: Store, experiment_id: int) -> dict[str, int]:
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         return {s: n for s, n in conn.execute(
             select(ExperimentCount.status, ExperimentCount.runs)
             .where(ExperimentCount.experiment_id == experiment_id)) if n}
@@ -35,7 +35,7 @@ def kept_counts(store: Store, experiment_id: int) -> dict[str, int]:
 
 def derived_counts(store: Store, experiment_id: int) -> dict[str, int]:
     """The counts per status from the measurements themselves, by the reads' rule."""
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         current = (select(Measurement.run_id, current_rule().label("id"))
                    .group_by(Measurement.run_id).subquery())
         rows = conn.execute(
@@ -59,9 +59,9 @@ def test_steps_pack_and_unpack_to_the_same_values() -> None:
 
 
 def test_the_upgrade_from_0008_keeps_every_value_and_fills_what_is_kept(store_url: str) -> None:
-    engine = create_store_engine(store_url)
-    migrate(engine, "0008")
-    old = Store(engine)
+    database = connect_database(store_url)
+    migrate(database, "0008")
+    old = Store(database)
     refs = refs_before_engines(old)
     long_doc = '{"schema": "lmc/1", "steps": [' + ", ".join(["1.5"] * 3000) + "]}"
     retried = [sample_result(refs, "retried", status="failed", steps=0, outcome=None),
@@ -72,9 +72,9 @@ def test_the_upgrade_from_0008_keeps_every_value_and_fills_what_is_kept(store_ur
                                                      TokenTiming(1, 6, 2.0, 0.5)],
                         snapshots=[Snapshot("before", {"nested": {"deep": [1, 2.5, None]},
                                                        "text": "ü\n"}, None)])
-    insert_measured_run(engine, refs, "retried", results=retried)
-    insert_measured_run(engine, refs, "odd", results=[odd])
-    insert_measured_run(engine, refs, "lone", status="pending", steps=0, outcome=None)
+    insert_measured_run(database, refs, "retried", results=retried)
+    insert_measured_run(database, refs, "odd", results=[odd])
+    insert_measured_run(database, refs, "lone", status="pending", steps=0, outcome=None)
     old.close()
     with Store.open(store_url) as store:
         detail = store.get_run("retried")
@@ -94,16 +94,16 @@ def test_the_upgrade_from_0008_keeps_every_value_and_fills_what_is_kept(store_ur
         assert frames["token_timings"]["step"].tolist() == [0, 1, 2, 3, 4, 0, 1]
         attn = frames["token_timings"]["attn_ms"].tolist()
         assert attn[:5] == [3.0] * 5 and math.isnan(attn[5]) and attn[6] == 0.5
-        with store.engine.connect() as conn:
+        with store.database.connect() as conn:
             assert "token_timings" not in conn.dialect.get_table_names(conn)
 
 
 def test_the_upgrade_from_0001_carries_the_old_steps_into_packed_rows(store_url: str) -> None:
-    engine = create_store_engine(store_url)
-    migrate(engine, "0001")
-    old = Store(engine)
+    database = connect_database(store_url)
+    migrate(database, "0001")
+    old = Store(database)
     refs = refs_before_engines(old)
-    insert_old_run(engine, refs, "oldest", steps=6)
+    insert_old_run(database, refs, "oldest", steps=6)
     old.close()
     with Store.open(store_url) as store:
         detail = store.get_run("oldest")
@@ -158,7 +158,7 @@ def test_what_is_kept_on_a_run_equals_what_its_measurements_say(store: Store) ->
     for i, status in enumerate(("failed", "ok", "failed", "ok", "lost")):
         store.save_run(sample_result(refs, "x", status=status,
                                      started_at=start + timedelta(minutes=i)))
-    with store.engine.connect() as conn:
+    with store.database.connect() as conn:
         kept = conn.execute(select(Run.current_measurement_id, Run.status, Run.attempts)).one()
         rule = conn.scalar(select(current_rule()).where(Measurement.run_id == 1))
         count = conn.scalar(text("SELECT count(*) FROM measurements"))

@@ -34,9 +34,9 @@ from harness.engines.base import (
     Artifact,
     BuildFn,
     BuildRecord,
-    Materials,
     NeedsBuild,
     PlannedWork,
+    Prepared,
     Rerun,
     Spec,
     StoredRun,
@@ -59,7 +59,7 @@ from harness.workloads.kinds import WorkloadPoint
 BUILD_FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends")
 RUNS_KINDS = ("decode",)  # a decode point: pp<ctx> and tg<max_new>
 
-__all__ = ["BUILD_FIELDS", "NAME", "LlamaBenchConfig", "LlamaBenchEngine", "bench_test_name",
+__all__ = ["BUILD_FIELDS", "NAME", "LlamaBenchConfig", "LlamaBenchAdapter", "bench_test_name",
            "options"]
 
 
@@ -80,7 +80,7 @@ def options(ctx: int, max_new: int, config: LlamaBenchConfig) -> tuple[str, ...]
     return tuple(opts)
 
 
-class LlamaBenchEngine:
+class LlamaBenchAdapter:
     name = NAME
     section = SECTION
     source_paths = ()  # built from llama.cpp's own source (the section's source and rev)
@@ -124,26 +124,26 @@ class LlamaBenchEngine:
     # -- planning ------------------------------------------------------------------------------
 
     def prepare(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str],
-                build: BuildFn) -> Materials:
+                build: BuildFn) -> Prepared:
         """llama-bench for every arch (in this process: its builds are cached for good) and
         the spec's model converted to each GGUF type."""
-        engine = LlamaBenchEngine(axes.source, axes.rev)
-        builds = {(NAME, arch): engine.build(arch) for arch in archs}
-        gguf = {t: engine.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
+        adapter = LlamaBenchAdapter(axes.source, axes.rev)
+        builds = {(NAME, arch): adapter.build(arch) for arch in archs}
+        gguf = {t: adapter.artifact(spec.model, t, axes.gguf) for t in axes.gguf_type}
         catalogue = Catalogue.empty()
         for artifact in gguf.values():
             catalogue.add_file(artifact.path, artifact.sha256)
         models = {a.sha256: (a.path, a.info) for a in gguf.values()}
-        return Materials(builds, models, catalogue, gguf)
+        return Prepared(builds, models, catalogue, gguf)
 
-    def identities(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: LlamaBenchAxes, archs: list[str]) -> Prepared:
         raise NeedsBuild(NAME, f"{spec.path}: judging stored runs without building is possible for "
                          "lmc experiments only; this one runs llama-bench (run it, or audit "
                          "without --stored-only)")
 
     def work(self, point: WorkloadPoint, config: LlamaBenchConfig, record: BuildRecord,
-             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
-        artifact: Artifact = materials.inputs[config.gguf_type]
+             prepared: Prepared, material: Material, timeout_s: float) -> PlannedWork:
+        artifact: Artifact = prepared.inputs[config.gguf_type]
         order = WorkOrder(
             run_key="", label=f"{point.label()} llama-bench {config.gguf_type}",
             engine=NAME, command=NAME,
@@ -193,7 +193,7 @@ class LlamaBenchEngine:
     def collect(self, transport: Transport, order: WorkOrder, data: Any) -> None:
         """llama-bench leaves nothing on the board."""
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         result = Figures()
         tests = []
         for row in data:

@@ -1,10 +1,10 @@
 """``lmc``, this project's engine, behind the adapter interface (harness.engines.base).
 
 Its spec section is ``[engine]`` (``section.py``), crossed into ``EngineConfig`` records
-(``config.py``) and turned into lmc's flags (``flags.py``); it is built with ninja per target
-and git revision (``build.py``); the model is a Hugging Face directory pushed as a tree, the
-token ids travel on standard input, and the output is the one JSON document of the engine
-contract (engine/README.md), checked on the board's side (``output.py``).
+(``config.py``) and turned into lmc's options of a run (``run_options.py``); it is built with
+ninja per target and git revision (``build.py``); the model is a Hugging Face directory pushed
+as a tree, the token ids travel on standard input, and the output is the one JSON document of
+the engine contract (engine/README.md), checked on the board's side (``output.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from harness.contract import WorkOrder
 from harness.engines.base import (
     BuildFn,
     BuildRecord,
-    Materials,
     PlannedWork,
+    Prepared,
     Rerun,
     Spec,
     StoredRun,
@@ -34,7 +34,7 @@ from harness.engines.base import (
 from harness.engines.lmc import output
 from harness.engines.lmc.build import SOURCE_PATHS, build_engine, build_identity
 from harness.engines.lmc.config import COLUMNS, TIMING_COLUMNS, EngineConfig, configs, count
-from harness.engines.lmc.flags import options
+from harness.engines.lmc.run_options import options
 from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
 from harness.errors import InputError, RunFailure
 from harness.identity import DIRTY, WORKTREE, Catalogue, git_output, model_identity, sha256_file
@@ -47,7 +47,7 @@ PREDICTOR_FLAG = "--predictor"  # gbm's trees, pushed by hash and named on the b
 SELECTION_FIELDS = {"mass": "selection_mass", "oracle_recall": "oracle_recall",
                     "max_abs_diff": "max_abs_diff", "bytes_read": "bytes_read"}
 
-__all__ = ["NAME", "EngineConfig", "LmcEngine", "check_revisions", "generator", "options",
+__all__ = ["NAME", "EngineConfig", "LmcAdapter", "check_revisions", "generator", "options",
            "run_here"]
 
 # `reproduce`: the timing compared per command, where it is stored (the run's column or the
@@ -93,9 +93,9 @@ def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path
     with it (an emulator, then the binary); the ids go to standard input. Returns the engine's
     document; RunFailure names the command when it fails or prints no valid document."""
     prefix = [str(binary)] if isinstance(binary, (str, Path)) else [str(x) for x in binary]
-    engine = LmcEngine()
-    argv = [*prefix[:-1], *engine.argv(command, prefix[-1], None if model is None else str(model),
-                                       ids is not None, flags)]
+    adapter = LmcAdapter()
+    argv = [*prefix[:-1], *adapter.argv(command, prefix[-1], None if model is None else str(model),
+                                        ids is not None, flags)]
     stdin = None if ids is None else " ".join(map(str, ids)) + "\n"
     done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     shown = shlex.join(argv[len(prefix) - 1:])
@@ -103,7 +103,7 @@ def run_here(binary: str | Path | Sequence[str], command: str, model: str | Path
         raise RunFailure(f"`{shown}` failed (exit {done.returncode}): "
                          f"{done.stderr.strip()[:500]}")
     try:
-        return engine.parse(done.stdout, command)
+        return adapter.parse(done.stdout, command)
     except output.EngineOutputError as exc:
         raise RunFailure(f"`{shown}`: {exc}") from exc
 
@@ -121,7 +121,9 @@ def generator(lmc: str | Path | list[str], model_dir: str | Path,
     return generate
 
 
-class LmcEngine:
+class LmcAdapter:
+    """lmc, this project's engine, behind the harness (base.EngineAdapter)."""
+
     name = NAME
     section = SECTION
     source_paths = SOURCE_PATHS
@@ -157,19 +159,19 @@ class LmcEngine:
     # -- planning ------------------------------------------------------------------------------
 
     def prepare(self, spec: Spec, axes: EngineAxes, archs: list[str],
-                build: BuildFn) -> Materials:
+                build: BuildFn) -> Prepared:
         check_revisions(spec)
         builds = build(self.name, [(rev, arch) for rev in spec.revisions for arch in archs])
-        return self._materials(spec, axes, builds)
+        return self._prepared(spec, axes, builds)
 
-    def identities(self, spec: Spec, axes: EngineAxes, archs: list[str]) -> Materials:
+    def identities(self, spec: Spec, axes: EngineAxes, archs: list[str]) -> Prepared:
         check_revisions(spec)
         builds = {(rev, arch): build_identity(arch, revision_arg(rev))
                   for rev in spec.revisions for arch in archs}
-        return self._materials(spec, axes, builds)
+        return self._prepared(spec, axes, builds)
 
-    def _materials(self, spec: Spec, axes: EngineAxes,
-                   builds: dict[tuple[str, str], BuildRecord]) -> Materials:
+    def _prepared(self, spec: Spec, axes: EngineAxes,
+                  builds: dict[tuple[str, str], BuildRecord]) -> Prepared:
         catalogue = Catalogue.empty()
         models: dict[str, tuple[Path, dict[str, Any]]] = {}
         model_sha, model_tree = None, None
@@ -181,12 +183,12 @@ class LmcEngine:
                       if p.predictor is not None}
         for sha, path in predictors.items():
             catalogue.add_file(path, sha)
-        return Materials(builds, models, catalogue,
-                         Inputs(spec.model, model_sha, model_tree, predictors))
+        return Prepared(builds, models, catalogue,
+                        Inputs(spec.model, model_sha, model_tree, predictors))
 
     def work(self, point: WorkloadPoint, config: EngineConfig, record: BuildRecord,
-             materials: Materials, material: Material, timeout_s: float) -> PlannedWork:
-        inputs: Inputs = materials.inputs
+             prepared: Prepared, material: Material, timeout_s: float) -> PlannedWork:
+        inputs: Inputs = prepared.inputs
         reads_model = point.workload_kind.uses_model and inputs.model_dir is not None
         predictor = None if config.predictor is None else inputs.predictors[config.predictor]
         order = WorkOrder(
@@ -228,7 +230,7 @@ class LmcEngine:
         if trace is not None:
             data[output.TRACE_KEY] = output.fetch_trace(transport, trace)
 
-    def measurements(self, command: str, data: Any) -> Figures:
+    def figures(self, command: str, data: Any) -> Figures:
         return Figures(
             prefill_ms=data.get("prefill_ms"),
             decode_ms_per_token=data.get("decode_ms_per_token"),

@@ -179,7 +179,8 @@ def _ppl(doc: dict[str, Any]) -> None:
 
 
 RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50")
-# seed 004's two-stage candidates in the last 128 keys (engine/keyrank.h), over cand_queries
+# the eviction-prediction article's two-stage candidates in the last 128 keys (engine/keyrank.h),
+# over cand_queries
 CANDIDATE_FIGURES = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
                      "kept32_c96")
 

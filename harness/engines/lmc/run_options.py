@@ -1,4 +1,5 @@
-"""The one place that turns a workload point and lmc's config into lmc's flags."""
+"""lmc's options of one run: the one place that turns a workload point and lmc's config into
+lmc's flags."""
 
 from __future__ import annotations
 

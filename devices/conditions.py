@@ -1,4 +1,5 @@
-"""Reasons to distrust a timing, read from device fingerprints: the one implementation.
+"""The conditions a run ran under that make its timing suspect (emulated, throttled, loaded
+...), flagged from device fingerprints: the one implementation.
 
 ``devices.fingerprint`` computes each snapshot's flags when it takes the snapshot and stores
 them in it (``"flags"``); ``reports`` reads those, and computes them here for snapshots stored

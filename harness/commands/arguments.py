@@ -1,4 +1,5 @@
-"""The command line's shared flags and argument types (no command imports another)."""
+"""The arguments commands share: their common flags and argument types (no command imports
+another)."""
 
 from __future__ import annotations
 
