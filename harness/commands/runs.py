@@ -9,8 +9,8 @@ from dataclasses import asdict
 from datetime import datetime
 
 from db.records import RUN_STATUSES
+from harness.commands.arguments import add_paging, page_note
 from harness.commands.context import store_of
-from harness.commands.flags import add_paging, page_note
 from harness.commands.table import format_table
 
 ERROR_WIDTH = 60

@@ -6,8 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from db.records import RUN_STATUSES
+from harness.commands.arguments import add_paging, page_note
 from harness.commands.context import store_of
-from harness.commands.flags import add_paging, page_note
 from harness.commands.table import format_table
 
 if TYPE_CHECKING:
