@@ -243,6 +243,24 @@ class Store:
         return Saved(run_id, measurement_id, expired)
 
     @retry_locked
+    def save_runs(self, results: list[RunResult]) -> list[Saved]:
+        """Append a measurement for each result, all in ONE transaction (a bulk import, or a
+        store grown for a benchmark): each as ``save_run`` without ``measurement_id`` would
+        store it, the runs' kept columns and counts brought up to date once at the end."""
+        for result in results:
+            _check_result(result)
+        saved = []
+        with self.writer.begin() as conn:
+            for result in results:
+                run_id = ensure_run(conn, result)
+                expired = lease_expired(conn, result)
+                measurement_id = append(conn, run_id, result, expired)
+                insert_children(conn, measurement_id, result)
+                saved.append(Saved(run_id, measurement_id, expired))
+            refresh_runs(conn, [s.run_id for s in saved])
+        return saved
+
+    @retry_locked
     def mark_lost(self) -> int:
         """Mark ``lost`` the attempts still ``running`` whose board lease is no longer live:
         their coordinator died or stalled past its lease (a coordinator calls this when it

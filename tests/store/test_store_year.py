@@ -163,3 +163,22 @@ def test_what_is_kept_on_a_run_equals_what_its_measurements_say(store: Store) ->
         rule = conn.scalar(select(current_rule()).where(Measurement.run_id == 1))
         count = conn.scalar(text("SELECT count(*) FROM measurements"))
     assert kept == (rule, "ok", count) and not math.isnan(rule)
+
+
+def test_a_batch_of_results_is_stored_as_one_by_one_would_store_it(store: Store) -> None:
+    refs = add_refs(store)
+    one, batch = [], []
+    for i, status in enumerate(("ok", "failed", "ok", "lost")):
+        one.append(sample_result(refs, f"one-{i % 2}", status=status, steps=i))
+        batch.append(sample_result(refs, f"batch-{i % 2}", status=status, steps=i))
+    for result in one:
+        store.save_run(result)
+    saved = store.save_runs(batch)
+    assert [s.run_id for s in saved] == [saved[0].run_id, saved[1].run_id] * 2
+    for i in range(2):
+        a, b = store.get_run(f"one-{i}"), store.get_run(f"batch-{i}")
+        for key in ("status", "attempts", "decode_ms_per_token"):
+            assert a.run[key] == b.run[key], key
+        assert [m.token_timings for m in a.measurements] == \
+            [m.token_timings for m in b.measurements]
+    assert kept_counts(store, refs.experiment_id) == derived_counts(store, refs.experiment_id)
