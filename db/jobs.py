@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, case, func, insert, select, update
 
 from db.connection import retry_locked
 from db.errors import StoreInputError
@@ -34,6 +34,7 @@ from db.models import (
 )
 
 ACTIVE = ("queued", "running")
+FINISHED_STATES = tuple(state for state in JOB_STATES if state not in ACTIVE)
 
 
 @dataclass(frozen=True)
@@ -187,23 +188,40 @@ class Jobs:
         """The queued and running jobs of ``experiment``."""
         return [j for j in self.list(ACTIVE) if j.experiment == experiment]
 
-    def list(self, states: tuple[str, ...] | None = None) -> list[JobInfo]:
-        """Jobs in queue order: running first, then queued by priority, then the rest, newest
-        first."""
-        query = select(self.table)
+    def _queue_order(self) -> list[Any]:
+        """Running first (oldest first), then queued by priority (then oldest first), then the
+        rest, newest first."""
+        c = self.table.c
+        active = c.state.in_(ACTIVE)
+        return [case((c.state == "running", 0), (c.state == "queued", 1), else_=2),
+                case((c.state == "queued", -c.priority), else_=0),
+                case((active, c.id), else_=-c.id)]
+
+    def list(self, states: tuple[str, ...] | None = None, limit: int | None = None,
+             offset: int = 0) -> list[JobInfo]:
+        """Jobs in queue order (``_queue_order``), ``limit`` of them from ``offset`` on."""
+        query = select(self.table).order_by(*self._queue_order()).offset(offset)
+        if states:
+            query = query.where(self.table.c.state.in_(states))
+        if limit is not None:
+            query = query.limit(limit)
+        with self.database.connect() as conn:
+            return [JobInfo(**row._mapping) for row in conn.execute(query)]
+
+    def count(self, states: tuple[str, ...] | None = None) -> int:
+        query = select(func.count()).select_from(self.table)
         if states:
             query = query.where(self.table.c.state.in_(states))
         with self.database.connect() as conn:
-            jobs = [JobInfo(**row._mapping) for row in conn.execute(query)]
-        order = {"running": 0, "queued": 1}
-        return sorted(jobs, key=lambda j: (order.get(j.state, 2), -j.priority
-                                           if j.state == "queued" else 0,
-                                           j.id if j.state in order else -j.id))
+            return int(conn.scalar(query))
 
     def latest(self, experiment: str) -> JobInfo | None:
         """The newest job of ``experiment`` (running ones first)."""
-        jobs = [j for j in self.list() if j.experiment == experiment]
-        return jobs[0] if jobs else None
+        query = (select(self.table).where(self.table.c.experiment == experiment)
+                 .order_by(*self._queue_order()).limit(1))
+        with self.database.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else JobInfo(**row._mapping)
 
     def finished_since(self, experiment: str, since: datetime) -> int:
         """Attempts at the experiment's runs that ended (ok or failed) since ``since``: the

@@ -172,12 +172,14 @@ class ExperimentLine:
         return sum(self.counts.values())
 
 
-def experiment_lines(session: Session, limit: int | None = None,
-                     offset: int = 0) -> list[ExperimentLine]:
-    """The experiments in name order, ``limit`` of them from ``offset`` on: a few rows each,
-    whatever the number of their runs."""
+def experiment_lines(session: Session, limit: int | None = None, offset: int = 0,
+                     newest_first: bool = False) -> list[ExperimentLine]:
+    """The experiments in name order (or the most recently run first), ``limit`` of them from
+    ``offset`` on: a few rows each, whatever the number of their runs."""
+    order = (Experiment.updated_at.desc(), Experiment.name) if newest_first \
+        else (Experiment.name,)
     page = select(Experiment.id, Experiment.name, Experiment.updated_at) \
-        .order_by(Experiment.name).offset(offset)
+        .order_by(*order).offset(offset)
     if limit is not None:
         page = page.limit(limit)
     experiments = session.execute(page).all()

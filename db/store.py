@@ -305,12 +305,12 @@ class Store:
         with self.session() as s:
             return queries.list_experiments(s)
 
-    def experiment_lines(self, limit: int | None = None,
-                         offset: int = 0) -> list[queries.ExperimentLine]:
-        """The experiments in name order with their runs per status (``limit`` of them from
-        ``offset`` on)."""
+    def experiment_lines(self, limit: int | None = None, offset: int = 0,
+                         newest_first: bool = False) -> list[queries.ExperimentLine]:
+        """The experiments in name order (or the most recently run first) with their runs per
+        status (``limit`` of them from ``offset`` on)."""
         with self.session() as s:
-            return queries.experiment_lines(s, limit, offset)
+            return queries.experiment_lines(s, limit, offset, newest_first)
 
     def count_experiments(self) -> int:
         with self.session() as s:

@@ -30,7 +30,7 @@ from db.leases import utcnow
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
 from harness.errors import BenchfarmError
-from harness.web.data import FarmData, as_json
+from harness.web.data import FarmData, Page, as_json, page_bounds
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
@@ -135,9 +135,28 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return HTMLResponse(templates.get_template(name).render(store=data.shown_url, **context),
                             code)
 
-    def index(_request: Request) -> HTMLResponse:
+    def paging(request: Request) -> tuple[int, int]:
+        try:
+            return page_bounds(request.query_params.get("limit"),
+                               request.query_params.get("offset"))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def paged(request: Request, listed: Page) -> JSONResponse:
+        """A page of a list as JSON: the items, the total in a header, the next page linked."""
+        response = JSONResponse(as_json(listed.items))
+        response.headers["x-total-count"] = str(listed.total)
+        end = listed.offset + len(listed.items)
+        if end < listed.total:
+            response.headers["link"] = (f"<{request.url.path}?offset={end}&limit="
+                                        f"{paging(request)[0]}>; rel=\"next\"")
+        return response
+
+    def index(request: Request) -> HTMLResponse:
+        limit, offset = paging(request)
         return page("index.html", boards=data.boards(), jobs=data.jobs(),
-                    experiments=data.experiments())
+                    queued=data.queue_total(), experiments=data.experiments(limit, offset),
+                    limit=limit)
 
     def experiment(request: Request) -> HTMLResponse:
         name = request.path_params["name"]
@@ -157,8 +176,8 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
             raise HTTPException(404, f"no job {request.path_params['job_id']} in the store")
         return JSONResponse(as_json(job))
 
-    def api_experiments(_request: Request) -> JSONResponse:
-        return JSONResponse(as_json(data.experiments()))
+    def api_experiments(request: Request) -> JSONResponse:
+        return paged(request, data.experiments(*paging(request)))
 
     def api_experiment(request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.experiment(request.path_params["name"])))

@@ -24,7 +24,7 @@ from typing import Any
 from db.boards import HealthResult, ReservationInfo
 from db.connection import connect_database, shown_url
 from db.errors import StoreInputError
-from db.jobs import ACTIVE, JobInfo, PlacementProgress
+from db.jobs import ACTIVE, FINISHED_STATES, JobInfo, PlacementProgress
 from db.leases import LeaseInfo, utcnow
 from db.queries import GroupSummary
 from db.store import Store
@@ -32,12 +32,17 @@ from devices.inventory import load_inventory
 from harness.history.revisions import commit_order
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
-from reports.history import HistoryStep, revision_histories
+from reports.history import HistoryStep, history, revision_runs
+from reports.metrics import METRICS
 from reports.render import build_sections, sections_html
 from reports.runs import load_experiment
 
 RECENT_FAILURES = 3  # failed runs shown per board
 FINISHED_JOBS = 20  # finished jobs listed under the queue
+ACTIVE_JOBS = 100  # running and queued jobs listed (the queue's head; the rest are counted)
+PAGE = 50  # experiments per page, and the default of every paged JSON list
+MAX_PAGE = 500  # the most any one request may ask for
+CACHED_EXPERIMENTS = 16  # experiments whose views are kept (read again when their runs change)
 FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
 HEALTH_SHOWN = 5  # health checks shown per board, newest first
 HISTORY_SECTION = "history"  # the report's section the experiment page shows first
@@ -153,6 +158,27 @@ class ExperimentHistory:
     steps: list[HistoryStep]
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: its items, where it starts, and how many there are in all."""
+
+    items: list[Any]
+    offset: int
+    total: int
+
+
+def page_bounds(limit: Any, offset: Any) -> tuple[int, int]:
+    """A request's ``limit`` and ``offset`` (text or None) as numbers, checked: a limit of 1 to
+    MAX_PAGE (default PAGE), an offset of 0 to 10**9; ValueError names what is wrong."""
+    def number(text: Any, name: str, default: int, low: int, high: int) -> int:
+        if text is None or text == "":
+            return default
+        if not str(text).isascii() or not str(text).isdigit() or not low <= int(text) <= high:
+            raise ValueError(f"{name}={text!r}: a whole number from {low} to {high}")
+        return int(text)
+    return number(limit, "limit", PAGE, 1, MAX_PAGE), number(offset, "offset", 0, 0, 10**9)
+
+
 def as_json(value: Any) -> Any:
     """A view (or a list of them) as JSON-ready values; times as ISO 8601 UTC."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -180,7 +206,10 @@ class FarmData:
         self.claims_dir = claims_dir
         self._store: Store | None = None
         self._lock = threading.Lock()
-        self._histories: dict[str, tuple[tuple[Any, ...], ExperimentHistory]] = {}
+        # experiment -> (its mark when read, what was read): the experiment page's parts, read
+        # again once the experiment has a new attempt or run (the live page asks every few
+        # seconds; a nightly's report takes seconds to make)
+        self._kept: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
 
     @property
     def shown_url(self) -> str:
@@ -236,15 +265,20 @@ class FarmData:
     # -- jobs ----------------------------------------------------------------------------------
 
     def jobs(self) -> list[JobView]:
-        """Running and queued jobs, then the newest finished ones."""
-        listed = self.store.jobs.list()
-        active = [job for job in listed if job.state in ACTIVE]
-        finished = [job for job in listed if job.state not in ACTIVE][:FINISHED_JOBS]
-        newest: dict[str, int] = {}
-        for job in listed:
-            newest[job.experiment] = max(newest.get(job.experiment, job.id), job.id)
-        return [self._job_view(job, newest[job.experiment] == job.id)
-                for job in active + finished]
+        """The running and queued jobs at the head of the queue (ACTIVE_JOBS of them), then
+        the newest finished ones."""
+        jobs = self.store.jobs
+        active = jobs.list(ACTIVE, ACTIVE_JOBS)
+        finished = jobs.list(FINISHED_STATES, FINISHED_JOBS)
+        return [self._job_view(job, self._newest(job)) for job in active + finished]
+
+    def queue_total(self) -> int:
+        """How many jobs are running or queued (the page lists ACTIVE_JOBS of them)."""
+        return self.store.jobs.count(ACTIVE)
+
+    def _newest(self, job: JobInfo) -> bool:
+        latest = self.store.jobs.latest(job.experiment)
+        return latest is not None and latest.id == job.id
 
     def job(self, job_id: int) -> JobView | None:
         store = self.store
@@ -252,14 +286,14 @@ class FarmData:
             info = store.jobs.get(job_id)
         except StoreInputError:  # no job with this id
             return None
-        latest = store.jobs.latest(info.experiment)
-        return self._job_view(info, latest is not None and latest.id == info.id)
+        return self._job_view(info, self._newest(info))
 
     def _job_view(self, job: JobInfo, newest: bool) -> JobView:
         """A job with its progress per placement (kept for the newest job of an experiment
         only: the store's progress counts that experiment's runs as they are now)."""
-        placements = ([Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)]
-                      if newest else [])
+        placements = self._kept_for(job.experiment, f"progress {job.id}", lambda: [
+            Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)]) \
+            if newest else []
         end = job.finished_at or utcnow()
         elapsed = (end - job.started_at).total_seconds() if job.started_at else None
         sums = {name: sum(getattr(p, name) for p in placements)
@@ -278,18 +312,18 @@ class FarmData:
 
     # -- experiments ---------------------------------------------------------------------------
 
-    def experiments(self) -> list[ExperimentRow]:
+    def experiments(self, limit: int = PAGE, offset: int = 0) -> Page:
+        """A page of the experiments, the most recently run first, with their runs per status
+        (kept by the store as runs land: a few rows each, however many runs they have)."""
         store = self.store
-        rows = []
-        for name in store.list_experiments():
-            summary = store.experiment_summary(name)
-            rows.append(ExperimentRow(name, summary.updated_at, summary.counts, summary.total))
-        return sorted(rows, key=lambda row: row.updated_at, reverse=True)
+        lines = store.experiment_lines(limit, offset, newest_first=True)
+        return Page([ExperimentRow(line.name, line.updated_at, line.counts, line.total)
+                     for line in lines], offset, store.count_experiments())
 
     def experiment(self, name: str) -> ExperimentView:
         """One experiment; an unknown name raises ``db.StoreInputError``."""
         store = self.store
-        summary = store.experiment_summary(name)
+        summary = self._kept_for(name, "summary", lambda: store.experiment_summary(name))
         latest = store.jobs.latest(name)
         found = self.history(name)
         return ExperimentView(
@@ -299,31 +333,46 @@ class FarmData:
             revisions=found.revisions, steps=found.steps)
 
     def history(self, name: str) -> ExperimentHistory:
-        """The experiment's revisions and steps, read again only once it has a new attempt or
-        a new run (the live page asks every few seconds)."""
-        newest = self.store.experiment_mark(name)
-        with self._lock:
-            cached = self._histories.get(name)
-        if cached is not None and cached[0] == newest:
-            return cached[1]
-        runs = load_experiment(self.store, name).runs
-        histories = revision_histories(
-            runs, commit_order(sorted(set(runs["build_revision"].dropna()))))
-        found = ExperimentHistory(
-            revisions=list(dict.fromkeys(r for hist in histories for r in hist.revisions)),
-            steps=[step for hist in histories for step in hist.steps])
-        with self._lock:
-            self._histories[name] = (newest, found)
-        return found
+        """The experiment's revisions and steps (every metric's), from what a history reads."""
+        def read() -> ExperimentHistory:
+            runs = revision_runs(self.store, name)
+            revisions = sorted({r.revision for r in runs})
+            order = commit_order(revisions) if len(revisions) > 1 else []
+            histories = [hist for metric in METRICS
+                         if (hist := history(runs, order, metric)).series] if order else []
+            return ExperimentHistory(
+                revisions=list(dict.fromkeys(r for hist in histories for r in hist.revisions)),
+                steps=[step for hist in histories for step in hist.steps])
+        return self._kept_for(name, "history", read)
 
     def report_html(self, name: str) -> tuple[str, str]:
         """The experiment's history across revisions (timelines with their steps; empty with
-        one revision) and the rest of its report's sections, rendered now by the report's own
+        one revision) and the rest of its report's sections, rendered by the report's own
         code (revisions in git's commit order); every value from the store is escaped there."""
-        sections = [s for s in build_sections(load_experiment(self.store, name), commit_order)
-                    if s.has_content()]
-        return (sections_html([s for s in sections if s.anchor == HISTORY_SECTION]),
-                sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))
+        def render() -> tuple[str, str]:
+            sections = [s for s in build_sections(load_experiment(self.store, name),
+                                                  commit_order) if s.has_content()]
+            return (sections_html([s for s in sections if s.anchor == HISTORY_SECTION]),
+                    sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))
+        return self._kept_for(name, "report", render)
+
+    def _kept_for(self, name: str, part: str, read: Any) -> Any:
+        """``read()`` of the experiment's ``part``, kept until the experiment has a new attempt
+        or run; the CACHED_EXPERIMENTS experiments read most recently are kept."""
+        mark = self.store.experiment_mark(name)
+        with self._lock:
+            kept = self._kept.get((name, part))
+        if kept is not None and kept[0] == mark:
+            return kept[1]
+        value = read()
+        with self._lock:
+            self._kept.pop((name, part), None)
+            self._kept[(name, part)] = (mark, value)
+            names = list(dict.fromkeys(n for n, _ in reversed(self._kept)))
+            for old_name, old_part in list(self._kept):
+                if old_name not in names[:CACHED_EXPERIMENTS]:
+                    del self._kept[(old_name, old_part)]
+        return value
 
     # -- audits --------------------------------------------------------------------------------
 

@@ -181,7 +181,8 @@ async function refresh() {
   const page = document.body.dataset.page;
   if (page === "index") {
     const [boards, jobs, experiments] = await Promise.all(
-      [getJson("/api/boards"), getJson("/api/jobs"), getJson("/api/experiments")]);
+      [getJson("/api/boards"), getJson("/api/jobs"),
+       getJson("/api/experiments" + window.location.search)]);  // the page shown
     replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 14);
     const active = jobs.filter((j) => j.state === "queued" || j.state === "running");
     const finished = jobs.filter((j) => !(j.state === "queued" || j.state === "running"));
