@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db.models import Experiment, ExperimentRun, Measurement, Run
+from db.models import Experiment, ExperimentCount, ExperimentRun, Measurement, Run
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,18 @@ def spec(session: Session, name: str) -> StoredSpec:
     return StoredSpec(row.spec_text, row.spec_hash)
 
 
-def mark(session: Session, name: str) -> tuple[int | None, int]:
-    """What changes when the experiment gets a new attempt or a new run: its newest
-    measurement's id and the number of its runs with a measurement."""
-    return tuple(session.execute(
-        select(func.max(Measurement.id), func.count(func.distinct(Measurement.run_id)))
-        .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
-        .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
-        .where(Experiment.name == name)).one())
+def mark(session: Session, name: str) -> tuple[Any, ...]:
+    """What changes when the experiment gets a new attempt, a new run, or an attempt of it
+    ends (running becomes ok, failed, lost ...): its newest measurement's id and its runs per
+    status (kept by the store as runs land)."""
+    experiment_id = session.scalar(select(Experiment.id).where(Experiment.name == name))
+    newest = session.scalar(select(func.max(Measurement.id))
+                            .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
+                            .where(ExperimentRun.experiment_id == experiment_id))
+    counts = session.execute(select(ExperimentCount.status, ExperimentCount.runs)
+                             .where(ExperimentCount.experiment_id == experiment_id)
+                             .order_by(ExperimentCount.status)).all()
+    return (newest, *(tuple(row) for row in counts))
 
 
 def holding(session: Session, run_keys: Collection[str]) -> list[str]:

@@ -202,6 +202,19 @@ class ExperimentCount(Base):
     runs: Mapped[int]
 
 
+class StepResult(Base):
+    """The steps found in one series of a history (``reports.history``), kept by what they
+    were found in: ``key`` is the sha256 of the detector's version, its parameters and the
+    series' values. A series that gains a point has a new key; one that did not is found here
+    instead of being fitted again on every report and page."""
+
+    __tablename__ = "step_results"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    steps: Mapped[list[Any]]  # [[index, before, after], ...]
+    computed_at: Mapped[datetime]
+
+
 class DeviceSnapshot(Base):
     __tablename__ = "device_snapshots"
 

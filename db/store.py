@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, event, or_, select, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, event, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import experiments, queries
@@ -40,6 +40,7 @@ from db.models import (
     Measurement,
     Model,
     Run,
+    StepResult,
     Workload,
 )
 from db.records import RUN_STATUSES, SNAPSHOT_PHASES, RunResult
@@ -299,6 +300,37 @@ class Store:
             link(conn, experiment_id, list(found.values()))
         return set(keys) - set(found)
 
+    # -- what is derived from the runs and kept -------------------------------------------------
+
+    def known_steps(self, keys: Collection[str]) -> dict[str, list[Any]]:
+        """The steps kept for these series keys (those kept; see models.StepResult)."""
+        found: dict[str, list[Any]] = {}
+        table = StepResult.__table__
+        with self.database.connect() as conn:
+            for chunk in chunks(sorted(set(keys))):
+                found.update(conn.execute(select(table.c.key, table.c.steps)
+                                          .where(table.c.key.in_(chunk))).all())
+        return found
+
+    @retry_locked
+    def keep_steps(self, found: dict[str, list[Any]]) -> None:
+        """Keep steps found in series (by their keys); a key already kept stays as it is (the
+        same key is the same series, so the same steps)."""
+        if not found:
+            return
+        table = StepResult.__table__
+        try:
+            with self.writer.begin() as conn:
+                have: set[str] = set()
+                for chunk in chunks(sorted(found)):
+                    have.update(conn.scalars(select(table.c.key).where(table.c.key.in_(chunk))))
+                rows = [{"key": key, "steps": steps, "computed_at": now()}
+                        for key, steps in found.items() if key not in have]
+                if rows:
+                    conn.execute(insert(table), rows)
+        except IntegrityError:
+            pass  # another process kept the same series meanwhile: the same steps
+
     # -- queries (db/queries.py, db/experiments.py) -------------------------------------------
 
     def list_experiments(self) -> list[str]:
@@ -345,8 +377,9 @@ class Store:
         with self.session() as s:
             return experiments.spec(s, name)
 
-    def experiment_mark(self, name: str) -> tuple[int | None, int]:
-        """A value that changes when the experiment gets a new attempt or run (a cache key)."""
+    def experiment_mark(self, name: str) -> tuple[Any, ...]:
+        """A value that changes when the experiment gets a new attempt or run, or an attempt
+        of it ends (a cache key)."""
         with self.session() as s:
             return experiments.mark(s, name)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,3 +136,32 @@ def worktree_revision(paths: Sequence[str]) -> str:
     status = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=REPO_ROOT,
                             capture_output=True, text=True).stdout
     return commit + (DIRTY if status.strip() else "")
+
+
+def commit_order(revisions: Iterable[str]) -> list[str]:
+    """``revisions`` in commit order (ancestors first); those git does not know follow in the
+    order given, then the working trees with local changes (``+dirty``)."""
+    given = list(dict.fromkeys(revisions))
+    commits = _commits([r for r in given if not r.endswith(DIRTY)])
+    known = [r for r in given if r in commits]
+    position = {}
+    if known:
+        walked = git_output("rev-list", "--topo-order", "--reverse", *known).split()
+        position = {commit: i for i, commit in enumerate(walked)}
+    ordered = sorted((r for r in known if r in position), key=position.__getitem__)
+    rest = [r for r in given if r not in position and not r.endswith(DIRTY)]
+    return ordered + rest + [r for r in given if r.endswith(DIRTY)]
+
+
+def _commits(names: list[str]) -> set[str]:
+    """Those of ``names`` that name a commit of the repository: one `git cat-file` for all
+    (a history holds a thousand revisions)."""
+    if not names:
+        return set()
+    query = "".join(f"{name}^{{commit}}\n" for name in names if "\n" not in name)
+    done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=REPO_ROOT, input=query,
+                          capture_output=True, text=True)
+    answers = done.stdout.splitlines() if done.returncode == 0 else []
+    asked = [name for name in names if "\n" not in name]
+    return {name for name, answer in zip(asked, answers, strict=False)
+            if not answer.endswith(" missing") and " commit " in f"{answer} "}

@@ -9,10 +9,12 @@ experiment, device, config, engine revision and metric values. The order of the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -20,7 +22,7 @@ from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
 from reports.runs import labelled_for_history, revision_label, without_revision
 from reports.stats import summarize
-from reports.steps import DEFAULT_PARAMS, StepParams, detect_steps
+from reports.steps import DEFAULT_PARAMS, METHOD, Step, StepParams, detect_steps
 
 # the metrics a history follows, with their units; lower is better but for those named below
 POINT_PARAMS = ("ctx", "depth", "seed", "length")
@@ -158,11 +160,47 @@ class History:
         return "\n".join(lines)
 
 
+class StepCache(Protocol):
+    """Where the steps found in series are kept (``db.store.Store``'s ``known_steps`` and
+    ``keep_steps``; a read-only store keeps nothing)."""
+
+    def known_steps(self, keys: Collection[str]) -> dict[str, list[Any]]: ...
+
+    def keep_steps(self, found: dict[str, list[Any]]) -> None: ...
+
+
+def series_key(values: Sequence[Sequence[float]], params: StepParams) -> str:
+    """What a series' steps are found from: the detector's method, its parameters and the
+    values at each point (a series that gains a point or a run gets a new key)."""
+    text = json.dumps([METHOD, asdict(params), [list(v) for v in values]])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def found_steps(series: Sequence[Sequence[Sequence[float]]], params: StepParams,
+                cache: StepCache | None = None) -> list[list[Step]]:
+    """The steps of each series: those ``cache`` keeps, the others found now (and kept)."""
+    keys = [series_key(values, params) for values in series]
+    known = cache.known_steps(keys) if cache is not None else {}
+    fresh: dict[str, list[Any]] = {}
+    out = []
+    for key, values in zip(keys, series, strict=True):
+        if key in known:
+            out.append([Step(int(i), before, after) for i, before, after in known[key]])
+            continue
+        steps = detect_steps(values, params)
+        fresh[key] = [[int(s.index), float(s.before), float(s.after)] for s in steps]
+        out.append(steps)
+    if cache is not None and fresh:
+        cache.keep_steps(fresh)
+    return out
+
+
 def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
             devices: Sequence[str] | None = None, configs: Sequence[str] | None = None,
-            params: StepParams = DEFAULT_PARAMS) -> History:
+            params: StepParams = DEFAULT_PARAMS, cache: StepCache | None = None) -> History:
     """The series of ``metric`` per (device, config) over the revisions in ``order`` (those of
-    the runs not in it follow, in the order of their first run), and the steps in each."""
+    the runs not in it follow, in the order of their first run), and the steps in each (kept
+    in ``cache`` by what they were found in)."""
     chosen = [r for r in runs if metric in r.values
               and (not devices or r.device in devices) and (not configs or r.config in configs)]
     seen = list(dict.fromkeys(r.revision for r in sorted(chosen, key=lambda r: r.run_id)))
@@ -175,26 +213,45 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
     for (device, config), by_rev in sorted(groups.items()):
         points = [Point(rev, by_rev[rev]) for rev in revisions if rev in by_rev]
         result.series.append(RevisionSeries(device, config, points))
-        for step in detect_steps([p.values for p in points], params):
-            result.steps.append(HistoryStep(points[step.index].revision, device, config, metric,
-                                            step.before, step.after, step.ratio))
+    found = found_steps([[p.values for p in s.points] for s in result.series], params, cache)
+    for series, steps in zip(result.series, found, strict=True):
+        for step in steps:
+            result.steps.append(HistoryStep(series.points[step.index].revision, series.device,
+                                            series.config, metric, step.before, step.after,
+                                            step.ratio))
     return result
 
 
-def revision_histories(runs: pd.DataFrame, order: Sequence[str]) -> list[History]:
+def revision_histories(runs: pd.DataFrame, order: Sequence[str],
+                       cache: StepCache | None = None) -> list[History]:
     """The history of each metric an experiment's flattened runs have, when they hold more
     than one engine revision (none otherwise): the report's and the dashboard's."""
-    found = runs_by_revision(runs)
+    return histories_of(runs_by_revision(runs), order, cache)
+
+
+def histories_of(found: Sequence[RevisionRun], order: Sequence[str],
+                 cache: StepCache | None = None) -> list[History]:
+    """The history of each metric the runs have, when they hold more than one revision."""
     if len({r.revision for r in found}) < 2:
         return []
-    return [hist for metric in METRICS if (hist := history(found, order, metric)).series]
+    return [hist for metric in METRICS
+            if (hist := history(found, order, metric, cache=cache)).series]
 
 
-def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str]
+def keep_steps_of(store: Any, experiment: str, revision_order: Any) -> None:
+    """Find and keep (in the store) the steps of every series of the experiment's history
+    that the store does not keep yet: what a coordinator does when its runs have landed, so
+    that reports and pages find them. ``revision_order`` puts revisions in commit order."""
+    found = revision_runs(store, experiment)
+    histories_of(found, revision_order(sorted({r.revision for r in found})), store)
+
+
+def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str],
+                           cache: StepCache | None = None
                            ) -> tuple[list[tuple[str, str]], pd.DataFrame]:
     """The report's history of an experiment with several revisions: a timeline per metric
     and device, and the table of the steps found (empty when it holds one revision)."""
-    histories = revision_histories(runs, order)
+    histories = revision_histories(runs, order, cache)
     figures = [figure for hist in histories for figure in timeline_figures(hist)]
     steps = [asdict(step) for hist in histories for step in hist.steps]
     return figures, pd.DataFrame(steps, columns=STEP_COLUMNS)

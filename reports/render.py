@@ -22,7 +22,7 @@ from db.records import FIGURE_UNITS
 from reports import aggregate, eviction, figures
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
-from reports.history import timeline_section_parts
+from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
@@ -185,10 +185,11 @@ def device_comparison(data: ExperimentData) -> Section:
     return Section("devices", "Devices compared", text, tables=tables)
 
 
-def history_section(data: ExperimentData, revision_order: RevisionOrder | None) -> Section:
+def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
+                    steps_cache: StepCache | None = None) -> Section:
     revisions = sorted(set(data.runs["build_revision"].dropna()))
     order = revision_order(revisions) if revision_order and len(revisions) > 1 else []
-    figures, steps = timeline_section_parts(data.runs, order)
+    figures, steps = timeline_section_parts(data.runs, order, steps_cache)
     return Section("history", "History across revisions",
                    "Each metric per engine revision in commit order (medians over runs), one "
                    "timeline per metric and device; dashed red lines mark the steps beyond noise "
@@ -201,8 +202,9 @@ def history_section(data: ExperimentData, revision_order: RevisionOrder | None) 
 RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
 
 
-def build_sections(data: ExperimentData,
-                   revision_order: RevisionOrder | None = None) -> list[Section]:
+def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = None,
+                   steps_cache: StepCache | None = None) -> list[Section]:
+    """The report's sections; ``steps_cache`` keeps the steps of its history's series."""
     runs = data.runs
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
@@ -264,7 +266,7 @@ def build_sections(data: ExperimentData,
                 "when the half with the lowest scores is evicted. Medians over the texts.",
                 tables=[Table("key_ranking", eviction.key_rank_table(runs))]),
         device_comparison(data),
-        history_section(data, revision_order),
+        history_section(data, revision_order, steps_cache),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "
@@ -353,7 +355,7 @@ def render_report(store: Any, experiment: str, out_dir: str | Path,
     """
     data = load_experiment(store, experiment, selection)  # an unknown experiment fails here
     out = output_dir(out_dir)
-    sections = build_sections(data, revision_order) + list(extra_sections or [])
+    sections = build_sections(data, revision_order, store) + list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"
     files: dict[str, Path] = {}

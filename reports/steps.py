@@ -55,6 +55,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# the method's name and version: steps kept by what they were found in (reports.history) are
+# found again once it changes
+METHOD = "weighted-L1 fit, Schwarz criterion with AR(1) noise, v1"
 MAD_TO_SD = 1.4826  # the MAD of a normal sample times this estimates its standard deviation
 RHOS = np.round(np.arange(-0.9, 0.91, 0.05), 2)
 

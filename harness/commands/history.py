@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_history(store: Store, experiment: str, metric: str, devices: list[str] | None,
                  configs: list[str] | None, threshold: float) -> History:
-    from harness.history.revisions import commit_order
+    from harness.identity import commit_order
     from reports.history import history, revision_runs
     from reports.steps import StepParams
 
@@ -51,8 +51,8 @@ def load_history(store: Store, experiment: str, metric: str, devices: list[str] 
     for device in devices or []:
         if device not in {r.device for r in runs}:
             raise InputError(f"--device {device!r}: no ok run of {experiment!r} on it")
-    return history(runs, commit_order(r.revision for r in runs), metric, devices, configs,
-                   StepParams(threshold=threshold))
+    return history(runs, commit_order(sorted({r.revision for r in runs})), metric, devices,
+                   configs, StepParams(threshold=threshold), cache=store)
 
 
 def run(args: argparse.Namespace) -> int:

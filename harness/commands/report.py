@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.history.revisions import commit_order
+    from harness.identity import commit_order
     from harness.verify.claims import audit_claims
     from reports.audit import audit_section, write_audit
     from reports.outdir import default_report_dir

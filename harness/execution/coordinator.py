@@ -26,9 +26,11 @@ from harness.execution.leases import Cancelled, Sharing, job_heartbeat, lease_tt
 from harness.execution.notify import Targets, notify, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
+from harness.identity import commit_order
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
+from reports.history import keep_steps_of
 
 
 @dataclass
@@ -135,10 +137,24 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                 announce_job(store, job_id, targets)
         raise
     summary.job_id = job_id
+    if summary.counts["ok"]:
+        keep_history(store, spec.name, request.stream)
     if one_shot:
         store.jobs.finish(job_id, "done" if summary.succeeded else "failed", summary.line())
         announce_job(store, job_id, targets)
     return summary
+
+
+def keep_history(store: Store, experiment: str, stream: TextIO | None) -> None:
+    """Once runs landed: find and keep the steps of the experiment's history that the store
+    does not keep yet (only the series that gained points are fitted), so that reports and
+    the dashboard read them. The job's results are stored already: a failure here is said,
+    and left to the next report to try again."""
+    try:
+        keep_steps_of(store, experiment, commit_order)
+    except (StoreError, ValueError) as exc:
+        print(f"experiment {experiment}: its history's steps were not kept ({exc}); a report "
+              "finds them", file=stream or sys.stderr, flush=True)
 
 
 def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> None:

@@ -11,11 +11,11 @@ builds the same engines as its parent.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from harness import REPO_ROOT
 from harness.errors import InputError
-from harness.identity import DIRTY, WORKTREE, git_output, worktree_revision
+from harness.identity import WORKTREE, git_output, worktree_revision
 
 
 def folders(paths: Sequence[str]) -> str:
@@ -60,32 +60,3 @@ def engine_commits(since: str, until: str, paths: Sequence[str]) -> list[str]:
     """The commits after ``since`` up to ``until`` that change ``paths``, oldest first."""
     out = git_output("rev-list", "--reverse", "--topo-order", f"{since}..{until}", "--", *paths)
     return out.split()
-
-
-def commit_order(revisions: Iterable[str]) -> list[str]:
-    """``revisions`` in commit order (ancestors first); those git does not know follow in the
-    order given, then the working trees with local changes (``+dirty``)."""
-    given = list(dict.fromkeys(revisions))
-    commits = _commits([r for r in given if not r.endswith(DIRTY)])
-    known = [r for r in given if r in commits]
-    position = {}
-    if known:
-        walked = git_output("rev-list", "--topo-order", "--reverse", *known).split()
-        position = {commit: i for i, commit in enumerate(walked)}
-    ordered = sorted((r for r in known if r in position), key=position.__getitem__)
-    rest = [r for r in given if r not in position and not r.endswith(DIRTY)]
-    return ordered + rest + [r for r in given if r.endswith(DIRTY)]
-
-
-def _commits(names: list[str]) -> set[str]:
-    """Those of ``names`` that name a commit of the repository: one `git cat-file` for all
-    (a history holds a thousand revisions)."""
-    if not names:
-        return set()
-    query = "".join(f"{name}^{{commit}}\n" for name in names if "\n" not in name)
-    done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=REPO_ROOT, input=query,
-                          capture_output=True, text=True)
-    answers = done.stdout.splitlines() if done.returncode == 0 else []
-    asked = [name for name in names if "\n" not in name]
-    return {name for name, answer in zip(asked, answers, strict=False)
-            if not answer.endswith(" missing") and " commit " in f"{answer} "}

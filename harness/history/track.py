@@ -20,12 +20,12 @@ from harness.errors import InputError
 from harness.execution.notify import Targets, notify
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import (
-    commit_order,
     engine_commits,
     engine_revision,
     folders,
     resolve,
 )
+from harness.identity import commit_order
 from reports.history import History, HistoryStep, history
 from reports.steps import StepParams
 
@@ -80,9 +80,9 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
     runs = measurer.stored()
     if not runs:
         raise InputError(f"experiment {measurer.spec.name!r} holds no ok runs to show")
-    hist = history(runs, commit_order(r.revision for r in runs), metric,
+    hist = history(runs, commit_order(sorted({r.revision for r in runs})), metric,
                    devices=list(measurer.placement.devices),
-                   params=StepParams(threshold=threshold))
+                   params=StepParams(threshold=threshold), cache=measurer.store)
     result = TrackResult(new, skipped, hist)
     for step in hist.steps:
         if step.regression and step.revision in new:

@@ -29,7 +29,7 @@ from db.leases import LeaseInfo, utcnow
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
-from harness.history.revisions import commit_order
+from harness.identity import commit_order
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
 from reports.history import HistoryStep, history, revision_runs
@@ -198,6 +198,20 @@ def _activity(lease: LeaseInfo | None) -> str:
     return "warm-up" if lease.run_key is None else "running"
 
 
+@dataclass(frozen=True)
+class ReadOnlySteps:
+    """A store's kept steps (reports.history.StepCache), read only: what the dashboard finds
+    there it shows; what it must fit itself it keeps in its own page cache, not the store."""
+
+    store: Store
+
+    def known_steps(self, keys: Any) -> dict[str, list[Any]]:
+        return self.store.known_steps(keys)
+
+    def keep_steps(self, found: dict[str, list[Any]]) -> None:
+        pass
+
+
 class FarmData:
     """The dashboard's reads of one store (any SQLAlchemy URL), opened at the first read."""
 
@@ -222,6 +236,11 @@ class FarmData:
             if self._store is None:
                 self._store = Store(connect_database(self.url, create=False), read_only=True)
             return self._store
+
+    @property
+    def steps(self) -> ReadOnlySteps:
+        """The steps the store keeps, read and never written (the dashboard writes nothing)."""
+        return ReadOnlySteps(self.store)
 
     def close(self) -> None:
         if self._store is not None:
@@ -339,7 +358,8 @@ class FarmData:
             revisions = sorted({r.revision for r in runs})
             order = commit_order(revisions) if len(revisions) > 1 else []
             histories = [hist for metric in METRICS
-                         if (hist := history(runs, order, metric)).series] if order else []
+                         if (hist := history(runs, order, metric, cache=self.steps)).series] \
+                if order else []
             return ExperimentHistory(
                 revisions=list(dict.fromkeys(r for hist in histories for r in hist.revisions)),
                 steps=[step for hist in histories for step in hist.steps])
@@ -351,7 +371,8 @@ class FarmData:
         code (revisions in git's commit order); every value from the store is escaped there."""
         def render() -> tuple[str, str]:
             sections = [s for s in build_sections(load_experiment(self.store, name),
-                                                  commit_order) if s.has_content()]
+                                                  commit_order, self.steps)
+                        if s.has_content()]
             return (sections_html([s for s in sections if s.anchor == HISTORY_SECTION]),
                     sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))
         return self._kept_for(name, "report", render)

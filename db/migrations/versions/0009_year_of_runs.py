@@ -8,6 +8,7 @@
   measurement by the reads' rule, its status, its number of measurements), filled here; and
   ``experiment_counts`` each experiment's runs per status. From now on db.rows keeps them.
 - An index on ``runs.build_id`` (a history reads runs by revision).
+- ``step_results``: the steps found in a history's series, kept by what they were found in.
 
 The conversion runs in batches, in the migration's one transaction. The codec is db.packing's:
 a change to its format is a migration of its own.
@@ -48,6 +49,13 @@ def upgrade() -> None:
     _current_measurements(bind)
     _experiment_counts(bind)
     op.create_index("ix_runs_build_id", "runs", ["build_id"])
+    op.create_table(
+        "step_results",
+        sa.Column("key", sa.String(64), nullable=False),
+        sa.Column("steps", sa.JSON(), nullable=False),
+        sa.Column("computed_at", sa.DateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("key", name="pk_step_results"),
+    )
 
 
 def _decode_steps(bind: sa.Connection) -> None:
