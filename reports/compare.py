@@ -17,15 +17,17 @@ ratios it finds between identical configs are the noise floor, which then serves
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from db.measurements import CURRENT, Selection
-from reports.cells import merge_flags, plain_key
+from reports.cells import cell_rows, merge_flags, plain_key
 from reports.cpu import mixed_cpu_flag
 from reports.errors import ReportInputError
 from reports.metrics import TIMINGS
@@ -174,9 +176,35 @@ def _base_config(config: str) -> str:
                     if not part.startswith("t="))
 
 
-def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
-    ta = [tokens(v) for v in cell_a.sort_values("repeat")["generated_ids"]]
-    tb = [tokens(v) for v in cell_b.sort_values("repeat")["generated_ids"]]
+class _Cell:
+    """One side of a config: its rows of a frame, read from the frame's column lists by
+    position (a sub-frame per config costs milliseconds; a nightly holds tens of thousands)."""
+
+    __slots__ = ("columns", "rows")
+
+    def __init__(self, columns: dict[str, list[Any]], rows: list[int]) -> None:
+        self.columns, self.rows = columns, rows
+
+    def __getitem__(self, name: str) -> list[Any]:
+        column = self.columns[name]
+        return [column[i] for i in self.rows]
+
+
+CELL_COLUMNS = ("config", "wq", "device", "repeat", "generated_ids", "flags", "cpu")
+
+
+def _columns(runs: pd.DataFrame, metric: str) -> dict[str, list[Any]]:
+    """The columns a config's row reads (``_row``), as lists."""
+    return {name: runs[name].tolist() for name in (metric, *CELL_COLUMNS) if name in runs}
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _tokens_text(cell_a: _Cell, cell_b: _Cell) -> str:
+    ta = [tokens(v) for v in _by_repeat(cell_a, "generated_ids")]
+    tb = [tokens(v) for v in _by_repeat(cell_b, "generated_ids")]
     ta, tb = [t for t in ta if t is not None], [t for t in tb if t is not None]
     if not ta or not tb:
         return ""
@@ -184,32 +212,40 @@ def _tokens_text(cell_a: pd.DataFrame, cell_b: pd.DataFrame) -> str:
     return "identical" if step is None else f"diverge at step {step}"
 
 
-def _row(key: dict[str, Any], cell_a: pd.DataFrame, cell_b: pd.DataFrame, metric: str,
+def _by_repeat(cell: _Cell, name: str) -> list[Any]:
+    """A column of the cell in the order of its repeats, as ``sort_values("repeat")`` gives
+    it (the same sort on the same values: ties stay where it puts them)."""
+    values = cell[name]
+    order = np.asarray(cell["repeat"]).argsort(kind="quicksort")
+    return [values[i] for i in order]
+
+
+def _row(key: dict[str, Any], cell_a: _Cell, cell_b: _Cell, metric: str,
          threshold: float, same_cpu: bool = False) -> dict[str, Any]:
     """One config: each measurement of it is one independent sample."""
-    sample_a, sample_b = cell_a[metric].dropna().tolist(), cell_b[metric].dropna().tolist()
+    sample_a = [v for v in cell_a[metric] if not _missing(v)]
+    sample_b = [v for v in cell_b[metric] if not _missing(v)]
     change = compare_samples(sample_a, sample_b, threshold)
     return key | {
-        "policy": str(cell_a["config"].iloc[0]).split()[0], "wq": _one(cell_a["wq"]),
+        "policy": str(cell_a["config"][0]).split()[0], "wq": _one(cell_a["wq"]),
         "pair": f"{_boards(cell_a)} -> {_boards(cell_b)}",
         "n_a": len(sample_a), "n_b": len(sample_b),
-        "median_a": pd.Series(sample_a).median() if sample_a else None,
-        "median_b": pd.Series(sample_b).median() if sample_b else None,
+        "median_a": np.median(np.asarray(sample_a, dtype=float)) if sample_a else None,
+        "median_b": np.median(np.asarray(sample_b, dtype=float)) if sample_b else None,
         "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
         "needed": change.needed, "tokens": _tokens_text(cell_a, cell_b),
         "flags": _side_flags(cell_a, cell_b, same_cpu)}
 
 
-def _one(values: pd.Series) -> Any:
-    present = values.dropna()
-    return present.iloc[0] if len(present) else None
+def _one(values: list[Any]) -> Any:
+    return next((value for value in values if not _missing(value)), None)
 
 
-def _boards(cell: pd.DataFrame) -> str:
+def _boards(cell: _Cell) -> str:
     return " / ".join(sorted(set(cell["device"])))
 
 
-def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame, same_cpu: bool) -> list[str]:
+def _side_flags(cell_a: _Cell, cell_b: _Cell, same_cpu: bool) -> list[str]:
     """Why either side's timings deserve distrust (emulated, governor, throttling, runs on more
     than one CPU model), and, where both sides should be the same hardware (revisions and
     engines on one device: ``same_cpu``), that their CPU models differ."""
@@ -223,11 +259,15 @@ def _side_flags(cell_a: pd.DataFrame, cell_b: pd.DataFrame, same_cpu: bool) -> l
     return items
 
 
-def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, keys: list[str]):
-    groups_b = {plain_key(k): g for k, g in runs_b.groupby(keys, dropna=False, sort=False)}
-    for key, cell_a in runs_a.groupby(keys, dropna=False, sort=True):
-        if plain_key(key) in groups_b:
-            yield dict(zip(keys, key, strict=True)), cell_a, groups_b[plain_key(key)]
+def _pairs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, keys: list[str], metric: str):
+    """The configs both sides ran (in A's sorted order): their key and each side's rows. One
+    groupby a side, then a dictionary lookup per config."""
+    columns_a, columns_b = _columns(runs_a, metric), _columns(runs_b, metric)
+    groups_b = {plain_key(k): rows for k, rows in cell_rows(runs_b, keys)}
+    for key, rows in cell_rows(runs_a, keys):
+        if (found := groups_b.get(plain_key(key))) is not None:
+            yield (dict(zip(keys, key, strict=True)), _Cell(columns_a, rows.tolist()),
+                   _Cell(columns_b, found.tolist()))
 
 
 def _table(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[str]]:
@@ -246,11 +286,15 @@ def aa_table(runs: pd.DataFrame, metric: str,
              threshold: float) -> tuple[pd.DataFrame, list[str]]:
     """Even against odd repeats of every config: what 'no change' looks like."""
     rows, keys = [], POINT + ["base_config", "device", "revision"]
-    for key, cell in runs.groupby(keys, dropna=False, sort=True):
-        even, odd = cell[cell["repeat"] % 2 == 0], cell[cell["repeat"] % 2 == 1]
-        if even.empty or odd.empty:
+    columns = _columns(runs, metric)
+    repeats = columns.get("repeat", [])
+    for key, cell in cell_rows(runs, keys):
+        even = [i for i in cell.tolist() if repeats[i] % 2 == 0]
+        odd = [i for i in cell.tolist() if repeats[i] % 2 == 1]
+        if not even or not odd:
             continue
-        rows.append(_row(dict(zip(keys, key, strict=True)), even, odd, metric, threshold))
+        rows.append(_row(dict(zip(keys, key, strict=True)), _Cell(columns, even),
+                         _Cell(columns, odd), metric, threshold))
     return _table(rows)
 
 
@@ -292,7 +336,8 @@ def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_pe
     used = max(threshold, floor or 0.0)
     same_cpu = side_a.kind in ("revision", "engine")  # one device on both sides of a pair
     rows = [_row(key, ca, cb, metric, used, same_cpu)
-            for key, ca, cb in _pairs(runs_a, runs[side_b.mask.reindex(runs.index)], keys)]
+            for key, ca, cb in _pairs(runs_a, runs[side_b.mask.reindex(runs.index)], keys,
+                                      metric)]
     table, common = _table(rows)
     return Comparison(side_a, side_b, metric, used, floor, table, common)
 
