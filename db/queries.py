@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,11 +22,15 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
+    LargeBinary,
     Select,
+    Text,
+    cast,
     func,
     inspect,
     literal,
     select,
+    type_coerce,
 )
 from sqlalchemy.orm import Session
 
@@ -398,19 +403,91 @@ def _labelled(model: type, prefix: str, skip: tuple[str, ...] = ()) -> list[Any]
             if column.key not in skip and column.key != "id"]
 
 
+def _is_json(column: Any) -> bool:
+    return isinstance(column.type, JSON | CompressedJSON)
+
+
+def _json_text(value: Any) -> str | None:
+    """A JSON value as frames hold it: canonical JSON text (sorted keys); None for none."""
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+class _Canonical:
+    """Stored JSON (as the database holds it: text, or zlib-compressed bytes) as canonical
+    text, each distinct stored value worked out once (a workload's parameters, a run's tokens
+    and many snapshots repeat). The same text a JSON column's value gives: parsed, printed
+    with sorted keys."""
+
+    def __init__(self, compressed: bool = False) -> None:
+        self.compressed = compressed
+        self.seen: dict[Any, str | None] = {}
+
+    def __call__(self, stored: Any) -> str | None:
+        if stored is None:
+            return None
+        try:
+            return self.seen[stored]
+        except KeyError:
+            pass
+        except TypeError:  # a driver that hands over parsed values (unhashable)
+            return _json_text(stored)
+        value = json.loads(zlib.decompress(stored) if self.compressed else stored) \
+            if isinstance(stored, str | bytes) else stored
+        text = self.seen[stored] = _json_text(value)
+        return text
+
+
+def _stored(column: Any) -> Any:
+    """A JSON column selected as the database holds it, for ``_Canonical`` (no parse on read)."""
+    if isinstance(column.type, CompressedJSON):
+        return type_coerce(column, LargeBinary).label(column.key)
+    return cast(column, Text).label(column.key)
+
+
 def _read(conn: Connection, query: Select) -> pd.DataFrame:
-    """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe)."""
+    """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe),
+    each distinct stored value once."""
     import pandas as pd  # only readers of frames need pandas (the CLI starts without it)
 
+    columns = list(query.selected_columns)
+    texts = {i: _Canonical(isinstance(c.type, CompressedJSON))
+             for i, c in enumerate(columns) if _is_json(c)}
+    if texts:
+        query = query.with_only_columns(*(_stored(c) if i in texts else c
+                                          for i, c in enumerate(columns)))
     result = conn.execute(query)
-    # Plain tuples: pandas builds a frame from them ~6x faster than from Row objects.
-    frame = pd.DataFrame.from_records([tuple(row) for row in result],
-                                      columns=list(result.keys()))
-    for column in query.selected_columns:
-        if isinstance(column.type, JSON | CompressedJSON):
-            frame[column.key] = frame[column.key].map(
-                lambda v: None if v is None else json.dumps(v, sort_keys=True))
-    return frame
+    names = list(result.keys())
+    rows = [tuple(row) for row in result]  # plain tuples: pandas builds frames ~6x faster
+    if texts:
+        rows = [tuple(texts[i](v) if i in texts else v for i, v in enumerate(row))
+                for row in rows]
+    return pd.DataFrame.from_records(rows, columns=names)
+
+
+# The rows a run refers to, joined to it in frames: the prefix of their columns, the table and
+# the columns left out (large, and available through get_run); the device's join is an inner
+# one, the others outer
+REFERENCES = (("device", Device, ()), ("build", Build, ()), ("model", Model, ("config",)),
+              ("workload", Workload, ("ids",)))
+# ids of referenced rows read per query (bound parameters)
+REFERENCE_BATCH = 500
+
+
+def _reference_rows(conn: Connection, model: type, ids: set[Any],
+                    skip: tuple[str, ...] = ()) -> dict[Any, tuple]:
+    """id -> the row's columns (``_labelled``'s order, without id), JSON as canonical text:
+    each referenced row read and printed once, however many runs refer to it."""
+    table = model.__table__
+    columns = [c for c in table.columns if c.key not in skip and c.key != "id"]
+    wanted = sorted(i for i in ids if i is not None)
+    found: dict[Any, tuple] = {}
+    for start in range(0, len(wanted), REFERENCE_BATCH):
+        batch = wanted[start:start + REFERENCE_BATCH]
+        for row_id, *values in conn.execute(select(table.c.id, *columns)
+                                            .where(table.c.id.in_(batch))):
+            found[row_id] = tuple(_json_text(v) if _is_json(c) else v
+                                  for c, v in zip(columns, values, strict=True))
+    return found
 
 
 def frames(conn: Connection, experiment: str,
@@ -426,7 +503,13 @@ def frames(conn: Connection, experiment: str,
       are large and available through ``get_run``).
     - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``measurement_id``.
     JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
+
+    The device, build, model and workload rows are read once each (a nightly's 50,000 runs
+    share a few hundred) and joined here, as the inner join on the device and the outer joins
+    on the others would.
     """
+    import pandas as pd
+
     with Session(bind=conn) as session:
         exp_id = _experiment(session, experiment).id
     chosen = current_measurements(selection, _members(exp_id)).subquery()
@@ -434,21 +517,35 @@ def frames(conn: Connection, experiment: str,
     measured = [c.label("measurement_id") if c.key == "id" else c
                 for c in Measurement.__table__.columns if c.key != "run_id"]
     planned = [c for c in Run.__table__.columns if c.key not in RUN_KEPT]
-    runs = (
-        select(*planned, *measured, literal(experiment).label("experiment"),
-               *_labelled(Device, "device"), *_labelled(Build, "build"),
-               *_labelled(Model, "model", skip=("config",)),
-               *_labelled(Workload, "workload", skip=("ids",)))
+    texts = {i: _Canonical() for i, c in enumerate(planned) if _is_json(c)}
+    query = (
+        select(*(_stored(c) if i in texts else c for i, c in enumerate(planned)), *measured,
+               literal(experiment).label("experiment"))
         .join(chosen, chosen.c.run_id == Run.id)
         .join(Measurement, Measurement.id == chosen.c.measurement_id)
-        .join(Device, Measurement.device_id == Device.id)
-        .outerjoin(Build, Run.build_id == Build.id)
-        .outerjoin(Model, Run.model_id == Model.id)
-        .outerjoin(Workload, Run.workload_id == Workload.id)
         .order_by(Run.id, Measurement.id)
     )
+    result = conn.execute(query)
+    names = list(result.keys())
+    rows = result.all()
+    joined = []  # per table referred to: the column referring, its rows by id, a row of none
+    for prefix, model, skip in REFERENCES:
+        column = names.index(f"{prefix}_id")
+        labels = [label.key for label in _labelled(model, prefix, skip)]
+        found = _reference_rows(conn, model, {row[column] for row in rows}, skip)
+        joined.append((column, found, (None,) * len(labels)))
+        names += labels
+    device_column, devices, _ = joined[0]
+    records = []
+    for row in rows:
+        if row[device_column] not in devices:  # the inner join on the device
+            continue
+        values = [texts[i](v) if i in texts else v for i, v in enumerate(row)]
+        for column, found, none in joined:
+            values += found.get(row[column], none)
+        records.append(tuple(values))
     return {
-        "runs": _read(conn, runs),
+        "runs": pd.DataFrame.from_records(records, columns=names),
         "token_timings": _steps_frame(conn, ids),
         "outcomes": _read(conn, select(OutcomeRow.__table__)
                           .where(OutcomeRow.measurement_id.in_(ids))

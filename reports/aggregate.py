@@ -249,11 +249,17 @@ def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
     """Devices with their fingerprint facts (from the first snapshot of each device)."""
     rows = []
     first: dict[str, dict] = {}
-    by_id = {int(r["measurement_id"]): r["device"] for _, r in runs.iterrows()}
-    for _, snap in snapshots.iterrows():
-        device = by_id.get(int(snap["measurement_id"]))
-        if device is not None and device not in first:
-            first[device] = stored_json(snap["fingerprint"]) or {}
+    by_id = dict(zip((int(m) for m in runs["measurement_id"]), runs["device"].tolist(),
+                     strict=True))
+    wanted = len(set(by_id.values()))
+    if len(snapshots):
+        for measurement, fingerprint in zip(snapshots["measurement_id"],
+                                            snapshots["fingerprint"], strict=True):
+            device = by_id.get(int(measurement))
+            if device is not None and device not in first:
+                first[device] = stored_json(fingerprint) or {}
+                if len(first) == wanted:  # every device has its first snapshot
+                    break
     for device, cell in group_cells(runs, ["device"]):
         row = cell.iloc[0]
         fingerprint = first.get(device[0], {})

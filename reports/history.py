@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from reports.metrics import HIGHER_IS_BETTER, METRICS
@@ -269,7 +270,7 @@ def timeline_figures(hist: History) -> list[tuple[str, str]]:
         series, marks = [], []
         for s in (s for s in hist.series if s.device == device):
             series.append(Series(s.config, [(float(position[p.revision]),
-                                             float(pd.Series(p.values).median()))
+                                             float(np.median(np.asarray(p.values, dtype=float))))
                                             for p in s.points]))
         for step in hist.steps:
             if step.device == device:

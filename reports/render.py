@@ -108,13 +108,20 @@ def manifest(data: ExperimentData) -> dict[str, Any]:
                             "workload_content_hash"),
         "devices": json.loads(aggregate.devices_table(runs, data.snapshots)
                               .to_json(orient="records")),
-        "run_counts": {s: int((runs["status"] == s).sum()) for s in sorted(set(runs["status"]))},
+        "run_counts": run_counts(runs),
         "reproduce": {
             "experiment": "benchfarm run SPEC  # the spec above, saved to a file",
             "runs": [f"benchfarm reproduce {int(r.run_id)}  # {r.device}: {r.kind} "
-                     f"{_point(r)} {r.config}" for r in first_runs.itertuples()],
+                     f"{_point(r)} {r.config}" for r in first_runs[
+                         ["run_id", "device", "kind", "ctx", "depth", "seed", "length", "config"]
+                     ].itertuples()],
         },
     }
+
+
+def run_counts(runs: pd.DataFrame) -> dict[str, int]:
+    """Runs (measurements read) per status, in status order."""
+    return {s: int((runs["status"] == s).sum()) for s in sorted(set(runs["status"]))}
 
 
 def _point(row: Any) -> str:
@@ -213,7 +220,7 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     selection = aggregate.selection_table(runs)
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
-    counts = ", ".join(f"{n} {s}" for s, n in manifest(data)["run_counts"].items())
+    counts = ", ".join(f"{n} {s}" for s, n in run_counts(runs).items())
     headline = what_this_shows(runs)
     return [
         Section("what-this-shows", "What this shows", headline, always=bool(headline)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,42 @@ def int_or_none(value: Any) -> int | None:
     return int(value)
 
 
+def parsed_json(texts: Iterable[Any]) -> list[Any]:
+    """``stored_json`` of each value, each distinct text parsed once (many rows hold the same
+    text: a workload's parameters, a run's tokens, a snapshot). Rows that hold the same text
+    share its value: read it, never change it."""
+    parsed: dict[str, Any] = {}
+    out = []
+    for text in texts:
+        if isinstance(text, str):
+            value = parsed.get(text, parsed)
+            if value is parsed:
+                value = parsed[text] = json.loads(text)
+            out.append(value)
+        else:
+            out.append(stored_json(text))
+    return out
+
+
 def generated_tokens(value: Any) -> list[int] | None:
     """The generated ids of a run (stored as JSON text), or None when it generated nothing."""
     value = stored_json(value)
     return None if value is None else [int(t) for t in value]
+
+
+def generated_tokens_of(values: Iterable[Any]) -> list[list[int] | None]:
+    """``generated_tokens`` of each value, each distinct text once (shared: never change
+    them)."""
+    found: dict[str, list[int] | None] = {}
+    out = []
+    for value in values:
+        if isinstance(value, str):
+            if value not in found:
+                found[value] = generated_tokens(value)
+            out.append(found[value])
+        else:
+            out.append(generated_tokens(value))
+    return out
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -168,7 +201,7 @@ def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,
             ctx[i] = ((stored_json(raw) or {}) if isinstance(raw, str) and raw.startswith("{")
                       else {}).get("ctx")
         table["ctx"] = pd.Series(ctx, index=table.index, dtype="object")
-    configs = [stored_json(c) for c in table["config"]]
+    configs = parsed_json(table["config"])
     _engine_columns(table, configs)
     table["config"] = _config_labels(table, configs, params)
     table["revision"] = table["build_revision"]
@@ -203,7 +236,7 @@ def labelled_for_history(table: pd.DataFrame) -> pd.DataFrame:
     label it: its kind, workload parameters and config label (without a revision part: a
     history keeps revisions apart itself)."""
     params = _point_columns(table)
-    table["config"] = _config_labels(table, [stored_json(c) for c in table["config"]], params)
+    table["config"] = _config_labels(table, parsed_json(table["config"]), params)
     return table
 
 
@@ -254,7 +287,7 @@ def _engine_columns(table: pd.DataFrame, configs: list[Any]) -> None:
     key ranking, all layers)."""
     table["kv_budget"] = pd.Series([c.get("kv_budget") if isinstance(c, dict) else None
                                     for c in configs], index=table.index, dtype="object")
-    extras = [stored_json(e) for e in table["extra"]] if "extra" in table else [None] * len(table)
+    extras = parsed_json(table["extra"]) if "extra" in table else [None] * len(table)
     rankings = [e.get("key_ranking") or {} if isinstance(e, dict) else {} for e in extras]
     for name in RANK_METRICS + CANDIDATE_METRICS:
         table[f"rank_{name}"] = pd.Series([r.get(name) for r in rankings], index=table.index,
@@ -272,7 +305,7 @@ def same_as_exact(table: pd.DataFrame) -> pd.Series:
     keys = [plain_key(values) for values in zip(
         *(table[k].tolist() if k in table else [None] * len(table) for k in PROMPT_KEYS),
         strict=True)]
-    tokens = [generated_tokens(value) for value in table["generated_ids"]]
+    tokens = generated_tokens_of(table["generated_ids"])
     statuses, policies = table["status"].tolist(), table["policy"].tolist()
     exact: dict[tuple, list[int]] = {}
     for key, ids, status, policy in zip(keys, tokens, statuses, policies, strict=True):
@@ -290,8 +323,8 @@ def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
     if snapshots.empty:
         return by_run
     for measurement, phase, fingerprint in zip(snapshots["measurement_id"], snapshots["phase"],
-                                               snapshots["fingerprint"], strict=True):
-        by_run.setdefault(int(measurement), {})[phase] = stored_json(fingerprint)
+                                               parsed_json(snapshots["fingerprint"]), strict=True):
+        by_run.setdefault(int(measurement), {})[phase] = fingerprint
     return by_run
 
 
