@@ -40,6 +40,7 @@ from reports.stats import (
     VERDICTS,
     compare_samples,
     geometric_mean_ci,
+    median,
     noise_floor,
 )
 from reports.tables import CSS, to_html, to_markdown, write_csv
@@ -230,8 +231,8 @@ def _row(key: dict[str, Any], cell_a: _Cell, cell_b: _Cell, metric: str,
         "policy": str(cell_a["config"][0]).split()[0], "wq": _one(cell_a["wq"]),
         "pair": f"{_boards(cell_a)} -> {_boards(cell_b)}",
         "n_a": len(sample_a), "n_b": len(sample_b),
-        "median_a": np.median(np.asarray(sample_a, dtype=float)) if sample_a else None,
-        "median_b": np.median(np.asarray(sample_b, dtype=float)) if sample_b else None,
+        "median_a": median(sample_a) if sample_a else None,
+        "median_b": median(sample_b) if sample_b else None,
         "ratio": change.ratio, "p_value": change.p_value, "change": change.verdict,
         "needed": change.needed, "tokens": _tokens_text(cell_a, cell_b),
         "flags": _side_flags(cell_a, cell_b, same_cpu)}

@@ -16,13 +16,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
 from reports.runs import labelled_for_history, revision_label, without_revision
-from reports.stats import summarize
+from reports.stats import median, summarize
 from reports.steps import DEFAULT_PARAMS, METHOD, Step, StepParams, detect_steps
 
 # the metrics a history follows, with their units; lower is better but for those named below
@@ -54,8 +53,15 @@ def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
     metrics = [m for m in METRICS if m in chosen]
     values = [[float(v) if v is not None and not pd.isna(v) and math.isfinite(v) else None
                for v in chosen[m]] for m in metrics]
-    points = [_point_label(row) for row in chosen[["kind", *POINT_PARAMS, "config"]]
-              .to_dict("records")]
+    labels: dict[tuple, str] = {}  # a label per distinct point and config
+    points = []
+    for row in zip(*(chosen[c].tolist() for c in ("kind", *POINT_PARAMS, "config")),
+                   strict=True):
+        key = tuple((value.__class__, value) for value in row)  # 1 and True label apart
+        if key not in labels:
+            labels[key] = _point_label(dict(zip(("kind", *POINT_PARAMS, "config"), row,
+                                                strict=True)))
+        points.append(labels[key])
     return [RevisionRun(int(run_id), str(experiment), str(device), point, str(revision),
                         str(source), {m: column[i] for m, column in zip(metrics, values,
                                                                        strict=True)
@@ -205,7 +211,8 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
     chosen = [r for r in runs if metric in r.values
               and (not devices or r.device in devices) and (not configs or r.config in configs)]
     seen = list(dict.fromkeys(r.revision for r in sorted(chosen, key=lambda r: r.run_id)))
-    revisions = [r for r in order if r in seen] + [r for r in seen if r not in order]
+    seen_set, ordered = set(seen), set(order)
+    revisions = [r for r in order if r in seen_set] + [r for r in seen if r not in ordered]
     result = History(chosen[0].experiment if chosen else "", metric, revisions)
     groups: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in chosen:
@@ -270,7 +277,7 @@ def timeline_figures(hist: History) -> list[tuple[str, str]]:
         series, marks = [], []
         for s in (s for s in hist.series if s.device == device):
             series.append(Series(s.config, [(float(position[p.revision]),
-                                             float(np.median(np.asarray(p.values, dtype=float))))
+                                             median(p.values))
                                             for p in s.points]))
         for step in hist.steps:
             if step.device == device:

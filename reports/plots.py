@@ -177,11 +177,12 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
     for index, s in enumerate(series):
         colour = s.colour or PALETTE[index % len(PALETTE)]
         dash = ' stroke-dasharray="5,3"' if s.dashed else ""
-        path = " ".join(f"{_n(px(x))},{_n(py(y))}" for x, y in s.points)
+        at = [(_n(px(x)), _n(py(y))) for x, y in s.points]
+        path = " ".join(f"{x},{y}" for x, y in at)
         body.append(f'<polyline class="series" points="{path}" fill="none" stroke="{colour}" '
                     f'stroke-width="1.8"{dash}/>')
-        for x, y in s.points:
-            body.append(f'<circle cx="{_n(px(x))}" cy="{_n(py(y))}" r="2.5" fill="{colour}"/>')
+        for x, y in at:
+            body.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>')
         ly = top + 10 + index * 16
         body.append(f'<line x1="{_n(width - right + 8)}" y1="{_n(ly)}" '
                     f'x2="{_n(width - right + 28)}" y2="{_n(ly)}" stroke="{colour}" '

@@ -68,6 +68,17 @@ def summarize(values: Iterable[float | None]) -> Summary | None:
                    max=float(array.max()), mean=mean, cv=cv)
 
 
+def median(values: Sequence[float]) -> float:
+    """The median of finite values, bit for bit ``numpy.median``'s (the middle value, or the
+    two middle ones' sum halved), without numpy's cost per call: a timeline has a point per
+    revision and a nightly a thousand revisions."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[middle])
+    return (float(ordered[middle - 1]) + float(ordered[middle])) / 2.0
+
+
 def min_p_value(n_a: int, n_b: int) -> float:
     """The smallest two-sided p-value the exact U test can give for these sample sizes."""
     if n_a == 0 or n_b == 0:
