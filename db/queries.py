@@ -459,9 +459,16 @@ def _read(conn: Connection, query: Select) -> pd.DataFrame:
     names = list(result.keys())
     rows = [tuple(row) for row in result]  # plain tuples: pandas builds frames ~6x faster
     if texts:
-        rows = [tuple(texts[i](v) if i in texts else v for i, v in enumerate(row))
-                for row in rows]
+        rows = [_with_texts(row, texts) for row in rows]
     return pd.DataFrame.from_records(rows, columns=names)
+
+
+def _with_texts(row: Any, texts: dict[int, _Canonical]) -> list[Any]:
+    """A row's values with its stored JSON values (at ``texts``' positions) as canonical text."""
+    values = list(row)
+    for i, canonical in texts.items():
+        values[i] = canonical(values[i])
+    return values
 
 
 # The rows a run refers to, joined to it in frames: the prefix of their columns, the table and
@@ -540,7 +547,7 @@ def frames(conn: Connection, experiment: str,
     for row in rows:
         if row[device_column] not in devices:  # the inner join on the device
             continue
-        values = [texts[i](v) if i in texts else v for i, v in enumerate(row)]
+        values = _with_texts(row, texts)
         for column, found, none in joined:
             values += found.get(row[column], none)
         records.append(tuple(values))

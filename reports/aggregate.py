@@ -12,14 +12,15 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from devices.conditions import memory_controllers
 from reports import metrics
-from reports.cells import group_cells, merge_flags, sorted_table
+from reports.cells import cell_rows, group_cells, merge_flags, sorted_table
 from reports.cpu import mixed_cpu_flag
 from reports.runs import int_or_none, stored_json
-from reports.stats import CV_FLAG, summarize
+from reports.stats import CV_FLAG, median, series_mean, summarize
 
 # Per-run timings summarised over repeats: those a comparison follows, and the harness's own
 # overhead. engine_ms (the whole engine process) is the timing of ppl runs; for generate runs
@@ -28,7 +29,7 @@ TIMINGS = (*metrics.TIMINGS, "overhead_ms")
 CELL_KEYS = ["device", "command", "kind", "ctx", "depth", "seed", "length", "config"]
 
 
-def _summary_columns(prefix: str, values: pd.Series) -> dict[str, Any]:
+def _summary_columns(prefix: str, values: list[Any]) -> dict[str, Any]:
     summary = summarize(values)
     if summary is None:
         return {f"{prefix}_median": None, f"{prefix}_min": None, f"{prefix}_max": None,
@@ -37,17 +38,32 @@ def _summary_columns(prefix: str, values: pd.Series) -> dict[str, Any]:
             f"{prefix}_max": summary.max, f"{prefix}_cv": summary.cv}
 
 
+def _lists(frame: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, list[Any]]:
+    """Columns as lists: a cell's values are read from them by its rows' positions
+    (``reports.cells.cell_rows``), without a frame per cell."""
+    return {column: frame[column].tolist() for column in columns}
+
+
+def _take(values: list[Any], rows: list[int]) -> list[Any]:
+    return [values[i] for i in rows]
+
+
 def timing_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every timing per cell (one prompt × config × device) as median/min/max/CV over repeats."""
     rows = []
-    for key, cell in group_cells(runs, CELL_KEYS):
-        ok = cell[cell["status"] == "ok"]
+    columns = _lists(runs, ("status", "flags", "cpu", *TIMINGS))
+    status = columns["status"]
+    for key, cell in cell_rows(runs, CELL_KEYS):
+        cell = cell.tolist()
+        ok = [i for i in cell if status[i] == "ok"]
         row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
         row["runs_ok"] = len(ok)
         row["runs_failed"] = len(cell) - len(ok)
         for column in TIMINGS:
-            row |= _summary_columns(column.removesuffix("_per_token"), ok[column])
-        flags = [merge_flags(cell["flags"]), mixed_cpu_flag(cell["cpu"])]
+            row |= _summary_columns(column.removesuffix("_per_token"),
+                                    _take(columns[column], ok))
+        flags = [merge_flags(_take(columns["flags"], cell)),
+                 mixed_cpu_flag(_take(columns["cpu"], cell))]
         # The harness's own overhead is not a measurement of the engine: never flagged.
         unflagged = {"overhead_ms"} | ({"engine_ms"} if row["kind"] != "ppl" else set())
         noisy = [c.removesuffix("_per_token") for c in TIMINGS if c not in unflagged
@@ -64,9 +80,16 @@ def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Recall per (device, config, context, depth): the mean over seeds and repeats."""
     keys = ["device", "config", "policy", "k", "ctx", "depth"]
     needle = runs[(runs["kind"] == "needle") & (runs["status"] == "ok")]
-    rows = [dict(zip(keys, key, strict=True)) | {"recall": cell["recall"].mean(),
-                                                 "n": int(cell["recall"].notna().sum())}
-            for key, cell in group_cells(needle, keys)]
+    recall = needle["recall"]
+    values = recall.to_numpy()
+    numeric = values.dtype == np.float64
+
+    def mean(part: np.ndarray) -> Any:  # Series.mean(), without a Series per cell
+        return series_mean(part) if numeric else pd.Series(part, dtype=recall.dtype).mean()
+
+    rows = [dict(zip(keys, key, strict=True)) | {"recall": mean(values[cell]),
+                                                 "n": int((~pd.isna(values[cell])).sum())}
+            for key, cell in cell_rows(needle, keys)]
     return sorted_table(pd.DataFrame(rows, columns=keys + ["recall", "n"]), keys)
 
 
@@ -148,10 +171,13 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
     gen = runs[(runs["command"] == "generate") & (runs["status"] == "ok")]
     keys = ["device", "config", "ctx"]
     rows = []
-    for key, cell in group_cells(gen, keys):
-        decode = summarize(cell["decode_ms_per_token"])
-        attn = summarize(cell["attn_ms_per_token"])
-        rest = summarize(cell["decode_ms_per_token"] - cell["attn_ms_per_token"])
+    columns = _lists(gen, ("decode_ms_per_token", "attn_ms_per_token", "flags"))
+    rests = (gen["decode_ms_per_token"] - gen["attn_ms_per_token"]).tolist()
+    for key, cell in cell_rows(gen, keys):
+        cell = cell.tolist()
+        decode = summarize(_take(columns["decode_ms_per_token"], cell))
+        attn = summarize(_take(columns["attn_ms_per_token"], cell))
+        rest = summarize(_take(rests, cell))
         rows.append(dict(zip(keys, key, strict=True)) | {
             "decode_ms": decode.median if decode else None,
             "decode_min": decode.min if decode else None,
@@ -159,11 +185,11 @@ def latency_table(runs: pd.DataFrame) -> pd.DataFrame:
             "decode_cv": decode.cv if decode else None,
             "attn_ms": attn.median if attn else None,
             "rest_ms": rest.median if rest else None,
-            "n": len(cell), "flags": merge_flags(cell["flags"]),
+            "n": len(cell), "flags": merge_flags(_take(columns["flags"], cell)),
         })
-    columns = keys + ["decode_ms", "decode_min", "decode_max", "decode_cv", "attn_ms", "rest_ms",
-                      "n", "flags"]
-    return sorted_table(pd.DataFrame(rows, columns=columns), keys)
+    names = keys + ["decode_ms", "decode_min", "decode_max", "decode_cv", "attn_ms", "rest_ms",
+                    "n", "flags"]
+    return sorted_table(pd.DataFrame(rows, columns=names), keys)
 
 
 TTFT_KEYS = ["device", "ctx", "config"]
@@ -181,18 +207,23 @@ def ttft_table(runs: pd.DataFrame) -> pd.DataFrame:
                  & (runs["kind"] != "ppl")].copy()
     timed["ctx"] = timed["ctx"].where(timed["ctx"].notna(), timed["prompt_tokens"])
     rows = []
-    for key, cell in group_cells(timed, TTFT_KEYS):
-        ttft = summarize(cell["prefill_ms"])
-        first = cell.iloc[0]
+    lists = _lists(timed, ("prefill_ms", "policy", "prefill_attn", "threads", "flags"))
+    memory = {stored: pd.to_numeric(timed[stored]).tolist() for stored in MEMORY_COLUMNS
+              if stored in timed}
+    for key, cell in cell_rows(timed, TTFT_KEYS):
+        cell = cell.tolist()
+        ttft = summarize(_take(lists["prefill_ms"], cell))
+        first = cell[0]
         row = dict(zip(TTFT_KEYS, key, strict=True)) | {
-            "policy": first["policy"], "prefill_attn": first["prefill_attn"],
-            "threads": int_or_none(first["threads"]),
+            "policy": lists["policy"][first], "prefill_attn": lists["prefill_attn"][first],
+            "threads": int_or_none(lists["threads"][first]),
             "ttft_ms": ttft.median, "ttft_min_ms": ttft.min, "ttft_max_ms": ttft.max,
             "vs_exact": None, "n": ttft.n}
         for stored, (shown, scale) in MEMORY_COLUMNS.items():
-            values = pd.to_numeric(cell[stored]).dropna() if stored in cell else pd.Series()
-            row[shown] = float(values.median()) / scale if len(values) else None
-        row["flags"] = merge_flags(cell["flags"])
+            values = [v for v in _take(memory[stored], cell) if v is not None and v == v] \
+                if stored in memory else []
+            row[shown] = median(values) / scale if values else None
+        row["flags"] = merge_flags(_take(lists["flags"], cell))
         rows.append(row)
     columns = TTFT_KEYS + ["policy", "prefill_attn", "threads", "ttft_ms",
                            "ttft_min_ms", "ttft_max_ms", "vs_exact", "n",
@@ -221,11 +252,11 @@ def selection_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def failures_table(runs: pd.DataFrame) -> pd.DataFrame:
     bad = runs[runs["status"] != "ok"]
-    rows = [{"run_id": int(r["run_id"]), "device": r["device"], "kind": r["kind"],
-             "config": r["config"], "status": r["status"],
-             "exit_code": int_or_none(r["exit_code"]),
-             "error": _last_line(r["error"])}
-            for _, r in bad.iterrows()]
+    rows = [{"run_id": int(run_id), "device": device, "kind": kind, "config": config,
+             "status": status, "exit_code": int_or_none(exit_code), "error": _last_line(error)}
+            for run_id, device, kind, config, status, exit_code, error in zip(
+                *(bad[c].tolist() for c in ("run_id", "device", "kind", "config", "status",
+                                            "exit_code", "error")), strict=True)]
     columns = ["run_id", "device", "kind", "config", "status", "exit_code", "error"]
     return sorted_table(pd.DataFrame(rows, columns=columns), ["run_id"])
 

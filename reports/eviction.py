@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.cells import group_cells, sorted_table
+from reports.cells import cell_rows, group_cells, sorted_table
 from reports.runs import RANK_METRICS
+from reports.stats import series_median
 
 
 def eviction_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -36,7 +37,9 @@ def key_rank_table(runs: pd.DataFrame) -> pd.DataFrame:
     layers."""
     measured = runs[(runs["status"] == "ok") & runs["rank_rho"].notna()]
     keys = ["device", "config", "length"]
+    figures = {name: measured[f"rank_{name}"].tolist() for name in RANK_METRICS}
     rows = [dict(zip(keys, key, strict=True))
-            | {name: cell[f"rank_{name}"].median() for name in RANK_METRICS} | {"n": len(cell)}
-            for key, cell in group_cells(measured, keys)]
+            | {name: series_median(figures[name][i] for i in cell) for name in RANK_METRICS}
+            | {"n": len(cell)}
+            for key, cell in cell_rows(measured, keys)]
     return sorted_table(pd.DataFrame(rows, columns=keys + list(RANK_METRICS) + ["n"]), keys)

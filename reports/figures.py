@@ -31,17 +31,21 @@ def _label(value: object) -> str:
 def needle_heatmaps(needle: pd.DataFrame) -> list[Figure]:
     """One context × depth recall grid per (config, device)."""
     figures = []
-    for (device, config), cell in needle.groupby(["device", "config"], sort=False):
-        depths = sorted({float(d) for d in cell["depth"].dropna()})
-        contexts = sorted({int(c) for c in cell["ctx"].dropna()})
-        values = []
-        for depth in depths:
-            row = []
-            for ctx in contexts:
-                hit = cell[(cell["depth"].astype(float) == depth)
-                           & (cell["ctx"].astype(int) == ctx)]
-                row.append(_num(hit["recall"].iloc[0]) if len(hit) else None)
-            values.append(row)
+    cells: dict[tuple[str, str], list[int]] = {}  # groupby(sort=False): in order of first row
+    devices, configs = needle["device"].tolist(), needle["config"].tolist()
+    for i, (device, config) in enumerate(zip(devices, configs, strict=True)):
+        if not (pd.isna(device) or pd.isna(config)):
+            cells.setdefault((device, config), []).append(i)
+    depth_of, ctx_of, recall_of = (needle[c].tolist() for c in ("depth", "ctx", "recall"))
+    for (device, config), rows in cells.items():
+        depths = sorted({float(depth_of[i]) for i in rows if not pd.isna(depth_of[i])})
+        contexts = sorted({int(ctx_of[i]) for i in rows if not pd.isna(ctx_of[i])})
+        first: dict[tuple[float, int], object] = {}  # (depth, ctx) -> its first row's recall
+        for i in rows:
+            if not (pd.isna(depth_of[i]) or pd.isna(ctx_of[i])):  # NaN matches no cell
+                first.setdefault((float(depth_of[i]), int(ctx_of[i])), recall_of[i])
+        values = [[_num(first[(depth, ctx)]) if (depth, ctx) in first else None
+                   for ctx in contexts] for depth in depths]
         title = f"needle recall: {config} on {device}"
         svg = heatmap(title, [f"{d:g}" for d in depths], [str(c) for c in contexts], values,
                       row_title="depth", col_title="context length (tokens)")
@@ -110,10 +114,11 @@ def latency_charts(latency: pd.DataFrame) -> list[Figure]:
         bars = sorted(set(cell["config"]), key=lambda c: (c != "exact" and not
                                                            c.startswith("exact "), c))
         values: dict[tuple[str, str, str], float] = {}
-        for _, row in cell.iterrows():
-            group = str(int(row["ctx"]))
-            values[(group, row["config"], "attention")] = _num(row["attn_ms"]) or 0.0
-            values[(group, row["config"], "rest")] = max(0.0, _num(row["rest_ms"]) or 0.0)
+        for ctx, config, attn_ms, rest_ms in zip(*(cell[c].tolist() for c in (
+                "ctx", "config", "attn_ms", "rest_ms")), strict=True):
+            group = str(int(ctx))
+            values[(group, config, "attention")] = _num(attn_ms) or 0.0
+            values[(group, config, "rest")] = max(0.0, _num(rest_ms) or 0.0)
         title = f"decode ms/token by context, attention vs rest: {device}"
         figures.append((title, stacked_bars(title, groups, bars, ["attention", "rest"], values,
                                             "ms/token")))

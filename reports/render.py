@@ -52,9 +52,12 @@ class Table:
     def shown(self) -> pd.DataFrame:
         """What people see: the display table, without columns that are empty everywhere."""
         frame = self.data if self.display is None else self.display
-        empty = [c for c in frame.columns if frame[c].map(
-            lambda v: v is None or v == "" or (isinstance(v, float) and pd.isna(v))).all()]
-        return frame.drop(columns=empty) if len(frame) else frame
+        if not len(frame):
+            return frame
+        empty = [c for c in frame.columns if all(
+            v is None or v == "" or (isinstance(v, float) and pd.isna(v))
+            for v in frame[c].tolist())]  # stops at a column's first value shown
+        return frame.drop(columns=empty)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import mannwhitneyu
@@ -77,6 +78,26 @@ def median(values: Sequence[float]) -> float:
     if len(ordered) % 2:
         return float(ordered[middle])
     return (float(ordered[middle - 1]) + float(ordered[middle])) / 2.0
+
+
+def series_mean(values: np.ndarray) -> float:
+    """``pandas.Series.mean()`` of a float64 array, bit for bit: numpy's sum of the values
+    with NaN as 0, over the count of the others (NaN when there are none), as pandas computes
+    it; without a Series per cell."""
+    missing = np.isnan(values)
+    count = values.size - int(missing.sum())
+    if not count:
+        return math.nan
+    if missing.any():
+        values = np.where(missing, 0.0, values)
+    return float(values.sum() / np.float64(count))
+
+
+def series_median(values: Iterable[Any]) -> float:
+    """``pandas.Series.median()`` of float values (NaN and None skipped; NaN when none are
+    left), bit for bit, without a Series per cell."""
+    present = [v for v in values if v is not None and v == v]
+    return median(present) if present else math.nan
 
 
 def min_p_value(n_a: int, n_b: int) -> float:

@@ -63,10 +63,17 @@ def _rows(frame: pd.DataFrame) -> list[list[str]]:
 MARKDOWN_SPECIAL = re.compile(r"([\\|`\[\]])")
 
 
+# What markdown_text changes: line breaks (as str.splitlines finds them), what HTML escapes,
+# MARKDOWN_SPECIAL; text without any of them (most cells: numbers, names) is left as it is.
+MARKDOWN_CHANGED = re.compile(r"[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029&<>\\|`\[\]]")
+
+
 def markdown_text(text: str) -> str:
     """Untrusted text (board stderr, names) as literal markdown on one line: HTML escaped as the
     HTML report escapes it (markdown viewers render inline HTML), markdown syntax
     backslash-escaped, line breaks as spaces."""
+    if not MARKDOWN_CHANGED.search(text):
+        return text
     flat = " ".join(text.splitlines())
     return MARKDOWN_SPECIAL.sub(r"\\\1", escape(flat, quote=False))
 
@@ -122,5 +129,9 @@ def safe_cells(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     safe = frame.copy()
     for column in text:
-        safe[column] = safe[column].map(neutral)
+        values = safe[column]
+        if isinstance(values.dtype, pd.StringDtype) and not values.str.startswith(
+                FORMULA_STARTS).fillna(False).any():
+            continue  # text only, none a formula: unchanged (the same column, as map gives it)
+        safe[column] = values.map(neutral)
     return safe

@@ -292,3 +292,20 @@ def test_report_goes_under_out_reports_unless_out_says(known: Store, tmp_path: P
     assert main(["--db", url, "report", "synthetic", "--out", "elsewhere"]) == 0
     assert (tmp_path / "elsewhere" / "index.html").is_file()
     assert not (tmp_path / "reports").exists()
+
+
+def test_markdown_text_leaves_alone_only_what_it_would_not_change() -> None:
+    """markdown_text returns text without line breaks, HTML or markdown syntax as it is (most
+    cells): the shortcut must agree with the full treatment for every character."""
+    from html import escape
+
+    from reports.tables import MARKDOWN_CHANGED, MARKDOWN_SPECIAL, markdown_text
+
+    def full(text: str) -> str:
+        return MARKDOWN_SPECIAL.sub(r"\\\1", escape(" ".join(text.splitlines()), quote=False))
+
+    for code in range(0x3000):
+        char = chr(code)
+        assert (full(char) != char) == bool(MARKDOWN_CHANGED.search(char)), hex(code)
+    for text in ("a|b", "x\u2028y", "sparse k=32 t=1", "a & <b>", "[3]", "\\", "x\ny\r\n", ""):
+        assert markdown_text(text) == full(text)
