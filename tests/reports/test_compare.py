@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures_reports import SyntheticExperiment, build_record, healthy_fingerprint
 
@@ -18,7 +19,15 @@ from reports.aggregate import devices_table, timing_table
 from reports.compare import compare, terminal_table, write_comparison
 from reports.errors import ReportInputError
 from reports.runs import load_experiment
-from reports.stats import compare_samples, geometric_mean_ci, median, min_p_value, summarize
+from reports.stats import (
+    compare_samples,
+    geometric_mean_ci,
+    median,
+    min_p_value,
+    series_mean,
+    series_median,
+    summarize,
+)
 
 
 def test_clearly_different_samples_are_flagged() -> None:
@@ -72,6 +81,20 @@ def test_median_is_numpys_bit_for_bit() -> None:
             with np.errstate(over="ignore"):  # 1e308 + 1e308: inf, in both
                 assert median(values.tolist()) == float(np.median(values))
     assert math.isinf(median([1e308, 1e308, float("inf"), 1.0]))
+
+
+def test_series_mean_and_median_are_pandas_bit_for_bit() -> None:
+    """The report's cells reduce column lists instead of a Series each: the same floats."""
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 7, 8, 9, 16, 100, 129, 1000):
+        values = rng.lognormal(size=n) * rng.choice([1e-3, 1.0, 1e6], size=n)
+        values[rng.random(n) < 0.2] = np.nan
+        series = pd.Series(values)
+        assert series_mean(values) == series.mean() or (math.isnan(series_mean(values))
+                                                         and math.isnan(series.mean()))
+        assert series_median(values.tolist()) == series.median() or (
+            math.isnan(series.median()) and math.isnan(series_median(values.tolist())))
+    assert math.isnan(series_mean(np.array([np.nan]))) and math.isnan(series_median([None]))
 
 
 def test_summary_median_min_max_cv() -> None:
