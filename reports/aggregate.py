@@ -85,6 +85,8 @@ def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
     numeric = values.dtype == np.float64
 
     def mean(part: np.ndarray) -> Any:  # Series.mean(), without a Series per cell
+        if numeric and len(part) == 1:  # its sum starts at 0.0
+            return math.nan if math.isnan(part[0]) else 0.0 + float(part[0])
         return series_mean(part) if numeric else pd.Series(part, dtype=recall.dtype).mean()
 
     rows = [dict(zip(keys, key, strict=True)) | {"recall": mean(values[cell]),

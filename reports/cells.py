@@ -23,9 +23,12 @@ def sorted_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                              key=_sort_key).reset_index(drop=True)
 
 
+DIGITS = re.compile(r"(\d+)")
+
+
 def natural_key(text: Any) -> tuple:
     """Text with its digit runs compared as numbers: "sparse k=4" before "sparse k=32"."""
-    parts = re.split(r"(\d+)", str(text))
+    parts = DIGITS.split(str(text))
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
@@ -36,7 +39,9 @@ def _sort_key(column: pd.Series) -> pd.Series:
     numeric = pd.to_numeric(column, errors="coerce")
     if numeric.notna().sum() == column.notna().sum():
         return numeric
-    return column.map(natural_key)
+    keys: dict[Any, tuple] = {}  # each distinct text split once (devices, kinds repeat)
+    return pd.Series([keys[v] if v in keys else keys.setdefault(v, natural_key(v))
+                      for v in column.tolist()], index=column.index, dtype=object)
 
 
 def group_cells(frame: pd.DataFrame, keys: list[str]):

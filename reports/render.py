@@ -25,7 +25,7 @@ from reports.headline import what_this_shows
 from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
-from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
+from reports.tables import CSS, cell_texts, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out); the
 # engines' common figures in the order of db.records.Figures.
@@ -47,10 +47,25 @@ class Table:
     data: pd.DataFrame  # written to CSV as is
     display: pd.DataFrame | None = None  # what the HTML and Markdown show (default: data)
     caption: str = ""  # a line shown above the table
+    # shown and its cells, worked out once for the HTML and the markdown (never change a
+    # table's frames after showing it)
+    _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def shown(self) -> pd.DataFrame:
         """What people see: the display table, without columns that are empty everywhere."""
+        if "shown" not in self._known:
+            self._known["shown"] = self._shown()
+        return self._known["shown"]
+
+    @property
+    def cells(self) -> list[list[str]]:
+        """``shown``'s cells as the HTML and markdown write them (``tables.cell_texts``)."""
+        if "cells" not in self._known:
+            self._known["cells"] = cell_texts(self.shown)
+        return self._known["cells"]
+
+    def _shown(self) -> pd.DataFrame:
         frame = self.data if self.display is None else self.display
         if not len(frame):
             return frame
@@ -307,7 +322,7 @@ def sections_html(sections: list[Section]) -> str:
             shown = table.shown
             if shown.empty and not section.always:
                 continue
-            html = to_html(shown, f"table-{table.name}")
+            html = to_html(shown, f"table-{table.name}", table.cells)
             if table.caption:
                 html = f'<p class="note">{escape(table.caption)}</p>{html}'
             if len(shown) > COLLAPSE_ROWS:  # long tables fold away; the figures summarise them
@@ -348,7 +363,7 @@ def _markdown(title: str, sections: list[Section]) -> str:
             out.append(f"### {table.name}\n")
             if table.caption:
                 out.append(table.caption + "\n")
-            out.append(to_markdown(table.shown))
+            out.append(to_markdown(table.shown, table.cells))
     return "\n".join(out)
 
 

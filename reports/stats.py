@@ -62,6 +62,9 @@ def summarize(values: Iterable[float | None]) -> Summary | None:
     data = clean(values)
     if not data:
         return None
+    if len(data) == 1:  # numpy's figures of one value (its sum starts at 0.0), without numpy
+        value = data[0]
+        return Summary(n=1, median=0.0 + value, min=value, max=value, mean=0.0 + value, cv=0.0)
     array = np.asarray(data, dtype=float)
     mean = float(array.mean())
     cv = float(array.std(ddof=1) / mean) if len(array) > 1 and mean != 0 else 0.0

@@ -54,7 +54,9 @@ def summary_text(median: Any, low: Any, high: Any, digits: int = 3) -> str:
     return f"{fmt(float(median), digits)} [{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
 
 
-def _rows(frame: pd.DataFrame) -> list[list[str]]:
+def cell_texts(frame: pd.DataFrame) -> list[list[str]]:
+    """Every cell of ``frame`` as ``fmt`` writes it, row by row (what to_html and to_markdown
+    show; a report computes them once for both)."""
     return [[fmt(v) for v in row] for row in frame.itertuples(index=False, name=None)]
 
 
@@ -78,31 +80,33 @@ def markdown_text(text: str) -> str:
     return MARKDOWN_SPECIAL.sub(r"\\\1", escape(flat, quote=False))
 
 
-def to_markdown(frame: pd.DataFrame) -> str:
+def to_markdown(frame: pd.DataFrame, cells: list[list[str]] | None = None) -> str:
+    """``frame`` as a markdown table; ``cells``: its ``cell_texts``, when known."""
     if frame.empty:
         return "_(no rows)_\n"
     header = [markdown_text(str(c)) for c in frame.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     flag_index = header.index("flags") if "flags" in header else None
-    for cells in _rows(frame):
-        cells = [markdown_text(c) for c in cells]
-        if flag_index is not None and cells[flag_index]:
-            cells[flag_index] = "⚑ " + cells[flag_index]
-        lines.append("| " + " | ".join(cells) + " |")
+    for row in cell_texts(frame) if cells is None else cells:
+        row = [markdown_text(c) for c in row]
+        if flag_index is not None and row[flag_index]:
+            row[flag_index] = "⚑ " + row[flag_index]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
-def to_html(frame: pd.DataFrame, table_id: str) -> str:
+def to_html(frame: pd.DataFrame, table_id: str, cells: list[list[str]] | None = None) -> str:
+    """``frame`` as an HTML table; ``cells``: its ``cell_texts``, when known."""
     if frame.empty:
         return f'<p class="empty" id="{escape(table_id)}">(no rows)</p>'
     header = [str(c) for c in frame.columns]
     flag_index = header.index("flags") if "flags" in header else None
     out = [f'<table id="{escape(table_id)}"><thead><tr>'
            + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
-    for cells in _rows(frame):
-        flagged = flag_index is not None and cells[flag_index]
+    for row in cell_texts(frame) if cells is None else cells:
+        flagged = flag_index is not None and row[flag_index]
         out.append(('<tr class="flagged">' if flagged else "<tr>")
-                   + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+                   + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
