@@ -1,50 +1,67 @@
-"""Step detection: the revisions where a metric changed beyond noise (in the spirit of asv).
+"""Step detection: the revisions where a metric changed beyond noise.
 
 A metric measured at a series of engine revisions, in commit order, is modelled as piecewise
 constant plus noise: the level stays the same until a commit changes it. ``detect_steps``
-finds those commits.
+finds those commits, as many as the data show, in O(m^2) for m revisions at worst (about
+FIGURE_MS ms for 1000 revisions, measured by ``bench/steps.py``).
 
-**The fit.** Each point ``i`` is a revision with its runs' values; it enters as ``x_i``, the
+**The data.** Each point ``i`` is a revision with its runs' values; it enters as ``x_i``, the
 median of the logarithms of its values (timings change by factors, so levels and noise are
-relative; a metric with a value <= 0 is fitted on its own scale). For every number of
-segments ``k = 1 .. max_segments`` the exact best fit is found by dynamic programming: the
-segment boundaries and levels ``mu_r`` minimising the weighted L1 error
-``sum_i w_i |x_i - mu_r(i)|`` (each level is its segment's weighted median; L1 rather than
-least squares so that one outlying run moves no boundary). A point's weight ``w_i`` is the
-inverse of its standard error over its runs (``1.4826 MAD / sqrt(n)``, raised to the
-median of the points' standard errors, so that a point that happened to repeat exactly does
-not dominate); points measured once get the median weight.
+relative; a metric with a value <= 0 is fitted on its own scale).
 
-**The number of steps** is chosen by a Schwarz-type information criterion with AR(1) noise
-(asv's step detection, docs/source/step_detection.rst, follows the same idea: noise on a
-benchmark machine drifts, so consecutive deviations are correlated):
+**The noise** has two parts. A point's own noise, white: its runs' spread, the same from one
+revision to the next (variance ``e``); and drift between revisions, AR(1): a loaded or warming
+board moves every run of a revision alike and the next revision's partly too (variance ``d``,
+correlation ``rho`` from one revision to the next), which the runs of one revision do not
+show. Drift wanders, so it makes runs of neighbouring revisions look like levels: a test that
+ignores it (white noise) reports drift as steps, one that fits it with every candidate fit
+(asv's information criterion, this module's former one) lets a large ``rho`` absorb real
+steps. Here ``e``, ``d`` and ``rho`` are estimated once per pass, for the segmentation in
+hand, by restricted maximum likelihood (a Kalman filter over the series with a free level per
+segment, on a grid of ``rho`` in 0-0.95 and of ``e`` and ``d``), with the runs' own spread
+(their variance, pooled over the revisions with two runs or more) as evidence about ``e``.
 
-    IC(k) = beta * k * ln(m) / m + ln(sigma_0 + min_rho mean_w |e_i - rho e_(i-1)|)
+**The fit** takes two passes, each of three parts:
 
-where ``m`` is the number of points, ``e_i = x_i - mu_r(i)`` the deviations from the fit,
-``rho`` in [-0.9, 0.9] the noise's autocorrelation (fitted per ``k``), and ``sigma_0`` the
-noise floor: the median standard error of the points over their runs, at least ``floor``.
-Without ``sigma_0`` a fit through every point would always win (``ln 0``); with it, a fit
-that explains the points more closely than their own run-to-run noise gains nothing.
+1. *Outliers.* A revision measured fewer than ``single_runs`` times cannot tell an outlying
+   run from a change: one such point, or two neighbouring ones, that lie beyond ``clip``
+   robust standard deviations (of the differences between neighbouring points, / sqrt 2) of
+   the points on both sides of them, on the same side, are set to their nearer neighbour's
+   value. Such a point never makes a segment of its own either. A revision with
+   ``single_runs`` runs or more carries its own evidence (its median does not move with one
+   outlying run) and may be a segment of its own: the last revision of a history that
+   regressed.
+2. *Candidates.* Optimal partitioning (least squares per segment, PELT's pruning: at most
+   O(m^2), about linear when the steps are many) with a penalty of ``beta ln m`` point
+   variances (``e + d``) per step proposes more steps than the data hold: the next part keeps
+   those beyond noise.
+3. *Beyond noise.* All the proposed steps' sizes are estimated at once by generalised least
+   squares under the noise model (the series whitened by the same Kalman filter), and the
+   weakest step that is not beyond noise is dropped, again until every one left is. A step
+   is beyond noise when its ratio ``after / before`` (of the segments' means) differs from 1
+   by more than ``threshold`` and its size exceeds ``significance`` standard errors, raised
+   to the same tail of Student's t at the degrees of freedom of the noise estimate
+   (Satterthwaite's: the runs' dof for ``e``, ``DRIFT_DOF`` times the points' for ``d``), so
+   that a short history, whose drift is poorly known, needs a larger step.
 
-**Beyond noise.** A step is reported only if the fit that has it scores best among the fits
-all of whose steps pass both tests: its ratio ``after / before`` differs from 1 by more than
-``threshold`` (relative, default 5 %), and its size on the fitted scale exceeds
-``noise_factor`` times the noise: the largest of ``sigma_0`` (run-to-run noise within a
-revision), the noise from one revision to the next (``1.4826 median |x_i - x_(i-1)| /
-sqrt 2`` over the differences inside the fit's segments: the drift of a loaded or warming
-board that the runs of one revision do not show) and the fit's own mean absolute innovation.
-The fit with no step always qualifies: the search always ends, on pure noise mostly there.
+The first pass starts from a rough noise estimate (``e`` from the runs, ``d`` from the
+differences between neighbouring revisions, ``rho`` 0.5) and is lenient (``FIRST`` times the
+penalty and the significance); the noise is then re-estimated with its steps, and the second
+pass is the result.
 
-Parameters (``StepParams``): ``beta`` (2.0: the penalty per segment; Schwarz's own constant
-is 0.5 per parameter and a step costs a level and a position; 2.0 was chosen by simulation:
-5 % run noise plus AR(1) drift between revisions as large again (rho 0.5), 3 runs a
-revision: false steps on pure noise in 8 % of series of 5 revisions, 1 % of 10, 0 % of 30; a
-2x step found at its commit in 86 %, 94 %, 99 %; with 3 revisions drift cannot be told
-from a step: 21 % false steps, mostly small), ``threshold`` (0.05),
-``noise_factor`` (3.0), ``floor`` (0.01: one per cent, the smallest noise assumed),
-``max_segments`` (8). The fit is exact (asv approximates it for long series); its cost is
-O(m^3 log m) for m points, milliseconds for the tens of revisions a history holds.
+Parameters (``StepParams``), chosen by ``bench/steps.py``'s simulation (FIGURE_CORPUS):
+
+* ``significance`` (4.0): the standard errors a step must exceed. FIGURE_SIGNIFICANCE
+* ``threshold`` (0.05): the smallest relative step reported, whatever the noise.
+* ``floor`` (0.01): the smallest noise assumed (relative: 1 %), so that revisions that
+  happened to repeat exactly do not make every difference a step.
+* ``clip`` (4.0) and ``single_runs`` (3): the outliers' rule above.
+* ``beta`` (3.0): the candidates' penalty per step; the candidates only need to include the
+  real steps (1.5-4.5 give the same results).
+* ``noise_factor`` (3.0): ``differs_beyond_noise`` only (bisect): a change of two revisions
+  must exceed this many run-to-run standard deviations.
+
+FIGURE_RESULTS
 """
 
 from __future__ import annotations
@@ -54,18 +71,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import chi2, norm
+from scipy.stats import t as student_t
 
 MAD_TO_SD = 1.4826  # the MAD of a normal sample times this estimates its standard deviation
-RHOS = np.round(np.arange(-0.9, 0.91, 0.05), 2)
+# var(median of n runs) / var(mean of n runs) for normal runs; pi / 2 beyond
+MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
+RHO_START = 0.5  # the first pass's drift correlation, before any estimate
+FIRST = 0.6  # the first pass's share of the penalty and of the significance
+QUANTILE = 0.975  # the significance is raised by t's / the normal's quantile here
+# the noise model's grid (restricted maximum likelihood): rho; e and d in units of the runs'
+# variance (or, with one run a revision, of the neighbouring differences' robust variance)
+RHO_GRID = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+WHITE_FROM_RUNS = np.array([0.6, 0.8, 1.0, 1.25, 1.6])
+WHITE_FREE = np.array([0.0, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4])
+DRIFT_GRID = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0,
+                       13.0, 20.0, 40.0, 100.0, 300.0, 1000.0])
 
 
 @dataclass(frozen=True)
 class StepParams:
-    beta: float = 2.0
+    significance: float = 4.25
     threshold: float = 0.05
-    noise_factor: float = 3.0
     floor: float = 0.01
-    max_segments: int = 8
+    clip: float = 4.0
+    single_runs: int = 3
+    beta: float = 3.0
+    noise_factor: float = 3.0
 
 
 DEFAULT_PARAMS = StepParams()
@@ -85,11 +117,12 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Fit:
-    bounds: list[int]  # the first index of every segment after the first
-    levels: list[float]  # one per segment, on the fitted scale
-    innovation: float  # the mean absolute AR(1) innovation (weighted)
-    score: float  # IC(k)
+class Noise:
+    white: float  # e: the variance of a point's own noise
+    drift: float  # d: the variance of the AR(1) drift between revisions
+    rho: float  # the drift's correlation from one revision to the next
+    white_dof: float  # the degrees of freedom of the estimates of e and d
+    drift_dof: float
 
 
 def robust_sd(values: Sequence[float]) -> float | None:
@@ -100,120 +133,283 @@ def robust_sd(values: Sequence[float]) -> float | None:
     return float(MAD_TO_SD * np.median(np.abs(array - np.median(array))))
 
 
-def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
-    order = np.argsort(x, kind="mergesort")
-    cumulative = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cumulative, cumulative[-1] / 2.0)])
-
-
-def _segment_costs(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """cost[i, j], level[i, j]: the best L1 error and level of points i .. j-1 as one segment."""
-    m = len(x)
-    cost = np.full((m + 1, m + 1), np.inf)
-    level = np.zeros((m + 1, m + 1))
-    for i in range(m):
-        for j in range(i + 1, m + 1):
-            mu = _weighted_median(x[i:j], w[i:j])
-            level[i, j] = mu
-            cost[i, j] = float(np.sum(w[i:j] * np.abs(x[i:j] - mu)))
-    return cost, level
-
-
-def _best_fits(x: np.ndarray, w: np.ndarray,
-               max_segments: int) -> list[tuple[list[int], list[float]]]:
-    """For k = 1 .. K segments, the boundaries and levels of the exact best weighted-L1 fit."""
-    m = len(x)
-    cost, level = _segment_costs(x, w)
-    top = min(max_segments, m)
-    best = np.full((top + 1, m + 1), np.inf)
-    back = np.zeros((top + 1, m + 1), dtype=int)
-    best[0, 0] = 0.0
-    for k in range(1, top + 1):
-        for j in range(k, m + 1):
-            candidates = best[k - 1, k - 1:j] + cost[k - 1:j, j]
-            pick = int(np.argmin(candidates))
-            best[k, j], back[k, j] = candidates[pick], pick + k - 1
-    fits = []
-    for k in range(1, top + 1):
-        starts, j = [], m
-        for segments in range(k, 0, -1):
-            i = back[segments, j]
-            starts.append(i)
-            j = i
-        starts.reverse()
-        ends = starts[1:] + [m]
-        fits.append((starts[1:], [float(level[i, e]) for i, e in zip(starts, ends, strict=True)]))
-    return fits
-
-
-def _innovation(x: np.ndarray, w: np.ndarray, bounds: list[int], levels: list[float]) -> float:
-    """min over rho of the weighted mean |e_i - rho e_(i-1)|, e the deviations from the fit."""
-    fitted = np.repeat(levels, np.diff([0, *bounds, len(x)]))
-    e = x - fitted
-    previous = np.concatenate([[0.0], e[:-1]])
-    totals = [float(np.sum(w * np.abs(e - rho * previous))) for rho in RHOS]
-    return min(totals) / float(np.sum(w))
-
-
-def _point_noise(points: Sequence[Sequence[float]], scale) -> list[float | None]:
-    """Each point's standard error over its runs on the fitted scale (None when run once)."""
-    out = []
-    for values in points:
-        sd = robust_sd([scale(v) for v in values])
-        out.append(None if sd is None else sd / math.sqrt(len(values)))
-    return out
-
-
 def detect_steps(points: Sequence[Sequence[float]],
                  params: StepParams = DEFAULT_PARAMS) -> list[Step]:
     """The steps of a series: ``points[i]`` holds the values of the runs at revision ``i``
     (commit order); points without values are skipped by the caller. See the module's text."""
     if any(not values for values in points):
         raise ValueError("every point needs at least one value")
-    if len(points) < 2:
+    m = len(points)
+    if m < 2:
         return []
     positive = all(v > 0 for values in points for v in values)
-    scale = math.log if positive else float
-    x = np.asarray([float(np.median([scale(v) for v in values])) for values in points])
-    noise = _point_noise(points, scale)
-    known = [s for s in noise if s is not None and s > 0]
-    typical = float(np.median(known)) if known else None
+    x, own, white_runs, runs_dof = _points(points, positive)
     floor = params.floor if positive else params.floor * max(float(np.median(np.abs(x))), 1e-12)
-    sigma_0 = max(floor, typical or 0.0)
-    w = np.asarray([1.0 / max(s if s is not None else (typical or 1.0), typical or 1e-12)
-                    for s in noise])
-    w = w / float(np.median(w))
-    m = len(x)
-    fits = []
-    for bounds, levels in _best_fits(x, w, params.max_segments):
-        innovation = _innovation(x, w, bounds, levels)
-        score = params.beta * len(levels) * math.log(m) / m + math.log(sigma_0 + innovation)
-        fits.append(Fit(bounds, levels, innovation, score))
-    fits.sort(key=lambda fit: (fit.score, len(fit.levels)))
+    alone = np.asarray([len(values) >= params.single_runs for values in points])
+    x = _despike(x, alone, params.clip, floor)
+    # the first estimate: e from the runs, d from the differences of neighbours (if enough)
+    near = _mad0(np.diff(x)) ** 2 / 2.0
+    white = white_runs if white_runs else near
+    drift = max(near - white, 0.0) / (1.0 - RHO_START) if m > 5 else 0.0
+    noise = Noise(white, drift, RHO_START, runs_dof or m - 1.0, m - 1.0)
+    bounds: list[int] = []
+    for share in (FIRST, 1.0):
+        noise = _floored(noise, floor)
+        proposed = _partition(x, noise.white + noise.drift,
+                              share * share * params.beta * math.log(m), alone)
+        bounds = _prune(x, proposed, noise, own, positive, params, share * params.significance)
+        noise = _reml(x, bounds, white_runs, runs_dof, near) or noise
+    bounds = _prune(x, bounds, _floored(noise, floor), own, positive, params,
+                    params.significance)
+    edges = [0, *bounds, m]
+    levels = [float(np.mean(x[a:b])) for a, b in zip(edges, edges[1:], strict=False)]
     unscale = math.exp if positive else float
-    for fit in fits:  # the fit with one segment has no step to fail: the loop returns
-        steps = [Step(b, unscale(fit.levels[r]), unscale(fit.levels[r + 1]))
-                 for r, b in enumerate(fit.bounds)]
-        size = params.noise_factor * max(sigma_0, _between_noise(x, fit.bounds), fit.innovation)
-        if all(_beyond(fit.levels[r], fit.levels[r + 1], step, params.threshold, size)
-               for r, step in enumerate(steps)):
+    return [Step(b, unscale(levels[r]), unscale(levels[r + 1])) for r, b in enumerate(bounds)]
+
+
+def _points(points: Sequence[Sequence[float]], positive: bool
+            ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """x (the medians on the fitted scale), each point's own variance of its median (0 when
+    run once), the runs' white variance of a median (pooled) and its degrees of freedom."""
+    m = len(points)
+    x, own = np.zeros(m), np.zeros(m)
+    by_count: dict[int, list[int]] = {}
+    for i, values in enumerate(points):
+        by_count.setdefault(len(values), []).append(i)
+    pooled, counts = [], []
+    for n, rows in by_count.items():
+        values = np.asarray([points[i] for i in rows], dtype=float)
+        if positive:
+            values = np.log(values)
+        x[rows] = np.median(values, axis=1)
+        if n > 1:
+            variance = np.var(values, axis=1, ddof=1) * MEDIAN_VARIANCE.get(n, math.pi / 2) / n
+            own[rows] = variance
+            pooled.extend(variance)
+            counts.extend([n] * len(rows))
+    if not pooled:
+        return x, own, 0.0, 0.0
+    k = int(np.median(counts)) - 1  # the median of chi2_k / k is below 1: unbias it
+    return (x, own, float(np.median(pooled)) * k / float(chi2.median(k)),
+            float(sum(n - 1 for n in counts)))
+
+
+def _mad0(values: np.ndarray) -> float:
+    """1.4826 median |v|: the robust sd of differences (centred on 0 by construction)."""
+    return float(MAD_TO_SD * np.median(np.abs(values))) if len(values) else 0.0
+
+
+def _floored(noise: Noise, floor: float) -> Noise:
+    if noise.white + noise.drift >= floor * floor:
+        return noise
+    return Noise(floor * floor - noise.drift, noise.drift, noise.rho, noise.white_dof,
+                 noise.drift_dof)
+
+
+def _despike(x: np.ndarray, alone: np.ndarray, clip: float, floor: float) -> np.ndarray:
+    """Outlying points set to their nearer neighbour's value: one point, or two neighbouring
+    points inside the series, that may not stand alone, all beyond ``clip`` robust sds of the
+    points on both sides of them (at an end: of the two next to it), on the same side; the
+    farthest first (so that a point between two spikes is not taken for one)."""
+    m = len(x)
+    out = x.copy()
+    limit = clip * max(_mad0(np.diff(x)) / math.sqrt(2.0), floor)
+    while True:
+        best = (limit, 0, 0)
+        for width in (1, 2):
+            if m < width + 2:
+                continue
+            count = m - width + 1
+            starts = np.arange(count)
+            ends = starts + width
+            low, high, trusted = out[:count].copy(), out[:count].copy(), alone[:count].copy()
+            for k in range(1, width):
+                low = np.minimum(low, out[k:count + k])
+                high = np.maximum(high, out[k:count + k])
+                trusted |= alone[k:count + k]
+            left = np.where(starts > 0, out[np.maximum(starts - 1, 0)],
+                            out[np.minimum(ends + 1, m - 1)])
+            right = np.where(ends < m, out[np.minimum(ends, m - 1)],
+                             out[np.maximum(starts - 2, 0)])
+            depth = np.maximum(low - np.maximum(left, right), np.minimum(left, right) - high)
+            depth[trusted] = -np.inf
+            if width > 1:  # two points at an end may be the first of a new level
+                depth[[0, -1]] = -np.inf
+            i = int(np.argmax(depth))
+            if depth[i] > best[0]:
+                best = (float(depth[i]), i, i + width)
+        _, i, j = best
+        if j == 0:
+            return out
+        before = out[i - 1] if i > 0 else out[j]
+        after = out[j] if j < m else out[i - 1]
+        for k in range(i, j):
+            out[k] = before if abs(out[k] - before) <= abs(out[k] - after) else after
+
+
+def _partition(x: np.ndarray, scale: float, penalty: float, alone: np.ndarray) -> list[int]:
+    """Optimal partitioning with PELT's pruning: sum of squares / scale + penalty a step; a
+    point that may not stand alone is no segment of its own."""
+    m = len(x)
+    s1 = np.concatenate([[0.0], np.cumsum(x)])
+    s2 = np.concatenate([[0.0], np.cumsum(x * x)])
+    best = np.full(m + 1, np.inf)
+    best[0] = -penalty
+    back = np.zeros(m + 1, dtype=int)
+    starts = np.array([0])
+    for t in range(1, m + 1):
+        n = t - starts
+        cost = (s2[t] - s2[starts] - (s1[t] - s1[starts]) ** 2 / n) / scale
+        if not alone[t - 1]:
+            cost = np.where(n == 1, np.inf, cost)
+        total = best[starts] + cost + penalty
+        k = int(np.argmin(total))
+        best[t], back[t] = total[k], starts[k]
+        keep = (best[starts] + cost <= best[t]) | (n == 1)  # PELT: never better again
+        starts = np.append(starts[keep], t)
+    bounds, t = [], m
+    while t > 0:
+        t = int(back[t])
+        if t > 0:
+            bounds.append(t)
+    return sorted(bounds)
+
+
+def _whiten(columns: np.ndarray, noise: Noise, own: np.ndarray) -> np.ndarray:
+    """L^-1 columns, L L^T the noise's covariance (``own`` added to the white variance):
+    the Kalman filter's standardised innovations, O(m) a column."""
+    out = np.empty_like(columns)
+    wander = np.zeros(columns.shape[1])
+    p, rho = noise.drift, noise.rho
+    q = noise.drift * (1.0 - rho * rho)
+    for t in range(columns.shape[0]):
+        f = max(p + noise.white + own[t], 1e-300)
+        v = columns[t] - wander
+        out[t] = v / math.sqrt(f)
+        gain = p / f
+        wander = rho * (wander + gain * v)
+        p = rho * rho * p * (1.0 - gain) + q
+    return out
+
+
+def _mean_variance(n: np.ndarray, noise: Noise) -> tuple[np.ndarray, np.ndarray]:
+    """The white and the drift part of the variance of the mean of n neighbouring points."""
+    n = n.astype(float)
+    rho = noise.rho
+    if rho == 0.0:
+        return noise.white / n, noise.drift / n
+    pairs = rho * (n * (1.0 - rho) - (1.0 - rho ** n)) / (1.0 - rho) ** 2  # sum (n-k) rho^k
+    return noise.white / n, noise.drift * (n + 2.0 * pairs) / (n * n)
+
+
+def _prune(x: np.ndarray, bounds: list[int], noise: Noise, own: np.ndarray, positive: bool,
+           params: StepParams, significance: float) -> list[int]:
+    """Drop the steps that are not beyond noise, the weakest first; the steps' sizes are
+    estimated jointly by generalised least squares under the noise model."""
+    m = len(x)
+    bounds = sorted(bounds)
+    if not bounds:
+        return bounds
+    design = np.zeros((m, len(bounds) + 2))  # x, the level, a step function per step
+    design[:, 0], design[:, 1] = x, 1.0
+    for j, b in enumerate(bounds):
+        design[b:, j + 2] = 1.0
+    column = {b: j + 1 for j, b in enumerate(bounds)}
+    sums = np.concatenate([[0.0], np.cumsum(x)])
+    grams: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+    info, info_key = np.zeros((0, 0)), None
+    while bounds:
+        edges = np.asarray([0, *bounds, m])
+        lengths = np.diff(edges)
+        single = tuple(int(a) for a, n in zip(edges, lengths, strict=False) if n == 1)
+        if single not in grams:  # a point alone adds its own runs' variance
+            extra = np.zeros(m)
+            extra[list(single)] = own[list(single)]
+            white = _whiten(design, noise, extra)
+            grams[single] = (white[:, 1:].T @ white[:, 1:], white[:, 1:].T @ white[:, 0])
+        gram, cross = grams[single]
+        chosen = [0] + [column[b] for b in bounds]
+        if info_key != (single, len(chosen)):  # else: downdated below, O(k^2)
+            info = _inverse(gram[np.ix_(chosen, chosen)])
+        info_key = (single, len(chosen))
+        size = (info @ cross[chosen])[1:]
+        error = np.sqrt(np.maximum(np.diag(info)[1:], 1e-300))
+        score = np.abs(size) / error
+        means = (sums[edges[1:]] - sums[edges[:-1]]) / lengths
+        if positive:
+            relative = np.abs(np.expm1(np.diff(means)))
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                relative = np.where(means[:-1] != 0, np.abs(means[1:] / means[:-1] - 1), np.inf)
+        white_part, drift_part = _mean_variance(lengths, noise)
+        white_part = white_part[:-1] + white_part[1:]
+        drift_part = drift_part[:-1] + drift_part[1:]
+        dof = (white_part + drift_part) ** 2 / np.maximum(
+            white_part ** 2 / noise.white_dof + drift_part ** 2 / noise.drift_dof, 1e-300)
+        limit = significance * student_t.ppf(QUANTILE, np.maximum(dof, 0.5)) / norm.ppf(QUANTILE)
+        failing = (relative <= params.threshold) | (score <= limit)
+        if not failing.any():
             break
-    return steps
+        worst = int(np.argmin(np.where(failing, score, np.inf)))
+        del bounds[worst]
+        gone = worst + 1
+        keep = np.arange(len(chosen)) != gone  # the inverse without that step
+        info = info[np.ix_(keep, keep)] - np.outer(info[keep, gone],
+                                                   info[gone, keep]) / info[gone, gone]
+        info_key = (single, len(chosen) - 1)
+    return bounds
 
 
-def _between_noise(x: np.ndarray, bounds: list[int]) -> float:
-    """The noise from one revision to the next: 1.4826 x the median |x_i - x_(i-1)| / sqrt 2
-    over the differences inside the fit's segments (none across its steps). It sees the drift
-    between revisions (load, heat) that the runs of one revision do not show; 0 when no
-    segment has two points."""
-    inside = [abs(x[i] - x[i - 1]) for i in range(1, len(x)) if i not in bounds]
-    return float(MAD_TO_SD * np.median(inside) / math.sqrt(2.0)) if inside else 0.0
+def _inverse(matrix: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.inv(matrix)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(matrix)
 
 
-def _beyond(low: float, high: float, step: Step, threshold: float, limit: float) -> bool:
-    ratio = step.ratio
-    relative = ratio is None or abs(ratio - 1.0) > threshold
-    return relative and abs(high - low) > limit
+def _reml(x: np.ndarray, bounds: list[int], white_runs: float, runs_dof: float,
+          near: float) -> Noise | None:
+    """The noise by restricted maximum likelihood, every segment its own level: a Kalman
+    filter over the series (a diffuse level restarted at each step, the AR(1) drift, the
+    white noise), vectorised over the grid of (rho, e, d); the runs' variance, when there
+    is one, enters as a chi-square observation of e. None when no point is left over."""
+    m = len(x)
+    inner = m - len(bounds) - 1  # the points beyond the segments' levels
+    reference = white_runs if white_runs > 0 else near
+    if inner < 1 or reference <= 0:
+        return None
+    first = np.zeros(m, dtype=bool)
+    first[[0, *bounds]] = True
+    whites = WHITE_FROM_RUNS if white_runs > 0 else WHITE_FREE
+    rho, white, drift = (a.ravel() for a in np.meshgrid(RHO_GRID, whites, DRIFT_GRID,
+                                                       indexing="ij"))
+    y = (x - float(np.median(x))) / math.sqrt(reference)
+    diffuse = 1e6 * max(1.0, float(np.max(y * y)))
+    q = (1.0 - rho * rho) * drift
+    size = len(rho)
+    level, wander = np.zeros(size), np.zeros(size)
+    p11, p12, p22 = np.zeros(size), np.zeros(size), np.zeros(size)
+    total = np.zeros(size)
+    for t in range(m):
+        if first[t]:
+            level[:], wander[:], p11[:], p12[:] = 0.0, 0.0, diffuse, 0.0
+            p22 = drift.copy()
+        else:
+            wander = rho * wander
+            p22 = rho * rho * p22 + q
+            p12 = rho * p12
+        v = y[t] - level - wander
+        f = np.maximum(p11 + 2.0 * p12 + p22 + white, 1e-12)
+        if not first[t]:
+            total += np.log(f) + v * v / f
+        k1, k2 = (p11 + p12) / f, (p12 + p22) / f
+        level, wander = level + k1 * v, wander + k2 * v
+        p11, p12, p22 = p11 - k1 * k1 * f, p12 - k1 * k2 * f, p22 - k2 * k2 * f
+    if white_runs > 0:
+        total += runs_dof * (np.log(white) + 1.0 / white)
+    i = int(np.argmin(total))
+    return Noise(float(white[i]) * reference, float(drift[i]) * reference, float(rho[i]),
+                 runs_dof if white_runs > 0 else float(inner), float(max(inner - 1, 1)))
 
 
 def differs_beyond_noise(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
