@@ -304,67 +304,55 @@ def _mean_variance(n: np.ndarray, noise: Noise) -> tuple[np.ndarray, np.ndarray]
 
 def _prune(x: np.ndarray, bounds: list[int], noise: Noise, own: np.ndarray, positive: bool,
            params: StepParams, significance: float) -> list[int]:
-    """Drop the steps that are not beyond noise, the weakest first; the steps' sizes are
-    estimated jointly by generalised least squares under the noise model."""
+    """Drop the steps that are not beyond noise, the weakest first, until every one left is.
+    A step's size is estimated by generalised least squares from the two segments it
+    separates; dropping one changes only its two neighbours' (O(m) a drop, O(m^2) at most)."""
     m = len(x)
     bounds = sorted(bounds)
-    if not bounds:
-        return bounds
-    design = np.zeros((m, len(bounds) + 2))  # x, the level, a step function per step
-    design[:, 0], design[:, 1] = x, 1.0
-    for j, b in enumerate(bounds):
-        design[b:, j + 2] = 1.0
-    column = {b: j + 1 for j, b in enumerate(bounds)}
-    sums = np.concatenate([[0.0], np.cumsum(x)])
-    grams: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
-    info, info_key = np.zeros((0, 0)), None
+    edges = [0, *bounds, m]
+    judged = [_judge(x, edges[r], edges[r + 1], edges[r + 2], noise, own, positive, params,
+                     significance) for r in range(len(bounds))]
     while bounds:
-        edges = np.asarray([0, *bounds, m])
-        lengths = np.diff(edges)
-        single = tuple(int(a) for a, n in zip(edges, lengths, strict=False) if n == 1)
-        if single not in grams:  # a point alone adds its own runs' variance
-            extra = np.zeros(m)
-            extra[list(single)] = own[list(single)]
-            white = _whiten(design, noise, extra)
-            grams[single] = (white[:, 1:].T @ white[:, 1:], white[:, 1:].T @ white[:, 0])
-        gram, cross = grams[single]
-        chosen = [0] + [column[b] for b in bounds]
-        if info_key != (single, len(chosen)):  # else: downdated below, O(k^2)
-            info = _inverse(gram[np.ix_(chosen, chosen)])
-        info_key = (single, len(chosen))
-        size = (info @ cross[chosen])[1:]
-        error = np.sqrt(np.maximum(np.diag(info)[1:], 1e-300))
-        score = np.abs(size) / error
-        means = (sums[edges[1:]] - sums[edges[:-1]]) / lengths
-        if positive:
-            relative = np.abs(np.expm1(np.diff(means)))
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                relative = np.where(means[:-1] != 0, np.abs(means[1:] / means[:-1] - 1), np.inf)
-        white_part, drift_part = _mean_variance(lengths, noise)
-        white_part = white_part[:-1] + white_part[1:]
-        drift_part = drift_part[:-1] + drift_part[1:]
-        dof = (white_part + drift_part) ** 2 / np.maximum(
-            white_part ** 2 / noise.white_dof + drift_part ** 2 / noise.drift_dof, 1e-300)
-        limit = significance * student_t.ppf(QUANTILE, np.maximum(dof, 0.5)) / norm.ppf(QUANTILE)
-        failing = (relative <= params.threshold) | (score <= limit)
-        if not failing.any():
+        failing = [r for r, (_, ok) in enumerate(judged) if not ok]
+        if not failing:
             break
-        worst = int(np.argmin(np.where(failing, score, np.inf)))
-        del bounds[worst]
-        gone = worst + 1
-        keep = np.arange(len(chosen)) != gone  # the inverse without that step
-        info = info[np.ix_(keep, keep)] - np.outer(info[keep, gone],
-                                                   info[gone, keep]) / info[gone, gone]
-        info_key = (single, len(chosen) - 1)
+        worst = min(failing, key=lambda r: judged[r][0])
+        del bounds[worst], judged[worst], edges[worst + 1]
+        for r in (worst - 1, worst):
+            if 0 <= r < len(bounds):
+                judged[r] = _judge(x, edges[r], edges[r + 1], edges[r + 2], noise, own,
+                                   positive, params, significance)
     return bounds
 
 
-def _inverse(matrix: np.ndarray) -> np.ndarray:
-    try:
-        return np.linalg.inv(matrix)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(matrix)
+def _judge(x: np.ndarray, a: int, b: int, c: int, noise: Noise, own: np.ndarray,
+           positive: bool, params: StepParams, significance: float) -> tuple[float, bool]:
+    """(score, beyond noise) of the step at b between the segments a..b-1 and b..c-1: its
+    GLS size in standard errors, and whether that and its ratio pass."""
+    n = c - a
+    extra = np.zeros(n)
+    if b - a == 1:  # a point alone adds its own runs' variance
+        extra[0] = own[a]
+    if c - b == 1:
+        extra[n - 1] = own[b]
+    columns = np.zeros((n, 3))
+    columns[:, 0], columns[:, 1], columns[b - a:, 2] = x[a:c], 1.0, 1.0
+    white = _whiten(columns, noise, extra)
+    design = white[:, 1:]
+    info = np.linalg.pinv(design.T @ design)
+    size = float((info @ (design.T @ white[:, 0]))[1])
+    score = abs(size) / math.sqrt(max(float(info[1, 1]), 1e-300))
+    before, after = float(np.mean(x[a:b])), float(np.mean(x[b:c]))
+    if positive:
+        relative = abs(math.expm1(after - before))
+    else:
+        relative = abs(after / before - 1.0) if before else math.inf
+    white_part, drift_part = _mean_variance(np.asarray([b - a, c - b]), noise)
+    white_sum, drift_sum = float(white_part.sum()), float(drift_part.sum())
+    dof = (white_sum + drift_sum) ** 2 / max(
+        white_sum ** 2 / noise.white_dof + drift_sum ** 2 / noise.drift_dof, 1e-300)
+    limit = significance * float(student_t.ppf(QUANTILE, max(dof, 0.5))) / norm.ppf(QUANTILE)
+    return score, relative > params.threshold and score > limit
 
 
 def _reml(x: np.ndarray, bounds: list[int], white_runs: float, runs_dof: float,
