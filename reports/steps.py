@@ -2,66 +2,87 @@
 
 A metric measured at a series of engine revisions, in commit order, is modelled as piecewise
 constant plus noise: the level stays the same until a commit changes it. ``detect_steps``
-finds those commits, as many as the data show, in O(m^2) for m revisions at worst (about
-FIGURE_MS ms for 1000 revisions, measured by ``bench/steps.py``).
+finds those commits, as many as the data hold (no cap), in O(m^2) for m revisions at worst
+and about linear time in practice: 0.1 s of CPU for 1000 revisions (``bench/steps.py``).
 
 **The data.** Each point ``i`` is a revision with its runs' values; it enters as ``x_i``, the
 median of the logarithms of its values (timings change by factors, so levels and noise are
 relative; a metric with a value <= 0 is fitted on its own scale).
 
-**The noise** has two parts. A point's own noise, white: its runs' spread, the same from one
-revision to the next (variance ``e``); and drift between revisions, AR(1): a loaded or warming
-board moves every run of a revision alike and the next revision's partly too (variance ``d``,
-correlation ``rho`` from one revision to the next), which the runs of one revision do not
-show. Drift wanders, so it makes runs of neighbouring revisions look like levels: a test that
-ignores it (white noise) reports drift as steps, one that fits it with every candidate fit
-(asv's information criterion, this module's former one) lets a large ``rho`` absorb real
-steps. Here ``e``, ``d`` and ``rho`` are estimated once per pass, for the segmentation in
-hand, by restricted maximum likelihood (a Kalman filter over the series with a free level per
-segment, on a grid of ``rho`` in 0-0.95 and of ``e`` and ``d``), with the runs' own spread
-(their variance, pooled over the revisions with two runs or more) as evidence about ``e``.
+**The noise** has two parts. A point's own noise, white: its runs' spread, independent from
+one revision to the next (variance ``e``, of a median of its runs); and drift between
+revisions, AR(1): a loaded or warming board moves every run of a revision alike, and the next
+revision's partly too (variance ``d``, correlation ``rho`` from one revision to the next), which
+the runs of one revision do not show. Drift wanders, so over a few revisions it looks like a
+level: a test that ignores it reports drift as steps, and one that fits the drift anew with
+every candidate set of steps (asv's information criterion, this module's former one) lets a
+large ``rho`` absorb real steps. Here ``e``, ``d`` and ``rho`` are estimated for the steps in
+hand by restricted maximum likelihood (a Kalman filter over the series with a free level per
+segment, on a grid of ``rho`` in 0-0.95 and of ``e`` and ``d``), the runs' spread (pooled over
+the revisions with two runs or more) entering as a chi-square observation of ``e``.
 
-**The fit** takes two passes, each of three parts:
+**The fit** is two passes of three parts each:
 
 1. *Outliers.* A revision measured fewer than ``single_runs`` times cannot tell an outlying
-   run from a change: one such point, or two neighbouring ones, that lie beyond ``clip``
-   robust standard deviations (of the differences between neighbouring points, / sqrt 2) of
-   the points on both sides of them, on the same side, are set to their nearer neighbour's
-   value. Such a point never makes a segment of its own either. A revision with
-   ``single_runs`` runs or more carries its own evidence (its median does not move with one
-   outlying run) and may be a segment of its own: the last revision of a history that
-   regressed.
-2. *Candidates.* Optimal partitioning (least squares per segment, PELT's pruning: at most
-   O(m^2), about linear when the steps are many) with a penalty of ``beta ln m`` point
-   variances (``e + d``) per step proposes more steps than the data hold: the next part keeps
-   those beyond noise.
-3. *Beyond noise.* All the proposed steps' sizes are estimated at once by generalised least
-   squares under the noise model (the series whitened by the same Kalman filter), and the
-   weakest step that is not beyond noise is dropped, again until every one left is. A step
-   is beyond noise when its ratio ``after / before`` (of the segments' means) differs from 1
-   by more than ``threshold`` and its size exceeds ``significance`` standard errors, raised
-   to the same tail of Student's t at the degrees of freedom of the noise estimate
-   (Satterthwaite's: the runs' dof for ``e``, ``DRIFT_DOF`` times the points' for ``d``), so
-   that a short history, whose drift is poorly known, needs a larger step.
+   run from a change: one such point, or two neighbouring ones inside the series, that lie
+   beyond ``clip`` robust standard deviations (1.4826 median |x_i - x_(i-1)| / sqrt 2) of
+   the points on both sides of them, on the same side, take their nearer neighbour's value
+   (the farthest first), and such a point never makes a segment of its own. A revision with
+   ``single_runs`` runs or more carries its own evidence (one outlying run does not move its
+   median): it may be a segment of its own, the newest revision of a history that just
+   regressed for one, and its own runs' variance is added to its noise there.
+2. *Candidates.* Optimal partitioning of the points, least squares per segment in units of
+   the point variance ``e + d`` plus ``beta ln m`` a step, with PELT's pruning (a start that
+   can never win again is dropped): O(m^2) at worst, about O(m) when there are steps. It
+   proposes more steps than the data hold; the next part keeps those beyond noise.
+3. *Beyond noise.* Each step's size is estimated by generalised least squares from the two
+   segments it separates, under the noise model (the Kalman filter whitens them), and the
+   weakest step that is not beyond noise is dropped, then the next, until every one left is
+   (a drop re-judges its two neighbours only: O(m) each). A step is beyond noise when its
+   ratio ``after / before`` (of the segments' means) differs from 1 by more than
+   ``threshold`` and its size exceeds ``significance`` standard errors, raised by the ratio
+   of Student's t to the normal quantile at 97.5 % for the degrees of freedom of the noise's
+   estimate (Satterthwaite's, from the runs' for ``e`` and the points' beyond the levels for
+   ``d``): a short history, whose drift is poorly known, needs a larger step.
 
-The first pass starts from a rough noise estimate (``e`` from the runs, ``d`` from the
-differences between neighbouring revisions, ``rho`` 0.5) and is lenient (``FIRST`` times the
-penalty and the significance); the noise is then re-estimated with its steps, and the second
-pass is the result.
+The first pass starts from a rough noise (``e`` from the runs, ``d`` from the differences of
+neighbouring revisions, ``rho`` 0.5) and is lenient (0.6 x the significance, 0.36 x the
+penalty); the noise is then estimated with its steps, the second pass fitted with that, and
+the noise estimated again for the final judgement of the second pass's steps.
 
-Parameters (``StepParams``), chosen by ``bench/steps.py``'s simulation (FIGURE_CORPUS):
+**Parameters** (``StepParams``), chosen with ``bench/steps.py``'s simulation: 10-1000 revisions,
+1-5 runs each, 1-5 % log-normal run noise, AR(1) drift between revisions (``rho`` 0.3-0.8, 0.25-1x
+the run noise), 1 % of runs 1.3-3x slow, 0-20 steps of 0.5x-2x, 40 % of them 1.1x-1.2x; a step
+found within one revision of its commit counts:
 
-* ``significance`` (4.0): the standard errors a step must exceed. FIGURE_SIGNIFICANCE
-* ``threshold`` (0.05): the smallest relative step reported, whatever the noise.
-* ``floor`` (0.01): the smallest noise assumed (relative: 1 %), so that revisions that
+* ``significance`` (4.25): the standard errors a step must exceed. F1 at 10 / 30 / 100 / 300
+  revisions and false steps per 100 revisions of flat series (seed 3; 20 000 flat revisions a
+  length): 3.5: 0.98 / 0.96 / 0.99 / 0.99, up to 0.20 false; 4.0: 0.97 / 0.97 / 0.99 / 0.98,
+  up to 0.095; 4.25: 0.96 / 0.96 / 0.99 / 0.98, up to 0.07; 4.5: 0.96 / 0.96 / 0.98 / 0.98,
+  up to 0.04; 5.0: 0.95 / 0.96 / 0.97 / 0.98, up to 0.025. 4.25 keeps the false steps under
+  0.1 per 100 revisions at every length with room for another draw of the corpus.
+* ``threshold`` (0.05): the smallest relative step reported, however clear.
+* ``floor`` (0.01): the smallest point noise assumed (relative: 1 %), so that revisions that
   happened to repeat exactly do not make every difference a step.
 * ``clip`` (4.0) and ``single_runs`` (3): the outliers' rule above.
-* ``beta`` (3.0): the candidates' penalty per step; the candidates only need to include the
-  real steps (1.5-4.5 give the same results).
-* ``noise_factor`` (3.0): ``differs_beyond_noise`` only (bisect): a change of two revisions
-  must exceed this many run-to-run standard deviations.
+* ``beta`` (3.0): the candidates' penalty a step; the candidates only need to include the real
+  steps (1.5-4.5 give the same results).
+* ``noise_factor`` (3.0): ``differs_beyond_noise`` only (bisect): a change between two
+  revisions must exceed this many run-to-run standard deviations.
 
-FIGURE_RESULTS
+**Measured** (``bench/steps.py``, seed 1, side by side with asv, Apache Otava's and MongoDB's
+E-Divisive and ruptures' PELT): F1 0.97 / 0.98 / 0.98 / 0.99 / 0.99 at 10 / 30 / 100 / 300 /
+1000 revisions, the best of the others 0.95 (Otava) / 0.91 (MongoDB) / 0.91 (ruptures) / 0.90
+(ruptures) / 0.91 (MongoDB); false steps per 100 revisions of flat series 0.06 at most (10
+revisions), 0.036 over all lengths, the others' 0.18-0.89. This module's former detector
+(weighted L1, at most 7 steps, O(m^3)) reached 0.92-0.95 / 0.85-0.91 / 0.74 at 10 / 30 / 100
+revisions with 0.2-0.45 false steps per 100, and took seconds a series from 300 revisions on.
+Shorter histories: flat series of 3 / 5 / 7 revisions (the same noise) give 0.01 / 0.065 /
+0.04 false steps per 100 revisions; a 2x step in the middle of 5 revisions is found at its
+commit in 96 % of series, a 1.2x one in 71 %; of 3 revisions in 51 % and 33 % (a revision
+alone at an end needs ``single_runs`` runs). Drift larger than the simulation's (as large as
+the runs' noise itself, rho 0.5, 3 runs at 5 %) gives a false step in 1.8 % of series of 12
+revisions and 4.4 % of 30.
 """
 
 from __future__ import annotations
