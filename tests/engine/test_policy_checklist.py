@@ -5,9 +5,9 @@ with the code edits the checklist names and no others: one row of LMC_POLICY_TAB
 engine/policy.h, one case label in the copy's engine/select.c and one row of POLICIES in a copy
 of db/lmc_axes.py. The copied engine must build and run `--attn window2` bit for bit as window
 (per-query selection and --kv-budget eviction, whose sink rule comes from the row's keep score,
-not from evict.c), and `lmc info` must agree with the copied list as tests/plan/test_engines.py holds
-the real ones. The counts the checklist and docs/architecture.md state are held against the
-checklist's own numbered list."""
+not from evict.c), and `lmc info` must agree with the copied list as tests/plan/test_engines.py
+holds the real ones. The counts the checklist and docs/architecture.md state are held against
+the checklist's own numbered list."""
 
 from __future__ import annotations
 
