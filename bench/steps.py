@@ -9,9 +9,9 @@ few minutes on 2 cores (MongoDB's E-Divisive is the slow one at 1000 revisions).
 
 **The corpus** (``make_corpus``; the same for a given seed and size). Per history length
 ``m`` in 10, 30, 100, 300, 1000: ``max(--per-length, --revisions / m)`` series scored by F1
-(``--per-length`` 30, ``--revisions`` 3000: 300 series of 10 revisions, 30 of 1000;
-``--quick`` 12 and 1000, ``--full`` 100 and 10000), then flat series enough for
-``--flat-revisions`` revisions (5000; ``--quick`` 2000, ``--full`` 20000; at least 4 series)
+(``--per-length`` 30, ``--revisions`` 6000: 600 series of 10 revisions, 30 of 1000;
+``--quick`` 12 and 1000, ``--full`` 100 and 20000), then flat series enough for
+``--flat-revisions`` revisions (10000; ``--quick`` 2000, ``--full`` 40000; at least 4 series)
 on which false steps are counted. Every series draws:
 
 * its runs per revision, 1 to 5 (the same at every revision of the series);
@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true",
                       help="12 series a length (1000 revisions' worth), 2000 flat revisions")
     size.add_argument("--full", action="store_true",
-                      help="100 series a length (10000 revisions' worth), 20000 flat revisions")
+                      help="100 series a length (20000 revisions' worth), 40000 flat revisions")
     parser.add_argument("--per-length", type=positive, help="the fewest F1 series a length")
     parser.add_argument("--revisions", type=positive,
                         help="the fewest revisions of F1 series a length")
@@ -362,9 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(DETECTORS), default=list(DETECTORS))
     args = parser.parse_args(argv)
     per_length = args.per_length or (12 if args.quick else 100 if args.full else 30)
-    revisions = args.revisions or (1000 if args.quick else 10000 if args.full else 3000)
-    flat_revisions = args.flat_revisions or (2000 if args.quick else 20000 if args.full
-                                             else 5000)
+    revisions = args.revisions or (1000 if args.quick else 20000 if args.full else 6000)
+    flat_revisions = args.flat_revisions or (2000 if args.quick else 40000 if args.full
+                                             else 10000)
     names = available(args.only)
     corpus = make_corpus(args.seed, args.lengths, per_length, revisions, flat_revisions)
     print(f"seed {args.seed}; per length >= {per_length} F1 series and >= {revisions} of their "

@@ -112,7 +112,7 @@ DRIFT_GRID = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
 
 @dataclass(frozen=True)
 class StepParams:
-    significance: float = 4.25
+    significance: float = 4.5
     threshold: float = 0.05
     floor: float = 0.01
     clip: float = 4.0
