@@ -146,8 +146,8 @@ class Noise:
     white: float  # e: the variance of a point's own noise
     drift: float  # d: the variance of the AR(1) drift between revisions
     rho: float  # the drift's correlation from one revision to the next
-    white_dof: float  # the degrees of freedom of the estimates of e and d
-    drift_dof: float
+    white_dof: float  # the degrees of freedom of the estimates of e and d; 0: e shares d's
+    drift_dof: float  # (no runs to tell them apart: both from the same points)
 
 
 def robust_sd(values: Sequence[float]) -> float | None:
@@ -176,7 +176,7 @@ def detect_steps(points: Sequence[Sequence[float]],
     near = _mad0(np.diff(x)) ** 2 / 2.0
     white = white_runs if white_runs else near
     drift = max(near - white, 0.0) / (1.0 - RHO_START) if m > 5 else 0.0
-    noise = Noise(white, drift, RHO_START, runs_dof or m - 1.0, m - 1.0)
+    noise = Noise(white, drift, RHO_START, runs_dof, m - 1.0)
     bounds: list[int] = []
     for share in (FIRST, 1.0):
         noise = _floored(noise, floor)
@@ -374,8 +374,11 @@ def _judge(x: np.ndarray, a: int, b: int, c: int, noise: Noise, own: np.ndarray,
         relative = abs(after / before - 1.0) if before else math.inf
     white_part, drift_part = _mean_variance(np.asarray([b - a, c - b]), noise)
     white_sum, drift_sum = float(white_part.sum()), float(drift_part.sum())
-    dof = (white_sum + drift_sum) ** 2 / max(
-        white_sum ** 2 / noise.white_dof + drift_sum ** 2 / noise.drift_dof, 1e-300)
+    if noise.white_dof:  # Satterthwaite's degrees of freedom of the sum
+        dof = (white_sum + drift_sum) ** 2 / max(
+            white_sum ** 2 / noise.white_dof + drift_sum ** 2 / noise.drift_dof, 1e-300)
+    else:
+        dof = noise.drift_dof
     limit = significance * float(student_t.ppf(QUANTILE, max(dof, 0.5))) / norm.ppf(QUANTILE)
     return score, relative > params.threshold and score > limit
 
@@ -422,7 +425,7 @@ def _reml(x: np.ndarray, bounds: list[int], white_runs: float, runs_dof: float,
         total += runs_dof * (np.log(white) + 1.0 / white)
     i = int(np.argmin(total))
     return Noise(float(white[i]) * reference, float(drift[i]) * reference, float(rho[i]),
-                 runs_dof if white_runs > 0 else float(inner), float(max(inner - 1, 1)))
+                 runs_dof if white_runs > 0 else 0.0, float(max(inner - 1, 1)))
 
 
 def differs_beyond_noise(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
