@@ -120,7 +120,7 @@ def add_measuring(parser: argparse.ArgumentParser, metric_help: str) -> None:
 def add_threshold(parser: argparse.ArgumentParser, what: str) -> None:
     """history, bisect, track: the relative change below which a difference is noise."""
     parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
-                        help=f"{what} (default: %(default)s; a change must also exceed 3x the "
+                        help=f"{what} (default: %(default)s; a change must also stand beyond "
                              "noise, see reports/steps.py)")
 def add_notify(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--notify", action="append", metavar="URL|COMMAND", help=help_text +

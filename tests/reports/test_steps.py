@@ -28,6 +28,18 @@ def noisy(levels: list[float], noise: float, repeats: int, seed: int,
     return points
 
 
+def drifting(length: int, rho: float, drift: float, noise: float, repeats: int,
+             seed: int) -> list[list[float]]:
+    """A flat series: AR(1) drift between revisions (correlation ``rho``, standard deviation
+    ``drift``) and log-normal run noise, as bench/steps.py draws them."""
+    rng = np.random.default_rng(seed)
+    points, wander = [], rng.normal(0.0, drift)
+    for _ in range(length):
+        wander = rho * wander + rng.normal(0.0, drift * math.sqrt(1 - rho * rho))
+        points.append([float(v) for v in np.exp(wander + rng.normal(0, noise, repeats))])
+    return points
+
+
 def test_one_step_is_found_at_its_revision_with_its_ratio() -> None:
     points = noisy([1.0] * 6 + [2.0] * 6, 0.03, 3, seed=1)
     steps = detect_steps(points)
@@ -42,15 +54,62 @@ def test_two_steps_up_and_down_are_both_found() -> None:
     assert steps[0].ratio > 2.5 and steps[1].ratio < 0.6
 
 
+def test_ten_steps_including_a_one_point_one_x_step_are_all_found_where_they_are() -> None:
+    """No cap on the number of steps: ten in 110 revisions, 0.5x-2x, one of them 1.1x (and
+    one 1 / 1.1x) on a quiet board (1 % run noise, 3 runs), each at its revision."""
+    ratios = [1.5, 0.7, 1.1, 2.0, 0.5, 1.3, 1 / 1.1, 1.2, 0.8, 1.6]
+    levels = [float(np.prod(ratios[:k])) for k in range(11) for _ in range(10)]
+    for seed in range(3):
+        steps = detect_steps(noisy(levels, 0.01, 3, seed=seed))
+        assert [s.index for s in steps] == list(range(10, 110, 10))
+        assert [round(s.ratio, 1) for s in steps] == [round(r, 1) for r in ratios]
+
+
+def test_flat_noisy_series_give_no_step() -> None:
+    """1-5 runs, 1-5 % run noise, no drift, 10-200 revisions: not one false step."""
+    for seed, (length, noise, repeats) in enumerate([(10, 0.05, 1), (30, 0.03, 2),
+                                                     (100, 0.02, 3), (200, 0.05, 5),
+                                                     (60, 0.01, 4), (200, 0.04, 1)]):
+        assert detect_steps(noisy([1.0] * length, noise, repeats, seed=seed)) == []
+
+
 def test_pure_noise_gives_no_step_even_with_drift() -> None:
     found = [detect_steps(noisy([1.0] * 12, 0.05, 3, seed=seed, drift=0.5)) for seed in range(40)]
-    assert sum(bool(f) for f in found) <= 2  # about 1-3 % false steps (the module's text)
+    assert sum(bool(f) for f in found) <= 2  # about 1 % of series (the module's text)
+
+
+def test_ar1_drift_alone_makes_no_step() -> None:
+    """Drift between revisions three times the run noise, strongly correlated (rho 0.8),
+    wanders by 10 % and more over a history: it is no step."""
+    for seed in range(6):
+        points = drifting(150, rho=0.8, drift=0.03, noise=0.01, repeats=3, seed=seed)
+        assert detect_steps(points) == []
+    for seed in range(6):  # one run a revision: the drift is all the noise there is
+        points = drifting(80, rho=0.6, drift=0.04, noise=0.02, repeats=1, seed=seed)
+        assert detect_steps(points) == []
 
 
 def test_a_single_outlying_run_moves_nothing() -> None:
     points = noisy([1.0] * 10, 0.02, 3, seed=3)
     points[4][1] = 5.0  # one run of one revision, five times slower
     assert detect_steps(points) == []
+    for repeats in (1, 2):  # the revision's median is the outlier, or halfway to it
+        points = noisy([1.0] * 30, 0.02, repeats, seed=5)
+        points[12][0] = 3.0
+        assert detect_steps(points) == []
+    points = noisy([1.0] * 30, 0.02, 1, seed=6)
+    points[12][0] = points[13][0] = 2.5  # two neighbouring revisions, each run once
+    assert detect_steps(points) == []
+
+
+def test_the_last_revision_is_a_step_of_its_own_when_its_runs_agree() -> None:
+    """`track` reports a regression at the newest revision: with 3 runs that agree it is a
+    step at once; run once, it cannot be told from an outlying run until the next revision."""
+    for seed in range(3):
+        assert [s.index for s in detect_steps(noisy([1.0] * 19 + [2.0], 0.02, 3, seed))] == [19]
+        assert detect_steps(noisy([1.0] * 19 + [2.0], 0.02, 1, seed)) == []
+        assert [s.index for s in detect_steps(noisy([1.0] * 18 + [2.0] * 2, 0.02, 1, seed))] \
+            == [18]
 
 
 def test_a_step_below_the_threshold_is_not_reported() -> None:
@@ -58,13 +117,23 @@ def test_a_step_below_the_threshold_is_not_reported() -> None:
     fine = StepParams(floor=0.001)  # a quiet board: noise floor 0.1 %
     assert detect_steps(points, fine) == []  # 4 %: real, but under the 5 % threshold
     assert [s.index for s in detect_steps(points, StepParams(threshold=0.02, floor=0.001))] == [6]
-    assert detect_steps(points, StepParams(threshold=0.02)) == []  # within the 1 % floor's reach
+    points = noisy([1.0] * 6 + [1.015] * 6, 0.002, 3, seed=4)
+    assert [s.index for s in detect_steps(points, StepParams(threshold=0.01, floor=0.001))] == [6]
+    # 1.5 % over 6 revisions a side is 2.6 standard errors of the 1 % floor: within its reach
+    assert detect_steps(points, StepParams(threshold=0.01)) == []
 
 
 def test_two_revisions_with_repeats_and_single_points() -> None:
     assert [s.index for s in detect_steps([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]])] == [1]
     assert detect_steps([[1.0]]) == []
     assert detect_steps([[1.0, 1.3, 0.8], [1.1, 0.9, 1.2]]) == []  # within their own noise
+
+
+def test_a_metric_with_values_at_or_below_zero_is_fitted_on_its_own_scale() -> None:
+    rng = np.random.default_rng(0)
+    points = [[float(v) for v in rng.normal(0.0 if i < 10 else 5.0, 0.5, 3)] for i in range(20)]
+    steps = detect_steps(points)
+    assert [s.index for s in steps] == [10] and 4.5 < steps[0].after - steps[0].before < 5.5
 
 
 def test_differs_beyond_noise_takes_the_runs_noise() -> None:
