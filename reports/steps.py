@@ -101,7 +101,7 @@ from scipy.stats import t as student_t
 
 # the method's name and version: steps kept by what they were found in (reports.history) are
 # found again once it changes
-METHOD = "weighted-L1 fit, Schwarz criterion with AR(1) noise, v1"
+METHOD = "PELT candidates, REML AR(1) drift + white noise, pairwise GLS judgement, v2"
 MAD_TO_SD = 1.4826  # the MAD of a normal sample times this estimates its standard deviation
 # var(median of n runs) / var(mean of n runs) for normal runs; pi / 2 beyond
 MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
