@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, case, func, insert, select, update
 
-from db.measurements import current_rule
 from db.models import (
     RUN_KEPT,
     DecodeSteps,
@@ -161,11 +160,16 @@ def _count(conn: Connection, deltas: dict[tuple[int, str], int]) -> None:
     """Add ``deltas`` to the experiments' counts per status, in one order (experiment, status)
     so that coordinators sharing a PostgreSQL store take the rows' locks in the same order."""
     table = ExperimentCount.__table__
-    for (experiment_id, status), delta in sorted(deltas.items()):
-        if delta:
-            conn.execute(update(table).where(table.c.experiment_id == experiment_id,
-                                             table.c.status == status)
-                         .values(runs=table.c.runs + delta))
+    by_move: dict[tuple[tuple[str, int], ...], list[int]] = {}
+    for experiment_id in sorted({e for e, _ in deltas}):
+        move = tuple(sorted((s, d) for (e, s), d in deltas.items() if e == experiment_id and d))
+        if move:
+            by_move.setdefault(move, []).append(experiment_id)
+    for move, experiments in by_move.items():  # usually one: a run moved from one status
+        change = case(*((table.c.status == status, delta) for status, delta in move), else_=0)
+        conn.execute(update(table).where(table.c.experiment_id.in_(experiments),
+                                         table.c.status.in_([s for s, _ in move]))
+                     .values(runs=table.c.runs + change))
 
 
 def refresh_runs(conn: Connection, run_ids: list[int]) -> None:
@@ -173,21 +177,27 @@ def refresh_runs(conn: Connection, run_ids: list[int]) -> None:
     latest: db.measurements), status and number of attempts, from its measurements now; a run
     whose status changed moves between its experiments' counts."""
     runs, table, links = Run.__table__, Measurement.__table__, ExperimentRun.__table__
-    current = current_rule()
     for chunk in chunks(sorted(set(run_ids))):
-        before = dict(conn.execute(select(runs.c.id, runs.c.status)
-                                   .where(runs.c.id.in_(chunk))).all())
-        found = conn.execute(select(table.c.run_id, current, func.count())
-                             .where(table.c.run_id.in_(chunk)).group_by(table.c.run_id)).all()
-        statuses = dict(conn.execute(select(table.c.id, table.c.status).where(
-            table.c.id.in_([measurement for _, measurement, _ in found]))).all())
+        # one read: each run's kept status and all its measurements (a run has a few)
+        rows = conn.execute(
+            select(runs.c.id, runs.c.status, runs.c.current_measurement_id, runs.c.attempts,
+                   table.c.id, table.c.status, table.c.lease_expired)
+            .join(table, table.c.run_id == runs.c.id).where(runs.c.id.in_(chunk))).all()
+        kept: dict[int, tuple[str | None, int | None, int]] = {}
+        measured: dict[int, list[tuple[int, str, bool]]] = {}
+        for run_id, run_status, current, attempts, measurement, status, expired in rows:
+            kept[run_id] = (run_status, current, attempts)
+            measured.setdefault(run_id, []).append((measurement, status, bool(expired)))
         moved: dict[int, tuple[str | None, str]] = {}
-        for run_id, measurement, attempts in found:
-            status = statuses[measurement]
-            conn.execute(update(runs).where(runs.c.id == run_id).values(
-                current_measurement_id=measurement, status=status, attempts=attempts))
-            if before.get(run_id) != status:
-                moved[run_id] = (before.get(run_id), status)
+        for run_id, attempts in measured.items():
+            counted = [m for m, status, expired in attempts if status == "ok" and not expired]
+            current = max(counted) if counted else max(m for m, _, _ in attempts)
+            status = next(s for m, s, _ in attempts if m == current)
+            if kept[run_id] != (status, current, len(attempts)):
+                conn.execute(update(runs).where(runs.c.id == run_id).values(
+                    current_measurement_id=current, status=status, attempts=len(attempts)))
+            if kept[run_id][0] != status:
+                moved[run_id] = (kept[run_id][0], status)
         if not moved:
             continue
         deltas: dict[tuple[int, str], int] = {}
