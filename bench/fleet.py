@@ -1,0 +1,376 @@
+"""A fleet of boards: what the coordinator does with 16, 32 and 64 boards at once.
+
+The real path (``run_experiment``: planning, one DeviceRunner actor per board on a private Ray
+instance, the scheduler, board leases, the store) drives N boards on this machine
+(``transport = "local"``, a workdir each) whose engine is ``bench/standin.sh``: it sleeps
+``--run-s`` seconds and prints a valid ``lmc/1`` document, so that the harness and not the CPU
+is measured. The spec pins ``--runs-per-board`` runs to every board (no warm-ups). Each size
+runs ``--repeats`` times on each store: a fresh SQLite file, and a fresh database of a
+throw-away PostgreSQL cluster (``scripts/postgres.sh``; ``--stores sqlite`` leaves it out).
+
+Per size and store, medians over the repeats of:
+
+* idle: each board's share of its span (its first run's start to its last run's end, as the
+  runner stamped them) spent between runs; the median and the worst board;
+* stand-in: each board's share of its span that the stand-in itself ran (the stored engine
+  time): what is left is the runner's own work per run (localise, fingerprints, lock file,
+  checking the document) and the idle time;
+* CPU/run: the driver process's user+sys CPU over the whole ``run_experiment`` (planning, the
+  runners' start, the scheduler) and over the scheduler's loop alone, divided by the runs;
+* writes/s: the store's write transactions (and write statements) per second of the loop;
+* hand-over: from the moment the driver stored a board's result (``save_run`` returned) to the
+  start of that board's next run (release, lease, the attempt's ``running`` row, dispatch,
+  the actor taking it); the median and p95 over all boards' hand-overs;
+* result: from a run's end on the board to its result stored (Ray's return, the driver's wait
+  for its turn, ``save_run``), the median and p95.
+
+The load average (``uptime``) is printed with each figure: on a shared machine it says how
+much of the CPU the fleet had.
+
+    .venv/bin/python bench/fleet.py [--boards 16,32,64] [--run-s 1] [--runs-per-board 20]
+        [--repeats 3] [--stores sqlite,postgres] [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sqlalchemy import create_engine, event, text  # noqa: E402
+
+from db.store import Store  # noqa: E402
+from devices.inventory import device_table, load_inventory  # noqa: E402
+from harness.execution import scheduler as scheduler_module  # noqa: E402
+from harness.execution.cluster import ray_session  # noqa: E402
+from harness.execution.coordinator import RunRequest, run_experiment  # noqa: E402
+from harness.spec import load_spec  # noqa: E402
+
+MODEL = REPO / "models" / "needle-tiny"
+STANDIN = REPO / "bench" / "standin.sh"
+SPEC = """name = "{name}"
+model = "{model}"
+devices = {devices}
+repeats = {repeats}
+warmups = 0
+timeout_s = {timeout}
+
+[engine.policy.exact]
+
+[[workload]]
+kind = "needle"
+ctx = 128
+depth = 0.5
+seed = 0
+max_new = 2
+"""
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "load average: " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def write_inventory(folder: Path, boards: int, run_s: float) -> Path:
+    """N boards on this machine, each with a workdir of its own, running the stand-in."""
+    path = folder / f"fleet-{boards}.toml"
+    path.write_text("".join(device_table({
+        "name": f"fleet-{i:02d}", "transport": "local", "class": "fleet",
+        "workdir": str(folder / "boards" / f"fleet-{i:02d}"),
+        "exec_prefix": ["sh", str(STANDIN), f"{run_s:g}"]}) for i in range(boards)))
+    return path
+
+
+def write_spec(folder: Path, name: str, boards: int, runs: int, run_s: float) -> Path:
+    path = folder / f"{name}.toml"
+    devices = "[" + ", ".join(f'"fleet-{i:02d}"' for i in range(boards)) + "]"
+    path.write_text(SPEC.format(name=name, model=MODEL, devices=devices, repeats=runs,
+                                timeout=max(60, 30 * run_s)))
+    return path
+
+
+@dataclass
+class Counted:
+    """What the driver did to the store, counted by SQLAlchemy events on its engine."""
+
+    statements: int = 0
+    transactions: int = 0
+    stored_at: dict[str, float] = field(default_factory=dict)  # run key -> save_run returned
+
+
+@contextmanager
+def counting(store: Store) -> Any:
+    counted = Counted()
+
+    def statement(conn: Any, cursor: Any, sql: str, params: Any, context: Any,
+                  many: bool) -> None:
+        if sql.lstrip()[:6].upper() in WRITES:
+            counted.statements += len(params) if many and params else 1
+            conn.info["benchfarm_wrote"] = True
+
+    def commit(conn: Any) -> None:
+        if conn.info.pop("benchfarm_wrote", False):
+            counted.transactions += 1
+
+    event.listen(store.engine, "before_cursor_execute", statement)
+    event.listen(store.engine, "commit", commit)
+    save_run = store.save_run
+
+    def timed_save(result: Any, measurement_id: int | None = None) -> Any:
+        saved = save_run(result, measurement_id)
+        if result.status == "ok":
+            counted.stored_at[result.run_key] = time.time()
+        return saved
+
+    store.save_run = timed_save  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        del store.save_run
+        event.remove(store.engine, "before_cursor_execute", statement)
+        event.remove(store.engine, "commit", commit)
+
+
+@dataclass
+class Loop:
+    """The scheduler's loop, timed from the outside: its wall and CPU seconds."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    profile: cProfile.Profile | None = None
+
+
+@contextmanager
+def timing_loop(profile: bool) -> Any:
+    loop = Loop(profile=cProfile.Profile() if profile else None)
+    original = scheduler_module.Scheduler.run
+
+    def run(self: Any) -> Any:
+        wall, cpu = time.perf_counter(), cpu_s()
+        if loop.profile:
+            loop.profile.enable()
+        try:
+            return original(self)
+        finally:
+            if loop.profile:
+                loop.profile.disable()
+            loop.wall_s, loop.cpu_s = time.perf_counter() - wall, cpu_s() - cpu
+
+    scheduler_module.Scheduler.run = run  # type: ignore[method-assign]
+    try:
+        yield loop
+    finally:
+        scheduler_module.Scheduler.run = original  # type: ignore[method-assign]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@dataclass
+class Figures:
+    idle_median: float
+    idle_max: float
+    standin_median: float
+    cpu_total: float  # per run
+    cpu_loop: float  # per run
+    writes_tx: float  # per second of the loop
+    writes_stmt: float
+    handover_median: float
+    handover_p95: float
+    result_median: float
+    result_p95: float
+    ramp_s: float  # the first run's start to the last board's first start
+    runs: int
+
+
+def measure(store: Store, experiment: str, boards: int, runs_per_board: int,
+            counted: Counted, loop: Loop, cpu_total: float) -> Figures:
+    runs = store.frames(experiment)["runs"]
+    expected = boards * runs_per_board
+    ok = runs[runs["status"] == "ok"]
+    if len(ok) != expected or ok["run_key"].nunique() != expected:
+        raise SystemExit(f"fleet: {experiment}: {len(ok)} runs stored ok of {expected}: "
+                         f"{runs['status'].value_counts().to_dict()}")
+    idle, standin, handover, result = [], [], [], []
+    starts = []
+    for _, board in ok.groupby("device_name"):
+        board = board.sort_values("started_at")
+        begin = board["started_at"].iloc[0].timestamp()
+        starts.append(begin)
+        span = board["finished_at"].iloc[-1].timestamp() - begin
+        ends = [t.timestamp() for t in board["finished_at"]]
+        begins = [t.timestamp() for t in board["started_at"]]
+        keys = list(board["run_key"])
+        gaps = [b - e for e, b in zip(ends[:-1], begins[1:], strict=True)]
+        idle.append(sum(gaps) / span)
+        standin.append(board["engine_ms"].sum() / 1000.0 / span)
+        for key, end in zip(keys, ends, strict=True):
+            result.append(counted.stored_at[key] - end)
+        for key, begin_next in zip(keys[:-1], begins[1:], strict=True):
+            handover.append(begin_next - counted.stored_at[key])
+    return Figures(
+        idle_median=statistics.median(idle), idle_max=max(idle),
+        standin_median=statistics.median(standin),
+        cpu_total=cpu_total / expected, cpu_loop=loop.cpu_s / expected,
+        writes_tx=counted.transactions / loop.wall_s,
+        writes_stmt=counted.statements / loop.wall_s,
+        handover_median=statistics.median(handover), handover_p95=pct(handover, 0.95),
+        result_median=statistics.median(result), result_p95=pct(result, 0.95),
+        ramp_s=max(starts) - min(starts), runs=expected)
+
+
+def one_run(url: str, folder: Path, name: str, boards: int, args: argparse.Namespace,
+            profile: bool) -> tuple[Figures, Loop]:
+    inventory = load_inventory(write_inventory(folder, boards, args.run_s))
+    spec = load_spec(write_spec(folder, name, boards, args.runs_per_board, args.run_s))
+    with Store.open(url) as store, counting(store) as counted, timing_loop(profile) as loop:
+        before = cpu_s()
+        summary = run_experiment(RunRequest(spec, inventory, stream=io.StringIO()), store)
+        total = cpu_s() - before
+        if not summary.succeeded or summary.counts["ok"] != boards * args.runs_per_board:
+            raise SystemExit(f"fleet: {name}: {summary.line()}")
+        figures = measure(store, name, boards, args.runs_per_board, counted, loop, total)
+    shutil.rmtree(folder / "boards", ignore_errors=True)
+    return figures, loop
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def postgres(folder: Path) -> Any:
+    """A throw-away cluster (scripts/postgres.sh): yields a function making a fresh database."""
+    pg_dir = folder / "pg"
+    started = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "start",
+                              str(pg_dir), str(free_port())], capture_output=True, text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"fleet: cannot start PostgreSQL: {started.stderr.strip()}")
+    base = started.stdout.strip().splitlines()[-1]
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+
+    def fresh(name: str) -> str:
+        database = name.replace("-", "_")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {database}"))
+        return base.rsplit("/", 1)[0] + "/" + database
+
+    try:
+        yield fresh
+    finally:
+        admin.dispose()
+        subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "stop", str(pg_dir)],
+                       capture_output=True)
+        shutil.rmtree(pg_dir, ignore_errors=True)
+
+
+HEADER = (f"{'boards':>6} {'store':<8} {'idle med':>8} {'idle max':>8} {'stand-in':>8} "
+          f"{'CPU/run':>8} {'loop/run':>8} {'tx/s':>6} {'stmt/s':>7} {'hand-over':>15} "
+          f"{'result':>15} {'ramp':>6}")
+
+
+def row(boards: int, store: str, figures: list[Figures]) -> str:
+    def med(attr: str) -> float:
+        return statistics.median(getattr(f, attr) for f in figures)
+
+    return (f"{boards:>6} {store:<8} {med('idle_median'):>7.1%} {med('idle_max'):>8.1%} "
+            f"{med('standin_median'):>8.1%} {med('cpu_total') * 1000:>6.1f}ms "
+            f"{med('cpu_loop') * 1000:>6.1f}ms {med('writes_tx'):>6.0f} {med('writes_stmt'):>7.0f} "
+            f"{med('handover_median') * 1000:>6.0f}/{med('handover_p95') * 1000:>5.0f} ms "
+            f"{med('result_median') * 1000:>6.0f}/{med('result_p95') * 1000:>5.0f} ms "
+            f"{med('ramp_s'):>5.2f}s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--boards", default="16,32,64",
+                        help="fleet sizes, comma-separated (default 16,32,64)")
+    parser.add_argument("--run-s", type=float, default=1.0,
+                        help="seconds each stand-in run sleeps (default 1)")
+    parser.add_argument("--runs-per-board", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="of each size and store")
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="cProfile the scheduler's loop of the last run into FILE")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.boards.split(",") if n.strip()]
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if not sizes or min(sizes) < 1 or args.runs_per_board < 2 or args.repeats < 1 \
+            or args.run_s <= 0:
+        parser.error("--boards >= 1, --runs-per-board >= 2, --repeats >= 1, --run-s > 0")
+    if set(stores) - {"sqlite", "postgres"}:
+        parser.error("--stores: sqlite and/or postgres")
+
+    print(f"fleet: {args.runs_per_board} runs of {args.run_s:g} s per board, "
+          f"{args.repeats} repeat(s), {os.cpu_count()} CPUs; {uptime()}", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="bf-fleet-"))
+    results: dict[tuple[int, str], list[Figures]] = defaultdict(list)
+    last_loop: Loop | None = None
+    try:
+        with postgres_if("postgres" in stores, folder) as fresh_pg, ray_session(None):
+            for repeat in range(args.repeats):
+                for boards in sizes:
+                    for kind in stores:
+                        name = f"fleet-{boards}-{kind}-{repeat}"
+                        url = (f"sqlite:///{folder / name}.db" if kind == "sqlite"
+                               else fresh_pg(name))
+                        profile = bool(args.profile) and repeat == args.repeats - 1 and \
+                            boards == sizes[-1] and kind == stores[-1]
+                        figures, loop = one_run(url, folder, name, boards, args, profile)
+                        results[(boards, kind)].append(figures)
+                        last_loop = loop if profile else last_loop
+                        print(f"  {name}: {row(boards, kind, [figures]).strip()}  "
+                              f"[{uptime()}]", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"\nmedians of {args.repeats} repeat(s); {uptime()}")
+    print(HEADER)
+    for boards in sizes:
+        for kind in stores:
+            print(row(boards, kind, results[(boards, kind)]))
+    if last_loop is not None and last_loop.profile is not None:
+        last_loop.profile.dump_stats(args.profile)
+        print(f"profile of the last scheduler loop: {args.profile}")
+
+
+@contextmanager
+def postgres_if(wanted: bool, folder: Path) -> Any:
+    if not wanted:
+        yield None
+        return
+    with postgres(folder) as fresh:
+        yield fresh
+
+
+if __name__ == "__main__":
+    main()
