@@ -89,6 +89,82 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Snapshot:
+    """The machine's CPU and that of the driver's process tree at one moment (Linux /proc)."""
+
+    at: float
+    busy_s: float  # the whole machine's busy CPU seconds (all cores)
+    idle_s: float
+    # the driver and its descendants: pid -> (group, its own CPU s, its waited-for children's)
+    procs: dict[int, tuple[str, float, float]]
+
+    @classmethod
+    def take(cls) -> Snapshot:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        busy = sum(fields[i] for i in (0, 1, 2, 5, 6, 7)) / TICK  # user nice system irq ...
+        idle = (fields[3] + fields[4]) / TICK
+        parents: dict[int, int] = {}
+        cpu: dict[int, tuple[float, float]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry.name)
+            parents[pid] = int(rest[1])
+            # utime stime cutime cstime: a process's own CPU and that of its waited-for children
+            cpu[pid] = (sum(int(v) for v in rest[11:13]) / TICK,
+                        sum(int(v) for v in rest[13:15]) / TICK)
+        me = os.getpid()
+        procs = {}
+        for pid in cpu:
+            chain, up = [], pid
+            while up not in (0, 1, me) and up in parents and len(chain) < 64:
+                chain.append(up)
+                up = parents[up]
+            if up != me and pid != me:
+                continue
+            procs[pid] = (_group(pid, me), *cpu[pid])
+        return cls(time.time(), busy, idle, procs)
+
+
+def _group(pid: int, me: int) -> str:
+    if pid == me:
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return "ray"
+    return "runners" if b"DeviceRunner" in cmdline else "ray"
+
+
+def cpu_between(first: Snapshot, last: Snapshot) -> dict[str, float]:
+    """CPU seconds between two snapshots: the driver, the runner actors, the commands they ran
+    on their boards (the lock script, fingerprints, the stand-in: on real boards, the boards'
+    CPU), the rest of Ray (raylet, GCS, idle workers), the machine, and what others on the
+    machine used."""
+    groups = {"driver": 0.0, "runners": 0.0, "boards": 0.0, "ray": 0.0}
+    for pid, (group, own, children) in last.procs.items():
+        _, own_before, children_before = first.procs.get(pid, (group, 0.0, 0.0))
+        groups[group] += max(0.0, own - own_before)
+        groups["boards" if group == "runners" else group] += max(0.0, children
+                                                                 - children_before)
+    groups["machine"] = last.busy_s - first.busy_s
+    groups["others"] = max(0.0, groups["machine"] - groups["driver"] - groups["runners"]
+                           - groups["boards"] - groups["ray"])
+    groups["capacity"] = groups["machine"] + last.idle_s - first.idle_s
+    return groups
+
+
 def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True,
@@ -119,8 +195,8 @@ def write_spec(folder: Path, name: str, boards: int, runs: int, run_s: float) ->
 class Counted:
     """What the driver did to the store, counted by SQLAlchemy events on its engine."""
 
-    statements: int = 0
-    transactions: int = 0
+    statements: list[float] = field(default_factory=list)  # when each write statement ran
+    transactions: list[float] = field(default_factory=list)  # when each write committed
     stored_at: dict[str, float] = field(default_factory=dict)  # run key -> save_run returned
 
 
@@ -131,12 +207,13 @@ def counting(store: Store) -> Any:
     def statement(conn: Any, cursor: Any, sql: str, params: Any, context: Any,
                   many: bool) -> None:
         if sql.lstrip()[:6].upper() in WRITES:
-            counted.statements += len(params) if many and params else 1
+            moment = time.time()
+            counted.statements += [moment] * (len(params) if many and params else 1)
             conn.info["benchfarm_wrote"] = True
 
     def commit(conn: Any) -> None:
         if conn.info.pop("benchfarm_wrote", False):
-            counted.transactions += 1
+            counted.transactions.append(time.time())
 
     event.listen(store.engine, "before_cursor_execute", statement)
     event.listen(store.engine, "commit", commit)
@@ -159,34 +236,38 @@ def counting(store: Store) -> Any:
 
 @dataclass
 class Loop:
-    """The scheduler's loop, timed from the outside: its wall and CPU seconds."""
+    """The scheduler's loop once every runner is placed, until it retires them: snapshots at
+    both ends (and the loop profiled with ``profile``)."""
 
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
+    first: Snapshot | None = None
+    last: Snapshot | None = None
     profile: cProfile.Profile | None = None
 
 
 @contextmanager
 def timing_loop(profile: bool) -> Any:
+    """Snapshots around the scheduler's loop, taken where it calls ``wait_placed`` and
+    ``retire`` (the bench's own wrappers of the scheduler module's names)."""
     loop = Loop(profile=cProfile.Profile() if profile else None)
-    original = scheduler_module.Scheduler.run
+    wait_placed, retire = scheduler_module.wait_placed, scheduler_module.retire
 
-    def run(self: Any) -> Any:
-        wall, cpu = time.perf_counter(), cpu_s()
+    def placed(*args: Any) -> None:
+        wait_placed(*args)
+        loop.first = Snapshot.take()
         if loop.profile:
             loop.profile.enable()
-        try:
-            return original(self)
-        finally:
-            if loop.profile:
-                loop.profile.disable()
-            loop.wall_s, loop.cpu_s = time.perf_counter() - wall, cpu_s() - cpu
 
-    scheduler_module.Scheduler.run = run  # type: ignore[method-assign]
+    def retiring(actors: Any) -> None:
+        if loop.profile:
+            loop.profile.disable()
+        loop.last = Snapshot.take()
+        retire(actors)
+
+    scheduler_module.wait_placed, scheduler_module.retire = placed, retiring
     try:
         yield loop
     finally:
-        scheduler_module.Scheduler.run = original  # type: ignore[method-assign]
+        scheduler_module.wait_placed, scheduler_module.retire = wait_placed, retire
 
 
 def pct(values: list[float], q: float) -> float:
@@ -199,8 +280,13 @@ class Figures:
     idle_median: float
     idle_max: float
     standin_median: float
-    cpu_total: float  # per run
-    cpu_loop: float  # per run
+    cpu_total: float  # the driver's, per run, over run_experiment
+    cpu_loop: float  # the driver's, per run, over the loop
+    cpu_runners: float  # the runner actors' own, per run, over the loop
+    cpu_boards: float  # the commands the runners ran (on real boards: the boards'), per run
+    cpu_ray: float  # per run, over the loop
+    busy: float  # the machine's busy share over the loop
+    others: float  # cores others used meanwhile
     writes_tx: float  # per second of the loop
     writes_stmt: float
     handover_median: float
@@ -236,12 +322,21 @@ def measure(store: Store, experiment: str, boards: int, runs_per_board: int,
             result.append(counted.stored_at[key] - end)
         for key, begin_next in zip(keys[:-1], begins[1:], strict=True):
             handover.append(begin_next - counted.stored_at[key])
+    assert loop.first is not None and loop.last is not None
+    cpu = cpu_between(loop.first, loop.last)
+    wall = loop.last.at - loop.first.at
+
+    def per_s(moments: list[float]) -> float:
+        return sum(loop.first.at <= m <= loop.last.at for m in moments) / wall
+
     return Figures(
         idle_median=statistics.median(idle), idle_max=max(idle),
         standin_median=statistics.median(standin),
-        cpu_total=cpu_total / expected, cpu_loop=loop.cpu_s / expected,
-        writes_tx=counted.transactions / loop.wall_s,
-        writes_stmt=counted.statements / loop.wall_s,
+        cpu_total=cpu_total / expected, cpu_loop=cpu["driver"] / expected,
+        cpu_runners=cpu["runners"] / expected, cpu_boards=cpu["boards"] / expected,
+        cpu_ray=cpu["ray"] / expected,
+        busy=cpu["machine"] / cpu["capacity"], others=cpu["others"] / wall,
+        writes_tx=per_s(counted.transactions), writes_stmt=per_s(counted.statements),
         handover_median=statistics.median(handover), handover_p95=pct(handover, 0.95),
         result_median=statistics.median(result), result_p95=pct(result, 0.95),
         ramp_s=max(starts) - min(starts), runs=expected)
@@ -295,8 +390,9 @@ def postgres(folder: Path) -> Any:
 
 
 HEADER = (f"{'boards':>6} {'store':<8} {'idle med':>8} {'idle max':>8} {'stand-in':>8} "
-          f"{'CPU/run':>8} {'loop/run':>8} {'tx/s':>6} {'stmt/s':>7} {'hand-over':>15} "
-          f"{'result':>15} {'ramp':>6}")
+          f"{'CPU/run':>8} {'loop/run':>8} {'runners':>8} {'boards':>8} {'ray':>7} {'busy':>5} "
+          f"{'others':>6} "
+          f"{'tx/s':>6} {'stmt/s':>7} {'hand-over':>15} {'result':>15} {'ramp':>6}")
 
 
 def row(boards: int, store: str, figures: list[Figures]) -> str:
@@ -305,7 +401,10 @@ def row(boards: int, store: str, figures: list[Figures]) -> str:
 
     return (f"{boards:>6} {store:<8} {med('idle_median'):>7.1%} {med('idle_max'):>8.1%} "
             f"{med('standin_median'):>8.1%} {med('cpu_total') * 1000:>6.1f}ms "
-            f"{med('cpu_loop') * 1000:>6.1f}ms {med('writes_tx'):>6.0f} {med('writes_stmt'):>7.0f} "
+            f"{med('cpu_loop') * 1000:>6.1f}ms {med('cpu_runners') * 1000:>6.1f}ms "
+            f"{med('cpu_boards') * 1000:>6.1f}ms "
+            f"{med('cpu_ray') * 1000:>5.1f}ms {med('busy'):>5.0%} {med('others'):>6.2f} "
+            f"{med('writes_tx'):>6.0f} {med('writes_stmt'):>7.0f} "
             f"{med('handover_median') * 1000:>6.0f}/{med('handover_p95') * 1000:>5.0f} ms "
             f"{med('result_median') * 1000:>6.0f}/{med('result_p95') * 1000:>5.0f} ms "
             f"{med('ramp_s'):>5.2f}s")

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from db.models import (
     DeviceSnapshot,
@@ -71,15 +71,36 @@ def _measurement_values(result: RunResult) -> dict[str, Any]:
     return values
 
 
+# The statements of every attempt, built once: a run's start and its result each run several,
+# and building them per call cost more than running them. Parameters are named ``p_*`` so that
+# none is taken for a column of a SET clause.
+_RUNS, _MEASUREMENTS, _LINKS = Run.__table__, Measurement.__table__, ExperimentRun.__table__
+_RUN_ID = select(_RUNS.c.id).where(_RUNS.c.run_key == bindparam("p_run_key"))
+_INSERT_RUN = insert(_RUNS)
+_LINKED = select(_LINKS.c.run_id).where(_LINKS.c.experiment_id == bindparam("p_experiment"),
+                                        _LINKS.c.run_id == bindparam("p_run"))
+_INSERT_LINKS = insert(_LINKS)
+_LIVE_LEASE = select(Lease.__table__.c.lease_id).where(
+    Lease.__table__.c.lease_id == bindparam("p_lease_id"),
+    Lease.__table__.c.expires >= bindparam("p_now"))
+_LAST_ATTEMPT = select(func.max(_MEASUREMENTS.c.attempt)).where(
+    _MEASUREMENTS.c.run_id == bindparam("p_run"))
+_INSERT_MEASUREMENT = insert(_MEASUREMENTS)
+_OPEN_ATTEMPT = select(_MEASUREMENTS.c.run_id, _MEASUREMENTS.c.status).where(
+    _MEASUREMENTS.c.id == bindparam("p_id"))
+_COMPLETE = update(_MEASUREMENTS).where(_MEASUREMENTS.c.id == bindparam("p_id"))
+_INSERT_SNAPSHOTS = insert(DeviceSnapshot.__table__)
+_INSERT_OUTCOME = insert(OutcomeRow.__table__)
+
+
 def ensure_run(conn: Connection, result: RunResult) -> int:
     """The run's row (made from the result on its first measurement), linked to the result's
     experiment. A run's identity never changes once stored."""
-    runs = Run.__table__
-    run_id = conn.scalar(select(runs.c.id).where(runs.c.run_key == result.run_key))
+    run_id = conn.scalar(_RUN_ID, {"p_run_key": result.run_key})
     if run_id is None:
         values = {name: getattr(result, name) for name in RUN_FIELDS}
         values["config"] = dict(result.config)
-        run_id = conn.execute(insert(runs).values(**values)).inserted_primary_key[0]
+        run_id = conn.execute(_INSERT_RUN, values).inserted_primary_key[0]
     link(conn, result.experiment_id, [run_id])
     return run_id
 
@@ -89,51 +110,49 @@ def lease_expired(conn: Connection, result: RunResult) -> bool:
     the board's lease passed to another coordinator)."""
     if result.lease_id is None:
         return False
-    leases = Lease.__table__
-    live = conn.scalar(select(leases.c.lease_id).where(leases.c.lease_id == result.lease_id,
-                                                       leases.c.expires >= now()))
+    live = conn.scalar(_LIVE_LEASE, {"p_lease_id": result.lease_id, "p_now": now()})
     return live is None
 
 
 def append(conn: Connection, run_id: int, result: RunResult, expired: bool) -> int:
-    table = Measurement.__table__
-    last = conn.scalar(select(func.max(table.c.attempt)).where(table.c.run_id == run_id))
-    return conn.execute(insert(table).values(
-        run_id=run_id, attempt=(last or 0) + 1, lease_expired=expired,
-        **_measurement_values(result))).inserted_primary_key[0]
+    last = conn.scalar(_LAST_ATTEMPT, {"p_run": run_id})
+    return conn.execute(_INSERT_MEASUREMENT, {
+        "run_id": run_id, "attempt": (last or 0) + 1, "lease_expired": expired,
+        **_measurement_values(result)}).inserted_primary_key[0]
 
 
 def complete(conn: Connection, run_id: int, measurement_id: int, result: RunResult,
-              expired: bool) -> None:
-    table = Measurement.__table__
-    row = conn.execute(select(table.c.run_id, table.c.status)
-                       .where(table.c.id == measurement_id)).first()
+             expired: bool) -> None:
+    row = conn.execute(_OPEN_ATTEMPT, {"p_id": measurement_id}).first()
     if row is None or row.run_id != run_id or row.status not in OPEN_STATUSES:
         raise ValueError(f"run {result.run_key}: measurement {measurement_id} is not an open "
                          f"attempt of this run ({'none' if row is None else row.status})")
     values = _measurement_values(result)
     if values["started_at"] is None:  # keep when the attempt started
         del values["started_at"]
-    conn.execute(update(table).where(table.c.id == measurement_id)
-                 .values(lease_expired=expired, **values))
+    conn.execute(_COMPLETE, {"p_id": measurement_id, "lease_expired": expired, **values})
 
 
 def link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
     """Add the missing (experiment, run) memberships."""
-    links = ExperimentRun.__table__
+    if len(run_ids) == 1:  # each attempt's run: one prepared statement
+        if conn.scalar(_LINKED, {"p_experiment": experiment_id, "p_run": run_ids[0]}) is None:
+            conn.execute(_INSERT_LINKS, [{"experiment_id": experiment_id, "run_id": run_ids[0]}])
+        return
+    links = _LINKS
     for chunk in chunks(run_ids):
         linked = set(conn.scalars(select(links.c.run_id).where(
             links.c.experiment_id == experiment_id, links.c.run_id.in_(chunk))))
         new = [{"experiment_id": experiment_id, "run_id": i} for i in chunk if i not in linked]
         if new:
-            conn.execute(insert(links), new)
+            conn.execute(_INSERT_LINKS, new)
 
 
 def insert_children(conn: Connection, measurement_id: int, result: RunResult) -> None:
     if result.token_timings:
         _insert_token_timings(conn, measurement_id, result.token_timings)
     if result.snapshots:
-        conn.execute(insert(DeviceSnapshot.__table__), [
+        conn.execute(_INSERT_SNAPSHOTS, [
             {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
              "fingerprint": dict(s.fingerprint)}
             for s in result.snapshots
@@ -141,8 +160,7 @@ def insert_children(conn: Connection, measurement_id: int, result: RunResult) ->
     if result.outcome is not None:
         values = asdict(result.outcome)
         values["extra"] = dict(values["extra"] or {})
-        conn.execute(insert(OutcomeRow.__table__).values(measurement_id=measurement_id,
-                                                         **values))
+        conn.execute(_INSERT_OUTCOME, {"measurement_id": measurement_id, **values})
 
 
 TIMING_COLUMNS = ("measurement_id", "step", "token", "ms", "attn_ms")
@@ -159,8 +177,23 @@ def _insert_token_timings(conn: Connection, measurement_id: int,
     rows = [(measurement_id, t.step, t.token, t.ms, t.attn_ms) for t in timings]
     table = TokenTimingRow.__table__
     if conn.dialect.positional:
-        compiled = insert(table).compile(dialect=conn.dialect, column_keys=list(TIMING_COLUMNS))
-        if tuple(compiled.positiontup) == TIMING_COLUMNS:
-            conn.exec_driver_sql(str(compiled), rows)
+        sql = _positional_timings_sql(conn)
+        if sql is not None:
+            conn.exec_driver_sql(sql, rows)
             return
     conn.execute(insert(table), [dict(zip(TIMING_COLUMNS, row, strict=True)) for row in rows])
+
+
+_TIMINGS_SQL: dict[tuple[type, str], str | None] = {}  # dialect -> the positional INSERT
+
+
+def _positional_timings_sql(conn: Connection) -> str | None:
+    """The token timings' INSERT in the dialect's positional form, when its parameters come in
+    TIMING_COLUMNS' order (None otherwise)."""
+    dialect = (type(conn.dialect), conn.dialect.paramstyle)
+    if dialect not in _TIMINGS_SQL:
+        compiled = insert(TokenTimingRow.__table__).compile(dialect=conn.dialect,
+                                                            column_keys=list(TIMING_COLUMNS))
+        _TIMINGS_SQL[dialect] = (str(compiled) if tuple(compiled.positiontup) == TIMING_COLUMNS
+                                 else None)
+    return _TIMINGS_SQL[dialect]

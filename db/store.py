@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, event, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, event, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -57,6 +57,15 @@ from db.rows import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# Attempts still running whose lease is no longer live (see Store.mark_lost); built once, since
+# every take of a board runs it.
+_MARK_LOST = update(Measurement.__table__).where(
+    Measurement.__table__.c.status == "running",
+    or_(Measurement.__table__.c.lease_id.is_(None), Measurement.__table__.c.lease_id.not_in(
+        select(Lease.lease_id).where(Lease.expires >= bindparam("p_now"))))).values(
+    status="lost", lease_expired=True, finished_at=bindparam("p_now"),
+    error="its coordinator stopped while it was in flight (the board's lease expired)")
 
 
 class Store:
@@ -239,17 +248,16 @@ class Store:
     @retry_locked
     def mark_lost(self) -> int:
         """Mark ``lost`` the attempts still ``running`` whose board lease is no longer live:
-        their coordinator died or stalled past its lease (a coordinator calls this when it
-        takes a board). Returns how many."""
-        table = Measurement.__table__
-        live = select(Lease.lease_id).where(Lease.expires >= now())
+        their coordinator died or stalled past its lease (a coordinator does this when it
+        takes a board, in the transaction that grants the lease: ``sweep_lost``). Returns how
+        many."""
         with self.writer.begin() as conn:
-            return conn.execute(update(table).where(
-                table.c.status == "running",
-                or_(table.c.lease_id.is_(None), table.c.lease_id.not_in(live))).values(
-                status="lost", lease_expired=True, finished_at=now(),
-                error="its coordinator stopped while it was in flight (the board's lease "
-                      "expired)")).rowcount
+            return self.sweep_lost(conn)
+
+    @staticmethod
+    def sweep_lost(conn: Connection) -> int:
+        """``mark_lost`` on the caller's connection, inside its transaction."""
+        return conn.execute(_MARK_LOST, {"p_now": now()}).rowcount
 
     @retry_locked
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:

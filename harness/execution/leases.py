@@ -81,9 +81,12 @@ class Sharing:
     last_tick: float = 0.0
 
     def acquire(self, board: str, run_key: str | None) -> Claim:
-        """The board's lease for us (``.granted``), or the one in the way (``.current``)."""
+        """The board's lease for us (``.granted``), or the one in the way (``.current``).
+        Granting it also marks lost the attempts of coordinators whose leases lapsed (SIGKILL,
+        a long stall): they show as lost from then on (``Store.sweep_lost``, in the same
+        transaction)."""
         return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
-                                         run_key, self.priority)
+                                         run_key, self.priority, on_grant=self.store.sweep_lost)
 
     def release(self, lease_id: str, again: bool) -> None:
         """Give the board back; ``again``: we wait for it for our next run."""
@@ -138,13 +141,10 @@ class BoardTurns:
     def take(self, board: str, run_key: str | None) -> bool:
         """Take the board's lease for one dispatch (``run_key`` None: a warm-up); False, with a
         note the first time, while another coordinator holds it."""
-        claim = self.sharing.acquire(board, run_key)
+        claim = self.sharing.acquire(board, run_key)  # lost attempts swept on a grant
         if claim.granted:
             self.leases[board] = claim.granted.lease_id
             self._waiting_on.pop(board, None)
-            # the attempts of a coordinator whose leases lapsed (SIGKILL, a long stall) show
-            # as lost from now on
-            self.store.mark_lost()
             return True
         lease = claim.current
         if lease and lease.holder != self.sharing.holder and \

@@ -81,6 +81,10 @@ class Scheduler(FaultHandling):
                     serves.append(placement.key)
                 else:
                     serves.insert(0, placement.key)
+        # placement key -> the boards that serve it (fixed once the runners are started)
+        self.servers: dict[str, list[Board]] = {key: [b for b in self.boards.values()
+                                                      if key in b.serves]
+                                                for key in self.queues}
         self.counts: Counter[str] = Counter()
         self._collecting: Board | None = None  # the board whose result is being stored
         progress.remaining_by = self._remaining_by
@@ -110,9 +114,14 @@ class Scheduler(FaultHandling):
                     continue
                 refs = [b.busy.ref for b in busy]
                 ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+                if ready and len(refs) > 1:  # every result that is in: one pass for them all
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                done = set(ready)
                 for board in busy:
-                    if board.busy.ref in ready:
+                    if board.busy is not None and board.busy.ref in done:
+                        self._abort_lost_leases(self.turns.renew())  # when due, as above
                         self._collect(board)
+                        self._dispatch_board(board, time.monotonic())  # its next run at once
         except KeyboardInterrupt:
             self._stop_in_flight("interrupted",
                                  "the coordinator was interrupted while this run was in flight")
@@ -129,28 +138,32 @@ class Scheduler(FaultHandling):
     def _dispatch(self) -> None:
         now = time.monotonic()
         for board in self.boards.values():
-            if (board.dead or board.busy or board.starting or board.not_before > now
-                    or self._held_back_now(board)):
-                continue
-            run = self._next_for(board, now)
+            self._dispatch_board(board, now)
+
+    def _dispatch_board(self, board: Board, now: float) -> None:
+        """Start the board's next run, when it is free to take one."""
+        if (board.dead or board.busy or board.starting or board.not_before > now
+                or self._held_back_now(board)):
+            return
+        run = self._next_for(board, now)
+        if run is None:
+            return
+        warmup = board.warmed[run.group] < self.spec.warmups
+        if not self.turns.take(board.device.name, None if warmup else run.key):
+            board.not_before = now + LEASE_POLL_S
+            return
+        if not warmup:
+            run = self._first_not_done(board, run, now)
             if run is None:
-                continue
-            warmup = board.warmed[run.group] < self.spec.warmups
-            if not self.turns.take(board.device.name, None if warmup else run.key):
-                board.not_before = now + LEASE_POLL_S
-                continue
-            if not warmup:
-                run = self._first_not_done(board, run, now)
-                if run is None:
-                    self.turns.release(board.device.name)
-                    continue
-            order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
-            if not warmup:
-                self._take(run)
-                run.attempts += 1
-                self._start(board, run)
-            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
-            board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
+                self.turns.release(board.device.name)
+                return
+        order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
+        if not warmup:
+            self._take(run)
+            run.attempts += 1
+            self._start(board, run)
+        label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
+        board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
 
     def _held_back_now(self, board: Board) -> bool:
         """Whether the board's state or reservation stops new runs on it (said once)."""
@@ -239,8 +252,7 @@ class Scheduler(FaultHandling):
         lost on this board waits for another board of the pool."""
         name = board.device.name
         for key in board.serves:
-            others = any(not b.dead and b is not board and key in b.serves
-                         for b in self.boards.values())
+            others = any(not b.dead and b is not board for b in self.servers[key])
             for run in self.queues[key]:
                 if run.not_before > now:
                     continue
