@@ -89,6 +89,12 @@ _WAIT = insert(_WAITERS).values(
     board=bindparam("p_board"), holder=bindparam("p_holder"), priority=bindparam("p_priority"),
     since=bindparam("p_since"), seen=bindparam("p_seen"))
 _STOP_WAITING = delete(_WAITERS).where(_MINE)
+# a hand-over: the holder's live lease becomes its new one (see Leases.hand_over)
+_WAITERS_OF = select(_WAITERS.c.holder, _WAITERS.c.priority, _WAITERS.c.since,
+                     _WAITERS.c.seen).where(_WAITERS.c.board == bindparam("p_board"))
+_PASS_ON = update(_LEASES).where(_LEASES.c.lease_id == bindparam("p_old"),
+                                 _LEASES.c.expires >= bindparam("p_moment")).values(
+    {name: bindparam(f"p_{name}") for name in _LEASE_COLUMNS})
 
 
 class Leases:
@@ -142,6 +148,47 @@ class Leases:
             except IntegrityError:
                 continue  # another coordinator inserted it first: look again
         return Claim(None, self.get(board))
+
+    def hand_over(self, lease_id: str, board: str, holder: str, ttl_s: float,
+                  experiment: str | None = None, run_key: str | None = None, priority: int = 0,
+                  on_grant: Callable[[Connection], Any] | None = None) -> Claim:
+        """``release(lease_id, again=priority)`` and at once ``acquire(board, ...)``: the
+        holder's board goes from one of its runs to its next. When the lease is still live
+        and no fresh waiter goes first, that is one transaction whose outcome is the pair's (a
+        new lease for the holder, no waiter row of its own); otherwise it is the pair itself."""
+        claim = self._pass_on(lease_id, board, holder, ttl_s, experiment, run_key, priority,
+                              on_grant)
+        if claim is not None:
+            return claim
+        self.release(lease_id, again=priority)
+        return self.acquire(board, holder, ttl_s, experiment, run_key, priority, on_grant)
+
+    @retry_locked
+    def _pass_on(self, lease_id: str, board: str, holder: str, ttl_s: float,
+                 experiment: str | None, run_key: str | None, priority: int,
+                 on_grant: Callable[[Connection], Any] | None) -> Claim | None:
+        """The holder's live lease replaced by its new one when no fresh waiter goes before
+        it (as it would once it had released the board and asked again: since now); None, with
+        nothing written, otherwise."""
+        moment = utcnow()
+        values = {"lease_id": str(uuid.uuid4()), "holder": holder, "experiment": experiment,
+                  "run_key": run_key, "acquired": moment, "heartbeat": moment,
+                  "expires": moment + timedelta(seconds=ttl_s)}
+        fresh = moment - timedelta(seconds=WAITER_S)
+        with self.engine.begin() as conn:
+            waiting = conn.execute(_WAITERS_OF, {"p_board": board}).all()
+            if any(w.holder != holder and w.seen >= fresh and (w.priority > priority or (
+                    w.priority == priority and w.since < moment)) for w in waiting):
+                return None
+            passed = conn.execute(_PASS_ON, {"p_old": lease_id, "p_moment": moment,
+                                             **{f"p_{k}": v for k, v in values.items()}})
+            if passed.rowcount != 1:  # the lease lapsed meanwhile
+                return None
+            if any(w.holder == holder for w in waiting):
+                conn.execute(_STOP_WAITING, {"p_board": board, "p_holder": holder})
+            if on_grant is not None:
+                on_grant(conn)
+        return Claim(LeaseInfo(board=board, **values), None)
 
     def _first(self, conn: Connection, board: str, holder: str, priority: int,
                moment: datetime) -> tuple[datetime, bool]:

@@ -86,23 +86,35 @@ _LIVE_LEASE = select(Lease.__table__.c.lease_id).where(
 _LAST_ATTEMPT = select(func.max(_MEASUREMENTS.c.attempt)).where(
     _MEASUREMENTS.c.run_id == bindparam("p_run"))
 _INSERT_MEASUREMENT = insert(_MEASUREMENTS)
-_OPEN_ATTEMPT = select(_MEASUREMENTS.c.run_id, _MEASUREMENTS.c.status).where(
+# an attempt to complete: its run, its status and whether the result's lease is live, at once
+_OPEN_ATTEMPT = select(
+    _MEASUREMENTS.c.run_id, _MEASUREMENTS.c.status, _RUNS.c.run_key,
+    _LIVE_LEASE.scalar_subquery().label("live")).select_from(
+    _MEASUREMENTS.join(_RUNS, _RUNS.c.id == _MEASUREMENTS.c.run_id)).where(
     _MEASUREMENTS.c.id == bindparam("p_id"))
 _COMPLETE = update(_MEASUREMENTS).where(_MEASUREMENTS.c.id == bindparam("p_id"))
 _INSERT_SNAPSHOTS = insert(DeviceSnapshot.__table__)
 _INSERT_OUTCOME = insert(OutcomeRow.__table__)
 
 
-def ensure_run(conn: Connection, result: RunResult) -> int:
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    new: bool  # made just now: no measurement and no experiment link yet
+
+
+def ensure_run(conn: Connection, result: RunResult) -> RunRow:
     """The run's row (made from the result on its first measurement), linked to the result's
     experiment. A run's identity never changes once stored."""
     run_id = conn.scalar(_RUN_ID, {"p_run_key": result.run_key})
-    if run_id is None:
-        values = {name: getattr(result, name) for name in RUN_FIELDS}
-        values["config"] = dict(result.config)
-        run_id = conn.execute(_INSERT_RUN, values).inserted_primary_key[0]
-    link(conn, result.experiment_id, [run_id])
-    return run_id
+    if run_id is not None:
+        link(conn, result.experiment_id, [run_id])
+        return RunRow(run_id, False)
+    values = {name: getattr(result, name) for name in RUN_FIELDS}
+    values["config"] = dict(result.config)
+    run_id = conn.execute(_INSERT_RUN, values).inserted_primary_key[0]
+    conn.execute(_INSERT_LINKS, [{"experiment_id": result.experiment_id, "run_id": run_id}])
+    return RunRow(run_id, True)
 
 
 def lease_expired(conn: Connection, result: RunResult) -> bool:
@@ -114,19 +126,28 @@ def lease_expired(conn: Connection, result: RunResult) -> bool:
     return live is None
 
 
-def append(conn: Connection, run_id: int, result: RunResult, expired: bool) -> int:
-    last = conn.scalar(_LAST_ATTEMPT, {"p_run": run_id})
+def append(conn: Connection, run: RunRow, result: RunResult, expired: bool) -> int:
+    last = None if run.new else conn.scalar(_LAST_ATTEMPT, {"p_run": run.id})
     return conn.execute(_INSERT_MEASUREMENT, {
-        "run_id": run_id, "attempt": (last or 0) + 1, "lease_expired": expired,
+        "run_id": run.id, "attempt": (last or 0) + 1, "lease_expired": expired,
         **_measurement_values(result)}).inserted_primary_key[0]
 
 
-def complete(conn: Connection, run_id: int, measurement_id: int, result: RunResult,
-             expired: bool) -> None:
-    row = conn.execute(_OPEN_ATTEMPT, {"p_id": measurement_id}).first()
-    if row is None or row.run_id != run_id or row.status not in OPEN_STATUSES:
+def open_attempt(conn: Connection, result: RunResult, measurement_id: int) -> tuple[int, bool]:
+    """The run of an open attempt of the result's run (running, or lost: see OPEN_STATUSES),
+    linked to the result's experiment, and whether the result's lease is no longer live (as
+    ``lease_expired``); ValueError when it is no open attempt of that run."""
+    row = conn.execute(_OPEN_ATTEMPT, {"p_id": measurement_id, "p_lease_id": result.lease_id,
+                                       "p_now": now()}).first()
+    if row is None or row.run_key != result.run_key or row.status not in OPEN_STATUSES:
         raise ValueError(f"run {result.run_key}: measurement {measurement_id} is not an open "
                          f"attempt of this run ({'none' if row is None else row.status})")
+    link(conn, result.experiment_id, [row.run_id])
+    return row.run_id, result.lease_id is not None and row.live is None
+
+
+def complete(conn: Connection, measurement_id: int, result: RunResult, expired: bool) -> None:
+    """Complete an open attempt (see open_attempt) with the result."""
     values = _measurement_values(result)
     if values["started_at"] is None:  # keep when the attempt started
         del values["started_at"]

@@ -53,6 +53,7 @@ from db.rows import (
     lease_expired,
     link,
     now,
+    open_attempt,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ _MARK_LOST = update(Measurement.__table__).where(
         select(Lease.lease_id).where(Lease.expires >= bindparam("p_now"))))).values(
     status="lost", lease_expired=True, finished_at=bindparam("p_now"),
     error="its coordinator stopped while it was in flight (the board's lease expired)")
+# Whether one run is done (``completed_run_keys`` of one key: asked before each dispatch).
+_COMPLETED = (select(Run.id).join(Measurement, Measurement.run_id == Run.id)
+              .where(Run.run_key == bindparam("p_run_key"), counted_ok()).limit(1))
 
 
 class Store:
@@ -196,6 +200,10 @@ class Store:
     def completed_run_keys(self, run_keys: Iterable[str] | None = None) -> set[str]:
         """Keys of the runs with an ok measurement made under a live lease (among ``run_keys``
         when given)."""
+        if isinstance(run_keys, list | tuple) and len(run_keys) == 1:  # before each dispatch
+            with self.engine.connect() as conn:
+                done = conn.scalar(_COMPLETED, {"p_run_key": run_keys[0]})
+            return set() if done is None else {run_keys[0]}
         ok = (select(Run.run_key).join(Measurement, Measurement.run_id == Run.id)
               .where(counted_ok()).distinct())
         with self.engine.connect() as conn:
@@ -216,11 +224,11 @@ class Store:
         start = replace(result, status="running", token_timings=[], outcome=None, snapshots=[],
                         started_at=result.started_at or now())
         with self.writer.begin() as conn:
-            run_id = ensure_run(conn, start)
-            expired = lease_expired(conn, start)
             if measurement_id is None:
-                return append(conn, run_id, start, expired)
-            complete(conn, run_id, measurement_id, start, expired)
+                run = ensure_run(conn, start)
+                return append(conn, run, start, lease_expired(conn, start))
+            _, expired = open_attempt(conn, start, measurement_id)
+            complete(conn, measurement_id, start, expired)
             return measurement_id
 
     @retry_locked
@@ -236,12 +244,13 @@ class Store:
         """
         _check_result(result)
         with self.writer.begin() as conn:
-            run_id = ensure_run(conn, result)
-            expired = lease_expired(conn, result)
             if measurement_id is None:
-                measurement_id = append(conn, run_id, result, expired)
+                run = ensure_run(conn, result)
+                run_id, expired = run.id, lease_expired(conn, result)
+                measurement_id = append(conn, run, result, expired)
             else:
-                complete(conn, run_id, measurement_id, result, expired)
+                run_id, expired = open_attempt(conn, result, measurement_id)
+                complete(conn, measurement_id, result, expired)
             insert_children(conn, measurement_id, result)
         return Saved(run_id, measurement_id, expired)
 

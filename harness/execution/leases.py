@@ -88,6 +88,13 @@ class Sharing:
         return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
                                          run_key, self.priority, on_grant=self.store.sweep_lost)
 
+    def hand_over(self, lease_id: str, board: str, run_key: str | None) -> Claim:
+        """``release(lease_id, again=True)`` and at once ``acquire(board, run_key)``, in one
+        transaction where it can (db.leases.Leases.hand_over)."""
+        return self.store.leases.hand_over(lease_id, board, self.holder, self.ttl_s,
+                                           self.experiment, run_key, self.priority,
+                                           on_grant=self.store.sweep_lost)
+
     def release(self, lease_id: str, again: bool) -> None:
         """Give the board back; ``again``: we wait for it for our next run."""
         self.store.leases.release(lease_id, self.priority if again else None)
@@ -135,13 +142,18 @@ class BoardTurns:
         self.store = store
         self.progress = progress
         self.leases: dict[str, str] = {}  # board -> the lease id held for its dispatch
+        self._kept: set[str] = set()  # boards whose lease waits for their next run (keep)
         self._waiting_on: dict[str, str] = {}  # board -> who holds its lease (noted once)
         self._locked_by: dict[str, str] = {}  # board -> the lock file error noted (once)
 
     def take(self, board: str, run_key: str | None) -> bool:
         """Take the board's lease for one dispatch (``run_key`` None: a warm-up); False, with a
         note the first time, while another coordinator holds it."""
-        claim = self.sharing.acquire(board, run_key)  # lost attempts swept on a grant
+        if board in self._kept:  # from the board's last run straight to this one
+            self._kept.discard(board)
+            claim = self.sharing.hand_over(self.leases.pop(board), board, run_key)
+        else:
+            claim = self.sharing.acquire(board, run_key)  # lost attempts swept on a grant
         if claim.granted:
             self.leases[board] = claim.granted.lease_id
             self._waiting_on.pop(board, None)
@@ -161,9 +173,22 @@ class BoardTurns:
     def release(self, board: str, again: bool = False) -> None:
         """Give the board's lease back; ``again``: this coordinator has more for it and waits
         for its next turn (a higher-priority job keeps the board, equals alternate)."""
+        self._kept.discard(board)
         lease_id = self.leases.pop(board, None)
         if lease_id:
             self.sharing.release(lease_id, again)
+
+    def keep(self, board: str) -> None:
+        """The board's run is stored and the coordinator has more for it: its lease waits for
+        the board's next ``take``, which hands it over in one transaction (the same outcome
+        as ``release(board, again=True)`` then ``take``); ``release_kept`` releases it
+        (again) if no take came."""
+        if board in self.leases:
+            self._kept.add(board)
+
+    def release_kept(self, board: str) -> None:
+        if board in self._kept:
+            self.release(board, again=True)
 
     def done(self) -> None:
         """Every lease back, and no more waiting for any board."""

@@ -122,6 +122,7 @@ class Scheduler(FaultHandling):
                         self._abort_lost_leases(self.turns.renew())  # when due, as above
                         self._collect(board)
                         self._dispatch_board(board, time.monotonic())  # its next run at once
+                        self.turns.release_kept(board.device.name)  # if that run did not start
         except KeyboardInterrupt:
             self._stop_in_flight("interrupted",
                                  "the coordinator was interrupted while this run was in flight")
@@ -183,8 +184,12 @@ class Scheduler(FaultHandling):
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
-        wants = not board.dead and any(self.queues[key] for key in board.serves)
-        self.turns.release(board.device.name, again=wants)
+        if not board.dead and any(self.queues[key] for key in board.serves):
+            # released and taken again for its next run, in one step if that run starts now
+            # (else released, waiting for it again: run's loop)
+            self.turns.keep(board.device.name)
+        else:
+            self.turns.release(board.device.name)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
