@@ -3,29 +3,37 @@
 The real path (``run_experiment``: planning, one DeviceRunner actor per board on a private Ray
 instance, the scheduler, board leases, the store) drives N boards on this machine
 (``transport = "local"``, a workdir each) whose engine is ``bench/standin.sh``: it sleeps
-``--run-s`` seconds and prints a valid ``lmc/1`` document, so that the harness and not the CPU
-is measured. The spec pins ``--runs-per-board`` runs to every board (no warm-ups). Each size
-runs ``--repeats`` times on each store: a fresh SQLite file, and a fresh database of a
-throw-away PostgreSQL cluster (``scripts/postgres.sh``; ``--stores sqlite`` leaves it out).
+``--run-s`` seconds and prints a valid ``lmc/1`` document, so that the harness and not the
+engine is measured. The spec pins ``--runs-per-board`` runs to every board (no warm-ups). Each
+size runs ``--repeats`` times on each store: a fresh SQLite file, and a fresh database of a
+throw-away PostgreSQL cluster (``scripts/postgres.sh``, stopped and removed at the end;
+``--stores sqlite`` leaves it out).
 
 Per size and store, medians over the repeats of:
 
-* idle: each board's share of its span (its first run's start to its last run's end, as the
-  runner stamped them) spent between runs; the median and the worst board;
-* stand-in: each board's share of its span that the stand-in itself ran (the stored engine
-  time): what is left is the runner's own work per run (localise, fingerprints, lock file,
-  checking the document) and the idle time;
-* CPU/run: the driver process's user+sys CPU over the whole ``run_experiment`` (planning, the
-  runners' start, the scheduler) and over the scheduler's loop alone, divided by the runs;
-* writes/s: the store's write transactions (and write statements) per second of the loop;
-* hand-over: from the moment the driver stored a board's result (``save_run`` returned) to the
-  start of that board's next run (release, lease, the attempt's ``running`` row, dispatch,
-  the actor taking it); the median and p95 over all boards' hand-overs;
-* result: from a run's end on the board to its result stored (Ray's return, the driver's wait
-  for its turn, ``save_run``), the median and p95.
+* idle med / max: each board's share of its span (its first run's start to its last run's end,
+  as its runner stamped them) spent between runs; the median board and the worst;
+* stand-in: each board's share of its span that the stand-in ran (the stored engine time);
+  the rest of the busy time is the runner's own work per run (localise, lock file,
+  fingerprints, checking the document);
+* CPU/run, loop/run: the driver process's CPU (user + sys, all its threads) over the whole
+  ``run_experiment`` (planning, starting the runners, the loop) and over the scheduler's loop
+  alone (from every runner placed to their retirement), per run;
+* runners, boards, ray: CPU per run over the loop of the runner actors themselves, of the
+  commands they ran (lock script, fingerprints, the stand-in: a real board's own CPU), and of
+  the rest of Ray (raylet, GCS, idle workers); busy: the machine's busy share over the loop;
+  others: the cores other work on the machine took meanwhile (from /proc/stat);
+* tx/s, stmt/s: the store's write transactions and write statements per second of the loop;
+* hand-over: from the moment the driver stored a board's result (``save_run`` returned) to
+  the start of that board's next run (lease hand-over, the attempt's ``running`` row,
+  dispatch, the actor taking it), median / p95 over every hand-over;
+* result: from a run's end on its board to its result stored (Ray's return, the driver's
+  turn, ``save_run``), median / p95;
+* ramp: the first board's first run to the last board's first run; start: ``run_experiment``
+  called to every runner placed (planning, Ray starting one worker process per board).
 
-The load average (``uptime``) is printed with each figure: on a shared machine it says how
-much of the CPU the fleet had.
+The load (``uptime``) is printed with every figure: on a shared machine it says how much of the
+CPU the fleet had.
 
     .venv/bin/python bench/fleet.py [--boards 16,32,64] [--run-s 1] [--runs-per-board 20]
         [--repeats 3] [--stores sqlite,postgres] [--profile FILE]
@@ -294,11 +302,12 @@ class Figures:
     result_median: float
     result_p95: float
     ramp_s: float  # the first run's start to the last board's first start
+    start_s: float  # run_experiment called to every runner placed (planning, actors' start)
     runs: int
 
 
 def measure(store: Store, experiment: str, boards: int, runs_per_board: int,
-            counted: Counted, loop: Loop, cpu_total: float) -> Figures:
+            counted: Counted, loop: Loop, cpu_total: float, called: float) -> Figures:
     runs = store.frames(experiment)["runs"]
     expected = boards * runs_per_board
     ok = runs[runs["status"] == "ok"]
@@ -339,7 +348,7 @@ def measure(store: Store, experiment: str, boards: int, runs_per_board: int,
         writes_tx=per_s(counted.transactions), writes_stmt=per_s(counted.statements),
         handover_median=statistics.median(handover), handover_p95=pct(handover, 0.95),
         result_median=statistics.median(result), result_p95=pct(result, 0.95),
-        ramp_s=max(starts) - min(starts), runs=expected)
+        ramp_s=max(starts) - min(starts), start_s=loop.first.at - called, runs=expected)
 
 
 def one_run(url: str, folder: Path, name: str, boards: int, args: argparse.Namespace,
@@ -347,12 +356,13 @@ def one_run(url: str, folder: Path, name: str, boards: int, args: argparse.Names
     inventory = load_inventory(write_inventory(folder, boards, args.run_s))
     spec = load_spec(write_spec(folder, name, boards, args.runs_per_board, args.run_s))
     with Store.open(url) as store, counting(store) as counted, timing_loop(profile) as loop:
-        before = cpu_s()
+        before, called = cpu_s(), time.time()
         summary = run_experiment(RunRequest(spec, inventory, stream=io.StringIO()), store)
         total = cpu_s() - before
         if not summary.succeeded or summary.counts["ok"] != boards * args.runs_per_board:
             raise SystemExit(f"fleet: {name}: {summary.line()}")
-        figures = measure(store, name, boards, args.runs_per_board, counted, loop, total)
+        figures = measure(store, name, boards, args.runs_per_board, counted, loop, total,
+                          called)
     shutil.rmtree(folder / "boards", ignore_errors=True)
     return figures, loop
 
@@ -370,9 +380,15 @@ def postgres(folder: Path) -> Any:
     started = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "start",
                               str(pg_dir), str(free_port())], capture_output=True, text=True)
     if started.returncode != 0:
-        raise SystemExit(f"fleet: cannot start PostgreSQL: {started.stderr.strip()}")
+        raise SystemExit(f"fleet: cannot start PostgreSQL ({started.stderr.strip()}); "
+                         "--stores sqlite measures without it")
     base = started.stdout.strip().splitlines()[-1]
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    except ModuleNotFoundError as exc:  # psycopg: the `test` extra (scripts/setup.sh test)
+        subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "stop", str(pg_dir)],
+                       capture_output=True)
+        raise SystemExit(f"fleet: {exc}; install the test extra, or --stores sqlite") from exc
 
     def fresh(name: str) -> str:
         database = name.replace("-", "_")
@@ -392,7 +408,8 @@ def postgres(folder: Path) -> Any:
 HEADER = (f"{'boards':>6} {'store':<8} {'idle med':>8} {'idle max':>8} {'stand-in':>8} "
           f"{'CPU/run':>8} {'loop/run':>8} {'runners':>8} {'boards':>8} {'ray':>7} {'busy':>5} "
           f"{'others':>6} "
-          f"{'tx/s':>6} {'stmt/s':>7} {'hand-over':>15} {'result':>15} {'ramp':>6}")
+          f"{'tx/s':>6} {'stmt/s':>7} {'hand-over':>15} {'result':>15} {'ramp':>6} "
+          f"{'start':>6}")
 
 
 def row(boards: int, store: str, figures: list[Figures]) -> str:
@@ -407,7 +424,7 @@ def row(boards: int, store: str, figures: list[Figures]) -> str:
             f"{med('writes_tx'):>6.0f} {med('writes_stmt'):>7.0f} "
             f"{med('handover_median') * 1000:>6.0f}/{med('handover_p95') * 1000:>5.0f} ms "
             f"{med('result_median') * 1000:>6.0f}/{med('result_p95') * 1000:>5.0f} ms "
-            f"{med('ramp_s'):>5.2f}s")
+            f"{med('ramp_s'):>5.2f}s {med('start_s'):>5.0f}s")
 
 
 def main() -> None:
