@@ -374,9 +374,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def postgres(folder: Path) -> Any:
+def postgres() -> Any:
     """A throw-away cluster (scripts/postgres.sh): yields a function making a fresh database."""
-    pg_dir = folder / "pg"
+    # a folder of its own under /tmp: PostgreSQL's user must reach it (the bench's folder is
+    # private to whoever runs it; scripts/postgres.sh hands this one to PostgreSQL's user)
+    pg_dir = Path(tempfile.mkdtemp(prefix="bf-fleet-pg-"))
     started = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "start",
                               str(pg_dir), str(free_port())], capture_output=True, text=True)
     if started.returncode != 0:
@@ -453,7 +455,7 @@ def main() -> None:
     results: dict[tuple[int, str], list[Figures]] = defaultdict(list)
     last_loop: Loop | None = None
     try:
-        with postgres_if("postgres" in stores, folder) as fresh_pg, ray_session(None):
+        with postgres_if("postgres" in stores) as fresh_pg, ray_session(None):
             for repeat in range(args.repeats):
                 for boards in sizes:
                     for kind in stores:
@@ -480,11 +482,11 @@ def main() -> None:
 
 
 @contextmanager
-def postgres_if(wanted: bool, folder: Path) -> Any:
+def postgres_if(wanted: bool) -> Any:
     if not wanted:
         yield None
         return
-    with postgres(folder) as fresh:
+    with postgres() as fresh:
         yield fresh
 
 
