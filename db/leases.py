@@ -108,13 +108,14 @@ class Leases:
     @retry_locked
     def acquire(self, board: str, holder: str, ttl_s: float, experiment: str | None = None,
                 run_key: str | None = None, priority: int = 0,
-                on_grant: Callable[[Connection], Any] | None = None) -> Claim:
+                on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
         """Take ``board`` for ``holder`` when it is free and no better waiter asks for it.
 
         A holder that does not get it waits for it (with ``priority``) until it does; returns
         the claim: ``granted`` (our new lease) or the ``current`` lease (None: the board is
-        free, a better waiter goes first). ``on_grant`` runs in the transaction that grants
-        the lease (e.g. the store's sweep for attempts whose coordinator died).
+        free, a better waiter goes first). ``on_grant(conn, lease)`` runs in the transaction
+        that grants the lease (the store's sweep for attempts whose coordinator died, the
+        attempt the lease is for); a retried transaction runs it again.
         """
         for _ in range(ACQUIRE_TRIES):
             moment = utcnow()
@@ -131,7 +132,7 @@ class Leases:
                     if taken.rowcount == 1:
                         conn.execute(_STOP_WAITING, mine)
                         if on_grant is not None:
-                            on_grant(conn)
+                            on_grant(conn, granted.granted)
                         return granted
                 self._wait(conn, board, holder, priority, since, moment)
                 current = conn.execute(_LEASE_OF, {"p_board": board}).first()
@@ -143,7 +144,7 @@ class Leases:
                     conn.execute(insert(_LEASES).values(board=board, **values))
                     conn.execute(_STOP_WAITING, mine)
                     if on_grant is not None:
-                        on_grant(conn)
+                        on_grant(conn, granted.granted)
                 return granted
             except IntegrityError:
                 continue  # another coordinator inserted it first: look again
@@ -151,7 +152,7 @@ class Leases:
 
     def hand_over(self, lease_id: str, board: str, holder: str, ttl_s: float,
                   experiment: str | None = None, run_key: str | None = None, priority: int = 0,
-                  on_grant: Callable[[Connection], Any] | None = None) -> Claim:
+                  on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
         """``release(lease_id, again=priority)`` and at once ``acquire(board, ...)``: the
         holder's board goes from one of its runs to its next. When the lease is still live
         and no fresh waiter goes first, that is one transaction whose outcome is the pair's (a
@@ -166,7 +167,7 @@ class Leases:
     @retry_locked
     def _pass_on(self, lease_id: str, board: str, holder: str, ttl_s: float,
                  experiment: str | None, run_key: str | None, priority: int,
-                 on_grant: Callable[[Connection], Any] | None) -> Claim | None:
+                 on_grant: Callable[[Connection, LeaseInfo], Any] | None) -> Claim | None:
         """The holder's live lease replaced by its new one when no fresh waiter goes before
         it (as it would once it had released the board and asked again: since now); None, with
         nothing written, otherwise."""
@@ -186,9 +187,10 @@ class Leases:
                 return None
             if any(w.holder == holder for w in waiting):
                 conn.execute(_STOP_WAITING, {"p_board": board, "p_holder": holder})
+            lease = LeaseInfo(board=board, **values)
             if on_grant is not None:
-                on_grant(conn)
-        return Claim(LeaseInfo(board=board, **values), None)
+                on_grant(conn, lease)
+        return Claim(lease, None)
 
     def _first(self, conn: Connection, board: str, holder: str, priority: int,
                moment: datetime) -> tuple[datetime, bool]:

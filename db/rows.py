@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
 
 from db.models import (
     DeviceSnapshot,
@@ -75,10 +75,17 @@ def _measurement_values(result: RunResult) -> dict[str, Any]:
 # and building them per call cost more than running them. Parameters are named ``p_*`` so that
 # none is taken for a column of a SET clause.
 _RUNS, _MEASUREMENTS, _LINKS = Run.__table__, Measurement.__table__, ExperimentRun.__table__
-_RUN_ID = select(_RUNS.c.id).where(_RUNS.c.run_key == bindparam("p_run_key"))
+
+
+def _linked(run_id: Any) -> Any:
+    """Whether the run is the experiment's (``p_experiment``) already, as a column."""
+    return exists().where(_LINKS.c.experiment_id == bindparam("p_experiment"),
+                          _LINKS.c.run_id == run_id).label("linked")
+
+
+_RUN_ID = select(_RUNS.c.id, _linked(_RUNS.c.id)).where(
+    _RUNS.c.run_key == bindparam("p_run_key"))
 _INSERT_RUN = insert(_RUNS)
-_LINKED = select(_LINKS.c.run_id).where(_LINKS.c.experiment_id == bindparam("p_experiment"),
-                                        _LINKS.c.run_id == bindparam("p_run"))
 _INSERT_LINKS = insert(_LINKS)
 _LIVE_LEASE = select(Lease.__table__.c.lease_id).where(
     Lease.__table__.c.lease_id == bindparam("p_lease_id"),
@@ -86,10 +93,11 @@ _LIVE_LEASE = select(Lease.__table__.c.lease_id).where(
 _LAST_ATTEMPT = select(func.max(_MEASUREMENTS.c.attempt)).where(
     _MEASUREMENTS.c.run_id == bindparam("p_run"))
 _INSERT_MEASUREMENT = insert(_MEASUREMENTS)
-# an attempt to complete: its run, its status and whether the result's lease is live, at once
+# an attempt to complete: its run, its status, whether the result's lease is live and whether
+# the run is the result's experiment's, in one statement
 _OPEN_ATTEMPT = select(
     _MEASUREMENTS.c.run_id, _MEASUREMENTS.c.status, _RUNS.c.run_key,
-    _LIVE_LEASE.scalar_subquery().label("live")).select_from(
+    _LIVE_LEASE.scalar_subquery().label("live"), _linked(_MEASUREMENTS.c.run_id)).select_from(
     _MEASUREMENTS.join(_RUNS, _RUNS.c.id == _MEASUREMENTS.c.run_id)).where(
     _MEASUREMENTS.c.id == bindparam("p_id"))
 _COMPLETE = update(_MEASUREMENTS).where(_MEASUREMENTS.c.id == bindparam("p_id"))
@@ -106,10 +114,13 @@ class RunRow:
 def ensure_run(conn: Connection, result: RunResult) -> RunRow:
     """The run's row (made from the result on its first measurement), linked to the result's
     experiment. A run's identity never changes once stored."""
-    run_id = conn.scalar(_RUN_ID, {"p_run_key": result.run_key})
-    if run_id is not None:
-        link(conn, result.experiment_id, [run_id])
-        return RunRow(run_id, False)
+    row = conn.execute(_RUN_ID, {"p_run_key": result.run_key,
+                                 "p_experiment": result.experiment_id}).first()
+    if row is not None:
+        if not row.linked:
+            conn.execute(_INSERT_LINKS, [{"experiment_id": result.experiment_id,
+                                          "run_id": row.id}])
+        return RunRow(row.id, False)
     values = {name: getattr(result, name) for name in RUN_FIELDS}
     values["config"] = dict(result.config)
     run_id = conn.execute(_INSERT_RUN, values).inserted_primary_key[0]
@@ -138,11 +149,14 @@ def open_attempt(conn: Connection, result: RunResult, measurement_id: int) -> tu
     linked to the result's experiment, and whether the result's lease is no longer live (as
     ``lease_expired``); ValueError when it is no open attempt of that run."""
     row = conn.execute(_OPEN_ATTEMPT, {"p_id": measurement_id, "p_lease_id": result.lease_id,
-                                       "p_now": now()}).first()
+                                       "p_now": now(),
+                                       "p_experiment": result.experiment_id}).first()
     if row is None or row.run_key != result.run_key or row.status not in OPEN_STATUSES:
         raise ValueError(f"run {result.run_key}: measurement {measurement_id} is not an open "
                          f"attempt of this run ({'none' if row is None else row.status})")
-    link(conn, result.experiment_id, [row.run_id])
+    if not row.linked:
+        conn.execute(_INSERT_LINKS, [{"experiment_id": result.experiment_id,
+                                      "run_id": row.run_id}])
     return row.run_id, result.lease_id is not None and row.live is None
 
 
@@ -156,10 +170,6 @@ def complete(conn: Connection, measurement_id: int, result: RunResult, expired: 
 
 def link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
     """Add the missing (experiment, run) memberships."""
-    if len(run_ids) == 1:  # each attempt's run: one prepared statement
-        if conn.scalar(_LINKED, {"p_experiment": experiment_id, "p_run": run_ids[0]}) is None:
-            conn.execute(_INSERT_LINKS, [{"experiment_id": experiment_id, "run_id": run_ids[0]}])
-        return
     links = _LINKS
     for chunk in chunks(run_ids):
         linked = set(conn.scalars(select(links.c.run_id).where(

@@ -202,8 +202,7 @@ class Store:
         when given)."""
         if isinstance(run_keys, list | tuple) and len(run_keys) == 1:  # before each dispatch
             with self.engine.connect() as conn:
-                done = conn.scalar(_COMPLETED, {"p_run_key": run_keys[0]})
-            return set() if done is None else {run_keys[0]}
+                return {run_keys[0]} if self.run_done(conn, run_keys[0]) else set()
         ok = (select(Run.run_key).join(Measurement, Measurement.run_id == Run.id)
               .where(counted_ok()).distinct())
         with self.engine.connect() as conn:
@@ -221,15 +220,22 @@ class Store:
         leaves it to be found ``lost`` (see mark_lost). Returns the measurement id, which
         ``save_run`` completes. ``measurement_id``: an open attempt of the run that never ran
         (its board was busy), started again in place instead of adding one."""
+        with self.writer.begin() as conn:
+            return self.start_measurement_on(conn, result, measurement_id)
+
+    @staticmethod
+    def start_measurement_on(conn: Connection, result: RunResult,
+                             measurement_id: int | None = None) -> int:
+        """``start_measurement`` on the caller's connection, inside its transaction (the
+        scheduler's: the one that grants the board's lease)."""
         start = replace(result, status="running", token_timings=[], outcome=None, snapshots=[],
                         started_at=result.started_at or now())
-        with self.writer.begin() as conn:
-            if measurement_id is None:
-                run = ensure_run(conn, start)
-                return append(conn, run, start, lease_expired(conn, start))
-            _, expired = open_attempt(conn, start, measurement_id)
-            complete(conn, measurement_id, start, expired)
-            return measurement_id
+        if measurement_id is None:
+            run = ensure_run(conn, start)
+            return append(conn, run, start, lease_expired(conn, start))
+        _, expired = open_attempt(conn, start, measurement_id)
+        complete(conn, measurement_id, start, expired)
+        return measurement_id
 
     @retry_locked
     def save_run(self, result: RunResult, measurement_id: int | None = None) -> Saved:
@@ -262,6 +268,11 @@ class Store:
         many."""
         with self.writer.begin() as conn:
             return self.sweep_lost(conn)
+
+    @staticmethod
+    def run_done(conn: Connection, run_key: str) -> bool:
+        """Whether the run is in ``completed_run_keys``, on the caller's connection."""
+        return conn.scalar(_COMPLETED, {"p_run_key": run_key}) is not None
 
     @staticmethod
     def sweep_lost(conn: Connection) -> int:

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import ray
+from sqlalchemy import Connection
 
 from db.records import RunResult
 from db.store import Store
@@ -150,10 +151,17 @@ class Scheduler(FaultHandling):
         if run is None:
             return
         warmup = board.warmed[run.group] < self.spec.warmups
-        if not self.turns.take(board.device.name, None if warmup else run.key):
+        started: dict[str, int] = {}  # the attempt recorded as the lease was granted
+
+        def start(conn: Connection, lease_id: str) -> None:
+            started["id"] = self._start_on(conn, board, run, lease_id)
+
+        if not self.turns.take(board.device.name, None if warmup else run.key,
+                               done_check=not self.plan.force,
+                               start=None if warmup else start):
             board.not_before = now + LEASE_POLL_S
             return
-        if not warmup:
+        if not warmup and "id" not in started:  # done elsewhere meanwhile: the next one
             run = self._first_not_done(board, run, now)
             if run is None:
                 self.turns.release(board.device.name)
@@ -162,7 +170,10 @@ class Scheduler(FaultHandling):
         if not warmup:
             self._take(run)
             run.attempts += 1
-            self._start(board, run)
+            if "id" in started:
+                run.measurement_id = started["id"]
+            else:
+                self._start(board, run)
         label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
         board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
 
@@ -240,6 +251,13 @@ class Scheduler(FaultHandling):
         record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
         record.lease_id = self.turns.lease_of(board.device.name)
         run.measurement_id = self.store.start_measurement(record, run.measurement_id)
+
+    def _start_on(self, conn: Connection, board: Board, run: PlannedRun, lease_id: str) -> int:
+        """``_start`` inside the transaction that grants the board's lease (``lease_id``): the
+        attempt's id."""
+        record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
+        record.lease_id = lease_id
+        return self.store.start_measurement_on(conn, record, run.measurement_id)
 
     def _save(self, run: PlannedRun, result: RunResult, lease: str | None) -> bool:
         """Complete the run's open attempt (or add one) with ``result``; True when its lease
