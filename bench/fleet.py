@@ -35,8 +35,12 @@ Per size and store, medians over the repeats of:
 The load (``uptime``) is printed with every figure: on a shared machine it says how much of the
 CPU the fleet had.
 
+``--store-cycle RUNS`` times instead the driver's store work per run alone (no Ray, no boards):
+the take of a board's lease with its done check and attempt, and the result stored, for RUNS
+runs on each of 16 boards in turn, with the statements and commits it sends.
+
     .venv/bin/python bench/fleet.py [--boards 16,32,64] [--run-s 1] [--runs-per-board 20]
-        [--repeats 3] [--stores sqlite,postgres] [--profile FILE]
+        [--repeats 3] [--stores sqlite,postgres] [--profile FILE] [--store-cycle RUNS]
 """
 
 from __future__ import annotations
@@ -53,9 +57,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +69,17 @@ sys.path.insert(0, str(REPO))
 
 from sqlalchemy import create_engine, event, text  # noqa: E402
 
+from db import records  # noqa: E402
+from db.records import Outcome, RunResult, TokenTiming  # noqa: E402
 from db.store import Store  # noqa: E402
-from devices.inventory import device_table, load_inventory  # noqa: E402
+from devices.connect import connect  # noqa: E402
+from devices.fingerprint import probe  # noqa: E402
+from devices.inventory import device_table, load_inventory, local_device  # noqa: E402
 from harness.execution import scheduler as scheduler_module  # noqa: E402
 from harness.execution.cluster import ray_session  # noqa: E402
 from harness.execution.coordinator import RunRequest, run_experiment  # noqa: E402
+from harness.execution.leases import BoardTurns, Sharing  # noqa: E402
+from harness.execution.progress import Progress  # noqa: E402
 from harness.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "models" / "needle-tiny"
@@ -429,6 +440,76 @@ def row(boards: int, store: str, figures: list[Figures]) -> str:
             f"{med('ramp_s'):>5.2f}s {med('start_s'):>5.0f}s")
 
 
+def store_cycle(url: str, boards: int, runs: int) -> str:
+    """The driver's store work per run alone, without Ray: for each board in turn, as the
+    scheduler does it, the take of its lease (handed over from its last run) with the done
+    check and the attempt's ``running`` row, then the result (a stand-in run's: two steps, two
+    fingerprints, an outcome) stored; CPU and wall per run, and the statements and commits."""
+    store = Store.open(url)
+    try:
+        experiment = store.upsert_experiment("store-cycle", "", "0")
+        devices = {f"b{i}": store.upsert_device(f"b{i}", "x86_64", "fleet", False, {})
+                   for i in range(boards)}
+        job = store.jobs.add("store-cycle", "store-cycle.toml", "", owner="bench",
+                             holder="bench")
+        turns = BoardTurns(Sharing(store, "bench", 30.0, "store-cycle", job),
+                           store, Progress(boards * runs, list(devices), stream=io.StringIO()))
+        with connect(local_device()) as transport:
+            fingerprint = probe(transport)
+        stdout = '{"schema": "lmc/1", "command": "generate", "tokens": [11, 12]}'
+
+        def record(key: str, device: int, status: str) -> RunResult:
+            return RunResult(run_key=key, experiment_id=experiment, device_id=device,
+                             command="generate", status=status, policy="exact", threads=1,
+                             config={"policy": "exact", "threads": 1, "workload": {"ctx": 128}})
+
+        counted = Counter()
+
+        def statement(conn: Any, cursor: Any, sql: str, *_: Any) -> None:
+            counted["statements"] += 1
+
+        def commit(conn: Any) -> None:
+            counted["commits"] += 1
+
+        event.listen(store.engine, "before_cursor_execute", statement)
+        event.listen(store.engine, "commit", commit)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for n in range(runs):
+            for board, device in devices.items():
+                key, started = f"{board}-{n}", {}
+
+                def start(conn: Any, lease_id: str, key: str = key, device: int = device,
+                          started: dict[str, int] = started) -> None:
+                    attempt = record(key, device, "running")
+                    attempt.lease_id = lease_id
+                    started["id"] = store.start_measurement_on(conn, attempt)
+
+                assert turns.take(board, key, done_check=True, start=start)
+                result = record(key, device, "ok")
+                result.lease_id = turns.lease_of(board)
+                result.started_at = result.finished_at = datetime.now(UTC)
+                result.wall_ms, result.engine_ms, result.raw_json = 1010.0, 1000.0, stdout
+                result.token_timings = [TokenTiming(0, 11, 0.5, 0.1), TokenTiming(1, 12, 0.5)]
+                result.snapshots = [records.Snapshot("before", fingerprint, result.started_at),
+                                    records.Snapshot("after", fingerprint,
+                                                     result.finished_at)]
+                result.outcome = Outcome(generated_ids=[11, 12], text="", recall=0.0)
+                store.save_run(result, started["id"])
+                if n < runs - 1:
+                    turns.keep(board)
+                else:
+                    turns.release(board)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        event.remove(store.engine, "before_cursor_execute", statement)
+        event.remove(store.engine, "commit", commit)
+    finally:
+        store.close()
+    total = boards * runs
+    return (f"{cpu / total * 1000:5.2f} ms CPU, {wall / total * 1000:6.2f} ms wall, "
+            f"{counted['statements'] / total:4.1f} statements and "
+            f"{counted['commits'] / total:3.1f} commits per run [{boards} boards x {runs}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--boards", default="16,32,64",
@@ -440,6 +521,9 @@ def main() -> None:
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--profile", metavar="FILE",
                         help="cProfile the scheduler's loop of the last run into FILE")
+    parser.add_argument("--store-cycle", type=int, default=0, metavar="RUNS",
+                        help="instead: the driver's store work per run alone (no Ray), RUNS "
+                             "runs on each of 16 boards, on each store")
     args = parser.parse_args()
     sizes = [int(n) for n in args.boards.split(",") if n.strip()]
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
@@ -449,6 +533,19 @@ def main() -> None:
     if set(stores) - {"sqlite", "postgres"}:
         parser.error("--stores: sqlite and/or postgres")
 
+    if args.store_cycle:
+        folder = Path(tempfile.mkdtemp(prefix="bf-fleet-"))
+        try:
+            with postgres_if("postgres" in stores) as fresh_pg:
+                print(f"store cycle; {uptime()}")
+                for kind in stores:
+                    url = (f"sqlite:///{folder / 'cycle'}.db" if kind == "sqlite"
+                           else fresh_pg("store_cycle"))
+                    print(f"  {kind:<8} {store_cycle(url, 16, args.store_cycle)}", flush=True)
+                print(f"store cycle done; {uptime()}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     print(f"fleet: {args.runs_per_board} runs of {args.run_s:g} s per board, "
           f"{args.repeats} repeat(s), {os.cpu_count()} CPUs; {uptime()}", flush=True)
     folder = Path(tempfile.mkdtemp(prefix="bf-fleet-"))
