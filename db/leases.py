@@ -20,11 +20,12 @@ its row, expired.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from db.connection import retry_locked
@@ -62,72 +63,154 @@ def _lease_fields(values: Any) -> dict[str, Any]:
     return {name: values[name] for name in LeaseInfo.__dataclass_fields__ if name in values}
 
 
+# The statements of every take and release, built once (a run takes and releases its board:
+# building them per call cost more than running them). Parameters are named ``p_*`` so that
+# none is taken for a column of the SET clause.
+_LEASES = Lease.__table__
+_WAITERS = BoardWaiter.__table__
+_LEASE_COLUMNS = ("lease_id", "holder", "experiment", "run_key", "acquired", "heartbeat",
+                  "expires")
+# the board's lease for a new holder, when it has expired
+_TAKE = update(_LEASES).where(_LEASES.c.board == bindparam("p_board"),
+                              _LEASES.c.expires < bindparam("p_moment")).values(
+    {name: bindparam(f"p_{name}") for name in _LEASE_COLUMNS})
+_LEASE_OF = select(_LEASES).where(_LEASES.c.board == bindparam("p_board"))
+_HOLDER_OF = select(_LEASES.c.board, _LEASES.c.holder).where(
+    _LEASES.c.lease_id == bindparam("p_lease_id"))
+_EXPIRE = update(_LEASES).where(_LEASES.c.lease_id == bindparam("p_lease_id")).values(
+    expires=bindparam("p_moment"))
+# the board's fresh waiters (those that asked within WAITER_S)
+_FRESH_WAITERS = select(_WAITERS.c.holder, _WAITERS.c.priority, _WAITERS.c.since).where(
+    _WAITERS.c.board == bindparam("p_board"), _WAITERS.c.seen >= bindparam("p_fresh"))
+_MINE = (_WAITERS.c.board == bindparam("p_board")) & (_WAITERS.c.holder == bindparam("p_holder"))
+_WAIT_AGAIN = update(_WAITERS).where(_MINE).values(
+    priority=bindparam("p_priority"), since=bindparam("p_since"), seen=bindparam("p_seen"))
+_WAIT = insert(_WAITERS).values(
+    board=bindparam("p_board"), holder=bindparam("p_holder"), priority=bindparam("p_priority"),
+    since=bindparam("p_since"), seen=bindparam("p_seen"))
+_STOP_WAITING = delete(_WAITERS).where(_MINE)
+# a hand-over: the holder's live lease becomes its new one (see Leases.hand_over)
+_WAITERS_OF = select(_WAITERS.c.holder, _WAITERS.c.priority, _WAITERS.c.since,
+                     _WAITERS.c.seen).where(_WAITERS.c.board == bindparam("p_board"))
+_PASS_ON = update(_LEASES).where(_LEASES.c.lease_id == bindparam("p_old"),
+                                 _LEASES.c.expires >= bindparam("p_moment")).values(
+    {name: bindparam(f"p_{name}") for name in _LEASE_COLUMNS})
+
+
 class Leases:
     """The ``leases`` table; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
     def __init__(self, database: Engine) -> None:
         self.database = database
-        self.table = Lease.__table__
-        self.waiters = BoardWaiter.__table__
+        self.table = _LEASES
+        self.waiters = _WAITERS
 
     @retry_locked
     def acquire(self, board: str, holder: str, ttl_s: float, experiment: str | None = None,
-                run_key: str | None = None, priority: int = 0) -> Claim:
+                run_key: str | None = None, priority: int = 0,
+                on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
         """Take ``board`` for ``holder`` when it is free and no better waiter asks for it.
 
         A holder that does not get it waits for it (with ``priority``) until it does; returns
         the claim: ``granted`` (our new lease) or the ``current`` lease (None: the board is
-        free, a better waiter goes first).
+        free, a better waiter goes first). ``on_grant(conn, lease)`` runs in the transaction
+        that grants the lease (the store's sweep for attempts whose coordinator died, the
+        attempt the lease is for); a retried transaction runs it again.
         """
-        table = self.table
         for _ in range(ACQUIRE_TRIES):
             moment = utcnow()
             values = {"lease_id": str(uuid.uuid4()), "holder": holder, "experiment": experiment,
                       "run_key": run_key, "acquired": moment, "heartbeat": moment,
                       "expires": moment + timedelta(seconds=ttl_s)}
             granted = Claim(LeaseInfo(board=board, **values), None)
+            mine = {"p_board": board, "p_holder": holder}
             with self.database.begin() as conn:
-                first = self._wait(conn, board, holder, priority, moment, keep_since=True)
+                since, first = self._first(conn, board, holder, priority, moment)
                 if first:
-                    taken = conn.execute(update(table).where(
-                        table.c.board == board, table.c.expires < moment).values(**values))
+                    taken = conn.execute(_TAKE, {"p_board": board, "p_moment": moment,
+                                                 **{f"p_{k}": v for k, v in values.items()}})
                     if taken.rowcount == 1:
-                        self._stop_waiting(conn, board, holder)
+                        conn.execute(_STOP_WAITING, mine)
+                        if on_grant is not None:
+                            on_grant(conn, granted.granted)
                         return granted
-                current = conn.execute(select(table).where(table.c.board == board)).first()
+                self._wait(conn, board, holder, priority, since, moment)
+                current = conn.execute(_LEASE_OF, {"p_board": board}).first()
             if current is not None or not first:
                 held = current is not None and current.expires >= moment
                 return Claim(None, LeaseInfo(**_lease_fields(current._mapping)) if held else None)
             try:
                 with self.database.begin() as conn:
-                    conn.execute(insert(table).values(board=board, **values))
-                    self._stop_waiting(conn, board, holder)
+                    conn.execute(insert(_LEASES).values(board=board, **values))
+                    conn.execute(_STOP_WAITING, mine)
+                    if on_grant is not None:
+                        on_grant(conn, granted.granted)
                 return granted
             except IntegrityError:
                 continue  # another coordinator inserted it first: look again
         return Claim(None, self.get(board))
 
-    def _wait(self, conn: Connection, board: str, holder: str, priority: int,
-              moment: datetime, keep_since: bool) -> bool:
-        """Record ``holder`` as a waiter of ``board`` (since now, or since it began waiting
-        with ``keep_since``); whether no fresh waiter goes before it."""
-        waiters = self.waiters
-        fresh = waiters.c.seen >= moment - timedelta(seconds=WAITER_S)
-        mine = (waiters.c.board == board) & (waiters.c.holder == holder)
-        since = conn.scalar(select(waiters.c.since).where(mine, fresh)) if keep_since else None
-        since = since or moment
-        row = {"priority": priority, "since": since, "seen": moment}
-        if not conn.execute(update(waiters).where(mine).values(**row)).rowcount:
-            conn.execute(insert(waiters).values(board=board, holder=holder, **row))
-        ahead = conn.scalar(select(waiters.c.holder).where(
-            waiters.c.board == board, waiters.c.holder != holder, fresh,
-            (waiters.c.priority > priority)
-            | ((waiters.c.priority == priority) & (waiters.c.since < since))).limit(1))
-        return ahead is None
+    def hand_over(self, lease_id: str, board: str, holder: str, ttl_s: float,
+                  experiment: str | None = None, run_key: str | None = None, priority: int = 0,
+                  on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
+        """``release(lease_id, again=priority)`` and at once ``acquire(board, ...)``: the
+        holder's board goes from one of its runs to its next. When the lease is still live
+        and no fresh waiter goes first, that is one transaction whose outcome is the pair's (a
+        new lease for the holder, no waiter row of its own); otherwise it is the pair itself."""
+        claim = self._pass_on(lease_id, board, holder, ttl_s, experiment, run_key, priority,
+                              on_grant)
+        if claim is not None:
+            return claim
+        self.release(lease_id, again=priority)
+        return self.acquire(board, holder, ttl_s, experiment, run_key, priority, on_grant)
 
-    def _stop_waiting(self, conn: Connection, board: str, holder: str) -> None:
-        waiters = self.waiters
-        conn.execute(delete(waiters).where(waiters.c.board == board, waiters.c.holder == holder))
+    @retry_locked
+    def _pass_on(self, lease_id: str, board: str, holder: str, ttl_s: float,
+                 experiment: str | None, run_key: str | None, priority: int,
+                 on_grant: Callable[[Connection, LeaseInfo], Any] | None) -> Claim | None:
+        """The holder's live lease replaced by its new one when no fresh waiter goes before
+        it (as it would once it had released the board and asked again: since now); None, with
+        nothing written, otherwise."""
+        moment = utcnow()
+        values = {"lease_id": str(uuid.uuid4()), "holder": holder, "experiment": experiment,
+                  "run_key": run_key, "acquired": moment, "heartbeat": moment,
+                  "expires": moment + timedelta(seconds=ttl_s)}
+        fresh = moment - timedelta(seconds=WAITER_S)
+        with self.database.begin() as conn:
+            waiting = conn.execute(_WAITERS_OF, {"p_board": board}).all()
+            if any(w.holder != holder and w.seen >= fresh and (w.priority > priority or (
+                    w.priority == priority and w.since < moment)) for w in waiting):
+                return None
+            passed = conn.execute(_PASS_ON, {"p_old": lease_id, "p_moment": moment,
+                                             **{f"p_{k}": v for k, v in values.items()}})
+            if passed.rowcount != 1:  # the lease lapsed meanwhile
+                return None
+            if any(w.holder == holder for w in waiting):
+                conn.execute(_STOP_WAITING, {"p_board": board, "p_holder": holder})
+            lease = LeaseInfo(board=board, **values)
+            if on_grant is not None:
+                on_grant(conn, lease)
+        return Claim(lease, None)
+
+    def _first(self, conn: Connection, board: str, holder: str, priority: int,
+               moment: datetime) -> tuple[datetime, bool]:
+        """Since when ``holder`` waits for ``board`` (now, unless it is a fresh waiter already),
+        and whether no fresh waiter goes before it: a higher priority, or the same one waiting
+        longer."""
+        waiting = conn.execute(_FRESH_WAITERS, {
+            "p_board": board, "p_fresh": moment - timedelta(seconds=WAITER_S)}).all()
+        since = next((w.since for w in waiting if w.holder == holder), None) or moment
+        first = not any(w.holder != holder and (w.priority > priority or (
+            w.priority == priority and w.since < since)) for w in waiting)
+        return since, first
+
+    def _wait(self, conn: Connection, board: str, holder: str, priority: int,
+              since: datetime, moment: datetime) -> None:
+        """Record ``holder`` as a waiter of ``board`` since ``since``, seen now."""
+        row = {"p_board": board, "p_holder": holder, "p_priority": priority, "p_since": since,
+               "p_seen": moment}
+        if not conn.execute(_WAIT_AGAIN, row).rowcount:
+            conn.execute(_WAIT, row)
 
     @retry_locked
     def renew(self, lease_ids: list[str], ttl_s: float) -> set[str]:
@@ -149,15 +232,12 @@ class Leases:
     def release(self, lease_id: str, again: int | None = None) -> None:
         """Free the board now; with ``again`` (a priority) its holder waits for it once more,
         behind the waiters of that priority."""
-        table = self.table
         moment = utcnow()
         with self.database.begin() as conn:
-            lease = conn.execute(select(table.c.board, table.c.holder)
-                                 .where(table.c.lease_id == lease_id)).first()
-            conn.execute(update(table).where(table.c.lease_id == lease_id)
-                         .values(expires=moment))
+            lease = conn.execute(_HOLDER_OF, {"p_lease_id": lease_id}).first()
+            conn.execute(_EXPIRE, {"p_lease_id": lease_id, "p_moment": moment})
             if lease is not None and again is not None:
-                self._wait(conn, lease.board, lease.holder, again, moment, keep_since=False)
+                self._wait(conn, lease.board, lease.holder, again, moment, moment)
 
     @retry_locked
     def withdraw(self, holder: str) -> None:

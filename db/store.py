@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, event, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, event, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,11 +55,27 @@ from db.rows import (
     lease_expired,
     link,
     now,
+    open_attempt,
     refresh_runs,
 )
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# Attempts still running whose lease is no longer live (see Store.mark_lost); built once, since
+# every take of a board runs it.
+_MEASURED = Measurement.__table__
+_STALE = (_MEASURED.c.status == "running") & or_(
+    _MEASURED.c.lease_id.is_(None), _MEASURED.c.lease_id.not_in(
+        select(Lease.lease_id).where(Lease.expires >= bindparam("p_now"))))
+_STALE_ATTEMPTS = select(_MEASURED.c.id, _MEASURED.c.run_id).where(_STALE)
+_MARK_LOST = update(_MEASURED).where(
+    _MEASURED.c.id.in_(bindparam("p_ids", expanding=True)), _STALE).values(
+    status="lost", lease_expired=True, finished_at=bindparam("p_now"),
+    error="its coordinator stopped while it was in flight (the board's lease expired)")
+# Whether one run is done (``completed_run_keys`` of one key: asked before each dispatch).
+_COMPLETED = (select(Run.id).join(Measurement, Measurement.id == Run.current_measurement_id)
+              .where(Run.run_key == bindparam("p_run_key"), counted_ok()))
 
 
 class Store:
@@ -191,6 +207,9 @@ class Store:
     def completed_run_keys(self, run_keys: Iterable[str] | None = None) -> set[str]:
         """Keys of the runs with an ok measurement made under a live lease (among ``run_keys``
         when given)."""
+        if isinstance(run_keys, list | tuple) and len(run_keys) == 1:  # before each dispatch
+            with self.database.connect() as conn:
+                return {run_keys[0]} if self.run_done(conn, run_keys[0]) else set()
         ok = (select(Run.run_key).join(Measurement, Measurement.id == Run.current_measurement_id)
               .where(counted_ok()))
         with self.database.connect() as conn:
@@ -208,17 +227,25 @@ class Store:
         leaves it to be found ``lost`` (see mark_lost). Returns the measurement id, which
         ``save_run`` completes. ``measurement_id``: an open attempt of the run that never ran
         (its board was busy), started again in place instead of adding one."""
+        with self.writer.begin() as conn:
+            return self.start_measurement_on(conn, result, measurement_id)
+
+    @staticmethod
+    def start_measurement_on(conn: Connection, result: RunResult,
+                             measurement_id: int | None = None) -> int:
+        """``start_measurement`` on the caller's connection, inside its transaction (the
+        scheduler's: the one that grants the board's lease)."""
         start = replace(result, status="running", token_timings=[], outcome=None, snapshots=[],
                         started_at=result.started_at or now())
-        with self.writer.begin() as conn:
-            run_id = ensure_run(conn, start)
-            expired = lease_expired(conn, start)
-            if measurement_id is None:
-                measurement_id = append(conn, run_id, start, expired)
-            else:
-                complete(conn, run_id, measurement_id, start, expired)
-            refresh_runs(conn, [run_id])
-            return measurement_id
+        if measurement_id is None:
+            run = ensure_run(conn, start)
+            run_id = run.id
+            measurement_id = append(conn, run, start, lease_expired(conn, start))
+        else:
+            run_id, expired = open_attempt(conn, start, measurement_id)
+            complete(conn, measurement_id, start, expired)
+        refresh_runs(conn, [run_id])
+        return measurement_id
 
     @retry_locked
     def save_run(self, result: RunResult, measurement_id: int | None = None) -> Saved:
@@ -233,12 +260,13 @@ class Store:
         """
         _check_result(result)
         with self.writer.begin() as conn:
-            run_id = ensure_run(conn, result)
-            expired = lease_expired(conn, result)
             if measurement_id is None:
-                measurement_id = append(conn, run_id, result, expired)
+                run = ensure_run(conn, result)
+                run_id, expired = run.id, lease_expired(conn, result)
+                measurement_id = append(conn, run, result, expired)
             else:
-                complete(conn, run_id, measurement_id, result, expired)
+                run_id, expired = open_attempt(conn, result, measurement_id)
+                complete(conn, measurement_id, result, expired)
             insert_children(conn, measurement_id, result)
             refresh_runs(conn, [run_id])
         return Saved(run_id, measurement_id, expired)
@@ -253,34 +281,37 @@ class Store:
         saved = []
         with self.writer.begin() as conn:
             for result in results:
-                run_id = ensure_run(conn, result)
+                run = ensure_run(conn, result)
                 expired = lease_expired(conn, result)
-                measurement_id = append(conn, run_id, result, expired)
+                measurement_id = append(conn, run, result, expired)
                 insert_children(conn, measurement_id, result)
-                saved.append(Saved(run_id, measurement_id, expired))
+                saved.append(Saved(run.id, measurement_id, expired))
             refresh_runs(conn, [s.run_id for s in saved])
         return saved
 
     @retry_locked
     def mark_lost(self) -> int:
         """Mark ``lost`` the attempts still ``running`` whose board lease is no longer live:
-        their coordinator died or stalled past its lease (a coordinator calls this when it
-        takes a board). Returns how many."""
-        table = Measurement.__table__
-        live = select(Lease.lease_id).where(Lease.expires >= now())
-        stale = (table.c.status == "running") & or_(table.c.lease_id.is_(None),
-                                                      table.c.lease_id.not_in(live))
+        their coordinator died or stalled past its lease (a coordinator does this when it
+        takes a board, in the transaction that grants the lease: ``sweep_lost``). Returns how
+        many."""
         with self.writer.begin() as conn:
-            found = conn.execute(select(table.c.id, table.c.run_id).where(stale)).all()
-            if not found:
-                return 0
-            for chunk in chunks([measurement for measurement, _ in found]):
-                conn.execute(update(table).where(table.c.id.in_(chunk), stale).values(
-                    status="lost", lease_expired=True, finished_at=now(),
-                    error="its coordinator stopped while it was in flight (the board's lease "
-                          "expired)"))
-            refresh_runs(conn, [run_id for _, run_id in found])
-            return len(found)
+            return self.sweep_lost(conn)
+
+    @staticmethod
+    def run_done(conn: Connection, run_key: str) -> bool:
+        """Whether the run is in ``completed_run_keys``, on the caller's connection."""
+        return conn.scalar(_COMPLETED, {"p_run_key": run_key}) is not None
+
+    @staticmethod
+    def sweep_lost(conn: Connection) -> int:
+        """``mark_lost`` on the caller's connection, inside its transaction."""
+        moment = now()
+        found = conn.execute(_STALE_ATTEMPTS, {"p_now": moment}).all()
+        for chunk in chunks([measurement for measurement, _ in found]):
+            conn.execute(_MARK_LOST, {"p_now": moment, "p_ids": chunk})
+        refresh_runs(conn, [run_id for _, run_id in found])
+        return len(found)
 
     @retry_locked
     def link_runs(self, experiment_id: int, run_keys: Iterable[str]) -> set[str]:

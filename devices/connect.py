@@ -12,7 +12,8 @@ from devices.transport import Transport
 
 
 def connect(device: Device) -> Transport:
-    """A transport to ``device``: local for ``local``, SSH for everything else."""
+    """A transport to ``device``: local for the boards on this machine (``local`` and those
+    with ``transport = "local"``), SSH for everything else."""
     if device.is_local:
         return LocalTransport(device)
     # paramiko takes about 0.3 s to import: only when a device needs it

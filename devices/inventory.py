@@ -3,7 +3,9 @@
 An inventory is a TOML file with one ``[[device]]`` table per node. Everything is validated on
 load; an error names the file, the device and the key. The device ``local`` (this machine,
 reached without SSH) always exists; an inventory may tune it (cpus, threads, workdir, ...) but
-not give it an address.
+not give it an address. More boards on this machine are declared with ``transport = "local"``:
+each has a name, a workdir (its cache and its lock file, so no two boards of this machine share
+one) and cpus of its own, and, like ``local``, no address and no SSH keys.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ from devices.files import loads_toml, read_text
 
 LOCAL = "local"
 ARCHES = ("x86_64", "aarch64")
+TRANSPORTS = ("ssh", "local")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 DEFAULT_STATE_DIR = Path("farm-state")
 
 
-def default_local_workdir() -> str:
+def default_local_workdir(name: str = LOCAL) -> str:
+    """The workdir of a board on this machine: ``$BENCHFARM_LOCAL_WORKDIR`` for ``local``, else
+    ``~/.cache/benchfarm/<name>`` (``$XDG_CACHE_HOME`` if set)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return os.environ.get("BENCHFARM_LOCAL_WORKDIR") or str(Path(base) / "benchfarm" / LOCAL)
+    own = os.environ.get("BENCHFARM_LOCAL_WORKDIR") if name == LOCAL else None
+    return own or str(Path(base) / "benchfarm" / name)
 
 
 @dataclass
@@ -41,7 +47,7 @@ class Device:
     name: str
     arch: str
     cls: str
-    host: str | None = None  # None only for the local device
+    host: str | None = None  # None only for a board on this machine (transport "local")
     port: int = 22
     user: str = field(default_factory=getpass.getuser)
     key: Path | None = None  # private key file; None: ~/.ssh default keys
@@ -57,10 +63,12 @@ class Device:
     connect_retries: int = 3
     keepalive_s: int = 15
     source: Path | None = None  # the inventory file it came from
+    transport: str = "ssh"  # "local": this machine, commands are plain subprocesses
 
     @property
     def is_local(self) -> bool:
-        return self.name == LOCAL
+        """On this machine, reached without SSH (``local``, or ``transport = "local"``)."""
+        return self.transport == "local"
 
     @property
     def address(self) -> str:
@@ -74,7 +82,8 @@ class Device:
 
 
 def local_device() -> Device:
-    return Device(name=LOCAL, arch=os.uname().machine, cls=LOCAL, workdir=default_local_workdir())
+    return Device(name=LOCAL, arch=os.uname().machine, cls=LOCAL, workdir=default_local_workdir(),
+                  transport="local")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,6 +138,12 @@ def _positive_float(value: Any) -> float:
     if not math.isfinite(value):
         raise ValueError("a finite positive number")
     return float(value)
+
+
+def _transport(value: Any) -> str:
+    if value not in TRANSPORTS:
+        raise ValueError(f"one of {', '.join(map(repr, TRANSPORTS))}")
+    return value
 
 
 def _bool(value: Any) -> bool:
@@ -199,6 +214,7 @@ KEYS: dict[str, Callable[[Any], Any]] = {
     "connect_timeout": _positive_float,
     "connect_retries": _int_in(1, 20),
     "keepalive_s": _int_in(0, 3600),
+    "transport": _transport,
 }
 REQUIRED = ("name", "host", "arch")
 SSH_ONLY = ("host", "port", "user", "key", "insecure_accept_new", "known_hosts",
@@ -290,12 +306,29 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
             raise _checker(path, f"device {device.name!r}").fail("name", "duplicate name")
         seen_local = seen_local or device.name == LOCAL
         devices[device.name] = device
+    _check_own_workdirs(path, devices)
     return Inventory(devices, source=path)
 
 
 def _checker(path: Path, device: str) -> Checker:
     """The checks of one ``[[device]]`` table; its messages write keys as Python does."""
     return Checker(path, InventoryError, "inventory", device, quote=repr)
+
+
+def _check_own_workdirs(path: Path, devices: dict[str, Device]) -> None:
+    """Boards on this machine each need a workdir of their own: it holds the board's lock file
+    (devices.boardlock), and two boards sharing one would take turns instead of running side by
+    side."""
+    owner: dict[str, str] = {}
+    for device in devices.values():
+        if not device.is_local:
+            continue
+        workdir = os.path.normpath(device.workdir)
+        if workdir in owner:
+            raise _checker(path, f"device {device.name!r}").fail(
+                "workdir", f"{device.workdir} is also the workdir of device {owner[workdir]!r}; "
+                "boards on this machine each need their own (it holds the board's lock file)")
+        owner[workdir] = device.name
 
 
 def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
@@ -310,7 +343,12 @@ def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
             raise check.fail(key, f"unknown key; allowed: {', '.join(KEYS)}")
         values[key] = check.converted(raw, key, convert)
 
-    is_local = values.get("name") == LOCAL
+    named_local = values.get("name") == LOCAL
+    transport = values.get("transport", "local" if named_local else "ssh")
+    if named_local and transport != "local":
+        raise check.fail("transport",
+                         "the device `local` is this machine: its transport is 'local'")
+    is_local = transport == "local"
     required = ("name",) if is_local else REQUIRED
     for key in required:
         if key not in values:
@@ -318,13 +356,19 @@ def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
     if is_local:
         for key in (*SSH_ONLY, "arch"):
             if key in values:
-                raise check.fail(key, "not allowed for the local device (it is this machine)")
+                raise check.fail(key, "not allowed for the local device (it is this machine)"
+                                 if named_local else "not allowed with transport = 'local' (the "
+                                 "board is this machine, reached without SSH)")
     if "threads" in values and "cpus" in values and values["threads"] > len(values["cpus"]):
         raise check.fail("threads", f"{values['threads']} threads exceed the "
                                     f"{len(values['cpus'])} pinned cpus")
 
-    if is_local:
+    if named_local:
         device = local_device()
+    elif is_local:
+        arch = os.uname().machine
+        device = Device(name=values["name"], arch=arch, cls=arch, transport="local",
+                        workdir=default_local_workdir(values["name"]))
     else:
         device = Device(name=values["name"], arch=values["arch"], cls=values["arch"])
     for key, value in values.items():

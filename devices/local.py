@@ -1,4 +1,5 @@
-"""LocalTransport: the device ``local`` is this machine; commands are plain subprocesses."""
+"""LocalTransport: a board on this machine (``local``, or ``transport = "local"``); commands are
+plain subprocesses in its workdir."""
 
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ class FaultHandling:
     progress: Progress
     queues: dict[str, deque[PlannedRun]]
     boards: dict[str, Board]
+    servers: dict[str, list[Board]]  # placement key -> the boards that serve it
     counts: Counter[str]
     lost_keys: set[str]  # runs whose last try was lost with its runner
     server: Any  # the artifact server the runners fetch from
@@ -110,7 +111,7 @@ class FaultHandling:
         for key, queue in self.queues.items():
             if not queue:
                 continue
-            servers = [b for b in self.boards.values() if key in b.serves]
+            servers = self.servers[key]
             if any(not b.dead and (b.busy or not self._held_back_now(b)) for b in servers):
                 continue
             errors = "; ".join(sorted({self._held_back.get(b.device.name) or b.last_error

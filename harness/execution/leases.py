@@ -22,14 +22,16 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from db.errors import StoreError
-from db.leases import Claim
+from db.leases import Claim, LeaseInfo
 from db.store import Store
 from harness.errors import InputError
 from harness.execution.progress import Progress
@@ -80,10 +82,31 @@ class Sharing:
     priority: int = 0  # the job's: a board's next lease goes to the best waiter (db.leases)
     last_tick: float = 0.0
 
-    def acquire(self, board: str, run_key: str | None) -> Claim:
-        """The board's lease for us (``.granted``), or the one in the way (``.current``)."""
+    def acquire(self, board: str, run_key: str | None,
+                on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
+        """The board's lease for us (``.granted``), or the one in the way (``.current``).
+        Granting it also marks lost the attempts of coordinators whose leases lapsed (SIGKILL,
+        a long stall): they show as lost from then on (``Store.sweep_lost``, in the same
+        transaction, with ``on_grant``)."""
         return self.store.leases.acquire(board, self.holder, self.ttl_s, self.experiment,
-                                         run_key, self.priority)
+                                         run_key, self.priority,
+                                         on_grant=self._granted(on_grant))
+
+    def hand_over(self, lease_id: str, board: str, run_key: str | None,
+                  on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
+        """``release(lease_id, again=True)`` and at once ``acquire(board, run_key)``, in one
+        transaction where it can (db.leases.Leases.hand_over)."""
+        return self.store.leases.hand_over(lease_id, board, self.holder, self.ttl_s,
+                                           self.experiment, run_key, self.priority,
+                                           on_grant=self._granted(on_grant))
+
+    def _granted(self, then: Callable[[Connection, LeaseInfo], Any] | None
+                 ) -> Callable[[Connection, LeaseInfo], Any]:
+        def granted(conn: Connection, lease: LeaseInfo) -> None:
+            self.store.sweep_lost(conn)
+            if then is not None:
+                then(conn, lease)
+        return granted
 
     def release(self, lease_id: str, again: bool) -> None:
         """Give the board back; ``again``: we wait for it for our next run."""
@@ -132,19 +155,35 @@ class BoardTurns:
         self.store = store
         self.progress = progress
         self.leases: dict[str, str] = {}  # board -> the lease id held for its dispatch
+        self._kept: set[str] = set()  # boards whose lease waits for their next run (keep)
+        self._done_at_take: dict[str, bool] = {}  # run key -> done, read by the last take
         self._waiting_on: dict[str, str] = {}  # board -> who holds its lease (noted once)
         self._locked_by: dict[str, str] = {}  # board -> the lock file error noted (once)
 
-    def take(self, board: str, run_key: str | None) -> bool:
+    def take(self, board: str, run_key: str | None, done_check: bool = False,
+             start: Callable[[Connection, str], Any] | None = None) -> bool:
         """Take the board's lease for one dispatch (``run_key`` None: a warm-up); False, with a
-        note the first time, while another coordinator holds it."""
-        claim = self.sharing.acquire(board, run_key)
+        note the first time, while another coordinator holds it. In the transaction that
+        grants the lease: with ``done_check`` whether the run is done is read (for the
+        ``done_elsewhere`` that follows), and unless it is, ``start(conn, lease_id)`` records
+        its attempt."""
+        self._done_at_take.clear()
+        check = None
+        if run_key is not None and (done_check or start is not None):
+            def check(conn: Connection, lease: LeaseInfo) -> None:
+                done = done_check and self.store.run_done(conn, run_key)
+                if done_check:
+                    self._done_at_take[run_key] = done
+                if start is not None and not done:
+                    start(conn, lease.lease_id)
+        if board in self._kept:  # from the board's last run straight to this one
+            self._kept.discard(board)
+            claim = self.sharing.hand_over(self.leases.pop(board), board, run_key, check)
+        else:
+            claim = self.sharing.acquire(board, run_key, check)  # lost attempts swept too
         if claim.granted:
             self.leases[board] = claim.granted.lease_id
             self._waiting_on.pop(board, None)
-            # the attempts of a coordinator whose leases lapsed (SIGKILL, a long stall) show
-            # as lost from now on
-            self.store.mark_lost()
             return True
         lease = claim.current
         if lease and lease.holder != self.sharing.holder and \
@@ -161,9 +200,22 @@ class BoardTurns:
     def release(self, board: str, again: bool = False) -> None:
         """Give the board's lease back; ``again``: this coordinator has more for it and waits
         for its next turn (a higher-priority job keeps the board, equals alternate)."""
+        self._kept.discard(board)
         lease_id = self.leases.pop(board, None)
         if lease_id:
             self.sharing.release(lease_id, again)
+
+    def keep(self, board: str) -> None:
+        """The board's run is stored and the coordinator has more for it: its lease waits for
+        the board's next ``take``, which hands it over in one transaction (the same outcome
+        as ``release(board, again=True)`` then ``take``); ``release_kept`` releases it
+        (again) if no take came."""
+        if board in self.leases:
+            self._kept.add(board)
+
+    def release_kept(self, board: str) -> None:
+        if board in self._kept:
+            self.release(board, again=True)
 
     def done(self) -> None:
         """Every lease back, and no more waiting for any board."""
@@ -187,7 +239,10 @@ class BoardTurns:
         """Whether another coordinator of the store stored this run as ok meanwhile (it then
         becomes this experiment's too): two people running one spec run each of its runs
         once."""
-        if not self.store.completed_run_keys([run_key]):
+        done = self._done_at_take.pop(run_key, None)  # read as its lease was granted
+        if done is None:
+            done = bool(self.store.completed_run_keys([run_key]))
+        if not done:
             return False
         self.store.link_runs(experiment_id, [run_key])
         return True

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import ray
+from sqlalchemy import Connection
 
 from db.records import RunResult
 from db.store import Store
@@ -81,6 +82,10 @@ class Scheduler(FaultHandling):
                     serves.append(placement.key)
                 else:
                     serves.insert(0, placement.key)
+        # placement key -> the boards that serve it (fixed once the runners are started)
+        self.servers: dict[str, list[Board]] = {key: [b for b in self.boards.values()
+                                                      if key in b.serves]
+                                                for key in self.queues}
         self.counts: Counter[str] = Counter()
         self._collecting: Board | None = None  # the board whose result is being stored
         progress.remaining_by = self._remaining_by
@@ -110,9 +115,15 @@ class Scheduler(FaultHandling):
                     continue
                 refs = [b.busy.ref for b in busy]
                 ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+                if ready and len(refs) > 1:  # every result that is in: one pass for them all
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                done = set(ready)
                 for board in busy:
-                    if board.busy.ref in ready:
+                    if board.busy is not None and board.busy.ref in done:
+                        self._abort_lost_leases(self.turns.renew())  # when due, as above
                         self._collect(board)
+                        self._dispatch_board(board, time.monotonic())  # its next run at once
+                        self.turns.release_kept(board.device.name)  # if that run did not start
         except KeyboardInterrupt:
             self._stop_in_flight("interrupted",
                                  "the coordinator was interrupted while this run was in flight")
@@ -129,28 +140,42 @@ class Scheduler(FaultHandling):
     def _dispatch(self) -> None:
         now = time.monotonic()
         for board in self.boards.values():
-            if (board.dead or board.busy or board.starting or board.not_before > now
-                    or self._held_back_now(board)):
-                continue
-            run = self._next_for(board, now)
+            self._dispatch_board(board, now)
+
+    def _dispatch_board(self, board: Board, now: float) -> None:
+        """Start the board's next run, when it is free to take one."""
+        if (board.dead or board.busy or board.starting or board.not_before > now
+                or self._held_back_now(board)):
+            return
+        run = self._next_for(board, now)
+        if run is None:
+            return
+        warmup = board.warmed[run.group] < self.spec.warmups
+        started: dict[str, int] = {}  # the attempt recorded as the lease was granted
+
+        def start(conn: Connection, lease_id: str) -> None:
+            started["id"] = self._start_on(conn, board, run, lease_id)
+
+        if not self.turns.take(board.device.name, None if warmup else run.key,
+                               done_check=not self.plan.force,
+                               start=None if warmup else start):
+            board.not_before = now + LEASE_POLL_S
+            return
+        if not warmup and "id" not in started:  # done elsewhere meanwhile: the next one
+            run = self._first_not_done(board, run, now)
             if run is None:
-                continue
-            warmup = board.warmed[run.group] < self.spec.warmups
-            if not self.turns.take(board.device.name, None if warmup else run.key):
-                board.not_before = now + LEASE_POLL_S
-                continue
-            if not warmup:
-                run = self._first_not_done(board, run, now)
-                if run is None:
-                    self.turns.release(board.device.name)
-                    continue
-            order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
-            if not warmup:
-                self._take(run)
-                run.attempts += 1
+                self.turns.release(board.device.name)
+                return
+        order: WorkOrder = replace(run.order, warmup=True) if warmup else run.order
+        if not warmup:
+            self._take(run)
+            run.attempts += 1
+            if "id" in started:
+                run.measurement_id = started["id"]
+            else:
                 self._start(board, run)
-            label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
-            board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
+        label = f"{board.device.name}: {'warm-up ' if warmup else ''}{order.label}"
+        board.busy = Dispatch(board.actor.run.options(name=label).remote(order), run, warmup)
 
     def _held_back_now(self, board: Board) -> bool:
         """Whether the board's state or reservation stops new runs on it (said once)."""
@@ -170,8 +195,12 @@ class Scheduler(FaultHandling):
         self._collecting = board
         self._handle(board, board.busy)
         board.busy = self._collecting = None
-        wants = not board.dead and any(self.queues[key] for key in board.serves)
-        self.turns.release(board.device.name, again=wants)
+        if not board.dead and any(self.queues[key] for key in board.serves):
+            # released and taken again for its next run, in one step if that run starts now
+            # (else released, waiting for it again: run's loop)
+            self.turns.keep(board.device.name)
+        else:
+            self.turns.release(board.device.name)
 
     def _handle(self, board: Board, dispatch: Dispatch) -> None:
         try:
@@ -223,6 +252,13 @@ class Scheduler(FaultHandling):
         record.lease_id = self.turns.lease_of(board.device.name)
         run.measurement_id = self.store.start_measurement(record, run.measurement_id)
 
+    def _start_on(self, conn: Connection, board: Board, run: PlannedRun, lease_id: str) -> int:
+        """``_start`` inside the transaction that grants the board's lease (``lease_id``): the
+        attempt's id."""
+        record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
+        record.lease_id = lease_id
+        return self.store.start_measurement_on(conn, record, run.measurement_id)
+
     def _save(self, run: PlannedRun, result: RunResult, lease: str | None) -> bool:
         """Complete the run's open attempt (or add one) with ``result``; True when its lease
         had expired meanwhile (the result is kept, not counted)."""
@@ -239,8 +275,7 @@ class Scheduler(FaultHandling):
         lost on this board waits for another board of the pool."""
         name = board.device.name
         for key in board.serves:
-            others = any(not b.dead and b is not board and key in b.serves
-                         for b in self.boards.values())
+            others = any(not b.dead and b is not board for b in self.servers[key])
             for run in self.queues[key]:
                 if run.not_before > now:
                     continue

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from devices.boardlock import LOCK_FILE, LockHolder
 from devices.errors import InventoryError
 from devices.inventory import load_inventory
+from harness.engines.lmc.output import parse
 
 GOOD = """
 [[device]]
@@ -74,6 +76,66 @@ def test_local_always_exists_without_a_file(tmp_path: Path, monkeypatch) -> None
     assert inv.select(["local"])[0].is_local
 
 
+LOCAL_BOARDS = """
+[[device]]
+name = "here-1"
+transport = "local"
+cpus = [0]
+workdir = "{folder}/here-1"
+exec_prefix = ["sh", "{standin}", "0"]
+
+[[device]]
+name = "here-2"
+transport = "local"
+class = "here"
+
+[[device]]
+name = "rk1"
+host = "10.0.0.21"
+arch = "aarch64"
+transport = "ssh"
+"""
+
+
+def test_boards_on_this_machine_beyond_local(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("BENCHFARM_LOCAL_WORKDIR", str(tmp_path / "local-work"))
+    standin = Path(__file__).resolve().parents[2] / "bench" / "standin.sh"
+    inv = load_inventory(write(tmp_path, LOCAL_BOARDS.format(folder=tmp_path, standin=standin)))
+    assert inv.names() == ["local", "here-1", "here-2", "rk1"]
+    one, two = inv.get("here-1"), inv.get("here-2")
+    machine = os.uname().machine
+    assert one.is_local and two.is_local and not inv.get("rk1").is_local
+    assert (one.transport, one.host, one.arch, one.cls, one.cpus, one.address) == (
+        "local", None, machine, machine, [0], "local")  # the class defaults to the arch
+    assert one.workdir == f"{tmp_path}/here-1"
+    assert two.workdir == str(tmp_path / "cache" / "benchfarm" / "here-2")  # a default each
+    assert two.cls == "here" and [d.name for d in inv.select(["here"])] == ["here-2"]
+    # `local` is as it was: its own workdir variable, class `local`, the only one it selects
+    local = inv.get("local")
+    assert (local.transport, local.cls, local.workdir) == ("local", "local",
+                                                           str(tmp_path / "local-work"))
+    assert [d.name for d in inv.select(["local"])] == ["local"]
+
+    # what reaches a board follows its transport, not its name: no SSH, no credentials
+    from devices.connect import connect
+    from devices.fingerprint import probed_run
+    from devices.local import LocalTransport
+    from harness.execution.credentials import Credentials
+
+    assert Credentials.of(one) == Credentials(None, None)
+    assert Credentials(None, None).install(one) == (one, None)
+    with connect(one) as transport:
+        assert isinstance(transport, LocalTransport)
+        probed = probed_run(transport, ["/nonexistent/lmc", "generate", "--prompt", "-"],
+                            timeout=30, lock=LockHolder("test", "test", None, "run-1"))
+    assert probed.result.ok, probed.result.stderr
+    assert parse(probed.result.stdout, "generate")["tokens"] == [11, 12]  # the stand-in's
+    assert probed.before["device"] == probed.after["device"] == "here-1"
+    assert probed.before["arch"] == machine
+    assert "run=run-1" in (tmp_path / "here-1" / LOCK_FILE).read_text()  # its own lock file
+
+
 def test_select_by_name_and_class_in_order_without_repeats(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path, GOOD))
     assert [d.name for d in inv.select(["x86-1", "rk3588", "rk1"])] == ["x86-1", "rk1", "rk2"]
@@ -115,6 +177,22 @@ BAD_CASES = [
     ('[[device]]\nname = "local"\nhost = "h"\n', ["device 'local'", "key 'host'", "not allowed"]),
     ('[[device]]\nname = "local"\n[[device]]\nname = "local"\n',
      ["device 'local'", "duplicate"]),
+    ('[[device]]\nname = "local"\ntransport = "ssh"\n',
+     ["device 'local'", "key 'transport'", "its transport is 'local'"]),
+    ('[[device]]\nname = "a"\ntransport = "telnet"\n',
+     ["device 'a'", "key 'transport'", "one of 'ssh', 'local'"]),
+    ('[[device]]\nname = "a"\ntransport = "local"\nhost = "h"\n',
+     ["device 'a'", "key 'host'", "not allowed with transport = 'local'"]),
+    ('[[device]]\nname = "a"\ntransport = "local"\narch = "x86_64"\n',
+     ["device 'a'", "key 'arch'", "not allowed with transport = 'local'"]),
+    ('[[device]]\nname = "a"\ntransport = "local"\nkey = "id"\n',
+     ["device 'a'", "key 'key'", "not allowed"]),
+    ('[[device]]\nname = "a"\ntransport = "local"\nworkdir = "/tmp/bf-same"\n'
+     '[[device]]\nname = "b"\ntransport = "local"\nworkdir = "/tmp/bf-same/"\n',
+     ["device 'b'", "key 'workdir'", "also the workdir of device 'a'"]),
+    ('[[device]]\nname = "local"\nworkdir = "/tmp/bf-same"\n'
+     '[[device]]\nname = "a"\ntransport = "local"\nworkdir = "/tmp/bf-same"\n',
+     ["device 'a'", "key 'workdir'", "also the workdir of device 'local'"]),
     ('[devices]\nname = "a"\n', ["unknown top-level key 'devices'"]),
     ('device = "a"\n', ["key 'device' must be an array of tables"]),
     ('[[device]]\nname = "a"\nhost = \n', ["not valid TOML"]),

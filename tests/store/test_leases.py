@@ -13,6 +13,7 @@ from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_re
 from sqlalchemy.exc import IntegrityError
 
 from db.connection import connect_database, migrate
+from db.leases import utcnow
 from db.models import Measurement
 from db.store import Store
 from harness.execution.leases import job_heartbeat
@@ -68,6 +69,53 @@ def test_the_next_lease_goes_to_the_highest_priority_then_the_longest_waiting(
     assert store.database.connect().execute(leases.waiters.select()).all() == []
 
 
+def waiters_of(store: Store, board: str) -> set[tuple[str, int]]:
+    table = store.leases.waiters
+    with store.database.connect() as conn:
+        rows = conn.execute(table.select().where(table.c.board == board)).all()
+    return {(row.holder, row.priority) for row in rows}
+
+
+@pytest.mark.parametrize("others", [
+    [],  # nobody else asks: the holder keeps the board
+    [("b", 1)],  # an equal waiting longer: its turn (they alternate)
+    [("b", 0)],  # a lower one waits: the holder keeps the board
+    [("b", 2), ("c", 1)],  # a higher one goes first
+])
+def test_a_hand_over_is_a_release_and_a_take_in_one(store: Store,
+                                                    others: list[tuple[str, int]]) -> None:
+    """``hand_over`` ends as ``release(again)`` followed by ``acquire`` would: on one board
+    the pair, on another the hand-over, from the same start."""
+    leases, outcome = store.leases, {}
+    for board in ("pair", "hand"):
+        held = leases.acquire(board, "a", 30, "exp", "a-1", priority=1).granted
+        for holder, priority in others:
+            assert leases.acquire(board, holder, 30, priority=priority).granted is None
+        if board == "pair":
+            leases.release(held.lease_id, again=1)
+            claim = leases.acquire(board, "a", 30, "exp", "a-2", priority=1)
+        else:
+            claim = leases.hand_over(held.lease_id, board, "a", 30, "exp", "a-2", priority=1)
+        lease = leases.get(board)
+        outcome[board] = (claim.granted is not None, claim.current, waiters_of(store, board),
+                          lease.holder if lease.expires >= utcnow() else None)
+        if claim.granted is not None:  # the new lease is live, the old one is not
+            assert (lease.lease_id, lease.run_key) == (claim.granted.lease_id, "a-2")
+            assert leases.renew([held.lease_id], 30) == {held.lease_id}
+    assert outcome["hand"] == outcome["pair"]
+    assert outcome["hand"][0] == (others in ([], [("b", 0)]))
+
+
+def test_a_hand_over_of_a_lapsed_lease_is_a_plain_take(store: Store) -> None:
+    held = store.leases.acquire("board", "a", 1.0).granted
+    time.sleep(1.2)
+    other = store.leases.acquire("board", "b", 30).granted  # b had it meanwhile
+    assert store.leases.hand_over(held.lease_id, "board", "a", 30).granted is None
+    store.leases.release(other.lease_id)
+    assert store.leases.hand_over(held.lease_id, "board", "a", 30).granted is not None
+    assert store.leases.get("board").holder == "a" and waiters_of(store, "board") == set()
+
+
 def test_a_dead_holders_lease_expires(store: Store) -> None:
     dead = store.leases.acquire("board", "dead", 1.0).granted
     assert store.leases.acquire("board", "alive", 1.0).granted is None
@@ -93,10 +141,14 @@ def test_concurrent_coordinators_never_hold_a_board_together(store_url: str) -> 
 
     def coordinator(name: str) -> None:
         store = stores[name]
+        kept = None  # C and D hand the board from one turn to the next, as the scheduler does
         try:
             deadline = time.monotonic() + 4
             while time.monotonic() < deadline:
-                claim = store.leases.acquire("board", name, 30, "exp", f"{name}-{turns[name]}")
+                key = f"{name}-{turns[name]}"
+                claim = store.leases.hand_over(kept, "board", name, 30, "exp", key) if kept \
+                    else store.leases.acquire("board", name, 30, "exp", key)
+                kept = None
                 if claim.granted is None:
                     time.sleep(0.01)
                     continue
@@ -106,8 +158,13 @@ def test_concurrent_coordinators_never_hold_a_board_together(store_url: str) -> 
                 time.sleep(0.005)
                 with guard:
                     holding.remove(name)
-                store.leases.release(claim.granted.lease_id)
+                if name in "CD":
+                    kept = claim.granted.lease_id
+                else:
+                    store.leases.release(claim.granted.lease_id)
                 turns[name] += 1
+            if kept:
+                store.leases.release(kept)
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
