@@ -76,6 +76,7 @@ class Read:
 
 
 READS = (
+    Read("(start-up: --help)", ("--help",)),  # what every command pays before reading
     Read("status", ("status",), target_s=1.0),
     Read("status exp-1k", ("status", "exp-1k"), target_s=1.0, relative=True),
     Read("status nightly", ("status", "nightly")),
