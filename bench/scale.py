@@ -121,12 +121,24 @@ def size_label(factor: float) -> str:
 # -- the seed ----------------------------------------------------------------------------------
 
 
-def run_cli(args: list[str], timeout: float = 3600) -> None:
-    done = subprocess.run([*CLI, *args], cwd=REPO, env=cli_env(), capture_output=True,
-                          text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"scale: `benchfarm {' '.join(args)}` failed (exit {done.returncode}):"
-                         f"\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+def seed_run(store: Path, args: list[str], tries: int = 3) -> None:
+    """`benchfarm --db sqlite:///STORE ARGS` (a demo) into a fresh store, renamed into place
+    once it succeeded; tried again when it fails (Ray's start times out on a loaded host)."""
+    partial = store.with_name(store.name + ".partial")
+    for attempt in range(1, tries + 1):
+        for path in partial.parent.glob(partial.name + "*"):
+            path.unlink()
+        argv = [*CLI, "--db", f"sqlite:///{partial}", *args]
+        done = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                              timeout=3600)
+        if done.returncode == 0:
+            for suffix in ("-wal", "-shm", ""):  # the main file last: it marks the seed made
+                if Path(f"{partial}{suffix}").exists():
+                    Path(f"{partial}{suffix}").rename(f"{store}{suffix}")
+            return
+        log(f"scale: `benchfarm {' '.join(argv[3:])}` failed (exit {done.returncode}, try "
+            f"{attempt} of {tries}):\n{done.stderr[-1500:]}")
+    raise SystemExit(f"scale: could not make the seed store {store}")
 
 
 def seed_templates(work: Path, seed_db: Path | None) -> list[Template]:
@@ -144,7 +156,7 @@ def seed_templates(work: Path, seed_db: Path | None) -> list[Template]:
         main = folder / "demo.db"
         if not main.exists():
             log(f"scale: running `benchfarm demo` into {main} (builds lmc; a few minutes)")
-            run_cli(["--db", f"sqlite:///{main}", "demo", "--out", str(folder / "demo-report")])
+            seed_run(main, ["demo", "--out", str(folder / "demo-report")])
     paths = [main]
     kinds = {t.kind for t in load_templates(paths)}
     if not {"ppl", "decode", "attn-bench"} <= kinds:
@@ -154,8 +166,7 @@ def seed_templates(work: Path, seed_db: Path | None) -> list[Template]:
             spec.write_text(EXTRA_SPEC.format(repo=REPO))
             log(f"scale: the seed lacks {sorted({'ppl', 'decode', 'attn-bench'} - kinds)}: "
                 f"running {spec} into {extra}")
-            run_cli(["--db", f"sqlite:///{extra}", "demo", "--spec", str(spec), "--out",
-                     str(folder / "extra-report")])
+            seed_run(extra, ["demo", "--spec", str(spec), "--out", str(folder / "extra-report")])
         paths.append(extra)
     templates = load_templates(paths)
     counts: dict[str, int] = {}
