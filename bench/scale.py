@@ -305,6 +305,8 @@ def growth_line(built: Built) -> str:
     m = built.manifest
     c = m["counts"]
     rate = c["measurements"] / m["seconds"] if m["seconds"] else 0.0
+    writes = (f"{c['measurements'] / m['write_seconds']:,.0f} measurements/s"
+              if m.get("write_seconds") else "not recorded")
     return (f"{built.backend} {built.size}: {c['experiments']} experiments, {c['runs']:,} runs, "
             f"{c['measurements']:,} measurements, {c['token_timings']:,} token timings, "
             f"{c['snapshots']:,} snapshots, {c['builds']:,} builds, {c['boards']} boards, "
@@ -312,7 +314,7 @@ def growth_line(built: Built) -> str:
             f"{built.bytes / max(1, c['measurements']):,.0f} bytes per measurement; grown in "
             f"{m['seconds']:,.0f} s = {rate:,.0f} measurements/s "
             f"({c['measurements'] / max(m['cpu_seconds'], 1e-9):,.0f} per CPU second of the "
-            f"writer){' (reused)' if built.reused else ''}")
+            f"writer; the store's writes alone {writes}){' (reused)' if built.reused else ''}")
 
 
 # -- timing ------------------------------------------------------------------------------------

@@ -158,6 +158,7 @@ class Manifest:
     revisions: list[str] = field(default_factory=list)  # the nightly's, in order
     seconds: float = 0.0  # the growth's wall time
     cpu_seconds: float = 0.0  # this process's CPU time in it
+    write_seconds: float = 0.0  # the wall time inside the store's writes of the measurements
 
 
 # -- templates from the seed stores ----------------------------------------------------------
@@ -839,7 +840,7 @@ class Grower:
                 self._count(result)
                 (running if result.status == "running" else pending).append(result)
             if len(pending) >= batch:
-                write_results(self.store, pending)
+                self._write(pending)
                 pending = []
                 if time.perf_counter() - last_note > 15:
                     last_note = time.perf_counter()
@@ -847,7 +848,7 @@ class Grower:
                     rate = done / (last_note - started)
                     self.progress(f"grow: {done:,} of {self.plan.measurements:,} measurements "
                                   f"({rate:,.0f}/s)")
-        write_results(self.store, pending)
+        self._write(pending)
         self._in_flight(running, experiments[-1])
         self._links(experiments)
         self._jobs(experiments)
@@ -858,6 +859,11 @@ class Grower:
         self.manifest.seconds = time.perf_counter() - started
         self.manifest.cpu_seconds = time.process_time() - cpu
         return self.manifest
+
+    def _write(self, results: list[RunResult]) -> None:
+        start = time.perf_counter()
+        write_results(self.store, results)
+        self.manifest.write_seconds += time.perf_counter() - start
 
     def _timeline(self, exp: Experiment) -> Iterator[tuple[float, list[RunResult]]]:
         """The experiment's runs as (start, attempts), in the order of their start."""
