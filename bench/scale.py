@@ -239,6 +239,35 @@ class Postgres:
     def size(self, name: str) -> int:
         return int(self._admin(f"SELECT pg_database_size('{name}')")[0][0])
 
+    def table_bytes(self, name: str) -> dict[str, int]:
+        """Each table's bytes with its indexes and TOAST."""
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.database_url(name))
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text(
+                    "SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relkind = "
+                    "'r' AND relnamespace = 'public'::regnamespace")).all()
+        finally:
+            engine.dispose()
+        return {str(table): int(size) for table, size in rows}
+
+
+def sqlite_table_bytes(path: Path) -> dict[str, int]:
+    """Each table's and index's pages (SQLite's dbstat; empty where it is not compiled in)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return {}
+    return {str(table): int(size) for table, size in rows}
+
 
 # -- built stores ------------------------------------------------------------------------------
 
@@ -251,6 +280,7 @@ class Built:
     manifest: dict[str, Any]
     bytes: int
     reused: bool
+    tables: dict[str, int] = field(default_factory=dict)  # bytes per table (and index)
 
 
 def built_store(backend: str, factor: float, args: argparse.Namespace,
@@ -279,7 +309,8 @@ def built_store(backend: str, factor: float, args: argparse.Namespace,
         saved = json.loads(marker.read_text())
         if saved.get("key") == key:
             log(f"scale: reusing the {backend} store of {label} ({url})")
-            return Built(backend, label, url, saved["manifest"], saved["bytes"], True)
+            return Built(backend, label, url, saved["manifest"], saved["bytes"], True,
+                         saved.get("tables", {}))
     log(f"scale: growing the {backend} store of {label}: {plan.measurements:,} measurements, "
         f"{plan.experiments} experiments, nightly {plan.configs} x {plan.revisions}")
     marker.unlink(missing_ok=True)
@@ -294,11 +325,15 @@ def built_store(backend: str, factor: float, args: argparse.Namespace,
         manifest = scale_grow.grow(store, templates, plan, args.seed, progress=log)
     finally:
         store.close()
-    size = (sum(p.stat().st_size for p in folder.glob("store.db*")) if backend == "sqlite"
-            else pg.size(name))
+    if backend == "sqlite":
+        size = sum(p.stat().st_size for p in folder.glob("store.db*"))
+        tables = sqlite_table_bytes(path)
+    else:
+        size, tables = pg.size(name), pg.table_bytes(name)
     document = asdict(manifest)
-    marker.write_text(json.dumps({"key": key, "manifest": document, "bytes": size}, indent=1))
-    return Built(backend, label, url, document, size, False)
+    marker.write_text(json.dumps({"key": key, "manifest": document, "bytes": size,
+                                  "tables": tables}, indent=1))
+    return Built(backend, label, url, document, size, False, tables)
 
 
 def growth_line(built: Built) -> str:
@@ -307,6 +342,9 @@ def growth_line(built: Built) -> str:
     rate = c["measurements"] / m["seconds"] if m["seconds"] else 0.0
     writes = (f"{c['measurements'] / m['write_seconds']:,.0f} measurements/s"
               if m.get("write_seconds") else "not recorded")
+    total = sum(built.tables.values()) or 1
+    largest = ", ".join(f"{table} {size / 1e6:,.1f} MB ({size / total:.0%})" for table, size in
+                        sorted(built.tables.items(), key=lambda item: -item[1])[:5])
     return (f"{built.backend} {built.size}: {c['experiments']} experiments, {c['runs']:,} runs, "
             f"{c['measurements']:,} measurements, {c['token_timings']:,} token timings, "
             f"{c['snapshots']:,} snapshots, {c['builds']:,} builds, {c['boards']} boards, "
@@ -314,7 +352,8 @@ def growth_line(built: Built) -> str:
             f"{built.bytes / max(1, c['measurements']):,.0f} bytes per measurement; grown in "
             f"{m['seconds']:,.0f} s = {rate:,.0f} measurements/s "
             f"({c['measurements'] / max(m['cpu_seconds'], 1e-9):,.0f} per CPU second of the "
-            f"writer; the store's writes alone {writes}){' (reused)' if built.reused else ''}")
+            f"writer; the store's writes alone {writes}){' (reused)' if built.reused else ''}"
+            + (f"; the largest tables and indexes: {largest}" if largest else ""))
 
 
 # -- timing ------------------------------------------------------------------------------------
