@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -372,6 +373,7 @@ class Timing:
     """One read at one size: seconds per run (CLI) or per request (dashboard)."""
 
     samples: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # CPU seconds of the command (the server)
     first: float | None = None  # the dashboard's warm-up request
     timeout: bool = False
     error: str | None = None
@@ -383,6 +385,15 @@ class Timing:
         if self.timeout or self.error or not self.samples:
             return None
         return percentile(self.samples, 95) if web else statistics.median(self.samples)
+
+    def cpu_cell(self, web: bool) -> str:
+        """The CPU time the reads took (steadier than wall time on a shared host)."""
+        if not self.cpu:
+            return "–"
+        if web:
+            return (f"{percentile(self.cpu, 50) * 1e3:,.0f} / "
+                    f"{percentile(self.cpu, 95) * 1e3:,.0f} ms")
+        return f"{seconds(statistics.median(self.cpu))}"
 
     def cell(self, web: bool) -> str:
         if self.timeout:
@@ -409,9 +420,15 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def run_once(argv: list[str], timeout: float) -> tuple[float | None, int, str, str]:
-    """(seconds or None on a timeout, exit code, stdout, stderr) of one CLI run."""
-    start = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(argv: list[str], timeout: float) -> tuple[float | None, float, int, str, str]:
+    """(seconds or None on a timeout, CPU seconds, exit code, stdout, stderr) of one CLI
+    run (its CPU time with that of the processes it waited for, git's for instance)."""
+    start, cpu = time.perf_counter(), children_cpu()
     proc = subprocess.Popen(argv, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -419,8 +436,8 @@ def run_once(argv: list[str], timeout: float) -> tuple[float | None, int, str, s
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return None, -9, "", ""
-    return time.perf_counter() - start, proc.returncode, out, err
+        return None, 0.0, -9, "", ""
+    return time.perf_counter() - start, children_cpu() - cpu, proc.returncode, out, err
 
 
 def time_cli(read: Read, url: str, values: dict[str, str], args: argparse.Namespace,
@@ -429,7 +446,7 @@ def time_cli(read: Read, url: str, values: dict[str, str], args: argparse.Namesp
     timing = Timing(asked=args.repeats, load=list(os.getloadavg()))
     spent = 0.0
     for _ in range(args.repeats):
-        took, code, out, err = run_once(argv, args.timeout)
+        took, cpu, code, out, err = run_once(argv, args.timeout)
         if took is None:
             timing.timeout = True
             break
@@ -438,6 +455,7 @@ def time_cli(read: Read, url: str, values: dict[str, str], args: argparse.Namesp
             timing.error = f"exit {code}: {lines[-1]}"
             break
         timing.samples.append(took)
+        timing.cpu.append(cpu)
         keep.setdefault(read.name, out)
         spent += took
         if spent > args.timeout:  # enough of a slow one
@@ -484,6 +502,16 @@ class Dashboard:
                 self.proc.wait()
         self.proc = None
 
+    def cpu(self) -> float:
+        """The server's CPU seconds so far (with the processes it waited for, git's)."""
+        assert self.proc is not None
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat[stat.rindex(")") + 2:].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
     def get(self, path: str, timeout: float) -> tuple[float | None, int, bytes]:
         import http.client
 
@@ -508,6 +536,7 @@ def time_web(read: Read, server: Dashboard, values: dict[str, str],
     timing = Timing(asked=args.requests, load=list(os.getloadavg()))
     spent = 0.0
     for n in range(args.requests + 1):
+        cpu = server.cpu()
         took, status, body = server.get(path, args.timeout)
         if took is None:
             timing.timeout = True
@@ -522,6 +551,7 @@ def time_web(read: Read, server: Dashboard, values: dict[str, str],
             keep.setdefault(read.name, body.decode("utf-8", "replace"))
         else:
             timing.samples.append(took)
+            timing.cpu.append(server.cpu() - cpu)
         spent += took
         if spent > args.timeout:
             break
@@ -541,7 +571,8 @@ def time_reads(built: Built, args: argparse.Namespace, reads: list[Read],
     for read in (r for r in reads if not r.web):
         log(f"scale: {built.backend} {built.size}: {read.name} ...")
         timings[read.name] = time_cli(read, built.url, values, args, outputs)
-        log(f"scale:   {timings[read.name].cell(False)} s")
+        log(f"scale:   {timings[read.name].cell(False)} s (CPU "
+            f"{timings[read.name].cpu_cell(False)} s)")
     web = [r for r in reads if r.web]
     if web:
         server = Dashboard(built.url, out / "web.log")
@@ -552,7 +583,8 @@ def time_reads(built: Built, args: argparse.Namespace, reads: list[Read],
                 timings[read.name] = time_web(read, server, values, args, outputs)
                 first = timings[read.name].first
                 log(f"scale:   {timings[read.name].cell(True)}"
-                    + ("" if first is None else f" (first {first * 1e3:,.0f} ms)"))
+                    + ("" if first is None else f" (first {first * 1e3:,.0f} ms)")
+                    + f" (CPU {timings[read.name].cpu_cell(True)})")
         finally:
             server.stop()
     return timings, outputs
@@ -621,6 +653,24 @@ def table(backend: str, sizes: list[str], reads: list[Read],
              "ms of the requests after one warm-up",
              *(f"  load average while timing {size}: {loads[size]}" for size in sizes
                if size in loads),
+             "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def cpu_table(backend: str, sizes: list[str], reads: list[Read],
+              results: dict[str, dict[str, Timing]]) -> str:
+    """The CPU time of the same reads: the command's (median, s) or the server's per request
+    (p50 / p95, ms): what the reads cost whatever else the host runs."""
+    head = ["read (CPU)", *sizes]
+    rows = [[read.name, *(results[size][read.name].cpu_cell(read.web)
+                          if read.name in results.get(size, {}) else "–" for size in sizes)]
+            for read in reads]
+    widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
+    lines = [f"{backend}: CPU time: the command's, seconds (median), or the dashboard "
+             "server's per request, ms (p50 / p95)",
              "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
@@ -730,8 +780,9 @@ def main(argv: list[str] | None = None) -> int:
                                                 results[built.size].items()}
                 entry[built.size]["load"] = loads[built.size]
             if results:
-                tables.append(table(backend, [size_label(s) for s in sizes], reads, results,
-                                    loads))
+                labels = [size_label(s) for s in sizes]
+                tables.append(table(backend, labels, reads, results, loads))
+                tables.append(cpu_table(backend, labels, reads, results))
     finally:
         if pg is not None:
             pg.stop()
