@@ -234,8 +234,8 @@ def counting(store: Store) -> Any:
         if conn.info.pop("benchfarm_wrote", False):
             counted.transactions.append(time.time())
 
-    event.listen(store.engine, "before_cursor_execute", statement)
-    event.listen(store.engine, "commit", commit)
+    event.listen(store.database, "before_cursor_execute", statement)
+    event.listen(store.database, "commit", commit)
     save_run = store.save_run
 
     def timed_save(result: Any, measurement_id: int | None = None) -> Any:
@@ -249,8 +249,8 @@ def counting(store: Store) -> Any:
         yield counted
     finally:
         del store.save_run
-        event.remove(store.engine, "before_cursor_execute", statement)
-        event.remove(store.engine, "commit", commit)
+        event.remove(store.database, "before_cursor_execute", statement)
+        event.remove(store.database, "commit", commit)
 
 
 @dataclass
@@ -471,8 +471,8 @@ def store_cycle(url: str, boards: int, runs: int) -> str:
         def commit(conn: Any) -> None:
             counted["commits"] += 1
 
-        event.listen(store.engine, "before_cursor_execute", statement)
-        event.listen(store.engine, "commit", commit)
+        event.listen(store.database, "before_cursor_execute", statement)
+        event.listen(store.database, "commit", commit)
         wall, cpu = time.perf_counter(), time.process_time()
         for n in range(runs):
             for board, device in devices.items():
@@ -500,8 +500,8 @@ def store_cycle(url: str, boards: int, runs: int) -> str:
                 else:
                     turns.release(board)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        event.remove(store.engine, "before_cursor_execute", statement)
-        event.remove(store.engine, "commit", commit)
+        event.remove(store.database, "before_cursor_execute", statement)
+        event.remove(store.database, "commit", commit)
     finally:
         store.close()
     total = boards * runs

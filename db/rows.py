@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
 
 from db.models import (
     RUN_KEPT,

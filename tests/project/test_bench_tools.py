@@ -20,6 +20,7 @@ import gguf_convert  # noqa: E402
 import prefill  # noqa: E402
 import qwen3_06b  # noqa: E402
 import roofline  # noqa: E402
+import scale_grow  # noqa: E402
 import vs_llamacpp  # noqa: E402
 import weight_stream  # noqa: E402
 
@@ -350,3 +351,88 @@ def test_attention_bench_counts_the_bytes_a_grouped_step_reads(lmc: Path, tmp_pa
         assert union == set(range(10))
     else:
         assert len(union) in (2, 3) and 9 in union  # the recency block, and each head's top probe
+
+
+def _seed_store(path: Path) -> None:
+    """A seed store of three runs in lmc/1's shape (generate on a needle and a decode
+    workload, attn-bench), as bench/scale.py reads real ones."""
+    from db import Outcome, RunResult, Snapshot, Store, timings_from_steps
+
+    store = Store.open(f"sqlite:///{path}")
+    try:
+        exp = store.upsert_experiment("seed", "name = 'seed'", "0")
+        dev = store.upsert_device("local", "x86_64", "local", False, {"address": "local"})
+        model = store.upsert_model("/models/needle-tiny", "ab" * 32, {"hidden_size": 128})
+        fingerprint = {"arch": "x86_64", "schema": "benchfarm.fingerprint/3", "cores": []}
+        for n, (kind, command, params) in enumerate([
+                ("needle", "generate", {"ctx": 512, "depth": 0.5, "seed": 1}),
+                ("decode", "generate", {"ctx": 256, "seed": 0}),
+                ("attn-bench", "attn-bench", {"ctx": 2048, "heads": 8})]):
+            workload = store.upsert_workload(kind, params, f"{n:064x}", [1, 2, 3],
+                                             answer="42" if kind == "needle" else None)
+            steps = [{"token": 10 + i, "ms": 0.06 + i * 1e-3, "attn_ms": 0.03} for i in range(5)]
+            doc = ({"schema": "lmc/1", "command": command, "config": {"threads": 1},
+                    "prompt_tokens": 512, "prefill_ms": 31.5, "tokens": [s["token"] for s in steps],
+                    "steps": steps, "decode_ms_per_token": 0.062, "attn_ms_per_token": 0.03}
+                   if command == "generate" else
+                   {"schema": "lmc/1", "command": command, "ms": 0.115, "runs": [0.115, 0.1]})
+            store.save_run(RunResult(
+                run_key=f"seed-{n}", experiment_id=exp, device_id=dev, command=command,
+                model_id=model if command == "generate" else None, workload_id=workload,
+                config={"policy": "exact", "threads": 1, "argv_options": ["--threads", "1"]},
+                policy="exact", threads=1, exit_code=0, wall_ms=50.0, engine_ms=40.0,
+                overhead_ms=10.0, raw_json=json.dumps(doc),
+                prefill_ms=doc.get("prefill_ms"),
+                decode_ms_per_token=doc.get("decode_ms_per_token"),
+                attn_ms_per_token=doc.get("attn_ms_per_token"),
+                token_timings=timings_from_steps(doc.get("steps", [])),
+                outcome=Outcome(recall=1.0) if kind == "needle" else Outcome(attn_median_ms=0.115),
+                snapshots=[Snapshot("before", fingerprint), Snapshot("after", fingerprint)]))
+    finally:
+        store.close()
+
+
+def test_scale_grows_a_store_of_the_asked_size_with_its_planted_steps(tmp_path: Path) -> None:
+    """bench/scale.py's growth: exactly the measurements asked, exp-1k and the nightly of the
+    plan's sizes, and the planted steps recorded and present in the nightly's timings; the same
+    seed grows the same runs."""
+    from db import Store
+
+    _seed_store(tmp_path / "seed.db")
+    templates = scale_grow.load_templates([tmp_path / "seed.db"])
+    assert sorted(t.kind for t in templates) == ["attn-bench", "decode", "needle"]
+    plan = scale_grow.Plan(measurements=200, experiments=4, revisions=6, configs=2,
+                           exp_runs=20, boards=8)
+    listed = []
+    for name in ("a", "b"):
+        store = Store.open(f"sqlite:///{tmp_path / name}.db")
+        try:
+            manifest = scale_grow.grow(store, templates, plan, seed=3)
+            listed.append([(r.run_key, r.experiment, r.device, r.status, r.decode_ms_per_token,
+                            r.measurements) for r in store.list_runs()])
+        finally:
+            store.close()
+    assert listed[0] == listed[1]  # reproducible
+    runs = listed[0]
+    assert sum(r[5] for r in runs) == manifest.counts["measurements"] == 200
+    assert len(runs) == manifest.counts["runs"]
+    per_experiment = {name: sum(1 for r in runs if r[1] == name) for name in {r[1] for r in runs}}
+    assert len(per_experiment) == 4 and per_experiment["exp-1k"] == 20
+    assert per_experiment["nightly"] == 6 * 2
+    assert {r[2] for r in runs if r[1] == "exp-1k"} == set(manifest.compare_boards)
+    assert manifest.planted and manifest.sample_run and manifest.sample_job
+    assert len(manifest.revisions) == 6 and manifest.revisions == sorted(manifest.revisions)
+    # every planted step is where the manifest says: the nightly's decode timing of its
+    # series changes by its factor from its revision on (2 % noise per run)
+    nightly = {key: decode for key, experiment, _, status, decode, _ in runs
+               if experiment == "nightly" and status == "ok"}
+    for plant in manifest.planted:
+        assert plant["revision"] == manifest.revisions[plant["revision_index"]]
+        at, series = plant["revision_index"], plant["series"]
+        after = nightly.get(scale_grow.run_key(3, "nightly", at * 2 + series))
+        before = nightly.get(scale_grow.run_key(3, "nightly", (at - 1) * 2 + series))
+        if after and before:
+            others = [p["factor"] for p in manifest.planted
+                      if p["series"] == series and p["revision_index"] == at and p is not plant]
+            assert not others
+            assert after / before == pytest.approx(plant["factor"], rel=0.1)
