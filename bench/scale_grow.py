@@ -10,7 +10,7 @@ measurements from them through the store's public API only (``Store.upsert_*``,
 
 - ~50 boards of four classes (RK3588, Raspberry Pi 5, Jetson Orin, x86 servers), each with its
   own speed, clocks, temperatures and load, and fingerprints before and after each attempt in
-  the format ``devices.fingerprint`` stores (with the flags ``devices.flags`` computes);
+  the format ``devices.fingerprint`` stores (with the flags ``devices.conditions`` computes);
 - builds per engine revision (one per target), revisions named by 40 hex digits whose first
   four count the revisions, so that their sorted order is their order in time (git does not
   know them: ``benchfarm history`` keeps the order of the runs, the dashboard sorts them);
@@ -54,7 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming  # noqa: E402
-from devices.flags import snapshot_flags  # noqa: E402
+from devices.conditions import snapshot_flags  # noqa: E402
 
 # the spec of the templates the demo lacks, run by `benchfarm demo --spec` on this machine
 EXTRA_SPEC = """\
