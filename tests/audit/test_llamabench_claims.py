@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
+import zlib
 from contextlib import closing
 from pathlib import Path
 
@@ -113,12 +114,13 @@ def test_rows_that_cannot_be_run_here_are_not_comparable_and_say_why() -> None:
 
 
 def stored_llama_tests(db: Path) -> list[dict]:
-    """llama-bench's own JSON rows of every stored run, read straight from the SQLite file."""
+    """llama-bench's own JSON rows of every stored run, read straight from the SQLite file (the
+    store keeps each document zlib-compressed: db/packing.py)."""
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         docs = [r[0] for r in conn.execute(
             "SELECT m.raw_json FROM measurements m JOIN runs r ON r.id = m.run_id "
             "WHERE r.engine = 'llama-bench' AND m.status = 'ok'")]
-    return [test for doc in docs for test in json.loads(doc)]
+    return [test for doc in docs for test in json.loads(zlib.decompress(doc))]
 
 
 @pytest.mark.slow
