@@ -183,10 +183,18 @@ def templates_hash(templates: list[Template]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# what decides the bytes of a grown store: the growth and the store's writing code and schema
+# (a change to a read leaves the stores as they are)
+WRITERS = ("bench/scale_grow.py", "db/models.py", "db/rows.py", "db/packing.py", "db/store.py",
+           "db/connection.py", "db/records.py")
+
+
 def code_hash() -> str:
-    """The growth's code and the store's: a store built by other code is built again."""
+    """The growth's code and the store's writes and schema: a store they would build otherwise
+    is built again."""
     digest = hashlib.sha256()
-    for path in [REPO / "bench" / "scale_grow.py", *sorted((REPO / "db").rglob("*.py"))]:
+    for path in [*(REPO / name for name in WRITERS),
+                 *sorted((REPO / "db" / "migrations").rglob("*.py"))]:
         digest.update(str(path.relative_to(REPO)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -310,6 +318,9 @@ def built_store(backend: str, factor: float, args: argparse.Namespace,
         saved = json.loads(marker.read_text())
         if saved.get("key") == key:
             log(f"scale: reusing the {backend} store of {label} ({url})")
+            if "steps_seconds" not in saved["manifest"]:
+                saved["manifest"]["steps_seconds"] = keep_steps(url)
+                marker.write_text(json.dumps(saved, indent=1))
             return Built(backend, label, url, saved["manifest"], saved["bytes"], True,
                          saved.get("tables", {}))
     log(f"scale: growing the {backend} store of {label}: {plan.measurements:,} measurements, "
@@ -332,9 +343,28 @@ def built_store(backend: str, factor: float, args: argparse.Namespace,
     else:
         size, tables = pg.size(name), pg.table_bytes(name)
     document = asdict(manifest)
+    document["steps_seconds"] = keep_steps(url)
     marker.write_text(json.dumps({"key": key, "manifest": document, "bytes": size,
                                   "tables": tables}, indent=1))
     return Built(backend, label, url, document, size, False, tables)
+
+
+def keep_steps(url: str) -> float:
+    """Find and keep the steps of the histories the reads show, as a coordinator does once
+    its runs landed (harness.execution.coordinator.keep_history): reports and pages read them
+    and do not fit them. Returns the seconds it took."""
+    from db import Store
+    from harness.identity import commit_order
+    from reports.history import keep_steps_of
+
+    started = time.perf_counter()
+    with Store.open(url) as store:
+        for experiment in (scale_grow.NIGHTLY, scale_grow.EXP_1K):
+            keep_steps_of(store, experiment, commit_order)
+    seconds = time.perf_counter() - started
+    log(f"scale: the steps of {scale_grow.NIGHTLY} and {scale_grow.EXP_1K} found and kept in "
+        f"{seconds:,.1f} s (once, when their runs land)")
+    return seconds
 
 
 def growth_line(built: Built) -> str:
@@ -354,6 +384,7 @@ def growth_line(built: Built) -> str:
             f"{m['seconds']:,.0f} s = {rate:,.0f} measurements/s "
             f"({c['measurements'] / max(m['cpu_seconds'], 1e-9):,.0f} per CPU second of the "
             f"writer; the store's writes alone {writes}){' (reused)' if built.reused else ''}"
+            + (f"; steps kept in {m['steps_seconds']:,.1f} s" if "steps_seconds" in m else "")
             + (f"; the largest tables and indexes: {largest}" if largest else ""))
 
 

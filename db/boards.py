@@ -169,7 +169,10 @@ class Boards:
             boards = [StoredBoard(*row) for row in conn.execute(
                 select(Device.id, Device.name, Device.cls, Device.arch, Device.emulated)
                 .order_by(Device.name))]
-            last_ids = select(func.max(Measurement.id)).group_by(Measurement.device_id)
+            # each board's newest attempt: a look-up in measurements' device index a board
+            newest = (select(func.max(Measurement.id)).where(Measurement.device_id == Device.id)
+                      .correlate(Device).scalar_subquery())
+            last_ids = select(newest).select_from(Device)
             last = {device_id: LastAttempt(status, at) for device_id, status, at in conn.execute(
                 select(Measurement.device_id, Measurement.status, Measurement.finished_at)
                 .where(Measurement.id.in_(last_ids)))}

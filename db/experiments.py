@@ -10,10 +10,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import Experiment, ExperimentCount, ExperimentRun, Measurement, Run
+from db.models import Experiment, ExperimentCount, Run
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,15 @@ def spec(session: Session, name: str) -> StoredSpec:
 
 def mark(session: Session, name: str) -> tuple[Any, ...]:
     """What changes when the experiment gets a new attempt, a new run, or an attempt of it
-    ends (running becomes ok, failed, lost ...): its newest measurement's id and its runs per
-    status (kept by the store as runs land)."""
-    experiment_id = session.scalar(select(Experiment.id).where(Experiment.name == name))
-    newest = session.scalar(select(func.max(Measurement.id))
-                            .join(ExperimentRun, ExperimentRun.run_id == Measurement.run_id)
-                            .where(ExperimentRun.experiment_id == experiment_id))
+    ends (running becomes ok, failed, lost ...): the writes to its runs' measurements and its
+    runs per status (both kept by the store as runs land: no run is read)."""
+    experiment_id, writes = session.execute(
+        select(Experiment.id, Experiment.writes).where(Experiment.name == name)).first() \
+        or (None, None)
     counts = session.execute(select(ExperimentCount.status, ExperimentCount.runs)
                              .where(ExperimentCount.experiment_id == experiment_id)
                              .order_by(ExperimentCount.status)).all()
-    return (newest, *(tuple(row) for row in counts))
+    return (writes, *(tuple(row) for row in counts))
 
 
 def holding(session: Session, run_keys: Collection[str]) -> list[str]:

@@ -70,6 +70,9 @@ class Experiment(Base):
     spec_hash: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # how many times its runs' measurements were written (db.rows keeps it): what a cache of
+    # what the experiment shows compares, instead of reading its runs
+    writes: Mapped[int] = mapped_column(server_default="0")
 
 
 class Device(Base):
@@ -386,6 +389,7 @@ class Measurement(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "attempt"),
         Index(None, "status"),  # the sweep for lost attempts looks for running ones
+        Index(None, "device_id"),  # a board's latest attempt (the dashboard's boards)
         _one_of("status", RUN_STATUSES),
     )
 

@@ -444,14 +444,14 @@ def _stored(column: Any) -> Any:
     return cast(column, Text).label(column.key)
 
 
-def _read(conn: Connection, query: Select) -> pd.DataFrame:
+def _read(conn: Connection, query: Select, documents: bool = False) -> pd.DataFrame:
     """A DataFrame of ``query``; JSON columns become canonical JSON text (CSV/parquet-safe),
-    each distinct stored value once."""
+    each distinct stored value once; with ``documents`` they stay the parsed documents."""
     import pandas as pd  # only readers of frames need pandas (the CLI starts without it)
 
     columns = list(query.selected_columns)
-    texts = {i: _Canonical(isinstance(c.type, CompressedJSON))
-             for i, c in enumerate(columns) if _is_json(c)}
+    texts = {} if documents else {i: _Canonical(isinstance(c.type, CompressedJSON))
+                                  for i, c in enumerate(columns) if _is_json(c)}
     if texts:
         query = query.with_only_columns(*(_stored(c) if i in texts else c
                                           for i, c in enumerate(columns)))
@@ -497,8 +497,8 @@ def _reference_rows(conn: Connection, model: type, ids: set[Any],
     return found
 
 
-def frames(conn: Connection, experiment: str,
-           selection: Selection = CURRENT) -> dict[str, pd.DataFrame]:
+def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
+           fingerprints: bool = False) -> dict[str, pd.DataFrame]:
     """The raw rows of an experiment as DataFrames, ordered by run id and measurement id.
 
     - ``runs``: one row per measurement that ``selection`` names (by default each run's
@@ -509,7 +509,10 @@ def frames(conn: Connection, experiment: str,
       ``workload_*`` columns of the joined rows (workload ids and model config excluded: they
       are large and available through ``get_run``).
     - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``measurement_id``.
-    JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
+    JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys;
+    with ``fingerprints`` the snapshots' fingerprints are the documents themselves (a report
+    reads every one, and a nightly has 100,000: parsing each once instead of parsing, printing
+    and parsing it again).
 
     The device, build, model and workload rows are read once each (a nightly's 50,000 runs
     share a few hundred) and joined here, as the inner join on the device and the outer joins
@@ -559,7 +562,8 @@ def frames(conn: Connection, experiment: str,
                           .order_by(OutcomeRow.measurement_id)),
         "snapshots": _read(conn, select(DeviceSnapshot.__table__)
                            .where(DeviceSnapshot.measurement_id.in_(ids))
-                           .order_by(DeviceSnapshot.measurement_id, DeviceSnapshot.id)),
+                           .order_by(DeviceSnapshot.measurement_id, DeviceSnapshot.id),
+                           documents=fingerprints),
     }
 
 

@@ -21,6 +21,7 @@ from db.models import (
     RUN_KEPT,
     DecodeSteps,
     DeviceSnapshot,
+    Experiment,
     ExperimentCount,
     ExperimentRun,
     Lease,
@@ -84,6 +85,7 @@ def _measurement_values(result: RunResult) -> dict[str, Any]:
 # none is taken for a column of a SET clause.
 _RUNS, _MEASUREMENTS, _LINKS = Run.__table__, Measurement.__table__, ExperimentRun.__table__
 _COUNTS = ExperimentCount.__table__
+_EXPERIMENTS = Experiment.__table__
 
 
 def _linked(run_id: Any) -> Any:
@@ -125,6 +127,10 @@ _KEEP = update(_RUNS).where(_RUNS.c.id == bindparam("p_run")).values(
     attempts=bindparam("p_attempts"))
 _EXPERIMENTS_OF = select(_LINKS.c.experiment_id, _LINKS.c.run_id).where(
     _LINKS.c.run_id.in_(bindparam("p_runs", expanding=True)))
+# the experiments of the runs (``p_runs``) were written once more
+_WRITTEN = update(_EXPERIMENTS).where(_EXPERIMENTS.c.id.in_(
+    select(_LINKS.c.experiment_id).where(_LINKS.c.run_id.in_(bindparam("p_runs", expanding=True)))
+)).values(writes=_EXPERIMENTS.c.writes + 1)
 _COUNT = update(_COUNTS).where(_COUNTS.c.experiment_id == bindparam("p_experiment"),
                                _COUNTS.c.status == bindparam("p_status")).values(
     runs=_COUNTS.c.runs + bindparam("p_delta"))
@@ -203,6 +209,8 @@ def link(conn: Connection, experiment_id: int, run_ids: list[int]) -> None:
         if not new:
             continue
         conn.execute(_INSERT_LINKS, [{"experiment_id": experiment_id, "run_id": i} for i in new])
+        conn.execute(update(_EXPERIMENTS).where(_EXPERIMENTS.c.id == experiment_id)
+                     .values(writes=_EXPERIMENTS.c.writes + 1))
         for status, n in conn.execute(select(_RUNS.c.status, func.count())
                                       .where(_RUNS.c.id.in_(new), _RUNS.c.status.is_not(None))
                                       .group_by(_RUNS.c.status)):
@@ -232,8 +240,10 @@ def _count(conn: Connection, deltas: dict[tuple[int, str], int]) -> None:
 def refresh_runs(conn: Connection, run_ids: list[int]) -> None:
     """Each run's current measurement (its latest ok one made under a live lease, else its
     latest: db.measurements), status and number of attempts, from its measurements now; a run
-    whose status changed moves between its experiments' counts."""
+    whose status changed moves between its experiments' counts; the runs' experiments count
+    one more write (``experiments.writes``, before the counts: one order of row locks)."""
     for chunk in chunks(sorted(set(run_ids))):
+        conn.execute(_WRITTEN, {"p_runs": chunk})
         kept: dict[int, tuple[str | None, int | None, int]] = {}
         measured: dict[int, list[tuple[int, str, bool]]] = {}
         for run_id, run_status, current, attempts, measurement, status, expired in conn.execute(

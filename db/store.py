@@ -423,12 +423,13 @@ class Store:
         with self.database.connect() as conn:
             return queries.history_frame(conn, experiment)
 
-    def frames(self, experiment: str,
-               selection: Selection | None = None) -> dict[str, pd.DataFrame]:
+    def frames(self, experiment: str, selection: Selection | None = None,
+               fingerprints: bool = False) -> dict[str, pd.DataFrame]:
         """The experiment's rows; by default each run's current measurement (its latest ok
-        one, else its latest), see db.measurements.Selection for all of them or a time window."""
+        one, else its latest), see db.measurements.Selection for all of them or a time window.
+        ``fingerprints``: the snapshots' fingerprints as documents, not JSON text."""
         with self.database.connect() as conn:
-            return queries.frames(conn, experiment, selection or CURRENT)
+            return queries.frames(conn, experiment, selection or CURRENT, fingerprints)
 
 
 def _check_result(result: RunResult) -> None:

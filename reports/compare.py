@@ -135,7 +135,7 @@ def load_runs(store: Any, experiments: list[str] | None,
     names = experiments or store.list_experiments()
     frames = []
     for name in names:
-        raw = store.frames(name, selection)
+        raw = store.frames(name, selection, fingerprints=True)
         frames.append(flatten_runs(raw["runs"], raw["outcomes"], raw["snapshots"]))
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")

@@ -46,7 +46,7 @@ class ExperimentData:
     spec_hash: str
     runs: pd.DataFrame  # one row per measurement read, every column flattened
     steps: pd.DataFrame  # token_timings rows: measurement_id, step, token, ms, attn_ms
-    snapshots: pd.DataFrame  # device_snapshots rows with the fingerprint JSON text
+    snapshots: pd.DataFrame  # device_snapshots rows with their fingerprint documents
 
 
 def stored_json(text: Any) -> Any:
@@ -167,7 +167,7 @@ def load_experiment(store: Any, experiment: str,
                     selection: Selection = CURRENT) -> ExperimentData:
     """Read an experiment's rows and flatten them into one DataFrame row per measurement (by
     default each run's current one: its latest ok)."""
-    frames = store.frames(experiment, selection)
+    frames = store.frames(experiment, selection, fingerprints=True)
     spec = store.experiment_spec(experiment)
     return ExperimentData(
         name=experiment, spec_text=spec.text, spec_hash=spec.hash,

@@ -43,6 +43,8 @@ ACTIVE_JOBS = 100  # running and queued jobs listed (the queue's head; the rest 
 PAGE = 50  # experiments per page, and the default of every paged JSON list
 MAX_PAGE = 500  # the most any one request may ask for
 CACHED_EXPERIMENTS = 16  # experiments whose views are kept (read again when their runs change)
+# experiments whose newest job's progress is kept: as many as the queue lists
+CACHED_PROGRESS = ACTIVE_JOBS + FINISHED_JOBS
 FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
 HEALTH_SHOWN = 5  # health checks shown per board, newest first
 HISTORY_SECTION = "history"  # the report's section the experiment page shows first
@@ -311,8 +313,8 @@ class FarmData:
         """A job with its progress per placement (kept for the newest job of an experiment
         only: the store's progress counts that experiment's runs as they are now)."""
         placements = self._kept_for(job.experiment, f"progress {job.id}", lambda: [
-            Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)]) \
-            if newest else []
+            Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)],
+            CACHED_PROGRESS) if newest else []
         end = job.finished_at or utcnow()
         elapsed = (end - job.started_at).total_seconds() if job.started_at else None
         sums = {name: sum(getattr(p, name) for p in placements)
@@ -377,21 +379,24 @@ class FarmData:
                     sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))
         return self._kept_for(name, "report", render)
 
-    def _kept_for(self, name: str, part: str, read: Any) -> Any:
+    def _kept_for(self, name: str, part: str, read: Any, keep: int = CACHED_EXPERIMENTS) -> Any:
         """``read()`` of the experiment's ``part``, kept until the experiment has a new attempt
-        or run; the CACHED_EXPERIMENTS experiments read most recently are kept."""
+        or run; of each kind of part (its first word: report, history, progress) those of the
+        ``keep`` experiments read most recently are kept."""
         mark = self.store.experiment_mark(name)
         with self._lock:
             kept = self._kept.get((name, part))
         if kept is not None and kept[0] == mark:
             return kept[1]
         value = read()
+        kind = part.split()[0]
         with self._lock:
             self._kept.pop((name, part), None)
             self._kept[(name, part)] = (mark, value)
-            names = list(dict.fromkeys(n for n, _ in reversed(self._kept)))
+            names = list(dict.fromkeys(n for n, p in reversed(self._kept)
+                                       if p.split()[0] == kind))
             for old_name, old_part in list(self._kept):
-                if old_name not in names[:CACHED_EXPERIMENTS]:
+                if old_part.split()[0] == kind and old_name not in names[:keep]:
                     del self._kept[(old_name, old_part)]
         return value
 

@@ -229,7 +229,7 @@ def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFr
     its latest ok one)."""
     if experiment not in store.list_experiments():
         return pd.DataFrame()
-    frames = store.frames(experiment, selection)
+    frames = store.frames(experiment, selection, fingerprints=True)
     return flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
 
 

@@ -182,3 +182,33 @@ def test_a_batch_of_results_is_stored_as_one_by_one_would_store_it(store: Store)
         assert [m.token_timings for m in a.measurements] == \
             [m.token_timings for m in b.measurements]
     assert kept_counts(store, refs.experiment_id) == derived_counts(store, refs.experiment_id)
+
+
+def test_the_experiment_mark_changes_with_every_write_to_its_runs(store: Store) -> None:
+    """The mark (a cache key of what an experiment shows, read without reading its runs)
+    changes when a run is added, an attempt starts or ends (even one that leaves the run's
+    status as it was), a run joins the experiment or an attempt is found lost; a write to
+    another experiment's runs leaves it as it was."""
+    refs = add_refs(store)
+    other = replace(refs, experiment_id=store.upsert_experiment("other", "x", "h2"))
+    marks = [store.experiment_mark("exp")]
+
+    def changed() -> bool:
+        marks.append(store.experiment_mark("exp"))
+        return marks[-1] != marks[-2]
+
+    store.save_run(sample_result(refs, "a"))
+    assert changed()
+    rerun = store.start_measurement(sample_result(refs, "a"))  # a is still ok: counts stay
+    assert changed()
+    store.save_run(sample_result(refs, "a", decode_ms_per_token=11.0), rerun)
+    assert changed()
+    store.save_run(sample_result(other, "z"))
+    assert not changed()
+    store.link_runs(refs.experiment_id, ["z"])
+    assert changed()
+    store.start_measurement(sample_result(refs, "d", lease_id="gone"))
+    assert changed()
+    store.mark_lost()
+    assert changed()
+    assert len(set(marks)) == len(marks) - 1  # every change a new mark

@@ -7,7 +7,10 @@
 - ``runs`` gets ``current_measurement_id``, ``status`` and ``attempts`` (each run's current
   measurement by the reads' rule, its status, its number of measurements), filled here; and
   ``experiment_counts`` each experiment's runs per status. From now on db.rows keeps them.
-- An index on ``runs.build_id`` (a history reads runs by revision).
+- An index on ``runs.build_id`` (a history reads runs by revision) and on
+  ``measurements.device_id`` (a board's latest attempt).
+- ``experiments.writes``: how many times its runs' measurements were written, from now on
+  (a cache key; db.rows keeps it).
 - ``step_results``: the steps found in a history's series, kept by what they were found in.
 
 The conversion runs in batches, in the migration's one transaction. The codec is db.packing's:
@@ -49,6 +52,9 @@ def upgrade() -> None:
     _current_measurements(bind)
     _experiment_counts(bind)
     op.create_index("ix_runs_build_id", "runs", ["build_id"])
+    op.create_index("ix_measurements_device_id", "measurements", ["device_id"])
+    with op.batch_alter_table("experiments") as batch:
+        batch.add_column(sa.Column("writes", sa.Integer(), server_default="0", nullable=False))
     op.create_table(
         "step_results",
         sa.Column("key", sa.String(64), nullable=False),
