@@ -91,6 +91,8 @@ READS = (
     Read("report nightly", ("report", "nightly", "--out", "{out}/report-nightly"),
          target_s=30.0),
     Read("compare A B --experiment exp-1k", ("compare", "{a}", "{b}", "--experiment", "exp-1k")),
+    # every experiment holding runs of the two boards (exp-1k's pair: a tenth of the store)
+    Read("compare A B", ("compare", "{a}", "{b}")),
     Read("export exp-1k --format csv", ("export", "exp-1k", "--format", "csv", "--out",
                                          "{out}/export")),
     Read("queue --all", ("queue", "--all")),

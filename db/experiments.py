@@ -1,6 +1,7 @@
-"""Reads of an experiment as a whole, behind ``Store.experiment_spec``, ``experiment_mark`` and
-``experiments_holding``: its spec as it was run, what changes when one of its runs lands, and
-which experiments first stored a set of runs. Each returns plain values (no ORM object
+"""Reads of an experiment as a whole, behind ``Store.experiment_spec``, ``experiment_mark``,
+``experiments_holding`` and ``experiments_measuring``: its spec as it was run, what changes
+when one of its runs lands, which experiments first stored a set of runs, and which hold runs
+of given boards, classes, engines or revisions. Each returns plain values (no ORM object
 escapes the session that loaded it).
 """
 
@@ -10,10 +11,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select, union
 from sqlalchemy.orm import Session
 
-from db.models import Experiment, ExperimentCount, Run
+from db.models import Build, Device, Experiment, ExperimentCount, ExperimentRun, Measurement, Run
+
+SHORTEST_PREFIX = 4  # a revision, source hash or binary named by fewer characters is no prefix
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,25 @@ def holding(session: Session, run_keys: Collection[str]) -> list[str]:
     return sorted(set(session.scalars(
         select(Experiment.name).join(Run, Run.experiment_id == Experiment.id)
         .where(Run.run_key.in_(run_keys)))))
+
+
+def measuring(session: Session, names: Collection[str]) -> list[str]:
+    """The experiments, sorted, holding a run measured on a device or a device class in
+    ``names``, of an engine in ``names``, or of a build whose revision, source hash or binary
+    sha256 starts with one of them (``SHORTEST_PREFIX`` characters at least): what `compare A
+    B` reads instead of every experiment. Found through the boards' and builds' indexes."""
+    names = sorted(set(names))
+    boards = select(Device.id).where(or_(Device.name.in_(names), Device.cls.in_(names)))
+    prefixes = [name for name in names if len(name) >= SHORTEST_PREFIX]
+    builds = select(Build.id).where(or_(*(column.startswith(prefix, autoescape=True)
+                                          for prefix in prefixes
+                                          for column in (Build.revision, Build.source_hash,
+                                                         Build.binary_sha256)))) \
+        if prefixes else None
+    runs = [select(Measurement.run_id).where(Measurement.device_id.in_(boards)),
+            select(Run.id).where(Run.engine.in_(names))]
+    if builds is not None:
+        runs.append(select(Run.id).where(Run.build_id.in_(builds)))
+    held = select(ExperimentRun.experiment_id).where(ExperimentRun.run_id.in_(union(*runs)))
+    return list(session.scalars(select(Experiment.name).where(Experiment.id.in_(held))
+                                .order_by(Experiment.name)))

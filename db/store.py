@@ -418,6 +418,12 @@ class Store:
         with self.session() as s:
             return experiments.holding(s, run_keys)
 
+    def experiments_measuring(self, names: Collection[str]) -> list[str]:
+        """The experiments holding runs of these boards, classes, engines or revisions
+        (db.experiments.measuring)."""
+        with self.session() as s:
+            return experiments.measuring(s, names)
+
     def history_frame(self, experiment: str) -> pd.DataFrame:
         """What a history across revisions reads of the experiment (db.queries.history_frame)."""
         with self.database.connect() as conn:

@@ -18,6 +18,7 @@ ratios it finds between identical configs are the noise floor, which then serves
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -130,9 +131,21 @@ def _counts(table: pd.DataFrame) -> str:
 
 
 def load_runs(store: Any, experiments: list[str] | None,
-              selection: Selection = CURRENT) -> pd.DataFrame:
-    """The flattened runs of these experiments (default: all), one row per measurement read."""
-    names = experiments or store.list_experiments()
+              selection: Selection = CURRENT, sides: Collection[str] = ()) -> pd.DataFrame:
+    """The flattened runs of these experiments, one row per measurement read; by default those
+    of every experiment holding runs of ``sides`` (boards, classes, engines, revisions: see
+    ``resolve``), or of every experiment when no side is given."""
+    if experiments:
+        names = experiments
+    elif sides:
+        names = store.experiments_measuring(sides)
+        if not names:
+            raise ReportInputError(
+                f"no stored run was measured on, by or at {' or '.join(map(repr, sides))} "
+                "(a device, a device class, an engine or an engine revision); `benchfarm "
+                "devices list` shows the boards, `benchfarm runs list` the runs")
+    else:
+        names = store.list_experiments()
     frames = []
     for name in names:
         raw = store.frames(name, selection, fingerprints=True)
@@ -303,8 +316,9 @@ def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             metric: str = "decode_ms_per_token",
             threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
             selection: Selection = CURRENT, named: dict[str, str] | None = None) -> Comparison:
-    return compare_runs(load_runs(store, experiments, selection), a, b, metric, threshold,
-                        lmc_policy, named)
+    sides = dict.fromkeys([a, b, *(named or {}).values()])
+    return compare_runs(load_runs(store, experiments, selection, sides), a, b, metric,
+                        threshold, lmc_policy, named)
 
 
 def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_per_token",

@@ -240,6 +240,23 @@ def test_unknown_or_mismatched_sides_are_input_errors(farm_rows: Store) -> None:
         compare(farm_rows, "local", "rk3588")
 
 
+def test_compare_reads_the_experiments_that_hold_its_sides(farm_rows: Store) -> None:
+    """Without --experiment, compare reads the experiments holding runs of its sides (a board,
+    a class, an engine, a revision by a prefix of 4 characters or more), not every one."""
+    elsewhere = SyntheticExperiment(farm_rows, name="elsewhere", spec_text='name = "e"\n')
+    elsewhere.add_device("orin", arch="aarch64", cls="jetson")
+    elsewhere.add_build("cafe", build_record(revision="cafe1234", binary_sha256="e" * 64))
+    elsewhere.run(device="orin", build="cafe")
+    measuring = farm_rows.experiments_measuring
+    assert measuring(["local", "arm"]) == ["synthetic"]
+    assert measuring(["rk3588"]) == ["synthetic"] and measuring(["jetson"]) == ["elsewhere"]
+    assert measuring(["cafe"]) == ["elsewhere"] and measuring(["caf"]) == []
+    assert measuring(["lmc"]) == ["elsewhere", "synthetic"]
+    assert compare(farm_rows, "local", "arm").table["n_a"].sum() == 12  # synthetic's alone
+    with pytest.raises(ReportInputError, match="no stored run was measured on, by or at"):
+        compare(farm_rows, "nope", "nada")
+
+
 def test_a_run_in_two_experiments_counts_once(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/two.db")
     first = SyntheticExperiment(store, name="first")
