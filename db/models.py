@@ -389,7 +389,8 @@ class Measurement(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "attempt"),
         Index(None, "status"),  # the sweep for lost attempts looks for running ones
-        Index(None, "device_id"),  # a board's latest attempt (the dashboard's boards)
+        # a board's latest attempt (the dashboard's boards): its newest id read off the index
+        Index(None, "device_id", "id"),
         _one_of("status", RUN_STATUSES),
     )
 

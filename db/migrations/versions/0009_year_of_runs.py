@@ -8,7 +8,7 @@
   measurement by the reads' rule, its status, its number of measurements), filled here; and
   ``experiment_counts`` each experiment's runs per status. From now on db.rows keeps them.
 - An index on ``runs.build_id`` (a history reads runs by revision) and on
-  ``measurements.device_id`` (a board's latest attempt).
+  ``measurements`` (device_id, id) (a board's latest attempt).
 - ``experiments.writes``: how many times its runs' measurements were written, from now on
   (a cache key; db.rows keeps it).
 - ``step_results``: the steps found in a history's series, kept by what they were found in.
@@ -52,7 +52,7 @@ def upgrade() -> None:
     _current_measurements(bind)
     _experiment_counts(bind)
     op.create_index("ix_runs_build_id", "runs", ["build_id"])
-    op.create_index("ix_measurements_device_id", "measurements", ["device_id"])
+    op.create_index("ix_measurements_device_id_id", "measurements", ["device_id", "id"])
     with op.batch_alter_table("experiments") as batch:
         batch.add_column(sa.Column("writes", sa.Integer(), server_default="0", nullable=False))
     op.create_table(
