@@ -122,6 +122,24 @@ def _online(board: str) -> BoardStatus:
     return BoardStatus(board, ONLINE, None, None, None, 0)
 
 
+MAX_REASON_CHARS = 500  # a state's or a reservation's reason (stored, shown to everyone)
+MAX_NAME_CHARS = 200  # an owner, who changed a state (the columns' size)
+
+
+def checked_text(value: str | None, what: str, limit: int) -> str | None:
+    """``value`` when it is at most ``limit`` characters; StoreInputError naming the bound."""
+    if value is not None and len(value) > limit:
+        raise StoreInputError(f"{what}: {len(value)} characters; at most {limit}")
+    return value
+
+
+def _cut(text: str | None) -> str | None:
+    """A reason the harness writes (a board's error): cut to MAX_REASON_CHARS."""
+    if text is None or len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[:MAX_REASON_CHARS - 1] + "…"
+
+
 class Boards:
     """The boards' tables; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
@@ -135,6 +153,8 @@ class Boards:
         """Set the board's state (recorded in its history); failures start again from 0."""
         if state not in BOARD_STATES:
             raise StoreInputError(f"board state {state!r}: allowed {', '.join(BOARD_STATES)}")
+        checked_text(reason, "the reason", MAX_REASON_CHARS)
+        checked_text(by, "who changed it", MAX_NAME_CHARS)
         moment = utcnow()
         with self.database.begin() as conn:
             self._write_state(conn, board, state, reason, by, moment)
@@ -144,6 +164,7 @@ class Boards:
     def _write_state(conn: Any, board: str, state: str, reason: str | None, by: str,
                      moment: datetime) -> None:
         table = BoardState.__table__
+        reason = _cut(reason)
         values = {"state": state, "reason": reason, "since": moment, "changed_by": by,
                   "failures": 0}
         if not conn.execute(update(table).where(table.c.board == board)
@@ -262,6 +283,8 @@ class Boards:
     def reserve(self, board: str, owner: str, ends: datetime,
                 reason: str | None) -> ReservationInfo:
         """Keep the board for ``owner`` until ``ends``; refused while another owner holds it."""
+        checked_text(owner, "the owner", MAX_NAME_CHARS)
+        checked_text(reason, "the reason", MAX_REASON_CHARS)
         moment = utcnow()
         with self.database.begin() as conn:
             held = self._active(conn, board, moment)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from harness.commands.arguments import job_ref
 from harness.commands.context import store_of
 
 
@@ -17,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cancel", help="cancel a queued or running job (its in-flight runs are stored as "
                        "cancelled)")
-    parser.add_argument("job", metavar="JOB|EXPERIMENT",
+    parser.add_argument("job", metavar="JOB|EXPERIMENT", type=job_ref,
                         help="job id, or an experiment with exactly one active job "
                              "(see `benchfarm queue`)")
     parser.add_argument("--force", action="store_true", help="cancel another owner's job")

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.commands.arguments import add_notify
+from harness.commands.arguments import MAX_TEXT_CHARS, add_notify, free_text
 from harness.commands.context import boards_of, store_of
-from harness.commands.table import format_table
+from harness.commands.table import format_table, shown
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "(drain: the run in flight finishes) or retired")
     state.add_argument("names", nargs=1, metavar="NAME", help="device name or class")
     state.add_argument("state", choices=SETTABLE)
-    state.add_argument("--reason", help="why (shown by `devices list` and `queue`)")
+    state.add_argument("--reason", type=free_text, help="why (shown by `devices list` and "
+                       f"`queue`; at most {MAX_TEXT_CHARS} characters)")
     state.add_argument("--inventory", type=Path, help="inventory TOML file")
     actions.add_parser("health", parents=[common],
                        help="a board's health checks and state changes, newest first")
@@ -147,7 +148,7 @@ def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json:
         if not as_json:
             print(f"{device.name}: {'ok' if report.ok else 'FAILED'}")
             for item in report.items:
-                print(f"  {'ok ' if item.ok else 'BAD'} {item.name:<10} {item.detail}")
+                print(f"  {'ok ' if item.ok else 'BAD'} {item.name:<10} {shown(item.detail)}")
     if as_json:
         print(json.dumps([{"device": r.device, "ok": r.ok,
                            "checks": [vars(i) for i in r.items]} for r in reports], indent=2))
@@ -157,7 +158,7 @@ def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json:
 def _state(devices: list[Device], store: Store, state: str, reason: str | None) -> int:
     for device in devices:
         store.boards.set_state(device.name, state, reason, getpass.getuser())
-        print(f"{device.name}: {state}" + (f" ({reason})" if reason else "")
+        print(f"{device.name}: {state}" + (f" ({shown(reason)})" if reason else "")
               + ("; the run in flight finishes, no new run starts" if state != "online"
                  else ""))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 
-from harness.commands.arguments import duration
+from harness.commands.arguments import MAX_TEXT_CHARS, duration, free_text
 from harness.commands.context import boards_of, store_of
 
 
@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("names", nargs="+", metavar="NAME", help="device names or classes")
     parser.add_argument("--for", dest="seconds", type=duration, required=True,
                         metavar="DURATION", help="how long, e.g. 90m, 2h, 1d")
-    parser.add_argument("--reason", help="why (shown by `devices list` and `queue`)")
+    parser.add_argument("--reason", type=free_text, help="why (shown by `devices list` and "
+                        f"`queue`; at most {MAX_TEXT_CHARS} characters)")
     parser.add_argument("--owner", default=getpass.getuser(),
                         help="whose jobs may use it (default: you, %(default)s)")
     parser.add_argument("--inventory", help="inventory TOML (default: as for `benchfarm run`)")

@@ -72,9 +72,11 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     from db.errors import StoreInputError
     from db.queries import RunDuration
     from harness.plan.estimate import estimate
+    from harness.plan.inputs import check_inputs
     from harness.plan.matrix import check_size, count_cells, resolve_placements
 
     placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    check_inputs(spec)  # an unreadable model, tokenizer or template: one line, exit 2
     total = sum(count_cells(spec, placements).values())
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
           "--max-runs)")

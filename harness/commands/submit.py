@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 import getpass
 
-from harness.commands.arguments import INVENTORY_HELP, add_devices, add_inventory, add_notify
+from harness.commands.arguments import (
+    INVENTORY_HELP,
+    add_devices,
+    add_inventory,
+    add_notify,
+    priority,
+)
 from harness.commands.context import inventory_of, spec_of, store_of
 
 
@@ -18,14 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "submit", help="queue an experiment for `benchfarm serve` (validated now, run later)")
     parser.add_argument("spec", help="the experiment spec (TOML); it is stored as it is now")
-    parser.add_argument("--priority", type=int, default=0,
+    parser.add_argument("--priority", type=priority, default=0,
                         help="higher runs first (default %(default)s; ties: first submitted)")
     parser.add_argument("--owner", default=getpass.getuser(),
                         help="who asked for it (default: your user name, %(default)s)")
     add_devices(parser)
     add_inventory(parser, INVENTORY_HELP + "; the devices are checked against it")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
-    add_notify(parser, "announce the job's end here, besides the spec's [notify]")
+    add_notify(parser, "announce the job's end here, besides the spec's [notify] (http:// or "
+               "https:// URLs only: a job carries no command)", urls_only=True)
     parser.set_defaults(func=run)
 
 
@@ -35,10 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from harness.errors import InputError
     from harness.execution.gate import blocked_boards
     from harness.execution.notify import targets_from
+    from harness.plan.inputs import check_inputs
     from harness.plan.matrix import resolve_placements
 
+    targets = targets_from(args.notify, commands=False)  # a URL that is no http(s) is exit 2
     spec, inventory = spec_of(args), inventory_of(args)
     placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    check_inputs(spec)  # what `serve` will read, read now: a job it cannot read is refused here
     notes = []
     with store_of(args) as store:
         for placement in placements:
@@ -50,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         job_id = store.jobs.add(spec.name, str(Path(args.spec).resolve()), spec.text,
                                 owner=args.owner, devices=args.devices, force=args.force,
                                 priority=args.priority,
-                                notify=targets_from(args.notify).as_dict())
+                                notify=targets.as_dict())
     print(f"queued job {job_id}: experiment {spec.name} (priority {args.priority}, owner "
           f"{args.owner}); `benchfarm serve` runs it, `benchfarm queue` shows it")
     for note in notes:

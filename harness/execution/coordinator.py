@@ -22,11 +22,19 @@ from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate, blocked_boards
-from harness.execution.leases import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
-from harness.execution.notify import Targets, notify, targets_from
+from harness.execution.leases import (
+    JOB_HEARTBEAT_MAX_S,
+    Cancelled,
+    Sharing,
+    job_heartbeat,
+    lease_ttl,
+    new_holder,
+)
+from harness.execution.notify import Targets, announce, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
+from harness.plan.inputs import check_inputs
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
@@ -96,7 +104,8 @@ class RunRequest:
     max_runs: int = MAX_RUNS  # refuse a larger matrix
     coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
-    notify: Targets = field(default_factory=Targets)  # --notify (the spec's [notify] is added)
+    # the operator's --notify (the spec's [notify] URLs are added); a served job's stored URLs
+    notify: Targets = field(default_factory=Targets)
     bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
 
 
@@ -107,6 +116,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     placements = resolve_placements(spec, list(request.inventory.devices.values()),
                                     request.selectors)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
     for name in sorted({name for p in placements for name in p.devices}):
         Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None
@@ -124,7 +134,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     gate = BoardGate(store, [n for p in placements for n in p.devices],
                      job.owner, who.holder, targets, request.bad_after)
     try:
-        with job_heartbeat(store, job_id, who.ttl_s / 3):
+        with job_heartbeat(store, job_id, min(who.ttl_s / 3, JOB_HEARTBEAT_MAX_S)):
             sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority)
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
@@ -135,6 +145,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                 pass  # the store itself failed: its heartbeat stopped, the next claim ends it
             else:
                 announce_job(store, job_id, targets)
+                flush()  # a one-shot run ends here: its job's end is delivered first
         raise
     summary.job_id = job_id
     if summary.counts["ok"]:
@@ -142,6 +153,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     if one_shot:
         store.jobs.finish(job_id, "done" if summary.succeeded else "failed", summary.line())
         announce_job(store, job_id, targets)
+        flush()  # a one-shot run ends here: its job's end is delivered first
     return summary
 
 
@@ -167,11 +179,12 @@ def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> Non
 
 
 def announce_job(store: Store, job_id: int, targets: Targets) -> None:
-    """Tell the job's notification targets that it ended, and how."""
+    """Tell the job's notification targets that it ended, and how (off this thread:
+    harness.execution.notify.announce)."""
     if not targets:
         return
     job = store.jobs.get(job_id)
-    notify({"event": "job-end", "job": job.id, "experiment": job.experiment,
+    announce({"event": "job-end", "job": job.id, "experiment": job.experiment,
             "owner": job.owner, "state": job.state, "message": job.message,
             "cancelled_by": job.cancelled_by, "submitted_at": job.submitted_at,
             "finished_at": job.finished_at}, targets)

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from db.measurements import Selection
 from db.store import Store
+from devices.files import read_json
 from devices.inventory import Inventory
 from harness import DEFAULT_MODEL
 from harness.engines import adapter_of
@@ -84,9 +85,10 @@ def environment(models: list[Path], inventory: Inventory) -> Environment:
     for model in models:
         names.append(model.resolve().name)
         try:
-            config = json.loads((model / "config.json").read_text())
-            names += [str(config[k]) for k in ("_name_or_path", "name") if config.get(k)]
-        except (OSError, ValueError):
+            config = read_json(model / "config.json")
+            names += [str(config[k]) for k in ("_name_or_path", "name")  # type: ignore[union-attr]
+                      if config.get(k)]  # type: ignore[union-attr]
+        except (OSError, ValueError, AttributeError):
             pass
     devices = tuple(DeviceInfo(d.name, d.cls, d.emulated) for d in inventory.devices.values())
     return Environment(models=tuple(dict.fromkeys(names)), devices=devices)

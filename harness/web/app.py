@@ -30,7 +30,8 @@ from db.leases import utcnow
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
 from harness.errors import BenchfarmError
-from harness.web.data import FarmData, Page, as_json, page_bounds
+from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
+from harness.web.limits import BodyLimit
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
@@ -171,6 +172,9 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return JSONResponse(as_json(data.jobs()))
 
     def api_job(request: Request) -> JSONResponse:
+        if not 0 < request.path_params["job_id"] <= MAX_JOB_ID:  # checked before the store
+            raise HTTPException(400, f"job {request.path_params['job_id']}: a job id is from 1 "
+                                f"to {MAX_JOB_ID}")
         job = data.job(request.path_params["job_id"])
         if job is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']} in the store")
@@ -258,4 +262,5 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         Exception: crashed},
         lifespan=lambda _app: _closing(data))
     app.add_middleware(TokenGate, token=token)
+    app.add_middleware(BodyLimit)  # outermost: a body is capped before the token is looked at
     return app

@@ -42,6 +42,7 @@ FINISHED_JOBS = 20  # finished jobs listed under the queue
 ACTIVE_JOBS = 100  # running and queued jobs listed (the queue's head; the rest are counted)
 PAGE = 50  # experiments per page, and the default of every paged JSON list
 MAX_PAGE = 500  # the most any one request may ask for
+MAX_JOB_ID = 2**63 - 1  # the store's ids are 64-bit: a larger one is a bad request, not a 500
 CACHED_EXPERIMENTS = 16  # experiments whose views are kept (read again when their runs change)
 FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
 HEALTH_SHOWN = 5  # health checks shown per board, newest first

@@ -165,14 +165,13 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     inventory.write_text('[[device]]\nname = "local"\n'
                          f'workdir = "{tmp_path}/work"\n'
                          'exec_prefix = ["sh", "-c", "sleep 1; exec \\"$0\\" \\"$@\\""]\n')
-    events = tmp_path / "events.jsonl"  # the spec's [notify] command appends each event
-    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8),
-                       extra=f'[notify]\ncommand = "cat >> {events}; echo >> {events}"')
+    events = tmp_path / "events.jsonl"  # the serve operator's --notify command appends each
+    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8))
     db, inv = ["--db", url], ["--inventory", str(inventory)]
     assert cli(capsys, *db, "submit", str(spec), *inv)[0] == 0
     store = Store.open(url)
-    serve = start_cli([*db, "serve", "--ray-address", ray_address, "--poll", "0.2", *inv],
-                      tmp_path)
+    serve = start_cli([*db, "serve", "--ray-address", ray_address, "--poll", "0.2", *inv,
+                       "--notify", f"cat >> {events}; echo >> {events}"], tmp_path)
     try:
         deadline = time.monotonic() + 240
         while not any(lease.run_key for lease in store.leases.active()):
