@@ -33,7 +33,7 @@ from db.errors import StoreError, StoreInputError
 from db.leases import utcnow
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
-from harness.access.tokens import check_token
+from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
 from harness.web.data import FarmData, Page, as_json, page_bounds
 from reports.audit.report import audit_html, audit_json
@@ -110,7 +110,7 @@ class Logins:
 
     def accepts(self, offered: str) -> bool:
         """Whether ``offered`` is the shared token or an active user's."""
-        if not offered:
+        if len(offered) < MIN_TOKEN_CHARS:  # no token: blank, a form's "+", a guess
             return False
         if self.shared is not None and hmac.compare_digest(offered.encode(),
                                                            self.shared.encode()):
