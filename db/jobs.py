@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, func, insert, select, update
 
+from db.audit import AuditEvent, write
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
@@ -89,8 +90,10 @@ class Jobs:
     @retry_locked
     def add(self, experiment: str, spec_path: str, spec_text: str, *, owner: str,
             devices: list[str] | None = None, force: bool = False, priority: int = 0,
-            holder: str | None = None, notify: dict[str, str] | None = None) -> int:
-        """A queued job, or with ``holder`` a one-shot run that this holder starts now."""
+            holder: str | None = None, notify: dict[str, str] | None = None,
+            event: AuditEvent | None = None) -> int:
+        """A queued job, or with ``holder`` a one-shot run that this holder starts now;
+        ``event`` (its target: the new job) is recorded with it."""
         if len(owner) > MAX_NAME_CHARS:
             raise StoreInputError(f"the owner: {len(owner)} characters; at most "
                                   f"{MAX_NAME_CHARS}")
@@ -103,7 +106,9 @@ class Jobs:
             values |= {"kind": "run", "state": "running", "holder": holder,
                        "heartbeat": moment, "started_at": moment}
         with self.database.begin() as conn:
-            return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
+            job_id = conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
+            write(conn, event and event.on(f"job {job_id}"), moment)
+            return job_id
 
     @retry_locked
     def claim_next(self, holder: str, stale_after_s: float,
@@ -187,14 +192,19 @@ class Jobs:
                          .values(message=message[:MAX_MESSAGE_CHARS]))
 
     @retry_locked
-    def cancel(self, job_id: int, by: str, message: str) -> bool:
-        """Cancel a queued or running job, recording who did it; False if it had ended."""
-        table = self.table
+    def cancel(self, job_id: int, by: str, message: str,
+               event: AuditEvent | None = None) -> bool:
+        """Cancel a queued or running job, recording who did it (and ``event``, when it was
+        still active); False if it had ended."""
+        table, moment = self.table, utcnow()
         with self.database.begin() as conn:
-            return conn.execute(update(table).where(
+            cancelled = conn.execute(update(table).where(
                 table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
-                state="cancelled", finished_at=utcnow(), message=message,
+                state="cancelled", finished_at=moment, message=message[:MAX_MESSAGE_CHARS],
                 cancelled_by=by)).rowcount == 1
+            if cancelled:
+                write(conn, event, moment)
+            return cancelled
 
     def get(self, job_id: int) -> JobInfo:
         """The job with this id (StoreInputError naming `benchfarm queue` when none)."""

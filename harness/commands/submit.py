@@ -2,13 +2,14 @@
 
 The spec and its devices are checked now: a device or class the inventory does not have, or a
 placement whose boards are all retired, is refused (exit 2); a board in maintenance, bad or
-reserved for someone else is named, and the job waits for it.
+reserved for someone else is named, and the job waits for it. The job is the caller's (the
+store's check of who they are: harness.access); ``--owner NAME`` queues it for someone else,
+which only an admin may, and is recorded as done by the admin for NAME.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 
 from harness.commands.arguments import (
     INVENTORY_HELP,
@@ -17,7 +18,7 @@ from harness.commands.arguments import (
     add_notify,
     priority,
 )
-from harness.commands.context import inventory_of, spec_of, store_of
+from harness.commands.context import caller_of, inventory_of, spec_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", help="the experiment spec (TOML); it is stored as it is now")
     parser.add_argument("--priority", type=priority, default=0,
                         help="higher runs first (default %(default)s; ties: first submitted)")
-    parser.add_argument("--owner", default=getpass.getuser(),
-                        help="who asked for it (default: your user name, %(default)s)")
+    parser.add_argument("--owner", metavar="NAME",
+                        help="queue it as someone else's (admins only; recorded; default: "
+                             "you)")
     add_devices(parser)
     add_inventory(parser, INVENTORY_HELP + "; the devices are checked against it")
     parser.add_argument("--force", action="store_true", help="redo runs already stored as ok")
@@ -51,18 +53,24 @@ def run(args: argparse.Namespace) -> int:
     check_inputs(spec)  # what `serve` will read, read now: a job it cannot read is refused here
     notes = []
     with store_of(args) as store:
+        caller = caller_of(store)
+        acting_for = caller.as_owner(args.owner)
+        owner = acting_for or caller.name
         for placement in placements:
-            blocked = blocked_boards(store, placement.devices, args.owner)
+            blocked = blocked_boards(store, placement.devices, owner)
             states = store.boards.states(list(placement.devices))
             if all(states[name].state == "retired" for name in placement.devices):
                 raise InputError(f"{'; '.join(blocked.values())}: the job could never run")
             notes += blocked.values()
         job_id = store.jobs.add(spec.name, str(Path(args.spec).resolve()), spec.text,
-                                owner=args.owner, devices=args.devices, force=args.force,
+                                owner=owner, devices=args.devices, force=args.force,
                                 priority=args.priority,
-                                notify=targets.as_dict())
+                                notify=targets.as_dict(),
+                                event=caller.event("submit", acting_for=acting_for,
+                                                   detail=f"experiment {spec.name}, priority "
+                                                          f"{args.priority}"))
     print(f"queued job {job_id}: experiment {spec.name} (priority {args.priority}, owner "
-          f"{args.owner}); `benchfarm serve` runs it, `benchfarm queue` shows it")
+          f"{owner}); `benchfarm serve` runs it, `benchfarm queue` shows it")
     for note in notes:
         print(f"  note: {note}; the job waits for it")
     return 0

@@ -8,7 +8,6 @@ and its heartbeat; board leases make coordinators sharing a store take turns on 
 
 from __future__ import annotations
 
-import getpass
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import TextIO
 from db.errors import StoreError
 from db.store import Store
 from devices.inventory import Inventory
+from harness.access.caller import Caller, resolve_caller
 from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
@@ -107,6 +107,8 @@ class RunRequest:
     # the operator's --notify (the spec's [notify] URLs are added); a served job's stored URLs
     notify: Targets = field(default_factory=Targets)
     bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
+    caller: Caller | None = None  # who runs it, the one-shot job's owner (None: resolved from
+    # the store and the token file, as a command does)
 
 
 def run_experiment(request: RunRequest, store: Store) -> RunSummary:
@@ -122,12 +124,13 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     job_id, one_shot = request.job_id, request.job_id is None
     targets = targets_from(section=spec.notify) + request.notify
     if job_id is None:
-        owner = getpass.getuser()
-        refuse_blocked(store, placements, owner)
-        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=owner,
+        caller = request.caller or resolve_caller(store)
+        refuse_blocked(store, placements, caller.name)
+        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=caller.name,
                                 devices=list(request.selectors) if request.selectors else None,
                                 force=request.force, holder=who.holder,
-                                notify=targets.as_dict())
+                                notify=targets.as_dict(),
+                                event=caller.event("run", detail=f"experiment {spec.name}"))
         print(f"job {job_id}: experiment {spec.name} (`benchfarm cancel {job_id}` stops it)",
               file=request.stream or sys.stderr, flush=True)
     job = store.jobs.get(job_id)  # its owner and priority (a served job has its own)

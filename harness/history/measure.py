@@ -18,6 +18,7 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.access.caller import Caller
 from harness.engines import adapter_of, source_paths
 from harness.errors import InputError, RunFailure
 from harness.execution.cluster import ray_session
@@ -54,6 +55,7 @@ class Measurer:
     selector: str  # a device or class name
     ray_address: str | None = None
     stream: TextIO | None = None
+    caller: Caller | None = None  # whose jobs its runs are (None: resolved from the store)
     placement: Placement = field(init=False)
     _ray: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
     _ray_up: bool = field(init=False, default=False)
@@ -117,7 +119,8 @@ class Measurer:
             self._ray_up = True
         run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
                                   self.inventory, [self.selector],
-                                  ray_address=self.ray_address, stream=self.stream),
+                                  ray_address=self.ray_address, stream=self.stream,
+                                  caller=self.caller),
                        self.store)
 
     def results(self, revision: str) -> dict[str, list[RevisionRun]]:

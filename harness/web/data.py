@@ -29,6 +29,7 @@ from db.leases import LeaseInfo, utcnow
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
+from harness.access.caller import user_of_token
 from harness.identity import commit_order
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
@@ -246,6 +247,17 @@ class FarmData:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+
+    # -- logins --------------------------------------------------------------------------------
+
+    def users_exist(self) -> bool:
+        """Whether the store has users (then each request needs one's token)."""
+        return self.store.users.exist()
+
+    def user_of(self, token: str) -> str | None:
+        """The name of the active user whose token this is, or None."""
+        user = user_of_token(self.store, token)
+        return None if user is None else user.name
 
     # -- boards --------------------------------------------------------------------------------
 

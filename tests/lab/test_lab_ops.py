@@ -98,7 +98,10 @@ def test_states_reservations_and_job_ids(tmp_path: Path, needle_model: Path,
         assert service.waiting() == {1} and anns == 2
         assert store.jobs.cancel(anns, "ann", "not needed")
     assert "waiting: board 'local' is reserved by ann" in cli(capsys, *db, "queue")[1]
-    assert "released (was reserved for ann)" in cli(capsys, *db, "release", "local", *inv)[1]
+    code, _, err = cli(capsys, *db, "release", "local", *inv)  # ann's: an admin says so
+    assert code == 2 and "belongs to ann" in err and "--force" in err
+    assert "released (was reserved for ann)" in cli(capsys, *db, "release", "local", "--force",
+                                                    *inv)[1]
 
     code, _, err = cli(capsys, *db, "submit", spec, "--devices", "nosuch", *inv)
     assert code == 2 and "nosuch" in err
