@@ -1,9 +1,9 @@
 """A farm two people share, end to end through the real command line (a process per command)
 and the real store: the local user makes the first admin, who adds a second user; each acts
-with their own token file; a cancel across users is refused, then done by the admin, who says
-so; a reservation keeps a board for its owner, and only they or an admin end it; the audit
-trail says who did what, for whom; a revoked token opens nothing. The OS user is root
-throughout: the store does not care."""
+with their own token file; a submit carrying a notification command is refused; a cancel
+across users is refused, then done by the admin, who says so; a reservation keeps a board for
+its owner, and only they or an admin end it; the audit trail says who did what, for whom; a
+revoked token opens nothing. The OS user is root throughout: the store does not care."""
 
 from __future__ import annotations
 
@@ -59,8 +59,12 @@ def test_two_users_share_a_farm(tmp_path: Path, needle_model: Path) -> None:
     assert "queued job 1" in ok(tmp_path, "bob", "submit", spec, "--priority", "2")
     assert "queued job 2" in ok(tmp_path, "alice", "submit", spec)
     assert "only an admin" in refused(tmp_path, "bob", "submit", spec, "--owner", "alice")
-    # (a submit carrying a notification command target is refused here too: the
-    # notification work adds that step to this flow)
+    # a job carries http(s) URLs only: a command target is refused, and nothing is queued
+    owned = tmp_path / "owned"
+    for target in (f"touch {owned}", f"file://{owned}"):
+        assert "not an http:// or https:// URL" in refused(tmp_path, "bob", "submit", spec,
+                                                           "--notify", target)
+    assert not owned.exists()
 
     # a cancel across users: refused for bob, with or without --force; done by alice, saying so
     for flags in ([], ["--force"]):
