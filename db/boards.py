@@ -12,12 +12,14 @@ released.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, func, insert, select, update
 
+from db.audit import AuditEvent, write
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
@@ -122,6 +124,24 @@ def _online(board: str) -> BoardStatus:
     return BoardStatus(board, ONLINE, None, None, None, 0)
 
 
+MAX_REASON_CHARS = 500  # a state's or a reservation's reason (stored, shown to everyone)
+MAX_NAME_CHARS = 200  # an owner, who changed a state (the columns' size)
+
+
+def checked_text(value: str | None, what: str, limit: int) -> str | None:
+    """``value`` when it is at most ``limit`` characters; StoreInputError naming the bound."""
+    if value is not None and len(value) > limit:
+        raise StoreInputError(f"{what}: {len(value)} characters; at most {limit}")
+    return value
+
+
+def _cut(text: str | None) -> str | None:
+    """A reason the harness writes (a board's error): cut to MAX_REASON_CHARS."""
+    if text is None or len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[:MAX_REASON_CHARS - 1] + "…"
+
+
 class Boards:
     """The boards' tables; ``database`` should open write transactions with BEGIN IMMEDIATE."""
 
@@ -131,19 +151,25 @@ class Boards:
     # -- states -------------------------------------------------------------------------------
 
     @retry_locked
-    def set_state(self, board: str, state: str, reason: str | None, by: str) -> BoardStatus:
-        """Set the board's state (recorded in its history); failures start again from 0."""
+    def set_state(self, board: str, state: str, reason: str | None, by: str,
+                  event: AuditEvent | None = None) -> BoardStatus:
+        """Set the board's state (recorded in its history, and ``event`` with it); failures
+        start again from 0."""
         if state not in BOARD_STATES:
             raise StoreInputError(f"board state {state!r}: allowed {', '.join(BOARD_STATES)}")
+        checked_text(reason, "the reason", MAX_REASON_CHARS)
+        checked_text(by, "who changed it", MAX_NAME_CHARS)
         moment = utcnow()
         with self.database.begin() as conn:
             self._write_state(conn, board, state, reason, by, moment)
+            write(conn, event, moment)
         return BoardStatus(board, state, reason, moment, by, 0)
 
     @staticmethod
     def _write_state(conn: Any, board: str, state: str, reason: str | None, by: str,
                      moment: datetime) -> None:
         table = BoardState.__table__
+        reason = _cut(reason)
         values = {"state": state, "reason": reason, "since": moment, "changed_by": by,
                   "failures": 0}
         if not conn.execute(update(table).where(table.c.board == board)
@@ -226,13 +252,14 @@ class Boards:
 
     @retry_locked
     def record_health(self, board: str, ok: bool, items: list[dict[str, Any]],
-                      by: str) -> bool:
-        """Store a health check; a failed one makes an online board bad. Returns whether this
-        call made it bad."""
+                      by: str, event: AuditEvent | None = None) -> bool:
+        """Store a health check (and ``event`` with it); a failed one makes an online board
+        bad. Returns whether this call made it bad."""
         moment = utcnow()
         with self.database.begin() as conn:
             conn.execute(insert(HealthCheck.__table__).values(
                 board=board, ok=ok, items=items, checked_by=by, checked_at=moment))
+            write(conn, event, moment)
             if ok:
                 return False
             table = BoardState.__table__
@@ -262,9 +289,12 @@ class Boards:
     # -- reservations -------------------------------------------------------------------------
 
     @retry_locked
-    def reserve(self, board: str, owner: str, ends: datetime,
-                reason: str | None) -> ReservationInfo:
-        """Keep the board for ``owner`` until ``ends``; refused while another owner holds it."""
+    def reserve(self, board: str, owner: str, ends: datetime, reason: str | None,
+                event: AuditEvent | None = None) -> ReservationInfo:
+        """Keep the board for ``owner`` until ``ends``; refused while another owner holds it.
+        ``event`` is recorded with it."""
+        checked_text(owner, "the owner", MAX_NAME_CHARS)
+        checked_text(reason, "the reason", MAX_REASON_CHARS)
         moment = utcnow()
         with self.database.begin() as conn:
             held = self._active(conn, board, moment)
@@ -272,6 +302,7 @@ class Boards:
                 raise StoreInputError(
                     f"board {board!r} is reserved by {held.owner} until "
                     f"{held.ends:%Y-%m-%d %H:%M} UTC; they can `benchfarm release {board}`")
+            write(conn, event, moment)
             if held is not None:  # the owner's own: extended or shortened
                 conn.execute(update(Reservation.__table__).where(
                     Reservation.__table__.c.id == held.id).values(ends=ends, reason=reason))
@@ -282,15 +313,23 @@ class Boards:
         return ReservationInfo(new_id, board, owner, reason, moment, ends, None, None)
 
     @retry_locked
-    def release(self, board: str, by: str) -> ReservationInfo | None:
-        """End the board's reservation now; the one released, or None when there was none."""
+    def release(self, board: str, by: str,
+                allowed: Callable[[ReservationInfo], AuditEvent | None] | None = None
+                ) -> ReservationInfo | None:
+        """End the board's reservation now; the one released, or None when there was none.
+
+        ``allowed`` is asked in the same transaction, about the reservation in force: it
+        raises to refuse (nothing changes), or returns the event to record with the release.
+        """
         moment = utcnow()
         with self.database.begin() as conn:
             held = self._active(conn, board, moment)
             if held is not None:
+                event = allowed(held) if allowed is not None else None
                 conn.execute(update(Reservation.__table__).where(
                     Reservation.__table__.c.id == held.id).values(released_at=moment,
                                                                   released_by=by))
+                write(conn, event, moment)
         return held
 
     @staticmethod

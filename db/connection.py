@@ -62,16 +62,27 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 class SqliteFile:
-    """The file a SQLite store opened, by device and inode: a file deleted or replaced under a
-    running store would take every later write with it (into the unlinked inode) while the run
-    reported success, so each new connection and each commit checks that the path is still the
-    file first opened, and fails with exit 1 otherwise."""
+    """The file a SQLite store opened, by device and inode, and by its real path: a file
+    deleted or replaced under a running store would take every later write with it (into the
+    unlinked inode) while the run reported success, and so would a store named through a
+    symlinked folder that is switched to another target (the open connections write on into
+    the old one). So each new connection and each commit checks that the path as given still
+    resolves to the real path first opened and is still the file first opened, and fails with
+    exit 1 otherwise."""
 
     def __init__(self, path: Path, shown: str) -> None:
-        self.path, self.shown = path, shown
+        self.path, self.shown = path, shown  # absolute, symlinks kept: what the user named
         self.identity: tuple[int, int] | None = None
+        self.real: str | None = None
 
     def check(self) -> None:
+        real = os.path.realpath(self.path)
+        if self.real is None:
+            self.real = real
+        elif real != self.real:
+            raise StoreError(f"--db {self.shown}: the store's path {self.path} now leads to "
+                             f"{real}, not to {self.real} (a symlink switched while in use); "
+                             "nothing more was written")
         try:
             info = os.stat(self.path)
         except OSError:
@@ -135,7 +146,7 @@ def connect_database(url: str, create: bool = True) -> Engine:
         else:
             options = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
         if database not in ("", ":memory:") and not database.startswith("file:"):
-            path = Path(database).expanduser().resolve()
+            path = Path(os.path.abspath(Path(database).expanduser()))
             if not create and not path.is_file():
                 raise StoreInputError(
                     f"--db {shown}: no result store at {path}; run `benchfarm run SPEC` (or "

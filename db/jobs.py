@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, func, insert, select, update
 
+from db.audit import AuditEvent, write
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
@@ -34,6 +35,9 @@ from db.models import (
 )
 
 ACTIVE = ("queued", "running")
+MAX_ROW_ID = 2**63 - 1
+MAX_NAME_CHARS = 200  # an owner (the column's size)
+MAX_MESSAGE_CHARS = 4000  # a job's message: the outcome line or the error, cut to this
 FINISHED_STATES = tuple(state for state in JOB_STATES if state not in ACTIVE)
 
 
@@ -86,8 +90,13 @@ class Jobs:
     @retry_locked
     def add(self, experiment: str, spec_path: str, spec_text: str, *, owner: str,
             devices: list[str] | None = None, force: bool = False, priority: int = 0,
-            holder: str | None = None, notify: dict[str, str] | None = None) -> int:
-        """A queued job, or with ``holder`` a one-shot run that this holder starts now."""
+            holder: str | None = None, notify: dict[str, str] | None = None,
+            event: AuditEvent | None = None) -> int:
+        """A queued job, or with ``holder`` a one-shot run that this holder starts now;
+        ``event`` (its target: the new job) is recorded with it."""
+        if len(owner) > MAX_NAME_CHARS:
+            raise StoreInputError(f"the owner: {len(owner)} characters; at most "
+                                  f"{MAX_NAME_CHARS}")
         moment = utcnow()
         values: dict[str, Any] = {
             "experiment": experiment, "spec_path": spec_path, "spec_text": spec_text,
@@ -97,7 +106,9 @@ class Jobs:
             values |= {"kind": "run", "state": "running", "holder": holder,
                        "heartbeat": moment, "started_at": moment}
         with self.database.begin() as conn:
-            return conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
+            job_id = conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
+            write(conn, event and event.on(f"job {job_id}"), moment)
+            return job_id
 
     @retry_locked
     def claim_next(self, holder: str, stale_after_s: float,
@@ -106,15 +117,8 @@ class Jobs:
         those in ``skip``: jobs whose boards cannot take work now)."""
         table = self.table
         moment = utcnow()
-        stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
         with self.database.begin() as conn:
-            running = (table.c.state == "running") & stale
-            conn.execute(update(table).where(running, table.c.kind == "queue").values(
-                state="queued", holder=None,
-                message="requeued: its coordinator stopped heartbeating"))
-            conn.execute(update(table).where(running, table.c.kind == "run").values(
-                state="failed", finished_at=moment,
-                message="its `benchfarm run` stopped heartbeating (killed?)"))
+            self._reap(conn, moment, stale_after_s)
             job_id = conn.scalar(select(table.c.id).where(table.c.state == "queued",
                                                           table.c.id.not_in(list(skip)))
                                  .order_by(table.c.priority.desc(), table.c.id).limit(1))
@@ -124,6 +128,25 @@ class Jobs:
                 state="running", holder=holder, heartbeat=moment, started_at=moment,
                 message=None))
         return self.get(job_id)
+
+    @retry_locked
+    def reap(self, stale_after_s: float) -> None:
+        """End what dead coordinators left running: a queued job whose holder stopped
+        heartbeating ``stale_after_s`` ago goes back to the queue, a one-shot run's is failed
+        as lost (`wait` calls this, so that it ends without a `serve`)."""
+        with self.database.begin() as conn:
+            self._reap(conn, utcnow(), stale_after_s)
+
+    def _reap(self, conn: Any, moment: datetime, stale_after_s: float) -> None:
+        table = self.table
+        stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
+        running = (table.c.state == "running") & stale
+        conn.execute(update(table).where(running, table.c.kind == "queue").values(
+            state="queued", holder=None,
+            message="requeued: its coordinator stopped heartbeating"))
+        conn.execute(update(table).where(running, table.c.kind == "run").values(
+            state="failed", finished_at=moment,
+            message="lost: its `benchfarm run` coordinator stopped heartbeating (killed?)"))
 
     @retry_locked
     def heartbeat(self, job_id: int) -> str:
@@ -146,7 +169,8 @@ class Jobs:
             raise ValueError(f"job state {state!r}: allowed {', '.join(JOB_STATES)}")
         table = self.table
         with self.database.begin() as conn:
-            conn.execute(update(table).where(table.c.id == job_id).values(message=message))
+            conn.execute(update(table).where(table.c.id == job_id)
+                         .values(message=message[:MAX_MESSAGE_CHARS]))
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
                          .values(state=state, finished_at=utcnow()))
 
@@ -156,7 +180,8 @@ class Jobs:
         table = self.table
         with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
-                         .values(state="queued", holder=None, message=message))
+                         .values(state="queued", holder=None,
+                                 message=message[:MAX_MESSAGE_CHARS]))
 
     @retry_locked
     def note(self, job_id: int, message: str) -> None:
@@ -164,20 +189,27 @@ class Jobs:
         table = self.table
         with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id, table.c.state == "queued")
-                         .values(message=message))
+                         .values(message=message[:MAX_MESSAGE_CHARS]))
 
     @retry_locked
-    def cancel(self, job_id: int, by: str, message: str) -> bool:
-        """Cancel a queued or running job, recording who did it; False if it had ended."""
-        table = self.table
+    def cancel(self, job_id: int, by: str, message: str,
+               event: AuditEvent | None = None) -> bool:
+        """Cancel a queued or running job, recording who did it (and ``event``, when it was
+        still active); False if it had ended."""
+        table, moment = self.table, utcnow()
         with self.database.begin() as conn:
-            return conn.execute(update(table).where(
+            cancelled = conn.execute(update(table).where(
                 table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
-                state="cancelled", finished_at=utcnow(), message=message,
+                state="cancelled", finished_at=moment, message=message[:MAX_MESSAGE_CHARS],
                 cancelled_by=by)).rowcount == 1
+            if cancelled:
+                write(conn, event, moment)
+            return cancelled
 
     def get(self, job_id: int) -> JobInfo:
         """The job with this id (StoreInputError naming `benchfarm queue` when none)."""
+        if not 0 < job_id <= MAX_ROW_ID:  # the store's ids are 64-bit: no such job
+            raise StoreInputError(f"no job {job_id}; job ids are from 1 to {MAX_ROW_ID}")
         with self.database.connect() as conn:
             row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
         if row is None:

@@ -429,3 +429,39 @@ class BoardWaiter(Base):
     priority: Mapped[int]  # its job's
     since: Mapped[datetime]  # waiting since
     seen: Mapped[datetime]  # last asked: a waiter that stopped asking has gone
+
+
+class User(Base):
+    """A person (or service) of a shared farm: the SHA-256 of their token, never the token.
+
+    While the table is empty the local OS user is the admin (a single-user setup needs no
+    set-up); from the first row on, every command that acts presents a user's token. A revoked
+    user keeps the row (the name stays theirs in what was recorded) and no token resolves."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(200))
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class AuditRecord(Base):
+    """Who did what and when: one row per action a person took on the farm (db.audit)."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(200), index=True)  # who did it
+    # True: a user's token said so; False: a store without users, the local OS user's name
+    checked: Mapped[bool] = mapped_column(Boolean)
+    action: Mapped[str] = mapped_column(String(32))  # submit, cancel, reserve, ...
+    target: Mapped[str] = mapped_column(String(200))  # "job 3", "board rk-1", "user ann"
+    acting_for: Mapped[str | None] = mapped_column(String(200))  # the owner acted for, if not
+    # the actor: an admin on someone else's job or reservation
+    detail: Mapped[str | None] = mapped_column(Text)

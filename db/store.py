@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import experiments, queries
+from db.audit import Audit
 from db.boards import Boards
 from db.connection import (
     SchemaUnknown,
@@ -58,6 +59,7 @@ from db.rows import (
     open_attempt,
     refresh_runs,
 )
+from db.users import Users
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,6 +93,8 @@ class Store:
         self.leases = Leases(self.writer)
         self.jobs = Jobs(self.writer)
         self.boards = Boards(self.writer)
+        self.users = Users(self.writer)
+        self.audit = Audit(self.writer)
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:

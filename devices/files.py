@@ -6,7 +6,11 @@ byte is read, so a FIFO, ``/dev/zero`` or a directory is refused at once instead
 the command (or a whole ``serve``) or reading until memory runs out. Every read is capped at
 ``MAX_FILE_BYTES``. The refusals are ``OSError``s with a ``strerror`` that says what is wrong,
 so each caller's "cannot read FILE: ..." message names them. TOML nested deeper than Python's
-recursion allows is a ``TOMLDecodeError`` like any other malformed TOML.
+recursion allows is a ``TOMLDecodeError`` like any other malformed TOML; JSON (a model's
+config.json, a tokenizer's) is read by ``read_json``, which refuses nesting deeper than
+``MAX_JSON_DEPTH`` as malformed JSON (a ``ValueError``) instead of a ``RecursionError``.
+``open_regular`` opens a file too large to read whole (model weights) for hashing, with the
+same refusal of anything but a regular file.
 
 The lowest layer that every reader can import (harness, reports and devices itself), which is
 why it lives here.
@@ -15,18 +19,23 @@ why it lives here.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 # far above any spec, inventory, claims file, key or prompt text (the largest are a few MB)
 MAX_FILE_BYTES = 64 << 20
+# far above any model or tokenizer configuration (a few levels); Python's own parser fails
+# with a RecursionError near a thousand
+MAX_JSON_DEPTH = 64
 
 
-def read_bytes(path: Path | str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The whole of a regular file of at most ``limit`` bytes; OSError otherwise."""
+def _open_regular_fd(path: Path | str) -> int:
+    """A file descriptor of ``path`` when it is a regular file (opened non-blocking, so a FIFO
+    does not hang the open); OSError otherwise."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode
@@ -34,6 +43,21 @@ def read_bytes(path: Path | str, limit: int = MAX_FILE_BYTES) -> bytes:
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) \
                 else "a device or socket"
             raise OSError(errno.EINVAL, f"not a regular file (it is {kind})", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """``path`` opened for reading in binary when it is a regular file; OSError otherwise."""
+    return os.fdopen(_open_regular_fd(path), "rb")
+
+
+def read_bytes(path: Path | str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes; OSError otherwise."""
+    fd = _open_regular_fd(path)
+    try:
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -79,3 +103,39 @@ def loads_toml(text: str) -> dict[str, Any]:
     except RecursionError:
         raise tomllib.TOMLDecodeError("arrays or inline tables nested too deeply "
                                       "(a few hundred levels)") from None
+
+
+def json_depth(value: object) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar: 0), without
+    recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def loads_json(text: str | bytes, depth: int = MAX_JSON_DEPTH) -> object:
+    """``json.loads`` with arrays and objects nested deeper than ``depth`` refused as malformed
+    JSON (ValueError), never a RecursionError."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"arrays or objects nested more than {depth} deep") from None
+    if json_depth(value) > depth:
+        raise ValueError(f"arrays or objects nested more than {depth} deep")
+    return value
+
+
+def read_json(path: Path | str, limit: int = MAX_FILE_BYTES) -> object:
+    """A JSON file read through ``read_bytes`` (regular, at most ``limit`` bytes) and parsed by
+    ``loads_json``: OSError when it cannot be read, ValueError when it is not JSON (or is not
+    UTF-8, or nests too deeply)."""
+    return loads_json(read_bytes(path, limit))

@@ -27,6 +27,7 @@ SUBCOMMANDS = [
     "logs",
     "reserve",
     "release",
+    "users",
     "gc",
     "status",
     "runs",

@@ -17,7 +17,7 @@ commit, with ``+dirty`` when that folder has local changes.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from devices.cache import tree_manifest, tree_sha256
+from devices.files import open_regular, read_json
 from harness import REPO_ROOT
 from harness.errors import InputError
 
@@ -32,8 +33,9 @@ Entry = tuple[str, str, int]  # a tree's file: (relative path, sha256, size)
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256 (a regular file only: OSError for a FIFO or a device)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -61,25 +63,82 @@ def weights_sha256(model_dir: Path) -> str:
         raise InputError(f"model {model_dir}: neither model.safetensors nor "
                          "model.safetensors.index.json")
     try:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{index}: no readable 'weight_map' ({exc!r})") from exc
+        shards = sorted(set(read_json(index)["weight_map"].values()))  # type: ignore[index]
+    except OSError as exc:
+        raise InputError(f"{index}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{index}: no readable 'weight_map' ({exc!r})") from None
     digest = hashlib.sha256()
     for name in [index.name, *shards]:
         if not isinstance(name, str) or "/" in name or not (model_dir / name).is_file():
             raise InputError(f"{index}: shard {name!r} is not a file in {model_dir}")
-        digest.update(f"{name} {sha256_file(model_dir / name)}\n".encode())
+        try:
+            digest.update(f"{name} {sha256_file(model_dir / name)}\n".encode())
+        except OSError as exc:
+            raise InputError(f"{model_dir / name}: cannot read it ({exc.strerror or exc})"
+                             ) from None
     return digest.hexdigest()
 
 
-def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
-    """The weights' sha256 and the model's config.json."""
-    sha = weights_sha256(model_dir)
+def model_config(model_dir: Path) -> dict[str, Any]:
+    """The model's config.json, read through the capped, regular-file-only reader and nested
+    at most ``devices.files.MAX_JSON_DEPTH`` deep; InputError naming the file otherwise."""
+    path = model_dir / "config.json"
     try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"model {model_dir}: unreadable config.json ({exc})") from exc
-    return sha, config
+        config = read_json(path)
+    except OSError as exc:
+        raise InputError(f"model {model_dir}: cannot read config.json "
+                         f"({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise InputError(f"model {model_dir}: config.json is not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"model {model_dir}: config.json must be a JSON object")
+    return config
+
+
+# A model folder as the boards cache it: every file is pushed, so each must be a regular file;
+# deeper folders or more files than this are no model (a symlink loop would be endless).
+MAX_MODEL_DEPTH = 8
+MAX_MODEL_FILES = 10_000
+
+
+def check_model_folder(model_dir: Path) -> None:
+    """Everything the coordinator reads of a model folder, read now (at submit, before a run):
+    config.json (``model_config``), the weights (one file or a sharded checkpoint's index and
+    shards: regular files), and the folder itself (regular files only, at most
+    ``MAX_MODEL_DEPTH`` deep and ``MAX_MODEL_FILES`` files). InputError naming the problem."""
+    if not model_dir.is_dir():
+        raise InputError(f"model {model_dir}: not a folder")
+    count = 0
+    for root, dirs, names in os.walk(model_dir, followlinks=True):
+        depth = len(Path(root).relative_to(model_dir).parts)
+        if depth > MAX_MODEL_DEPTH:
+            raise InputError(f"model {model_dir}: folders nested more than {MAX_MODEL_DEPTH} "
+                             f"deep ({root}; a symlink loop?)")
+        count += len(names)
+        if count > MAX_MODEL_FILES:
+            raise InputError(f"model {model_dir}: more than {MAX_MODEL_FILES} files")
+        for name in names:
+            path = Path(root, name)
+            try:
+                open_regular(path).close()
+            except OSError as exc:
+                raise InputError(f"model {model_dir}: {path} cannot be read "
+                                 f"({exc.strerror or exc})") from None
+        dirs.sort()
+    model_config(model_dir)
+    single, index = model_dir / "model.safetensors", model_dir / "model.safetensors.index.json"
+    if not single.is_file() and index.is_file():
+        try:
+            read_json(index)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{index}: cannot read it as JSON ({exc})") from None
+
+
+def model_identity(model_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The weights' sha256 and the model's config.json (``model_config``)."""
+    sha = weights_sha256(model_dir)
+    return sha, model_config(model_dir)
 
 
 @dataclass

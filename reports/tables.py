@@ -116,17 +116,28 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 # What a spreadsheet reads as the start of a formula (OWASP's list): board stderr such as
-# =HYPERLINK(...) lands in failures.csv and the export's runs.csv
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# =HYPERLINK(...) lands in failures.csv and the export's runs.csv. Spreadsheets skip leading
+# white space and control characters before one, so those are looked through.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+LEADING = "".join(chr(c) for c in (*range(0x20), 0x7f, *range(0x80, 0xa1))) + " \u2028\u2029"
+
+
+def neutral(value: object) -> object:
+    r"""A text cell as written: a line break is written as ``\n`` (the CSV writer quotes a cell
+    holding one; a lone ``\r`` it did not quote split the row), and one that a spreadsheet
+    would run as a formula (``= + - @``, after any white space or control characters, or a
+    leading tab or line break) is prefixed by a single quote, which spreadsheets show as
+    text."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\r\n", "\n").replace("\r", "\n")
+    if value.startswith(FORMULA_STARTS) or value.lstrip(LEADING).startswith(FORMULA_STARTS[:4]):
+        return f"'{value}"
+    return value
 
 
 def safe_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with every text cell that a spreadsheet would run as a formula prefixed by a
-    single quote, which spreadsheets show as text; numbers (a negative one too) are kept."""
-    def neutral(value: object) -> object:
-        return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) \
-            else value
-
+    """``frame`` with every text cell ``neutral``; numbers (a negative one too) are kept."""
     text = [c for c in frame.columns if pd.api.types.is_object_dtype(frame[c])
             or pd.api.types.is_string_dtype(frame[c])]
     if not text:

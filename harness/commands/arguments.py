@@ -18,6 +18,43 @@ def device_list(text: str) -> list[str]:
     return [item for item in text.split(",") if item]
 
 
+MAX_ROW_ID = 2**63 - 1  # the store's ids are 64-bit signed integers
+
+
+def _whole(text: str, low: int, high: int, what: str) -> int:
+    """``text`` as a whole number from ``low`` to ``high``, checked before any arithmetic;
+    ArgumentTypeError naming the range (exit 2) otherwise."""
+    stripped = text.strip()
+    digits = stripped[1:] if stripped[:1] in "+-" else stripped
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 40:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not {what} (a whole number from "
+                                         f"{low} to {high})")
+    value = int(stripped)
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: {what} must be from {low} to {high}")
+    return value
+
+
+def job_id(text: str) -> int:
+    """A job id: a whole number from 1 to the store's largest id."""
+    return _whole(text, 1, MAX_ROW_ID, "a job id")
+
+
+MAX_PRIORITY = 10**6
+
+
+def priority(text: str) -> int:
+    """--priority: a whole number from -MAX_PRIORITY to MAX_PRIORITY."""
+    return _whole(text, -MAX_PRIORITY, MAX_PRIORITY, "a priority")
+
+
+def job_ref(text: str) -> str:
+    """JOB|EXPERIMENT: a job id (checked as ``job_id``) or an experiment name, as given."""
+    if text.strip().isascii() and text.strip().isdigit():
+        job_id(text)
+    return text
+
+
 def run_count(text: str) -> int:
     """--max-runs: a whole number, at least 1."""
     try:
@@ -101,10 +138,10 @@ def add_ray_address(parser: argparse.ArgumentParser, help_text: str | None = Non
                         "join this Ray cluster instead of starting one")
 
 
-def add_lease_ttl(parser: argparse.ArgumentParser) -> None:
+def add_lease_ttl(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
     parser.add_argument("--lease-ttl", type=positive_seconds,
-                        help="board lease time in seconds (default: $BENCHFARM_LEASE_TTL_S "
-                             "or 30)")
+                        help=help_text or "board lease time in seconds (default: "
+                                          "$BENCHFARM_LEASE_TTL_S or 30)")
 
 
 def add_measuring(parser: argparse.ArgumentParser, metric_help: str) -> None:
@@ -122,25 +159,45 @@ def add_threshold(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--threshold", type=float, default=NOISE_THRESHOLD,
                         help=f"{what} (default: %(default)s; a change must also stand beyond "
                              "noise, see reports/steps.py)")
-def add_notify(parser: argparse.ArgumentParser, help_text: str) -> None:
+def add_notify(parser: argparse.ArgumentParser, help_text: str, urls_only: bool = False) -> None:
+    if urls_only:
+        parser.add_argument("--notify", action="append", metavar="URL", help=help_text +
+                            " (it gets a JSON POST; repeatable)")
+        return
     parser.add_argument("--notify", action="append", metavar="URL|COMMAND", help=help_text +
-                        " (a URL gets a JSON POST, a command the JSON on stdin; repeatable)")
+                        " (an http(s) URL gets a JSON POST; a command, run as you, the JSON on "
+                        "stdin; repeatable)")
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 10 * 365 * 86400.0  # ten years: --for, --older-than (inf or 1e30s overflowed)
 
 
 def duration(text: str) -> float:
-    """--for, --older-than: a number and a unit (s, m, h, d), e.g. 90m or 2h; seconds."""
+    """--for, --older-than: a number and a unit (s, m, h, d), e.g. 90m or 2h; seconds, more
+    than 0 and at most MAX_DURATION_S (checked before any arithmetic on dates)."""
     number, unit = text[:-1], text[-1:]
     try:
         value = float(number) * DURATION_UNITS[unit]
     except (KeyError, ValueError):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; write a number and s, m, h or d, e.g. 90m") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be longer than 0")
+            f"{text[:60]!r} is not a duration; write a number and s, m, h or d, e.g. 90m"
+        ) from None
+    if not 0 < value <= MAX_DURATION_S:  # nan and inf fail here too
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: a duration must be longer than 0 "
+                                         f"and at most {MAX_DURATION_S / 86400:g}d")
     return value
+
+
+MAX_TEXT_CHARS = 500  # a reason, a note: one line a person writes
+
+
+def free_text(text: str) -> str:
+    """--reason: at most MAX_TEXT_CHARS characters (it is stored and shown to everyone)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise argparse.ArgumentTypeError(f"{len(text)} characters; at most {MAX_TEXT_CHARS} "
+                                         "characters")
+    return text
 
 
 def utc_moment(text: str) -> datetime:

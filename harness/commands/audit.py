@@ -19,7 +19,7 @@ from harness.commands.arguments import (
     add_ray_address,
     selection,
 )
-from harness.commands.context import inventory_of, store_of
+from harness.commands.context import caller_of, inventory_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                                 args.devices or ["local"], args.ray_address,
                                 run_missing=not args.stored_only,
                                 progress=sys.stderr if args.json else sys.stdout,
-                                selection=selection(args))
+                                selection=selection(args),
+                                caller=None if args.stored_only else caller_of(store))
     if args.out:
         written = write_audit(args.out, f"audit: {Path(args.claims).name}", verdicts)
         print(f"audit: {written}", file=sys.stderr if args.json else sys.stdout)

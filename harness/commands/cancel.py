@@ -1,26 +1,28 @@
 """`benchfarm cancel JOB|EXPERIMENT [--force]`: drop a queued job or stop a running one.
 
 An experiment name stands for its one queued or running job; when it has several, they are
-listed and nothing is cancelled (exit 2). Another owner's job needs ``--force``, and the job
-records who cancelled it.
+listed and nothing is cancelled (exit 2). A job is cancelled by its owner; someone else's
+needs an admin and ``--force``, and is recorded as done by the admin for the owner (the job's
+``cancelled_by`` and the audit trail, `benchfarm users log`).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 
-from harness.commands.context import store_of
+from harness.commands.arguments import job_ref
+from harness.commands.context import caller_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cancel", help="cancel a queued or running job (its in-flight runs are stored as "
                        "cancelled)")
-    parser.add_argument("job", metavar="JOB|EXPERIMENT",
+    parser.add_argument("job", metavar="JOB|EXPERIMENT", type=job_ref,
                         help="job id, or an experiment with exactly one active job "
                              "(see `benchfarm queue`)")
-    parser.add_argument("--force", action="store_true", help="cancel another owner's job")
+    parser.add_argument("--force", action="store_true",
+                        help="cancel another owner's job (admins only; recorded)")
     parser.set_defaults(func=run)
 
 
@@ -28,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from db.jobs import ACTIVE
     from harness.errors import InputError
 
-    me = getpass.getuser()
     with store_of(args, create=False) as store:
+        caller = caller_of(store)
         if args.job.isdigit():
             job = store.jobs.get(int(args.job))
         else:
@@ -44,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
             job = jobs[0]
         if job.state not in ACTIVE:
             raise InputError(f"job {job.id} has already ended ({job.state})")
-        if job.owner != me and not args.force:
-            raise InputError(f"job {job.id} belongs to {job.owner}; cancel it with --force "
-                             "(it records that you did)")
-        forced = f" (--force; the owner is {job.owner})" if job.owner != me else ""
-        cancelled = store.jobs.cancel(job.id, me, f"cancelled by {me}{forced}")
+        acting_for = caller.acting_for(job.owner, f"job {job.id}", "cancel", forced=args.force)
+        forced = f" (--force; the owner is {job.owner})" if acting_for else ""
+        cancelled = store.jobs.cancel(job.id, caller.name, f"cancelled by {caller.name}{forced}",
+                                      caller.event("cancel", f"job {job.id}", acting_for,
+                                                   f"experiment {job.experiment}"))
     if not cancelled:
         raise InputError(f"job {job.id} ended meanwhile")
     print(f"cancelled job {job.id} ({job.experiment}, owner {job.owner}); a running "

@@ -1,6 +1,7 @@
-"""What the commands open from their arguments, each written once: the store ``--db`` names,
-the inventory ``--inventory`` names (and the boards a command's NAMEs select from it), the spec
-its SPEC names, and the measurer ``bisect`` and ``track`` step through revisions with.
+"""What the commands open from their arguments, each written once: the store ``--db`` names
+(and who the caller is to it), the inventory ``--inventory`` names (and the boards a command's
+NAMEs select from it), the spec its SPEC names, and the measurer ``bisect`` and ``track`` step
+through revisions with.
 
 Light to import, as every command module is (``register()`` runs with argparse-level modules
 only: tests/project/test_cli_startup.py): each helper imports what it opens when it is called.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from db.store import Store
     from devices.inventory import Device, Inventory
+    from harness.access.caller import Caller
     from harness.history.measure import Measurer
     from harness.spec import Spec
 
@@ -27,6 +29,14 @@ def store_of(args: argparse.Namespace, create: bool = True) -> Store:
     from db.store import Store
 
     return Store.open(args.db, create=create)
+
+
+def caller_of(store: Store) -> Caller:
+    """Who runs this command, as ``store`` knows them: the local user while it has no users,
+    else the user whose token the token file holds (IdentityError, exit 2, when none)."""
+    from harness.access.caller import resolve_caller
+
+    return resolve_caller(store)
 
 
 def inventory_of(args: argparse.Namespace) -> Inventory:
@@ -56,5 +66,5 @@ def measuring(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> Ite
 
     with store_of(args) as store, \
             Measurer(spec, inventory, store, args.device or spec.devices[0],
-                     args.ray_address) as measurer:
+                     args.ray_address, caller=caller_of(store)) as measurer:
         yield measurer

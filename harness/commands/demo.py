@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import REPO_ROOT
-from harness.commands.context import spec_of, store_of
+from harness.commands.context import caller_of, spec_of, store_of
 from reports.outdir import default_report_dir
 
 if TYPE_CHECKING:
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_of(args)
     inventory = Inventory({LOCAL: local_device()})  # the demo never reaches other machines
     with store_of(args) as store:
-        summary = run_experiment(RunRequest(spec, inventory, [LOCAL], args.force), store)
+        summary = run_experiment(RunRequest(spec, inventory, [LOCAL], args.force,
+                                            caller=caller_of(store)), store)
         print(summary.line())
         print(summary_table(store, spec.name).to_string(index=False))
         print(f"report: {render_report(store, spec.name, Path(args.out))}")

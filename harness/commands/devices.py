@@ -5,25 +5,26 @@ defaults to $BENCHFARM_INVENTORY, else ./farm-state/inventory.toml when the loca
 else just the device ``local``. `list` shows each board's state (db.boards), the coordinator
 holding its lease and its last health check; `check` stores its results (a failed check makes
 an online board bad); `state` takes a board out of service or back; `health` shows a board's
-checks and state changes.
+checks and state changes. `check` and `state` are recorded under the caller's identity
+(harness.access: a user's token once the store has users).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.commands.arguments import add_notify
-from harness.commands.context import boards_of, store_of
-from harness.commands.table import format_table
+from harness.commands.arguments import MAX_TEXT_CHARS, add_notify, free_text
+from harness.commands.context import boards_of, caller_of, store_of
+from harness.commands.table import format_table, shown
 from harness.errors import InputError
 
 if TYPE_CHECKING:
     from db.store import Store
     from devices.inventory import Device
+    from harness.access.caller import Caller
 
 SETTABLE = ("online", "maintenance", "retired")
 
@@ -56,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "(drain: the run in flight finishes) or retired")
     state.add_argument("names", nargs=1, metavar="NAME", help="device name or class")
     state.add_argument("state", choices=SETTABLE)
-    state.add_argument("--reason", help="why (shown by `devices list` and `queue`)")
+    state.add_argument("--reason", type=free_text, help="why (shown by `devices list` and "
+                       f"`queue`; at most {MAX_TEXT_CHARS} characters)")
     state.add_argument("--inventory", type=Path, help="inventory TOML file")
     actions.add_parser("health", parents=[common],
                        help="a board's health checks and state changes, newest first")
@@ -73,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
         return _list(devices, args)
     with store_of(args) as store:
         if args.action == "check":
-            return _check(devices, store, _given_binaries(args.binary), args.json, args.notify)
+            return _check(devices, store, caller_of(store), _given_binaries(args.binary),
+                          args.json, args.notify)
         if args.action == "state":
-            return _state(devices, store, args.state, args.reason)
+            return _state(devices, store, caller_of(store), args.state, args.reason)
         return _health(devices, store)
 
 
@@ -133,31 +136,35 @@ def _given_binaries(values: list[str]) -> dict[str, Path]:
     return given
 
 
-def _check(devices: list[Device], store: Store, given: dict[str, Path], as_json: bool,
-           notify: list[str] | None) -> int:
+def _check(devices: list[Device], store: Store, caller: Caller, given: dict[str, Path],
+           as_json: bool, notify: list[str] | None) -> int:
     from harness.execution.notify import targets_from
     from harness.lab.health import EngineBinaries, check_and_store
 
     binaries = EngineBinaries(given)
     reports = []
     for device in devices:
-        report = check_and_store(device, binaries, store, f"{getpass.getuser()} (devices "
-                                 "check)", targets_from(notify))
+        report = check_and_store(device, binaries, store, f"{caller.name} (devices check)",
+                                 targets_from(notify),
+                                 caller.event("health-check", f"board {device.name}"))
         reports.append(report)
         if not as_json:
             print(f"{device.name}: {'ok' if report.ok else 'FAILED'}")
             for item in report.items:
-                print(f"  {'ok ' if item.ok else 'BAD'} {item.name:<10} {item.detail}")
+                print(f"  {'ok ' if item.ok else 'BAD'} {item.name:<10} {shown(item.detail)}")
     if as_json:
         print(json.dumps([{"device": r.device, "ok": r.ok,
                            "checks": [vars(i) for i in r.items]} for r in reports], indent=2))
     return 0 if all(r.ok for r in reports) else 1
 
 
-def _state(devices: list[Device], store: Store, state: str, reason: str | None) -> int:
+def _state(devices: list[Device], store: Store, caller: Caller, state: str,
+           reason: str | None) -> int:
     for device in devices:
-        store.boards.set_state(device.name, state, reason, getpass.getuser())
-        print(f"{device.name}: {state}" + (f" ({reason})" if reason else "")
+        store.boards.set_state(device.name, state, reason, caller.name,
+                               caller.event("board-state", f"board {device.name}",
+                                            detail=state + (f": {reason}" if reason else "")))
+        print(f"{device.name}: {state}" + (f" ({shown(reason)})" if reason else "")
               + ("; the run in flight finishes, no new run starts" if state != "online"
                  else ""))
     return 0

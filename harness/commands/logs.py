@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands.arguments import job_id
 from harness.commands.context import store_of
-from harness.commands.table import format_table
+from harness.commands.table import format_table, shown
 
 ERROR_WIDTH = 70
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("logs", help="a job's history and the runs it stored")
-    parser.add_argument("job", type=int, help="job id (`submit` and `run` print it)")
+    parser.add_argument("job", type=job_id, help="job id (`submit` and `run` print it)")
     parser.set_defaults(func=run)
 
 
@@ -23,16 +24,17 @@ def run(args: argparse.Namespace) -> int:
         job = store.jobs.get(args.job)
         stored = job.experiment in store.list_experiments()
         runs = store.list_runs(job.experiment) if stored else []
-    print(f"job {job.id}: experiment {job.experiment}, owner {job.owner}, priority "
+    print(f"job {job.id}: experiment {job.experiment}, owner {shown(job.owner)}, priority "
           f"{job.priority}, {job.kind}, now {job.state}")
-    events = [(job.submitted_at, "submitted"), (job.started_at, f"started by {job.holder}"),
-              (job.finished_at, job.state + (f" by {job.cancelled_by}" if job.cancelled_by
-                                             else ""))]
+    events = [(job.submitted_at, "submitted"),
+              (job.started_at, f"started by {shown(job.holder)}"),
+              (job.finished_at, job.state + (f" by {shown(job.cancelled_by)}"
+                                             if job.cancelled_by else ""))]
     for moment, what in events:
         if moment is not None:
             print(f"  {moment:%Y-%m-%d %H:%M:%S} UTC  {what}")
     if job.message:
-        print(f"  message: {job.message}")
+        print(f"  message: {shown(job.message)}")
     start, end = job.started_at, job.finished_at or utcnow()
     mine = [r for r in runs if start and r.finished_at and start <= r.finished_at <= end]
     if mine:

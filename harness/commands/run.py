@@ -18,7 +18,7 @@ from harness.commands.arguments import (
     add_ray_address,
     run_count,
 )
-from harness.commands.context import inventory_of, spec_of, store_of
+from harness.commands.context import caller_of, inventory_of, spec_of, store_of
 from harness.plan.matrix import MAX_RUNS
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         summary = run_experiment(RunRequest(
             spec, inventory, args.devices, args.force, args.ray_address, max_runs=args.max_runs,
             coordinator=Coordinator(ttl_s=lease_ttl(args.lease_ttl)),
-            notify=targets_from(args.notify), bad_after=args.bad_after), store)
+            notify=targets_from(args.notify), bad_after=args.bad_after,
+            caller=caller_of(store)), store)
     print(f"job {summary.job_id}: {summary.line()}")
     return 0 if summary.succeeded else 1
 
@@ -72,9 +73,11 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     from db.errors import StoreInputError
     from db.queries import RunDuration
     from harness.plan.estimate import estimate
+    from harness.plan.inputs import check_inputs
     from harness.plan.matrix import check_size, count_cells, resolve_placements
 
     placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    check_inputs(spec)  # an unreadable model, tokenizer or template: one line, exit 2
     total = sum(count_cells(spec, placements).values())
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
           "--max-runs)")

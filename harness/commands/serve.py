@@ -8,7 +8,9 @@ states and reservations are read from the store as it goes: `benchfarm devices s
 effect without a restart. Ctrl-C or SIGTERM stores the in-flight runs as interrupted and puts
 the job back in the queue; a serve that was killed outright loses its job's heartbeat, and the
 next serve claims the job again after one lease time. Either way the runs already stored as ok
-are skipped: nothing is lost, nothing runs twice.
+are skipped: nothing is lost, nothing runs twice. A serve runs each job as its owner's (the
+owner `submit` recorded); the one who starts it is recorded with its coordinator id (the
+caller's identity, harness.access), which its health checks and board changes name.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from harness.commands.arguments import (
     positive_seconds,
     run_count,
 )
-from harness.commands.context import inventory_of, store_of
+from harness.commands.context import caller_of, inventory_of, store_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     who = Coordinator(ttl_s=lease_ttl(args.lease_ttl))
     inventory = inventory_of(args)
     targets = targets_from(args.notify)
+    with store_of(args) as store:
+        caller = caller_of(store)  # before Ray starts: a serve needs a user once there are some
+        store.audit.record(caller.event("serve", who.holder))
     with store_of(args) as store, \
             ray_session(args.ray_address, inventory_resources(inventory)):
         health = None if args.no_health_checks else HealthSchedule(

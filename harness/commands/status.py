@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from db.records import RUN_STATUSES
-from harness.commands.arguments import add_paging, page_note
+from harness.commands.arguments import add_paging, job_ref, page_note
 from harness.commands.context import store_of
 from harness.commands.table import format_table
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status", help="runs per status for every experiment, or one experiment's summary")
-    parser.add_argument("experiment", nargs="?", metavar="EXPERIMENT|JOB",
+    parser.add_argument("experiment", nargs="?", metavar="EXPERIMENT|JOB", type=job_ref,
                         help="experiment name or job id (default: all, briefly)")
     add_paging(parser, "experiments", 100)
     parser.set_defaults(func=run)

@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 
+from devices.gc import node_cache_lock
 from harness.execution.cluster import NAMESPACE, on_driver_node
 from harness.identity import Catalogue, Entry, sha256_file
 
@@ -101,6 +102,8 @@ class NodeCache:
                  chunk_bytes: int = CHUNK_BYTES) -> None:
         self.server = server
         self.root = root or default_cache_root()
+        # held shared while this cache lives: `benchfarm gc` (of any store) leaves it alone
+        self._lock = node_cache_lock(self.root)
         # chunk requests kept in flight: the transfer of one overlaps hashing and writing the
         # one before (bench/artifact_transfer.py compares 1 and 2)
         self.in_flight = in_flight

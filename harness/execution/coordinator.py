@@ -8,7 +8,6 @@ and its heartbeat; board leases make coordinators sharing a store take turns on 
 
 from __future__ import annotations
 
-import getpass
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -18,15 +17,24 @@ from typing import TextIO
 from db.errors import StoreError
 from db.store import Store
 from devices.inventory import Inventory
+from harness.access.caller import Caller, resolve_caller
 from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate, blocked_boards
-from harness.execution.leases import Cancelled, Sharing, job_heartbeat, lease_ttl, new_holder
-from harness.execution.notify import Targets, notify, targets_from
+from harness.execution.leases import (
+    JOB_HEARTBEAT_MAX_S,
+    Cancelled,
+    Sharing,
+    job_heartbeat,
+    lease_ttl,
+    new_holder,
+)
+from harness.execution.notify import Targets, announce, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
+from harness.plan.inputs import check_inputs
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
@@ -96,8 +104,11 @@ class RunRequest:
     max_runs: int = MAX_RUNS  # refuse a larger matrix
     coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
-    notify: Targets = field(default_factory=Targets)  # --notify (the spec's [notify] is added)
+    # the operator's --notify (the spec's [notify] URLs are added); a served job's stored URLs
+    notify: Targets = field(default_factory=Targets)
     bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
+    caller: Caller | None = None  # who runs it, the one-shot job's owner (None: resolved from
+    # the store and the token file, as a command does)
 
 
 def run_experiment(request: RunRequest, store: Store) -> RunSummary:
@@ -107,24 +118,26 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     placements = resolve_placements(spec, list(request.inventory.devices.values()),
                                     request.selectors)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
+    check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
     for name in sorted({name for p in placements for name in p.devices}):
         Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None
     targets = targets_from(section=spec.notify) + request.notify
     if job_id is None:
-        owner = getpass.getuser()
-        refuse_blocked(store, placements, owner)
-        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=owner,
+        caller = request.caller or resolve_caller(store)
+        refuse_blocked(store, placements, caller.name)
+        job_id = store.jobs.add(spec.name, str(spec.path), spec.text, owner=caller.name,
                                 devices=list(request.selectors) if request.selectors else None,
                                 force=request.force, holder=who.holder,
-                                notify=targets.as_dict())
+                                notify=targets.as_dict(),
+                                event=caller.event("run", detail=f"experiment {spec.name}"))
         print(f"job {job_id}: experiment {spec.name} (`benchfarm cancel {job_id}` stops it)",
               file=request.stream or sys.stderr, flush=True)
     job = store.jobs.get(job_id)  # its owner and priority (a served job has its own)
     gate = BoardGate(store, [n for p in placements for n in p.devices],
                      job.owner, who.holder, targets, request.bad_after)
     try:
-        with job_heartbeat(store, job_id, who.ttl_s / 3):
+        with job_heartbeat(store, job_id, min(who.ttl_s / 3, JOB_HEARTBEAT_MAX_S)):
             sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority)
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
@@ -135,6 +148,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                 pass  # the store itself failed: its heartbeat stopped, the next claim ends it
             else:
                 announce_job(store, job_id, targets)
+                flush()  # a one-shot run ends here: its job's end is delivered first
         raise
     summary.job_id = job_id
     if summary.counts["ok"]:
@@ -142,6 +156,7 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     if one_shot:
         store.jobs.finish(job_id, "done" if summary.succeeded else "failed", summary.line())
         announce_job(store, job_id, targets)
+        flush()  # a one-shot run ends here: its job's end is delivered first
     return summary
 
 
@@ -167,11 +182,12 @@ def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> Non
 
 
 def announce_job(store: Store, job_id: int, targets: Targets) -> None:
-    """Tell the job's notification targets that it ended, and how."""
+    """Tell the job's notification targets that it ended, and how (off this thread:
+    harness.execution.notify.announce)."""
     if not targets:
         return
     job = store.jobs.get(job_id)
-    notify({"event": "job-end", "job": job.id, "experiment": job.experiment,
+    announce({"event": "job-end", "job": job.id, "experiment": job.experiment,
             "owner": job.owner, "state": job.state, "message": job.message,
             "cancelled_by": job.cancelled_by, "submitted_at": job.submitted_at,
             "finished_at": job.finished_at}, targets)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from db.boards import ONLINE, BoardStatus, ReservationInfo
 from db.store import Store
 from harness.errors import InputError
-from harness.execution.notify import Targets, notify
+from harness.execution.notify import Targets, announce
 
 BAD_AFTER_ENV = "BENCHFARM_BAD_AFTER"
 DEFAULT_BAD_AFTER = 3
@@ -97,6 +97,6 @@ class BoardGate:
 def went_bad(store: Store, board: str, targets: Targets) -> None:
     """Announce that a board was set bad."""
     status = store.boards.states([board])[board]
-    notify({"event": "board-bad", "board": board, "state": status.state,
+    announce({"event": "board-bad", "board": board, "state": status.state,
             "reason": status.reason, "changed_by": status.changed_by,
             "at": f"{status.since:%Y-%m-%dT%H:%M:%SZ}" if status.since else None}, targets)

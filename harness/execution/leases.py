@@ -45,6 +45,10 @@ MAX_LEASE_TTL_S = 86400.0
 TTL_ENV = "BENCHFARM_LEASE_TTL_S"
 LEASE_POLL_S = 0.5  # a board whose lease (or lock file) is taken is tried again this often
 HEARTBEAT_MAX_S = 1.0  # the job heartbeat (and so a cancel) is seen at least this often
+# while the driver is busy elsewhere (builds, planning) a thread renews the job's heartbeat at
+# least this often, whatever the lease time: a job whose heartbeat is older than
+# ``job_lost_after`` has lost its coordinator
+JOB_HEARTBEAT_MAX_S = 5.0
 
 
 class Cancelled(Exception):
@@ -65,6 +69,12 @@ def lease_ttl(flag: float | None = None) -> float:
         raise InputError(f"{source}: {value!r} is not a lease time in seconds (between "
                          f"{MIN_LEASE_TTL_S:g} and {MAX_LEASE_TTL_S:g})")
     return ttl
+
+
+def job_lost_after(ttl_s: float) -> float:
+    """How old a running job's heartbeat is when its coordinator is taken for dead (`wait`
+    ends such a one-shot run as lost): the lease time, and at least three missed beats."""
+    return max(ttl_s, 3 * JOB_HEARTBEAT_MAX_S)
 
 
 def new_holder() -> str:

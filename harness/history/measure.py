@@ -18,10 +18,12 @@ from typing import TextIO
 
 from db.store import Store
 from devices.inventory import Inventory
+from harness.access.caller import Caller
 from harness.engines import adapter_of, source_paths
 from harness.errors import InputError, RunFailure
 from harness.execution.cluster import ray_session
 from harness.execution.coordinator import RunRequest, inventory_resources, run_experiment
+from harness.identity import DIRTY, WORKTREE, git_output
 from harness.plan.matrix import Placement, engines_of, resolve_placements
 from harness.plan.planner import identities, make_plan
 from harness.spec import Spec
@@ -53,6 +55,7 @@ class Measurer:
     selector: str  # a device or class name
     ray_address: str | None = None
     stream: TextIO | None = None
+    caller: Caller | None = None  # whose jobs its runs are (None: resolved from the store)
     placement: Placement = field(init=False)
     _ray: contextlib.ExitStack = field(init=False, default_factory=contextlib.ExitStack)
     _ray_up: bool = field(init=False, default=False)
@@ -74,8 +77,20 @@ class Measurer:
     def source_hash(self, revision: str) -> str:
         return self._plan([revision]).builds[(revision, self.placement.arch)].source_hash
 
+    def check_sources(self, revision: str) -> None:
+        """BuildFailed when ``revision`` has none of a folder the spec's engines are built
+        from (a commit that deleted ``engine/``): it is skipped as one that does not build."""
+        if revision == WORKTREE or revision.endswith(DIRTY):
+            return  # the working tree: its sources are where they are
+        for path in self.paths:
+            if not git_output("ls-tree", "--name-only", f"{revision}^{{commit}}", "--", path):
+                raise BuildFailed(f"revision {revision} does not build: it has no {path}/")
+
     def missing(self, revisions: Sequence[str]) -> list[str]:
-        """The revisions of which some run is not stored as ok (nothing is built)."""
+        """The revisions of which some run is not stored as ok (nothing is built); BuildFailed
+        for one without the engines' sources."""
+        for revision in revisions:
+            self.check_sources(revision)
         plan = self._plan(revisions)
         done = self.store.completed_run_keys([r.key for r in plan.runs])
         return list(dict.fromkeys(r.cell.revision for r in plan.runs if r.key not in done))
@@ -83,7 +98,8 @@ class Measurer:
     def build(self, revision: str) -> None:
         """Build the revision of every engine of the spec built from this repository, for the
         placement's architecture (the coordinator's build then finds it built); BuildFailed
-        when one does not build."""
+        when one does not build (or has no sources: ``check_sources``)."""
+        self.check_sources(revision)
         try:
             for name in engines_of(self.spec):
                 if adapter_of(name).source_paths:
@@ -103,7 +119,8 @@ class Measurer:
             self._ray_up = True
         run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
                                   self.inventory, [self.selector],
-                                  ray_address=self.ray_address, stream=self.stream),
+                                  ray_address=self.ray_address, stream=self.stream,
+                                  caller=self.caller),
                        self.store)
 
     def results(self, revision: str) -> dict[str, list[RevisionRun]]:

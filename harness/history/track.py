@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from harness.errors import InputError
-from harness.execution.notify import Targets, notify
+from harness.execution import notify
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import (
     engine_commits,
@@ -30,14 +30,14 @@ from reports.history import History, HistoryStep, history
 from reports.steps import StepParams
 
 
-def regression_hook(targets: Targets) -> Callable[[HistoryStep], None]:
+def regression_hook(targets: notify.Targets) -> Callable[[HistoryStep], None]:
     """What `benchfarm track` does with each regression it finds: print its one line, and send
     it to the notification targets (``--notify``, the spec's ``[notify]``) as a ``regression``
     event with the commit, metric, device, config, levels and ratio."""
     def announce(step: HistoryStep) -> None:
         print(step.line(), file=sys.stdout, flush=True)
         if targets:
-            notify({"event": "regression", "line": step.line(), **asdict(step)}, targets)
+            notify.announce({"event": "regression", "line": step.line(), **asdict(step)}, targets)
     return announce
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from db.audit import AuditEvent
 from db.boards import ONLINE
 from db.store import Store
 from devices.health import CheckReport, check_device
@@ -43,12 +44,13 @@ class EngineBinaries:
 
 
 def check_and_store(device: Device, binaries: EngineBinaries, store: Store, by: str,
-                    targets: Targets) -> CheckReport:
-    """Check one board, store the result, and set it bad (announced) when it failed."""
+                    targets: Targets, event: AuditEvent | None = None) -> CheckReport:
+    """Check one board, store the result (and ``event``, the caller's action, with it), and
+    set it bad (announced) when it failed."""
     binary, problem = binaries.for_arch(device.arch)
     report = check_device(device, health_command(DEFAULT_ENGINE, binary, problem))
     items = [{"name": i.name, "ok": i.ok, "detail": i.detail} for i in report.items]
-    if store.boards.record_health(device.name, report.ok, items, by):
+    if store.boards.record_health(device.name, report.ok, items, by, event):
         went_bad(store, device.name, targets)
     return report
 

@@ -3,8 +3,11 @@ or with a Ray address every live node's, each by a Ray task pinned to its node).
 
 Nothing a queued or running job needs goes: a board that a queued or running job's
 placements name, or whose lease is held, is left alone, and so are the node caches while any
-job runs. Elsewhere a tree older than ``older_than_s`` goes, and a blob that is older and that
-no remaining tree links to (devices.gc). A board that cannot be reached, or a node whose task
+job runs. That is what this store knows; a run of another store is seen on the boards and
+nodes themselves (devices.gc): a board whose lock file a command holds, and a node cache a
+board runner holds, are left alone too, and each is cleaned holding its lock. Elsewhere a tree
+older than ``older_than_s`` goes, and a blob that is older and that no remaining tree links to
+(devices.gc). A board that cannot be reached, or a node whose task
 fails, is reported and the others are still cleaned.
 """
 
@@ -16,6 +19,7 @@ import ray
 
 from db.jobs import ACTIVE
 from db.store import Store
+from devices.boardlock import LockHolder
 from devices.connect import connect
 from devices.errors import DeviceError
 from devices.gc import Collected, collect_board, collect_folder
@@ -23,6 +27,7 @@ from devices.inventory import Device, Inventory
 from harness.errors import BenchfarmError
 from harness.execution.artifacts import default_cache_root
 from harness.execution.cluster import alive_nodes, on_node, ray_session, task_result
+from harness.execution.leases import new_holder
 from harness.lab.serving import job_boards
 
 
@@ -63,9 +68,16 @@ def collect_nodes(address: str, older_than_s: float, dry_run: bool, result: Hous
                 for node, ip in alive_nodes().items()}
         for ip, ref in refs.items():
             try:
-                result.collected.append(task_result(ref, "its task failed"))
+                _add(result, task_result(ref, "its task failed"))
             except BenchfarmError as exc:
                 result.failed[f"node {ip}"] = str(exc)
+
+
+def _add(result: Housekeeping, found: Collected) -> None:
+    if found.in_use:
+        result.skipped[found.where] = found.in_use
+    else:
+        result.collected.append(found)
 
 
 def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nodes: bool,
@@ -75,13 +87,15 @@ def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nod
     cluster."""
     result = Housekeeping()
     used = in_use(store, inventory)
+    holder = LockHolder(new_holder(), store.database.url.render_as_string(hide_password=True),
+                        None, "gc")
     for device in boards or []:
         if device.name in used:
             result.skipped[device.name] = used[device.name]
             continue
         try:
             with connect(device) as transport:
-                result.collected.append(collect_board(transport, older_than_s, dry_run))
+                _add(result, collect_board(transport, older_than_s, dry_run, holder))
         except DeviceError as exc:
             result.failed[device.name] = str(exc)
     if nodes:
@@ -93,5 +107,5 @@ def collect(store: Store, inventory: Inventory, boards: list[Device] | None, nod
         elif ray_address:
             collect_nodes(ray_address, older_than_s, dry_run, result)
         else:
-            result.collected.append(collect_folder(default_cache_root(), older_than_s, dry_run))
+            _add(result, collect_folder(default_cache_root(), older_than_s, dry_run))
     return result

@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ray.exceptions import RaySystemError
+
+from db.connection import DatabaseFailure
+from db.errors import StoreError, StoreInputError
 from db.jobs import JobInfo
 from db.store import Store
 from devices.inventory import Device, Inventory
+from harness.errors import printable
 from harness.execution.coordinator import Coordinator, RunRequest, announce_job, run_experiment
 from harness.execution.gate import blocked_boards
-from harness.execution.notify import Targets, targets_from
+from harness.execution.notify import Targets, job_targets, targets_from
 from harness.lab.health import HealthSchedule
 from harness.plan.matrix import Placement, resolve_placements
 from harness.spec import parse_spec
@@ -29,10 +34,19 @@ def job_placements(job: JobInfo, inventory: Inventory) -> list[Placement] | None
     try:
         spec = parse_spec(job.spec_text, Path(job.spec_path))
         return resolve_placements(spec, list(inventory.devices.values()), job.devices)
-    except Exception as exc:  # noqa: BLE001 - the job's run reports it
-        if getattr(type(exc), "exit_code", None) is None:
-            raise
+    except Exception:  # noqa: BLE001 - whatever the job holds, its run reports it
         return None
+
+
+MAX_REASON_CHARS = 2000  # of a failed job's message
+
+
+def not_the_jobs(exc: Exception) -> bool:
+    """Whether a job's run failed for this serve's own means, not the job: the store or the
+    Ray cluster (the serve stops and the job goes back to the queue, as when it is killed)."""
+    if isinstance(exc, StoreInputError):
+        return False  # what the job asked of the store is wrong: the job's
+    return isinstance(exc, StoreError | DatabaseFailure | RaySystemError | ConnectionError)
 
 
 def job_boards(job: JobInfo, inventory: Inventory) -> set[str] | None:
@@ -86,7 +100,8 @@ class Service:
                 if not report.ok:
                     bad = "; ".join(f"{i.name}: {i.detail}" for i in report.items if not i.ok)
                     print(f"health check of {report.device} failed: {bad}", flush=True)
-        targets = targets_from(section=job.notify) + self.targets
+        # the job row's http(s) URLs only: a command in a shared store's row never runs here
+        targets = job_targets(job.notify) + self.targets
         spec_targets = Targets()  # the spec's [notify], once it parses
         try:
             spec = parse_spec(job.spec_text, Path(job.spec_path))
@@ -99,11 +114,15 @@ class Service:
             store.jobs.requeue(job.id, "requeued: its coordinator was stopped (Ctrl-C/SIGTERM)")
             raise
         except Exception as exc:  # noqa: BLE001 - a job's error ends the job, not the service
-            if getattr(type(exc), "exit_code", None) is None:
-                raise
-            store.jobs.finish(job.id, "failed", str(exc))
+            if not_the_jobs(exc):
+                raise  # the store or the cluster failed: this serve stops, the job is requeued
+            reason = str(exc) if getattr(type(exc), "exit_code", None) is not None else \
+                f"its input broke its run ({type(exc).__name__}: {exc})"
+            reason = printable(" ".join(reason.split()))[:MAX_REASON_CHARS]
+            # failed once, with its reason, never retried: the next job is served
+            store.jobs.finish(job.id, "failed", reason)
             announce_job(store, job.id, targets + spec_targets)
-            return f"job {job.id} ({job.experiment}) failed: {exc}"
+            return f"job {job.id} ({job.experiment}) failed: {reason}"
         why = None if summary.complete or summary.cancelled else self._blocked_now(job)
         if why:
             store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})")

@@ -14,7 +14,6 @@ This module reads the file and its top-level keys; the ``[[workload]]`` tables a
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -22,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from devices.checker import Checker
-from devices.files import UnreadableToml, loads_toml, read_text, read_toml_text
+from devices.files import UnreadableToml, loads_toml, read_json, read_toml_text
 from harness.engines import DEFAULT_ENGINE, ENGINES
 from harness.errors import InputError
+from harness.spec.targets import TargetRefused, checked_url
 from harness.spec.workloads import WorkloadAxes, parse_workloads
 from harness.workloads.kinds import KINDS
 
@@ -63,7 +63,7 @@ class Spec:
     engines: list[str] = field(default_factory=lambda: [DEFAULT_ENGINE])
     # engine name -> its axes (the record its adapter made of its section)
     sections: dict[str, Any] = field(default_factory=dict)
-    # [notify]: where the job's end is announced ({"url": [...], "command": [...]})
+    # [notify]: where the job's end is announced ({"url": [...]}: http(s) URLs only)
     notify: dict[str, list[str]] = field(default_factory=dict)
 
     def axes(self, engine: str) -> Any:
@@ -82,9 +82,9 @@ def _check_context(check: Checker, workloads: list[WorkloadAxes], config: Path) 
     """Prompt lengths (``ctx``, ``length``) the model cannot take are refused now: its
     ``max_position_embeddings`` bounds them (every run of the matrix failed in the engine)."""
     try:
-        document = json.loads(read_text(config))
-    except (OSError, ValueError, RecursionError):
-        return  # the engine's own check names the problem with the file
+        document = read_json(config)
+    except (OSError, ValueError):
+        return  # harness.plan.inputs names the problem with the file
     text = document.get("text_config", document) if isinstance(document, dict) else None
     limit = text.get("max_position_embeddings") if isinstance(text, dict) else None
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -187,6 +187,19 @@ def parse_spec(text: str, path: Path) -> Spec:
 
 
 def _notify(check: Checker, section: Any) -> dict[str, list[str]]:
+    """[notify]: http(s) URLs only. A spec is what a submitter sends: a command in it would run
+    on the coordinator (notification commands are the operator's own `--notify CMD`)."""
     check.table(section, "notify", {"url", "command"})
-    return {key: check.axis(section[key], f"notify.{key}", "str") for key in ("url", "command")
-            if key in section}
+    if "command" in section:
+        raise check.fail("notify.command", "a spec may name notification URLs only (http:// "
+                         "or https://); a command is the operator's own: `benchfarm serve "
+                         "--notify CMD` (or `run --notify CMD` for your own run)")
+    if "url" not in section:
+        return {}
+    urls = check.axis(section["url"], "notify.url", "str")
+    for url in urls:
+        try:
+            checked_url(url, "url")
+        except TargetRefused as exc:
+            raise check.fail("notify.url", str(exc).removeprefix("url: ")) from None
+    return {"url": [url.strip() for url in urls]}

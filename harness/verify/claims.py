@@ -17,8 +17,10 @@ from typing import Any, TextIO
 
 from db.measurements import Selection
 from db.store import Store
+from devices.files import read_json
 from devices.inventory import Inventory
 from harness import DEFAULT_MODEL
+from harness.access.caller import Caller
 from harness.engines import adapter_of
 from harness.engines.base import BuildRecord, NeedsBuild
 from harness.errors import InputError
@@ -84,9 +86,10 @@ def environment(models: list[Path], inventory: Inventory) -> Environment:
     for model in models:
         names.append(model.resolve().name)
         try:
-            config = json.loads((model / "config.json").read_text())
-            names += [str(config[k]) for k in ("_name_or_path", "name") if config.get(k)]
-        except (OSError, ValueError):
+            config = read_json(model / "config.json")
+            names += [str(config[k]) for k in ("_name_or_path", "name")  # type: ignore[union-attr]
+                      if config.get(k)]  # type: ignore[union-attr]
+        except (OSError, ValueError, AttributeError):
             pass
     devices = tuple(DeviceInfo(d.name, d.cls, d.emulated) for d in inventory.devices.values())
     return Environment(models=tuple(dict.fromkeys(names)), devices=devices)
@@ -101,7 +104,8 @@ def local_builds(engine: str, targets: list[tuple[str, str]]
 def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
                  model: Path | None, devices: list[str], ray_address: str | None = None,
                  run_missing: bool = True, progress: TextIO | None = None,
-                 selection: Selection | None = None) -> list[Verdict]:
+                 selection: Selection | None = None,
+                 caller: Caller | None = None) -> list[Verdict]:
     """Audit one claims file: validate its experiments, run what is missing, judge each claim.
 
     The entry point for other commands too (e.g. a demo that ends with the audit's section:
@@ -120,7 +124,7 @@ def audit_claims(claims_path: str | Path, store: Store, inventory: Inventory,
         placements = resolve_placements(spec, list(inventory.devices.values()), devices)
         if run_missing:
             summary = run_experiment(RunRequest(spec, inventory, devices,
-                                                ray_address=ray_address), store)
+                                                ray_address=ray_address, caller=caller), store)
             print(summary.line(), file=progress or sys.stdout)
             prepared = prepare(spec, placements, local_builds)  # all cached by the run
         else:

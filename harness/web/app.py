@@ -1,7 +1,10 @@
 """The dashboard's web app (Starlette): pages rendered with Jinja2, a JSON API, a token gate.
 
-Read-only: every route is a GET except the login form. With a token, each request needs it,
-as ``Authorization: Bearer TOKEN`` or the cookie the login page sets; without it, 401. Every
+Read-only: every route is a GET except the login form. Once the store has users, or with a
+shared token (``--token``, a single operator's), each request needs a token: an active user's
+or the shared one, as ``Authorization: Bearer TOKEN`` or the cookie the login page sets;
+without it, 401. The store is asked at each request, so a user added or revoked counts at
+once; a store that cannot be read lets nothing through (503). Every
 page is sent with a Content-Security-Policy allowing only the app's own script, and Jinja2
 escapes every value (the live script writes values with textContent only).
 """
@@ -18,6 +21,7 @@ from urllib.parse import parse_qs
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -29,8 +33,10 @@ from db.errors import StoreError, StoreInputError
 from db.leases import utcnow
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
+from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
-from harness.web.data import FarmData, Page, as_json, page_bounds
+from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
+from harness.web.limits import BodyLimit
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
@@ -86,21 +92,51 @@ async def _closing(data: FarmData) -> AsyncIterator[None]:
         data.close()
 
 
+def store_failure(exc: Exception) -> str:
+    """What a page says when the store cannot be read."""
+    reason = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])
+    return f"cannot read the store: {reason[0]}"
+
+
+class Logins:
+    """Who may see the dashboard: the holder of the shared token (``--token``), if there is
+    one, and every active user of the store, once it has users; anyone while it has neither."""
+
+    def __init__(self, data: FarmData, shared: str | None) -> None:
+        self.data = data
+        self.shared = None if shared is None else check_token(shared, "the dashboard's token")
+
+    def required(self) -> bool:
+        return self.shared is not None or self.data.users_exist()
+
+    def accepts(self, offered: str) -> bool:
+        """Whether ``offered`` is the shared token or an active user's."""
+        if len(offered) < MIN_TOKEN_CHARS:  # no token: blank, a form's "+", a guess
+            return False
+        if self.shared is not None and hmac.compare_digest(offered.encode(),
+                                                           self.shared.encode()):
+            return True
+        return self.data.user_of(offered) is not None
+
+    def admit(self, offered: str) -> bool:
+        return not self.required() or self.accepts(offered)
+
+
 class TokenGate:
-    """Security headers on every response; with a token, 401 for requests without it."""
+    """Security headers on every response; 401 for requests the logins do not admit."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token
+    def __init__(self, app: ASGIApp, logins: Logins) -> None:
+        self.app, self.logins = app, logins
 
-    def _allowed(self, scope: Scope) -> bool:
-        if self.token is None or scope["path"] == LOGIN_PATH:
+    async def _allowed(self, scope: Scope) -> bool:
+        if scope["path"] == LOGIN_PATH:
             return True
         request = Request(scope)
         offered = request.cookies.get(COOKIE, "")
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             offered = credentials.strip()
-        return hmac.compare_digest(offered.encode(), self.token.encode())
+        return await run_in_threadpool(self.logins.admit, offered)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -112,11 +148,22 @@ class TokenGate:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
-        if self._allowed(scope):
+        try:
+            allowed = await self._allowed(scope)
+        except (StoreError, DatabaseFailure) as exc:  # who may see it is unknown: no one
+            message = store_failure(exc)
+            response: Response = (
+                JSONResponse({"error": message}, 503) if scope["path"].startswith("/api/")
+                else HTMLResponse(_templates().get_template("error.html").render(
+                    status=503, message=message, now=utcnow(),
+                    store=self.logins.data.shown_url), 503))
+            await response(scope, receive, send_with_headers)
+            return
+        if allowed:
             await self.app(scope, receive, send_with_headers)
             return
         if scope["path"].startswith("/api/"):
-            response: Response = JSONResponse({"error": "a token is required"}, 401)
+            response = JSONResponse({"error": "a token is required"}, 401)
         else:
             response = HTMLResponse(_templates().get_template("login.html").render(
                 refused=False), 401)
@@ -125,9 +172,11 @@ class TokenGate:
 
 
 def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR) -> Starlette:
-    """The dashboard of the store at ``url``; ``token`` (if any) gates every request; the
-    audit page offers the claims files in ``claims_dir``."""
+    """The dashboard of the store at ``url``; ``token`` (if any: 16 characters or more, else
+    TokenError) and the store's users' tokens gate every request; the audit page offers the
+    claims files in ``claims_dir``."""
     data = FarmData(url, claims_dir)
+    logins = Logins(data, token)
     templates = _templates()
 
     def page(name: str, code: int = 200, **context: Any) -> HTMLResponse:
@@ -171,6 +220,9 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return JSONResponse(as_json(data.jobs()))
 
     def api_job(request: Request) -> JSONResponse:
+        if not 0 < request.path_params["job_id"] <= MAX_JOB_ID:  # checked before the store
+            raise HTTPException(400, f"job {request.path_params['job_id']}: a job id is from 1 "
+                                f"to {MAX_JOB_ID}")
         job = data.job(request.path_params["job_id"])
         if job is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']} in the store")
@@ -207,12 +259,12 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         if request.method == "GET":
             return page("login.html", refused=False)
         offered = parse_qs((await request.body()).decode("utf-8", "replace")).get("token", [""])
-        if token is None:
+        if not await run_in_threadpool(logins.required):
             return RedirectResponse("/", 303)
-        if not hmac.compare_digest(offered[0].encode(), token.encode()):
+        if not await run_in_threadpool(logins.accepts, offered[0]):
             return page("login.html", 401, refused=True)
         response = RedirectResponse("/", 303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        response.set_cookie(COOKIE, offered[0], httponly=True, samesite="strict")
         return response
 
     def failure(request: Request, status: int, message: str) -> Response:
@@ -223,8 +275,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
     def store_failed(request: Request, exc: Exception) -> Response:
         if isinstance(exc, StoreInputError) and "no experiment named" in str(exc):
             return failure(request, 404, str(exc))
-        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])
-        return failure(request, 503, f"cannot read the store: {reason[0]}")
+        return failure(request, 503, store_failure(exc))
 
     def bad_input(request: Request, exc: Exception) -> Response:
         code = getattr(exc, "exit_code", 1)
@@ -257,5 +308,6 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         BenchfarmError: bad_input, ReportError: bad_input,
         Exception: crashed},
         lifespan=lambda _app: _closing(data))
-    app.add_middleware(TokenGate, token=token)
+    app.add_middleware(TokenGate, logins=logins)
+    app.add_middleware(BodyLimit)  # outermost: a body is capped before the token is looked at
     return app

@@ -29,6 +29,7 @@ from db.leases import LeaseInfo, utcnow
 from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
+from harness.access.caller import user_of_token
 from harness.identity import commit_order
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
@@ -42,6 +43,7 @@ FINISHED_JOBS = 20  # finished jobs listed under the queue
 ACTIVE_JOBS = 100  # running and queued jobs listed (the queue's head; the rest are counted)
 PAGE = 50  # experiments per page, and the default of every paged JSON list
 MAX_PAGE = 500  # the most any one request may ask for
+MAX_JOB_ID = 2**63 - 1  # the store's ids are 64-bit: a larger one is a bad request, not a 500
 CACHED_EXPERIMENTS = 16  # experiments whose views are kept (read again when their runs change)
 # experiments whose newest job's progress is kept: as many as the queue lists
 CACHED_PROGRESS = ACTIVE_JOBS + FINISHED_JOBS
@@ -247,6 +249,17 @@ class FarmData:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+
+    # -- logins --------------------------------------------------------------------------------
+
+    def users_exist(self) -> bool:
+        """Whether the store has users (then each request needs one's token)."""
+        return self.store.users.exist()
+
+    def user_of(self, token: str) -> str | None:
+        """The name of the active user whose token this is, or None."""
+        user = user_of_token(self.store, token)
+        return None if user is None else user.name
 
     # -- boards --------------------------------------------------------------------------------
 

@@ -2,14 +2,17 @@
 (jinja2's immutable sandbox, trim_blocks, lstrip_blocks, loop controls, ``raise_exception``,
 ``tojson``) but bounded: the template is the folder's code, and nested loops hung the
 coordinator. ``render`` runs it in a child process (this file, run by ``python -I``: jinja2
-is all it imports) that is killed after ``RENDER_TIMEOUT_S`` and stops at
-``MAX_RENDER_CHARS`` of output; the result is cached per template and context (the message
-contents are markers, so one render serves every prompt of a structure).
+is all it imports) that is killed after ``RENDER_TIMEOUT_S``, stops at ``MAX_RENDER_CHARS`` of
+output and may map at most ``MAX_CHILD_BYTES`` of memory (``RLIMIT_AS``: a template that
+builds a gigabyte string fails with a MemoryError instead of taking the coordinator's memory);
+the result is cached per template and context (the message contents are markers, so one
+render serves every prompt of a structure).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from functools import lru_cache
@@ -21,6 +24,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 RENDER_TIMEOUT_S = 10.0
 # the template's own text around the (marker) contents: real ones render a few KiB
 MAX_RENDER_CHARS = 1 << 20
+# the child's address space: Python with jinja2 maps about 100 MiB; a render of MAX_RENDER_CHARS
+# needs a few MiB more
+MAX_CHILD_BYTES = 512 << 20
 
 
 class TemplateFailed(Exception):
@@ -61,12 +67,16 @@ def _render_cached(source: str, context: str) -> str:
                              "stopped") from None
     if child.returncode != 0:
         lines = child.stderr.strip().splitlines() or [f"exit status {child.returncode}"]
+        if lines[-1].startswith("MemoryError"):
+            raise TemplateFailed(f"it needs more than the {MAX_CHILD_BYTES >> 20} MiB of memory "
+                                 "a template may use (MemoryError)")
         raise TemplateFailed(lines[-1])
     return json.loads(child.stdout)
 
 
 def _child() -> None:
     """Render the request on stdin; the text on stdout as JSON, or one line on stderr."""
+    resource.setrlimit(resource.RLIMIT_AS, (MAX_CHILD_BYTES, MAX_CHILD_BYTES))
     request = json.load(sys.stdin)
     sys.setrecursionlimit(400)
     try:

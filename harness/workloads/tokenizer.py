@@ -10,7 +10,6 @@ Nothing here assumes a word-level vocabulary: a real Qwen3 checkpoint directory 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import jinja2
 from tokenizers import Tokenizer
 
-from devices.files import read_text
+from devices.files import read_json, read_text
 from harness.errors import InputError
 from harness.workloads.chat_template import TemplateFailed, compile_template, render
 
@@ -122,20 +121,20 @@ def _load_tokenizer_cached(model_dir: str) -> ModelTokenizer:
     config_path = directory / "tokenizer_config.json"
     if not tokenizer_path.is_file():
         raise InputError(f"{tokenizer_path}: missing (a model directory needs tokenizer.json)")
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    try:  # through the capped, regular-file-only reader (a FIFO would hang the library)
+        tokenizer = Tokenizer.from_str(read_text(tokenizer_path))
+    except OSError as exc:
+        raise InputError(f"{tokenizer_path}: cannot read it ({exc.strerror or exc})") from None
     except Exception as exc:  # noqa: BLE001 - the Rust library raises a bare Exception
-        raise InputError(f"{tokenizer_path}: not a valid tokenizers file ({exc})") from exc
+        raise InputError(f"{tokenizer_path}: not a valid tokenizers file ({exc})") from None
     try:
-        config = json.loads(read_text(config_path))
+        config = read_json(config_path)
     except FileNotFoundError:
         raise InputError(f"{config_path}: missing (it must hold the chat_template)") from None
     except OSError as exc:
-        raise InputError(f"{config_path}: cannot read it ({exc.strerror or exc})") from exc
+        raise InputError(f"{config_path}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise InputError(f"{config_path}: not valid JSON ({exc})") from exc
-    except RecursionError:
-        raise InputError(f"{config_path}: not valid JSON (nested too deeply)") from None
+        raise InputError(f"{config_path}: not valid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise InputError(f"{config_path}: must be a JSON object")
     # Some checkpoints keep the template in a separate chat_template.jinja file.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -126,3 +127,54 @@ def test_a_lock_file_that_is_a_fifo_is_refused_at_once(name: str, farm, tmp_path
     with connect(device) as transport, pytest.raises(DeviceError, match="not a regular file"):
         probed_run(transport, ["touch", str(marker)], timeout=600, lock=HOLDER)
     assert not marker.exists()
+
+
+def forge(workdir: Path, record: dict[str, str]) -> None:
+    """Write ``record`` into the lock file (held meanwhile by ``board_lock``), as anyone who
+    can write the workdir can."""
+    (workdir / LOCK_FILE).write_text("".join(f"{k}={v}\n" for k, v in record.items()))
+
+
+@pytest.mark.parametrize("name", ["farm-x86", "local"])
+def test_a_forged_lock_record_kills_nothing_and_is_reported(name: str, farm,
+                                                            tmp_path: Path) -> None:
+    found = local_device() if name == "local" else farm.inventory.get(name)
+    workdir, elsewhere = tmp_path / "work", tmp_path / "other-work"
+    device: Device = dataclasses.replace(found, workdir=str(workdir))
+    marker = tmp_path / "ran"
+    # a victim's login session, and a real run under another board's lock
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with connect(dataclasses.replace(found, workdir=str(elsewhere))) as holder, \
+            connect(device) as other:
+        thread = threading.Thread(target=lambda: holder.run_host(
+            locked(["sh", "-c", "sleep 300; echo late"], HOLDER), timeout=600))
+        thread.start()
+        try:
+            run_session = session_of(elsewhere)
+            real = holder_record((elsewhere / LOCK_FILE).read_text())
+            forged = [
+                # the victim's session, a holder that is gone
+                {"coordinator": "x", "store": "y", "job": "-", "run": "run-one",
+                 "pid": "4000000", "sid": str(victim.pid), "parent": "4000000",
+                 "since": "now", "lock_id": "0123456789abcdef"},
+                # the other lock's real record, copied: its processes hold another lock file
+                {**real, "pid": "4000000", "parent": "4000000"},
+            ]
+            with board_lock(workdir):
+                for record in forged:
+                    forge(workdir, record)
+                    with pytest.raises(BoardLocked) as refused:
+                        probed_run(other, ["touch", str(marker)], timeout=30, lock=OTHER)
+                    assert victim.poll() is None and session_members(run_session)
+                    message = str(refused.value)
+                    assert "not taken over" in message and "nothing was killed" in message, \
+                        message
+                    assert not abort_run(other, record["run"])  # an abort kills nothing either
+                    assert victim.poll() is None and session_members(run_session)
+                    assert not marker.exists()
+            assert abort_run(holder, "run-one")  # the real run, under its own lock: killed
+            assert session_members(run_session) == []
+        finally:
+            victim.kill()
+            victim.wait()
+            thread.join(30)

@@ -98,7 +98,10 @@ def test_states_reservations_and_job_ids(tmp_path: Path, needle_model: Path,
         assert service.waiting() == {1} and anns == 2
         assert store.jobs.cancel(anns, "ann", "not needed")
     assert "waiting: board 'local' is reserved by ann" in cli(capsys, *db, "queue")[1]
-    assert "released (was reserved for ann)" in cli(capsys, *db, "release", "local", *inv)[1]
+    code, _, err = cli(capsys, *db, "release", "local", *inv)  # ann's: an admin says so
+    assert code == 2 and "belongs to ann" in err and "--force" in err
+    assert "released (was reserved for ann)" in cli(capsys, *db, "release", "local", "--force",
+                                                    *inv)[1]
 
     code, _, err = cli(capsys, *db, "submit", spec, "--devices", "nosuch", *inv)
     assert code == 2 and "nosuch" in err
@@ -165,14 +168,13 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
     inventory.write_text('[[device]]\nname = "local"\n'
                          f'workdir = "{tmp_path}/work"\n'
                          'exec_prefix = ["sh", "-c", "sleep 1; exec \\"$0\\" \\"$@\\""]\n')
-    events = tmp_path / "events.jsonl"  # the spec's [notify] command appends each event
-    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8),
-                       extra=f'[notify]\ncommand = "cat >> {events}; echo >> {events}"')
+    events = tmp_path / "events.jsonl"  # the serve operator's --notify command appends each
+    spec = needle_spec(tmp_path, "lab-drain", needle_model, ["local"], depths=(0.2, 0.8))
     db, inv = ["--db", url], ["--inventory", str(inventory)]
     assert cli(capsys, *db, "submit", str(spec), *inv)[0] == 0
     store = Store.open(url)
-    serve = start_cli([*db, "serve", "--ray-address", ray_address, "--poll", "0.2", *inv],
-                      tmp_path)
+    serve = start_cli([*db, "serve", "--ray-address", ray_address, "--poll", "0.2", *inv,
+                       "--notify", f"cat >> {events}; echo >> {events}"], tmp_path)
     try:
         deadline = time.monotonic() + 240
         while not any(lease.run_key for lease in store.leases.active()):

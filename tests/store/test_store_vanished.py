@@ -64,6 +64,30 @@ def test_a_deleted_or_replaced_file_fails_the_next_commit(tmp_path: Path, replac
     assert ("replaced" if replace else "is gone") in message
 
 
+def test_a_store_named_through_a_switched_symlink_fails_the_next_commit(tmp_path: Path) -> None:
+    first, second, link = tmp_path / "first", tmp_path / "second", tmp_path / "current"
+    first.mkdir()
+    link.symlink_to(first)
+    with Store.open(f"sqlite:///{link}/store.db") as store:
+        refs = add_refs(store)
+        store.save_run(sample_result(refs, "a" * 64, steps=3))
+        second.mkdir()  # a copy of the store behind the new target: the same content
+        for suffix in ("", "-wal", "-shm"):
+            if Path(f"{first}/store.db{suffix}").exists():
+                Path(f"{second}/store.db{suffix}").write_bytes(
+                    Path(f"{first}/store.db{suffix}").read_bytes())
+        switched = tmp_path / "switched"
+        switched.symlink_to(second)
+        switched.rename(link)  # the folder the store is named through now leads elsewhere
+        with pytest.raises(StoreError) as caught:
+            store.save_run(sample_result(refs, "b" * 64, steps=3))
+    message = str(caught.value)
+    assert caught.value.exit_code == 1 and "\n" not in message
+    assert str(second) in message and str(first) in message and "symlink" in message
+    with Store.open(f"sqlite:///{first}/store.db") as old:  # nothing went on into the old one
+        assert len(old.list_runs("exp")) == 1
+
+
 def test_run_stops_with_exit_1_when_its_store_is_deleted(ray_address: str, needle_model: Path,
                                                          tmp_path: Path) -> None:
     spec_path = needle_spec(tmp_path, "vanish", needle_model, ["local"],

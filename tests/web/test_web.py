@@ -37,6 +37,7 @@ from reports.audit import load_claims
 
 HOSTILE = "<script>alert(1)</script>"
 LOOPBACK = "127.0.0.1"
+SHARED_TOKEN = "s3cret-token-of-the-lab"  # a single operator's (16 characters or more)
 
 
 @contextmanager
@@ -283,7 +284,7 @@ def test_a_token_guards_every_request(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/guarded.db"
     farm_store(url)[0].close()
     port = free_port(LOOPBACK)
-    env = {**os.environ, "BENCHFARM_WEB_TOKEN": "s3cret-token"}
+    env = {**os.environ, "BENCHFARM_WEB_TOKEN": SHARED_TOKEN}
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "--db", url, "web", "--port",
                              str(port)], env=env, stderr=subprocess.PIPE, text=True)
     base = f"http://{LOOPBACK}:{port}"
@@ -301,9 +302,9 @@ def test_a_token_guards_every_request(tmp_path: Path) -> None:
         assert get(f"{base}/api/boards")[0] == 401
         assert get(f"{base}/")[0] == 401
         assert get(f"{base}/api/boards", {"Authorization": "Bearer wrong"})[0] == 401
-        status, body = get(f"{base}/api/boards", {"Authorization": "Bearer s3cret-token"})
+        status, body = get(f"{base}/api/boards", {"Authorization": f"Bearer {SHARED_TOKEN}"})
         assert status == 200 and {b["name"] for b in json.loads(body)} == {"arm-1", "x86-1"}
-        login = urllib.request.Request(f"{base}/login", data=b"token=s3cret-token")
+        login = urllib.request.Request(f"{base}/login", data=f"token={SHARED_TOKEN}".encode())
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
         with opener.open(login, timeout=30) as response:  # the redirect carries the cookie
             assert response.status == 200 and "arm-1" in response.read().decode()

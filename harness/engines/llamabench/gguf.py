@@ -16,12 +16,13 @@ to have the model's vocabulary size.
 from __future__ import annotations
 
 import argparse
-import json
 import struct
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from devices.files import loads_json, open_regular, read_json
 
 GGUF_TYPES = ("f32", "q8_0", "bf16")
 QUANT_CHUNK_ROWS = 4096
@@ -32,6 +33,9 @@ class ConvertError(Exception):
     exit_code = 2
 
 
+MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own bound on its header
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading safetensors without materialising it
 # ---------------------------------------------------------------------------------------------
@@ -39,9 +43,17 @@ class ConvertError(Exception):
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """name -> float32 array view/copy of each tensor (F32 memory-mapped; BF16 widened lazily)."""
-    with open(path, "rb") as fh:
-        (header_len,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(header_len))
+    try:
+        with open_regular(path) as fh:
+            (header_len,) = struct.unpack("<Q", fh.read(8))
+            if header_len > MAX_HEADER_BYTES:
+                raise ConvertError(f"{path}: a safetensors header of {header_len} bytes; at most "
+                                   f"{MAX_HEADER_BYTES}")
+            header = loads_json(fh.read(header_len))
+    except (OSError, ValueError, struct.error) as exc:
+        raise ConvertError(f"{path}: not a readable safetensors file ({exc})") from None
+    if not isinstance(header, dict):
+        raise ConvertError(f"{path}: its safetensors header is not a JSON object")
     data_start = 8 + header_len
     raw = np.memmap(path, dtype=np.uint8, mode="r")
     tensors = {}
@@ -199,7 +211,12 @@ def convert(model_dir: Path, out: Path, gguf_type: str = "f32") -> Path:
         if not path.is_file():
             raise ConvertError(f"{path} does not exist "
                                "(a model is config.json + model.safetensors)")
-    config = json.loads(config_path.read_text())
+    try:
+        config = read_json(config_path)
+    except (OSError, ValueError) as exc:
+        raise ConvertError(f"{config_path}: cannot read it as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConvertError(f"{config_path}: must be a JSON object")
     if config.get("model_type") != "qwen3":
         raise ConvertError(f"{config_path}: model_type {config.get('model_type')!r}; "
                            "allowed: qwen3")

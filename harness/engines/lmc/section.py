@@ -12,6 +12,7 @@ of the run's config (and so of its run key).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from db.lmc_axes import (
     WQ_FORMATS,
 )
 from devices.checker import Checker
-from harness.identity import sha256_file
+from devices.files import read_bytes
 
 SECTION = "engine"  # the spec's table of lmc's axes
 # The most lmc takes of each (its option table in engine/cli.c): a spec asking for more failed
@@ -156,10 +157,15 @@ def _predictor(check: Checker, axes: dict[str, Any], key: str) -> Predictor:
                          "relative to the spec's folder, e.g. one `benchfarm predictor study` "
                          "wrote (out/reports/<study>/predictor-cascade.gbm)")
     path = Path(check.relative_file(axes["predictor"], f"{key}.predictor"))
-    if not path.read_bytes().startswith(b"lmc-gbm "):
+    try:  # the capped, regular-file-only reader: a 2 GB file is refused, not read whole
+        content = read_bytes(path)
+    except OSError as exc:
+        raise check.fail(f"{key}.predictor", f"cannot read {path}: {exc.strerror or exc}"
+                         ) from None
+    if not content.startswith(b"lmc-gbm "):
         raise check.fail(f"{key}.predictor", f"{path} is not an lmc-gbm predictor file (it "
                          "does not start with 'lmc-gbm'); `benchfarm predictor study` writes one")
-    return Predictor(path, sha256_file(path))
+    return Predictor(path, hashlib.sha256(content).hexdigest())
 
 
 def _switches(check: Checker, axes: dict[str, Any], key: str,
