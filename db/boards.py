@@ -195,7 +195,7 @@ class Boards:
             boards = [StoredBoard(*row) for row in conn.execute(
                 select(Device.id, Device.name, Device.cls, Device.arch, Device.emulated)
                 .order_by(Device.name))]
-            # each board's newest attempt: one look-up a board in measurements' (device_id, id) index
+            # each board's newest attempt: one look-up a board in the (device_id, id) index
             newest = (select(func.max(Measurement.id)).where(Measurement.device_id == Device.id)
                       .correlate(Device).scalar_subquery())
             last_ids = select(newest).select_from(Device)
