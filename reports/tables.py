@@ -122,6 +122,11 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
 LEADING = "".join(chr(c) for c in (*range(0x20), 0x7f, *range(0x80, 0xa1))) + " \u2028\u2029"
 
 
+# a cell neutral may change: one that starts with a formula's start or what is looked through
+# before one, or holds a carriage return
+NEUTRAL_CHANGES = re.compile("^[" + re.escape(LEADING + "=+-@") + "]|\r")
+
+
 def neutral(value: object) -> object:
     r"""A text cell as written: a line break is written as ``\n`` (the CSV writer quotes a cell
     holding one; a lone ``\r`` it did not quote split the row), and one that a spreadsheet
@@ -145,8 +150,8 @@ def safe_cells(frame: pd.DataFrame) -> pd.DataFrame:
     safe = frame.copy()
     for column in text:
         values = safe[column]
-        if isinstance(values.dtype, pd.StringDtype) and not values.str.startswith(
-                FORMULA_STARTS).fillna(False).any():
-            continue  # text only, none a formula: unchanged (the same column, as map gives it)
+        if isinstance(values.dtype, pd.StringDtype) and not values.str.contains(
+                NEUTRAL_CHANGES).fillna(False).any():
+            continue  # text only, no cell neutral changes: the same column, as map gives it
         safe[column] = values.map(neutral)
     return safe

@@ -18,19 +18,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from fixtures_cluster import free_port
-from fixtures_db import add_refs, sample_result
 from fixtures_ray import cli_here, needle_spec
 from sqlalchemy import update
+from test_hostile_values import reported_with_error
 
 from db import Store
 from db.models import BoardState
 from harness import REPO_ROOT
 from harness.cli import main
-from harness.commands.export import export
-from reports.render import render_report
 
 TOKEN = "a-token-of-enough-characters-0123"
 LOOPBACK = "127.0.0.1"
@@ -200,15 +197,7 @@ LEADING = "".join(map(chr, range(0x21))) + "\x7f\u00a0"
     "\x07-2+3+cmd", "\u00a0+1+1", "split\rthe row"])
 def test_csv_cells_after_white_space_and_lone_carriage_returns(tmp_path: Path,
                                                                error: str) -> None:
-    url = f"sqlite:///{tmp_path}/store.db"
-    with Store.open(url) as store:
-        refs = add_refs(store, experiment="e1")
-        store.save_run(sample_result(refs, "a" * 64))
-        store.save_run(sample_result(refs, "b" * 64, status="failed", exit_code=3, error=error))
-        render_report(store, "e1", tmp_path / "report")
-        export(store, "e1", "csv", tmp_path / "export")
-    failures = pd.read_csv(tmp_path / "report" / "failures.csv", keep_default_na=False)
-    runs = pd.read_csv(tmp_path / "export" / "runs.csv", keep_default_na=False)
+    failures, runs = reported_with_error(tmp_path, error)
     assert len(runs) == 2 and len(failures) == 1  # no row split
     # the export keeps the whole error (line breaks as \n), quoted as text
     (cell,) = runs.loc[runs["status"] == "failed", "error"].tolist()

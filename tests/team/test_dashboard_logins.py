@@ -9,25 +9,20 @@ on the code before them."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import uvicorn
-from fixtures_cluster import free_port
 from fixtures_ray import cli_here
+from fixtures_web import serving
 
 from db.store import Store
 from harness.commands.web import listening_socket
 from harness.errors import InputError
 from harness.web.app import create_app
 
-LOOPBACK = "127.0.0.1"
 SHARED = "a-shared-token-of-the-operator"
 
 
@@ -59,25 +54,6 @@ def test_a_blank_or_short_dashboard_token_is_refused(tmp_path: Path, token: str,
         assert done.returncode == 2 and "needs a token" in done.stderr
     with pytest.raises(InputError, match="a token must be 16 to 1024"):
         create_app(db[1], token)
-
-
-@contextmanager
-def serving(url: str, token: str | None = None) -> Iterator[str]:
-    """The dashboard of ``url`` on a free loopback port, served by uvicorn in a thread."""
-    port = free_port(LOOPBACK)
-    server = uvicorn.Server(uvicorn.Config(create_app(url, token), host=LOOPBACK, port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://{LOOPBACK}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

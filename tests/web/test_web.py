@@ -8,20 +8,18 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fixtures_cluster import free_port
 from fixtures_ray import needle_spec, slow_local_board, start_cli
 from fixtures_reports import SyntheticExperiment, build_record
+from fixtures_web import LOOPBACK, serving
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
@@ -32,31 +30,10 @@ from db.leases import utcnow
 from db.store import Store
 from harness import REPO_ROOT
 from harness.cli import main
-from harness.web.app import create_app
 from reports.audit import load_claims
 
 HOSTILE = "<script>alert(1)</script>"
-LOOPBACK = "127.0.0.1"
 SHARED_TOKEN = "s3cret-token-of-the-lab"  # a single operator's (16 characters or more)
-
-
-@contextmanager
-def serving(url: str, token: str | None = None) -> Iterator[str]:
-    """The dashboard of ``url`` on a free loopback port, served by uvicorn in a thread."""
-    port = free_port(LOOPBACK)
-    server = uvicorn.Server(uvicorn.Config(create_app(url, token), host=LOOPBACK, port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://{LOOPBACK}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
