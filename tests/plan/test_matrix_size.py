@@ -10,12 +10,13 @@ from fixtures_db import add_refs, sample_result
 
 from db import Store
 from devices.inventory import Device
+from harness import REPO_ROOT
 from harness.cli import main
 from harness.plan.matrix import count_cells, expand, resolve_placements
 from harness.spec import load_spec
 
 SPEC = """name = "size"
-model = "model"
+model = "{model}"
 devices = {devices}
 repeats = {repeats}
 cooldown_s = 0.5
@@ -41,10 +42,10 @@ heads = [8, 16]
 
 def write_spec(folder: Path, devices: str = '["local"]', repeats: int = 2, k: str = "[1, 4]",
                ctx: str = "[128, 256]", depth: str = "[0.5]") -> Path:
-    (folder / "model").mkdir(exist_ok=True)
-    (folder / "model" / "config.json").write_text("{}")
+    """The spec, on the shipped needle model (run and its dry run read the model's files)."""
     path = folder / "spec.toml"
-    path.write_text(SPEC.format(devices=devices, repeats=repeats, k=k, ctx=ctx, depth=depth))
+    path.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny", devices=devices,
+                                repeats=repeats, k=k, ctx=ctx, depth=depth))
     return path
 
 
