@@ -1,11 +1,15 @@
 """SSH credentials travel with a board's runner: the driver reads the key and known_hosts of
 each device (``Credentials.of``), and the actor, on whatever node Ray placed it, writes them
 into a private folder there (``install``), which it removes when the scheduler retires it
-(``DeviceRunner.forget_credentials``); a runner that dies with its node, or whose coordinator is
-SIGKILLed, leaves its folder behind."""
+(``DeviceRunner.forget_credentials``). A runner that dies with its node, or whose coordinator
+is SIGKILLed, cannot remove its folder: each folder names the process it was made for
+(``OWNER``), and the next install on that node removes the folders whose process is gone
+(``sweep_abandoned``)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +19,9 @@ from devices.files import read_text
 from devices.inventory import Device
 from devices.ssh import load_private_key
 from harness.errors import InputError
+
+PREFIX = "benchfarm-credentials-"  # a credentials folder: PREFIX, the device's name, a suffix
+OWNER = "owner"  # in each folder: the id of the process it was made for
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,9 @@ class Credentials:
         and that folder (None for a local board, which has no credentials)."""
         if device.is_local:
             return device, None
-        folder = Path(tempfile.mkdtemp(prefix=f"benchfarm-{device.name}-"))  # mode 0700
+        sweep_abandoned()
+        folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{device.name}-"))  # mode 0700
+        (folder / OWNER).write_text(str(os.getpid()))
         known_hosts = folder / "known_hosts"
         known_hosts.write_text(self.known_hosts or "")
         key = None
@@ -54,3 +63,30 @@ class Credentials:
             key.touch(mode=0o600)
             key.write_text(self.key)
         return replace(device, key=key, known_hosts=known_hosts), folder
+
+
+def sweep_abandoned(root: Path | None = None) -> list[Path]:
+    """Remove this user's credentials folders under ``root`` (the temporary folder) whose
+    process is gone: those a killed runner left. Returns them."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            if folder.stat().st_uid != os.getuid():
+                continue
+            pid = int((folder / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # another's, or one being made
+        if pid > 0 and not _alive(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

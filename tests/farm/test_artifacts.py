@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,10 +20,11 @@ from fixtures_farm import Farm
 from devices.cache import local_sha256
 from devices.connect import connect
 from devices.inventory import Device
+from harness import REPO_ROOT
 from harness.errors import InputError
 from harness.execution.artifacts import ArtifactMismatch, ArtifactMissing, NodeCache, start_server
 from harness.execution.cluster import check_resources
-from harness.execution.credentials import Credentials
+from harness.execution.credentials import Credentials, sweep_abandoned
 from harness.execution.runner import PushMemo
 from harness.identity import Catalogue
 
@@ -109,6 +114,32 @@ def test_ssh_credentials_travel_with_the_device_record(farm: Farm, tmp_path: Pat
         shutil.rmtree(folder)
     local = farm.inventory.get("local")
     assert Credentials.of(local).install(local) == (local, None)  # no SSH: nothing written
+
+
+def test_a_killed_runners_credentials_are_removed_by_the_next_install(
+        farm: Farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that installed a board's credentials and died without removing them (a
+    runner killed with its coordinator) leaves its folder; the next install on that node
+    removes it, and leaves a live process's folder alone."""
+    elsewhere = replace(farm.x86, key=tmp_path / "absent-key",
+                        known_hosts=tmp_path / "absent-known-hosts")
+    shipped = Credentials.of(farm.x86)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # the temporary folder read again: tmp_path
+    child = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; shipped, device = pickle.load(sys.stdin."
+         "buffer); print(shipped.install(device)[1])"],
+        input=pickle.dumps((shipped, elsewhere)), capture_output=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    left = Path(child.stdout.decode().strip())
+    assert left.parent == tmp_path and (left / "id").exists()  # the dead process's copy
+    device, folder = shipped.install(elsewhere)
+    try:
+        assert not left.exists() and folder.exists() and device.key.parent == folder
+        assert sweep_abandoned(tmp_path) == []  # this process is alive: its folder stays
+        assert folder.exists()
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_runners_that_do_not_fit_together_on_a_node_are_refused(ray_address: str) -> None:
