@@ -150,10 +150,13 @@ def watch_stderr(proc: subprocess.Popen, marker: str) -> StderrWatch:
     seen = threading.Event()
 
     def read() -> None:
-        for line in proc.stderr:
-            lines.append(line)
-            if marker in line:
-                seen.set()
+        try:
+            for line in proc.stderr:
+                lines.append(line)
+                if marker in line:
+                    seen.set()
+        except ValueError:  # the test closed the stream (communicate) while this read it
+            pass
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
