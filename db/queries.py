@@ -51,8 +51,9 @@ from db.models import (
     Run,
     Workload,
 )
-from db.packing import CompressedJSON, unpack_steps
+from db.packing import STEP_TIMES, STEP_TOKENS, CompressedJSON, unpack_steps
 from db.records import AXIS_COLUMNS, RUN_STATUSES, TokenTiming
+from db.rows import chunks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -476,9 +477,6 @@ def _with_texts(row: Any, texts: dict[int, _Canonical]) -> list[Any]:
 # one, the others outer
 REFERENCES = (("device", Device, ()), ("build", Build, ()), ("model", Model, ("config",)),
               ("workload", Workload, ("ids",)))
-# ids of referenced rows read per query (bound parameters)
-REFERENCE_BATCH = 500
-
 
 def _reference_rows(conn: Connection, model: type, ids: set[Any],
                     skip: tuple[str, ...] = ()) -> dict[Any, tuple]:
@@ -486,10 +484,8 @@ def _reference_rows(conn: Connection, model: type, ids: set[Any],
     each referenced row read and printed once, however many runs refer to it."""
     table = model.__table__
     columns = [c for c in table.columns if c.key not in skip and c.key != "id"]
-    wanted = sorted(i for i in ids if i is not None)
     found: dict[Any, tuple] = {}
-    for start in range(0, len(wanted), REFERENCE_BATCH):
-        batch = wanted[start:start + REFERENCE_BATCH]
+    for batch in chunks(sorted(i for i in ids if i is not None)):
         for row_id, *values in conn.execute(select(table.c.id, *columns)
                                             .where(table.c.id.in_(batch))):
             found[row_id] = tuple(_json_text(v) if _is_json(c) else v
@@ -584,14 +580,14 @@ def _steps_frame(conn: Connection, ids: Select) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=STEP_COLUMNS)
     counts = [steps for _, steps, _, _, _ in rows]
-    attn = [np.full(n, np.nan) if a is None else np.frombuffer(a, "<f8")
+    attn = [np.full(n, np.nan) if a is None else np.frombuffer(a, STEP_TIMES)
             for (_, n, _, _, a) in rows]
     frame = pd.DataFrame({
         "measurement_id": np.repeat([m for m, *_ in rows], counts),
         "step": np.concatenate([np.arange(n) for n in counts]),
-        "token": np.concatenate([np.frombuffer(t, "<i4") for _, _, t, _, _ in rows]).astype(
-            np.int64),
-        "ms": np.concatenate([np.frombuffer(ms, "<f8") for _, _, _, ms, _ in rows]),
+        "token": np.concatenate([np.frombuffer(t, STEP_TOKENS) for _, _, t, _, _ in rows]
+                                ).astype(np.int64),
+        "ms": np.concatenate([np.frombuffer(ms, STEP_TIMES) for _, _, _, ms, _ in rows]),
         "attn_ms": np.concatenate(attn),
     })
     if frame["attn_ms"].isna().all():  # as a frame of the rows would hold them: None
@@ -630,9 +626,11 @@ def history_frame(conn: Connection, experiment: str) -> pd.DataFrame:
     )
     result = conn.execute(query)
     frame = pd.DataFrame.from_records([tuple(row) for row in result], columns=list(result.keys()))
-    ids = sorted({int(i) for i in frame["workload_id"].dropna()})
-    workloads = {wid: (kind, params) for wid, kind, params in conn.execute(
-        select(Workload.id, Workload.kind, Workload.params).where(Workload.id.in_(ids)))}
+    workloads = {wid: (kind, params)
+                 for batch in chunks(sorted({int(i) for i in frame["workload_id"].dropna()}))
+                 for wid, kind, params in conn.execute(
+                     select(Workload.id, Workload.kind, Workload.params)
+                     .where(Workload.id.in_(batch)))}
     frame["workload_kind"] = [workloads.get(w, (None, None))[0] for w in frame["workload_id"]]
     frame["workload_params"] = [workloads.get(w, (None, None))[1] for w in frame["workload_id"]]
     return frame
