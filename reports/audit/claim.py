@@ -34,6 +34,19 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Precondition:
+    """A property of the model the claim's mechanism needs, measured like a claim: when our
+    figure of it lies outside [at_least, at_most] the claim is graded "precondition absent"."""
+
+    what: str  # the property, in words
+    metric: str
+    measure: Measure
+    at_least: float | None = None
+    at_most: float | None = None
+    why: str = ""  # why the mechanism needs it (and where the threshold comes from)
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     source: str
@@ -55,6 +68,11 @@ class Claim:
     setting: str = ""  # the article's setting of the figure (model, device, data)
     differs: str = ""  # analogue: what differs from the article's setting
     experiments: tuple[str, ...] = ()  # whose runs together are the evidence
+    strength: str = ""  # reports.audit.grade.STRENGTHS; "" derives it from kind and metric
+    article: str = ""  # the article's own figure for this claim, as the article gives it
+    gloss: str = ""  # the quote in English
+    mutant: str = ""  # the engine mutant of the rule this claim checks (tests/audit)
+    precondition: Precondition | None = None
 
     def tolerance_text(self) -> str:
         if self.tolerance is not None:

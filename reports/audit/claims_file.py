@@ -17,6 +17,11 @@ A file holds ``[[claim]]`` tables and the experiments that test them::
     quote = "k=32 与精确在输出上逐字节一致"  # the source's own words, verbatim (optional)
     kind = "analogue"                      # direct (default; relation with bounds), analogue,
                                            # relation, verified or sanity (KINDS)
+    strength = "figure"                    # what a pass shows (reports.audit.grade; default
+                                           # from kind and metric)
+    article = "k=32 output identical"      # the article's own figure, as it gives it
+    gloss = "k=32 and exact agree byte for byte"   # the quote in English
+    mutant = "budget"                      # rule claims: the engine mutant that must flip it
     differs = "needle-tiny on x86, three prompts"  # analogue: what differs from the article
     setting = "RK3588, Qwen3-VL-2B"        # the article's setting (default: the file's setting)
     metric = "identical_tokens"            # see reports.audit.checks.CHECKS
@@ -55,8 +60,9 @@ from typing import Any
 from devices.checker import Checker
 from devices.files import UnreadableToml, loads_toml, read_toml_text
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, LLAMA_BENCH_TPS
-from reports.audit.claim import ANY, Claim, Fairness, Measure
+from reports.audit.claim import ANY, Claim, Fairness, Measure, Precondition
 from reports.audit.claims_check import selector
+from reports.audit.grade import STRENGTHS
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
 from reports.runs import CANDIDATE_METRICS, RANK_METRICS
@@ -71,7 +77,11 @@ TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_m
 RANK_FIELDS = RANK_METRICS + CANDIDATE_METRICS
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
               "at_least", "at_most", "kind", "setting", "differs",
-              "unit", "experiment", "measure", "fair", "quantity", "note", "quote"}
+              "unit", "experiment", "measure", "fair", "quantity", "note", "quote",
+              "strength", "article", "gloss", "mutant", "precondition"}
+PRECONDITION_KEYS = {"what", "metric", "measure", "at_least", "at_most", "why"}
+# the engine mutants tests/audit/test_mutants.py builds (harness.verify.mutants.MUTANTS)
+MUTANTS = ("budget", "recency", "ties", "causal", "scale")
 # What a verdict rests on (README, "Verdict kinds"): the same quantity in a comparable setting;
 # the same quantity elsewhere (``differs`` says what differs); the article's direction or order
 # tested with a margin; a rule checked in code or traces; a sanity check (not counted).
@@ -221,6 +231,13 @@ def _claim(check: Checker, raw: Any, index: int, default_source: Any,
     if kind == "analogue" and "differs" not in raw:
         raise check.fail("differs", "required for kind 'analogue' (what differs from "
                          "the article's setting)")
+    strength = check.text(raw.get("strength", ""), "strength") if "strength" in raw else ""
+    if strength and strength not in STRENGTHS:
+        raise check.fail("strength", f"unknown strength {strength!r}; allowed: "
+                         f"{', '.join(STRENGTHS)}")
+    mutant = check.text(raw["mutant"], "mutant") if "mutant" in raw else ""
+    if mutant and mutant not in MUTANTS:
+        raise check.fail("mutant", f"unknown mutant {mutant!r}; allowed: {', '.join(MUTANTS)}")
     return Claim(
         id=check.text(raw["id"], "id"), source=source,
         statement=check.text(raw["statement"], "statement"), metric=metric,
@@ -230,7 +247,27 @@ def _claim(check: Checker, raw: Any, index: int, default_source: Any,
         quantity=str(raw.get("quantity", "")), note=str(raw.get("note", "")),
         quote=check.text(raw.get("quote", ""), "quote") if "quote" in raw else "",
         kind=kind, setting=str(raw.get("setting", default_setting)),
-        differs=str(raw.get("differs", "")), experiments=experiments)
+        differs=str(raw.get("differs", "")), experiments=experiments, strength=strength,
+        article=str(raw.get("article", "")), gloss=str(raw.get("gloss", "")), mutant=mutant,
+        precondition=(_precondition(check, raw["precondition"]) if "precondition" in raw
+                      else None))
+
+
+def _precondition(check: Checker, raw: Any) -> Precondition:
+    table = check.table(raw, "precondition", PRECONDITION_KEYS)
+    for key in ("what", "metric", "measure"):
+        if key not in table:
+            raise check.fail(f"precondition.{key}", "required")
+    metric = check.text(table["metric"], "precondition.metric")
+    if metric not in METRICS or metric in COMPUTED_METRICS or metric == "reported":
+        raise check.fail("precondition.metric", f"{metric!r} is not a metric measured on runs")
+    bounds = {k: check.number(table[k], f"precondition.{k}") for k in ("at_least", "at_most")
+              if k in table}
+    if not bounds:
+        raise check.fail("precondition.at_least", "give at_least and/or at_most")
+    return Precondition(what=check.text(table["what"], "precondition.what"), metric=metric,
+                        measure=_measure(check, table["measure"], metric),
+                        why=str(table.get("why", "")), **bounds)
 
 
 def _measure(check: Checker, raw: Any, metric: str) -> Measure:

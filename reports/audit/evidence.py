@@ -31,6 +31,33 @@ COLUMNS = {"device_class": "device_class", "device": "device"}
 SWITCHES = {s.name: s for s in lmc_axes.SWITCHES}
 
 
+@dataclass(frozen=True)
+class Units:
+    """The independent units a figure rests on: distinct prompts, windows, seeds or inputs,
+    never repeats of a deterministic run or retries of one run."""
+
+    count: int
+    what: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "what": self.what}
+
+
+def units_of(runs: pd.DataFrame) -> Units:
+    """The distinct inputs (workloads) of these runs, with what they were."""
+    if runs.empty or "workload_id" not in runs:
+        return Units(0, "no runs")
+    parts = []
+    for kind, group in runs.groupby(runs["kind"].fillna("input"), sort=True):
+        seeds = sorted({int(s) for s in pd.to_numeric(group.get("seed"), errors="coerce")
+                        .dropna()}) if "seed" in group else []
+        name = {"needle": "needle prompts", "ppl": "text windows",
+                "attn-bench": "synthetic inputs"}.get(str(kind), f"{kind} inputs")
+        seed_text = f" (seeds {', '.join(map(str, seeds))})" if seeds else ""
+        parts.append(f"{group['workload_id'].nunique()} {name}{seed_text}")
+    return Units(int(runs["workload_id"].nunique()), "; ".join(parts))
+
+
 @dataclass
 class Reading:
     """The figure a check read for one claim, with its evidence."""
@@ -42,6 +69,7 @@ class Reading:
     detail: str = ""
     noise: float | None = None  # half-width of the value's 95 % interval (see the module)
     provenance: Provenance | None = None  # a check without runs says what it rests on
+    units: Units | None = None  # a check without runs says its units; else from the runs
 
 
 def paired_margin(values: Sequence[float]) -> float | None:

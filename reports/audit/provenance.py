@@ -10,6 +10,7 @@ independent inputs, and how many runs of each), the revision from the build.
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +40,8 @@ class Provenance:
 
 
 def this_host() -> str:
-    """The machine a check without runs ran on: the driver's host, its CPU, never emulated."""
+    """The machine a check without runs ran on: the driver's host, its CPU and its load now,
+    never emulated."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -48,7 +50,11 @@ def this_host() -> str:
                 break
     except OSError:
         pass
-    return f"this host ({platform.machine()}, not emulated; {cpu})"
+    try:
+        load = f"; load {os.getloadavg()[0]:.2f} (1-minute average)"
+    except OSError:
+        load = ""
+    return f"{platform.node()} ({platform.machine()}, not emulated; {cpu}{load})"
 
 
 def parameters(config: dict[str, Any]) -> int:
@@ -94,7 +100,11 @@ def _device(runs: pd.DataFrame) -> str:
         row = group.iloc[0]
         state = "emulated" if bool(row["emulated"]) else "not emulated"
         cpu = next((c for c in group["cpu"] if c), "CPU not recorded")
-        out.append(f"{name} ({row['device_class']}, {state}; {cpu})")
+        loads = (pd.to_numeric(group["load"], errors="coerce").dropna() if "load" in group
+                 else pd.Series(dtype=float))
+        load = (f"; load {loads.min():.2f}-{loads.max():.2f} (1-minute average as each run "
+                "started)" if len(loads) else "; load not recorded")
+        out.append(f"{name} ({row['device_class']}, {state}; {cpu}{load})")
     return "; ".join(out)
 
 

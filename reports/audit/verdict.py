@@ -21,6 +21,7 @@ Order of judgement for one claim:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,9 +33,10 @@ from reports.audit import checks_ppl
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, ENGINE_METRICS, Check
 from reports.audit.claim import ANY, Claim
 from reports.audit.claims_file import ClaimsFile
-from reports.audit.evidence import Reading, select
+from reports.audit.evidence import Reading, Units, select, units_of
+from reports.audit.grade import grade
 from reports.audit.provenance import Provenance, provenance
-from reports.runs import flatten_runs
+from reports.runs import flatten_runs, snapshots_by_run
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 INCONCLUSIVE = "inconclusive"
@@ -74,10 +76,18 @@ class Verdict:
     experiment: str | None = None
     evidence: Provenance | None = None
     noise: float | None = None
+    units: Units | None = None  # the independent units the figure rests on
+    precondition: str = ""  # our figure of the claim's precondition, when it has one
+    precondition_absent: bool = False
 
     @property
     def kind(self) -> str:
         return self.claim.kind
+
+    @property
+    def grade(self) -> str:
+        """What the outcome shows (reports.audit.grade)."""
+        return grade(self.claim, self.verdict, self.precondition_absent)
 
 
 def _norm(name: str) -> str:
@@ -154,24 +164,63 @@ def fair_runs(claim: Claim, runs: pd.DataFrame) -> tuple[pd.DataFrame, str | Non
 PPL_METRICS = ("ppl", "ppl_change")
 
 
+def one_measurement_per_run(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each run once (its latest ok measurement, else its latest): a retry or a re-measurement
+    of one run (``--all-measurements``) is not another independent unit."""
+    if runs.empty or "run_id" not in runs:
+        return runs
+    ordered = runs.assign(_ok=runs["status"] == "ok").sort_values(["_ok", "measurement_id"])
+    return (ordered.drop_duplicates("run_id", keep="last").drop(columns="_ok")
+            .sort_values("run_id").reset_index(drop=True))
+
+
 def judge(claim: Claim, runs: pd.DataFrame, experiment: str | None) -> Verdict:
+    runs = one_measurement_per_run(runs)
     measured, reason = fair_runs(claim, runs)
     if not reason and claim.metric in PPL_METRICS:
         reason = checks_ppl.model_guard(measured, runs)
     if reason:
         return Verdict(claim, NOT_COMPARABLE, reason=reason, experiment=experiment,
                        evidence=provenance(claim, measured, []))
-    return verdict_of(claim, CHECK_OF_METRIC[claim.metric](claim, measured), measured,
-                      experiment)
+    verdict = verdict_of(claim, CHECK_OF_METRIC[claim.metric](claim, measured), measured,
+                         experiment)
+    if claim.precondition is not None and verdict.verdict != NOT_COMPARABLE:
+        check_precondition(verdict, runs)
+    return verdict
+
+
+def check_precondition(verdict: Verdict, runs: pd.DataFrame) -> None:
+    """Measure the claim's precondition on the experiment's runs; outside its bounds the
+    verdict's grade is "precondition absent" and the reason leads with our figure of it."""
+    claim = verdict.claim
+    need = claim.precondition
+    assert need is not None
+    probe = dataclasses.replace(claim, metric=need.metric, measure=need.measure, expected=None,
+                                tolerance=None, rel_tolerance=None, at_least=need.at_least,
+                                at_most=need.at_most, precondition=None)
+    reading = CHECK_OF_METRIC[need.metric](probe, runs)
+    wanted = probe.expected_text()
+    if reading.value is None:
+        verdict.precondition = f"{need.what}: not measured ({reading.reason})"
+        return
+    verdict.precondition = f"{need.what}: {reading.text} (needs {wanted}; {reading.detail})"
+    if not probe.within(reading.value):
+        verdict.precondition_absent = True
+        why = f" {need.why}" if need.why else ""
+        verdict.reason = (f"precondition absent: {need.what} is {reading.text} here, the "
+                          f"mechanism needs {wanted}.{why} The claim's own check: "
+                          + verdict.reason)
 
 
 def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
                experiment: str | None) -> Verdict:
+    used = (measured[measured["run_id"].isin(reading.evidence)]
+            if len(measured) and reading.evidence else measured)
     verdict = Verdict(claim, NOT_COMPARABLE, reading.value, reading.text,
                       runs=reading.evidence, experiment=experiment,
                       evidence=reading.provenance
                       or provenance(claim, measured, reading.evidence),
-                      noise=reading.noise)
+                      noise=reading.noise, units=reading.units or units_of(used))
     on = f"; evidence: {verdict.evidence.short()}"
     detail = f" ({reading.detail})" if reading.detail else ""
     if reading.reason or reading.value is None:
@@ -230,7 +279,19 @@ def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFr
     if experiment not in store.list_experiments():
         return pd.DataFrame()
     frames = store.frames(experiment, selection, fingerprints=True)
-    return flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
+    runs = flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
+    by_run = snapshots_by_run(frames["snapshots"])
+    runs["load"] = [_load(by_run.get(int(m), {})) for m in runs["measurement_id"]]
+    return runs
+
+
+def _load(phases: dict[str, Any]) -> float | None:
+    """The device's 1-minute load average when the run started (its snapshot before it)."""
+    load = (phases.get("before") or {}).get("loadavg")
+    try:
+        return float(load[0])
+    except (TypeError, IndexError, ValueError):
+        return None
 
 
 def computed(claim: Claim, engine_checks: dict[str, Check] | None) -> Verdict:

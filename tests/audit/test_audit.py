@@ -26,6 +26,7 @@ from reports.audit import (
     terminal_table,
     write_audit,
 )
+from reports.audit.report import audit_json
 from reports.errors import ReportInputError
 
 CLAIMS = """
@@ -179,23 +180,36 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
     assert identical.evidence.revision.startswith("lmc ")
     assert "evidence: " in identical.reason and identical.evidence.data in identical.reason
 
+    # graded by what they show: a relation's bound met is its direction only, never a figure
+    assert [identical.grade, lost.grade, faster.grade, bounded.grade, tie.grade] == [
+        "reproduced", "not reproduced", "reproduced", "direction holds", "inconclusive"]
+    assert verdicts["k32-recalls"].grade == "sanity holds"
     text = terminal_table(list(verdicts.values()))
-    # a sanity check is shown, but never counted as a reproduction
-    assert "3 reproduced (2 direct, 1 relation)" in text and "2 not comparable" in text
-    assert "1 inconclusive (1 relation)" in text
-    assert "sanity checks (not counted): 1 of 1 hold" in text
+    # the summary leads with the article's figures; a sanity check is never counted with them
+    assert text.startswith("figures reproduced: 2 of 3 checkable; 2 reproduced; "
+                           "1 not reproduced; 1 inconclusive; 1 direction holds; "
+                           "1 sanity holds; 2 not comparable")
+    # every claim's independent units: the 3 prompts, never their 4 deterministic repeats
+    assert (identical.units.count, identical.units.what) == (3, "3 needle prompts (seeds 0, 1, 2)")
 
     out = write_audit(tmp_path / "out", "audit", list(verdicts.values()))
     markdown = out.read_text()
     assert "k1-keeps-needle: not reproduced (direct)" in markdown
     assert markdown.splitlines()[4].startswith("| claim | article's figure | article's setting |")
+    # rows by grade: the checkable figures first, the not comparable last
+    rows = [line.split("|")[1].strip() for line in markdown.splitlines()[6:14]]
+    assert rows[:2] == ["k32-identical", "k1-faster"] and rows[-2:] == ["other-model",
+                                                                        "emulated-timing"]
+    html = (tmp_path / "out" / "audit.html").read_text()
+    assert html.count("<details><summary>") == 8 and "<dt>reason</dt>" in html
     stored = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [v["verdict"] for v in stored] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED,
                                              NOT_COMPARABLE, NOT_COMPARABLE, REPRODUCED,
                                              INCONCLUSIVE, REPRODUCED]
+    assert [v["grade"] for v in stored][:3] == ["reproduced", "not reproduced", "reproduced"]
     for record in stored:
-        assert {"claim", "verdict", "kind", "measured", "expected", "evidence",
-                "reason"} <= set(record)
+        assert {"claim", "verdict", "grade", "units", "precondition", "kind", "measured",
+                "expected", "evidence", "reason"} <= set(record)
         assert {"model", "device", "data", "revision", "runs"} <= set(record["evidence"])
 
 
@@ -217,9 +231,80 @@ def test_all_measurements_and_time_windows_choose_the_evidence(tmp_path: Path) -
         all_measurements=True, until=datetime(2000, 1, 1)))
     store.close()
     assert latest.claim.id == "k1-faster" and latest.measured == pytest.approx(16.0 / 20.0)
-    assert len(latest.runs) == 4 and every.runs == latest.runs  # the same runs, more measured
-    assert every.measured == pytest.approx(13.0 / 20.0)  # k = 1's median over 10, 10, 16, 16
+    assert len(latest.runs) == 4 and every.runs == latest.runs
+    # a second measurement of a run is not another independent unit: each run counts once,
+    # by its latest ok measurement, whichever measurements are selected
+    assert every.measured == latest.measured and every.units.count == 2
     assert before.measured is None and before.verdict == NOT_COMPARABLE
+
+
+GRADED = """
+source = "synthetic article"
+
+[[claim]]
+id = "rule-without-mutant"
+kind = "verified"
+statement = "k = 32 generates exactly what exact attention generates"
+metric = "identical_tokens"
+expected = 1.0
+tolerance = 0.0
+experiment = "synthetic"
+measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 32 } }
+
+[[claim]]
+id = "rule-with-mutant"
+kind = "verified"
+mutant = "budget"
+statement = "k = 32 generates exactly what exact attention generates"
+metric = "identical_tokens"
+expected = 1.0
+tolerance = 0.0
+experiment = "synthetic"
+measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 32 } }
+
+[[claim]]
+id = "own-arithmetic"
+statement = "0.491 / 0.102 is 4.8"
+metric = "quotient"
+expected = 4.8
+tolerance = 0.05
+measure = { params = { numerator = 0.491, denominator = 0.102 } }
+
+[[claim]]
+id = "needs-recall-at-k1"
+statement = "k = 1 is 39 % faster, by a mechanism that needs k = 1 to recall"
+metric = "time_ratio"
+expected = 0.61
+tolerance = 0.1
+experiment = "synthetic"
+measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
+[claim.precondition]
+what = "recall at k = 1"
+metric = "recall"
+measure = { a = { policy = "sparse", k = 1 } }
+at_least = 0.5
+"""
+
+
+def test_grades_say_what_a_pass_shows(synthetic: Store, tmp_path: Path) -> None:
+    claims = load_claims(claims_file(tmp_path, GRADED))
+    verdicts = {v.claim.id: v for v in run_audit(claims, synthetic, ENV)}
+    # a rule's check passes both times; only the one with a mutant that flips it is verified
+    assert [verdicts[n].verdict for n in ("rule-without-mutant", "rule-with-mutant")] == [
+        REPRODUCED, REPRODUCED]
+    assert verdicts["rule-without-mutant"].grade == "holds, check unproven"
+    assert verdicts["rule-with-mutant"].grade == "verified"
+    assert verdicts["own-arithmetic"].grade == "consistent"
+    # the mechanism's precondition is measured: absent, whatever the claim's own check says
+    absent = verdicts["needs-recall-at-k1"]
+    assert absent.grade == "precondition absent" and absent.precondition_absent
+    assert absent.reason.startswith("precondition absent: recall at k = 1 is 0")
+    record = json.loads(audit_json([absent]))[0]
+    assert record["precondition"]["absent"] and "recall at k = 1" in record["precondition"][
+        "measured"]
+    assert terminal_table(list(verdicts.values())).startswith(
+        "figures reproduced: 0 of 0 checkable; 1 consistent; 1 verified; "
+        "1 holds, check unproven; 1 precondition absent")
 
 
 def test_failing_baseline_makes_recall_not_comparable(tmp_path: Path) -> None:
