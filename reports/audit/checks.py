@@ -53,6 +53,7 @@ CHECKS: dict[str, MetricCheck] = {
     # the engine run directly, by the harness
     "reference_error": MetricCheck(computed=True),
     "causal_prefix": MetricCheck(computed=True),
+    "selection_rule": MetricCheck(computed=True),
     "recall": MetricCheck(checks_recall.recall),
     "time": MetricCheck(checks_timing.time),
     "time_ratio": MetricCheck(checks_timing.time_ratio),

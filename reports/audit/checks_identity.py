@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pandas as pd
 
@@ -16,7 +17,8 @@ PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat"]
 
 
 def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Reading:
-    """The fraction of prompts (same device, prompt and repeat) where a and b agree exactly."""
+    """The fraction of prompts (same device and input) where a and b agree exactly on every
+    repeat: the repeats of a deterministic run are one unit, not several."""
     a = ok_runs(select(runs, claim.measure.a))
     b = ok_runs(select(runs, claim.measure.b))
     if a.empty or b.empty:
@@ -25,19 +27,23 @@ def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Reading:
     pairs = a.merge(b, on=PROMPT_KEYS, suffixes=("_a", "_b"))
     if pairs.empty:
         return Reading(reason="the two configs were never run on the same prompts")
-    same, divergent = 0, []
+    agree: dict[tuple, bool] = {}
+    divergent = []
     for row in pairs.itertuples():
         ta, tb = tokens(row.generated_ids_a), tokens(row.generated_ids_b)
         step = first_divergence(ta or [], tb or [])
-        if step is None and ta is not None:
-            same += 1
-        else:
+        prompt = tuple(getattr(row, key) for key in PROMPT_KEYS if key != "repeat")
+        same = step is None and ta is not None
+        agree[prompt] = agree.get(prompt, True) and same
+        if not same:
             divergent.append(f"runs {row.run_id_a}/{row.run_id_b} diverge at step {step}")
-    value = same / len(pairs)
-    detail = f"{same} of {len(pairs)} prompts identical"
+    same = sum(agree.values())
+    value = same / len(agree)
+    detail = (f"{same} of {len(agree)} prompts identical on every repeat ({len(pairs)} pairs "
+              "of runs)")
     if divergent:
         detail += "; " + "; ".join(divergent[:3]) + ("; ..." if len(divergent) > 3 else "")
-    return Reading(value=value, text=f"{value:.3g} ({same}/{len(pairs)} identical)",
+    return Reading(value=value, text=f"{value:.3g} ({same}/{len(agree)} prompts identical)",
                    evidence=run_ids(pairs.rename(columns={"run_id_a": "run_id"}),
                                     pairs.rename(columns={"run_id_b": "run_id"})),
                    detail=detail, noise=0.0)  # an exact count
@@ -114,21 +120,49 @@ def repeats(ids: list[int], copies: int = 3, longest: int = 4) -> bool:
     return False
 
 
+def kept_share(ids: list[int], reference: list[int]) -> float:
+    """The share of ``reference``'s tokens (as a multiset) that ``ids`` also holds."""
+    if not reference:
+        return 1.0
+    return sum((Counter(ids) & Counter(reference)).values()) / len(reference)
+
+
+def collapsed(ids: list[int], reference: list[int] | None) -> bool:
+    """Whether an output collapsed: it repeats a span of 1-4 tokens three times in a row, or it
+    keeps less than half of what the baseline generates on the same prompt (a fragment such
+    as `The606.` where the baseline answers `The ... 606.`)."""
+    return repeats(ids) or (reference is not None and kept_share(ids, reference) < 0.5)
+
+
 def repetition(claim: Claim, runs: pd.DataFrame) -> Reading:
-    """The fraction of a's runs whose output degenerates into repetition (a span of 1-4 tokens
-    three times in a row); the baseline's fraction beside it."""
+    """The fraction of prompts on which a's output collapses (``collapsed``: a repeated span,
+    or less than half of the baseline's output kept); the baseline's own fraction beside it.
+    A prompt's repeats are one unit."""
     a = ok_runs(select(runs, claim.measure.a))
     a = a[a["generated_ids"].notna()]
     if a.empty:
         return Reading(reason=f"no successful generate runs for {describe(claim.measure.a)}")
-    hits = sum(repeats(tokens(ids) or []) for ids in a["generated_ids"])
-    used, detail = [a], f"{describe(claim.measure.a)}: {hits} of {len(a)} runs repeat"
+    used, reference = [a], {}
+    base_text = ""
     if claim.measure.baseline is not None:
         base = ok_runs(select(runs, claim.measure.baseline))
         base = base[base["generated_ids"].notna()]
         used.append(base)
-        base_hits = sum(repeats(tokens(ids) or []) for ids in base["generated_ids"])
-        detail += f"; baseline {describe(claim.measure.baseline)}: {base_hits} of {len(base)}"
-    value = hits / len(a)
-    return Reading(value=value, text=f"{value:.3g} ({hits}/{len(a)} runs repeat)",
-                   evidence=run_ids(*used), detail=detail, noise=0.0)
+        reference = {(d, w): tokens(ids) or [] for d, w, ids in
+                     zip(base["device"], base["workload_id"], base["generated_ids"],
+                         strict=True)}
+        base_hits = {(d, w) for (d, w), ids in reference.items() if repeats(ids)}
+        base_text = (f"; baseline {describe(claim.measure.baseline)}: {len(base_hits)} of "
+                     f"{len(reference)} prompts repeat")
+    by_prompt: dict[tuple, bool] = {}
+    for device, workload, ids in zip(a["device"], a["workload_id"], a["generated_ids"],
+                                     strict=True):
+        key = (device, workload)
+        hit = collapsed(tokens(ids) or [], reference.get(key))
+        by_prompt[key] = by_prompt.get(key, True) and hit
+    hits = sum(by_prompt.values())
+    value = hits / len(by_prompt)
+    return Reading(value=value, text=f"{value:.3g} ({hits}/{len(by_prompt)} prompts collapse)",
+                   evidence=run_ids(*used),
+                   detail=f"{describe(claim.measure.a)}: {hits} of {len(by_prompt)} prompts "
+                          f"collapse on every run ({len(a)} runs){base_text}", noise=0.0)

@@ -29,9 +29,19 @@ from reports.audit.evidence import (
 )
 from reports.stats import compare_samples
 
+# exact attention's KV bytes per KV head: lmc counts kv_bytes per query head (each head reads
+# its rows) and the probes' select_bytes once per KV head (a GQA group probes together), so a
+# ratio of the two is taken in the same units, per KV head
+PER_KV_HEAD = "kv_bytes_per_kv_head"
+
 
 def with_field(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """The runs with ``column``; lmc's selection byte counts come from its own document."""
+    if column == PER_KV_HEAD:
+        runs = with_field(runs, "kv_bytes")
+        group = (pd.to_numeric(runs["heads"], errors="coerce")
+                 / pd.to_numeric(runs["kv_heads"], errors="coerce"))
+        return runs.assign(**{PER_KV_HEAD: runs["kv_bytes"] / group})
     if column in runs and runs[column].notna().any():
         return runs
     def figure(raw: object) -> float | None:

@@ -72,7 +72,8 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 METRICS = tuple(name for name in CHECKS if name != LLAMA_BENCH_TPS)
 TWO_CONFIG_METRICS = ("identical_tokens", "identical_traces", "time_ratio", "ppl_change")
 TIME_FIELDS = ("decode_ms_per_token", "attn_ms_per_token", "prefill_ms", "attn_median_ms",
-               "select_bytes", "kv_bytes", "bytes_read")  # bytes: lmc's "selection" figures
+               "select_bytes", "kv_bytes", "bytes_read",  # bytes: lmc's "selection" figures
+               "kv_bytes_per_kv_head")  # kv_bytes in select_bytes' units (checks_timing)
 # key_rank: lmc --measure-keys, a policy's key ranking and its two-stage candidates
 RANK_FIELDS = RANK_METRICS + CANDIDATE_METRICS
 CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "rel_tolerance",
