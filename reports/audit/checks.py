@@ -43,11 +43,13 @@ CHECKS: dict[str, MetricCheck] = {
     "identical_tokens": MetricCheck(checks_identity.identical_tokens),
     "identical_traces": MetricCheck(checks_identity.identical_traces),
     "trace_shared_blocks": MetricCheck(checks_identity.trace_shared_blocks),
+    "trace_tail_share": MetricCheck(checks_identity.trace_tail_share),
     "repetition": MetricCheck(checks_identity.repetition),
     "critical_k": MetricCheck(checks_recall.critical_k),
     # float32 arithmetic in numpy, here
     "exp_overflow": MetricCheck(checks_softmax.exp_overflow, computed=True),
     "dot_growth": MetricCheck(checks_softmax.dot_growth, computed=True),
+    "dot_magnitude": MetricCheck(checks_softmax.dot_magnitude, computed=True),
     "softmax_overflow": MetricCheck(checks_softmax.softmax_overflow, computed=True),
     "quotient": MetricCheck(checks_softmax.quotient, computed=True),
     # the engine run directly, by the harness

@@ -109,6 +109,37 @@ def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Reading:
                           f"{max(w for _, w in shared)} blocks", noise=0.0)
 
 
+BLOCK = 32  # lmc's default block, the article's
+
+
+def trace_tail_share(claim: Claim, runs: pd.DataFrame) -> Reading:
+    """The share of a's traced selections (every decode step, layer and head) that hold the
+    block of the current position (the tail block), and which blocks the others chose."""
+    a = ok_runs(select(runs, claim.measure.a))
+    traces = [_trace(extra) for extra in a["extra"]]
+    if a.empty or any(t is None for t in traces):
+        return Reading(reason=f"no successful runs with a selection trace for "
+                              f"{describe(claim.measure.a)} (engine.trace_selection = true)")
+    tail = total = 0
+    others: Counter[str] = Counter()
+    for trace in traces:
+        for line in (trace or "").splitlines()[1:]:
+            pos, _layer, _head, _count, *blocks = line.split()
+            total += 1
+            if str(int(pos) // BLOCK) in blocks:
+                tail += 1
+            else:
+                others.update(blocks)
+    if not total:
+        return Reading(reason="the traces hold no selections")
+    value = tail / total
+    chosen = ", ".join(f"block {b} ({n}x)" for b, n in others.most_common(3))
+    return Reading(value=value, text=f"{value:.3g} ({tail}/{total} selections)",
+                   evidence=run_ids(a), noise=0.0,
+                   detail=f"{len(traces)} traces" + (f"; the others chose {chosen}"
+                                                     if chosen else ""))
+
+
 def repeats(ids: list[int], copies: int = 3, longest: int = 4) -> bool:
     """Whether a span of at most ``longest`` tokens follows itself ``copies`` times in ids."""
     for period in range(1, longest + 1):

@@ -7,6 +7,7 @@ numpy in float32, the engine's precision: no runs, the claim's ``measure.params`
 - ``softmax_overflow``: the fraction of ``queries`` queries whose attention output over ``ctx``
   keys (q, k, v i.i.d. N(0, ``sigma``²), head_dim ``d``) is not finite, with or without the
   1/sqrt(d) ``scale`` and the max-subtraction (``subtract_max``);
+- ``dot_magnitude``: a percentile of |q.k| at one head_dim (q, k i.i.d. N(0, sigma^2));
 - ``quotient``: a figure the article derives from its own, recomputed from them.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from reports.audit.claim import Claim
-from reports.audit.evidence import Reading, paired_margin
+from reports.audit.evidence import Reading, Units, paired_margin
 from reports.audit.provenance import Provenance, this_host
 
 
@@ -65,6 +66,27 @@ def dot_growth(claim: Claim, _runs: Any) -> Reading:
                    noise=paired_margin(slopes),
                    provenance=_evidence(claim, f"q, k i.i.d. N(0, {sigma:g}^2), {keys} keys, "
                                                f"{repeats} independent seeds"))
+
+
+def dot_magnitude(claim: Claim, _runs: Any) -> Reading:
+    """The ``percentile`` of |q.k| at head_dim ``d`` (q, k i.i.d. N(0, sigma^2), float32), per
+    seed; the mean over the seeds, their 95 % interval as the noise."""
+    d, sigma = int(_param(claim, "d", 128)), float(_param(claim, "sigma", 1.0))
+    keys, share = int(_param(claim, "keys", 4096)), float(_param(claim, "percentile", 95))
+    seeds = [int(s) for s in _param(claim, "seeds", [0, 1, 2, 3, 4])]
+    figures = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        q = rng.normal(0, sigma, d).astype(np.float32)
+        k = rng.normal(0, sigma, (keys, d)).astype(np.float32)
+        figures.append(float(np.percentile(np.abs(k @ q), share)))
+    value = sum(figures) / len(figures)
+    return Reading(value=value, text=f"|q.k| {share:g}th percentile {value:.1f}",
+                   detail=f"d = {d}, {keys} keys per seed: " + ", ".join(f"{f:.1f}"
+                                                                         for f in figures),
+                   noise=paired_margin(figures), units=Units(len(seeds), f"{len(seeds)} seeds"),
+                   provenance=_evidence(claim, f"q, k i.i.d. N(0, {sigma:g}^2), {keys} keys, "
+                                               f"seeds {', '.join(map(str, seeds))}"))
 
 
 def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: bool,

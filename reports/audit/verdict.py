@@ -220,7 +220,10 @@ def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
                       runs=reading.evidence, experiment=experiment,
                       evidence=reading.provenance
                       or provenance(claim, measured, reading.evidence),
-                      noise=reading.noise, units=reading.units or units_of(used))
+                      noise=reading.noise, units=reading.units)
+    if verdict.units is None:  # a check without runs that names none: what it rests on
+        verdict.units = (units_of(used) if len(used) else
+                         Units(0, f"none: {verdict.evidence.data}"))
     on = f"; evidence: {verdict.evidence.short()}"
     detail = f" ({reading.detail})" if reading.detail else ""
     if reading.reason or reading.value is None:
