@@ -11,17 +11,24 @@ Order of judgement for one claim:
 3. fairness of the evidence: emulated timings, device class, context length;
 4. perplexity claims: the model must predict the workload's text (``checks_ppl.model_guard``);
 5. the metric's check (``CHECK_OF_METRIC``) measures a value and the noise of our side (the 95 %
-   half-width from independent paired repeats). A relation is reproduced when the value's
-   interval lies inside its bounds, not reproduced when it lies outside, and inconclusive when
-   it straddles a bound or there were no independent repeats to measure the noise; any other
-   kind is reproduced when the value lies inside the claim's range (expected ± tolerance, or
-   the bounds), not reproduced when its interval misses the range, and inconclusive when only
-   our noise reaches the range.
+   half-width over independent units: distinct prompts, windows, seeds or inputs; a run's
+   repeats of a deterministic computation and its retries are one unit). A relation is
+   reproduced when the value's interval lies inside its bounds, not reproduced when it lies
+   outside, and inconclusive when it straddles a bound or there were no independent units to
+   measure the noise; a figure is reproduced when it lies within the claim's range widened by
+   our noise, not reproduced when its whole interval misses the range, and inconclusive when
+   our noise is wider than the claim's own tolerance. An inconclusive verdict says how many
+   more units would decide it (``more_units``);
+6. the claim's precondition, when it has one (``check_precondition``): a property of the model
+   its mechanism needs, measured; absent, the grade is "precondition absent".
+
+``Verdict.grade`` says what the outcome shows (reports.audit.grade).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,12 +236,27 @@ def verdict_of(claim: Claim, reading: Reading, measured: pd.DataFrame,
     if reading.reason or reading.value is None:
         verdict.reason = (reading.reason or "nothing was measured") + detail + on
         return verdict
-    verdict.verdict, why = decide(claim, reading.value, reading.noise)
+    verdict.verdict, why = decide(claim, reading.value, reading.noise,
+                                  verdict.units.count if verdict.units else 0)
     verdict.reason = why + detail + on
     return verdict
 
 
-def decide(claim: Claim, value: float, noise: float | None) -> tuple[str, str]:
+def more_units(units: int, noise: float, margin: float) -> str:
+    """How many more independent units would bring a 95 % half-width of ``noise`` (over
+    ``units`` of them) under ``margin``, if their spread held (the half-width falls as
+    1/sqrt(n))."""
+    if margin <= 0:
+        return "no number of units decides a value on the bound itself"
+    if units < 2:
+        return "at least two independent units are needed to measure the noise at all"
+    needed = math.ceil(units * (noise / margin) ** 2)
+    return (f"about {max(needed - units, 1)} more independent units (than the {units} measured) "
+            f"would decide it, if their spread held")
+
+
+def decide(claim: Claim, value: float, noise: float | None,
+           units: int = 0) -> tuple[str, str]:
     """The verdict on a measured value and its noise (see the module), and why."""
     low, high = claim.bounds()
     expected = claim.expected_text()
@@ -247,16 +269,23 @@ def decide(claim: Claim, value: float, noise: float | None) -> tuple[str, str]:
             return REPRODUCED, f"{shown}: the whole interval is within the claimed {expected}"
         if value + noise < low or value - noise > high:
             return NOT_REPRODUCED, f"{shown}: the whole interval is outside the claimed {expected}"
+        bound = low if abs(value - low) < abs(value - high) else high
         return INCONCLUSIVE, (f"{shown}: the interval straddles the claimed {expected}, a tie "
-                              "within our noise")
+                              f"within our noise; {more_units(units, noise, abs(value - bound))}")
+    # a figure: matched within the claim's tolerance (its rounding and readings) plus our
+    # noise, as long as our noise is no wider than that tolerance
     allowed = noise or 0.0
+    half = (high - low) / 2
+    decisive = allowed <= half + 1e-12
+    if value + allowed < low - 1e-12 or value - allowed > high + 1e-12:
+        side = "below" if value < low else "above"
+        return NOT_REPRODUCED, f"{shown}, {side} the claimed {expected} by more than our noise"
+    if not decisive:
+        return INCONCLUSIVE, (f"{shown}: our noise is wider than the claim's own tolerance "
+                              f"({expected}); {more_units(units, allowed, half)}")
     if low - 1e-12 <= value <= high + 1e-12:
         return REPRODUCED, f"{shown}, within the claimed {expected}"
-    side = "below" if value < low else "above"
-    if low - allowed - 1e-12 <= value <= high + allowed + 1e-12:
-        return INCONCLUSIVE, (f"{shown}: {side} the claimed {expected}, but within our noise of "
-                              "it")
-    return NOT_REPRODUCED, f"{shown}, {side} the claimed {expected} by more than our noise"
+    return REPRODUCED, f"{shown}: the claimed {expected} is within our noise of it"
 
 
 def load_runs_by_keys(store: Any, keys: list[str], selection: Any = None) -> pd.DataFrame:

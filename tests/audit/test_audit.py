@@ -27,6 +27,7 @@ from reports.audit import (
     write_audit,
 )
 from reports.audit.report import audit_json
+from reports.audit.verdict import decide
 from reports.errors import ReportInputError
 
 CLAIMS = """
@@ -172,6 +173,7 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
     tie = verdicts["k1-under-629pm"]
     assert abs(tie.measured - 0.629) < tie.noise
     assert tie.verdict == INCONCLUSIVE and "straddles" in tie.reason
+    assert "more independent units (than the 3 measured) would decide it" in tie.reason
 
     # evidence on every verdict, named in its reason
     assert identical.kind == "direct" and identical.evidence is not None
@@ -284,6 +286,20 @@ metric = "recall"
 measure = { a = { policy = "sparse", k = 1 } }
 at_least = 0.5
 """
+
+
+def test_inconclusive_says_how_many_more_units_would_decide(tmp_path: Path) -> None:
+    text = CLAIMS.split("[[claim]]")[0] + "[[claim]]" + CLAIMS.split("[[claim]]")[3]
+    claim = parse_claims(text.replace("tolerance = 0.1", "tolerance = 0.001"),
+                         tmp_path / "c.toml").claims[0]
+    # a figure matched, but our noise (0.01 over 3 prompts) is ten times the claim's tolerance:
+    # 3 x 10^2 = 300 prompts would bring it under, 297 more
+    verdict, why = decide(claim, 0.61, 0.01, units=3)
+    assert verdict == INCONCLUSIVE and "about 297 more independent units" in why
+    # the same noise and the whole interval off the range: a miss, whatever the units
+    assert decide(claim, 0.70, 0.01, units=3)[0] == NOT_REPRODUCED
+    # within the tolerance widened by a noise no wider than it: reproduced
+    assert decide(claim, 0.6115, 0.0008, units=3)[0] == REPRODUCED
 
 
 def test_grades_say_what_a_pass_shows(synthetic: Store, tmp_path: Path) -> None:
