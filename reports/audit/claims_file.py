@@ -156,7 +156,8 @@ def _row_claim(row: LlamaBenchRow) -> Claim:
     reason = row.unrunnable()
     return Claim(
         id=row.id, source=row.source, statement=row.statement,
-        metric="reported" if reason else LLAMA_BENCH_TPS, expected=row.tps, tolerance=None,
+        metric="reported" if reason else LLAMA_BENCH_TPS, expected=row.tps,
+        tolerance=None if row.rel_tolerance is not None else 2 * row.sd,
         rel_tolerance=row.rel_tolerance, at_least=None, at_most=None, unit="t/s",
         experiment=None if reason else row.experiment,
         experiments=() if reason else (row.experiment,),

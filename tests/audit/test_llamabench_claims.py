@@ -50,7 +50,8 @@ def test_a_row_becomes_a_claim_with_the_experiment_that_runs_its_test() -> None:
     pp, tg = claims.claims
     assert (pp.metric, pp.expected, pp.unit, pp.measure.field) == ("llama_bench_tps", 50.0,
                                                                     "t/s", "pp64")
-    assert pp.within(54.9) and not pp.within(55.1)  # default: ±10 %
+    # default: the published spread, ± 2 sd (sd 0.5), not a band picked by hand
+    assert pp.within(50.99) and not pp.within(51.01) and pp.tolerance_text() == "± 1"
     assert (pp.fair.models, pp.fair.device_class, pp.fair.allow_emulated) == (
         ("needle-tiny",), "x86", False)
     fragment = claims.experiments[pp.experiment]
