@@ -1,6 +1,6 @@
 """Checks proven able to fail: every claim of the shipped claims files that names an engine
-mutant is judged against lmc built with that rule broken (harness.verify.mutants), and its
-verdict must flip; a rule claim without one is never graded "verified"."""
+mutant is judged against lmc built with that rule broken (harness.verify.engine_checks.MUTANTS),
+and its verdict must flip; a rule claim without one is never graded "verified"."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import ENGINE_DIR
-from harness.verify.engine_checks import EngineChecks
-from harness.verify.mutants import MUTANTS, build_mutant, mutant_sources
+from harness.verify.engine_checks import MUTANTS, EngineChecks, build_mutant, mutant_sources
 from reports.audit import NOT_REPRODUCED, REPRODUCED, Environment, load_claims, run_audit
 from reports.audit.claims_file import ClaimsFile
 from reports.audit.grade import UNPROVEN
