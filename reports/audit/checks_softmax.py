@@ -64,6 +64,7 @@ def dot_growth(claim: Claim, _runs: Any) -> Reading:
     return Reading(value=value, text=f"std(q.k) ~ d^{value:.3f}",
                    detail=f"d = {', '.join(map(str, dims))}; {keys} keys, {repeats} seeds",
                    noise=paired_margin(slopes),
+                   units=Units(repeats, f"{repeats} seeds (0-{repeats - 1})"),
                    provenance=_evidence(claim, f"q, k i.i.d. N(0, {sigma:g}^2), {keys} keys, "
                                                f"{repeats} independent seeds"))
 
@@ -107,7 +108,8 @@ def softmax_overflow(claim: Claim, _runs: Any) -> Reading:
     ctx, d = int(_param(claim, "ctx", 4096)), int(_param(claim, "d", 128))
     sigma, queries = float(_param(claim, "sigma", 1.0)), int(_param(claim, "queries", 16))
     scale, subtract = bool(_param(claim, "scale", True)), bool(_param(claim, "subtract_max", True))
-    rng = np.random.default_rng(int(_param(claim, "seed", 0)))
+    seed = int(_param(claim, "seed", 0))
+    rng = np.random.default_rng(seed)
     q, k, v = (rng.normal(0, sigma, shape).astype(np.float32)
                for shape in ((queries, d), (ctx, d), (ctx, d)))
     out = attention_fp32(q, k, v, scale, subtract)
@@ -117,7 +119,7 @@ def softmax_overflow(claim: Claim, _runs: Any) -> Reading:
            f"{'with' if subtract else 'without'} max-subtraction")
     return Reading(value=bad / queries, text=f"{bad}/{queries} queries not finite",
                    detail=f"{how}; largest score {top:.1f} (float32 exp overflows above 88.72)",
-                   noise=0.0,
+                   noise=0.0, units=Units(1, f"1 seed ({seed}): {queries} queries of one draw"),
                    provenance=_evidence(claim, f"{queries} queries over {ctx} keys, q/k/v "
                                                f"i.i.d. N(0, {sigma:g}^2), head_dim {d}"))
 
