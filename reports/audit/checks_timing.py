@@ -20,6 +20,7 @@ import pandas as pd
 from reports.audit.claim import Claim
 from reports.audit.evidence import (
     Reading,
+    Units,
     describe,
     ok_runs,
     paired_margin,
@@ -37,13 +38,13 @@ PER_KV_HEAD = "kv_bytes_per_kv_head"
 
 def with_field(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """The runs with ``column``; lmc's selection byte counts come from its own document."""
+    if column in runs and runs[column].notna().any():
+        return runs
     if column == PER_KV_HEAD:
         runs = with_field(runs, "kv_bytes")
         group = (pd.to_numeric(runs["heads"], errors="coerce")
                  / pd.to_numeric(runs["kv_heads"], errors="coerce"))
         return runs.assign(**{PER_KV_HEAD: runs["kv_bytes"] / group})
-    if column in runs and runs[column].notna().any():
-        return runs
     def figure(raw: object) -> float | None:
         try:
             return float(json.loads(str(raw))["selection"][column])
@@ -62,7 +63,7 @@ def time_ratio(claim: Claim, runs: pd.DataFrame) -> Reading:
         b = b.rename(columns={claim.measure.field_b: column})
     b = with_field(b, column)
     a, b = a[a[column].notna()], b[b[column].notna()]
-    ratios, details, noises = [], [], []
+    ratios, details, noises, paired = [], [], [], 0
     for device in sorted(set(a["device"]) & set(b["device"])):
         sample_a = a[a["device"] == device][column].tolist()
         sample_b = b[b["device"] == device][column].tolist()
@@ -72,6 +73,7 @@ def time_ratio(claim: Claim, runs: pd.DataFrame) -> Reading:
         ratios.append(change.ratio)
         logs = [math.log(y / x) for x, y in pairs(a[a["device"] == device],
                                                   b[b["device"] == device], column) if x > 0 < y]
+        paired += len(logs)
         margin = paired_margin(logs)
         noises.append(None if margin is None else change.ratio * math.expm1(margin))
         p_text = "" if change.p_value is None else f", p={change.p_value:.2g}"
@@ -85,7 +87,9 @@ def time_ratio(claim: Claim, runs: pd.DataFrame) -> Reading:
     noise = None if None in noises else max(noises)
     return Reading(value=value, text=f"{value:.3f} (B/A)", evidence=run_ids(a, b),
                    detail="; ".join(details) + ("; no runs paired by input and repeat"
-                                                if noise is None else ""), noise=noise)
+                                                if noise is None else ""), noise=noise,
+                   units=Units(paired, f"{paired} pairs of runs (by input and repeat; a timing "
+                                       "varies run to run, so each pair is a unit of its noise)"))
 
 
 def time(claim: Claim, runs: pd.DataFrame) -> Reading:
@@ -101,4 +105,5 @@ def time(claim: Claim, runs: pd.DataFrame) -> Reading:
     margins = [paired_margin(cell[column].tolist()) for _, cell in a.groupby("device")]
     return Reading(value=value, text=f"{value:.4g} ms", evidence=run_ids(a),
                    noise=None if None in margins else max(margins),
+                   units=Units(len(a), f"{len(a)} runs (a timing varies run to run)"),
                    detail="; ".join(f"{d}: {m:.4g} ms" for d, m in sorted(medians.items())))

@@ -76,3 +76,18 @@ def test_exact_first_layer_gives_every_policy_the_same_layer_0(lmc: Path, needle
     plain = lmc_json(lmc, "ppl", "--model", needle_model, "--text", ids, "--attn", "window",
                      "--measure-keys", "8")["key_ranking"]
     assert plain["layers"][0]["queries"] > 0
+
+
+def test_probe_cost_compares_bytes_per_kv_head() -> None:
+    """lmc counts exact attention's KV bytes per query head and the probes' per KV head (a GQA
+    group probes once): the claim's ratio takes both per KV head, and a column already given
+    (the probes' select_bytes renamed to it) is kept as it is."""
+    import pandas as pd
+
+    from reports.audit.checks_timing import PER_KV_HEAD, with_field
+
+    exact = pd.DataFrame({"kv_bytes": [64.0e6], "heads": [16], "kv_heads": [8],
+                          "raw_json": ["{}"]})
+    assert with_field(exact, PER_KV_HEAD)[PER_KV_HEAD].tolist() == [32.0e6]
+    probes = exact.assign(**{PER_KV_HEAD: [4.0e6]})
+    assert with_field(probes, PER_KV_HEAD)[PER_KV_HEAD].tolist() == [4.0e6]
