@@ -241,31 +241,19 @@ def test_all_measurements_and_time_windows_choose_the_evidence(tmp_path: Path) -
     assert before.measured is None and before.verdict == NOT_COMPARABLE
 
 
-GRADED = """
-source = "synthetic article"
+def table(index: int, claim_id: str, extra: str) -> str:
+    """CLAIMS' claim ``index`` (1 = the first) as ``claim_id``, with ``extra`` keys after its id."""
+    body = CLAIMS.split("[[claim]]")[index]
+    old = body.split("\n")[1]  # its id line
+    return "[[claim]]" + body.replace(old, f'id = "{claim_id}"\n{extra}'.rstrip("\n"), 1)
 
-[[claim]]
-id = "rule-without-mutant"
-kind = "verified"
-statement = "k = 32 generates exactly what exact attention generates"
-metric = "identical_tokens"
-expected = 1.0
-tolerance = 0.0
-experiment = "synthetic"
-measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 32 } }
 
-[[claim]]
-id = "rule-with-mutant"
-kind = "verified"
-mutant = "budget"
-statement = "k = 32 generates exactly what exact attention generates"
-metric = "identical_tokens"
-expected = 1.0
-tolerance = 0.0
-experiment = "synthetic"
-measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 32 } }
-
-[[claim]]
+# a rule with and without a mutant (k32-identical's check), the article's own arithmetic, and a
+# figure whose mechanism needs what the runs lack (k1-faster's check, needing k = 1 to recall)
+GRADED = (CLAIMS.split("[[claim]]")[0]
+          + table(1, "rule-without-mutant", 'kind = "verified"')
+          + table(1, "rule-with-mutant", 'kind = "verified"\nmutant = "budget"')
+          + """[[claim]]
 id = "own-arithmetic"
 statement = "0.491 / 0.102 is 4.8"
 metric = "quotient"
@@ -273,20 +261,14 @@ expected = 4.8
 tolerance = 0.05
 measure = { params = { numerator = 0.491, denominator = 0.102 } }
 
-[[claim]]
-id = "needs-recall-at-k1"
-statement = "k = 1 is 39 % faster, by a mechanism that needs k = 1 to recall"
-metric = "time_ratio"
-expected = 0.61
-tolerance = 0.1
-experiment = "synthetic"
-measure = { a = { policy = "sparse", k = 32 }, b = { policy = "sparse", k = 1 } }
+"""
+          + table(3, "needs-recall-at-k1", "").rstrip("\n") + """
 [claim.precondition]
 what = "recall at k = 1"
 metric = "recall"
 measure = { a = { policy = "sparse", k = 1 } }
 at_least = 0.5
-"""
+""")
 
 
 def test_inconclusive_says_how_many_more_units_would_decide(tmp_path: Path) -> None:
