@@ -39,6 +39,7 @@ def test_every_claim_quotes_the_figures_it_states(name: str) -> None:
     assert len({c.id for c in claims}) == len(claims)
     for claim in claims:
         assert claim.quote, f"{claim.id}: no quote of the source"
+        assert claim.gloss, f"{claim.id}: no English gloss of its quote"
         missing = [n for n in stated_figures(claim) if n not in claim.quote]
         assert not missing, f"{claim.id}: {missing} are not in its quote {claim.quote!r}"
 
