@@ -14,6 +14,8 @@
   for one step of the block-selection article's rule to decide (harness.verify.selection_rule),
   against that rule written from the article: the fraction of heads that select exactly the
   rule's blocks.
+- ``renormalised_error``: lmc attn-bench's sparse output against the three steps in float64 over
+  the positions of the blocks it selected (its trace) only: softmax renormalised over them.
 
 Each check runs on every seed of ``measure.params.seeds`` (default: ``seed``, else 0): the
 seeds are its independent units, and the figure is the worst of them. ``EngineChecks`` takes
@@ -211,6 +213,48 @@ class EngineChecks:
                 claim, "none: lmc attn-bench sparse --trace-selection on crafted data",
                 f"scenario {name} (harness/verify/selection_rule.py): k = "
                 f"{scenario(name, seeds[0]).budget}, 32-position blocks, 8 probes"))
+
+
+    def renormalised_error(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
+        p = claim.measure.params
+        ctx, heads, dim = int(p.get("ctx", 330)), int(p.get("heads", 2)), int(p.get("head_dim", 16))
+        budget, seeds = int(p.get("k", 4)), _seeds(p)
+        within, whole = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in seeds:
+                rng = np.random.default_rng(seed)
+                q = rng.uniform(-1, 1, (heads, dim)).astype("<f4")
+                k, v = (rng.uniform(-1, 1, (ctx, 1, dim)).astype("<f4") for _ in range(2))
+                importance = rng.uniform(0, 1, ctx).astype("<f4")
+                given, trace, out = (Path(tmp) / n for n in ("in.f32", "trace.txt", "out.f32"))
+                given.write_bytes(b"".join(a.tobytes() for a in (q, k, v, importance)))
+                run_here(self.binary, "attn-bench", None, None,
+                         ["--ctx", str(ctx), "--heads", str(heads), "--kv-heads", "1",
+                          "--head-dim", str(dim), "--attn", "sparse", "--k", str(budget),
+                          "--inputs", str(given), "--trace-selection", str(trace),
+                          "--dump-out", str(out), "--runs", "1", "--warmup", "0"])
+                got = np.frombuffer(out.read_bytes(), dtype="<f4").reshape(heads, dim)
+                chosen = traced_selections(trace.read_text())
+                for head in range(heads):
+                    rows = np.concatenate([np.arange(b * 32, min(b * 32 + 32, ctx))
+                                           for b in chosen[head]])
+                    picked = reference_attention(q[head:head + 1], k[rows], v[rows], True)[0]
+                    every = reference_attention(q[head:head + 1], k, v, True)[0]
+                    within.append(float(np.abs(got[head] - picked).max()))
+                    whole.append(float(np.abs(got[head] - every).max()))
+        worst = max(within)
+        return Reading(
+            value=worst, text=f"max difference {worst:.3g}", noise=0.0,
+            detail=f"lmc's sparse output against softmax over the selected blocks' positions "
+                   f"only (float64); against softmax over every position it differs by up to "
+                   f"{max(whole):.3g}",
+            units=Units(len(seeds), f"{len(seeds)} seeded inputs (numpy seeds "
+                                    f"{', '.join(map(str, seeds))})"),
+            provenance=self._provenance(
+                claim, "none: lmc attn-bench sparse on seeded data",
+                f"one decode query per head over {ctx} positions, {heads} heads / 1 KV head / "
+                f"head_dim {dim}, k = {budget} blocks of 32 (the blocks from its "
+                "--trace-selection)"))
 
 
 def _seeds(params: dict) -> list[int]:
