@@ -82,3 +82,26 @@ def test_mutants_leave_the_release_sources_alone(tmp_path: Path) -> None:
         assert patched.read_text() != release
         for old, new in mutant.edits:
             assert old in release and new not in release
+
+
+UNPROVEN_RULES = [(path, claim) for path in CLAIMS for claim in load_claims(path).claims
+                  if claim.metric in ("selection_rule", "renormalised_error")
+                  and not claim.mutant]
+
+
+@pytest.mark.parametrize("path, claim", UNPROVEN_RULES, ids=[c.id for _, c in UNPROVEN_RULES])
+def test_rules_without_a_mutant_hold_and_say_so(path: Path, claim,
+                                                release_checks: EngineChecks) -> None:
+    verdict = judge(path, claim, release_checks)
+    assert verdict.verdict == REPRODUCED and verdict.grade == UNPROVEN, verdict.reason
+
+
+def test_renormalised_output_is_told_from_whole_context_softmax(
+        release_checks: EngineChecks) -> None:
+    """The renormalisation check can tell the alternative apart: lmc's sparse output is far from
+    attention over every position, though within float32 rounding of the selected ones."""
+    path = REPO / "claims" / "seed_000_sparse_topk.toml"
+    claim = next(c for c in load_claims(path).claims if c.id == "000-softmax-over-selected-only")
+    reading = release_checks.renormalised_error(claim, None)
+    whole = float(reading.detail.rsplit("up to ", 1)[1])
+    assert reading.value < 1e-6 < 1e-3 < whole
