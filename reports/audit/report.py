@@ -47,12 +47,14 @@ def our_setting(v: Verdict) -> str:
 
 
 def article_figure(v: Verdict) -> str:
-    """The article's own number for the claim; a figure claim without one shows its range."""
-    if v.claim.article:
-        return v.claim.article
-    if strength_of(v.claim) == "figure" and v.claim.expected_text():
-        return v.claim.expected_text()
-    return "-"
+    """The article's own number for the claim (``article``); else a figure's or an arithmetic's
+    range, which is the article's number with its rounding; else a quoted figure's statement."""
+    c = v.claim
+    if c.article:
+        return c.article
+    if strength_of(c) in ("figure", "arithmetic") and c.expected_text():
+        return c.expected_text()
+    return c.statement if c.metric == "reported" else "-"
 
 
 def by_grade(verdicts: list[Verdict]) -> list[Verdict]:
