@@ -27,6 +27,10 @@ figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-siz
 .note{font-size:12px;color:#555}.verdict-reproduced{color:#1a7f37}
 .verdict-not-reproduced{color:#c0392b}.verdict-not-comparable{color:#8a6d3b}
 .verdict-inconclusive{color:#6a5acd}
+.verdict-direction-holds,.verdict-consistent,.verdict-verified,.verdict-sanity-holds{color:#1a7f37}
+.verdict-direction-fails,.verdict-inconsistent,.verdict-refuted,.verdict-sanity-fails{color:#c0392b}
+.verdict-holds-check-unproven,.verdict-precondition-absent{color:#8a6d3b}
+td details{text-align:left;max-width:640px}dl{margin:4px 0}dt{font-weight:bold}dd{margin:0 0 4px 12px}
 """
 
 
