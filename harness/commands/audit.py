@@ -1,8 +1,8 @@
 """`benchfarm audit CLAIMS.toml`: do published claims reproduce on this farm?
 
 The claims file's experiments run what is missing (harness.verify.claims), then
-``reports.audit`` judges each claim; ``--stored-only`` runs, builds and writes nothing and judges
-on what the store already holds.
+``reports.audit`` judges each claim and grades what its verdict shows (reports.audit.grade);
+``--stored-only`` runs, builds and writes nothing and judges on what the store already holds.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run nothing; judge on the runs already stored")
     parser.add_argument("--out", help="write audit.md, audit.json and audit.html here")
     parser.add_argument("--json", action="store_true",
-                        help="print the verdicts as a JSON list (claim, verdict, kind, measured, "
-                             "expected, evidence, reason ...) instead of the table")
+                        help="print the verdicts as a JSON list (claim, grade, verdict, kind, "
+                             "units, precondition, measured, expected, evidence, reason ...) "
+                             "instead of the table")
     parser.set_defaults(func=run)
 
 
