@@ -30,7 +30,8 @@ figcaption{font-size:11px;color:#555}pre{background:#f7f7f7;padding:8px;font-siz
 .verdict-direction-holds,.verdict-consistent,.verdict-verified,.verdict-sanity-holds{color:#1a7f37}
 .verdict-direction-fails,.verdict-inconsistent,.verdict-refuted,.verdict-sanity-fails{color:#c0392b}
 .verdict-holds-check-unproven,.verdict-precondition-absent{color:#8a6d3b}
-td details{text-align:left;max-width:640px}dl{margin:4px 0}dt{font-weight:bold}dd{margin:0 0 4px 12px}
+td details{text-align:left;max-width:640px}dl{margin:4px 0}dt{font-weight:bold}
+dd{margin:0 0 4px 12px}
 """
 
 

@@ -204,7 +204,7 @@ def check_precondition(verdict: Verdict, runs: pd.DataFrame) -> None:
     assert need is not None
     probe = dataclasses.replace(claim, metric=need.metric, measure=need.measure, expected=None,
                                 tolerance=None, rel_tolerance=None, at_least=need.at_least,
-                                at_most=need.at_most, precondition=None)
+                                at_most=need.at_most, unit="", precondition=None)
     reading = CHECK_OF_METRIC[need.metric](probe, runs)
     wanted = probe.expected_text()
     if reading.value is None:

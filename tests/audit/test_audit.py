@@ -299,8 +299,9 @@ def test_grades_say_what_a_pass_shows(synthetic: Store, tmp_path: Path) -> None:
     assert absent.grade == "precondition absent" and absent.precondition_absent
     assert absent.reason.startswith("precondition absent: recall at k = 1 is 0")
     record = json.loads(audit_json([absent]))[0]
-    assert record["precondition"]["absent"] and "recall at k = 1" in record["precondition"][
-        "measured"]
+    measured = record["precondition"]["measured"]
+    assert record["precondition"]["absent"] and measured.startswith("recall at k = 1: 0 ")
+    assert "(needs >= 0.5;" in measured
     assert terminal_table(list(verdicts.values())).startswith(
         "figures reproduced: 0 of 0 checkable; 1 consistent; 1 verified; "
         "1 holds, check unproven; 1 precondition absent")
@@ -376,10 +377,10 @@ runs = 3
 
 [[claim]]
 id = "sparse-faster"
+kind = "direct"
 statement = "sparse k = 4 attention takes less than exact at 1024 tokens"
 metric = "time_ratio"
-expected = 0.5
-tolerance = 0.5
+at_most = 1.0
 experiment = "audit-test-attn"
 measure = { a = { policy = "exact" }, b = { policy = "sparse", k = 4 }, field = "attn_median_ms" }
 
@@ -414,6 +415,7 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     assert "other-model" in first and "MiniCPM5-2B" in first
     verdicts = json.loads((tmp_path / "out" / "audit.json").read_text())
     timed = verdicts[0]
+    # a one-sided figure: no noise is wider than its range, so it is never inconclusive
     assert timed["verdict"] in ("reproduced", "not reproduced") and timed["measured"] > 0
     assert len(timed["evidence"]["runs"]) == 4
     assert verdicts[1]["verdict"] == "not comparable"
