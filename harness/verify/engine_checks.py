@@ -123,8 +123,7 @@ class EngineChecks:
             detail=f"{kernel} against {other}, worst of {len(seeds)} seeds: "
                    + ", ".join(f"{d:.3g}" for d in diffs)
                    + f"; outputs up to {largest:.3g}",
-            units=Units(len(seeds), f"{len(seeds)} seeded inputs (numpy seeds "
-                                    f"{', '.join(map(str, seeds))})"),
+            units=seed_units(seeds, "seeded inputs"),
             provenance=self._provenance(
                 claim, "none: lmc attn-bench on seeded data",
                 f"one decode query per head over {ctx} positions, {heads} heads / {kv_heads} KV "
@@ -167,8 +166,7 @@ class EngineChecks:
             value=worst, text=f"max prefix logit difference {worst:.3g}", noise=0.0,
             detail=f"worst of {len(seeds)} pairs of sequences; the {length - prefix} positions "
                    f"after the prefix differ by up to {after:.3g} (the sequences differ there)",
-            units=Units(len(seeds), f"{len(seeds)} pairs of random sequences (numpy seeds "
-                                    f"{', '.join(map(str, seeds))})"),
+            units=seed_units(seeds, "pairs of random sequences"),
             provenance=self._provenance(
                 claim, f"{self.model.name} ({parameters(config) / 1e6:.2f} M parameters, "
                        f"{config['num_hidden_layers']} layers; lmc generate, exact attention)",
@@ -207,8 +205,7 @@ class EngineChecks:
         return Reading(
             value=value, text=f"{value:.3g} ({matched}/{heads} heads select the rule's blocks)",
             noise=0.0, detail="; ".join(misses[:3]) or "every head selects the rule's blocks",
-            units=Units(len(seeds), f"{len(seeds)} seeded inputs of scenario {name} (numpy "
-                                    f"seeds {', '.join(map(str, seeds))})"),
+            units=seed_units(seeds, f"seeded inputs of scenario {name}"),
             provenance=self._provenance(
                 claim, "none: lmc attn-bench sparse --trace-selection on crafted data",
                 f"scenario {name} (harness/verify/selection_rule.py): k = "
@@ -248,13 +245,17 @@ class EngineChecks:
             detail=f"lmc's sparse output against softmax over the selected blocks' positions "
                    f"only (float64); against softmax over every position it differs by up to "
                    f"{max(whole):.3g}",
-            units=Units(len(seeds), f"{len(seeds)} seeded inputs (numpy seeds "
-                                    f"{', '.join(map(str, seeds))})"),
+            units=seed_units(seeds, "seeded inputs"),
             provenance=self._provenance(
                 claim, "none: lmc attn-bench sparse on seeded data",
                 f"one decode query per head over {ctx} positions, {heads} heads / 1 KV head / "
                 f"head_dim {dim}, k = {budget} blocks of 32 (the blocks from its "
                 "--trace-selection)"))
+
+
+def seed_units(seeds: list[int], what: str) -> Units:
+    """A check's independent units: one input (or pair) per seed."""
+    return Units(len(seeds), f"{len(seeds)} {what} (numpy seeds {', '.join(map(str, seeds))})")
 
 
 def _seeds(params: dict) -> list[int]:
