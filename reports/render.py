@@ -20,6 +20,7 @@ import pandas as pd
 from db.measurements import CURRENT, Selection
 from db.records import FIGURE_UNITS
 from reports import aggregate, eviction, figures
+from reports.baseline import baseline_warning, cells_of_runs
 from reports.compare import compare_runs
 from reports.headline import what_this_shows
 from reports.history import StepCache, timeline_section_parts
@@ -163,6 +164,7 @@ def timing_display(timings: pd.DataFrame) -> pd.DataFrame:
             shown[title] = summary_text(row.get(f"{prefix}_median"), row.get(f"{prefix}_min"),
                                         row.get(f"{prefix}_max"))
             cv = row.get(f"{prefix}_cv") if prefix not in ("overhead_ms", "engine_ms") else None
+            # one run has no spread: its CV is left empty, not 0 %
             shown[f"{title} CV"] = "" if cv is None or pd.isna(cv) else f"{100 * cv:.1f} %"
         shown["flags"] = row.get("flags") or ""
         rows.append(shown)
@@ -225,6 +227,9 @@ def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
 
 
 RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
+UNIT_OF_REPLICATION = ("Unit of replication: the run (one engine process for one cell: prompt, "
+                       "config, device and repeat); every n, spread and test is over runs, never "
+                       "over the decode steps of one run.")
 
 
 def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = None,
@@ -240,12 +245,20 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     builds = aggregate.builds_table(runs)
     counts = ", ".join(f"{n} {s}" for s, n in run_counts(runs).items())
     headline = what_this_shows(runs)
+    warning = baseline_warning(cells_of_runs(runs))
+    # An experiment comparing devices or revisions answers that question first.
+    comparisons = [device_comparison(data), history_section(data, revision_order, steps_cache)]
+    leading = [s for s in comparisons if s.has_content()]
     return [
+        *([Section("warning", "Warning: the baseline failed", warning, always=True)]
+          if warning else []),
+        *leading,
         Section("what-this-shows", "What this shows", headline, always=bool(headline)),
         Section("manifest", "Manifest",
-                f"{len(runs)} runs ({counts}). Spec sha256 {data.spec_hash}. The engine builds, "
-                "models and devices below identify every run; manifest.json lists the workloads "
-                "and a `benchfarm reproduce` line per cell.",
+                f"{len(runs)} runs ({counts}). {UNIT_OF_REPLICATION} Spec sha256 "
+                f"{data.spec_hash}. The engine builds, models and devices below identify every "
+                "run; manifest.json lists the workloads and a `benchfarm reproduce` line per "
+                "cell.",
                 tables=[Table("builds", builds, builds_display(builds)),
                         Table("devices", aggregate.devices_table(runs, data.snapshots))],
                 always=True),
@@ -290,8 +303,7 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
                 "rho, recall of the true top-32 keys, mass inside the top 32, and mass lost "
                 "when the half with the lowest scores is evicted. Medians over the texts.",
                 tables=[Table("key_ranking", eviction.key_rank_table(runs))]),
-        device_comparison(data),
-        history_section(data, revision_order, steps_cache),
+        *(s for s in comparisons if not s.has_content()),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "

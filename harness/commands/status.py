@@ -25,9 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def render_summary(summary: ExperimentSummary) -> str:
-    """One experiment: counts, per-device counts, and medians per (command, policy, k, device)."""
+    """One experiment: counts, per-device counts, and medians per (command, policy, k, device);
+    led by a warning when exact attention fails its own workload (``reports.baseline``)."""
+    from reports.baseline import BaselineCell, baseline_warning
+
     counts = ", ".join(f"{summary.counts[s]} {s}" for s in RUN_STATUSES)
-    parts = [
+    warning = baseline_warning(BaselineCell(g.device, g.command, g.recall, g.ppl)
+                               for g in summary.groups if g.policy == "exact")
+    parts = [*([warning, ""] if warning else []),
         f"experiment {summary.name} (spec {summary.spec_hash[:12]}, last run "
         f"{summary.updated_at:%Y-%m-%d %H:%M:%S} UTC): {summary.total} runs: {counts}",
         "",
