@@ -128,3 +128,35 @@ def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) ->
         losses = [f"k = {s}: {_hits(sparse[sparse['k'] == s])}" for s in smaller]
         text += f" Smaller k read less but lose the needle ({'; '.join(losses)} runs)."
     return text
+
+
+def _range(values: pd.Series) -> str:
+    low, high = float(values.min()), float(values.max())
+    return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+
+
+def prefill_headline(ttft: pd.DataFrame) -> str:
+    """What sparse prefill does to the time to first token (``aggregate.ttft_table``): per
+    board, the prompt lengths where it is faster than exact prefill and those where it is
+    slower, said first; "" without sparse-prefill runs."""
+    sparse = ttft[ttft["prefill_attn"].notna() & (ttft["prefill_attn"] != "exact")
+                  & ttft["vs_exact"].notna()]
+    sentences = []
+    for device, rows in sparse.groupby("device", sort=True):
+        slower, faster, mixed = [], [], []
+        for ctx, cell in rows.groupby("ctx", sort=True):
+            ratio = pd.to_numeric(cell["vs_exact"])
+            where = f"{int(ctx)} tokens ({_range(ratio)})"
+            (faster if ratio.min() > 1 else slower if ratio.max() < 1 else mixed).append(where)
+        parts = []
+        if slower:
+            parts.append(f"sparse prefill is SLOWER than exact at {_and(slower)}")
+        if faster:
+            parts.append(f"faster at {_and(faster)}")
+        if mixed:
+            parts.append(f"faster in some configs and slower in others at {_and(mixed)}")
+        text = "; ".join(parts)
+        sentences.append(f"Time to first token on {device}: {text[0].upper()}{text[1:]} "
+                         "(exact prefill's median over sparse's, over its sparse configs; "
+                         "above 1 is faster).")
+    return " ".join(sentences)

@@ -22,7 +22,7 @@ from db.records import FIGURE_UNITS
 from reports import aggregate, eviction, figures
 from reports.baseline import baseline_warning, cells_of_runs
 from reports.compare import compare_runs
-from reports.headline import what_this_shows
+from reports.headline import prefill_headline, what_this_shows
 from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
@@ -244,7 +244,8 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
     counts = ", ".join(f"{n} {s}" for s, n in run_counts(runs).items())
-    headline = what_this_shows(runs)
+    headline = " ".join(part for part in (what_this_shows(runs), prefill_headline(ttft))
+                        if part)
     warning = baseline_warning(cells_of_runs(runs))
     # An experiment comparing devices or revisions answers that question first.
     comparisons = [device_comparison(data), history_section(data, revision_order, steps_cache)]

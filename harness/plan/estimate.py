@@ -41,12 +41,18 @@ class Estimate:
         out = [f"  {key}: {count} runs" for key, count in self.per_placement.items()]
         if self.stored:
             out.append(f"  {self.stored} of them already stored as ok: skipped, not timed")
+        todo = self.runs - self.stored
+        if todo and not known:  # nothing to go by: no figure, not a time of 0 s
+            out.append(f"estimated time: unknown (none of the {todo} runs to do has a stored "
+                       "run like it; the estimate comes from stored durations)")
+            return out
         out += [f"  board {name}: about {duration_text(s)} of work"
                 for name, s in sorted(self.board_s.items())]
-        out.append(f"estimated time: {duration_text(self.total_s)} ({known} of "
-                   f"{self.runs - self.stored} runs to do estimated from stored durations; "
-                   "boards run in parallel; not counted: Ray's start, builds, workload "
-                   "generation, warm-ups)")
+        # runs without a stored duration are left out: the time is a lower bound then
+        bound = "at least " if self.unknown else ""
+        out.append(f"estimated time: {bound}{duration_text(self.total_s)} ({known} of {todo} "
+                   "runs to do estimated from stored durations; boards run in parallel; not "
+                   "counted: Ray's start, builds, workload generation, warm-ups)")
         if self.unknown:
             out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
                        "leaves them out")

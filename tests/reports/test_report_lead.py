@@ -6,11 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fixtures_reports import SyntheticExperiment
+from fixtures_reports import SyntheticExperiment, build_record
 
 from db import Store
+from harness.commands.demo import SUMMARY_TITLE, summary_table
 from harness.commands.status import render_summary
-from reports.aggregate import timing_table
+from reports.aggregate import critical_k_table, k_sweep_table, latency_table, timing_table
+from reports.compare import compare, terminal_table
+from reports.figures import latency_charts
 from reports.render import render_report, timing_display
 from reports.runs import load_experiment
 
@@ -81,4 +84,91 @@ def test_one_run_shows_no_cv_and_more_runs_do(tmp_path: Path) -> None:
     by_ctx = shown.set_index("ctx")["decode ms/token CV"]
     assert by_ctx[256] == ""
     assert by_ctx[512] == "12.9 %"
+    store.close()
+
+
+def test_the_headline_says_where_sparse_prefill_is_slower(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/ttft.db")
+    exp = SyntheticExperiment(store)
+    for repeat in range(2):
+        for ctx, sparse_ms in ((512, 40.0), (2048, 300.0)):  # exact prefill: ctx / 8 ms
+            exp.run(kind="decode", ctx=ctx, repeat=repeat, prefill_ms=ctx / 8)
+            exp.run(kind="decode", ctx=ctx, repeat=repeat, policy="sparse", k=8,
+                    prefill_attn="sparse", prefill_ms=sparse_ms)
+    markdown = (render_report(store, "synthetic", tmp_path / "out").parent
+                / "report.md").read_text()
+    headline = markdown.split("## What this shows\n")[1].split("\n## ")[0]
+    assert ("Time to first token on local: Sparse prefill is SLOWER than exact at 2048 tokens "
+            "(0.85x); faster at 512 tokens (1.60x)") in headline
+    store.close()
+
+
+def test_k_sweep_keeps_revisions_apart(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/revs.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("O0", build_record(source_hash="b" * 64, revision="rev-b",
+                                     binary_sha256="b" * 64))
+    for build, slow in (("default", 1.0), ("O0", 5.0)):
+        for k in (8, 32):
+            exp.run(policy="sparse", k=k, build=build, decode_ms=10.0 * slow)
+        exp.run(build=build, decode_ms=12.0 * slow)
+    sweep = k_sweep_table(load_experiment(store, "synthetic").runs)
+    assert sorted(set(sweep["revision"])) == ["rev-a", "rev-b"]
+    assert sweep["n"].tolist() == [1] * 6  # one run a cell: nothing pooled
+    by_rev = sweep[sweep["policy"] == "exact"].set_index("revision")["decode_ms"]
+    assert (by_rev["rev-a"], by_rev["rev-b"]) == (12.0, 60.0)
+    critical = critical_k_table(sweep)
+    assert sorted(critical["revision"]) == ["rev-a", "rev-b"]
+    store.close()
+
+
+def test_charts_draw_the_spread_of_cells_with_more_than_one_run(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/spread.db")
+    exp = SyntheticExperiment(store)
+    exp.run(ctx=256, decode_ms=10.0, attn_ms=4.0)  # one run: no whisker
+    for repeat, decode_ms in enumerate((20.0, 24.0, 30.0)):
+        exp.run(ctx=512, repeat=repeat, decode_ms=decode_ms, attn_ms=4.0)
+    latency = latency_table(load_experiment(store, "synthetic").runs)
+    ((title, svg),) = latency_charts(latency)
+    assert "whiskers: min-max over runs" in title
+    whiskers = re.findall(r'<path class="spread" d="([^"]+)"', svg)
+    assert len(whiskers) == 1  # the 512-token bar only
+    ys = [float(y) for y in re.findall(r"[MHV]-?[\d.]+,?(-?[\d.]+)?", whiskers[0]) if y]
+    bar_tops = [float(y) for y in re.findall(r'<rect class="bar" x="[\d.]+" y="([\d.]+)"', svg)]
+    # the whisker spans 20..30 ms around the bar's median (24 ms): its top is above the bar's
+    assert min(ys) < min(bar_tops) < max(ys)
+    store.close()
+
+
+def test_compare_says_first_when_it_mixes_experiments(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/mixed.db")
+    for name in ("first", "second"):
+        exp = SyntheticExperiment(store, name=name, spec_text=f'name = "{name}"\n')
+        exp.add_device("arm", arch="aarch64", cls="rk3588")
+        for repeat in range(4):
+            exp.run(ctx=256 if name == "first" else 512, repeat=repeat, decode_ms=10.0)
+            exp.run(device="arm", ctx=256 if name == "first" else 512, repeat=repeat,
+                    decode_ms=20.0)
+    mixed = terminal_table(compare(store, "local", "arm"))
+    assert mixed.startswith("MIXES 2 EXPERIMENTS (first, second; --experiment NAME compares "
+                            "within one): B = arm vs A = local")
+    one = terminal_table(compare(store, "local", "arm", ["first"]))
+    assert one.startswith("B = arm vs A = local") and "MIXES" not in one
+    store.close()
+
+
+def test_the_demo_table_keeps_context_lengths_apart(tmp_path: Path) -> None:
+    """At 512 tokens k = 32 covers every block (slower than exact); at 2048 it is faster:
+    pooled, the two would cancel out."""
+    store = Store.open(f"sqlite:///{tmp_path}/demo.db")
+    exp = SyntheticExperiment(store)
+    for repeat in range(2):
+        for ctx, exact_ms, sparse_ms in ((512, 4.0, 5.0), (2048, 10.0, 6.0)):
+            exp.run(ctx=ctx, repeat=repeat, decode_ms=exact_ms + repeat)
+            exp.run(ctx=ctx, repeat=repeat, policy="sparse", k=32, decode_ms=sparse_ms + repeat)
+    table = summary_table(store, "synthetic").set_index(["ctx", "policy"])
+    assert "context length" in SUMMARY_TITLE
+    assert table.loc[(512, "sparse"), "x exact"] == "1.22"  # 5.5 / 4.5
+    assert table.loc[(2048, "sparse"), "x exact"] == "0.62"  # 6.5 / 10.5
+    assert table.loc[(2048, "exact"), "decode_ms/token"] == "10.500 [10.000, 11.000]"
     store.close()
