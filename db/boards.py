@@ -178,13 +178,17 @@ class Boards:
         conn.execute(insert(BoardEvent.__table__).values(
             board=board, state=state, reason=reason, changed_by=by, at=moment))
 
-    def states(self, boards: list[str] | None = None) -> dict[str, BoardStatus]:
-        """The state of each board named (every board with a stored state when None)."""
-        with self.database.connect() as conn:
-            query = select(BoardState.__table__)
-            if boards is not None:
-                query = query.where(BoardState.__table__.c.board.in_(boards))
-            rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
+    def states(self, boards: list[str] | None = None,
+               conn: Any = None) -> dict[str, BoardStatus]:
+        """The state of each board named (every board with a stored state when None); on
+        ``conn`` when given (inside the caller's transaction)."""
+        if conn is None:
+            with self.database.connect() as conn:
+                return self.states(boards, conn)
+        query = select(BoardState.__table__)
+        if boards is not None:
+            query = query.where(BoardState.__table__.c.board.in_(boards))
+        rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
         names = sorted(rows) if boards is None else boards
         return {name: rows.get(name) or _online(name) for name in names}
 
@@ -340,13 +344,16 @@ class Boards:
             table.c.ends > moment).order_by(table.c.id.desc())).first()
         return None if row is None else ReservationInfo(**row._mapping)
 
-    def reservations(self, boards: list[str] | None = None) -> dict[str, ReservationInfo]:
-        """The reservations in force now, by board."""
+    def reservations(self, boards: list[str] | None = None,
+                     conn: Any = None) -> dict[str, ReservationInfo]:
+        """The reservations in force now, by board (on ``conn`` when given)."""
+        if conn is None:
+            with self.database.connect() as conn:
+                return self.reservations(boards, conn)
         table = Reservation.__table__
         moment = utcnow()
         query = select(table).where(table.c.released_at.is_(None), table.c.starts <= moment,
                                     table.c.ends > moment).order_by(table.c.id)
         if boards is not None:
             query = query.where(table.c.board.in_(boards))
-        with self.database.connect() as conn:
-            return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}
+        return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}
