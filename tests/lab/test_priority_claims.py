@@ -60,42 +60,47 @@ def _claim_all(serves: list[Service]) -> list[JobInfo | None]:
     return claimed
 
 
+def _round(store: Store, first: Service, second: Service, specs: dict[str, Path],
+           round_: int) -> None:
+    store.boards.reserve("arm-1", "zed", utcnow() + timedelta(hours=1), "zed's")
+    best = _submit(store, specs["arm-1"], 5)  # waits: its only board is zed's
+    middle = _submit(store, specs["x86-1"], 3)
+    low = _submit(store, specs["x86-1"], 1)
+    released = threading.Event()
+
+    def release() -> None:
+        store.boards.release("arm-1", "zed")
+        released.set()
+
+    releaser = threading.Thread(target=release)
+
+    def waits(conn, job: JobInfo) -> str | None:
+        if job.id == best and not releaser.is_alive() and not released.is_set():
+            # zed releases the board while this serve decides: the release waits for the
+            # decision's transaction, it cannot land between the decision and the claim
+            releaser.start()
+            releaser.join(0.5)
+            assert not released.is_set(), f"round {round_}: released mid-decision"
+        return first.why_waiting(conn, job)
+
+    taken = store.jobs.claim_next(first.who.holder, first.who.ttl_s, waits)
+    releaser.join()
+    assert taken is not None and taken.id == middle, round_  # 5 waited for zed's board
+    # the board is free now: of the two serves looking at once, one takes the priority-5 job
+    # and the other what is left, the priority-1 job, in that order
+    claimed = _claim_all([first, second])
+    assert sorted(job.id for job in claimed if job) == [best, low], round_
+    claims = {job.id: [e for e in store.jobs.events(job.id) if e.event == "claimed"][-1].at
+              for job in claimed if job}
+    assert claims[best] <= claims[low], round_
+    assert [e.event for e in store.jobs.events(best)] == ["submitted", "waiting",
+                                                          "claimed"], round_
+    for job in (best, middle, low):
+        store.jobs.finish(job, "done", f"round {round_}")
+
+
 def test_a_released_board_goes_to_the_best_waiting_job_every_time(lab) -> None:
     store, (first, second), specs = lab
     for round_ in range(ROUNDS):
-        store.boards.reserve("arm-1", "zed", utcnow() + timedelta(hours=1), "zed's")
-        best = _submit(store, specs["arm-1"], 5)  # waits: its only board is zed's
-        middle = _submit(store, specs["x86-1"], 3)
-        low = _submit(store, specs["x86-1"], 1)
-        released = threading.Event()
-
-        def release() -> None:
-            store.boards.release("arm-1", "zed")
-            released.set()
-
-        releaser = threading.Thread(target=release)
-
-        def waits(conn, job: JobInfo) -> str | None:
-            if job.id == best and not releaser.is_alive() and not released.is_set():
-                # zed releases the board while this serve decides: the release waits for the
-                # decision's transaction, it cannot land between the decision and the claim
-                releaser.start()
-                releaser.join(0.5)
-                assert not released.is_set(), f"round {round_}: released mid-decision"
-            return first.why_waiting(conn, job)
-
-        taken = store.jobs.claim_next(first.who.holder, first.who.ttl_s, waits)
-        releaser.join()
-        assert taken is not None and taken.id == middle, round_  # 5 waited for zed's board
-        # the board is free now: of the two serves looking at once, one takes the priority-5
-        # job and the other what is left, the priority-1 job, in that order
-        claimed = _claim_all([first, second])
-        assert sorted(job.id for job in claimed if job) == [best, low], round_
-        claims = {job.id: [e for e in store.jobs.events(job.id)
-                           if e.event == "claimed"][-1].at for job in claimed if job}
-        assert claims[best] <= claims[low], round_
-        assert [e.event for e in store.jobs.events(best)] == ["submitted", "waiting",
-                                                              "claimed"], round_
-        for job in (best, middle, low):
-            store.jobs.finish(job, "done", f"round {round_}")
+        _round(store, first, second, specs, round_)
     assert store.jobs.count(("queued", "running")) == 0
