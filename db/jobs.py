@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -76,10 +76,15 @@ class PlacementProgress:
     failed: int
     running: int  # boards of the placement leased for this experiment now
     pending: int  # the rest: not run yet, or interrupted / cancelled / pending rows
+    # the placement's stored runs per status (their current attempt), as `benchfarm status`
+    # counts an experiment's runs; and the runs of the matrix not stored yet
+    stored: dict[str, int] = field(default_factory=dict)
+    not_started: int = 0
 
-    @property
-    def line(self) -> list[object]:
-        return [self.placement, self.total, self.done, self.failed, self.pending, self.running]
+    def line(self, statuses: tuple[str, ...]) -> list[object]:
+        """Placement, runs in the matrix, stored runs per status, not started."""
+        return [self.placement, self.total, *(self.stored.get(s, 0) for s in statuses),
+                self.not_started]
 
 
 class Jobs:
@@ -359,6 +364,8 @@ class Jobs:
         for placement, total in sorted(job.totals.items()):
             done, failed = counts[(placement, "ok")], counts[(placement, "failed")]
             running = sum(1 for board, cls in leased if placement in (board, cls))
+            stored = {status: n for (where, status), n in counts.items() if where == placement}
             result.append(PlacementProgress(placement, total, done, failed, running,
-                                            max(total - done - failed - running, 0)))
+                                            max(total - done - failed - running, 0), stored,
+                                            max(total - sum(stored.values()), 0)))
         return result

@@ -50,18 +50,31 @@ def render_summary(summary: ExperimentSummary) -> str:
 
 
 def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
-    """The job (default: the experiment's newest), and its matrix per board (or class
-    pool)."""
+    """The job (default: the experiment's newest), and its matrix per board (or class pool):
+    its runs stored per status, counted as the experiment's summary and `status` count them,
+    and those not started yet."""
     job = store.jobs.latest(name) if job_id is None else store.jobs.get(job_id)
     if job is None:
         return ""
     parts = [f"job {job.id}: {job.state} (owner {job.owner}, priority {job.priority}"
              + (f", coordinator {job.holder}" if job.state == "running" else "") + ")"]
-    rows = store.jobs.progress(name)
+    rows = store.jobs.progress(name, job)
     if rows:
-        parts += ["", format_table(["board", "total", "done", "failed", "pending", "running"],
-                                   [row.line for row in rows])]
+        parts += ["", "its matrix per board: runs stored per status (as above) and not "
+                      "started yet:",
+                  format_table(["board", "matrix", *RUN_STATUSES, "not started"],
+                               [row.line(RUN_STATUSES) for row in rows])]
     return "\n".join(parts)
+
+
+def not_started(store: Store) -> dict[str, int]:
+    """Per experiment with a queued or running job: the runs of its matrix not stored yet
+    (the same figure `status JOB` shows, per board)."""
+    from db.jobs import ACTIVE
+
+    return {job.experiment: sum(row.not_started for row in store.jobs.progress(job.experiment,
+                                                                               job))
+            for job in store.jobs.list(ACTIVE)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,13 +88,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         lines = store.experiment_lines(args.limit or None, args.offset)
         total = store.count_experiments()
+        waiting = not_started(store)
     if not total:
         print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
         return 0
     print(format_table(
-        ["experiment", "runs", *RUN_STATUSES, "last run (UTC)"],
+        ["experiment", "runs", *RUN_STATUSES, "not started", "last run (UTC)"],
         [[line.name, line.total, *(line.counts[st] for st in RUN_STATUSES),
-          f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
+          waiting.get(line.name), f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
     ))
     note = page_note(len(lines), args.offset, total, "experiments")
     if note:

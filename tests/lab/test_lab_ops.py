@@ -11,13 +11,12 @@ import re
 import signal
 import socket
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 from fixtures_farm import old_file
+from fixtures_notify import Receiver
 from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
@@ -27,39 +26,6 @@ from harness.execution.coordinator import Coordinator
 from harness.execution.notify import Targets, notify
 from harness.lab.serving import Service
 from harness.spec import parse_spec
-
-
-class Receiver:
-    """A real HTTP server on 127.0.0.1 that keeps every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        received = self.events
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server protocol
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append(json.loads(body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
