@@ -4,23 +4,14 @@ the same lines as `benchfarm logs JOB` (harness.lab.story)."""
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
 from fixtures_db import add_refs, sample_result
 from fixtures_web import serving
+from test_web import get  # the dashboard tests' GET
 
 from db.store import Store
-
-
-def _page(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def test_the_job_page_shows_its_events_and_runs_in_order(tmp_path: Path) -> None:
@@ -40,9 +31,9 @@ def test_the_job_page_shows_its_events_and_runs_in_order(tmp_path: Path) -> None
             store.save_run(result)
         store.jobs.finish(job, "failed", "1 ok, 1 failed")
     with serving(url) as base:
-        code, page = _page(f"{base}/jobs/{job}")
-        missing, _ = _page(f"{base}/jobs/999")
-        _, index = _page(f"{base}/")
+        code, page = get(f"{base}/jobs/{job}")
+        missing, _ = get(f"{base}/jobs/999")
+        _, index = get(f"{base}/")
     assert code == 200 and missing == 404
     story = page[page.index('<table id="story">'):].split("</table>")[0]
     whats = re.findall(r"<tr class=\"(?:run|event)\"><td class=\"text\">[^<]+</td>\s*"
