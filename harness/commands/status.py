@@ -40,7 +40,9 @@ def render_summary(summary: ExperimentSummary) -> str:
                      [[dev, *(c[s] for s in RUN_STATUSES)] for dev, c in summary.devices.items()]),
     ]
     if summary.groups:
-        parts += ["", "ok runs (medians; recall is the mean):", format_table(
+        parts += ["", "ok runs per command, policy, k and device, POOLING their context lengths, "
+                      "depths and engine revisions (medians; recall is the mean; `benchfarm "
+                      "report` keeps them apart):", format_table(
             ["command", "policy", "k", "device", "runs", "decode ms/tok", "attn ms/tok",
              "overhead ms", "recall", "ppl"],
             [[g.command, g.policy, g.k, g.device, g.runs, g.decode_ms_per_token,

@@ -73,6 +73,11 @@ def test_team_and_lab_sections_run_as_written(engine_build, tmp_path: Path) -> N
     env = scratch(folder)
     out = run_block("team", folder, env)
     assert "queued job 1: experiment farm-quickstart" in out and "job 1 done" in out
+    # `logs 1` tells its story in order: submitted, claimed by the serve, its runs, finished
+    story = out[out.index("job 1: experiment farm-quickstart, owner"):].splitlines()
+    whats = [line.split()[1] for line in story[1:] if line.startswith("  20")]
+    assert whats[:2] == ["submitted", "claimed"] and whats[-1] == "finished", story
+    assert whats.count("run") == 40  # 20 runs: each started and ended
     out = run_block("lab", folder, env)
     assert "local: maintenance (new fan)" in out and "reserved by" in out
     assert "cancelled job 2 (farm-quickstart" in out and "total: would free" in out
