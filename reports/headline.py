@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from reports.aggregate import critical_k_table, k_sweep_table
+from reports.stats import compare_samples
 
 SPARSE = "sparse"
 
@@ -98,6 +99,18 @@ def _paragraph(exact: pd.DataFrame, sparse: pd.DataFrame, contexts: list[int],
     return " ".join(text)
 
 
+def _decided(exact: pd.Series, sparse: pd.Series) -> str:
+    """Whether the decode times differ beyond noise: the U test over the runs (every depth
+    and repeat of the length), or how many runs a side it would take."""
+    a, b = exact.dropna().tolist(), sparse.dropna().tolist()
+    change = compare_samples(a, b)
+    if change.verdict == "inconclusive":
+        return (f", not decided ({min(len(a), len(b))} runs a side; the Mann-Whitney U test "
+                f"needs {change.needed}: raise repeats)")
+    return (f", {change.verdict} (Mann-Whitney U over {len(a)} and {len(b)} runs, p = "
+            f"{change.p_value:.2g})")
+
+
 def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) -> str:
     blocks = math.ceil(ctx / block)
     sweep = k_sweep_table(pd.concat([exact, sparse]))
@@ -121,7 +134,8 @@ def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) ->
     decode = _ratio(chosen["decode_ms_per_token"], exact["decode_ms_per_token"])
     if decode is not None:
         parts.append(f"and a whole decode step {_ms(chosen['decode_ms_per_token'].median())} "
-                     f"against {_ms(exact['decode_ms_per_token'].median())} ms ({decode:.2f}x)")
+                     f"against {_ms(exact['decode_ms_per_token'].median())} ms ({decode:.2f}x)"
+                     + _decided(exact["decode_ms_per_token"], chosen["decode_ms_per_token"]))
     text = ", ".join(parts) + "."
     smaller = sorted(int(x) for x in set(sparse["k"].dropna()) if x < k)
     if smaller:

@@ -14,6 +14,7 @@ from harness.commands.status import render_summary
 from reports.aggregate import critical_k_table, k_sweep_table, latency_table, timing_table
 from reports.compare import compare, terminal_table
 from reports.figures import latency_charts
+from reports.headline import what_this_shows
 from reports.render import render_report, timing_display
 from reports.runs import load_experiment
 
@@ -172,3 +173,20 @@ def test_the_demo_table_keeps_context_lengths_apart(tmp_path: Path) -> None:
     assert table.loc[(2048, "sparse"), "x exact"] == "0.62"  # 6.5 / 10.5
     assert table.loc[(2048, "exact"), "decode_ms/token"] == "10.500 [10.000, 11.000]"
     store.close()
+
+
+def test_the_headline_says_whether_its_decode_ratio_is_decided(tmp_path: Path) -> None:
+    def headline(repeats: int) -> str:
+        store = Store.open(f"sqlite:///{tmp_path}/decided-{repeats}.db")
+        exp = SyntheticExperiment(store)
+        for repeat in range(repeats):  # 2048 tokens: 64 blocks, k = 32 is half of them
+            exp.run(ctx=2048, repeat=repeat, decode_ms=10.0 + repeat / 100)
+            exp.run(ctx=2048, repeat=repeat, policy="sparse", k=32,
+                    decode_ms=6.0 + repeat / 100)
+        text = what_this_shows(load_experiment(store, "synthetic").runs)
+        store.close()
+        return text
+
+    assert "(0.60x), faster (Mann-Whitney U over 5 and 5 runs, p = 0.0079)" in headline(5)
+    assert ("(0.60x), not decided (2 runs a side; the Mann-Whitney U test needs 4: raise "
+            "repeats)") in headline(2)
