@@ -190,3 +190,20 @@ def test_the_headline_says_whether_its_decode_ratio_is_decided(tmp_path: Path) -
     assert "(0.60x), faster (Mann-Whitney U over 5 and 5 runs, p = 0.0079)" in headline(5)
     assert ("(0.60x), not decided (2 runs a side; the Mann-Whitney U test needs 4: raise "
             "repeats)") in headline(2)
+
+
+def test_an_engine_comparison_leads(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/engines.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("llama", build_record(source_hash="c" * 64, revision="llama-rev",
+                                        binary_sha256="c" * 64))
+    for repeat in range(5):
+        exp.run(kind="decode", repeat=repeat, decode_ms=10.0 + repeat / 100)
+        exp.run(kind="decode", repeat=repeat, policy=None, engine="llama-bench",
+                build="llama", decode_ms=15.0 + repeat / 100)
+    markdown = (render_report(store, "synthetic", tmp_path / "out").parent
+                / "report.md").read_text()
+    assert _headings(markdown)[0] == "Engines compared"
+    section = markdown.split("## Engines compared\n")[1].split("\n## ")[0]
+    assert "B = llama-bench vs A = lmc" in section and "1 slower" in section
+    store.close()
