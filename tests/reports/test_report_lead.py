@@ -3,6 +3,7 @@ the comparison an experiment was run for, the unit of replication; no CV for one
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -195,12 +196,12 @@ def test_the_headline_says_whether_its_decode_ratio_is_decided(tmp_path: Path) -
 def test_an_engine_comparison_leads(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/engines.db")
     exp = SyntheticExperiment(store)
-    exp.add_build("llama", build_record(source_hash="c" * 64, revision="llama-rev",
-                                        binary_sha256="c" * 64))
-    for repeat in range(5):
-        exp.run(kind="decode", repeat=repeat, decode_ms=10.0 + repeat / 100)
-        exp.run(kind="decode", repeat=repeat, policy=None, engine="llama-bench",
-                build="llama", decode_ms=15.0 + repeat / 100)
+    exp.add_build("llama", build_record(source_hash="c" * 64, binary_sha256="c" * 64))
+    # lmc (exact attention) 10 ms/token, llama-bench 15: five runs each
+    engines = (("lmc", "exact", "default", 10.0), ("llama-bench", None, "llama", 15.0))
+    for (engine, policy, build, ms), repeat in itertools.product(engines, range(5)):
+        exp.run(kind="decode", repeat=repeat, policy=policy, engine=engine, build=build,
+                decode_ms=ms + repeat / 100)
     markdown = (render_report(store, "synthetic", tmp_path / "out").parent
                 / "report.md").read_text()
     assert _headings(markdown)[0] == "Engines compared"
