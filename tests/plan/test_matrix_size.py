@@ -105,6 +105,9 @@ def test_dry_run_estimates_from_stored_durations(tmp_path: Path, capsys,
     needle = [c for c in spec_cells if c.workload.kind == "needle"]
     known = {"sparse": 2.0, "exact": 4.0}
     expected_s = sum(known[c.config.policy] + spec.cooldown_s for c in needle)
+    # the board's warm-ups of its one build, each timed as the first run it has a time for
+    expected_s += spec.warmups * (known[needle[0].config.policy] + spec.cooldown_s)
+    assert spec.warmups >= 1
     minutes, seconds = divmod(round(expected_s), 60)
     assert f"experiment size: {len(spec_cells)} runs in the matrix" in out
     # some runs have nothing to go by: the figure is a lower bound
