@@ -52,8 +52,9 @@ class Estimate:
         # runs without a stored duration are left out: the time is a lower bound then
         bound = "at least " if self.unknown else ""
         out.append(f"estimated time: {bound}{duration_text(self.total_s)} ({known} of {todo} "
-                   "runs to do estimated from stored durations, with each board's warm-ups; boards run "
-                   "in parallel; not counted: Ray's start, builds, workload generation)")
+                   "runs to do estimated from stored durations, with each board's "
+                   "warm-ups; boards run in parallel; not counted: Ray's start, builds, "
+                   "workload generation)")
         if self.unknown:
             out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
                        "leaves them out")
