@@ -208,3 +208,18 @@ def test_an_engine_comparison_leads(tmp_path: Path) -> None:
     section = markdown.split("## Engines compared\n")[1].split("\n## ")[0]
     assert "B = llama-bench vs A = lmc" in section and "1 slower" in section
     store.close()
+
+
+def test_the_history_timeline_draws_the_spread_of_each_revision(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/timeline.db")
+    exp = SyntheticExperiment(store)
+    exp.add_build("new", build_record(source_hash="b" * 64, revision="rev-b",
+                                      binary_sha256="b" * 64))
+    for (build, ms), repeat in itertools.product((("default", 10.0), ("new", 8.0)), range(3)):
+        exp.run(build=build, repeat=repeat, decode_ms=ms + repeat)
+    page = (render_report(store, "synthetic", tmp_path / "out", revision_order=sorted)
+            .read_text())
+    history = page.split('<section id="history">')[1].split("</section>")[0]
+    assert "by revision: local (whiskers: min-max over runs)" in history
+    assert history.count('class="spread"') >= 2  # a whisker per revision of the series
+    store.close()
