@@ -105,12 +105,19 @@ def test_the_headline_says_where_sparse_prefill_is_slower(tmp_path: Path) -> Non
     store.close()
 
 
-def test_k_sweep_keeps_revisions_apart(tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path}/revs.db")
+def _two_revisions(path: Path) -> tuple[Store, SyntheticExperiment]:
+    """A store whose experiment has builds of two engine revisions: rev-a ("default") and
+    rev-b ("new")."""
+    store = Store.open(f"sqlite:///{path}")
     exp = SyntheticExperiment(store)
-    exp.add_build("O0", build_record(source_hash="b" * 64, revision="rev-b",
-                                     binary_sha256="b" * 64))
-    for build, slow in (("default", 1.0), ("O0", 5.0)):
+    exp.add_build("new", build_record(source_hash="b" * 64, revision="rev-b",
+                                      binary_sha256="b" * 64))
+    return store, exp
+
+
+def test_k_sweep_keeps_revisions_apart(tmp_path: Path) -> None:
+    store, exp = _two_revisions(tmp_path / "revs.db")
+    for build, slow in (("default", 1.0), ("new", 5.0)):
         for k in (8, 32):
             exp.run(policy="sparse", k=k, build=build, decode_ms=10.0 * slow)
         exp.run(build=build, decode_ms=12.0 * slow)
@@ -211,10 +218,7 @@ def test_an_engine_comparison_leads(tmp_path: Path) -> None:
 
 
 def test_the_history_timeline_draws_the_spread_of_each_revision(tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path}/timeline.db")
-    exp = SyntheticExperiment(store)
-    exp.add_build("new", build_record(source_hash="b" * 64, revision="rev-b",
-                                      binary_sha256="b" * 64))
+    store, exp = _two_revisions(tmp_path / "timeline.db")
     for (build, ms), repeat in itertools.product((("default", 10.0), ("new", 8.0)), range(3)):
         exp.run(build=build, repeat=repeat, decode_ms=ms + repeat)
     page = (render_report(store, "synthetic", tmp_path / "out", revision_order=sorted)
