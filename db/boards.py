@@ -178,13 +178,25 @@ class Boards:
         conn.execute(insert(BoardEvent.__table__).values(
             board=board, state=state, reason=reason, changed_by=by, at=moment))
 
-    def states(self, boards: list[str] | None = None) -> dict[str, BoardStatus]:
-        """The state of each board named (every board with a stored state when None)."""
-        with self.database.connect() as conn:
-            query = select(BoardState.__table__)
-            if boards is not None:
-                query = query.where(BoardState.__table__.c.board.in_(boards))
-            rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
+    def states(self, boards: list[str] | None = None,
+               conn: Any = None) -> dict[str, BoardStatus]:
+        """The state of each board named (every board with a stored state when None); on
+        ``conn`` when given (inside the caller's write transaction: the rows are locked until
+        it ends, so that a change of state commits before or after the decision it feeds,
+        never during it; SQLite's writers are serialised already)."""
+        if conn is None:
+            with self.database.connect() as reading:
+                return self._states(reading, boards, lock=False)
+        return self._states(conn, boards, lock=True)
+
+    @staticmethod
+    def _states(conn: Any, boards: list[str] | None, lock: bool) -> dict[str, BoardStatus]:
+        query = select(BoardState.__table__)
+        if lock:
+            query = query.with_for_update()
+        if boards is not None:
+            query = query.where(BoardState.__table__.c.board.in_(boards))
+        rows = {r.board: BoardStatus(**r._mapping) for r in conn.execute(query)}
         names = sorted(rows) if boards is None else boards
         return {name: rows.get(name) or _online(name) for name in names}
 
@@ -340,13 +352,24 @@ class Boards:
             table.c.ends > moment).order_by(table.c.id.desc())).first()
         return None if row is None else ReservationInfo(**row._mapping)
 
-    def reservations(self, boards: list[str] | None = None) -> dict[str, ReservationInfo]:
-        """The reservations in force now, by board."""
+    def reservations(self, boards: list[str] | None = None,
+                     conn: Any = None) -> dict[str, ReservationInfo]:
+        """The reservations in force now, by board (on ``conn`` when given: locked as
+        ``states`` locks the boards' states)."""
+        if conn is None:
+            with self.database.connect() as reading:
+                return self._reservations(reading, boards, lock=False)
+        return self._reservations(conn, boards, lock=True)
+
+    @staticmethod
+    def _reservations(conn: Any, boards: list[str] | None,
+                      lock: bool) -> dict[str, ReservationInfo]:
         table = Reservation.__table__
         moment = utcnow()
         query = select(table).where(table.c.released_at.is_(None), table.c.starts <= moment,
                                     table.c.ends > moment).order_by(table.c.id)
+        if lock:
+            query = query.with_for_update()
         if boards is not None:
             query = query.where(table.c.board.in_(boards))
-        with self.database.connect() as conn:
-            return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}
+        return {r.board: ReservationInfo(**r._mapping) for r in conn.execute(query)}

@@ -12,13 +12,14 @@ it at its next heartbeat and stops.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, case, func, insert, select, update
 
+from db import job_events
 from db.audit import AuditEvent, write
 from db.connection import retry_locked
 from db.errors import StoreInputError
@@ -39,6 +40,7 @@ MAX_ROW_ID = 2**63 - 1
 MAX_NAME_CHARS = 200  # an owner (the column's size)
 MAX_MESSAGE_CHARS = 4000  # a job's message: the outcome line or the error, cut to this
 FINISHED_STATES = tuple(state for state in JOB_STATES if state not in ACTIVE)
+STALE = "its coordinator stopped heartbeating"  # the cause of a dead coordinator's requeue
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,15 @@ class PlacementProgress:
     failed: int
     running: int  # boards of the placement leased for this experiment now
     pending: int  # the rest: not run yet, or interrupted / cancelled / pending rows
+    # the placement's stored runs per status (their current attempt), as `benchfarm status`
+    # counts an experiment's runs; and the runs of the matrix not stored yet
+    stored: dict[str, int] = field(default_factory=dict)
+    not_started: int = 0
 
-    @property
-    def line(self) -> list[object]:
-        return [self.placement, self.total, self.done, self.failed, self.pending, self.running]
+    def line(self, statuses: tuple[str, ...]) -> list[object]:
+        """Placement, runs in the matrix, stored runs per status, not started."""
+        return [self.placement, self.total, *(self.stored.get(s, 0) for s in statuses),
+                self.not_started]
 
 
 class Jobs:
@@ -108,26 +115,53 @@ class Jobs:
         with self.database.begin() as conn:
             job_id = conn.execute(insert(self.table).values(**values)).inserted_primary_key[0]
             write(conn, event and event.on(f"job {job_id}"), moment)
+            job_events.record(conn, job_id, "submitted", moment, owner,
+                              f"priority {priority}" + (f", devices {', '.join(devices)}"
+                                                        if devices else ""))
+            if holder is not None:
+                job_events.record(conn, job_id, "claimed", moment, holder,
+                                  "`benchfarm run` runs it at once")
             return job_id
 
     @retry_locked
     def claim_next(self, holder: str, stale_after_s: float,
-                   skip: Collection[int] = ()) -> JobInfo | None:
-        """Reclaim jobs of dead holders, then take the queued job of highest priority (but
-        those in ``skip``: jobs whose boards cannot take work now)."""
+                   waits: Callable[[Any, JobInfo], str | None] | None = None) -> JobInfo | None:
+        """Reclaim jobs of dead holders, then take the queued job of highest priority that
+        can start: all in ONE write transaction, so that a board freed a moment ago (a
+        release, an end of maintenance) goes to the best job that waited for it, whichever
+        `serve` looks first. ``waits(conn, job)`` says why a job cannot start now (None: it
+        can), reading the store on the transaction's connection; a waiting job's message and
+        events say why."""
         table = self.table
-        moment = utcnow()
         with self.database.begin() as conn:
+            moment = utcnow()  # once the write lock is held: claims are stamped in their order
             self._reap(conn, moment, stale_after_s)
-            job_id = conn.scalar(select(table.c.id).where(table.c.state == "queued",
-                                                          table.c.id.not_in(list(skip)))
-                                 .order_by(table.c.priority.desc(), table.c.id).limit(1))
-            if job_id is None:
-                return None
-            conn.execute(update(table).where(table.c.id == job_id).values(
-                state="running", holder=holder, heartbeat=moment, started_at=moment,
-                message=None))
-        return self.get(job_id)
+            queued = conn.execute(select(table).where(table.c.state == "queued")
+                                  .order_by(table.c.priority.desc(), table.c.id)).all()
+            for row in queued:
+                job = JobInfo(**row._mapping)
+                why = waits(conn, job) if waits is not None else None
+                if why:
+                    self._note(conn, job, f"waiting: {why}", moment)
+                    continue
+                if not conn.execute(update(table).where(
+                        table.c.id == job.id, table.c.state == "queued").values(
+                        state="running", holder=holder, heartbeat=moment, started_at=moment,
+                        message=None)).rowcount:
+                    continue  # another serve took it (a store without serialised writers)
+                job_events.record(conn, job.id, self._claim_event(conn, job.id), moment,
+                                  holder, f"priority {job.priority}, the best queued job that "
+                                          "can start")
+                return self.get_on(conn, job.id)
+        return None
+
+    @staticmethod
+    def _claim_event(conn: Any, job_id: int) -> str:
+        """``taken over`` when the job's last coordinator died with it, else ``claimed``."""
+        last = job_events.last_event(conn, job_id)
+        died = last is not None and last.event == "requeued" and (last.cause or "").startswith(
+            STALE)
+        return "taken over" if died else "claimed"
 
     @retry_locked
     def reap(self, stale_after_s: float) -> None:
@@ -141,12 +175,20 @@ class Jobs:
         table = self.table
         stale = table.c.heartbeat < moment - timedelta(seconds=stale_after_s)
         running = (table.c.state == "running") & stale
+        dead = conn.execute(select(table.c.id, table.c.kind, table.c.holder)
+                            .where(running)).all()
+        if not dead:
+            return
         conn.execute(update(table).where(running, table.c.kind == "queue").values(
             state="queued", holder=None,
             message="requeued: its coordinator stopped heartbeating"))
         conn.execute(update(table).where(running, table.c.kind == "run").values(
             state="failed", finished_at=moment,
             message="lost: its `benchfarm run` coordinator stopped heartbeating (killed?)"))
+        for job_id, kind, holder in dead:
+            cause = f"{STALE} for {stale_after_s:g} s (killed, or its host lost)"
+            job_events.record(conn, job_id, "requeued" if kind == "queue" else "lost", moment,
+                              holder, cause)
 
     @retry_locked
     def heartbeat(self, job_id: int) -> str:
@@ -163,33 +205,43 @@ class Jobs:
                          .values(totals=dict(totals)))
 
     @retry_locked
-    def finish(self, job_id: int, state: str, message: str) -> None:
-        """End a running job (a cancelled one stays cancelled; the message is kept)."""
+    def finish(self, job_id: int, state: str, message: str, event: str = "finished") -> None:
+        """End a running job (a cancelled one stays cancelled; the message is kept), recording
+        ``event`` (``interrupted``: its coordinator was stopped by a signal)."""
         if state not in JOB_STATES:
             raise ValueError(f"job state {state!r}: allowed {', '.join(JOB_STATES)}")
-        table = self.table
+        table, moment = self.table, utcnow()
         with self.database.begin() as conn:
             conn.execute(update(table).where(table.c.id == job_id)
                          .values(message=message[:MAX_MESSAGE_CHARS]))
-            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
-                         .values(state=state, finished_at=utcnow()))
+            holder = conn.scalar(select(table.c.holder).where(table.c.id == job_id))
+            if conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
+                            .values(state=state, finished_at=moment)).rowcount:
+                job_events.record(conn, job_id, event, moment, holder, f"{state}: {message}")
 
     @retry_locked
-    def requeue(self, job_id: int, message: str) -> None:
-        """Put a running job back in the queue (its coordinator stopped; a restart resumes)."""
-        table = self.table
+    def requeue(self, job_id: int, message: str, event: str = "requeued") -> None:
+        """Put a running job back in the queue (its coordinator stopped: ``interrupted``; its
+        boards stopped taking work: ``drained``; a restart resumes), recording ``event``."""
+        table, moment = self.table, utcnow()
         with self.database.begin() as conn:
-            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "running")
-                         .values(state="queued", holder=None,
-                                 message=message[:MAX_MESSAGE_CHARS]))
+            holder = conn.scalar(select(table.c.holder).where(table.c.id == job_id))
+            if conn.execute(update(table).where(table.c.id == job_id,
+                                                table.c.state == "running")
+                            .values(state="queued", holder=None,
+                                    message=message[:MAX_MESSAGE_CHARS])).rowcount:
+                job_events.record(conn, job_id, event, moment, holder, message)
 
-    @retry_locked
-    def note(self, job_id: int, message: str) -> None:
-        """Say on a queued job why it waits (shown by `benchfarm queue`)."""
-        table = self.table
-        with self.database.begin() as conn:
-            conn.execute(update(table).where(table.c.id == job_id, table.c.state == "queued")
-                         .values(message=message[:MAX_MESSAGE_CHARS]))
+    def _note(self, conn: Any, job: JobInfo, message: str, moment: datetime) -> None:
+        """Say on a queued job why it waits (shown by `benchfarm queue`); a ``waiting`` event
+        when the reason changed."""
+        message = message[:MAX_MESSAGE_CHARS]
+        if job.message == message:
+            return
+        conn.execute(update(self.table).where(self.table.c.id == job.id,
+                                              self.table.c.state == "queued")
+                     .values(message=message))
+        job_events.record(conn, job.id, "waiting", moment, None, message)
 
     @retry_locked
     def cancel(self, job_id: int, by: str, message: str,
@@ -198,12 +250,15 @@ class Jobs:
         still active); False if it had ended."""
         table, moment = self.table, utcnow()
         with self.database.begin() as conn:
+            was = conn.scalar(select(table.c.state).where(table.c.id == job_id))
             cancelled = conn.execute(update(table).where(
                 table.c.id == job_id, table.c.state.in_(ACTIVE)).values(
                 state="cancelled", finished_at=moment, message=message[:MAX_MESSAGE_CHARS],
                 cancelled_by=by)).rowcount == 1
             if cancelled:
                 write(conn, event, moment)
+                job_events.record(conn, job_id, "cancelled", moment, by,
+                                  f"{message} (it was {was})")
             return cancelled
 
     def get(self, job_id: int) -> JobInfo:
@@ -211,10 +266,25 @@ class Jobs:
         if not 0 < job_id <= MAX_ROW_ID:  # the store's ids are 64-bit: no such job
             raise StoreInputError(f"no job {job_id}; job ids are from 1 to {MAX_ROW_ID}")
         with self.database.connect() as conn:
-            row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
+            return self.get_on(conn, job_id)
+
+    def get_on(self, conn: Any, job_id: int) -> JobInfo:
+        """``get`` on the caller's connection."""
+        row = conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
         if row is None:
             raise StoreInputError(f"no job {job_id}; `benchfarm queue --all` lists them")
         return JobInfo(**row._mapping)
+
+    def events(self, job_id: int) -> list[job_events.JobEventInfo]:
+        """The job's story, in order (db.job_events)."""
+        return job_events.events(self.database, job_id)
+
+    def attempts(self, job_id: int) -> list[job_events.JobAttempt]:
+        """The attempts its coordinators made at its runs, in the order they started."""
+        return job_events.attempts(self.database, job_id)
+
+    def attempt_counts(self, job_id: int) -> dict[str, int]:
+        return job_events.attempt_counts(self.database, job_id)
 
     def active(self, experiment: str) -> list[JobInfo]:
         """The queued and running jobs of ``experiment``."""
@@ -294,6 +364,8 @@ class Jobs:
         for placement, total in sorted(job.totals.items()):
             done, failed = counts[(placement, "ok")], counts[(placement, "failed")]
             running = sum(1 for board, cls in leased if placement in (board, cls))
+            stored = {status: n for (where, status), n in counts.items() if where == placement}
             result.append(PlacementProgress(placement, total, done, failed, running,
-                                            max(total - done - failed - running, 0)))
+                                            max(total - done - failed - running, 0), stored,
+                                            max(total - sum(stored.values()), 0)))
         return result

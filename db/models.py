@@ -320,6 +320,26 @@ class Job(Base):
     cancelled_by: Mapped[str | None] = mapped_column(String(200))  # who cancelled it
 
 
+# What happens to a job, in the order it may happen (db.jobs writes each with its cause).
+JOB_EVENTS = ("submitted", "claimed", "taken over", "waiting", "drained", "requeued",
+              "interrupted", "cancelled", "finished", "lost")
+
+
+class JobEvent(Base):
+    """One transition of a job: when (UTC), what, who caused it (a user, a coordinator) and
+    why. A job's story, in id order, is its events; its runs' attempts are its measurements."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (_one_of("event", JOB_EVENTS),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime]
+    event: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str | None] = mapped_column(String(200))
+    cause: Mapped[str | None] = mapped_column(Text)
+
+
 BOARD_STATES = ("online", "maintenance", "retired", "bad")
 
 
@@ -413,6 +433,9 @@ class Measurement(Base):
     prompt_tokens: Mapped[int | None]
     raw_json: Mapped[str | None] = mapped_column(CompressedText)  # the engine's stdout
     lease_id: Mapped[str | None] = mapped_column(String(36))  # the board lease it ran under
+    # the job whose coordinator made the attempt (None: stored before jobs named their runs, or
+    # a bulk import); `benchfarm logs JOB` lists a job's attempts by it
+    job_id: Mapped[int | None] = mapped_column(index=True)
     # its lease had expired (or passed to another coordinator) when its result was stored: kept,
     # never counted as the run's ok
     lease_expired: Mapped[bool] = mapped_column(Boolean, server_default=false())

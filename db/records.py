@@ -136,6 +136,7 @@ class RunResult:
     prompt_tokens: int | None = None
     raw_json: str | None = None  # the engine's stdout, verbatim
     lease_id: str | None = None  # the board lease (db.leases) the run was made under
+    job_id: int | None = None  # the job (db.jobs) whose coordinator made the attempt
     token_timings: list[TokenTiming] = field(default_factory=list)
     outcome: Outcome | None = None
     snapshots: list[Snapshot] = field(default_factory=list)

@@ -19,7 +19,7 @@ from devices.conditions import memory_controllers
 from reports import metrics
 from reports.cells import cell_rows, group_cells, merge_flags, sorted_table
 from reports.cpu import mixed_cpu_flag
-from reports.runs import int_or_none, stored_json
+from reports.runs import int_or_none, revision_label, stored_json
 from reports.stats import CV_FLAG, median, series_mean, summarize
 
 # Per-run timings summarised over repeats: those a comparison follows, and the harness's own
@@ -96,33 +96,40 @@ def needle_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def k_sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (device, kind, size, policy, k): recall, perplexity and timings (medians) against k.
+    """Per (device, revision, kind, size, policy, k): recall, perplexity and timings (medians,
+    with the timings' min and max over the runs) against k.
 
     ``size`` is the context length (needle, decode, attn-bench) or the text length (ppl). Exact
-    rows have no k: they are the reference line.
+    rows have no k: they are the reference line. ``revision`` is empty unless the runs hold
+    several engine revisions, which are never pooled.
     """
     ok = runs[(runs["status"] == "ok") & runs["kv_budget"].isna()].copy()  # eviction: k unused
     ok["size"] = ok["ctx"].where(ok["ctx"].notna(), ok["length"])
-    keys = ["device", "kind", "size", "policy", "k"]
+    several = ok["revision"].nunique() > 1 if "revision" in ok else False
+    ok["revision"] = [revision_label(r) if several and isinstance(r, str) else ""
+                      for r in (ok["revision"] if "revision" in ok else [None] * len(ok))]
+    keys = ["device", "revision", "kind", "size", "policy", "k"]
     rows = []
     for key, cell in group_cells(ok, keys):
+        # generate runs time attention per decode step; attn-bench times it alone
+        attn = (cell["attn_ms_per_token"] if cell["attn_ms_per_token"].notna().any()
+                else cell["attn_median_ms"])
         rows.append(dict(zip(keys, key, strict=True)) | {
             "recall": cell["recall"].mean() if cell["recall"].notna().any() else None,
             "same_as_exact": (pd.to_numeric(cell["same_as_exact"]).mean()
                               if cell["same_as_exact"].notna().any() else None),
             "ppl": cell["ppl"].median() if cell["ppl"].notna().any() else None,
             "decode_ms": cell["decode_ms_per_token"].median(),
-            # generate runs time attention per decode step; attn-bench times it alone
-            "attn_ms": (cell["attn_ms_per_token"].median()
-                        if cell["attn_ms_per_token"].notna().any()
-                        else cell["attn_median_ms"].median()),
+            "decode_min": cell["decode_ms_per_token"].min(),
+            "decode_max": cell["decode_ms_per_token"].max(),
+            "attn_ms": attn.median(), "attn_min": attn.min(), "attn_max": attn.max(),
             "n": len(cell),
         })
     columns = keys + ["recall", "same_as_exact", "ppl", "ppl_vs_exact_pct", "decode_ms",
-                      "attn_ms", "n"]
+                      "decode_min", "decode_max", "attn_ms", "attn_min", "attn_max", "n"]
     table = pd.DataFrame(rows, columns=columns)
     # The perplexity cost of each config, (ppl / ppl(exact) - 1) x 100, on the same texts.
-    for _, cell in group_cells(table, ["device", "kind", "size"]):
+    for _, cell in group_cells(table, ["device", "revision", "kind", "size"]):
         exact = cell[(cell["policy"] == "exact") & cell["ppl"].notna()]["ppl"]
         if not exact.empty:
             table.loc[cell.index, "ppl_vs_exact_pct"] = (
@@ -138,20 +145,23 @@ def critical_k_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """
     needle = sweep[sweep["kind"] == "needle"]
     rows = []
-    for (device, size), cell in group_cells(needle, ["device", "size"]):
+    for (device, revision, size), cell in group_cells(needle, ["device", "revision", "size"]):
         exact = cell[cell["policy"] == "exact"]["recall"]
         if exact.empty or exact.isna().all():
             continue
         reference = float(exact.iloc[0])
         for policy, group in group_cells(cell[cell["policy"] != "exact"], ["policy"]):
             group = group.dropna(subset=["k"]).sort_values("k")
-            rows.append({"device": device, "ctx": size, "policy": policy[0],
+            rows.append({"device": device, "revision": revision, "ctx": size,
+                         "policy": policy[0],
                          "exact_recall": reference,
                          "critical_k": _critical_k(group["k"].tolist(),
                                                    group["recall"].tolist(), reference),
                          "ks_measured": " ".join(str(int(k)) for k in group["k"])})
-    columns = ["device", "ctx", "policy", "exact_recall", "critical_k", "ks_measured"]
-    return sorted_table(pd.DataFrame(rows, columns=columns), ["device", "ctx", "policy"])
+    columns = ["device", "revision", "ctx", "policy", "exact_recall", "critical_k",
+               "ks_measured"]
+    return sorted_table(pd.DataFrame(rows, columns=columns),
+                        ["device", "revision", "ctx", "policy"])
 
 
 def _critical_k(ks: list[float], recalls: list[float], reference: float) -> int | None:

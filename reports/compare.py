@@ -70,6 +70,7 @@ class Comparison:
     noise_floor: float | None  # from A/A on side A, when measurable
     table: pd.DataFrame  # one row per config
     common_flags: list[str] = field(default_factory=list)  # carried by every row: said once
+    experiments: list[str] = field(default_factory=list)  # those read; several are said first
 
     @property
     def unit(self) -> str:
@@ -80,7 +81,9 @@ class Comparison:
         floor = "n/a" if self.noise_floor is None else f"{100 * self.noise_floor:.1f} %"
         sides = (f"{self.a.text}: even against odd repeats" if self.a.text == self.b.text
                  else f"B = {self.b.text} vs A = {self.a.text}")
-        text = (f"{sides}; {self.metric} in {self.unit} (lower is better), ratio B/A "
+        text = (f"MIXES {len(self.experiments)} EXPERIMENTS ({', '.join(self.experiments)}; "
+                "--experiment NAME compares within one): " if len(self.experiments) > 1 else "")
+        text += (f"{sides}; {self.metric} in {self.unit} (lower is better), ratio B/A "
                 f"(> 1: B slower) over {len(self.table)} common configs")
         mean = geometric_mean_ci(self.table["ratio"]) if len(self.table) else None
         if mean is not None:
@@ -153,8 +156,10 @@ def load_runs(store: Any, experiments: list[str] | None,
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")
     # A run may belong to several experiments: count each measurement once.
-    return pd.concat(frames, ignore_index=True).drop_duplicates("measurement_id",
+    runs = pd.concat(frames, ignore_index=True).drop_duplicates("measurement_id",
                                                                 ignore_index=True)
+    runs.attrs["experiments"] = list(names)
+    return runs
 
 
 def resolve(runs: pd.DataFrame, text: str, named: str | None = None) -> Side:
@@ -317,8 +322,10 @@ def compare(store: Any, a: str, b: str, experiments: list[str] | None = None,
             threshold: float = NOISE_THRESHOLD, lmc_policy: str = "exact",
             selection: Selection = CURRENT, named: dict[str, str] | None = None) -> Comparison:
     sides = dict.fromkeys([a, b, *(named or {}).values()])
-    return compare_runs(load_runs(store, experiments, selection, sides), a, b, metric,
-                        threshold, lmc_policy, named)
+    runs = load_runs(store, experiments, selection, sides)
+    result = compare_runs(runs, a, b, metric, threshold, lmc_policy, named)
+    result.experiments = runs.attrs["experiments"]
+    return result
 
 
 def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_per_token",

@@ -63,12 +63,21 @@ def _k_axis_series(cell: pd.DataFrame, column: str) -> list[Series]:
         value = float(exact.iloc[0])
         series.append(Series("exact", [(ks[0], value), (ks[-1], value)], dashed=True,
                              colour="#000000"))
+    low, high = SPREAD.get(column, (None, None))
     for policy, group in swept.groupby("policy", sort=True):
         points = [(float(k), float(v)) for k, v in zip(group["k"], group[column], strict=True)
                   if _num(v) is not None]
+        spread = [] if low is None else sorted(
+            (float(k), float(lo), float(hi)) for k, lo, hi, n in zip(
+                group["k"], group[low], group[high], group["n"], strict=True)
+            if n > 1 and _num(lo) is not None and _num(hi) is not None)
         if points:
-            series.append(Series(str(policy), sorted(points)))
+            series.append(Series(str(policy), sorted(points), spread=spread))
     return series
+
+
+# a timing column of the k-sweep -> its min and max over runs (the charts' whiskers)
+SPREAD = {"decode_ms": ("decode_min", "decode_max"), "attn_ms": ("attn_min", "attn_max")}
 
 
 K_METRICS = [
@@ -88,7 +97,8 @@ def k_sweep_charts(sweep: pd.DataFrame) -> list[Figure]:
     figures = []
     for kind, column, what, axes in K_METRICS:
         part = sweep[sweep["kind"] == kind]
-        for (device, size), cell in part.groupby(["device", "size"], sort=True):
+        for (device, revision, size), cell in part.groupby(["device", "revision", "size"],
+                                                           sort=True):
             if cell[cell["policy"] != "exact"]["k"].dropna().nunique() < 2:
                 continue  # a sweep needs at least two values of k
             series = _k_axis_series(cell, column)
@@ -96,6 +106,10 @@ def k_sweep_charts(sweep: pd.DataFrame) -> list[Figure]:
                 continue
             unit = "length" if kind == "ppl" else "context"
             title = f"{what} vs k: {kind}, {unit} {_label(size)}, {device}"
+            if revision:
+                title += f", rev {revision}"
+            if any(s.spread for s in series):
+                title += " (whiskers: min-max over runs)"
             ks = sorted({int(k) for k in cell["k"].dropna()})
             chart_axes = Axes(axes.x_label, axes.y_label, axes.log_x, axes.y_min, axes.y_max,
                               x_ticks=[float(k) for k in ks])
@@ -114,14 +128,20 @@ def latency_charts(latency: pd.DataFrame) -> list[Figure]:
         bars = sorted(set(cell["config"]), key=lambda c: (c != "exact" and not
                                                            c.startswith("exact "), c))
         values: dict[tuple[str, str, str], float] = {}
-        for ctx, config, attn_ms, rest_ms in zip(*(cell[c].tolist() for c in (
-                "ctx", "config", "attn_ms", "rest_ms")), strict=True):
+        spread: dict[tuple[str, str], tuple[float, float]] = {}
+        for ctx, config, attn_ms, rest_ms, low, high, n in zip(*(cell[c].tolist() for c in (
+                "ctx", "config", "attn_ms", "rest_ms", "decode_min", "decode_max", "n")),
+                strict=True):
             group = str(int(ctx))
             values[(group, config, "attention")] = _num(attn_ms) or 0.0
             values[(group, config, "rest")] = max(0.0, _num(rest_ms) or 0.0)
+            if n > 1 and _num(low) is not None and _num(high) is not None:
+                spread[(group, config)] = (float(low), float(high))
         title = f"decode ms/token by context, attention vs rest: {device}"
+        if spread:
+            title += " (whiskers: min-max over runs)"
         figures.append((title, stacked_bars(title, groups, bars, ["attention", "rest"], values,
-                                            "ms/token")))
+                                            "ms/token", spread)))
     return figures
 
 
@@ -153,11 +173,18 @@ def ttft_charts(ttft: pd.DataFrame) -> list[Figure]:
         lengths = sorted({float(c) for c in cell["ctx"].dropna()})
         if len(lengths) < 2:
             continue  # a line needs two lengths; the table has the rest
-        series = [Series(str(config), sorted((float(c), float(v)) for c, v in
-                                             zip(group["ctx"], group["ttft_ms"], strict=True)
-                                             if _num(c) is not None and _num(v) is not None))
-                  for config, group in cell.groupby("config", sort=True)]
+        series = []
+        for config, group in cell.groupby("config", sort=True):
+            rows = [(float(c), float(v), _num(lo), _num(hi), n) for c, v, lo, hi, n in zip(
+                *(group[k].tolist() for k in ("ctx", "ttft_ms", "ttft_min_ms", "ttft_max_ms",
+                                               "n")), strict=True)
+                if _num(c) is not None and _num(v) is not None]
+            series.append(Series(str(config), sorted((c, v) for c, v, _, _, _ in rows),
+                                 spread=sorted((c, lo, hi) for c, _, lo, hi, n in rows
+                                               if n > 1 and lo is not None and hi is not None)))
         title = f"time to first token vs prompt length: {device}"
+        if any(s.spread for s in series):
+            title += " (whiskers: min-max over runs)"
         figures.append((title, line_chart(title, series, Axes(
             "prompt length (tokens)", "prefill ms", log_x=True, x_ticks=lengths))))
     return figures

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from reports.aggregate import critical_k_table, k_sweep_table
+from reports.stats import compare_samples
 
 SPARSE = "sparse"
 
@@ -98,6 +99,18 @@ def _paragraph(exact: pd.DataFrame, sparse: pd.DataFrame, contexts: list[int],
     return " ".join(text)
 
 
+def _decided(exact: pd.Series, sparse: pd.Series) -> str:
+    """Whether the decode times differ beyond noise: the U test over the runs (every depth
+    and repeat of the length), or how many runs a side it would take."""
+    a, b = exact.dropna().tolist(), sparse.dropna().tolist()
+    change = compare_samples(a, b)
+    if change.verdict == "inconclusive":
+        return (f", not decided ({min(len(a), len(b))} runs a side; the Mann-Whitney U test "
+                f"needs {change.needed}: raise repeats)")
+    return (f", {change.verdict} (Mann-Whitney U over {len(a)} and {len(b)} runs, p = "
+            f"{change.p_value:.2g})")
+
+
 def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) -> str:
     blocks = math.ceil(ctx / block)
     sweep = k_sweep_table(pd.concat([exact, sparse]))
@@ -121,10 +134,43 @@ def _longest(exact: pd.DataFrame, sparse: pd.DataFrame, ctx: int, block: int) ->
     decode = _ratio(chosen["decode_ms_per_token"], exact["decode_ms_per_token"])
     if decode is not None:
         parts.append(f"and a whole decode step {_ms(chosen['decode_ms_per_token'].median())} "
-                     f"against {_ms(exact['decode_ms_per_token'].median())} ms ({decode:.2f}x)")
+                     f"against {_ms(exact['decode_ms_per_token'].median())} ms ({decode:.2f}x)"
+                     + _decided(exact["decode_ms_per_token"], chosen["decode_ms_per_token"]))
     text = ", ".join(parts) + "."
     smaller = sorted(int(x) for x in set(sparse["k"].dropna()) if x < k)
     if smaller:
         losses = [f"k = {s}: {_hits(sparse[sparse['k'] == s])}" for s in smaller]
         text += f" Smaller k read less but lose the needle ({'; '.join(losses)} runs)."
     return text
+
+
+def _range(values: pd.Series) -> str:
+    low, high = float(values.min()), float(values.max())
+    return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+
+
+def prefill_headline(ttft: pd.DataFrame) -> str:
+    """What sparse prefill does to the time to first token (``aggregate.ttft_table``): per
+    board, the prompt lengths where it is faster than exact prefill and those where it is
+    slower, said first; "" without sparse-prefill runs."""
+    sparse = ttft[ttft["prefill_attn"].notna() & (ttft["prefill_attn"] != "exact")
+                  & ttft["vs_exact"].notna()]
+    sentences = []
+    for device, rows in sparse.groupby("device", sort=True):
+        slower, faster, mixed = [], [], []
+        for ctx, cell in rows.groupby("ctx", sort=True):
+            ratio = pd.to_numeric(cell["vs_exact"])
+            where = f"{int(ctx)} tokens ({_range(ratio)})"
+            (faster if ratio.min() > 1 else slower if ratio.max() < 1 else mixed).append(where)
+        parts = []
+        if slower:
+            parts.append(f"sparse prefill is SLOWER than exact at {_and(slower)}")
+        if faster:
+            parts.append(f"faster at {_and(faster)}")
+        if mixed:
+            parts.append(f"faster in some configs and slower in others at {_and(mixed)}")
+        text = "; ".join(parts)
+        sentences.append(f"Time to first token on {device}: {text[0].upper()}{text[1:]} "
+                         "(exact prefill's median over sparse's, over its sparse configs; "
+                         "above 1 is faster).")
+    return " ".join(sentences)

@@ -278,13 +278,17 @@ def timeline_figures(hist: History) -> list[tuple[str, str]]:
         for s in (s for s in hist.series if s.device == device):
             series.append(Series(s.config, [(float(position[p.revision]),
                                              median(p.values))
-                                            for p in s.points]))
+                                            for p in s.points],
+                                 spread=[(float(position[p.revision]), min(p.values),
+                                          max(p.values)) for p in s.points
+                                         if len(p.values) > 1]))
         for step in hist.steps:
             if step.device == device:
                 marks.append(Mark(float(position[step.revision]),
                                   "" if step.ratio is None else f"x{step.ratio:.2g}"))
         unit = METRICS.get(hist.metric, "")
-        title = f"{hist.metric} by revision: {device}"
+        title = f"{hist.metric} by revision: {device}" + (
+            " (whiskers: min-max over runs)" if any(s.spread for s in series) else "")
         axes = Axes("revision (commit order)", f"{hist.metric}" + (f" ({unit})" if unit else ""),
                     x_ticks=[float(i) for i in range(len(hist.revisions))],
                     x_tick_labels=[revision_label(r)[:7] for r in hist.revisions])

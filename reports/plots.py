@@ -86,6 +86,9 @@ class Series:
     points: list[tuple[float, float]]  # (x, y), sorted by x
     dashed: bool = False  # reference lines (exact attention) are dashed
     colour: str | None = None
+    # (x, low, high): the spread over runs at a point with more than one (min-max), drawn as
+    # a whisker through it; a point of one run has none
+    spread: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,7 +136,8 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
     left, right, top, bottom = 56.0, 130.0, 28.0, 40.0
     plot_w, plot_h = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points]
-    ys = [y for s in series for _, y in s.points]
+    ys = [y for s in series for _, y in s.points] + [
+        v for s in series for _, low, high in s.spread for v in (low, high)]
     body = [_text((left + width - right) / 2, 16, title, extra=' font-weight="bold"')]
     if not xs:
         body.append(_text(width / 2, height / 2, "no data"))
@@ -183,6 +187,8 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
                     f'stroke-width="1.8"{dash}/>')
         for x, y in at:
             body.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>')
+        for x, low, high in s.spread:
+            body.append(_whisker(px(x), py(low), py(high), colour))
         ly = top + 10 + index * 16
         body.append(f'<line x1="{_n(width - right + 8)}" y1="{_n(ly)}" '
                     f'x2="{_n(width - right + 28)}" y2="{_n(ly)}" stroke="{colour}" '
@@ -191,13 +197,24 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
     return _svg(width, height, body, title)
 
 
+def _whisker(x: float, y_low: float, y_high: float, colour: str) -> str:
+    """A vertical min-max line with end caps (class "spread")."""
+    return (f'<path class="spread" d="M{_n(x - 3)},{_n(y_low)}H{_n(x + 3)}M{_n(x)},{_n(y_low)}'
+            f'V{_n(y_high)}M{_n(x - 3)},{_n(y_high)}H{_n(x + 3)}" stroke="{colour}" '
+            'fill="none" stroke-width="1"/>')
+
+
 def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
                  parts: Sequence[str], values: dict[tuple[str, str, str], float],
-                 y_label: str) -> str:
+                 y_label: str,
+                 spread: dict[tuple[str, str], tuple[float, float]] | None = None) -> str:
     """Grouped bars (one group per x label, one bar per series) stacked from ``parts``.
 
     ``values[(group, bar, part)]`` is the height of one segment; missing segments are 0.
+    ``spread[(group, bar)]``: the (min, max) of the bar's total over runs, drawn as a whisker
+    (bars of one run have none).
     """
+    spread = spread or {}
     bar_w, gap = 16.0, 14.0
     left, top, bottom = 56.0, 28.0, 52.0
     group_w = bar_w * max(1, len(bars)) + gap
@@ -206,6 +223,7 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
     width, height = max(380.0, left + plot_w + legend_w), 280.0
     plot_h = height - top - bottom
     totals = [sum(values.get((g, b, p), 0.0) for p in parts) for g in groups for b in bars]
+    totals += [high for _, high in spread.values()]
     ticks = _nice_ticks(0.0, max(totals, default=1.0) or 1.0)
     y_hi = ticks[-1]
 
@@ -233,6 +251,10 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
                     f'fill="{colour}" fill-opacity="{shades[pi % 2]}">'
                     f"<title>{escape(f'{group} {bar} {part}: {value:.3g}')}</title></rect>")
                 base += value
+            if (group, bar) in spread:
+                low, high = spread[(group, bar)]
+                body.append(_whisker(x0 + bi * bar_w + bar_w / 2 - 1, py(low), py(high),
+                                     "#333333"))
         body.append(_text(x0 + len(bars) * bar_w / 2, top + plot_h + 14, group))
     body.append(_text(left + plot_w / 2, height - 20, "context length (tokens)"))
     mid = top + plot_h / 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,14 @@ import pandas as pd
 from db.measurements import CURRENT, Selection
 from db.records import FIGURE_UNITS
 from reports import aggregate, eviction, figures
-from reports.compare import compare_runs
-from reports.headline import what_this_shows
+from reports.baseline import baseline_warning, cells_of_runs
+from reports.comparisons import device_comparison, engine_comparison
+from reports.headline import prefill_headline, what_this_shows
 from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
 from reports.runs import ExperimentData, load_experiment
-from reports.tables import CSS, cell_texts, summary_text, to_html, to_markdown, write_csv
+from reports.sections import Section, Table
+from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
 
 # Columns of runs.csv: the raw per-run figures (timestamps and raw engine JSON left out); the
 # engines' common figures in the order of db.records.Figures.
@@ -39,56 +40,6 @@ RUN_COLUMNS = [
     "build_binary_sha256", "workload_content_hash", "flags",
 ]
 
-
-
-@dataclass
-class Table:
-    name: str  # also the CSV file name
-    data: pd.DataFrame  # written to CSV as is
-    display: pd.DataFrame | None = None  # what the HTML and Markdown show (default: data)
-    caption: str = ""  # a line shown above the table
-    # shown and its cells, worked out once for the HTML and the markdown (never change a
-    # table's frames after showing it)
-    _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    @property
-    def shown(self) -> pd.DataFrame:
-        """What people see: the display table, without columns that are empty everywhere."""
-        if "shown" not in self._known:
-            self._known["shown"] = self._shown()
-        return self._known["shown"]
-
-    @property
-    def cells(self) -> list[list[str]]:
-        """``shown``'s cells as the HTML and markdown write them (``tables.cell_texts``)."""
-        if "cells" not in self._known:
-            self._known["cells"] = cell_texts(self.shown)
-        return self._known["cells"]
-
-    def _shown(self) -> pd.DataFrame:
-        frame = self.data if self.display is None else self.display
-        if not len(frame):
-            return frame
-        empty = [c for c in frame.columns if all(
-            v is None or v == "" or (isinstance(v, float) and pd.isna(v))
-            for v in frame[c].tolist())]  # stops at a column's first value shown
-        return frame.drop(columns=empty)
-
-
-@dataclass
-class Section:
-    anchor: str
-    title: str
-    text: str = ""  # an introduction (plain text, shown in both formats)
-    tables: list[Table] = field(default_factory=list)
-    figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, svg)
-    html_extra: str = ""  # pre-rendered HTML (e.g. the audit)
-    markdown_extra: str = ""
-    always: bool = False  # shown even when empty (manifest, failures: "none" is news)
-
-    def has_content(self) -> bool:
-        return (self.always or bool(self.figures) or bool(self.html_extra)
-                or any(not t.data.empty for t in self.tables))
 
 
 def _select(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -163,6 +114,7 @@ def timing_display(timings: pd.DataFrame) -> pd.DataFrame:
             shown[title] = summary_text(row.get(f"{prefix}_median"), row.get(f"{prefix}_min"),
                                         row.get(f"{prefix}_max"))
             cv = row.get(f"{prefix}_cv") if prefix not in ("overhead_ms", "engine_ms") else None
+            # one run has no spread: its CV is left empty, not 0 %
             shown[f"{title} CV"] = "" if cv is None or pd.isna(cv) else f"{100 * cv:.1f} %"
         shown["flags"] = row.get("flags") or ""
         rows.append(shown)
@@ -184,32 +136,6 @@ TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/to
                   ("engine_ms", "engine process ms"), ("overhead_ms", "harness overhead ms")]
 
 
-def device_comparison(data: ExperimentData) -> Section:
-    """Every other device against a reference (the first real device): the x86-vs-ARM view."""
-    ok = data.runs[data.runs["status"] == "ok"]
-    devices = sorted(set(ok["device"]))
-    real = [d for d in devices if not ok[ok["device"] == d]["emulated"].any()]
-    tables = []
-    if len(devices) >= 2:
-        reference = (real or devices)[0]
-        for metric in ("decode_ms_per_token", "attn_median_ms"):
-            if ok[metric].notna().sum() == 0:
-                continue
-            for other in (d for d in devices if d != reference):
-                result = compare_runs(data.runs, reference, other, metric)
-                tables += [Table(f"compare_{metric}_{other}_summary", result.rollups(),
-                                 caption=result.summary()),
-                           Table(f"compare_{metric}_{other}", result.table)]
-        text = (f"Each device against {reference}: first the summary (geometric mean of the "
-                "ratios B/A with a bootstrap CI, per policy, weight format and device pair), "
-                "then config by config: medians, ratio B/A, Mann-Whitney U over the repeats "
-                "(independent runs) with a noise threshold (raised to the A/A noise floor of "
-                "the reference), and whether the generated tokens are identical.")
-    else:
-        text = ""
-    return Section("devices", "Devices compared", text, tables=tables)
-
-
 def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
                     steps_cache: StepCache | None = None) -> Section:
     revisions = sorted(set(data.runs["build_revision"].dropna()))
@@ -225,6 +151,9 @@ def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
 
 
 RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
+UNIT_OF_REPLICATION = ("Unit of replication: the run (one engine process for one cell: prompt, "
+                       "config, device and repeat); every n, spread and test is over runs, never "
+                       "over the decode steps of one run.")
 
 
 def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = None,
@@ -239,13 +168,23 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     timings = aggregate.timing_table(runs)
     builds = aggregate.builds_table(runs)
     counts = ", ".join(f"{n} {s}" for s, n in run_counts(runs).items())
-    headline = what_this_shows(runs)
+    headline = " ".join(part for part in (what_this_shows(runs), prefill_headline(ttft))
+                        if part)
+    warning = baseline_warning(cells_of_runs(runs))
+    # An experiment comparing devices or revisions answers that question first.
+    comparisons = [engine_comparison(data), device_comparison(data),
+                   history_section(data, revision_order, steps_cache)]
+    leading = [s for s in comparisons if s.has_content()]
     return [
+        *([Section("warning", "Warning: the baseline failed", warning, always=True)]
+          if warning else []),
+        *leading,
         Section("what-this-shows", "What this shows", headline, always=bool(headline)),
         Section("manifest", "Manifest",
-                f"{len(runs)} runs ({counts}). Spec sha256 {data.spec_hash}. The engine builds, "
-                "models and devices below identify every run; manifest.json lists the workloads "
-                "and a `benchfarm reproduce` line per cell.",
+                f"{len(runs)} runs ({counts}). {UNIT_OF_REPLICATION} Spec sha256 "
+                f"{data.spec_hash}. The engine builds, models and devices below identify every "
+                "run; manifest.json lists the workloads and a `benchfarm reproduce` line per "
+                "cell.",
                 tables=[Table("builds", builds, builds_display(builds)),
                         Table("devices", aggregate.devices_table(runs, data.snapshots))],
                 always=True),
@@ -290,8 +229,7 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
                 "rho, recall of the true top-32 keys, mass inside the top 32, and mass lost "
                 "when the half with the lowest scores is evicted. Medians over the texts.",
                 tables=[Table("key_ranking", eviction.key_rank_table(runs))]),
-        device_comparison(data),
-        history_section(data, revision_order, steps_cache),
+        *(s for s in comparisons if not s.has_content()),
         Section("statistics", "Timings and flags",
                 "Every timing per cell (one prompt, config and device) as median [min, max] and "
                 "coefficient of variation over repeats. Flagged rows: CV > 5 %, throttling, a "

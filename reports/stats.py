@@ -33,11 +33,13 @@ class Summary:
     min: float
     max: float
     mean: float
-    cv: float  # sample standard deviation / mean; 0 for a single sample
+    # sample standard deviation / mean; None for a single sample (one run shows no spread:
+    # reports leave its CV out instead of printing 0 %)
+    cv: float | None
 
     @property
     def noisy(self) -> bool:
-        return self.cv > CV_FLAG
+        return self.cv is not None and self.cv > CV_FLAG
 
     def text(self, digits: int = 2) -> str:
         """``median [min, max]``, the form every timing takes in the reports."""
@@ -64,7 +66,7 @@ def summarize(values: Iterable[float | None]) -> Summary | None:
         return None
     if len(data) == 1:  # numpy's figures of one value (its sum starts at 0.0), without numpy
         value = data[0]
-        return Summary(n=1, median=0.0 + value, min=value, max=value, mean=0.0 + value, cv=0.0)
+        return Summary(n=1, median=0.0 + value, min=value, max=value, mean=0.0 + value, cv=None)
     array = np.asarray(data, dtype=float)
     mean = float(array.mean())
     cv = float(array.std(ddof=1) / mean) if len(array) > 1 and mean != 0 else 0.0

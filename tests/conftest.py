@@ -9,4 +9,5 @@ pytest_plugins = [
     "fixtures_ray",
     "fixtures_cluster",
     "fixtures_llama",
+    "fixtures_notify",
 ]

@@ -35,26 +35,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+SUMMARY_TITLE = ("needle recall and decode speed per context length (recall: mean; ms/token: "
+                 "median [min, max] over the runs, every depth and repeat of the cell; x exact: "
+                 "the median against exact's at the same length)")
+
+
 def summary_table(store: Store, experiment: str) -> pd.DataFrame:
-    """Needle recall and decode speed per (device, policy, k), from the stored rows."""
+    """Needle recall and decode speed per (device, context length, policy, k), from the stored
+    rows: context lengths are never pooled (a k that covers a short context is slower than
+    exact there, and faster at the longest)."""
     import pandas as pd
 
-    frames = store.frames(experiment)
-    runs = frames["runs"]
+    from reports.runs import load_experiment
+    from reports.stats import summarize
+
+    runs = load_experiment(store, experiment).runs
     if runs.empty:
         return runs
-    outcomes = frames["outcomes"][["measurement_id", "recall"]]
-    rows = runs.merge(outcomes, on="measurement_id", how="left")
-    rows["k"] = rows["k"].astype("Int64")
-    grouped = rows.groupby(["device_name", "policy", "k"], sort=True, dropna=False)
-    table = pd.DataFrame({
-        "runs": grouped.size(),
-        "ok": grouped["status"].apply(lambda s: int((s == "ok").sum())),
-        "recall": grouped["recall"].mean().round(3),
-        "decode_ms/token": grouped["decode_ms_per_token"].median().round(3),
-        "attn_ms/token": grouped["attn_ms_per_token"].median().round(3),
-    })
-    return table.reset_index()
+    runs = runs.assign(k=runs["k"].astype("Int64"))
+    rows = []
+    for (device, ctx, policy, k), cell in runs.groupby(["device", "ctx", "policy", "k"],
+                                                       sort=True, dropna=False):
+        ok = cell[cell["status"] == "ok"]
+        decode = summarize(ok["decode_ms_per_token"].tolist())
+        attn = summarize(ok["attn_ms_per_token"].tolist())
+        rows.append({"device": device, "ctx": int(ctx), "policy": policy, "k": k,
+                     "runs": len(cell), "ok": len(ok), "recall": round(ok["recall"].mean(), 3),
+                     "decode_ms/token": decode.text(3) if decode else "",
+                     "attn_ms/token": attn.text(3) if attn else "",
+                     "median": decode.median if decode else None})
+    table = pd.DataFrame(rows)
+    exact = {(r.device, r.ctx): r.median for r in table.itertuples() if r.policy == "exact"}
+    table["x exact"] = [f"{m / exact[(d, c)]:.2f}" if m and exact.get((d, c)) else ""
+                        for d, c, m in zip(table["device"], table["ctx"], table["median"],
+                                           strict=True)]
+    return table.drop(columns="median")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         summary = run_experiment(RunRequest(spec, inventory, [LOCAL], args.force,
                                             caller=caller_of(store)), store)
         print(summary.line())
+        print(SUMMARY_TITLE)
         print(summary_table(store, spec.name).to_string(index=False))
         print(f"report: {render_report(store, spec.name, Path(args.out))}")
     return 0 if summary.succeeded else 1

@@ -54,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.lab.stamped import stamped_output
+
+    with stamped_output():  # a service's log: every line says when (UTC)
+        return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from harness.execution.cluster import ray_session
     from harness.execution.coordinator import Coordinator, inventory_resources
     from harness.execution.leases import lease_ttl
@@ -75,13 +82,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"serving the queue of {store.database.url.render_as_string(hide_password=True)} "
               f"as {who.holder}", flush=True)
         while True:
-            waiting = service.waiting()
-            job = store.jobs.claim_next(who.holder, stale_after_s=who.ttl_s, skip=waiting)
+            job = service.claim()
             if job is None:
                 if args.until_idle:
+                    waiting = store.jobs.count(("queued",))
                     print("queue empty; stopping (--until-idle)" if not waiting else
-                          f"{len(waiting)} queued job(s) wait for their boards (`benchfarm "
-                          "queue` says why); stopping (--until-idle)")
+                          f"{waiting} queued job(s) wait for their boards (`benchfarm queue` "
+                          "says why); stopping (--until-idle)")
                     return 0
                 if health is not None:
                     health.while_idle()

@@ -25,9 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def render_summary(summary: ExperimentSummary) -> str:
-    """One experiment: counts, per-device counts, and medians per (command, policy, k, device)."""
+    """One experiment: counts, per-device counts, and medians per (command, policy, k, device);
+    led by a warning when exact attention fails its own workload (``reports.baseline``)."""
+    from reports.baseline import BaselineCell, baseline_warning
+
     counts = ", ".join(f"{summary.counts[s]} {s}" for s in RUN_STATUSES)
-    parts = [
+    warning = baseline_warning(BaselineCell(g.device, g.command, g.recall, g.ppl)
+                               for g in summary.groups if g.policy == "exact")
+    parts = [*([warning, ""] if warning else []),
         f"experiment {summary.name} (spec {summary.spec_hash[:12]}, last run "
         f"{summary.updated_at:%Y-%m-%d %H:%M:%S} UTC): {summary.total} runs: {counts}",
         "",
@@ -35,7 +40,9 @@ def render_summary(summary: ExperimentSummary) -> str:
                      [[dev, *(c[s] for s in RUN_STATUSES)] for dev, c in summary.devices.items()]),
     ]
     if summary.groups:
-        parts += ["", "ok runs (medians; recall is the mean):", format_table(
+        parts += ["", "ok runs per command, policy, k and device, POOLING their context lengths, "
+                      "depths and engine revisions (medians; recall is the mean; `benchfarm "
+                      "report` keeps them apart):", format_table(
             ["command", "policy", "k", "device", "runs", "decode ms/tok", "attn ms/tok",
              "overhead ms", "recall", "ppl"],
             [[g.command, g.policy, g.k, g.device, g.runs, g.decode_ms_per_token,
@@ -45,18 +52,31 @@ def render_summary(summary: ExperimentSummary) -> str:
 
 
 def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
-    """The job (default: the experiment's newest), and its matrix per board (or class
-    pool)."""
+    """The job (default: the experiment's newest), and its matrix per board (or class pool):
+    its runs stored per status, counted as the experiment's summary and `status` count them,
+    and those not started yet."""
     job = store.jobs.latest(name) if job_id is None else store.jobs.get(job_id)
     if job is None:
         return ""
     parts = [f"job {job.id}: {job.state} (owner {job.owner}, priority {job.priority}"
              + (f", coordinator {job.holder}" if job.state == "running" else "") + ")"]
-    rows = store.jobs.progress(name)
+    rows = store.jobs.progress(name, job)
     if rows:
-        parts += ["", format_table(["board", "total", "done", "failed", "pending", "running"],
-                                   [row.line for row in rows])]
+        parts += ["", "its matrix per board: runs stored per status (as above) and not "
+                      "started yet:",
+                  format_table(["board", "matrix", *RUN_STATUSES, "not started"],
+                               [row.line(RUN_STATUSES) for row in rows])]
     return "\n".join(parts)
+
+
+def not_started(store: Store) -> dict[str, int]:
+    """Per experiment with a queued or running job: the runs of its matrix not stored yet
+    (the same figure `status JOB` shows, per board)."""
+    from db.jobs import ACTIVE
+
+    return {job.experiment: sum(row.not_started for row in store.jobs.progress(job.experiment,
+                                                                               job))
+            for job in store.jobs.list(ACTIVE)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,13 +90,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         lines = store.experiment_lines(args.limit or None, args.offset)
         total = store.count_experiments()
+        waiting = not_started(store)
     if not total:
         print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
         return 0
     print(format_table(
-        ["experiment", "runs", *RUN_STATUSES, "last run (UTC)"],
+        ["experiment", "runs", *RUN_STATUSES, "not started", "last run (UTC)"],
         [[line.name, line.total, *(line.counts[st] for st in RUN_STATUSES),
-          f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
+          waiting.get(line.name), f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
     ))
     note = page_note(len(lines), args.offset, total, "experiments")
     if note:

@@ -18,7 +18,7 @@ from db.errors import StoreError
 from db.store import Store
 from devices.inventory import Inventory
 from harness.access.caller import Caller, resolve_caller
-from harness.errors import InputError
+from harness.errors import InputError, terminated
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
 from harness.execution.gate import BoardGate, blocked_boards
@@ -30,7 +30,7 @@ from harness.execution.leases import (
     lease_ttl,
     new_holder,
 )
-from harness.execution.notify import Targets, announce, flush, targets_from
+from harness.execution.notify import Targets, announce_job, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
@@ -143,7 +143,11 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     except BaseException as exc:
         if one_shot:
             try:
-                store.jobs.finish(job_id, "failed", f"stopped: {type(exc).__name__}: {exc}")
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                why = ("SIGTERM" if terminated() else "SIGINT (Ctrl-C)") if interrupted \
+                    else f"{type(exc).__name__}: {exc}"
+                store.jobs.finish(job_id, "failed", f"stopped: {why}",
+                                  "interrupted" if interrupted else "finished")
             except StoreError:
                 pass  # the store itself failed: its heartbeat stopped, the next claim ends it
             else:
@@ -179,18 +183,6 @@ def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> Non
         if len(blocked) == len(placement.devices):
             raise InputError("; ".join(blocked.values()) + ": no run can start there "
                              "(`benchfarm devices list` shows the boards)")
-
-
-def announce_job(store: Store, job_id: int, targets: Targets) -> None:
-    """Tell the job's notification targets that it ended, and how (off this thread:
-    harness.execution.notify.announce)."""
-    if not targets:
-        return
-    job = store.jobs.get(job_id)
-    announce({"event": "job-end", "job": job.id, "experiment": job.experiment,
-            "owner": job.owner, "state": job.state, "message": job.message,
-            "cancelled_by": job.cancelled_by, "submitted_at": job.submitted_at,
-            "finished_at": job.finished_at}, targets)
 
 
 def inventory_resources(inventory: Inventory) -> dict[str, float]:

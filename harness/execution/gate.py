@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from db.boards import ONLINE, BoardStatus, ReservationInfo
 from db.store import Store
@@ -46,11 +47,13 @@ def why_blocked(status: BoardStatus, reservation: ReservationInfo | None,
     return None
 
 
-def blocked_boards(store: Store, boards: Iterable[str], owner: str) -> dict[str, str]:
-    """The boards that may not take ``owner``'s work now, with the reason."""
+def blocked_boards(store: Store, boards: Iterable[str], owner: str,
+                   conn: Any = None) -> dict[str, str]:
+    """The boards that may not take ``owner``'s work now, with the reason (read on ``conn``
+    when given: inside the caller's transaction)."""
     names = sorted(set(boards))
-    states = store.boards.states(names)
-    reservations = store.boards.reservations(names)
+    states = store.boards.states(names, conn)
+    reservations = store.boards.reservations(names, conn)
     reasons = {name: why_blocked(states[name], reservations.get(name), owner)
                for name in names}
     return {name: why for name, why in reasons.items() if why}

@@ -287,3 +287,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         pass
+
+
+def job_end(store: Any, job_id: int) -> dict[str, Any]:
+    """The document announcing a job's end: its counts as integers (its attempts per status,
+    and the runs of its matrix), its times in ISO 8601 with their zone."""
+    from db.job_events import aware
+    from db.records import RUN_STATUSES
+
+    job = store.jobs.get(job_id)
+    counts = store.jobs.attempt_counts(job_id)
+    stamps = {name: None if (moment := aware(getattr(job, name))) is None
+              else moment.isoformat() for name in ("submitted_at", "started_at", "finished_at")}
+    return {"event": "job-end", "job": job.id, "experiment": job.experiment,
+            "owner": job.owner, "state": job.state, "message": job.message,
+            "cancelled_by": job.cancelled_by,
+            "counts": {status: int(counts.get(status, 0)) for status in RUN_STATUSES},
+            "matrix_runs": sum(int(n) for n in (job.totals or {}).values()), **stamps}
+
+
+def announce_job(store: Any, job_id: int, targets: Targets) -> None:
+    """Tell the job's notification targets that it ended, and how (``job_end``; off this
+    thread: harness.execution.notify.announce)."""
+    if targets:
+        announce(job_end(store, job_id), targets)

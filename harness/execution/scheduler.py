@@ -57,6 +57,7 @@ class Scheduler(FaultHandling):
         self._held_back: dict[str, str] = {}  # board -> why it takes no new run (said once)
         self.spec = plan.spec
         self.store = store
+        self.job_id = sharing.job_id  # every attempt names its job (`benchfarm logs JOB`)
         self.progress = progress
         self.queues: dict[str, deque[PlannedRun]] = {p.key: deque() for p in plan.placements}
         for run in plan.todo:
@@ -250,6 +251,7 @@ class Scheduler(FaultHandling):
         """Record the attempt in the store as it starts (status running, under the lease)."""
         record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
         record.lease_id = self.turns.lease_of(board.device.name)
+        record.job_id = self.job_id
         run.measurement_id = self.store.start_measurement(record, run.measurement_id)
 
     def _start_on(self, conn: Connection, board: Board, run: PlannedRun, lease_id: str) -> int:
@@ -257,12 +259,14 @@ class Scheduler(FaultHandling):
         attempt's id."""
         record = base_result(run, self.plan.device_ids[board.device.name], "running", None)
         record.lease_id = lease_id
+        record.job_id = self.job_id
         return self.store.start_measurement_on(conn, record, run.measurement_id)
 
     def _save(self, run: PlannedRun, result: RunResult, lease: str | None) -> bool:
         """Complete the run's open attempt (or add one) with ``result``; True when its lease
         had expired meanwhile (the result is kept, not counted)."""
         result.lease_id = lease
+        result.job_id = self.job_id
         result.finished_at = result.finished_at or datetime.now(UTC)  # when it ended
         saved = self.store.save_run(result, run.measurement_id)
         run.measurement_id = None

@@ -2,7 +2,10 @@
 
 A queued job waits while none of the boards of one of its placements may take its owner's
 work (a board not ``online``, or reserved for someone else: harness.execution.gate); the
-job's message says why, for `benchfarm queue`, and the service takes the next job. A job whose
+job's message (and its ``waiting`` event) says why, for `benchfarm queue`, and the service
+takes the next job. Which jobs wait and which one is taken is decided in the store's one
+write transaction (``Jobs.claim_next``): a board freed by a release or an end of maintenance
+goes to the best job that waited for it, whichever serve looks first. A job whose
 boards stop taking work while it runs (maintenance: the run in flight finishes) goes back to
 the queue with the reason, and resumes, skipping what is done, once they take work again.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ray.exceptions import RaySystemError
 
@@ -19,10 +23,10 @@ from db.errors import StoreError, StoreInputError
 from db.jobs import JobInfo
 from db.store import Store
 from devices.inventory import Device, Inventory
-from harness.errors import printable
-from harness.execution.coordinator import Coordinator, RunRequest, announce_job, run_experiment
+from harness.errors import printable, terminated
+from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
 from harness.execution.gate import blocked_boards
-from harness.execution.notify import Targets, job_targets, targets_from
+from harness.execution.notify import Targets, announce_job, job_targets, targets_from
 from harness.lab.health import HealthSchedule
 from harness.plan.matrix import Placement, resolve_placements
 from harness.spec import parse_spec
@@ -70,23 +74,19 @@ class Service:
             self._placements[job.id] = job_placements(job, self.inventory)
         return self._placements[job.id]
 
-    def why_waiting(self, job: JobInfo) -> str | None:
-        """Why the job cannot start now: a placement none of whose boards takes its work."""
+    def why_waiting(self, conn: Any, job: JobInfo) -> str | None:
+        """Why the job cannot start now: a placement none of whose boards takes its work
+        (read on ``conn``, the claim's transaction)."""
         for placement in self.placements(job) or []:
-            blocked = blocked_boards(self.store, placement.devices, job.owner)
+            blocked = blocked_boards(self.store, placement.devices, job.owner, conn)
             if len(blocked) == len(placement.devices):
                 return "; ".join(blocked.values())
         return None
 
-    def waiting(self) -> set[int]:
-        """The queued jobs that cannot start now (their message says why)."""
-        waiting = set()
-        for job in self.store.jobs.list(("queued",)):
-            why = self.why_waiting(job)
-            if why:
-                self.store.jobs.note(job.id, f"waiting: {why}")
-                waiting.add(job.id)
-        return waiting
+    def claim(self) -> JobInfo | None:
+        """The best queued job that can start now, claimed for this serve (None: none can;
+        the waiting ones say why)."""
+        return self.store.jobs.claim_next(self.who.holder, self.who.ttl_s, self.why_waiting)
 
     def boards_of(self, job: JobInfo) -> list[Device]:
         names = sorted({n for p in self.placements(job) or [] for n in p.devices})
@@ -111,7 +111,9 @@ class Service:
                                                 notify=targets, bad_after=self.bad_after),
                                      store)
         except KeyboardInterrupt:
-            store.jobs.requeue(job.id, "requeued: its coordinator was stopped (Ctrl-C/SIGTERM)")
+            signal = "SIGTERM" if terminated() else "SIGINT (Ctrl-C)"
+            store.jobs.requeue(job.id, f"requeued: its coordinator was stopped by {signal}",
+                               "interrupted")
             raise
         except Exception as exc:  # noqa: BLE001 - a job's error ends the job, not the service
             if not_the_jobs(exc):
@@ -125,7 +127,7 @@ class Service:
             return f"job {job.id} ({job.experiment}) failed: {reason}"
         why = None if summary.complete or summary.cancelled else self._blocked_now(job)
         if why:
-            store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})")
+            store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})", "drained")
             return f"job {job.id} waits for its boards: {why}"
         state = "cancelled" if summary.cancelled else "done" if summary.succeeded else "failed"
         store.jobs.finish(job.id, state, summary.line())

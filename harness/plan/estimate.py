@@ -5,9 +5,10 @@ runs most like it — the same board, engine, command, the axes its duration dep
 adapter's ``timing_columns``: lmc's policy and k) and context (or text length); else the same
 board and command; else the same work on any board. A cell with none of these counts as
 unknown. Boards work in parallel, one run at a time, with the spec's cool-down after each; a
-pooled run goes to the pool's least loaded board. Warm-ups and runs already stored as ok (named
-by their run keys from the builds' identities, nothing built; for engines whose runs can be
-named without building) are left out of the time.
+pooled run goes to the pool's least loaded board; each board's warm-ups (``warmups`` runs per
+build it runs, timed as its first run) are counted. Runs already stored as ok (named by their
+run keys from the builds' identities, nothing built; for engines whose runs can be named
+without building) are left out of the time.
 """
 
 from __future__ import annotations
@@ -41,12 +42,19 @@ class Estimate:
         out = [f"  {key}: {count} runs" for key, count in self.per_placement.items()]
         if self.stored:
             out.append(f"  {self.stored} of them already stored as ok: skipped, not timed")
+        todo = self.runs - self.stored
+        if todo and not known:  # nothing to go by: no figure, not a time of 0 s
+            out.append(f"estimated time: unknown (none of the {todo} runs to do has a stored "
+                       "run like it; the estimate comes from stored durations)")
+            return out
         out += [f"  board {name}: about {duration_text(s)} of work"
                 for name, s in sorted(self.board_s.items())]
-        out.append(f"estimated time: {duration_text(self.total_s)} ({known} of "
-                   f"{self.runs - self.stored} runs to do estimated from stored durations; "
-                   "boards run in parallel; not counted: Ray's start, builds, workload "
-                   "generation, warm-ups)")
+        # runs without a stored duration are left out: the time is a lower bound then
+        bound = "at least " if self.unknown else ""
+        out.append(f"estimated time: {bound}{duration_text(self.total_s)} ({known} of {todo} "
+                   "runs to do estimated from stored durations, with each board's "
+                   "warm-ups; boards run in parallel; not counted: Ray's start, builds, "
+                   "workload generation)")
         if self.unknown:
             out.append(f"  {self.unknown} runs have no stored run like them: the estimate "
                        "leaves them out")
@@ -106,6 +114,7 @@ def estimate(spec: Spec, placements: Sequence[Placement],
     per_placement = {p.key: 0 for p in placements}
     result = Estimate(len(cells), per_placement)
     load = {name: 0.0 for p in placements for name in p.devices}
+    warmed: set[tuple[str, str, str]] = set()  # (board, engine, revision): its build warmed up
     for cell in cells:
         per_placement[cell.placement.key] += 1
         if cell in done:
@@ -117,5 +126,8 @@ def estimate(spec: Spec, placements: Sequence[Placement],
             result.unknown += 1
             continue
         load[board] += seconds + spec.cooldown_s
+        if (board, cell.engine, cell.revision) not in warmed:  # a board warms each build up
+            warmed.add((board, cell.engine, cell.revision))
+            load[board] += spec.warmups * (seconds + spec.cooldown_s)
     result.board_s = load
     return result

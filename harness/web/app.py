@@ -219,11 +219,20 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
     def api_jobs(_request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.jobs()))
 
-    def api_job(request: Request) -> JSONResponse:
+    def job_id(request: Request) -> int:
         if not 0 < request.path_params["job_id"] <= MAX_JOB_ID:  # checked before the store
             raise HTTPException(400, f"job {request.path_params['job_id']}: a job id is from 1 "
                                 f"to {MAX_JOB_ID}")
-        job = data.job(request.path_params["job_id"])
+        return request.path_params["job_id"]
+
+    def job_page(request: Request) -> HTMLResponse:
+        story = data.story(job_id(request))
+        if story is None:
+            raise HTTPException(404, f"no job {request.path_params['job_id']} in the store")
+        return page("job.html", job=story.job, story=story)
+
+    def api_job(request: Request) -> JSONResponse:
+        job = data.job(job_id(request))
         if job is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']} in the store")
         return JSONResponse(as_json(job))
@@ -295,6 +304,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         Route("/api/boards", api_boards),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:int}", api_job),
+        Route("/jobs/{job_id:int}", job_page),
         Route("/api/experiments", api_experiments),
         Route("/api/experiments/{name:path}", api_experiment),
         Route("/audit", audits),

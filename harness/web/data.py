@@ -31,6 +31,7 @@ from db.store import Store
 from devices.inventory import load_inventory
 from harness.access.caller import user_of_token
 from harness.identity import commit_order
+from harness.lab.story import JobStory, job_story
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
 from reports.history import HistoryStep, history, revision_runs
@@ -321,6 +322,13 @@ class FarmData:
         except StoreInputError:  # no job with this id
             return None
         return self._job_view(info, self._newest(info))
+
+    def story(self, job_id: int) -> JobStory | None:
+        """The job's events and its attempts, in order (None: no such job)."""
+        try:
+            return job_story(self.store, job_id)
+        except StoreInputError:  # no job with this id
+            return None
 
     def _job_view(self, job: JobInfo, newest: bool) -> JobView:
         """A job with its progress per placement (kept for the newest job of an experiment

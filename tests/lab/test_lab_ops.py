@@ -7,16 +7,16 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 from fixtures_farm import old_file
+from fixtures_notify import Receiver
 from fixtures_ray import cli_here, count_ok, needle_spec, start_cli, stored_runs
 
 from db.store import Store
@@ -26,39 +26,6 @@ from harness.execution.coordinator import Coordinator
 from harness.execution.notify import Targets, notify
 from harness.lab.serving import Service
 from harness.spec import parse_spec
-
-
-class Receiver:
-    """A real HTTP server on 127.0.0.1 that keeps every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        received = self.events
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server protocol
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append(json.loads(body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -93,10 +60,13 @@ def test_states_reservations_and_job_ids(tmp_path: Path, needle_model: Path,
     assert cli(capsys, *db, "submit", spec, *inv)[0] == 0  # job 1: waits for the board
     with Store.open(db[1]) as store:  # what a serve sees: ann's job may go, mine waits
         service = Service(store, load_inventory(inventory), Coordinator(), Targets(), None)
-        assert service.waiting() == {1}
+        assert service.claim() is None  # job 1 waits, and says why
         anns = store.jobs.add("lab-demo", spec, Path(spec).read_text(), owner="ann")
-        assert service.waiting() == {1} and anns == 2
+        assert service.claim().id == anns == 2
         assert store.jobs.cancel(anns, "ann", "not needed")
+        waited = [e for e in store.jobs.events(1) if e.event == "waiting"]
+        assert len(waited) == 1  # said once, though asked twice
+        assert waited[0].cause.startswith("waiting: board 'local' is reserved by ann")
     assert "waiting: board 'local' is reserved by ann" in cli(capsys, *db, "queue")[1]
     code, _, err = cli(capsys, *db, "release", "local", *inv)  # ann's: an admin says so
     assert code == 2 and "belongs to ann" in err and "--force" in err
@@ -199,16 +169,33 @@ def test_maintenance_drains_a_serve_and_online_resumes_it(
         if serve.poll() is None:
             os.kill(serve.pid, signal.SIGTERM)
         try:
-            serve.communicate(timeout=60)
+            printed = serve.communicate(timeout=60)[0]
         except subprocess.TimeoutExpired:
             serve.kill()
+            raise
     final = stored_runs(store, "lab-drain")
     [check] = store.boards.health("local")  # scheduled by the serve before its first job
+    story = store.jobs.events(1)
+    attempts = store.jobs.attempts(1)
     store.close()
     assert len(final) == 4 and final["run_key"].is_unique and set(final["status"]) == {"ok"}
     assert check.ok and check.checked_by.count(":") == 2  # the serve's holder id
     [ended] = [json.loads(line) for line in events.read_text().splitlines() if line]
     assert ended["event"] == "job-end" and ended["state"] == "done" and ended["job"] == 1
+    # typed counts (its attempts: the 4 ok, and those the drain left pending) and zoned times
+    assert ended["counts"]["ok"] == 4 and isinstance(ended["counts"]["pending"], int)
+    assert ended["counts"]["pending"] == sum(a.status == "pending" for a in attempts)
+    assert ended["matrix_runs"] == 4 and ended["finished_at"].endswith("+00:00")
+    # its story: claimed, drained by the maintenance, waiting for it, claimed again, finished
+    assert [e.event for e in story] == ["submitted", "claimed", "drained", "waiting", "claimed",
+                                        "finished"], story
+    assert story[1].actor == story[4].actor == check.checked_by  # by this serve
+    assert "maintenance (drain test)" in story[3].cause
+    assert [a.status for a in attempts].count("ok") == 4
+    # every line the serve printed starts with its UTC time
+    lines = printed.splitlines()
+    assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line)
+                         for line in lines), printed
 
 
 def test_gc_cleans_the_other_boards_when_one_cannot_be_reached(

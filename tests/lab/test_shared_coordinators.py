@@ -172,8 +172,10 @@ def test_submit_serve_stop_cancel_restart_loses_nothing_and_runs_nothing_twice(
         status = cli("status", "q-long")
         assert status.returncode == 0, status.stderr
         assert "job 1: running" in status.stdout, status.stdout
-        # the progress table: board, total, done, failed, pending, running
-        row = re.search(r"^local +8 +(\d+) +0 +(\d+) +([01])$", status.stdout, re.M)
+        # the matrix per board: board, matrix, stored ok / failed / interrupted / pending /
+        # cancelled / running / lost, not started: the same counts as the summary above
+        row = re.search(r"^local +8 +(\d+) +0 +0 +0 +0 +([01]) +0 +(\d+)$", status.stdout,
+                        re.M)
         assert row and int(row[1]) >= 1 and sum(map(int, row.groups())) == 8, status.stdout
         wait_for(lambda: count_ok(store, "q-long") >= 2 or serve.poll() is not None,
                  "two runs of q-long")

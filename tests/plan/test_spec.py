@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,10 @@ from harness.errors import InputError
 from harness.identity import WORKTREE
 from harness.plan.matrix import expand, resolve_placements
 from harness.spec import load_spec
+from harness.workloads.needle import NEEDLE
+from harness.workloads.text import DEFAULT_NEEDLE
+from harness.workloads.tokenizer import load_tokenizer
+from reports.stats import compare_samples, runs_needed
 
 GOOD = """
 name = "t1"
@@ -145,7 +150,7 @@ def test_shipped_specs_are_valid(path: Path) -> None:
         cells = expand(spec, resolve_placements(spec, [local_device()]))
         assert cells
         if spec.name == "demo":  # 3 contexts x 3 depths x (exact + sparse k 1, 4, 8, 16, 32)
-            assert len(cells) == 54
+            assert len(cells) == 54 * spec.repeats
             # the demo must show what sparse attention buys: a context where even its largest k
             # attends to a fraction of the blocks, which the shipped model still recalls at
             sparse = [c for c in cells if c.config.policy == "sparse"]
@@ -154,6 +159,41 @@ def test_shipped_specs_are_valid(path: Path) -> None:
                          for c in sparse if c.config.k == largest]
             assert min(fractions) <= 0.5
             assert max(dict(c.workload.params)["ctx"] for c in cells) <= 2048
+
+
+# The shipped specs that compare timings (devices, engines, policies or prompt lengths): each
+# cell needs the runs a side with which the exact U test can decide, plus one so that a single
+# run out of order does not leave a 1.5x difference undecided.
+COMPARING = ("demo.toml", "farm_quickstart.toml", "x86_vs_arm.toml", "latency_sweep.toml",
+             "lmc_vs_llamacpp.toml", "lmc_vs_llamacpp_depth4096.toml", "ttft_prefill.toml")
+
+
+@pytest.mark.parametrize("name", COMPARING)
+def test_comparing_specs_have_the_repeats_a_comparison_needs(name: str) -> None:
+    spec = load_spec(REPO_ROOT / "specs" / name)
+    assert spec.repeats >= runs_needed() + 1, f"{name}: repeats = {spec.repeats}"
+    # the exact test at that many runs a side separates two samples that do not overlap
+    assert compare_samples([1.0 + i / 100 for i in range(spec.repeats)],
+                           [1.5 + i / 100 for i in range(spec.repeats)]).verdict == "slower"
+
+
+NEEDLE_SPECS = [path for path in sorted((REPO_ROOT / "specs").glob("*.toml"))
+                if any(w.kind == "needle" for w in load_spec(path).workloads)]
+
+
+@pytest.mark.parametrize("path", NEEDLE_SPECS, ids=lambda p: p.name)
+def test_needle_specs_leave_room_for_the_answer(path: Path) -> None:
+    """The model answers by restating the needle ("The secret code of Elena is 15955."): a
+    max_new shorter than that statement cuts the value off and scores recall 0 for every
+    config, exact attention included."""
+    spec = load_spec(path)
+    tokenizer = load_tokenizer(spec.model)
+    for workload in (w for w in spec.workloads if w.kind == "needle"):
+        max_new = workload.settings.get("max_new", NEEDLE.settings[0].default)
+        for seed in workload.axes.get("seed", [0]):
+            statement = DEFAULT_NEEDLE.needle_text(*DEFAULT_NEEDLE.draw(
+                random.Random(f"needle/{seed}")))
+            assert len(tokenizer.encode(statement)) + 1 <= max_new, (statement, max_new)
 
 
 def test_cli_reports_spec_error_with_exit_code_2(spec_dir: Path) -> None:

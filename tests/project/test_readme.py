@@ -57,8 +57,14 @@ def test_quick_start_runs_as_written(engine_build, engine_build_aarch64,
         out = run_block("quick start", folder, env)
     finally:
         subprocess.run(["benchfarm", "farm", "down"], cwd=folder, env=env, capture_output=True)
-    assert "job 1: experiment farm-quickstart: 8 runs in the matrix" in out
+    assert "job 1: experiment farm-quickstart: 20 runs in the matrix" in out
     assert (folder / "out" / "reports" / "farm-quickstart" / "index.html").is_file()
+    # status's table: command policy k device runs decode attn overhead recall ppl; exact
+    # attention finds the needle on both nodes, and nothing warns that it failed
+    exact = [line.split() for line in out.splitlines() if line.startswith("generate  exact")]
+    assert sorted((row[3], row[8]) for row in exact) == [("farm-arm", "1.00"),
+                                                         ("farm-x86", "1.00")]
+    assert "WARNING" not in out
     assert "farm-x86" in out.split("report:")[-1]  # the comparison names both nodes
 
 
@@ -67,6 +73,11 @@ def test_team_and_lab_sections_run_as_written(engine_build, tmp_path: Path) -> N
     env = scratch(folder)
     out = run_block("team", folder, env)
     assert "queued job 1: experiment farm-quickstart" in out and "job 1 done" in out
+    # `logs 1` tells its story in order: submitted, claimed by the serve, its runs, finished
+    story = out[out.index("job 1: experiment farm-quickstart, owner"):].splitlines()
+    whats = [line.split()[1] for line in story[1:] if line.startswith("  20")]
+    assert whats[:2] == ["submitted", "claimed"] and whats[-1] == "finished", story
+    assert whats.count("run") == 20  # its 10 runs on local: each started and ended
     out = run_block("lab", folder, env)
     assert "local: maintenance (new fan)" in out and "reserved by" in out
     assert "cancelled job 2 (farm-quickstart" in out and "total: would free" in out

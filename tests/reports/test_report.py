@@ -170,7 +170,9 @@ def test_the_headline_takes_the_complete_real_board_and_names_it(tmp_path: Path)
     exp.run(device="arm-emu", ctx=2048, depth=0.5, status="failed")
     text = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()
     store.close()
-    first = text.split("## ")[1]
+    # two boards: their comparison leads, then what the runs show
+    assert text.split("## ")[1].startswith("Devices compared")
+    first = text.split("## What this shows")[1].split("## ")[0]
     assert "attention takes 2 against 4 ms/token" in first  # x86's, not arm-emu's 20 and 40
     assert "Medians over the ok runs on x86 (a real board)" in first and "arm-emu" not in first
 

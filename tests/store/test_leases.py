@@ -202,7 +202,20 @@ def test_job_queue_order_claim_reclaim_and_cancel(store: Store) -> None:
     jobs.finish(high, "done", "too late")
     assert jobs.get(high).state == "cancelled" and jobs.get(high).message == "too late"
     assert not jobs.cancel(high, "ann", "again")
-    assert jobs.claim_next("serve-2", stale_after_s=60, skip=[other]).id == low
+    assert jobs.claim_next("serve-2", stale_after_s=60,
+                           waits=lambda _conn, job: "busy" if job.id == other else None
+                           ).id == low
+    # its story: submitted, claimed by serve-1, requeued when serve-1 died, taken over by
+    # serve-2, cancelled by ann; every time with its zone
+    story = jobs.events(high)
+    assert [e.event for e in story] == ["submitted", "claimed", "requeued", "taken over",
+                                        "cancelled"]
+    assert [e.actor for e in story] == ["bob", "serve-1", "serve-1", "serve-2", "ann"]
+    assert "stopped heartbeating" in story[2].cause and "(it was running)" in story[4].cause
+    assert all(e.at.tzinfo is not None and e.at.utcoffset().total_seconds() == 0
+               for e in story)
+    assert [e.event for e in jobs.events(one_shot)] == ["submitted", "claimed", "lost"]
+    assert [e.event for e in jobs.events(other)] == ["submitted", "waiting"]
 
 
 def test_upgrade_from_0002_keeps_runs_and_allows_cancelled(tmp_path: Path) -> None:
