@@ -18,7 +18,8 @@ from sqlalchemy import Connection, Engine, bindparam, event, insert, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import experiments, queries
+from db import experiments, queries, revisions
+from db.alerts import Alerts
 from db.audit import Audit
 from db.boards import Boards
 from db.connection import (
@@ -95,6 +96,7 @@ class Store:
         self.boards = Boards(self.writer)
         self.users = Users(self.writer)
         self.audit = Audit(self.writer)
+        self.alerts = Alerts(self.writer)
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:
@@ -177,6 +179,7 @@ class Store:
             row.build_seconds = record.get("build_seconds")
             row.extra = dict(record.get("extra") or {})
             s.flush()
+            revisions.name_build(s, row.id, row.revision)
             return row.id
 
     @retry_locked
@@ -427,6 +430,12 @@ class Store:
         (db.experiments.measuring)."""
         with self.session() as s:
             return experiments.measuring(s, names)
+
+    def builds_named(self, names: Collection[str]) -> dict[str, str]:
+        """name -> the revision its build's row carries, for each of ``names`` some build
+        was registered under (db.revisions.builds_named)."""
+        with self.database.connect() as conn:
+            return revisions.builds_named(conn, names)
 
     def history_frame(self, experiment: str) -> pd.DataFrame:
         """What a history across revisions reads of the experiment (db.queries.history_frame)."""

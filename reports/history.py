@@ -39,6 +39,7 @@ class RevisionRun:
     revision: str  # the commit, "<commit>+dirty" for a working tree with engine changes
     source_hash: str  # the engine sources' hash (two revisions may share it)
     values: dict[str, float]  # metric -> value, the metrics the run has
+    code_hash: str = ""  # the sources' code without comments (the source hash if unknown)
 
 
 def revision_runs(store: Any, experiment: str) -> list[RevisionRun]:
@@ -62,13 +63,16 @@ def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
             labels[key] = _point_label(dict(zip(("kind", *POINT_PARAMS, "config"), row,
                                                 strict=True)))
         points.append(labels[key])
+    codes = (chosen["build_code_hash"] if "build_code_hash" in chosen
+             else chosen["build_source_hash"])
     return [RevisionRun(int(run_id), str(experiment), str(device), point, str(revision),
                         str(source), {m: column[i] for m, column in zip(metrics, values,
                                                                        strict=True)
-                                      if column[i] is not None})
-            for i, (run_id, experiment, device, point, revision, source) in enumerate(zip(
+                                      if column[i] is not None},
+                        str(code) if isinstance(code, str) else str(source))
+            for i, (run_id, experiment, device, point, revision, source, code) in enumerate(zip(
                 chosen["run_id"], chosen["experiment"], chosen["device"], points,
-                chosen["build_revision"], chosen["build_source_hash"], strict=True))]
+                chosen["build_revision"], chosen["build_source_hash"], codes, strict=True))]
 
 
 def _point_label(row: dict[str, Any]) -> str:
@@ -146,7 +150,7 @@ class History:
             "steps": [asdict(step) for step in self.steps],
         }
 
-    def text(self) -> str:
+    def text(self, with_steps: bool = True) -> str:
         """A table: one row per series, one column per revision (medians), then the steps."""
         heads = [revision_label(r) for r in self.revisions]
         rows = []
@@ -163,7 +167,8 @@ class History:
         lines = [f"{self.experiment}: {self.metric}" + (f" ({unit})" if unit else "")
                  + " per revision in commit order, median [min, max] over runs",
                  table.to_string(index=False) if rows else "(no runs)"]
-        lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
+        if with_steps:
+            lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
         return "\n".join(lines)
 
 
@@ -207,7 +212,9 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
             params: StepParams = DEFAULT_PARAMS, cache: StepCache | None = None) -> History:
     """The series of ``metric`` per (device, config) over the revisions in ``order`` (those of
     the runs not in it follow, in the order of their first run), and the steps in each (kept
-    in ``cache`` by what they were found in)."""
+    in ``cache`` by what they were found in). A revision whose engine code is its
+    predecessor's (one binary, or sources that differ only in comments: ``code_hash``) is the
+    same engine: a step found there is noise and is left out."""
     chosen = [r for r in runs if metric in r.values
               and (not devices or r.device in devices) and (not configs or r.config in configs)]
     seen = list(dict.fromkeys(r.revision for r in sorted(chosen, key=lambda r: r.run_id)))
@@ -221,12 +228,15 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
     for (device, config), by_rev in sorted(groups.items()):
         points = [Point(rev, by_rev[rev]) for rev in revisions if rev in by_rev]
         result.series.append(RevisionSeries(device, config, points))
+    code = {r.revision: r.code_hash or r.source_hash for r in chosen}
     found = found_steps([[p.values for p in s.points] for s in result.series], params, cache)
     for series, steps in zip(result.series, found, strict=True):
         for step in steps:
-            result.steps.append(HistoryStep(series.points[step.index].revision, series.device,
-                                            series.config, metric, step.before, step.after,
-                                            step.ratio))
+            revision = series.points[step.index].revision
+            if code[revision] == code[series.points[step.index - 1].revision]:
+                continue  # the same engine code as the revision before: noise, not a step
+            result.steps.append(HistoryStep(revision, series.device, series.config, metric,
+                                            step.before, step.after, step.ratio))
     return result
 
 

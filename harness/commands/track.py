@@ -24,13 +24,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.execution.notify import targets_from
+    from harness.history.alerting import record_alerts, said
     from harness.history.track import regression_hook, track
 
     spec = spec_of(args)
+    targets = targets_from(args.notify, spec.notify)
     with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
-                       regression_hook(targets_from(args.notify, spec.notify)))
+                       regression_hook(targets))
+        alerting = record_alerts(measurer.store, result.summaries, targets)
+    for line in said(alerting):
+        print(line)
     print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "
           f"{len(result.regressions)} regression(s); `benchfarm history {spec.name}` shows them")
     return 0
