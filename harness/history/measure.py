@@ -126,10 +126,11 @@ class Measurer:
     def results(self, revision: str) -> dict[str, list[RevisionRun]]:
         """config -> every ok run of the experiment with the revision's engine sources on the
         placement's boards (by source hash: a revision with the sources of another reuses its
-        runs)."""
+        runs), each once (the store lists a run under every revision that builds it)."""
         wanted = self.source_hash(revision)
-        return _by_config([r for r in self.stored() if r.source_hash == wanted
-                           and r.device in self.placement.devices])
+        found = {r.run_id: r for r in self.stored() if r.source_hash == wanted
+                 and r.device in self.placement.devices}
+        return _by_config(list(found.values()))
 
     def stored(self) -> list[RevisionRun]:
         if self.spec.name not in self.store.list_experiments():

@@ -106,7 +106,8 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     assert len(lines) == 1 and f"commit {slow[:12]} decode_ms_per_token on local:" in lines[0]
     assert f"revision {scratch['broken']} does not build" in tracked.stderr
     # and the notification hook got it as a regression event
-    (event,) = [json.loads(line) for line in events.read_text().splitlines() if line]
+    sent = [json.loads(line) for line in events.read_text().splitlines() if line]
+    (event,) = [e for e in sent if e["event"] == "regression"]
     assert (event["event"], event["revision"], event["metric"], event["device"]) == (
         "regression", slow, "decode_ms_per_token", "local")
     assert event["ratio"] > 3
