@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, bindparam, event, insert, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import experiments, queries, revisions
+from db import experiments, limits, queries, revisions
 from db.alerts import Alerts
 from db.audit import Audit
 from db.boards import Boards
@@ -436,6 +436,11 @@ class Store:
         was registered under (db.revisions.builds_named)."""
         with self.database.connect() as conn:
             return revisions.builds_named(conn, names)
+
+    def board_limits(self, boards: Collection[str]) -> dict[str, dict[str, Any]]:
+        """board -> its measured physical limits (db.limits.board_limits)."""
+        with self.database.connect() as conn:
+            return limits.board_limits(conn, boards)
 
     def history_frame(self, experiment: str) -> pd.DataFrame:
         """What a history across revisions reads of the experiment (db.queries.history_frame)."""
