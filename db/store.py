@@ -437,6 +437,13 @@ class Store:
         with self.database.connect() as conn:
             return revisions.builds_named(conn, names)
 
+    def model_configs(self, sha256s: Collection[str]) -> dict[str, dict[str, Any]]:
+        """model sha256 -> its config.json as stored."""
+        with self.database.connect() as conn:
+            return {sha: config for batch in chunks(sorted(set(sha256s)))
+                    for sha, config in conn.execute(select(Model.sha256, Model.config)
+                                                    .where(Model.sha256.in_(batch)))}
+
     def board_limits(self, boards: Collection[str]) -> dict[str, dict[str, Any]]:
         """board -> its measured physical limits (db.limits.board_limits)."""
         with self.database.connect() as conn:

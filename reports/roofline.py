@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 IMPOSSIBLE = 1.10  # a share beyond this is no real figure
 CACHE_FACTOR = 1.5  # a buffer read this much faster than the largest one sits in a cache
@@ -192,3 +195,26 @@ def share_text(share: float | None) -> str:
     if share is None:
         return "not judged"
     return f"{100 * share:.0f} %" + (" IMPOSSIBLE" if share > IMPOSSIBLE else "")
+
+
+def roofline_table(runs: pd.DataFrame, model_configs: Mapping[str, dict[str, Any]],
+                   limits: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Per device and config of an experiment's ok runs (``reports.runs.flatten_runs``): the
+    median share of the board's roofline of the decode and prefill times, and how many runs
+    are beyond ``IMPOSSIBLE`` (empty when no board has measured limits)."""
+    columns = ["device", "config", "runs", "decode_share", "prefill_share", "impossible"]
+    if not limits or runs.empty or "model_sha256" not in runs:
+        return pd.DataFrame(columns=columns)
+    ok = runs[runs["status"] == "ok"]
+    rows = []
+    for (device, config), cell in ok.groupby(["device", "config"], sort=True):
+        board = limits_of(limits.get(str(device)))
+        shares = [shares_of(model_configs.get(str(row.get("model_sha256"))), row, board)
+                  for row in cell.to_dict("records")]
+        decode = [s["decode_ms_per_token"] for s in shares
+                  if s["decode_ms_per_token"] is not None]
+        prefill = [s["prefill_ms"] for s in shares if s["prefill_ms"] is not None]
+        beyond = sum(any(v is not None and v > IMPOSSIBLE for v in s.values()) for s in shares)
+        rows.append([device, config, len(cell), statistics.median(decode) if decode else None,
+                     statistics.median(prefill) if prefill else None, beyond])
+    return pd.DataFrame(rows, columns=columns)

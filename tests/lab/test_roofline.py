@@ -5,6 +5,7 @@ and left out of the history. A real run of the tiny model on the local board, a 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -82,3 +83,9 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
         [1, 2]
     text = cli(db, "history", "roof").stdout
     assert "2 run(s) left out: decode_ms_per_token beyond the board's roofline" in text
+    # and the report's roofline table counts them
+    reported = cli(db, "report", "roof", "--out", str(tmp_path / "report"))
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    (row,) = csv.DictReader((tmp_path / "report" / "roofline.csv").open())
+    assert (row["device"], row["runs"], row["impossible"]) == ("local", "2", "2")
+    assert float(row["decode_share"]) > 1.1
