@@ -104,9 +104,10 @@ class Alerts:
 
     @retry_locked
     def open(self, experiment: str, revision: str, previous: str | None, subject: str,
-             authored_at: str | None, steps: Sequence[StepRecord]) -> tuple[AlertRecord, bool]:
+             authored_at: str | None, steps: Sequence[StepRecord],
+             note: str | None = None) -> tuple[AlertRecord, bool]:
         """The alert of ``revision`` in ``experiment`` with ``steps`` added (those it holds
-        already are kept as they are); True when it is new."""
+        already are kept as they are); True when it is new (its opening records ``note``)."""
         moment = utcnow()
         with Session(self.database) as s, s.begin():
             row = s.scalar(select(Alert).where(Alert.experiment == experiment,
@@ -120,7 +121,7 @@ class Alerts:
                 s.flush()
                 s.add(AlertChange(alert_id=row.id, at=moment, actor=SYSTEM, checked=False,
                                   state_from=None, state_to="untriaged",
-                                  note=f"{len(steps)} series moved"))
+                                  note=note or f"{len(steps)} series moved"))
             held = {(a.device, a.config, a.metric) for a in s.scalars(
                 select(AlertStep).where(AlertStep.alert_id == row.id))}
             for step in steps:

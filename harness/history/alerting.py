@@ -38,9 +38,10 @@ def alert_event(alert: AlertRecord, event: str, **extra: Any) -> dict[str, Any]:
 
 
 def record_alerts(store: Store, summaries: Iterable[CommitSummary],
-                  targets: notify.Targets) -> Alerting:
-    """Open an alert for each summary with a regression, and mark the alerts its steps back
-    to an earlier level fix-suggested (``summaries`` in commit order)."""
+                  targets: notify.Targets, notes: dict[str, str] | None = None) -> Alerting:
+    """Open an alert for each summary with a regression (``notes``: revision -> what its
+    opening records, e.g. its confirmation), and mark the alerts its steps back to an
+    earlier level fix-suggested (``summaries`` in commit order)."""
     done = Alerting()
     for summary in summaries:
         for step in summary.steps:
@@ -54,7 +55,7 @@ def record_alerts(store: Store, summaries: Iterable[CommitSummary],
             summary.experiment, summary.revision, summary.previous, summary.subject,
             summary.authored or None,
             [StepRecord(s.device, s.config, s.metric, s.before, s.after, s.ratio, s.regression)
-             for s in summary.steps])
+             for s in summary.steps], (notes or {}).get(summary.revision))
         if new:
             done.opened.append(alert)
             if targets:

@@ -8,6 +8,9 @@ store shared by track, history, bisect and compare."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -135,8 +138,11 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
     notify = ["--notify", f"cat >> {events}; echo >> {events}"]
 
     tracked = cli(scratch, "alerts.db", "track", str(named["spec"]), "--since",
-                  named["since"], *THRESHOLD, *notify)
+                  named["since"], *THRESHOLD, *notify, "--confirm-budget", "600")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
+    # confirmed before blamed: the culprit and the revision before it measured again
+    confirmation = f"confirmation of {named['slow'][:12]} against {named['revert'][:12]}: "
+    assert confirmation + "different" in tracked.stdout
     assert "alert 1 opened: " + named["slow"][:12] + " 'slow decode'" in tracked.stdout
     listed = json.loads(cli(scratch, "alerts.db", "alerts", "list", "--json").stdout)
     assert [(a["id"], a["state"], a["revision"], a["previous"], a["subject"], a["devices"])
@@ -144,6 +150,7 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
                                   "slow decode", ["local"])]
     (step,) = listed[0]["steps"]
     assert step["regression"] and step["ratio"] > 4 and step["metric"] == "decode_ms_per_token"
+    assert listed[0]["changes"][0]["note"].startswith(confirmation + "different")
 
     # triage as the store's users: the caller's identity, with a note
     monkeypatch.setenv("BENCHFARM_TOKEN_FILE", str(named["root"] / "ann.token"))
@@ -200,3 +207,44 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
         ("alert-opened", "untriaged"), ("alert-state", "acknowledged"),
         ("alert-state", "fix-suggested")]
     assert sent[-1]["state_from"] == "acknowledged" and sent[-1]["subject"] == "slow decode"
+
+
+CONFIRM = """
+import sys
+from db.store import Store
+from devices.inventory import load_inventory
+from harness.history.confirm import confirm
+from harness.history.measure import Measurer
+from harness.spec import load_spec
+from reports.commits import CommitSummary
+from reports.history import HistoryStep
+
+spec_path, url, before, after = sys.argv[1:]
+with Store.open(url) as store, Measurer(load_spec(spec_path), load_inventory(None), store,
+                                        "local") as measurer:
+    for revision in (before, after):
+        measurer.build(revision)
+    measurer.run([before, after])
+    config = next(iter(measurer.results(before)))
+    # a step someone claims between two commits that change nothing of the decode
+    claimed = CommitSummary("hist", after, before, "claimed", "", 1, [HistoryStep(
+        after, "local", config, "decode_ms_per_token", 1.0, 5.0, 5.0)])
+    found = confirm(measurer, claimed, "decode_ms_per_token", 3.0, 600, print)
+    print("verdict", found.verdict, found.rounds)
+"""
+
+
+def test_confirmation_finds_a_claimed_step_between_harmless_commits_the_same(
+        named: dict) -> None:
+    """Pinpoint's rule on real runs: a step claimed between the comment-only commit and the
+    harmless function (the same decode) is measured in more rounds until it is `same`."""
+    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
+    env |= {"BENCHFARM_REPO_ROOT": str(named["repo"]),
+            "BENCHFARM_BUILD_DIR": str(named["root"] / "build"), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", CONFIRM, str(named["spec"]),
+         f"sqlite:///{named['root'] / 'confirm.db'}", named["comment"], named["harmless"]],
+        cwd=named["root"], env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict = done.stdout.strip().splitlines()[-1].split()
+    assert verdict[:2] == ["verdict", "same"] and int(verdict[2]) >= 1, done.stdout[-2000:]
