@@ -12,25 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_history_git import SPEC
+
 from db import Store
 from harness import REPO_ROOT
-
-SPEC = """name = "roof"
-model = "{model}"
-devices = ["local"]
-repeats = 2
-warmups = 0
-
-[engine]
-threads = 1
-
-[engine.policy.exact]
-
-[[workload]]
-kind = "decode"
-ctx = 64
-max_new = 8
-"""
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess:
@@ -45,7 +30,8 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
         tmp_path: Path) -> None:
     db = tmp_path / "roof.db"
     spec = tmp_path / "roof.toml"
-    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny"))
+    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
+                    .replace('name = "hist"', 'name = "roof"'))  # 3 runs of a decode
     ran = cli(db, "run", str(spec))
     assert ran.returncode == 0, ran.stderr[-3000:]
     checked = cli(db, "devices", "check", "local", "--json")
@@ -66,7 +52,7 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
     # a real prefill of the tiny model is far below the board's FMA peak
     assert 0 < shown["roofline_share"]["prefill_ms"] < 1.1
     history = json.loads(cli(db, "history", "roof", "--json").stdout)
-    assert history["impossible"] == [] and len(history["series"][0]["points"][0]["values"]) == 2
+    assert history["impossible"] == [] and len(history["series"][0]["points"][0]["values"]) == 3
 
     # a board whose stored limits are far below what its runs did: every figure is impossible
     slow = {"1": 0.001, "128": 0.001}
@@ -80,12 +66,12 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
     assert "decode " in shown.stdout and "IMPOSSIBLE" in shown.stdout
     history = json.loads(cli(db, "history", "roof", "--json").stdout)
     assert history["series"] == [] and sorted(r["run_id"] for r in history["impossible"]) == \
-        [1, 2]
+        [1, 2, 3]
     text = cli(db, "history", "roof").stdout
-    assert "2 run(s) left out: decode_ms_per_token beyond the board's roofline" in text
+    assert "3 run(s) left out: decode_ms_per_token beyond the board's roofline" in text
     # and the report's roofline table counts them
     reported = cli(db, "report", "roof", "--out", str(tmp_path / "report"))
     assert reported.returncode == 0, reported.stderr[-3000:]
     (row,) = csv.DictReader((tmp_path / "report" / "roofline.csv").open())
-    assert (row["device"], row["runs"], row["impossible"]) == ("local", "2", "2")
+    assert (row["device"], row["runs"], row["impossible"]) == ("local", "3", "3")
     assert float(row["decode_share"]) > 1.1
