@@ -21,6 +21,9 @@ from db.errors import StoreInputError
 from db.leases import utcnow
 from db.models import ALERT_STATES, Alert, AlertChange, AlertStep
 
+__all__ = ["ALERT_STATES", "OPEN_STATES", "TRIAGE_STATES", "AlertRecord", "Alerts",
+           "ChangeRecord", "StepRecord"]
+
 TRIAGE_STATES = ("acknowledged", "invalid", "wontfix", "fixed")  # what a person sets
 OPEN_STATES = ("untriaged", "acknowledged")  # a fix may still be suggested for these
 SYSTEM = "benchfarm"  # who makes the changes nobody typed (opening, suggesting a fix)

@@ -21,8 +21,7 @@ from db.store import Store
 from devices.health import CheckReport, LimitProbe, check_device
 from devices.inventory import Device
 from harness import REPO_ROOT
-from harness.engines import DEFAULT_ENGINE, adapter_of, health_command
-from harness.engines.lmc.build import build_c_program
+from harness.engines import DEFAULT_ENGINE, adapter_of, build_program, health_command
 from harness.errors import InputError, RunFailure
 from harness.execution.gate import went_bad
 from harness.execution.notify import Targets
@@ -64,7 +63,7 @@ class EngineBinaries:
 
 def _program(name: str, arch: str) -> tuple[Path | None, str | None]:
     try:
-        return build_c_program(name, [BENCH_C / f"{name}.c"], target=arch), None
+        return build_program(name, [BENCH_C / f"{name}.c"], arch), None
     except (InputError, RunFailure) as exc:
         return None, f"building {name} for {arch} failed: {str(exc).splitlines()[0]}"
 

@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from db.alerts import TRIAGE_STATES, AlertRecord
-from db.models import ALERT_STATES
+from db.alerts import ALERT_STATES, TRIAGE_STATES, AlertRecord
 from db.store import Store
 from harness.access.caller import local_user
 from harness.history.alerting import alert_document
