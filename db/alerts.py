@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
-from db.models import ALERT_STATES, Alert, AlertChange, AlertStep
+from db.models import Alert, AlertChange, AlertStep
+from db.records import ALERT_STATES
 
 __all__ = ["ALERT_STATES", "OPEN_STATES", "TRIAGE_STATES", "AlertRecord", "Alerts",
            "ChangeRecord", "StepRecord"]

@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from db.packing import CompressedJSON, CompressedText
-from db.records import RUN_STATUSES
+from db.records import ALERT_STATES, RUN_STATUSES
 
 # Explicit constraint names so that migrations can refer to them on every backend.
 NAMING = {
@@ -477,9 +477,6 @@ class BuildRevision(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     build_id: Mapped[int] = mapped_column(ForeignKey("builds.id"))
     revision: Mapped[str] = mapped_column(String(128), index=True)
-
-
-ALERT_STATES = ("untriaged", "acknowledged", "invalid", "wontfix", "fixed", "fix-suggested")
 
 
 class Alert(Base):

@@ -25,7 +25,7 @@ ACTIONS = {"ack": "acknowledged", "invalid": "invalid", "wontfix": "wontfix", "f
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from db.alerts import ALERT_STATES
+    from db.records import ALERT_STATES
 
     parser = subparsers.add_parser("alerts", help="stored regressions per culprit commit, and "
                                                   "their triage")
