@@ -37,25 +37,14 @@ from pathlib import Path
 
 from harness.engines.lmc import LmcAdapter, run_here
 from harness.engines.lmc.build import build_c_program, build_engine
+from reports.roofline import (  # noqa: F401 - the bench scripts' Shape, from here
+    Shape,
+    kv_bytes_per_token,
+    weight_bytes_per_token,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-
-# bytes per stored value, by format
-WEIGHT_BYTES = {
-    "f32": 4.0,
-    "bf16": 2.0,
-    "f16": 2.0,
-    # lmc q8 weights and GGML q8_0 alike: int8 + one binary16 scale per 32 values
-    "q8": 34.0 / 32.0,
-    "q8_0": 34.0 / 32.0,
-}
-KV_BYTES = {
-    "f32": 4.0,
-    "f16": 2.0,
-    "q8": 1.0 + 4.0 / 32.0,  # lmc's q8 KV cache: int8 + one f32 scale per 32 values
-}
-
 
 # ---------------------------------------------------------------------------------------------
 # The machine
@@ -143,44 +132,6 @@ def stream_ceiling(threads: int, mib: int = 1024, passes: int = 10) -> list[Band
 # ---------------------------------------------------------------------------------------------
 # Bytes per decoded token
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-
-    @classmethod
-    def from_model_dir(cls, model_dir: Path) -> Shape:
-        c = json.loads((model_dir / "config.json").read_text())
-        return cls(c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
-                   c["num_attention_heads"], c["num_key_value_heads"],
-                   c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-                   c["vocab_size"])
-
-
-def weight_bytes_per_token(shape: Shape, wq: str) -> float:
-    """Bytes of weights one decode step reads: every matrix, the lm_head, norms, one embed row."""
-    h, d = shape.hidden, shape.head_dim
-    per_layer_matrix = (
-        shape.heads * d * h * 2  # q_proj, o_proj
-        + shape.kv_heads * d * h * 2  # k_proj, v_proj
-        + shape.intermediate * h * 3  # gate, up, down
-    )
-    per_layer_norms = 2 * h + 2 * d
-    matrices = (shape.layers * per_layer_matrix + shape.vocab * h) * WEIGHT_BYTES[wq]
-    f32_vectors = (shape.layers * per_layer_norms + h + h) * 4  # norms, final norm, embed row
-    return matrices + f32_vectors
-
-
-def kv_bytes_per_token(shape: Shape, kv: str, positions: float) -> float:
-    """Bytes of K and V read by exact attention over ``positions`` cached positions."""
-    return shape.layers * positions * shape.kv_heads * shape.head_dim * 2 * KV_BYTES[kv]
 
 
 def mean_kv_bytes(shape: Shape, kv: str, prompt_len: int, steps: int) -> float:

@@ -178,6 +178,17 @@ class Boards:
         conn.execute(insert(BoardEvent.__table__).values(
             board=board, state=state, reason=reason, changed_by=by, at=moment))
 
+    @retry_locked
+    def note(self, board: str, reason: str, by: str) -> None:
+        """An event in the board's history that leaves its state as it is: something seen
+        on it (a step that coincides with a change of its conditions, not a commit's)."""
+        moment = utcnow()
+        with self.database.begin() as conn:
+            state = conn.scalar(select(BoardState.__table__.c.state).where(
+                BoardState.__table__.c.board == board)) or ONLINE
+            conn.execute(insert(BoardEvent.__table__).values(
+                board=board, state=state, reason=_cut(reason), changed_by=by, at=moment))
+
     def states(self, boards: list[str] | None = None,
                conn: Any = None) -> dict[str, BoardStatus]:
         """The state of each board named (every board with a stored state when None); on

@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from db.packing import CompressedJSON, CompressedText
-from db.records import RUN_STATUSES
+from db.records import ALERT_STATES, RUN_STATUSES
 
 # Explicit constraint names so that migrations can refer to them on every backend.
 NAMING = {
@@ -488,3 +488,66 @@ class AuditRecord(Base):
     acting_for: Mapped[str | None] = mapped_column(String(200))  # the owner acted for, if not
     # the actor: an admin on someone else's job or reservation
     detail: Mapped[str | None] = mapped_column(Text)
+
+
+class BuildRevision(Base):
+    """A revision name a build was registered under: revisions with the same engine sources
+    build one binary (one ``builds`` row), and each of them finds its runs."""
+
+    __tablename__ = "build_revisions"
+    __table_args__ = (UniqueConstraint("build_id", "revision"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int] = mapped_column(ForeignKey("builds.id"))
+    revision: Mapped[str] = mapped_column(String(128), index=True)
+
+
+class Alert(Base):
+    """The steps of an experiment's history at one culprit commit (db.alerts), and where a
+    person's triage left them."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (UniqueConstraint("experiment", "revision"), _one_of("state", ALERT_STATES))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment: Mapped[str] = mapped_column(String(200))
+    revision: Mapped[str] = mapped_column(String(128))  # the culprit commit
+    previous: Mapped[str | None] = mapped_column(String(128))  # the revision measured before
+    subject: Mapped[str] = mapped_column(String(500))
+    authored_at: Mapped[str | None] = mapped_column(String(40))  # the commit's author date
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class AlertStep(Base):
+    """One series that moved at the alert's commit."""
+
+    __tablename__ = "alert_steps"
+    __table_args__ = (UniqueConstraint("alert_id", "device", "config", "metric"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id"))
+    device: Mapped[str] = mapped_column(String(200))
+    config: Mapped[str] = mapped_column(String(500))
+    metric: Mapped[str] = mapped_column(String(64))
+    before: Mapped[float] = mapped_column(Float)
+    after: Mapped[float] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    regression: Mapped[bool] = mapped_column(Boolean)
+    back_at: Mapped[str | None] = mapped_column(String(128))  # a later step back to `before`
+
+
+class AlertChange(Base):
+    """Who moved an alert to which state, when, and why."""
+
+    __tablename__ = "alert_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id"), index=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(200))
+    checked: Mapped[bool] = mapped_column(Boolean)  # a user's token said so
+    state_from: Mapped[str | None] = mapped_column(String(16))
+    state_to: Mapped[str] = mapped_column(String(16))
+    note: Mapped[str | None] = mapped_column(Text)

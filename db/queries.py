@@ -53,6 +53,7 @@ from db.models import (
 )
 from db.packing import STEP_TIMES, STEP_TOKENS, CompressedJSON, unpack_steps
 from db.records import AXIS_COLUMNS, RUN_STATUSES, TokenTiming
+from db.revisions import build_names
 from db.rows import chunks
 
 if TYPE_CHECKING:
@@ -615,8 +616,7 @@ def history_frame(conn: Connection, experiment: str) -> pd.DataFrame:
                Device.name.label("device"), Run.engine, Run.command, Run.workload_id,
                *(getattr(Run, name) for name in AXIS_COLUMNS), Run.config,
                Measurement.id.label("measurement_id"), Measurement.status, *figures, *outcome,
-               Build.revision.label("build_revision"),
-               Build.source_hash.label("build_source_hash"))
+               Run.build_id, Build.source_hash.label("build_source_hash"), Run.model_id)
         .join(Measurement, Measurement.id == Run.current_measurement_id)
         .join(Device, Measurement.device_id == Device.id)
         .join(Build, Run.build_id == Build.id)
@@ -626,6 +626,17 @@ def history_frame(conn: Connection, experiment: str) -> pd.DataFrame:
     )
     result = conn.execute(query)
     frame = pd.DataFrame.from_records([tuple(row) for row in result], columns=list(result.keys()))
+    # a run of a binary is a run of every revision that builds it: one row per revision name
+    configs = {mid: config for batch in chunks(sorted({int(i) for i in
+                                                        frame["model_id"].dropna()}))
+               for mid, config in conn.execute(select(Model.id, Model.config)
+                                               .where(Model.id.in_(batch)))}
+    frame["model_config"] = [configs.get(m) for m in frame["model_id"]]
+    names, code = build_names(conn, frame["build_id"].dropna())
+    frame["build_code_hash"] = [code.get(b) for b in frame["build_id"]]
+    per_row = [names.get(b, [None]) for b in frame["build_id"]]
+    frame = frame.loc[frame.index.repeat([len(n) for n in per_row])].reset_index(drop=True)
+    frame["build_revision"] = [name for n in per_row for name in n]
     workloads = {wid: (kind, params)
                  for batch in chunks(sorted({int(i) for i in frame["workload_id"].dropna()}))
                  for wid, kind, params in conn.execute(

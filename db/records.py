@@ -20,6 +20,8 @@ from typing import Any
 # board lease expired with the attempt still running). A run's status is "ok" when it has an ok
 # measurement made under a live lease, else its latest measurement's.
 RUN_STATUSES = ("ok", "failed", "interrupted", "pending", "cancelled", "running", "lost")
+# an alert's states (db.alerts): a person's triage, and the fix a later step suggests
+ALERT_STATES = ("untriaged", "acknowledged", "invalid", "wontfix", "fixed", "fix-suggested")
 SNAPSHOT_PHASES = ("before", "after")
 # The runs' axis columns (indexed, so that reports group by them): named for lmc's axes, which
 # came first; each engine's adapter declares which of its config keys it stores in them

@@ -18,7 +18,8 @@ from sqlalchemy import Connection, Engine, bindparam, event, insert, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import experiments, queries
+from db import experiments, limits, queries, revisions
+from db.alerts import Alerts
 from db.audit import Audit
 from db.boards import Boards
 from db.connection import (
@@ -95,6 +96,7 @@ class Store:
         self.boards = Boards(self.writer)
         self.users = Users(self.writer)
         self.audit = Audit(self.writer)
+        self.alerts = Alerts(self.writer)
 
     @classmethod
     def open(cls, url: str, create: bool = True) -> Store:
@@ -177,6 +179,7 @@ class Store:
             row.build_seconds = record.get("build_seconds")
             row.extra = dict(record.get("extra") or {})
             s.flush()
+            revisions.name_build(s, row.id, row.revision)
             return row.id
 
     @retry_locked
@@ -427,6 +430,24 @@ class Store:
         (db.experiments.measuring)."""
         with self.session() as s:
             return experiments.measuring(s, names)
+
+    def builds_named(self, names: Collection[str]) -> dict[str, str]:
+        """name -> the revision its build's row carries, for each of ``names`` some build
+        was registered under (db.revisions.builds_named)."""
+        with self.database.connect() as conn:
+            return revisions.builds_named(conn, names)
+
+    def model_configs(self, sha256s: Collection[str]) -> dict[str, dict[str, Any]]:
+        """model sha256 -> its config.json as stored."""
+        with self.database.connect() as conn:
+            return {sha: config for batch in chunks(sorted(set(sha256s)))
+                    for sha, config in conn.execute(select(Model.sha256, Model.config)
+                                                    .where(Model.sha256.in_(batch)))}
+
+    def board_limits(self, boards: Collection[str]) -> dict[str, dict[str, Any]]:
+        """board -> its measured physical limits (db.limits.board_limits)."""
+        with self.database.connect() as conn:
+            return limits.board_limits(conn, boards)
 
     def history_frame(self, experiment: str) -> pd.DataFrame:
         """What a history across revisions reads of the experiment (db.queries.history_frame)."""

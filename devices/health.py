@@ -8,9 +8,10 @@ adapter (``harness.engines``), as a :class:`HealthCommand`: this package knows n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from devices.cache import ArtifactCache
 from devices.connect import connect
@@ -20,6 +21,7 @@ from devices.transport import Transport
 
 MIN_FREE_MB = 200  # a small model, a few binaries and their trees
 CHECK_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 300.0  # a limit probe on an emulated board runs some ten times slower
 WRITE_TEST = 'f=".benchfarm-write-test.$$" && : > "$f" && rm -f -- "$f"'
 
 
@@ -35,11 +37,30 @@ class HealthCommand:
     verdict: Callable[[str, str, str], tuple[bool, str]]
 
 
+@dataclass(frozen=True)
+class LimitProbe:
+    """A small program measuring what the board can physically do (its memory read bandwidth,
+    its FMA peak): built for the board's architecture, pushed and run there like the engine.
+    ``parse`` turns its stdout into the figure (``key``, in ``unit``) and a detail."""
+
+    name: str  # the check's name, e.g. "memory read"
+    key: str  # the figure's name where it is stored, e.g. "read_gbps"
+    binary: Path | None
+    problem: str | None  # why there is no binary
+    # the runs, given the binary's path on the board
+    argvs: Callable[[str, Device], list[list[str]]]
+    # each run's stdout -> (the figure, what else to keep, a detail); ValueError if unreadable
+    parse: Callable[[list[str]], tuple[float, dict[str, Any], str]]
+
+
 @dataclass
 class CheckItem:
     name: str
     ok: bool
     detail: str
+    key: str | None = None  # a figure's name (a limit probe's), with its value
+    value: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # more of a probe's figures
 
 
 @dataclass
@@ -51,13 +72,14 @@ class CheckReport:
     def ok(self) -> bool:
         return all(item.ok for item in self.items)
 
-    def add(self, name: str, ok: bool, detail: str) -> None:
-        self.items.append(CheckItem(name, ok, detail))
+    def add(self, name: str, ok: bool, detail: str, key: str | None = None,
+            value: float | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.items.append(CheckItem(name, ok, detail, key, value, extra or {}))
 
 
-def check_device(device: Device, health: HealthCommand,
-                 min_free_mb: int = MIN_FREE_MB) -> CheckReport:
-    """Run every check; a failed step is recorded, not raised."""
+def check_device(device: Device, health: HealthCommand, min_free_mb: int = MIN_FREE_MB,
+                 probes: Sequence[LimitProbe] = ()) -> CheckReport:
+    """Run every check (then each limit probe); a failed step is recorded, not raised."""
     report = CheckReport(device.name)
     try:
         transport = connect(device)
@@ -69,6 +91,8 @@ def check_device(device: Device, health: HealthCommand,
         try:
             _check_host(transport, report, min_free_mb)
             _check_engine(transport, report, health)
+            for probe in probes:
+                _measure_limit(transport, report, probe)
         except DeviceError as exc:
             report.add("connection", False, str(exc))
     return report
@@ -115,3 +139,26 @@ def _check_engine(transport: Transport, report: CheckReport, health: HealthComma
     ok, detail = health.verdict(result.stdout, result.stderr, transport.device.arch)
     report.add(health.name, ok, f"{detail}, push {pushed.status if pushed else '?'}, "
                f"{result.wall_s * 1000:.0f} ms")
+
+
+def _measure_limit(transport: Transport, report: CheckReport, probe: LimitProbe) -> None:
+    """A figure the board's limits are judged by, or an item saying why it was not measured
+    (not a fault of the board's: it does not fail the check)."""
+    if probe.binary is None:
+        report.add(probe.name, True, f"not measured: {probe.problem or 'no program'}")
+        return
+    remote = ArtifactCache(transport).push(probe.binary)
+    outputs = []
+    for argv in probe.argvs(remote, transport.device):
+        result = transport.run(argv, timeout=PROBE_TIMEOUT_S)
+        if not result.ok:
+            report.add(probe.name, True, f"not measured: exit code {result.exit_code}: "
+                       f"{result.stderr.strip()}")
+            return
+        outputs.append(result.stdout)
+    try:
+        value, extra, detail = probe.parse(outputs)
+    except (ValueError, KeyError, TypeError) as exc:
+        report.add(probe.name, True, f"not measured: unreadable output ({exc!r})")
+        return
+    report.add(probe.name, True, detail, probe.key, value, extra)

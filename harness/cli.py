@@ -37,6 +37,7 @@ SUBCOMMANDS = [
     "history",
     "bisect",
     "track",
+    "alerts",
     "audit",
     "reproduce",
     "demo",

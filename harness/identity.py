@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,34 @@ def files_hash(paths: list[Path]) -> str:
         digest.update(path.name.encode() + b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
+    return digest.hexdigest()
+
+
+# A C source as tokens that matter: string and character literals kept whole, comments dropped
+C_PIECES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/|\s+',
+                      re.S)
+
+
+def code_hash(paths: list[Path]) -> str:
+    """sha256 over the names and *code* of C sources ``paths``: their text without comments,
+    each run of whitespace and comments as one space (literals kept as they are). Revisions
+    that differ only in comments or layout have the same code hash: the same engine, though
+    their binaries differ (the binary names its source hash)."""
+    digest = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.name):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        code, at = [], 0
+        for found in C_PIECES.finditer(text):
+            if found.start() > at:
+                code.append(text[at:found.start()])
+            piece = found.group(0)
+            if piece[0] in "\"'":
+                code.append(piece)
+            elif code and code[-1] != " ":
+                code.append(" ")
+            at = found.end()
+        code.append(text[at:])
+        digest.update(path.name.encode() + b"\0" + "".join(code).strip().encode() + b"\0")
     return digest.hexdigest()
 
 

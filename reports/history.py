@@ -20,6 +20,7 @@ import pandas as pd
 
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
+from reports.roofline import IMPOSSIBLE, limits_of, shares_of
 from reports.runs import labelled_for_history, revision_label, without_revision
 from reports.stats import median, summarize
 from reports.steps import DEFAULT_PARAMS, METHOD, Step, StepParams, detect_steps
@@ -39,16 +40,23 @@ class RevisionRun:
     revision: str  # the commit, "<commit>+dirty" for a working tree with engine changes
     source_hash: str  # the engine sources' hash (two revisions may share it)
     values: dict[str, float]  # metric -> value, the metrics the run has
+    code_hash: str = ""  # the sources' code without comments (the source hash if unknown)
+    impossible: tuple[str, ...] = ()  # metrics whose figure is beyond the board's roofline
 
 
 def revision_runs(store: Any, experiment: str) -> list[RevisionRun]:
     """Every ok run of ``experiment`` with its revision and metric values (the stored runs),
-    read with only what a history needs (``Store.history_frame``)."""
-    return runs_by_revision(labelled_for_history(store.history_frame(experiment)))
+    read with only what a history needs (``Store.history_frame``); a figure beyond its
+    board's roofline (``reports.roofline``) is flagged impossible."""
+    frame = labelled_for_history(store.history_frame(experiment))
+    limits = store.board_limits(sorted(set(frame["device"]))) if len(frame) else {}
+    return runs_by_revision(frame, limits)
 
 
-def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
-    """``revision_runs`` of an experiment's flattened runs (``reports.runs``)."""
+def runs_by_revision(runs: pd.DataFrame,
+                     limits: dict[str, dict[str, Any]] | None = None) -> list[RevisionRun]:
+    """``revision_runs`` of an experiment's flattened runs (``reports.runs``); with the boards'
+    ``limits`` (``Store.board_limits``), the figures beyond them flagged impossible."""
     chosen = runs[(runs["status"] == "ok") & runs["build_revision"].notna()]
     metrics = [m for m in METRICS if m in chosen]
     values = [[float(v) if v is not None and not pd.isna(v) and math.isfinite(v) else None
@@ -62,13 +70,40 @@ def runs_by_revision(runs: pd.DataFrame) -> list[RevisionRun]:
             labels[key] = _point_label(dict(zip(("kind", *POINT_PARAMS, "config"), row,
                                                 strict=True)))
         points.append(labels[key])
+    codes = (chosen["build_code_hash"] if "build_code_hash" in chosen
+             else chosen["build_source_hash"])
+    flagged = impossible_figures(chosen, limits or {})
     return [RevisionRun(int(run_id), str(experiment), str(device), point, str(revision),
                         str(source), {m: column[i] for m, column in zip(metrics, values,
                                                                        strict=True)
-                                      if column[i] is not None})
-            for i, (run_id, experiment, device, point, revision, source) in enumerate(zip(
+                                      if column[i] is not None},
+                        str(code) if isinstance(code, str) else str(source), flagged[i])
+            for i, (run_id, experiment, device, point, revision, source, code) in enumerate(zip(
                 chosen["run_id"], chosen["experiment"], chosen["device"], points,
-                chosen["build_revision"], chosen["build_source_hash"], strict=True))]
+                chosen["build_revision"], chosen["build_source_hash"], codes, strict=True))]
+
+
+def impossible_figures(chosen: pd.DataFrame, limits: dict[str, dict[str, Any]]
+                       ) -> list[tuple[str, ...]]:
+    """Per row, the metrics whose figure is beyond its board's roofline (``roofline_shares``
+    over ``IMPOSSIBLE``): a measurement bug, never a level of a history."""
+    out: list[tuple[str, ...]] = []
+    for shares in roofline_shares(chosen, limits):
+        out.append(tuple(metric for metric, share in shares.items()
+                         if share is not None and share > IMPOSSIBLE))
+    return out
+
+
+def roofline_shares(rows: pd.DataFrame, limits: dict[str, dict[str, Any]]
+                    ) -> list[dict[str, float | None]]:
+    """Per row (a run with its ``model_config``, axes and figures), the share of its board's
+    roofline its decode time and its prefill time imply (``reports.roofline``)."""
+    if "model_config" not in rows or not limits:
+        return [{} for _ in range(len(rows))]
+    columns = ["device", "model_config", "wq", "kv", "threads", "prompt_tokens",
+               "decode_ms_per_token", "prefill_ms"]
+    return [shares_of(row["model_config"], row, limits_of(limits.get(row["device"])))
+            for row in rows[[c for c in columns if c in rows]].to_dict("records")]
 
 
 def _point_label(row: dict[str, Any]) -> str:
@@ -135,6 +170,8 @@ class History:
     revisions: list[str]  # every revision shown, in commit order
     series: list[RevisionSeries] = field(default_factory=list)
     steps: list[HistoryStep] = field(default_factory=list)
+    # runs left out: their figure is beyond their board's roofline (reports.roofline)
+    impossible: list[RevisionRun] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         """What `benchfarm history --json` prints."""
@@ -144,9 +181,12 @@ class History:
             "series": [{"device": s.device, "config": s.config, "metric": self.metric,
                         "points": [p.document() for p in s.points]} for s in self.series],
             "steps": [asdict(step) for step in self.steps],
+            "impossible": [{"run_id": r.run_id, "device": r.device, "config": r.config,
+                            "revision": r.revision, "value": r.values[self.metric]}
+                           for r in self.impossible],
         }
 
-    def text(self) -> str:
+    def text(self, with_steps: bool = True) -> str:
         """A table: one row per series, one column per revision (medians), then the steps."""
         heads = [revision_label(r) for r in self.revisions]
         rows = []
@@ -163,7 +203,12 @@ class History:
         lines = [f"{self.experiment}: {self.metric}" + (f" ({unit})" if unit else "")
                  + " per revision in commit order, median [min, max] over runs",
                  table.to_string(index=False) if rows else "(no runs)"]
-        lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
+        if self.impossible:
+            lines.append(f"{len(self.impossible)} run(s) left out: {self.metric} beyond the "
+                         f"board's roofline (impossible, a measurement bug): runs "
+                         + ", ".join(str(r.run_id) for r in self.impossible[:20]))
+        if with_steps:
+            lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
         return "\n".join(lines)
 
 
@@ -207,13 +252,17 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
             params: StepParams = DEFAULT_PARAMS, cache: StepCache | None = None) -> History:
     """The series of ``metric`` per (device, config) over the revisions in ``order`` (those of
     the runs not in it follow, in the order of their first run), and the steps in each (kept
-    in ``cache`` by what they were found in)."""
-    chosen = [r for r in runs if metric in r.values
+    in ``cache`` by what they were found in). A revision whose engine code is its
+    predecessor's (one binary, or sources that differ only in comments: ``code_hash``) is the
+    same engine: a step found there is noise and is left out."""
+    wanted = [r for r in runs if metric in r.values
               and (not devices or r.device in devices) and (not configs or r.config in configs)]
+    chosen = [r for r in wanted if metric not in r.impossible]
     seen = list(dict.fromkeys(r.revision for r in sorted(chosen, key=lambda r: r.run_id)))
     seen_set, ordered = set(seen), set(order)
     revisions = [r for r in order if r in seen_set] + [r for r in seen if r not in ordered]
-    result = History(chosen[0].experiment if chosen else "", metric, revisions)
+    result = History(chosen[0].experiment if chosen else "", metric, revisions,
+                     impossible=[r for r in wanted if metric in r.impossible])
     groups: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in chosen:
         groups.setdefault((run.device, run.config), {}).setdefault(run.revision, []).append(
@@ -221,12 +270,15 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
     for (device, config), by_rev in sorted(groups.items()):
         points = [Point(rev, by_rev[rev]) for rev in revisions if rev in by_rev]
         result.series.append(RevisionSeries(device, config, points))
+    code = {r.revision: r.code_hash or r.source_hash for r in chosen}
     found = found_steps([[p.values for p in s.points] for s in result.series], params, cache)
     for series, steps in zip(result.series, found, strict=True):
         for step in steps:
-            result.steps.append(HistoryStep(series.points[step.index].revision, series.device,
-                                            series.config, metric, step.before, step.after,
-                                            step.ratio))
+            revision = series.points[step.index].revision
+            if code[revision] == code[series.points[step.index - 1].revision]:
+                continue  # the same engine code as the revision before: noise, not a step
+            result.steps.append(HistoryStep(revision, series.device, series.config, metric,
+                                            step.before, step.after, step.ratio))
     return result
 
 

@@ -24,6 +24,7 @@ from reports.comparisons import device_comparison, engine_comparison
 from reports.headline import prefill_headline, what_this_shows
 from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
+from reports.roofline import roofline_table
 from reports.runs import ExperimentData, load_experiment
 from reports.sections import Section, Table
 from reports.tables import CSS, summary_text, to_html, to_markdown, write_csv
@@ -213,6 +214,16 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
                 "printed it (medians, MB): the process's peak RSS, the KV cache's bytes "
                 "touched (resident) and reserved (allocated, virtual).",
                 tables=[Table("ttft", ttft)], figures=figures.ttft_charts(ttft)),
+        Section("roofline", "Share of the roofline",
+                "What each decode and prefill time implies against what its board can do, as "
+                "its health check measured it (devices check: memory read bandwidth by buffer "
+                "size, FMA peak): bytes read per token over the time per token against the "
+                "read bandwidth (models whose weights fit the caches are not judged), and the "
+                "prefill's matrix operations against the FMA peak of its threads; medians "
+                "over runs. A run beyond 110 % is impossible (a measurement bug) and left out "
+                "of histories and alerts.",
+                tables=[Table("roofline", roofline_table(runs, data.model_configs,
+                                                         data.limits))]),
         Section("selection", "Selection quality",
                 "Attention mass captured by the selected blocks and recall of the oracle's "
                 "top-k blocks, per policy at equal k (runs with --measure-selection).",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class ExperimentData:
     runs: pd.DataFrame  # one row per measurement read, every column flattened
     steps: pd.DataFrame  # token_timings rows: measurement_id, step, token, ms, attn_ms
     snapshots: pd.DataFrame  # device_snapshots rows with their fingerprint documents
+    model_configs: dict[str, Any] = field(default_factory=dict)  # model sha256 -> config.json
+    limits: dict[str, Any] = field(default_factory=dict)  # device -> its measured limits
 
 
 def stored_json(text: Any) -> Any:
@@ -169,10 +171,13 @@ def load_experiment(store: Any, experiment: str,
     default each run's current one: its latest ok)."""
     frames = store.frames(experiment, selection, fingerprints=True)
     spec = store.experiment_spec(experiment)
+    runs = flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
+    models = sorted({str(s) for s in runs.get("model_sha256", pd.Series(dtype=str)).dropna()})
     return ExperimentData(
-        name=experiment, spec_text=spec.text, spec_hash=spec.hash,
-        runs=flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"]),
-        steps=frames["token_timings"], snapshots=frames["snapshots"])
+        name=experiment, spec_text=spec.text, spec_hash=spec.hash, runs=runs,
+        steps=frames["token_timings"], snapshots=frames["snapshots"],
+        model_configs=store.model_configs(models),
+        limits=store.board_limits(sorted(set(runs["device"]))) if len(runs) else {})
 
 
 def flatten_runs(runs: pd.DataFrame, outcomes: pd.DataFrame,

@@ -39,11 +39,13 @@ the revisions with two runs or more) entering as a chi-square observation of ``e
    segments it separates, under the noise model (the Kalman filter whitens them), and the
    weakest step that is not beyond noise is dropped, then the next, until every one left is
    (a drop re-judges its two neighbours only: O(m) each). A step is beyond noise when its
-   ratio ``after / before`` (of the segments' means) differs from 1 by more than
-   ``threshold`` and its size exceeds ``significance`` standard errors, raised by the ratio
-   of Student's t to the normal quantile at 97.5 % for the degrees of freedom of the noise's
-   estimate (Satterthwaite's, from the runs' for ``e`` and the points' beyond the levels for
-   ``d``): a short history, whose drift is poorly known, needs a larger step.
+   ratio ``after / before`` (of the segments' means; of a positive metric, the larger of
+   that and its inverse, so that a step down is judged as the step up it undoes) differs
+   from 1 by more than ``threshold`` and its size exceeds ``significance`` standard errors,
+   raised by the ratio of Student's t to the normal quantile at 97.5 % for the degrees of
+   freedom of the noise's estimate (Satterthwaite's, from the runs' for ``e`` and the
+   points' beyond the levels for ``d``): a short history, whose drift is poorly known, needs
+   a larger step.
 
 The first pass starts from a rough noise (``e`` from the runs, ``d`` from the differences of
 neighbouring revisions when there are more than 5, ``rho`` 0.5) and is lenient (0.6 x the
@@ -101,7 +103,7 @@ from scipy.stats import t as student_t
 
 # the method's name and version: steps kept by what they were found in (reports.history) are
 # found again once it changes
-METHOD = "PELT candidates, REML AR(1) drift + white noise, pairwise GLS judgement, v2"
+METHOD = "PELT candidates, REML AR(1) drift + white noise, pairwise GLS judgement, v3"
 MAD_TO_SD = 1.4826  # the MAD of a normal sample times this estimates its standard deviation
 # var(median of n runs) / var(mean of n runs) for normal runs; pi / 2 beyond
 MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
@@ -371,8 +373,8 @@ def _judge(x: np.ndarray, a: int, b: int, c: int, noise: Noise, own: np.ndarray,
     size = float((info @ (design.T @ white[:, 0]))[1])
     score = abs(size) / math.sqrt(max(float(info[1, 1]), 1e-300))
     before, after = float(np.mean(x[a:b])), float(np.mean(x[b:c]))
-    if positive:
-        relative = abs(math.expm1(after - before))
+    if positive:  # the larger of the ratio and its inverse: a drop to 1/4 is a 4x step
+        relative = math.expm1(abs(after - before))
     else:
         relative = abs(after / before - 1.0) if before else math.inf
     white_part, drift_part = _mean_variance(np.asarray([b - a, c - b]), noise)

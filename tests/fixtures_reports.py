@@ -18,12 +18,13 @@ MODEL_SHA = "e" * 64
 
 
 def build_record(source_hash: str = "a" * 64, revision: str = "rev-a",
-                 binary_sha256: str = "c" * 64, target: str = "x86_64") -> dict[str, Any]:
+                 binary_sha256: str = "c" * 64, target: str = "x86_64",
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "target": target, "variant": "release", "toolchain": "gcc", "compiler": "gcc",
         "compiler_version": "gcc 12.2.0", "cflags": ["-O3"], "ldflags": ["-lm"],
         "source_hash": source_hash, "revision": revision, "build_key": "k", "binary": "/tmp/lmc",
-        "binary_sha256": binary_sha256, "build_seconds": 1.0, "extra": {},
+        "binary_sha256": binary_sha256, "build_seconds": 1.0, "extra": extra or {},
     }
 
 

@@ -35,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.document(), indent=2))
         return 0
-    print(f"first bad commit: {result.first_bad} ({args.metric} {result.good_value:.4g} at "
-          f"good, {result.bad_value:.4g} at bad; {len(result.tested)} revisions measured)")
+    print(result.line(args.metric))
     if result.possibly:
         print("  the skipped commits leave it open: it may be any of "
               + ", ".join(c[:12] for c in result.possibly))

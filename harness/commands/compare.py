@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from harness.commands.arguments import add_measurements, selection
 from harness.commands.context import store_of
 from reports.metrics import TIMINGS
+
+if TYPE_CHECKING:
+    from db.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,20 +35,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def revision_names(*texts: str) -> dict[str, str]:
+def revision_names(*texts: str, store: Store | None = None) -> dict[str, str]:
     """What each text names as an engine revision: ``worktree`` the working tree's engine
-    sources (their hash), a git name the commit it resolves to."""
+    sources (their hash), a git name the commit it resolves to. With ``store``, a commit
+    whose binary the store names otherwise (revisions with the same engine sources share one
+    build row, under one of their names) becomes that name; so does a commit that leaves the
+    sources alone, by the last commit that changed them."""
     from harness import ENGINE_DIR
     from harness.engines.lmc.build import SOURCE_PATHS, source_hash
-    from harness.history.revisions import try_resolve
-    from harness.identity import WORKTREE
+    from harness.history.revisions import engine_revision, try_resolve
+    from harness.identity import DIRTY, WORKTREE
 
     named = {}
     for text in texts:
-        target = source_hash(ENGINE_DIR) if text == WORKTREE else try_resolve(text,
-                                                                              SOURCE_PATHS)
-        if target:
-            named[text] = target
+        if text == WORKTREE:
+            named[text] = source_hash(ENGINE_DIR)
+            continue
+        commit = try_resolve(text, SOURCE_PATHS)
+        if not commit:
+            continue
+        named[text] = commit
+        if store is not None and not commit.endswith(DIRTY):
+            candidates = [commit, engine_revision(commit, SOURCE_PATHS)]
+            known = store.builds_named(candidates)
+            named[text] = next((known[c] for c in candidates if c in known), commit)
     return named
 
 
@@ -55,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     threshold = NOISE_THRESHOLD if args.threshold is None else args.threshold
     with store_of(args) as store:
         result = compare(store, args.a, args.b, args.experiment, args.metric, threshold,
-                         args.lmc_policy, selection(args), revision_names(args.a, args.b))
+                         args.lmc_policy, selection(args),
+                         revision_names(args.a, args.b, store=store))
     print(terminal_table(result))
     if args.out:
         print(f"compare: {write_comparison(result, args.out)}")

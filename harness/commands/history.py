@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.commands.arguments import add_threshold
+from harness.commands.arguments import add_notify, add_threshold
 from harness.commands.context import store_of
 from harness.errors import InputError
 from reports.metrics import METRICS
@@ -32,7 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_threshold(parser, "smallest relative step reported")
     parser.add_argument("--out", help="also write history.json and history.html (timelines)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"series": [...], "steps": [...]} as JSON')
+                        help='print {"series": [...], "steps": [...], "commits": [...]} as JSON')
+    parser.add_argument("--record", action="store_true",
+                        help="store each commit with a regression as an alert (`benchfarm "
+                             "alerts`), and suggest the fix of those its series are back from")
+    add_notify(parser, "with --record: announce the alerts opened and changed here")
     parser.set_defaults(func=run)
 
 
@@ -56,25 +61,37 @@ def load_history(store: Store, experiment: str, metric: str, devices: list[str] 
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.history.revisions import commit_info
+    from reports.commits import commit_summaries, summary_text
     from reports.outdir import output_dir
 
     with store_of(args, create=False) as store:
         result = load_history(store, args.experiment, args.metric, args.device, args.config,
                               args.threshold)
+        info = commit_info(result.revisions)
+        if args.record:
+            from harness.execution.notify import targets_from
+            from harness.history.alerting import record_alerts, said
+
+            for line in said(record_alerts(store, commit_summaries(result, info),
+                                           targets_from(args.notify))):
+                print(line, file=sys.stderr)
+    document = result.document() | {"commits": [s.document()
+                                                for s in commit_summaries(result, info)]}
     if args.out:
         out = output_dir(args.out)
-        (out / "history.json").write_text(json.dumps(result.document(), indent=2) + "\n")
-        write_page(result, out / "history.html")
+        (out / "history.json").write_text(json.dumps(document, indent=2) + "\n")
+        write_page(result, out / "history.html", summary_text(result, info))
     if args.json:
-        print(json.dumps(result.document(), indent=2))
+        print(json.dumps(document, indent=2))
     else:
-        print(result.text())
+        print(summary_text(result, info))
         if args.out:
             print(f"history: {Path(args.out) / 'history.html'}")
     return 0
 
 
-def write_page(result: History, path: Path) -> None:
+def write_page(result: History, path: Path, text: str) -> None:
     from reports.history import timeline_figures
     from reports.tables import CSS
 
@@ -84,4 +101,4 @@ def write_page(result: History, path: Path) -> None:
     path.write_text(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
                     f"{escape(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>"
                     f"{escape(title)}</h1>\n<div class=\"figs\">{figures}</div>\n<pre>"
-                    f"{escape(result.text())}</pre>\n</body></html>\n", encoding="utf-8")
+                    f"{escape(text)}</pre>\n</body></html>\n", encoding="utf-8")

@@ -78,8 +78,14 @@ def _json_default(value: object) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from reports.roofline import limits_of, share_text, shares_of
+
     with store_of(args, create=False) as store:
         detail = asdict(store.get_run(args.run))
+        limits = store.board_limits([detail["device"]["name"]])
+    shares = shares_of((detail["model"] or {}).get("config"), detail["run"],
+                       limits_of(limits.get(detail["device"]["name"])))
+    detail["roofline_share"] = shares
     # each measurement as one object: its columns, outcome, snapshots and timings
     detail["measurements"] = [m.pop("measurement") | m for m in detail["measurements"]]
     if not args.full:
@@ -99,7 +105,9 @@ def run_show(args: argparse.Namespace) -> int:
           f"experiment {detail['experiment']}; {run['engine']} {run['command']} on "
           f"{detail['device']['name']}; revision {build.get('revision')}; repeat {run['repeat']}\n"
           f"config {json.dumps(run['config'], sort_keys=True)}\n"
-          f"status {run['status']} (measurement {run['measurement_id']}, what reports use)\n")
+          f"status {run['status']} (measurement {run['measurement_id']}, what reports use)\n"
+          f"share of the board's roofline: decode {share_text(shares['decode_ms_per_token'])}, "
+          f"prefill {share_text(shares['prefill_ms'])}\n")
     print(format_table(
         ["id", "attempt", "status", "lease", "started", "finished", "decode ms/tok", "wall ms",
          "error"],

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from harness.commands.arguments import add_measuring, add_notify, add_threshold
 from harness.commands.context import inventory_of, measuring, spec_of
+
+if TYPE_CHECKING:
+    from harness.history.measure import Measurer
+    from reports.commits import CommitSummary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,18 +24,66 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_measuring(parser, "the metric whose regressions are reported")
     add_threshold(parser, "smallest relative step reported")
     add_notify(parser, "announce each regression here, besides the spec's [notify]")
+    parser.add_argument("--confirm-budget", type=float, default=0.0, metavar="SECONDS",
+                        help="before blaming a commit, measure it and the revision before it "
+                             "again in alternating rounds until they differ or are the same, "
+                             "within this much measuring time per step; only a confirmed step "
+                             "opens an alert (default: 0, no confirmation)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.execution.notify import targets_from
+    from harness.history.alerting import record_alerts, said
     from harness.history.track import regression_hook, track
 
     spec = spec_of(args)
+    targets = targets_from(args.notify, spec.notify)
     with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
-                       regression_hook(targets_from(args.notify, spec.notify)))
+                       regression_hook(targets))
+        summaries, notes = result.summaries, {}
+        if args.confirm_budget > 0:
+            summaries, notes = confirmed(measurer, result.summaries, args)
+        alerting = record_alerts(measurer.store, summaries, targets, notes)
+    for line in said(alerting):
+        print(line)
     print(f"track: {len(result.new)} new revision(s) run, {len(result.skipped)} skipped, "
           f"{len(result.regressions)} regression(s); `benchfarm history {spec.name}` shows them")
     return 0
+
+
+def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace
+              ) -> tuple[list[CommitSummary], dict[str, str]]:
+    """The summaries whose regressions confirmation finds ``different`` (the others' steps
+    that are not regressions too: they may suggest a fix), and a note per confirmed one."""
+    from harness.history.confirm import board_change, confirm, measured_conditions
+
+    kept, notes = [], {}
+    for summary in summaries:
+        if not any(step.regression for step in summary.steps) or summary.previous is None:
+            kept.append(summary)
+            continue
+        checked = confirm(measurer, summary, args.metric, args.threshold, args.confirm_budget,
+                          lambda line: print(line, file=sys.stderr, flush=True))
+        print(checked.line())
+        moved = sorted({s.config for s in summary.steps if s.regression})
+        changed = None
+        if checked.verdict == "different":
+            changed = board_change(measured_conditions(measurer, checked.previous, moved),
+                                   measured_conditions(measurer, checked.revision, moved),
+                                   checked.previous, checked.revision)
+        if changed:
+            reason = (f"a step of {args.metric} at {summary.revision[:12]} coincides with a "
+                      f"change of the board's conditions ({changed}): not blamed on the commit")
+            for device in summary.devices:
+                measurer.store.boards.note(device, reason, "benchfarm track")
+            print(f"track: board event on {', '.join(summary.devices)}: {reason}")
+        elif checked.verdict == "different":
+            kept.append(summary)
+            notes[summary.revision] = checked.line()
+        else:
+            print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
+                  f"({checked.verdict})")
+    return kept, notes

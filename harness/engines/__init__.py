@@ -16,6 +16,7 @@ from devices.health import HealthCommand
 from harness.engines.base import EngineAdapter
 from harness.engines.llamabench import LlamaBenchAdapter
 from harness.engines.lmc import LmcAdapter
+from harness.engines.lmc.build import build_c_program
 from harness.errors import InputError
 
 # The order is the order of a matrix's cells (and the first one is a spec's default engine).
@@ -40,6 +41,12 @@ def health_command(name: str, binary: Path | None,
     return HealthCommand(name=" ".join([name, *adapter.health_argv("")[1:]]), binary=binary,
                          problem=problem, argv=adapter.health_argv,
                          verdict=adapter.health_verdict)
+
+
+def build_program(name: str, sources: list[Path], target: str) -> Path:
+    """A stand-alone C program (a bench kernel, a board's limit probe) built for ``target``
+    with the toolchains and release flags the engines are built with; its path."""
+    return build_c_program(name, sources, target)
 
 
 def source_paths(engines: list[str]) -> list[str]:

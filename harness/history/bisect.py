@@ -23,6 +23,7 @@ from typing import Any
 from harness.errors import InputError, RunFailure
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import (
+    commit_info,
     engine_commits,
     engine_revision,
     folders,
@@ -41,11 +42,31 @@ class BisectResult:
     good_value: float  # the metric at good and bad (median over runs; geometric mean of configs)
     bad_value: float
     possibly: list[str] = field(default_factory=list)  # with skips: every commit it may be
+    subject: str = ""  # the first bad commit's subject and author date
+    authored: str = ""
+    devices: list[str] = field(default_factory=list)  # where it was measured
+    good_engine: str = ""  # the revisions measured for --good and --bad
+    bad_engine: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.bad_value / self.good_value
 
     def document(self) -> dict[str, Any]:
-        return {"first_bad": self.first_bad, "tested": self.tested, "skipped": self.skipped,
+        return {"first_bad": self.first_bad, "subject": self.subject,
+                "authored": self.authored, "devices": self.devices, "ratio": self.ratio,
+                "tested": self.tested, "skipped": self.skipped,
                 "possibly_first_bad": self.possibly, "good_value": self.good_value,
-                "bad_value": self.bad_value}
+                "bad_value": self.bad_value, "good_engine": self.good_engine,
+                "bad_engine": self.bad_engine}
+
+    def line(self, metric: str) -> str:
+        date = f" {self.authored[:10]}" if self.authored else ""
+        return (f"first bad commit: {self.first_bad[:12]}{date} {self.subject!r}: {metric} "
+                f"{self.ratio:.3g}x on {', '.join(self.devices)} ({self.good_value:.4g} at "
+                f"good {self.good_engine[:12]}, {self.bad_value:.4g} at bad "
+                f"{self.bad_engine[:12]}; {len(self.tested)} revisions measured)\n"
+                f"  {self.first_bad}")
 
 
 @dataclass
@@ -100,6 +121,21 @@ class Range:
     bad: str
     base: str  # good's engine: the last commit at or before good that changed the sources
     candidates: list[str]  # the commits after good up to bad that change them, oldest first
+    good_commit: str = ""  # what good and bad resolve to
+    bad_commit: str = ""
+
+    def replacements(self) -> list[str]:
+        """What the search measures instead of the names given: a commit that leaves the
+        sources alone builds the engine of the last commit that changed them."""
+        said = []
+        for flag, name, commit, engine in (("--good", self.good, self.good_commit, self.base),
+                                           ("--bad", self.bad, self.bad_commit,
+                                            self.candidates[-1])):
+            if commit and engine != commit:
+                said.append(f"{flag} {name} ({commit[:12]}) leaves the engine's sources alone: "
+                            f"measured as {engine[:12]}, the last commit before it that "
+                            "changed them")
+        return said
 
 
 def bisect_range(good: str, bad: str, paths: list[str]) -> Range:
@@ -113,7 +149,8 @@ def bisect_range(good: str, bad: str, paths: list[str]) -> Range:
     if not candidates:
         raise InputError(f"no commit after --good {good} up to --bad {bad} changes "
                          f"{folders(paths)}: they build the same engine")
-    return Range(good, bad, engine_revision(good_commit, paths), candidates)
+    return Range(good, bad, engine_revision(good_commit, paths), candidates, good_commit,
+                 bad_commit)
 
 
 def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
@@ -122,6 +159,8 @@ def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
         raise InputError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
     good, bad, candidates = span.good, span.bad, span.candidates
     judge = Judge(measurer, metric, StepParams(threshold=threshold), say)
+    for line in span.replacements():
+        say(f"bisect: {line}")
     try:
         judge.reference = judge.values(span.base)
         bad_values = judge.values(candidates[-1])
@@ -143,8 +182,11 @@ def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
 
     high, open_range = search(len(candidates), test)
     possibly = [candidates[i] for i in open_range]
+    info = commit_info([candidates[high]]).get(candidates[high])
     return BisectResult(candidates[high], judge.tested, judge.skipped, level(judge.reference),
-                        level(bad_values), possibly if len(possibly) > 1 else [])
+                        level(bad_values), possibly if len(possibly) > 1 else [],
+                        info.subject if info else "", info.authored if info else "",
+                        list(measurer.placement.devices), span.base, candidates[-1])
 
 
 def search(count: int, is_bad: Callable[[int], bool | None]) -> tuple[int, list[int]]:

@@ -108,16 +108,19 @@ class Measurer:
             first = str(exc).splitlines()[0].rstrip(":")
             raise BuildFailed(f"revision {revision} does not build: {first}") from exc
 
-    def run(self, revisions: Sequence[str]) -> None:
-        """Run the spec at ``revisions`` (built before, see ``build``): what is stored is
-        skipped by the coordinator itself."""
+    def run(self, revisions: Sequence[str], repeats: int | None = None) -> None:
+        """Run the spec at ``revisions`` (built before, see ``build``), with ``repeats``
+        instead of the spec's (more: the runs of the repeats beyond those stored, one round);
+        what is stored is skipped by the coordinator itself."""
         if not revisions:
             return
         if not self._ray_up:
             self._ray.enter_context(ray_session(self.ray_address,
                                                 inventory_resources(self.inventory)))
             self._ray_up = True
-        run_experiment(RunRequest(replace(self.spec, revisions=list(revisions)),
+        spec = replace(self.spec, revisions=list(revisions),
+                       repeats=repeats or self.spec.repeats)
+        run_experiment(RunRequest(spec,
                                   self.inventory, [self.selector],
                                   ray_address=self.ray_address, stream=self.stream,
                                   caller=self.caller),
@@ -126,10 +129,11 @@ class Measurer:
     def results(self, revision: str) -> dict[str, list[RevisionRun]]:
         """config -> every ok run of the experiment with the revision's engine sources on the
         placement's boards (by source hash: a revision with the sources of another reuses its
-        runs)."""
+        runs), each once (the store lists a run under every revision that builds it)."""
         wanted = self.source_hash(revision)
-        return _by_config([r for r in self.stored() if r.source_hash == wanted
-                           and r.device in self.placement.devices])
+        found = {r.run_id: r for r in self.stored() if r.source_hash == wanted
+                 and r.device in self.placement.devices}
+        return _by_config(list(found.values()))
 
     def stored(self) -> list[RevisionRun]:
         if self.spec.name not in self.store.list_experiments():

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from harness import REPO_ROOT
 from harness.errors import InputError
 from harness.identity import WORKTREE, git_output, worktree_revision
+from reports.commits import CommitInfo
 
 
 def folders(paths: Sequence[str]) -> str:
@@ -60,3 +61,21 @@ def engine_commits(since: str, until: str, paths: Sequence[str]) -> list[str]:
     """The commits after ``since`` up to ``until`` that change ``paths``, oldest first."""
     out = git_output("rev-list", "--reverse", "--topo-order", f"{since}..{until}", "--", *paths)
     return out.split()
+
+
+def commit_info(revisions: Sequence[str]) -> dict[str, CommitInfo]:
+    """revision -> its subject and author date, for those git knows (one `git log` for all;
+    a working tree with local changes is described by its commit)."""
+    commits = {r: r.partition("+")[0] for r in revisions}
+    known = [c for c in dict.fromkeys(commits.values()) if len(c) == 40 and "\n" not in c]
+    if not known:
+        return {}
+    done = subprocess.run(["git", "log", "--no-walk=unsorted", "--format=%H%x00%aI%x00%s",
+                           *known], cwd=REPO_ROOT, capture_output=True, text=True)
+    found = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        sha, _, rest = line.partition("\0")
+        authored, _, subject = rest.partition("\0")
+        found[sha] = (subject, authored)
+    return {revision: CommitInfo(revision, *found[commit])
+            for revision, commit in commits.items() if commit in found}

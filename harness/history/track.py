@@ -14,30 +14,37 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from harness.errors import InputError
 from harness.execution import notify
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import (
+    commit_info,
     engine_commits,
     engine_revision,
     folders,
     resolve,
 )
 from harness.identity import commit_order
+from reports.commits import CommitSummary, commit_summaries
 from reports.history import History, HistoryStep, history
 from reports.steps import StepParams
 
 
-def regression_hook(targets: notify.Targets) -> Callable[[HistoryStep], None]:
-    """What `benchfarm track` does with each regression it finds: print its one line, and send
-    it to the notification targets (``--notify``, the spec's ``[notify]``) as a ``regression``
-    event with the commit, metric, device, config, levels and ratio."""
-    def announce(step: HistoryStep) -> None:
-        print(step.line(), file=sys.stdout, flush=True)
-        if targets:
-            notify.announce({"event": "regression", "line": step.line(), **asdict(step)}, targets)
+def regression_hook(targets: notify.Targets) -> Callable[[CommitSummary], None]:
+    """What `benchfarm track` does with each commit where the metric got worse: print its
+    summary and per-config lines, and send each step to the notification targets
+    (``--notify``, the spec's ``[notify]``) as a ``regression`` event with the experiment,
+    commit, subject, previous revision, metric, device, config, levels and ratio."""
+    def announce(summary: CommitSummary) -> None:
+        print(summary.line(), file=sys.stdout, flush=True)
+        for step in summary.steps:
+            print(f"  {step.line()}", file=sys.stdout, flush=True)
+            if targets:
+                notify.announce({"event": "regression", "line": step.line(),
+                                 "experiment": summary.experiment, "subject": summary.subject,
+                                 "previous": summary.previous, **asdict(step)}, targets)
     return announce
 
 
@@ -47,6 +54,7 @@ class TrackResult:
     skipped: list[str]  # those that did not build
     history: History
     regressions: list[HistoryStep] = field(default_factory=list)
+    summaries: list[CommitSummary] = field(default_factory=list)  # of the new revisions
 
 
 def revisions_since(since: str, paths: list[str]) -> list[str]:
@@ -57,7 +65,7 @@ def revisions_since(since: str, paths: list[str]) -> list[str]:
 
 def track(measurer: Measurer, since: str, metric: str, threshold: float,
           say: Callable[[str], None],
-          announce: Callable[[HistoryStep], None]) -> TrackResult:
+          announce: Callable[[CommitSummary], None]) -> TrackResult:
     """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
     revisions = revisions_since(since, measurer.paths)
     stored = {r.revision for r in measurer.stored()}
@@ -84,8 +92,11 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
                    devices=list(measurer.placement.devices),
                    params=StepParams(threshold=threshold), cache=measurer.store)
     result = TrackResult(new, skipped, hist)
-    for step in hist.steps:
-        if step.regression and step.revision in new:
-            result.regressions.append(step)
-            announce(step)
+    for summary in commit_summaries(hist, commit_info(hist.revisions)):
+        if summary.revision in new:
+            result.summaries.append(summary)
+        worse = [s for s in summary.steps if s.regression]
+        if worse and summary.revision in new:
+            result.regressions += worse
+            announce(replace(summary, steps=worse))
     return result

@@ -8,20 +8,29 @@ announced through the notification targets.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from db.audit import AuditEvent
 from db.boards import ONLINE
+from db.limits import FMA_GFLOPS, READ_CURVE, READ_GBPS
 from db.store import Store
-from devices.health import CheckReport, check_device
+from devices.health import CheckReport, LimitProbe, check_device
 from devices.inventory import Device
-from harness.engines import DEFAULT_ENGINE, adapter_of, health_command
+from harness import REPO_ROOT
+from harness.engines import DEFAULT_ENGINE, adapter_of, build_program, health_command
+from harness.errors import InputError, RunFailure
 from harness.execution.gate import went_bad
 from harness.execution.notify import Targets
 
 DEFAULT_INTERVAL_S = 3600.0
+BENCH_C = REPO_ROOT / "bench" / "c"
+# read buffers: from inside a board's caches to well beyond its last-level cache (the last,
+# the memory's bandwidth); a few seconds in all under an emulator
+READ_MIB = (1, 4, 16, 128)
 
 
 class EngineBinaries:
@@ -31,6 +40,7 @@ class EngineBinaries:
     def __init__(self, given: dict[str, Path] | None = None) -> None:
         self.found: dict[str, tuple[Path | None, str | None]] = {
             arch: (path, None) for arch, path in (given or {}).items()}
+        self.limit_probes: dict[str, list[LimitProbe]] = {}
 
     def for_arch(self, arch: str) -> tuple[Path | None, str | None]:
         if arch not in self.found:
@@ -42,14 +52,63 @@ class EngineBinaries:
                 self.found[arch] = (None, f"building {DEFAULT_ENGINE} for {arch} failed: {exc}")
         return self.found[arch]
 
+    def probes(self, arch: str) -> list[LimitProbe]:
+        """The board's limit probes (``bench/c``'s programs built for ``arch``, once)."""
+        if arch not in self.limit_probes:
+            self.limit_probes[arch] = [
+                LimitProbe(name, key, *_program(program, arch), argv, parse)
+                for name, key, program, argv, parse in LIMIT_PROGRAMS]
+        return self.limit_probes[arch]
+
+
+def _program(name: str, arch: str) -> tuple[Path | None, str | None]:
+    try:
+        return build_program(name, [BENCH_C / f"{name}.c"], arch), None
+    except (InputError, RunFailure) as exc:
+        return None, f"building {name} for {arch} failed: {str(exc).splitlines()[0]}"
+
+
+def _read_bandwidth(outputs: list[str]) -> tuple[float, dict[str, Any], str]:
+    """The bandwidth over the largest buffer (from memory), and by buffer size (what a
+    working set of that size can be read at, at most: caches are faster)."""
+    found = [json.loads(out) for out in outputs]
+    curve = {str(f["bytes"] >> 20): float(f["gbps_best"]) for f in found}
+    largest = found[-1]
+    gbps = float(largest["gbps_best"])
+    sizes = ", ".join(f"{mib} MiB {value:.1f}" for mib, value in curve.items())
+    return gbps, {READ_CURVE: curve}, (f"{gbps:.2f} GB/s read from memory ({largest['threads']} "
+                                       f"threads; GB/s by buffer: {sizes})")
+
+
+def _fma_peak(outputs: list[str]) -> tuple[float, dict[str, Any], str]:
+    found = json.loads(outputs[0])
+    gflops = float(found["best_gflops"])
+    return gflops, {}, f"{gflops:.2f} GFLOP/s per core ({found['simd']})"
+
+
+def _read_runs(binary: str, device: Device) -> list[list[str]]:
+    return [[binary, "--mib", str(mib), "--passes", "3", "--threads", str(device.threads or 1)]
+            for mib in READ_MIB]
+
+
+# the limits a health check measures: (item name, stored key, program, its runs, its parser)
+LIMIT_PROGRAMS = [
+    ("memory read", READ_GBPS, "stream_read", _read_runs, _read_bandwidth),
+    ("fma peak", FMA_GFLOPS, "fma_peak", lambda binary, _device: [[binary, "--passes", "2"]],
+     _fma_peak),
+]
+
 
 def check_and_store(device: Device, binaries: EngineBinaries, store: Store, by: str,
                     targets: Targets, event: AuditEvent | None = None) -> CheckReport:
-    """Check one board, store the result (and ``event``, the caller's action, with it), and
-    set it bad (announced) when it failed."""
+    """Check one board (its limits too: ``limit_probes``), store the result (and ``event``,
+    the caller's action, with it), and set it bad (announced) when it failed."""
     binary, problem = binaries.for_arch(device.arch)
-    report = check_device(device, health_command(DEFAULT_ENGINE, binary, problem))
-    items = [{"name": i.name, "ok": i.ok, "detail": i.detail} for i in report.items]
+    report = check_device(device, health_command(DEFAULT_ENGINE, binary, problem),
+                          probes=binaries.probes(device.arch))
+    items = [{"name": i.name, "ok": i.ok, "detail": i.detail}
+             | ({"key": i.key, "value": i.value} if i.key else {}) | i.extra
+             for i in report.items]
     if store.boards.record_health(device.name, report.ok, items, by, event):
         went_bad(store, device.name, targets)
     return report

@@ -1,6 +1,7 @@
 """The dashboard's web app (Starlette): pages rendered with Jinja2, a JSON API, a token gate.
 
-Read-only: every route is a GET except the login form. Once the store has users, or with a
+Read-only: every route is a GET except the login form and an alert's triage
+(``harness.web.alerts``, behind the same gate). Once the store has users, or with a
 shared token (``--token``, a single operator's), each request needs a token: an active user's
 or the shared one, as ``Authorization: Bearer TOKEN`` or the cookie the login page sets;
 without it, 401. The store is asked at each request, so a user added or revoked counts at
@@ -35,6 +36,7 @@ from db.records import RUN_STATUSES
 from harness import REPO_ROOT
 from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
+from harness.web.alerts import alert_routes, request_actor
 from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
 from harness.web.limits import BodyLimit
 from reports.audit.report import audit_html, audit_json
@@ -312,6 +314,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         Route("/api/audit/{claims}", api_audit),
         Route("/static/live.js", script),
         Route(LOGIN_PATH, login, methods=["GET", "POST"]),
+        *alert_routes(data, request_actor(data, logins.shared, COOKIE), page),
     ]
     app = Starlette(routes=routes, exception_handlers={
         StoreError: store_failed, DatabaseFailure: store_failed, HTTPException: http_failed,

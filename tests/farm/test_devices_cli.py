@@ -25,9 +25,13 @@ def test_check_passes_on_both_farm_nodes(farm, args_program, capsys, sqlite_url)
     assert [r["device"] for r in reports] == ["farm-x86", "farm-arm"]
     for report in reports:
         names = [c["name"] for c in report["checks"]]
-        assert names == ["reachable", "arch", "workdir", "free disk", "lmc info"]
+        assert names == ["reachable", "arch", "workdir", "free disk", "lmc info",
+                         "memory read", "fma peak"]
         assert report["ok"], report
-    arm_info = reports[1]["checks"][-1]["detail"]
+        # the board's limits, measured there by bench/c's programs built for its arch
+        limits = {c["key"]: c["value"] for c in report["checks"] if c.get("key")}
+        assert limits["read_gbps"] > 0 and limits["fma_gflops"] > 0, report
+    arm_info = reports[1]["checks"][4]["detail"]
     assert "arch aarch64" in arm_info  # the binary really ran as aarch64 (under qemu)
 
 
@@ -77,5 +81,5 @@ def test_check_builds_and_runs_the_real_engine_on_both_nodes(farm, engine_build,
             "farm-x86", "farm-arm"]
     assert main(argv) == 0
     reports = json.loads(capsys.readouterr().out)
-    details = {r["device"]: r["checks"][-1]["detail"] for r in reports}
+    details = {r["device"]: r["checks"][4]["detail"] for r in reports}
     assert "arch x86_64" in details["farm-x86"] and "arch aarch64" in details["farm-arm"]

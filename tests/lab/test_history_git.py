@@ -101,11 +101,13 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # the regression is one line naming the commit, metric, device and ratio; the broken
     # commit is named and left out
-    lines = [line for line in tracked.stdout.splitlines() if line.startswith("regression:")]
+    lines = [line.strip() for line in tracked.stdout.splitlines()
+             if line.strip().startswith("regression:")]
     assert len(lines) == 1 and f"commit {slow[:12]} decode_ms_per_token on local:" in lines[0]
     assert f"revision {scratch['broken']} does not build" in tracked.stderr
     # and the notification hook got it as a regression event
-    (event,) = [json.loads(line) for line in events.read_text().splitlines() if line]
+    sent = [json.loads(line) for line in events.read_text().splitlines() if line]
+    (event,) = [e for e in sent if e["event"] == "regression"]
     assert (event["event"], event["revision"], event["metric"], event["device"]) == (
         "regression", slow, "decode_ms_per_token", "local")
     assert event["ratio"] > 3

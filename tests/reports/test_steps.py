@@ -210,3 +210,39 @@ def test_bisect_search_halves_and_steps_around_what_does_not_build() -> None:
     assert 3 in asked and asked.count(3) == 1
     # only untestable commits between the last good and the first bad: it may be any of them
     assert search(9, lambda i: None if i in (3, 4) else i >= 4) == (5, [3, 4, 5])
+
+
+def test_no_step_at_a_revision_with_its_predecessors_code_and_shared_binaries_show_at_each_name(
+        tmp_path: Path) -> None:
+    """A revision whose sources differ from its predecessor's only in comments (the same code
+    hash, another binary) is the same engine: what moved there is noise, not a step. Two
+    revisions that build one binary (one build row) each show its runs."""
+    store = Store.open(f"sqlite:///{tmp_path}/code.db")
+    exp = SyntheticExperiment(store)
+    revisions = [str(i) * 40 for i in range(1, 6)]
+    for i, revision in enumerate(revisions):
+        code = "same" if i >= 2 else f"code-{i}"  # revisions 2, 3 and 4 differ in comments
+        exp.add_build(revision, build_record(source_hash=f"{i:064x}", revision=revision,
+                                             binary_sha256=f"{i + 10:064x}",
+                                             extra={"code_hash": code}))
+        for repeat in range(3):
+            exp.run(policy="exact", repeat=repeat, build=revision,
+                    decode_ms=10.0 * (3.0 if i >= 3 else 1.0) * (1 + 0.01 * repeat))
+    runs = revision_runs(store, "synthetic")
+    assert history(runs, revisions, "decode_ms_per_token").steps == []
+    # the same values where revision 3 changes the code: the step is there
+    exp.add_build("other", build_record(source_hash=f"{3:064x}", revision=revisions[3],
+                                        binary_sha256=f"{13:064x}",
+                                        extra={"code_hash": "changed"}))
+    moved = history(revision_runs(store, "synthetic"), revisions, "decode_ms_per_token")
+    assert [s.revision for s in moved.steps] == [revisions[3]]
+
+    # a sixth revision that builds revision 0's binary: its own point, with those runs
+    sixth = "6" * 40
+    exp.add_build(sixth, build_record(source_hash=f"{0:064x}", revision=sixth,
+                                      binary_sha256=f"{10:064x}", extra={"code_hash": "code-0"}))
+    shown = history(revision_runs(store, "synthetic"), [*revisions, sixth],
+                    "decode_ms_per_token")
+    points = {p.revision: p.values for p in shown.series[0].points}
+    assert list(points) == [*revisions, sixth] and points[sixth] == points[revisions[0]]
+    store.close()

@@ -29,7 +29,8 @@ from db.rows import KEY_CHUNK, MEASUREMENT_FIELDS, RUN_FIELDS
 TABLES = {"experiments", "devices", "device_snapshots", "builds", "models", "workloads", "runs",
           "decode_steps", "outcomes", "experiment_runs", "experiment_counts", "leases", "jobs",
           "board_states", "board_events", "health_checks", "reservations", "measurements",
-          "board_waiters", "step_results", "users", "audit_events", "job_events"}
+          "board_waiters", "step_results", "users", "audit_events", "job_events",
+          "build_revisions", "alerts", "alert_steps", "alert_changes"}
 
 
 def count(store: Store, table: str) -> int:

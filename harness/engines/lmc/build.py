@@ -28,7 +28,13 @@ from db.lmc_axes import NAME
 from harness import ENGINE_DIR, REPO_ROOT
 from harness.engines.base import BuildRecord, build_lock, host_arch
 from harness.errors import InputError, RunFailure
-from harness.identity import files_hash, git_output, sha256_file, worktree_revision
+from harness.identity import (
+    code_hash,
+    files_hash,
+    git_output,
+    sha256_file,
+    worktree_revision,
+)
 
 TARGETS = ("x86_64", "aarch64")
 # the folders of this repository lmc is built from: its revisions are the commits that change them
@@ -236,7 +242,7 @@ def _plan_build(src_dir: Path, revision: str, target: str, variant: str, toolcha
         compiler=" ".join(toolchain.cc), compiler_version=compiler_version, cflags=cflags,
         ldflags=ldflags, source_hash=src_hash, revision=revision, build_key=build_key,
         binary=str(build_dir / "lmc"), binary_sha256="", build_seconds=0.0, rebuilt=False,
-        engine=NAME,
+        engine=NAME, extra={"code_hash": code_hash(sources)},
     )
     return _Planned(record, sources, toolchain, build_dir)
 

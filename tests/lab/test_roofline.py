@@ -1,0 +1,77 @@
+"""Physical sanity: a board's health check measures its memory read bandwidth (by buffer size)
+and its FMA peak with bench/c's programs, built and run on the board; every decode and prefill
+figure gets its share of that roofline, and a figure beyond 110 % of it is flagged impossible
+and left out of the history. A real run of the tiny model on the local board, a real store."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_history_git import SPEC
+
+from db import Store
+from harness import REPO_ROOT
+
+
+def cli(db: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_INVENTORY"}
+    env["PYTHONPATH"] = str(REPO_ROOT)  # this checkout's harness, from any folder
+    return subprocess.run([sys.executable, "-m", "harness.cli", "--db", f"sqlite:///{db}",
+                           *args], cwd=db.parent, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible(
+        tmp_path: Path) -> None:
+    db = tmp_path / "roof.db"
+    spec = tmp_path / "roof.toml"
+    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
+                    .replace('name = "hist"', 'name = "roof"'))  # 3 runs of a decode
+    ran = cli(db, "run", str(spec))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    checked = cli(db, "devices", "check", "local", "--json")
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    (report,) = json.loads(checked.stdout)
+    items = {i["name"]: i for i in report["checks"]}
+    read, fma = items["memory read"], items["fma peak"]
+    assert read["key"] == "read_gbps" and read["value"] > 0 and "GB/s" in read["detail"]
+    assert fma["key"] == "fma_gflops" and fma["value"] > 0
+    with Store.open(f"sqlite:///{db}") as store:
+        (stored,) = store.boards.health("local", limit=1)
+        limits = store.board_limits(["local"])["local"]
+    assert limits["read_gbps"] == read["value"] and limits["fma_gflops"] == fma["value"]
+    assert set(limits["read_gbps_by_mib"]) == {"1", "4", "16", "128"}
+    assert stored.ok
+
+    shown = json.loads(cli(db, "runs", "show", "1", "--json").stdout)
+    # a real prefill of the tiny model is far below the board's FMA peak
+    assert 0 < shown["roofline_share"]["prefill_ms"] < 1.1
+    history = json.loads(cli(db, "history", "roof", "--json").stdout)
+    assert history["impossible"] == [] and len(history["series"][0]["points"][0]["values"]) == 3
+
+    # a board whose stored limits are far below what its runs did: every figure is impossible
+    slow = {"1": 0.001, "128": 0.001}
+    with Store.open(f"sqlite:///{db}") as store:
+        store.boards.record_health("local", True, [
+            {"name": "memory read", "ok": True, "detail": "a broken check", "key": "read_gbps",
+             "value": 0.001, "read_gbps_by_mib": slow},
+            {"name": "fma peak", "ok": True, "detail": "", "key": "fma_gflops", "value": 1e-6}],
+            "test")
+    shown = cli(db, "runs", "show", "1")
+    assert "decode " in shown.stdout and "IMPOSSIBLE" in shown.stdout
+    history = json.loads(cli(db, "history", "roof", "--json").stdout)
+    assert history["series"] == [] and sorted(r["run_id"] for r in history["impossible"]) == \
+        [1, 2, 3]
+    text = cli(db, "history", "roof").stdout
+    assert "3 run(s) left out: decode_ms_per_token beyond the board's roofline" in text
+    # and the report's roofline table counts them
+    reported = cli(db, "report", "roof", "--out", str(tmp_path / "report"))
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    (row,) = csv.DictReader((tmp_path / "report" / "roofline.csv").open())
+    assert (row["device"], row["runs"], row["impossible"]) == ("local", "3", "3")
+    assert float(row["decode_share"]) > 1.1
