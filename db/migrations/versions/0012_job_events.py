@@ -3,7 +3,7 @@ it and why) and ``measurements.job_id`` (the job whose coordinator made an attem
 of jobs stored before are made from what their rows kept: submitted, started, ended.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-05
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
