@@ -5,8 +5,11 @@ Every project exception that a user can act on carries an ``exit_code`` class at
 follow the same convention without importing this module (they import none of the others).
 """
 
+import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class BenchfarmError(Exception):
@@ -59,3 +62,20 @@ def sigterm_as_interrupt() -> None:
     which exits at once, so call this again after it)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextmanager
+def sigterm_held() -> Iterator[None]:
+    """SIGTERM held back until the block ends, then delivered to the handler it would have
+    reached: what the block writes goes together (a job's end and its notification)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if held:
+            os.kill(os.getpid(), signal.SIGTERM)
