@@ -19,6 +19,7 @@ from typing import Any
 
 from db.lmc_axes import NAME
 from db.records import Figures, Outcome
+from devices import isa
 from devices.checker import Checker
 from devices.transport import Transport
 from harness.contract import WorkOrder
@@ -269,7 +270,7 @@ class LmcAdapter:
         revision = str(build["revision"])
         # a build of uncommitted sources can only come back from the working tree as it is
         rev = None if revision.endswith(DIRTY) or revision == WORKTREE else revision
-        return build_engine(target=build["target"], rev=rev, variant=build["variant"],
+        return build_engine(target=stored_target(build), rev=rev, variant=build["variant"],
                             toolchain_name=build["toolchain"])
 
     def rerun(self, stored: StoredRun, timeout_s: float) -> Rerun:
@@ -311,6 +312,20 @@ class LmcAdapter:
         simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
         return info.get("arch") in (None, arch), (f"version {info.get('version')}, arch "
                                                   f"{info.get('arch')}, simd [{simd_text}]")
+
+
+def stored_target(build: dict[str, Any]) -> str:
+    """The build target (``arch:level``) of a stored build row: its ``isa``, or for a row from
+    before the levels, the level whose flags its cflags hold (x86-64-v3's were every x86
+    build's; aarch64's -mcpu=cortex-a76 was the dot-product level)."""
+    arch = str(build["target"])
+    if build.get("isa"):
+        return f"{arch}:{build['isa']}"
+    cflags = set(build.get("cflags") or [])
+    for level in isa.LEVELS.get(arch, ()):
+        if set(level.cflags) <= cflags:
+            return f"{arch}:{level.name}"
+    return f"{arch}:{isa.FALLBACK[arch]}" if arch in isa.FALLBACK else arch
 
 
 def _stored_predictor(config: dict[str, Any]) -> tuple[str | None, str | None]:
