@@ -28,6 +28,7 @@ from db.models import (
     BoardEvent,
     BoardState,
     Device,
+    DeviceSnapshot,
     Experiment,
     HealthCheck,
     Measurement,
@@ -289,6 +290,24 @@ class Boards:
     # -- reservations -------------------------------------------------------------------------
 
     @retry_locked
+    def cpu_features(self, boards: list[str]) -> dict[str, list[str]]:
+        """Each board's CPU features as its newest fingerprint recorded them
+        (``cpu_features``; devices.isa decides its instruction-set level from them); boards
+        never fingerprinted, or only before fingerprints had them, are left out."""
+        found: dict[str, list[str]] = {}
+        with self.database.connect() as conn:
+            for board in boards:
+                fingerprint = conn.scalar(
+                    select(DeviceSnapshot.fingerprint)
+                    .join(Measurement, DeviceSnapshot.measurement_id == Measurement.id)
+                    .join(Device, Measurement.device_id == Device.id)
+                    .where(Device.name == board)
+                    # the device's newest measurement first: its (device_id, id) index
+                    .order_by(Measurement.id.desc(), DeviceSnapshot.id.desc()).limit(1))
+                if isinstance(fingerprint, dict) and fingerprint.get("cpu_features"):
+                    found[board] = list(fingerprint["cpu_features"])
+        return found
+
     def reserve(self, board: str, owner: str, ends: datetime, reason: str | None,
                 event: AuditEvent | None = None) -> ReservationInfo:
         """Keep the board for ``owner`` until ``ends``; refused while another owner holds it.

@@ -115,8 +115,9 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     """Run the spec's missing runs; a one-shot request records a job of its own, finished when
     this returns."""
     spec, who = request.spec, request.coordinator
-    placements = resolve_placements(spec, list(request.inventory.devices.values()),
-                                    request.selectors)
+    boards = list(request.inventory.devices.values())
+    placements = resolve_placements(spec, boards, request.selectors,
+                                    store.boards.cpu_features([d.name for d in boards]))
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
     check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
     for name in sorted({name for p in placements for name in p.devices}):

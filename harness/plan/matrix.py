@@ -13,13 +13,12 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from devices import isa
 from devices.inventory import Device
-from devices.isa import board_features
 from harness.engines import ENGINES
 from harness.errors import InputError
 from harness.spec import Spec
@@ -73,11 +72,15 @@ class Cell:
 
 
 def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
-                       selectors: Sequence[str] | None = None) -> list[Placement]:
+                       selectors: Sequence[str] | None = None,
+                       recorded: Mapping[str, Iterable[str]] | None = None) -> list[Placement]:
     """Map the spec's `devices` (or the --devices override) onto the inventory.
 
     A device name pins runs to that board; a class name makes a pool of all boards of the class.
+    Each placement's instruction-set level comes from ``pool_level``; ``recorded``: the CPU
+    features the boards' newest fingerprints recorded (db.boards.Boards.cpu_features).
     """
+    recorded = recorded or {}
     by_name = {d.name: d for d in devices}
     classes: dict[str, list[DeviceLike]] = {}
     for device in devices:
@@ -87,8 +90,9 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     for selector in selectors or spec.devices:
         if selector in by_name:
             device = by_name[selector]
+            level = pool_level([device], spec, where, recorded)
             placements.append(Placement(selector, False, device.arch, device.engine_threads,
-                                        (device.name,), pool_level([device], spec, where)))
+                                        (device.name,), level))
         elif selector in classes:
             members = classes[selector]
             archs = {d.arch for d in members}
@@ -103,7 +107,7 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
                                  f"{sorted(threads)}; set {unfixed[0]} in the spec")
             placements.append(Placement(selector, True, members[0].arch, min(threads),
                                         tuple(d.name for d in members),
-                                        pool_level(members, spec, where)))
+                                        pool_level(members, spec, where, recorded)))
         else:
             raise InputError(
                 f"{where}: {selector!r} is neither a device nor a class of the inventory; "
@@ -113,17 +117,35 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     return placements
 
 
-def pool_level(boards: Sequence[DeviceLike], spec: Spec, where: str) -> str:
+def known_features(board: DeviceLike,
+                   recorded: Mapping[str, Iterable[str]]) -> frozenset[str] | None:
+    """A board's CPU features as far as they are known without reaching it: an emulated
+    board's from its emulator's CPU model, this machine's own, or what the board's newest
+    fingerprint recorded (``recorded``, by name); None when nothing is known (never
+    fingerprinted, or a placeholder board)."""
+    if isinstance(board, Device):
+        model = isa.emulated_model(board.exec_prefix) if board.emulated else None
+        if model in isa.QEMU_MODELS:
+            return isa.QEMU_MODELS[model]
+        if board.is_local:
+            return isa.host_features()
+    return frozenset(recorded[board.name]) if board.name in recorded else None
+
+
+def pool_level(boards: Sequence[DeviceLike], spec: Spec, where: str,
+               recorded: Mapping[str, Iterable[str]]) -> str:
     """The instruction-set level a placement's boards run: the spec's pin for their arch, else
-    the inventory's, else the highest level every one of them supports (their fingerprints'
-    CPU features). InputError naming the board and the features it lacks when a pinned level
-    is more than a board has."""
+    the inventory's, else the highest level every one of them supports (``known_features``).
+    InputError naming the board and the features it lacks when a pinned level is more than a
+    board has. A board whose features are not known yet gets the pin or the level every build
+    had before there were levels (the runner still checks the board before it starts a
+    binary, and the board's first fingerprint records its features for the next plan)."""
     arch = boards[0].arch
     levels = []
     for board in boards:
-        features = board_features(board) if isinstance(board, Device) else None
+        features = known_features(board, recorded)
         pinned = spec.isa.get(arch) or getattr(board, "isa", None)
-        if features is None:  # a placeholder board (no CPU to ask): the pin or the old default
+        if features is None:
             levels.append(isa.level(pinned or isa.FALLBACK[arch], arch))
             continue
         if pinned is None:
