@@ -92,7 +92,8 @@ def test_a_pinned_level_the_board_lacks_is_refused_with_exit_2(tmp_path: Path, c
 
 
 def test_a_spec_pin_picks_a_lower_level_and_an_inventory_pin_is_checked(tmp_path: Path) -> None:
-    spec_path, inventory_path = write(tmp_path, devices='["rk", "pi4"]', isa_line='isa = ["armv8-a"]')
+    spec_path, inventory_path = write(tmp_path, devices='["rk", "pi4"]',
+                                      isa_line='isa = ["armv8-a"]')
     boards = list(load_inventory(inventory_path).devices.values())
     placements = resolve_placements(load_spec(spec_path), boards)
     assert {p.isa for p in placements} == {"armv8-a"}  # one build serves both boards
