@@ -128,15 +128,16 @@ _features: dict[tuple[str, str], frozenset[str]] = {}
 _features_lock = threading.Lock()
 
 
-def board_features(device, transport=None) -> frozenset[str]:
+def board_features(device, transport) -> frozenset[str]:
     """The CPU features of ``device`` (a devices.inventory.Device): its emulator's model, or
-    /proc/cpuinfo read on the board (once per board and process; through ``transport`` when
-    given, else a connection of its own). DeviceError when the board cannot be reached or its
-    emulator model is unknown."""
+    /proc/cpuinfo read on the board through ``transport`` (once per board and process).
+    DeviceError when the board cannot be read or its emulator model is unknown."""
     if device.emulated and device.exec_prefix:
         model = emulated_model(device.exec_prefix)
         if model in QEMU_MODELS:
             return QEMU_MODELS[model]
+        if device.isa:  # the inventory's word for an emulator this table does not know
+            return BY_NAME[device.isa].features
         raise DeviceError(device.name, f"emulated with exec_prefix {device.exec_prefix}, "
                                        f"whose CPU model {model!r} has no known features "
                                        f"(known: {', '.join(sorted(QEMU_MODELS))}); pin its "
@@ -145,13 +146,7 @@ def board_features(device, transport=None) -> frozenset[str]:
     with _features_lock:
         if key in _features:
             return _features[key]
-    if transport is not None:
-        result = transport.run_host(["sh", "-c", FEATURES_SCRIPT], timeout=30.0)
-    else:
-        from devices.connect import connect  # it imports the inventory, which imports this
-
-        with connect(device) as own:
-            result = own.run_host(["sh", "-c", FEATURES_SCRIPT], timeout=30.0)
+    result = transport.run_host(["sh", "-c", FEATURES_SCRIPT], timeout=30.0)
     if result.exit_code != 0:
         raise DeviceError(device.name, f"reading /proc/cpuinfo failed (exit "
                                        f"{result.exit_code}): {result.stderr.strip()[:200]}")
