@@ -12,16 +12,18 @@ from fixtures_ray import CoordFarm
 from db.store import Store
 from devices import isa
 from devices.inventory import load_inventory
+from harness.cli import main
 from harness.execution.coordinator import RunRequest, run_experiment
 from harness.spec import load_spec
 from reports.aggregate import builds_table
 
 
 def test_each_farm_board_runs_the_build_of_its_level(ray_address: str, coord_farm: CoordFarm,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, capsys) -> None:
     inventory = load_inventory(coord_farm.inventory)
     spec_path = tmp_path / "levels.toml"
-    store = Store.open(f"sqlite:///{tmp_path}/levels.db")
+    url = f"sqlite:///{tmp_path}/levels.db"
+    store = Store.open(url)
     levels = {}
     for round_ in (1, 2):
         spec_path.write_text(f"""
@@ -50,3 +52,9 @@ head_dim = [32]
     # the first runs' fingerprints recorded the x86 node's CPU features: its highest level now
     assert levels[2]["farm-x86"] == isa.highest("x86_64", isa.host_features()).name
     assert levels[2]["farm-a72"] == "armv8-a"
+    # `runs show` names the build's level
+    runs = store.frames("levels-1")["runs"]
+    a72_run = runs[runs["device_name"] == "farm-a72"]["run_key"].iloc[0]
+    capsys.readouterr()
+    assert main(["--db", url, "runs", "show", str(a72_run)]) == 0
+    assert "build aarch64 armv8-a;" in capsys.readouterr().out
