@@ -120,17 +120,36 @@ static void note_unused(const Config *c, const Checkpoint *ck, const char *dir) 
 
 /* ---------------------------------------------------------------- conversion */
 
+/* Tensors are converted a chunk of the file at a time, and each chunk's mapped pages are given
+ * back as soon as it is converted (ckpt_release): the loader's peak is the weights as they stay
+ * resident plus one chunk, not plus the whole checkpoint (which the mapping would otherwise
+ * keep resident until ckpt_close). */
+#define LOAD_CHUNK_BYTES ((size_t)1 << 20)
+
+static void convert_f32(const Checkpoint *ck, const StTensor *t, float *out, size_t n) {
+    size_t esize = st_dtype_size(t->dtype), step = LOAD_CHUNK_BYTES / esize;
+    for (size_t i = 0; i < n; i += step) {
+        StTensor slice = *t;
+        size_t count = n - i < step ? n - i : step;
+        slice.data = t->data + i * esize;
+        slice.nbytes = count * esize;
+        st_to_f32(&slice, out + i, count); /* sizes checked by model_check_tensors */
+        ckpt_release(ck, slice.data, slice.nbytes);
+    }
+}
+
 static float *load_vector(const Checkpoint *ck, const char *name, size_t n) {
     float *v = lmc_alloc((size_t)n, sizeof(float), name);
-    st_to_f32(ckpt_find(ck, name), v, n); /* checked by model_check_tensors */
+    convert_f32(ck, ckpt_find(ck, name), v, n);
     return v;
 }
 
-/* converting (f32 -> bf16) or quantising (q8) a matrix, rows split over the pool */
+/* converting (f32 -> bf16) or quantising (q8) rows first.. of a matrix, split over the pool */
 typedef struct {
     Mat *m;
     const StTensor *t;
     int wq;
+    int first;
 } ConvertJob;
 
 static void convert_rows(void *arg, int begin, int end) {
@@ -139,7 +158,7 @@ static void convert_rows(void *arg, int begin, int end) {
     int cols = m->cols;
     float *row = lmc_alloc((size_t)cols, sizeof(float), "weight row");
     size_t esize = st_dtype_size(job->t->dtype);
-    for (int r = begin; r < end; r++) {
+    for (int r = job->first + begin; r < job->first + end; r++) {
         StTensor slice = *job->t;
         slice.data = job->t->data + (size_t)r * (size_t)cols * esize;
         slice.nbytes = (size_t)cols * esize;
@@ -157,22 +176,34 @@ static void load_mat(Mat *m, const Checkpoint *ck, const char *name, int rows, i
     m->rows = rows;
     m->cols = cols;
     const StTensor *t = ckpt_find(ck, name);
+    size_t n = (size_t)rows * (size_t)cols;
     if (wq == WQ_F32) {
-        m->f = lmc_alloc((size_t)rows * (size_t)cols, sizeof(float), name);
-        st_to_f32(t, m->f, (size_t)rows * (size_t)cols);
+        m->f = lmc_alloc(n, sizeof(float), name);
+        convert_f32(ck, t, m->f, n);
         mat_pack(m);
         return;
     }
     if (wq == WQ_BF16 && t->dtype == ST_BF16) { /* as stored: no rounding at all */
-        m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
-        memcpy(m->h, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t));
+        m->h = lmc_alloc(n, sizeof(uint16_t), name);
+        for (size_t off = 0; off < n * sizeof(uint16_t); off += LOAD_CHUNK_BYTES) {
+            size_t len = n * sizeof(uint16_t) - off < LOAD_CHUNK_BYTES ? n * sizeof(uint16_t) - off
+                                                                       : LOAD_CHUNK_BYTES;
+            memcpy((uint8_t *)m->h + off, t->data + off, len);
+            ckpt_release(ck, t->data + off, len);
+        }
         mat_pack(m);
         return;
     }
-    if (wq == WQ_BF16) m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
+    if (wq == WQ_BF16) m->h = lmc_alloc(n, sizeof(uint16_t), name);
     else mat_alloc_q8(m, rows, cols, name);
-    ConvertJob job = {m, t, wq};
-    pool_run(pool, convert_rows, &job, rows); /* rows are independent: same bits for any split */
+    size_t row_bytes = (size_t)cols * st_dtype_size(t->dtype);
+    int step = row_bytes >= LOAD_CHUNK_BYTES ? 1 : (int)(LOAD_CHUNK_BYTES / row_bytes);
+    for (int first = 0; first < rows; first += step) {
+        int count = rows - first < step ? rows - first : step;
+        ConvertJob job = {m, t, wq, first};
+        pool_run(pool, convert_rows, &job, count); /* rows are independent: same bits for any split */
+        ckpt_release(ck, t->data + (size_t)first * row_bytes, (size_t)count * row_bytes);
+    }
     mat_pack(m);
 }
 
@@ -252,4 +283,17 @@ void model_free(Model *m) {
     lmc_free(m->embed);
     lmc_free(m->final_norm);
     memset(m, 0, sizeof *m);
+}
+
+size_t model_weight_bytes(const Model *m) {
+    const Config *c = &m->cfg;
+    size_t H = (size_t)c->hidden, vectors = H; /* the final norm */
+    size_t total = mat_bytes(&m->lm_head) + (m->embed ? (size_t)c->vocab * H * sizeof(float) : 0);
+    for (int l = 0; m->layers && l < c->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) total += mat_bytes(mats[i]);
+        vectors += 2 * H + (c->qk_norm ? 2 * (size_t)c->head_dim : 0);
+    }
+    return total + vectors * sizeof(float);
 }

@@ -63,6 +63,9 @@ int model_check_tensors(const Config *c, const Checkpoint *ck);
  * wq (WQ_F32, WQ_Q8, WQ_BF16). */
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool);
 void model_free(Model *m);
+/* the bytes of the weights as they stay resident after loading (matrices in their format,
+ * norms and the embedding table in f32) */
+size_t model_weight_bytes(const Model *m);
 
 /* ---- model.c: the forward pass */
 /* tokens per forward call: a prefill runs its prompt in chunks of this many tokens, so each
