@@ -290,11 +290,12 @@ class Boards:
     # -- reservations -------------------------------------------------------------------------
 
     @retry_locked
-    def cpu_features(self, boards: list[str]) -> dict[str, list[str]]:
-        """Each board's CPU features as its newest fingerprint recorded them
-        (``cpu_features``; devices.isa decides its instruction-set level from them); boards
-        never fingerprinted, or only before fingerprints had them, are left out."""
-        found: dict[str, list[str]] = {}
+    def newest_facts(self, boards: list[str]) -> dict[str, dict[str, Any]]:
+        """What each board's newest fingerprint recorded of its CPU and memory:
+        ``cpu_features`` (devices.isa decides its instruction-set level from them) and
+        ``mem_total_kb`` (whether a model fits, harness.plan.fit), each where recorded; boards
+        never fingerprinted are left out."""
+        found: dict[str, dict[str, Any]] = {}
         with self.database.connect() as conn:
             for board in boards:
                 fingerprint = conn.scalar(
@@ -304,8 +305,12 @@ class Boards:
                     .where(Device.name == board)
                     # the device's newest measurement first: its (device_id, id) index
                     .order_by(Measurement.id.desc(), DeviceSnapshot.id.desc()).limit(1))
-                if isinstance(fingerprint, dict) and fingerprint.get("cpu_features"):
-                    found[board] = list(fingerprint["cpu_features"])
+                if not isinstance(fingerprint, dict):
+                    continue
+                facts = {key: fingerprint[key] for key in ("cpu_features", "mem_total_kb")
+                         if fingerprint.get(key)}
+                if facts:
+                    found[board] = facts
         return found
 
     def reserve(self, board: str, owner: str, ends: datetime, reason: str | None,

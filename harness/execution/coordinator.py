@@ -34,6 +34,7 @@ from harness.execution.notify import Targets, announce, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
+from harness.plan.fit import check_fit
 from harness.plan.inputs import check_inputs
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
@@ -116,10 +117,11 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     this returns."""
     spec, who = request.spec, request.coordinator
     boards = list(request.inventory.devices.values())
-    placements = resolve_placements(spec, boards, request.selectors,
-                                    store.boards.cpu_features([d.name for d in boards]))
+    recorded = store.boards.newest_facts([d.name for d in boards])
+    placements = resolve_placements(spec, boards, request.selectors, recorded)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
     check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
+    check_fit(spec, placements, request.inventory.devices, recorded)  # weights beyond memory
     for name in sorted({name for p in placements for name in p.devices}):
         Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None

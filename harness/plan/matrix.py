@@ -73,12 +73,13 @@ class Cell:
 
 def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
                        selectors: Sequence[str] | None = None,
-                       recorded: Mapping[str, Iterable[str]] | None = None) -> list[Placement]:
+                       recorded: Mapping[str, Mapping[str, Any]] | None = None
+                       ) -> list[Placement]:
     """Map the spec's `devices` (or the --devices override) onto the inventory.
 
     A device name pins runs to that board; a class name makes a pool of all boards of the class.
-    Each placement's instruction-set level comes from ``pool_level``; ``recorded``: the CPU
-    features the boards' newest fingerprints recorded (db.boards.Boards.cpu_features).
+    Each placement's instruction-set level comes from ``pool_level``; ``recorded``: what the
+    boards' newest fingerprints recorded (db.boards.Boards.newest_facts).
     """
     recorded = recorded or {}
     by_name = {d.name: d for d in devices}
@@ -118,10 +119,10 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
 
 
 def known_features(board: DeviceLike,
-                   recorded: Mapping[str, Iterable[str]]) -> frozenset[str] | None:
+                   recorded: Mapping[str, Mapping[str, Any]]) -> frozenset[str] | None:
     """A board's CPU features as far as they are known without reaching it: an emulated
     board's from its emulator's CPU model, this machine's own, or what the board's newest
-    fingerprint recorded (``recorded``, by name); None when nothing is known (never
+    fingerprint recorded (``recorded``: its facts by name); None when nothing is known (never
     fingerprinted, or a placeholder board)."""
     if isinstance(board, Device):
         model = isa.emulated_model(board.exec_prefix) if board.emulated else None
@@ -129,11 +130,12 @@ def known_features(board: DeviceLike,
             return isa.QEMU_MODELS[model]
         if board.is_local:
             return isa.host_features()
-    return frozenset(recorded[board.name]) if board.name in recorded else None
+    features = recorded.get(board.name, {}).get("cpu_features")
+    return frozenset(features) if features else None
 
 
 def pool_level(boards: Sequence[DeviceLike], spec: Spec, where: str,
-               recorded: Mapping[str, Iterable[str]]) -> str:
+               recorded: Mapping[str, Mapping[str, Any]]) -> str:
     """The instruction-set level a placement's boards run: the spec's pin for their arch, else
     the inventory's, else the highest level every one of them supports (``known_features``).
     InputError naming the board and the features it lacks when a pinned level is more than a

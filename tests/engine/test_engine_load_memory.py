@@ -7,6 +7,7 @@ at 1.5-2x."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 from fixtures_engine import lmc_json, write_tokens
 from util_safetensors import shard_checkpoint
+
+from harness.plan.fit import resident_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import qwen3_06b  # noqa: E402
@@ -46,6 +49,9 @@ def test_peak_rss_at_load_is_within_1_15x_of_the_resident_weights(lmc, checkpoin
     assert weights > 25e6 and file_bytes > 25e6  # large enough for a second copy to show
     assert peak <= LIMIT * weights, (f"peak {peak / 1e6:.1f} MB for {weights / 1e6:.1f} MB of "
                                      f"weights ({peak / weights:.2f}x)")
+    # the harness's estimate before a run (harness.plan.fit) is the engine's own figure
+    config = json.loads((checkpoints[checkpoint] / "config.json").read_text())
+    assert resident_bytes(config, wq) == weights
 
 
 def test_sharded_and_single_files_give_the_same_output(lmc, checkpoints, tmp_path):

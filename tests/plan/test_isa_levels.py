@@ -61,7 +61,7 @@ def write(tmp_path: Path, devices: str = '["pi4", "rk"]', isa_line: str = "",
 def test_each_board_gets_the_highest_level_its_cpu_has(tmp_path: Path) -> None:
     spec_path, inventory_path = write(tmp_path, devices='["pi4", "rk", "x86box", "local"]')
     boards = list(load_inventory(inventory_path).devices.values())
-    recorded = {"x86box": sorted(isa.LEVELS["x86_64"][1].features)}  # a v3 fingerprint
+    recorded = {"x86box": {"cpu_features": sorted(isa.LEVELS["x86_64"][1].features)}}  # v3
     placements = resolve_placements(load_spec(spec_path), boards, None, recorded)
     levels = {p.selector: p.isa for p in placements}
     assert levels["pi4"] == "armv8-a" and levels["rk"] == "armv8.2-a+dotprod"
