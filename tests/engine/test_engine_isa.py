@@ -2,9 +2,11 @@
 levels it has natively, the aarch64 levels under qemu with the CPU model of each (Cortex-A72:
 no dot product; Cortex-A76: dot product; max: i8mm). Each level's output is held to the v3
 build's: q8 weight products sum exactly in integers on every path (maddubs, VNNI's vpdpbusd,
-NEON's sdot, portable C), so their logits are the same bits on x86; the float paths are held
-to the same tolerance as the aarch64 test in test_engine_model. The disassembly proves which
-instructions each build holds: none of the dot-product ones in the armv8-a build."""
+NEON's sdot, portable C), and the f32/bf16 tiles sum each lane in the 8-wide kernel's order
+(AVX-512 takes two rows a load), so every x86 level gives the same bits; the aarch64 levels
+are held to the same tolerance as the aarch64 test in test_engine_model (libm's expf). The
+disassembly proves which instructions each build holds: none of the dot-product ones in the
+armv8-a build, VNNI's and 512-bit FMAs in the v4 ones."""
 
 from __future__ import annotations
 
@@ -77,14 +79,18 @@ def test_every_x86_level_here_matches_v3(builds, tiny_model, tmp_path):
             got_tokens, got = generate([str(binary)], model, prompt,
                                        tmp_path / f"{name}-{wq}.bin", "--wq", wq)
             assert got_tokens == tokens, (name, wq)
-            if wq == "q8":  # integer sums on every path: the same bits
-                assert got.tobytes() == logits.tobytes(), name
-            else:
-                assert rel_err(got, logits) < 1e-5, (name, wq)
-    # the VNNI level's q8 products are vpdpbusd; v3 has none (it cannot: no VNNI there)
+            # q8: integer sums on every path; f32 and bf16: AVX-512's quad tiles sum each
+            # lane as the 8-wide kernel does, and portable C (v2) in the same order
+            assert got.tobytes() == logits.tobytes(), (name, wq)
+    # the VNNI level's q8 products are vpdpbusd, v4's quad tiles 512-bit FMAs; v3 has neither
+    v3 = disassembly(builds["x86_64:v3"], "x86_64")
+    assert mnemonics(v3, "vpdpbusd") == 0 and "%zmm" not in v3
     if "v4-vnni" in X86_HERE:
         assert mnemonics(disassembly(builds["x86_64:v4-vnni"], "x86_64"), "vpdpbusd") > 0
-    assert mnemonics(disassembly(builds["x86_64:v3"], "x86_64"), "vpdpbusd") == 0
+    for name in ("v4", "v4-vnni"):
+        if name in X86_HERE:
+            code = disassembly(builds[f"x86_64:{name}"], "x86_64")
+            assert len(re.findall(r"vfmadd\d+ps\s+%zmm", code)) > 0, name
 
 
 def test_the_armv8_a_build_has_no_dot_product_and_runs_on_a_cortex_a72(builds, tiny_model,
