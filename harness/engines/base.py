@@ -271,3 +271,8 @@ class EngineAdapter(Protocol):
         """Whether the health command's output (it exited 0) shows a working engine on a
         device of ``arch``, and a line that says what it showed."""
         ...
+
+    def resident_weights(self, spec: Spec, axes: Any) -> dict[str, int]:
+        """The bytes of the spec model's weights it keeps resident, by the weight format of
+        its configs (harness.plan.fit refuses a board with less memory); {} when not known."""
+        ...

@@ -21,6 +21,7 @@ from harness.access.caller import Caller, resolve_caller
 from harness.errors import InputError
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
+from harness.execution.facts import board_facts
 from harness.execution.gate import BoardGate, blocked_boards
 from harness.execution.leases import (
     JOB_HEARTBEAT_MAX_S,
@@ -116,9 +117,9 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     """Run the spec's missing runs; a one-shot request records a job of its own, finished when
     this returns."""
     spec, who = request.spec, request.coordinator
-    boards = list(request.inventory.devices.values())
-    recorded = store.boards.newest_facts([d.name for d in boards])
-    placements = resolve_placements(spec, boards, request.selectors, recorded)
+    recorded = board_facts(store, spec, request.inventory, request.selectors)
+    placements = resolve_placements(spec, list(request.inventory.devices.values()),
+                                    request.selectors, recorded)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
     check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
     check_fit(spec, placements, request.inventory.devices, recorded)  # weights beyond memory

@@ -16,7 +16,7 @@ import pytest
 from fixtures_engine import lmc_json, write_tokens
 from util_safetensors import shard_checkpoint
 
-from harness.plan.fit import resident_bytes
+from harness.engines.lmc.memory import resident_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import qwen3_06b  # noqa: E402

@@ -12,7 +12,7 @@ from fixtures_db import add_refs, sample_result
 from db import Snapshot, Store
 from harness import REPO_ROOT
 from harness.cli import main
-from harness.plan.fit import resident_bytes
+from harness.engines.lmc.memory import resident_bytes
 
 MODEL = REPO_ROOT / "models" / "needle-tiny"
 INVENTORY = """
@@ -62,7 +62,7 @@ def test_a_model_beyond_the_boards_memory_is_refused_naming_both(tmp_path: Path,
     for extra in (["--dry-run"], []):
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err
-        assert "board 'small'" in err and "at wq f32" in err
+        assert "board 'small'" in err and "in lmc at wq f32" in err
         assert f"needs {need_f32 / 1e6:,.1f} MB" in err and "MB of memory (MemTotal)" in err
     # with room for both it plans
     record_memory(sqlite_url, "small", 2 * need_f32 // 1024)

@@ -21,6 +21,7 @@ from db.lmc_axes import NAME
 from db.records import Figures, Outcome
 from devices import isa
 from devices.checker import Checker
+from devices.files import read_json
 from devices.transport import Transport
 from harness.contract import WorkOrder
 from harness.engines.base import (
@@ -35,6 +36,7 @@ from harness.engines.base import (
 from harness.engines.lmc import output
 from harness.engines.lmc.build import SOURCE_PATHS, build_engine, build_identity
 from harness.engines.lmc.config import COLUMNS, TIMING_COLUMNS, EngineConfig, configs, count
+from harness.engines.lmc.memory import resident_bytes, text_config
 from harness.engines.lmc.run_options import options
 from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
 from harness.errors import InputError, RunFailure
@@ -299,6 +301,15 @@ class LmcAdapter:
 
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "info"]
+
+    def resident_weights(self, spec: Spec, axes: EngineAxes) -> dict[str, int]:
+        if spec.model is None:
+            return {}
+        try:
+            config = text_config(read_json(spec.model / "config.json"))
+            return {f"wq {wq}": resident_bytes(config, wq) for wq in axes.wq}
+        except (KeyError, TypeError, ValueError, OSError):
+            return {}  # harness.plan.inputs and the engine name what is wrong with config.json
 
     def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
         """``lmc info`` must print its JSON and, where it names one, the device's arch."""
