@@ -16,23 +16,21 @@ from harness.cli import main
 from harness.plan.matrix import resolve_placements
 from harness.spec import load_spec
 
-INVENTORY = """
+
+def emulated(name: str, cls: str, cpu: str) -> str:
+    """An inventory table: an aarch64 board emulated as ``cpu``."""
+    return f"""
 [[device]]
-name = "pi4"
+name = "{name}"
 host = "127.0.0.1"
 arch = "aarch64"
-class = "rpi4"
-exec_prefix = ["qemu-aarch64-static", "-cpu", "cortex-a72"]
+class = "{cls}"
+exec_prefix = ["qemu-aarch64-static", "-cpu", "{cpu}"]
 emulated = true
+"""
 
-[[device]]
-name = "rk"
-host = "127.0.0.1"
-arch = "aarch64"
-class = "rk3588"
-exec_prefix = ["qemu-aarch64-static", "-cpu", "cortex-a76"]
-emulated = true
 
+INVENTORY = emulated("pi4", "rpi4", "cortex-a72") + emulated("rk", "rk3588", "cortex-a76") + """
 [[device]]
 name = "x86box"
 host = "127.0.0.1"
@@ -40,6 +38,7 @@ arch = "x86_64"
 class = "x86"
 {pin}
 """
+
 SPEC = """name = "levels"
 devices = {devices}
 {isa}
