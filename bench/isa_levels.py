@@ -9,6 +9,7 @@ the level is faster). The load average is printed before and after: on a shared 
 the ratios taken in one round mean anything.
 
     .venv/bin/python bench/isa_levels.py --layers 4 --prompt 128 --decode 16 --rounds 3
+    .venv/bin/python bench/isa_levels.py --levels v3 v4 v4-vnni --rounds 5
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--wq", nargs="+", default=["f32", "bf16", "q8"])
+    parser.add_argument("--levels", nargs="+", help="the levels to run (default: every one "
+                        "this machine has; v2, portable C, is 20-100x slower)")
     args = parser.parse_args(argv)
 
-    here = [lv.name for lv in isa.LEVELS["x86_64"] if not isa.missing(lv, isa.host_features())]
+    here = [lv.name for lv in isa.LEVELS["x86_64"] if not isa.missing(lv, isa.host_features())
+            and (args.levels is None or lv.name in args.levels or lv.name == "v3")]
     if "v3" not in here:
         print("this machine has no x86-64-v3: nothing to compare against", file=sys.stderr)
         return 2
