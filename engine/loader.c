@@ -144,6 +144,18 @@ static float *load_vector(const Checkpoint *ck, const char *name, size_t n) {
     return v;
 }
 
+/* n 16-bit values of a bf16 or f16 tensor, copied as stored */
+static uint16_t *load_as_stored(const Checkpoint *ck, const StTensor *t, size_t n, const char *name) {
+    uint16_t *out = lmc_alloc(n, sizeof(uint16_t), name);
+    size_t bytes = n * sizeof(uint16_t);
+    for (size_t off = 0; off < bytes; off += LOAD_CHUNK_BYTES) {
+        size_t len = bytes - off < LOAD_CHUNK_BYTES ? bytes - off : LOAD_CHUNK_BYTES;
+        memcpy((uint8_t *)out + off, t->data + off, len);
+        ckpt_release(ck, t->data + off, len);
+    }
+    return out;
+}
+
 /* converting (f32 -> bf16) or quantising (q8) rows first.. of a matrix, split over the pool */
 typedef struct {
     Mat *m;
@@ -184,13 +196,7 @@ static void load_mat(Mat *m, const Checkpoint *ck, const char *name, int rows, i
         return;
     }
     if (wq == WQ_BF16 && t->dtype == ST_BF16) { /* as stored: no rounding at all */
-        m->h = lmc_alloc(n, sizeof(uint16_t), name);
-        for (size_t off = 0; off < n * sizeof(uint16_t); off += LOAD_CHUNK_BYTES) {
-            size_t len = n * sizeof(uint16_t) - off < LOAD_CHUNK_BYTES ? n * sizeof(uint16_t) - off
-                                                                       : LOAD_CHUNK_BYTES;
-            memcpy((uint8_t *)m->h + off, t->data + off, len);
-            ckpt_release(ck, t->data + off, len);
-        }
+        m->h = load_as_stored(ck, t, n, name);
         mat_pack(m);
         return;
     }
@@ -230,7 +236,16 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     Expect norm = named(c, "norm.weight", c->hidden, 0);
     snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(ckpt_find(&ck, emb.name)->dtype));
     int H = c->hidden, D = c->head_dim, Q = c->n_heads * D, KV = c->n_kv_heads * D, I = c->intermediate;
-    m->embed = load_vector(&ck, emb.name, (size_t)c->vocab * (size_t)H);
+    /* the embedding table stays as the checkpoint stores it (bf16 / f16: half of f32's bytes,
+     * a row widened per lookup), unless it is also the f32 lm_head */
+    const StTensor *et = ckpt_find(&ck, emb.name);
+    size_t n_embed = (size_t)c->vocab * (size_t)H;
+    int shares_lm_head = !ckpt_find(&ck, "lm_head.weight") && wq == WQ_F32;
+    if (et->dtype == ST_F32 || shares_lm_head) m->embed = load_vector(&ck, emb.name, n_embed);
+    else {
+        m->embed_h = load_as_stored(&ck, et, n_embed, emb.name);
+        m->embed_f16 = et->dtype == ST_F16;
+    }
     m->final_norm = load_vector(&ck, norm.name, H);
     if (ckpt_find(&ck, "lm_head.weight")) {
         load_mat(&m->lm_head, &ck, "lm_head.weight", c->vocab, H, wq, pool);
@@ -281,6 +296,7 @@ void model_free(Model *m) {
     lmc_free(m->layers);
     mat_free(&m->lm_head);
     lmc_free(m->embed);
+    lmc_free(m->embed_h);
     lmc_free(m->final_norm);
     memset(m, 0, sizeof *m);
 }
@@ -288,7 +304,8 @@ void model_free(Model *m) {
 size_t model_weight_bytes(const Model *m) {
     const Config *c = &m->cfg;
     size_t H = (size_t)c->hidden, vectors = H; /* the final norm */
-    size_t total = mat_bytes(&m->lm_head) + (m->embed ? (size_t)c->vocab * H * sizeof(float) : 0);
+    size_t total = mat_bytes(&m->lm_head) + (m->embed ? (size_t)c->vocab * H * sizeof(float) : 0)
+                   + (m->embed_h ? (size_t)c->vocab * H * sizeof(uint16_t) : 0);
     for (int l = 0; m->layers && l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
