@@ -126,12 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--omp-wait-policy", choices=("active", "passive", "inherit"),
                         default="active", help="llama.cpp's OpenMP barriers (see above)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
+    parser.add_argument("--isa", default="v3",
+                        help="the instruction-set level both engines are built for "
+                        "(devices/isa.py; default %(default)s, the level of the figures in "
+                        "docs/performance.md; v4-vnni: AVX-512 with VNNI)")
     args = parser.parse_args(argv)
     if args.depth < 1 or args.decode < 1 or args.rounds < 1:
         parser.error("--depth, --decode and --rounds must be >= 1")
 
-    lmc = engine_binary()
-    llama = build_llama_bench().binary
+    lmc = engine_binary(isa=args.isa)
+    llama = build_llama_bench(f"{os.uname().machine}:{args.isa}").binary
     model_dir = model_directory(args)
     gguf = ensure_converted(model_dir, args.gguf_type)
     prompt = bench_prompt(args.depth, Shape.from_model_dir(model_dir).vocab)

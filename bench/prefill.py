@@ -179,12 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-no-warmup", dest="llama_warmup", action="store_false",
                         help="run llama-bench without its warm-up pass (long prompts)")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
+    parser.add_argument("--isa", default="v3",
+                        help="the instruction-set level both engines are built for "
+                        "(devices/isa.py; default %(default)s, the level of the figures in "
+                        "docs/performance.md; v4-vnni: AVX-512 with VNNI)")
     args = parser.parse_args(argv)
     if args.prompt <= BASELINE_TOKENS or args.rounds < 1:
         parser.error(f"--prompt must be > {BASELINE_TOKENS} and --rounds >= 1")
 
-    lmc = engine_binary()
-    llama = build_llama_bench().binary
+    lmc = engine_binary(isa=args.isa)
+    llama = build_llama_bench(f"{os.uname().machine}:{args.isa}").binary
     model_dir = model_directory(args)
     vocab = Shape.from_model_dir(model_dir).vocab
     prompt = bench_prompt(args.prompt, vocab)

@@ -149,10 +149,12 @@ def decode_bytes(shape: Shape, wq: str, kv: str, prompt_len: int, steps: int) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def engine_binary(rev: str | None = None) -> Path:
+def engine_binary(rev: str | None = None, isa: str | None = None) -> Path:
     """``lmc`` built from the working tree, or from git revision ``rev`` (e.g. while the
-    working tree is mid-edit)."""
-    return Path(build_engine(rev=rev).binary)
+    working tree is mid-edit), for this machine at instruction-set level ``isa`` (default:
+    the highest it runs)."""
+    target = f"{os.uname().machine}:{isa}" if isa else None
+    return Path(build_engine(target=target, rev=rev).binary)
 
 
 def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:

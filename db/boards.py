@@ -28,6 +28,7 @@ from db.models import (
     BoardEvent,
     BoardState,
     Device,
+    DeviceSnapshot,
     Experiment,
     HealthCheck,
     Measurement,
@@ -312,6 +313,29 @@ class Boards:
     # -- reservations -------------------------------------------------------------------------
 
     @retry_locked
+    def newest_facts(self, boards: list[str]) -> dict[str, dict[str, Any]]:
+        """What each board's newest fingerprint recorded of its CPU and memory:
+        ``cpu_features`` (devices.isa decides its instruction-set level from them) and
+        ``mem_total_kb`` (whether a model fits, harness.plan.fit), each where recorded; boards
+        never fingerprinted are left out."""
+        found: dict[str, dict[str, Any]] = {}
+        with self.database.connect() as conn:
+            for board in boards:
+                fingerprint = conn.scalar(
+                    select(DeviceSnapshot.fingerprint)
+                    .join(Measurement, DeviceSnapshot.measurement_id == Measurement.id)
+                    .join(Device, Measurement.device_id == Device.id)
+                    .where(Device.name == board)
+                    # the device's newest measurement first: its (device_id, id) index
+                    .order_by(Measurement.id.desc(), DeviceSnapshot.id.desc()).limit(1))
+                if not isinstance(fingerprint, dict):
+                    continue
+                facts = {key: fingerprint[key] for key in ("cpu_features", "mem_total_kb")
+                         if fingerprint.get(key)}
+                if facts:
+                    found[board] = facts
+        return found
+
     def reserve(self, board: str, owner: str, ends: datetime, reason: str | None,
                 event: AuditEvent | None = None) -> ReservationInfo:
         """Keep the board for ``owner`` until ``ends``; refused while another owner holds it.

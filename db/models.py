@@ -94,6 +94,8 @@ class Build(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     engine: Mapped[str] = mapped_column(String(32), server_default="lmc")  # harness.engines name
     target: Mapped[str] = mapped_column(String(32))
+    # the instruction-set level it was built for (devices.isa); NULL for builds from before
+    isa: Mapped[str | None] = mapped_column(String(32))
     variant: Mapped[str] = mapped_column(String(32))
     toolchain: Mapped[str] = mapped_column(String(32))
     compiler: Mapped[str] = mapped_column(String(200))

@@ -176,6 +176,7 @@ class Store:
                 setattr(row, column, str(record[column]))
             row.cflags, row.ldflags = list(record["cflags"]), list(record["ldflags"])
             row.build_key = record.get("build_key")
+            row.isa = record.get("isa") or None
             row.build_seconds = record.get("build_seconds")
             row.extra = dict(record.get("extra") or {})
             s.flush()

@@ -1,8 +1,10 @@
 """The local farm: real OpenSSH ``sshd`` processes on loopback addresses, so that tests and the
 demo take the same path as a lab of boards.
 
-Two nodes: ``farm-x86`` (x86_64) and ``farm-arm`` (aarch64, every run under
-``qemu-aarch64-static -cpu cortex-a76``, marked emulated). Each node is one ``sshd -D`` with its
+Three nodes: ``farm-x86`` (x86_64), ``farm-arm`` (aarch64, every run under
+``qemu-aarch64-static -cpu cortex-a76``, marked emulated: an RK3588 with the dot-product
+extension) and ``farm-a72`` (the same under ``-cpu cortex-a72``: a board without it, which gets
+the armv8-a build, devices.isa). Each node is one ``sshd -D`` with its
 own config, host key, log and workdir under the state directory; one client key is authorised
 for all of them. ``farm_up`` writes ``inventory.toml`` and a ``known_hosts`` with the host keys
 it generated (it knows them first-hand, so nothing is trusted blindly).
@@ -32,6 +34,8 @@ from devices.errors import FarmError
 from devices.inventory import DEFAULT_STATE_DIR, device_table
 
 QEMU_AARCH64 = ["qemu-aarch64-static", "-cpu", "cortex-a76"]
+# a board without the dot-product extension (a Raspberry Pi 4): it gets the armv8-a build
+QEMU_A72 = ["qemu-aarch64-static", "-cpu", "cortex-a72"]
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
 
@@ -49,6 +53,7 @@ class NodeSpec:
 NODES = (
     NodeSpec("farm-x86", "127.0.1.10", "x86_64", "x86"),
     NodeSpec("farm-arm", "127.0.1.11", "aarch64", "rk3588", tuple(QEMU_AARCH64), emulated=True),
+    NodeSpec("farm-a72", "127.0.1.12", "aarch64", "rpi4", tuple(QEMU_A72), emulated=True),
 )
 
 

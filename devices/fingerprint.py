@@ -18,10 +18,12 @@ from devices.boardlock import LockHolder, check_locked, locked
 from devices.cache import INTACT_FUNCTION, ArtifactCache
 from devices.conditions import snapshot_flags
 from devices.errors import CommandTimeout, DeviceError, TransferFailed
+from devices.isa import QEMU_MODELS, emulated_model
 from devices.transport import KILL_AFTER_S, CommandResult, Transport, describe, device_argv
 
-# /2: devfreq devices and the snapshot's flags; /3: cpu_id (vendor, family, model, stepping)
-SCHEMA = "benchfarm.fingerprint/3"
+# /2: devfreq devices and the snapshot's flags; /3: cpu_id (vendor, family, model, stepping);
+# /4: cpu_features (/proc/cpuinfo's flags or Features: the instruction sets, devices.isa)
+SCHEMA = "benchfarm.fingerprint/4"
 PROBE_TIMEOUT_S = 30.0
 # What a probed run's whole command gets beyond the engine's own timeout: the engine's kill
 # delay and the two fingerprints (built-in reads, well under a second). With the transport's
@@ -50,6 +52,7 @@ probe() {
       -e 's/^(vendor_id|cpu family|model|stepping)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
       -e 's/^(CPU implementer|CPU variant)[[:space:]]*:[[:space:]]*/cpuinfo \1=/p' \
       /proc/cpuinfo
+    sed -n -E '/^(flags|Features)[[:space:]]*:/{s/^[^:]*:[[:space:]]*/features /p;q}' /proc/cpuinfo
   fi
   read -r l1 l5 l15 rest < /proc/loadavg; printf 'loadavg %s %s %s\n' "$l1" "$l5" "$l15"
   while read -r key value rest; do
@@ -189,7 +192,7 @@ def _between(text: str, head: str, tail: str) -> tuple[str, str]:
     return inner, rest
 
 
-STATIC_FACTS = ("arch", "kernel", "cpu_model", "cpu_id")
+STATIC_FACTS = ("arch", "kernel", "cpu_model", "cpu_id", "cpu_features")
 
 
 def _facts(transport: Transport, probe_output: str, taken_at: float,
@@ -202,6 +205,9 @@ def _facts(transport: Transport, probe_output: str, taken_at: float,
         facts.update({key: transport.static_facts[key] for key in STATIC_FACTS})
         for core in facts["cores"]:
             core["part"] = transport.static_facts["parts"].get(core["cpu"])
+    model = emulated_model(transport.device.exec_prefix) if transport.device.emulated else None
+    if model in QEMU_MODELS:  # the board's CPU is the emulator's, not the host's
+        facts["cpu_features"] = sorted(QEMU_MODELS[model])
     facts.update(
         schema=SCHEMA,
         device=transport.device.name,
@@ -219,7 +225,8 @@ def _whole(text: str) -> int | None:  # a frequency field: kHz (cpufreq) or Hz (
 
 def parse_probe(text: str) -> dict[str, Any]:
     facts: dict[str, Any] = {"arch": None, "kernel": None, "loadavg": None, "mem_total_kb": None,
-                             "mem_available_kb": None, "cpu_model": None, "cores": [],
+                             "mem_available_kb": None, "cpu_model": None, "cpu_features": None,
+                             "cores": [],
                              "thermal": [], "devfreq": []}
     parts_by_cpu: dict[int, str] = {}
     current_cpu = -1
@@ -229,6 +236,8 @@ def parse_probe(text: str) -> dict[str, Any]:
         kind, _, rest = line.partition(" ")
         if kind in ("arch", "kernel"):
             facts[kind] = rest.strip()
+        elif kind == "features":  # the CPU's instruction-set features (devices.isa)
+            facts["cpu_features"] = sorted(set(rest.split()))
         elif kind == "loadavg":
             facts["loadavg"] = [float(x) for x in rest.split()]
         elif kind == "mem":

@@ -24,6 +24,7 @@ from typing import Any
 from devices.checker import Checker
 from devices.errors import InventoryError
 from devices.files import loads_toml, read_text
+from devices.isa import BY_NAME
 
 LOCAL = "local"
 ARCHES = ("x86_64", "aarch64")
@@ -64,6 +65,7 @@ class Device:
     keepalive_s: int = 15
     source: Path | None = None  # the inventory file it came from
     transport: str = "ssh"  # "local": this machine, commands are plain subprocesses
+    isa: str | None = None  # the instruction-set level pinned (devices.isa); None: the highest
 
     @property
     def is_local(self) -> bool:
@@ -181,6 +183,13 @@ RAY_RESOURCES = ("CPU", "GPU", "TPU", "memory", "object_store_memory")
 RAY_RESOURCE_PREFIXES = ("node:", "accelerator_type:")
 
 
+def _isa_name(value: Any) -> str:
+    name = _string(value)
+    if name not in BY_NAME:
+        raise ValueError(f"an instruction-set level; allowed: {', '.join(BY_NAME)}")
+    return name
+
+
 def _resources(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         raise ValueError('a table of resource name = amount, e.g. {gateway-a = 1}')
@@ -215,6 +224,7 @@ KEYS: dict[str, Callable[[Any], Any]] = {
     "connect_retries": _int_in(1, 20),
     "keepalive_s": _int_in(0, 3600),
     "transport": _transport,
+    "isa": _isa_name,
 }
 REQUIRED = ("name", "host", "arch")
 SSH_ONLY = ("host", "port", "user", "key", "insecure_accept_new", "known_hosts",
@@ -363,6 +373,9 @@ def _parse_device(path: Path, index: int, table: dict[str, Any]) -> Device:
         raise check.fail("threads", f"{values['threads']} threads exceed the "
                                     f"{len(values['cpus'])} pinned cpus")
 
+    if "isa" in values and BY_NAME[values["isa"]].arch != values.get("arch", os.uname().machine):
+        raise check.fail("isa", f"{values['isa']!r} is a level of {BY_NAME[values['isa']].arch}, "
+                                "not of the device's arch")
     if named_local:
         device = local_device()
     elif is_local:

@@ -6,6 +6,8 @@
 #include "checkpoint.h"
 
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -148,6 +150,19 @@ const StTensor *ckpt_find(const Checkpoint *ck, const char *name) {
         if (t) return t;
     }
     return NULL;
+}
+
+void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes) {
+    for (int s = 0; s < ck->n_shards; s++) {
+        const SafeTensors *st = &ck->shards[s];
+        if (!st->mapped || data < st->map || data + nbytes > st->map + st->map_size) continue;
+        /* whole pages inside the range only: a page shared with the next tensor stays */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t begin = ((uintptr_t)data + page - 1) & ~(page - 1);
+        uintptr_t end = ((uintptr_t)data + nbytes) & ~(page - 1);
+        if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
+        return;
+    }
 }
 
 int ckpt_count(const Checkpoint *ck) {

@@ -23,6 +23,11 @@ int ckpt_open_index(Checkpoint *ck, const char *dir, const char *text, size_t le
 void ckpt_close(Checkpoint *ck);
 
 const StTensor *ckpt_find(const Checkpoint *ck, const char *name);
+/* Give back the mapped file pages of [data, data + nbytes) once they are converted: a read-only
+ * private file mapping re-reads them from the file if they are touched again, so this only
+ * keeps the loader's resident set at the converted weights plus one chunk of the file. Data
+ * outside every mapping (a parsed in-memory image) is left alone. */
+void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes);
 /* tensors in all shards */
 int ckpt_count(const Checkpoint *ck);
 

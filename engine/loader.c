@@ -120,17 +120,48 @@ static void note_unused(const Config *c, const Checkpoint *ck, const char *dir) 
 
 /* ---------------------------------------------------------------- conversion */
 
+/* Tensors are converted a chunk of the file at a time, and each chunk's mapped pages are given
+ * back as soon as it is converted (ckpt_release): the loader's peak is the weights as they stay
+ * resident plus one chunk, not plus the whole checkpoint (which the mapping would otherwise
+ * keep resident until ckpt_close). */
+#define LOAD_CHUNK_BYTES ((size_t)1 << 20)
+
+static void convert_f32(const Checkpoint *ck, const StTensor *t, float *out, size_t n) {
+    size_t esize = st_dtype_size(t->dtype), step = LOAD_CHUNK_BYTES / esize;
+    for (size_t i = 0; i < n; i += step) {
+        StTensor slice = *t;
+        size_t count = n - i < step ? n - i : step;
+        slice.data = t->data + i * esize;
+        slice.nbytes = count * esize;
+        st_to_f32(&slice, out + i, count); /* sizes checked by model_check_tensors */
+        ckpt_release(ck, slice.data, slice.nbytes);
+    }
+}
+
 static float *load_vector(const Checkpoint *ck, const char *name, size_t n) {
     float *v = lmc_alloc((size_t)n, sizeof(float), name);
-    st_to_f32(ckpt_find(ck, name), v, n); /* checked by model_check_tensors */
+    convert_f32(ck, ckpt_find(ck, name), v, n);
     return v;
 }
 
-/* converting (f32 -> bf16) or quantising (q8) a matrix, rows split over the pool */
+/* n 16-bit values of a bf16 or f16 tensor, copied as stored */
+static uint16_t *load_as_stored(const Checkpoint *ck, const StTensor *t, size_t n, const char *name) {
+    uint16_t *out = lmc_alloc(n, sizeof(uint16_t), name);
+    size_t bytes = n * sizeof(uint16_t);
+    for (size_t off = 0; off < bytes; off += LOAD_CHUNK_BYTES) {
+        size_t len = bytes - off < LOAD_CHUNK_BYTES ? bytes - off : LOAD_CHUNK_BYTES;
+        memcpy((uint8_t *)out + off, t->data + off, len);
+        ckpt_release(ck, t->data + off, len);
+    }
+    return out;
+}
+
+/* converting (f32 -> bf16) or quantising (q8) rows first.. of a matrix, split over the pool */
 typedef struct {
     Mat *m;
     const StTensor *t;
     int wq;
+    int first;
 } ConvertJob;
 
 static void convert_rows(void *arg, int begin, int end) {
@@ -139,7 +170,7 @@ static void convert_rows(void *arg, int begin, int end) {
     int cols = m->cols;
     float *row = lmc_alloc((size_t)cols, sizeof(float), "weight row");
     size_t esize = st_dtype_size(job->t->dtype);
-    for (int r = begin; r < end; r++) {
+    for (int r = job->first + begin; r < job->first + end; r++) {
         StTensor slice = *job->t;
         slice.data = job->t->data + (size_t)r * (size_t)cols * esize;
         slice.nbytes = (size_t)cols * esize;
@@ -157,22 +188,28 @@ static void load_mat(Mat *m, const Checkpoint *ck, const char *name, int rows, i
     m->rows = rows;
     m->cols = cols;
     const StTensor *t = ckpt_find(ck, name);
+    size_t n = (size_t)rows * (size_t)cols;
     if (wq == WQ_F32) {
-        m->f = lmc_alloc((size_t)rows * (size_t)cols, sizeof(float), name);
-        st_to_f32(t, m->f, (size_t)rows * (size_t)cols);
+        m->f = lmc_alloc(n, sizeof(float), name);
+        convert_f32(ck, t, m->f, n);
         mat_pack(m);
         return;
     }
     if (wq == WQ_BF16 && t->dtype == ST_BF16) { /* as stored: no rounding at all */
-        m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
-        memcpy(m->h, t->data, (size_t)rows * (size_t)cols * sizeof(uint16_t));
+        m->h = load_as_stored(ck, t, n, name);
         mat_pack(m);
         return;
     }
-    if (wq == WQ_BF16) m->h = lmc_alloc((size_t)rows * (size_t)cols, sizeof(uint16_t), name);
+    if (wq == WQ_BF16) m->h = lmc_alloc(n, sizeof(uint16_t), name);
     else mat_alloc_q8(m, rows, cols, name);
-    ConvertJob job = {m, t, wq};
-    pool_run(pool, convert_rows, &job, rows); /* rows are independent: same bits for any split */
+    size_t row_bytes = (size_t)cols * st_dtype_size(t->dtype);
+    int step = row_bytes >= LOAD_CHUNK_BYTES ? 1 : (int)(LOAD_CHUNK_BYTES / row_bytes);
+    for (int first = 0; first < rows; first += step) {
+        int count = rows - first < step ? rows - first : step;
+        ConvertJob job = {m, t, wq, first};
+        pool_run(pool, convert_rows, &job, count); /* rows are independent: same bits for any split */
+        ckpt_release(ck, t->data + (size_t)first * row_bytes, (size_t)count * row_bytes);
+    }
     mat_pack(m);
 }
 
@@ -199,7 +236,16 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     Expect norm = named(c, "norm.weight", c->hidden, 0);
     snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(ckpt_find(&ck, emb.name)->dtype));
     int H = c->hidden, D = c->head_dim, Q = c->n_heads * D, KV = c->n_kv_heads * D, I = c->intermediate;
-    m->embed = load_vector(&ck, emb.name, (size_t)c->vocab * (size_t)H);
+    /* the embedding table stays as the checkpoint stores it (bf16 / f16: half of f32's bytes,
+     * a row widened per lookup), unless it is also the f32 lm_head */
+    const StTensor *et = ckpt_find(&ck, emb.name);
+    size_t n_embed = (size_t)c->vocab * (size_t)H;
+    int shares_lm_head = !ckpt_find(&ck, "lm_head.weight") && wq == WQ_F32;
+    if (et->dtype == ST_F32 || shares_lm_head) m->embed = load_vector(&ck, emb.name, n_embed);
+    else {
+        m->embed_h = load_as_stored(&ck, et, n_embed, emb.name);
+        m->embed_f16 = et->dtype == ST_F16;
+    }
     m->final_norm = load_vector(&ck, norm.name, H);
     if (ckpt_find(&ck, "lm_head.weight")) {
         load_mat(&m->lm_head, &ck, "lm_head.weight", c->vocab, H, wq, pool);
@@ -250,6 +296,21 @@ void model_free(Model *m) {
     lmc_free(m->layers);
     mat_free(&m->lm_head);
     lmc_free(m->embed);
+    lmc_free(m->embed_h);
     lmc_free(m->final_norm);
     memset(m, 0, sizeof *m);
+}
+
+size_t model_weight_bytes(const Model *m) {
+    const Config *c = &m->cfg;
+    size_t H = (size_t)c->hidden, vectors = H; /* the final norm */
+    size_t total = mat_bytes(&m->lm_head) + (m->embed ? (size_t)c->vocab * H * sizeof(float) : 0)
+                   + (m->embed_h ? (size_t)c->vocab * H * sizeof(uint16_t) : 0);
+    for (int l = 0; m->layers && l < c->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) total += mat_bytes(mats[i]);
+        vectors += 2 * H + (c->qk_norm ? 2 * (size_t)c->head_dim : 0);
+    }
+    return total + vectors * sizeof(float);
 }

@@ -41,6 +41,8 @@ static int cmd_info(void) {
     json_write_string(stdout, LMC_FLAGS);
     printf(", \"arch\": ");
     json_write_string(stdout, LMC_TARGET);
+    printf(", \"isa\": ");
+    json_write_string(stdout, LMC_ISA);
     printf(", \"simd\": [%s], \"q8_group\": %d, \"policies\": ", simd_features(), Q8_GROUP);
     write_policies(ALL_POLICIES);
     printf(", \"evicting\": ");

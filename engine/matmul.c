@@ -61,6 +61,66 @@ ALWAYS_INLINE void reduce_token(const int R, v8 acc[][TILE_TOKENS], int t, float
         for (int r = 0; r < R; r++) v[r] = v8_reduce(acc[r][t]);
 }
 
+#if defined(LMC_AVX2) && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define LMC_AVX512_TILES 1
+/* AVX-512 (x86-64-v4) for a packed quad: a packed quad holds each 8 columns of its 4 rows one
+ * after the other, so one 512-bit load takes the same 8 columns of two rows, and one FMA with
+ * the activations repeated in both halves does the work of two 256-bit ones. Each lane still
+ * sums exactly the products, in exactly the order, that lane of the 8-wide kernel sums: the
+ * halves are split back into acc[r][t] and reduced as before, so the bits are the same.
+ * Columns up to n8 (a multiple of 8); returns n8. */
+ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const void *wp, const float *x, size_t xs, int n8,
+                              v8 acc[][TILE_TOKENS]) {
+    const float *w = wp;
+    const uint16_t *wh = wp;
+    const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
+    __m512 a01[TILE_TOKENS], a23[TILE_TOKENS]; /* rows 0 | 1 and 2 | 3, 8 lanes each */
+    for (int t = 0; t < TT; t++) a01[t] = a23[t] = _mm512_setzero_ps();
+    const __m512i high_half = _mm512_set1_epi32((int)0xFFFF0000u);
+    int i = 0;
+    if (BF) /* tile_f32's 16-column steps: a word pairs column j (low half) with j + 8 */
+        for (; i + 16 <= n8; i += 16) {
+            PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
+            __m512i w01 = _mm512_loadu_si512(wh + (size_t)i * TILE_ROWS);
+            __m512i w23 = _mm512_loadu_si512(wh + (size_t)i * TILE_ROWS + 32);
+            __m512 lo01 = _mm512_castsi512_ps(_mm512_slli_epi32(w01, 16));
+            __m512 hi01 = _mm512_castsi512_ps(_mm512_and_si512(w01, high_half));
+            __m512 lo23 = _mm512_castsi512_ps(_mm512_slli_epi32(w23, 16));
+            __m512 hi23 = _mm512_castsi512_ps(_mm512_and_si512(w23, high_half));
+            for (int t = 0; t < TT; t++) {
+                __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
+                __m512 xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
+                a01[t] = _mm512_fmadd_ps(xb, hi01, _mm512_fmadd_ps(xa, lo01, a01[t]));
+                a23[t] = _mm512_fmadd_ps(xb, hi23, _mm512_fmadd_ps(xa, lo23, a23[t]));
+            }
+        }
+    for (; i < n8; i += 8) { /* 8 columns of each row, two rows a load */
+        PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
+        __m512 w01, w23;
+        if (BF) {
+            const __m256i *p = (const __m256i *)(wh + (size_t)i * TILE_ROWS);
+            w01 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+            w23 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
+        } else {
+            w01 = _mm512_loadu_ps(w + (size_t)i * TILE_ROWS);
+            w23 = _mm512_loadu_ps(w + (size_t)i * TILE_ROWS + 16);
+        }
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
+            a01[t] = _mm512_fmadd_ps(xv, w01, a01[t]);
+            a23[t] = _mm512_fmadd_ps(xv, w23, a23[t]);
+        }
+    }
+    for (int t = 0; t < TT; t++) {
+        acc[0][t] = _mm512_castps512_ps256(a01[t]);
+        acc[1][t] = _mm512_extractf32x8_ps(a01[t], 1);
+        acc[2][t] = _mm512_castps512_ps256(a23[t]);
+        acc[3][t] = _mm512_extractf32x8_ps(a23[t], 1);
+    }
+    return n8;
+}
+#endif
+
 /* R rows of weights times TT tokens of x (stride xs) over n columns: f32, or bf16 when BF.
  * PK: the rows are one packed quad (mat_pack), read as one sequential stream and prefetched
  * ahead; otherwise R plain rows ws values apart (attention's keys, a matrix's rows % 4 last
@@ -80,6 +140,9 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
     int i = 0;
+#if defined(LMC_AVX512_TILES)
+    if (PK && R == TILE_ROWS) i = quad_avx512(TT, BF, wp, x, xs, n8, acc);
+#endif
     if (BF && PK) /* 16 columns a step: columns i + j and i + 8 + j share a word (mat_pack) */
         for (; i + 16 <= n8; i += 16) {
             PREFETCH_NEXT((const char *)wp + W_AT(0, i) * wsize + PREFETCH_AHEAD);

@@ -100,7 +100,10 @@ void forward_free(Forward *f) {
 
 void model_embed(const Model *m, int token, float *out) {
     int H = m->cfg.hidden;
-    if (m->embed) memcpy(out, m->embed + (size_t)token * (size_t)H, sizeof(float) * (size_t)H);
+    if (m->embed_h) { /* bf16 and f16 widen to f32 exactly: the same values as a f32 table */
+        const uint16_t *row = m->embed_h + (size_t)token * (size_t)H;
+        for (int j = 0; j < H; j++) out[j] = m->embed_f16 ? lmc_f16_to_f32(row[j]) : lmc_bf16_to_f32(row[j]);
+    } else if (m->embed) memcpy(out, m->embed + (size_t)token * (size_t)H, sizeof(float) * (size_t)H);
     else mat_row_f32(&m->lm_head, token, out);
 }
 

@@ -39,8 +39,11 @@ typedef struct {
 
 typedef struct {
     Config cfg;
-    float *embed; /* [vocab x hidden], f32 (a row lookup per token); NULL when tied and f32:
-                   * the rows are then read from lm_head (model_embed) */
+    float *embed; /* [vocab x hidden], f32 (a row lookup per token) from an f32 checkpoint;
+                   * NULL when tied and f32: the rows are then read from lm_head (model_embed) */
+    uint16_t *embed_h; /* or the rows as a bf16/f16 checkpoint stores them, half the bytes of
+                        * f32: a row is widened when looked up, exactly (model_embed) */
+    int embed_f16;     /* embed_h holds f16, not bf16 */
     float *final_norm;
     Mat lm_head;  /* holds the embedding itself when tied and f32 */
     Layer *layers;
@@ -63,6 +66,9 @@ int model_check_tensors(const Config *c, const Checkpoint *ck);
  * wq (WQ_F32, WQ_Q8, WQ_BF16). */
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool);
 void model_free(Model *m);
+/* the bytes of the weights as they stay resident after loading (matrices in their format,
+ * the embedding table as the checkpoint stores it, norms in f32) */
+size_t model_weight_bytes(const Model *m);
 
 /* ---- model.c: the forward pass */
 /* tokens per forward call: a prefill runs its prompt in chunks of this many tokens, so each

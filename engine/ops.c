@@ -16,7 +16,11 @@
 #endif
 
 const char *simd_features(void) {
-#if defined(LMC_AVX2)
+#if defined(LMC_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return "\"avx2\", \"fma\", \"avx512\", \"vnni\"";
+#elif defined(LMC_AVX2) && defined(__AVX512F__)
+    return "\"avx2\", \"fma\", \"avx512\"";
+#elif defined(LMC_AVX2)
     return "\"avx2\", \"fma\"";
 #elif defined(LMC_NEON) && defined(__ARM_FEATURE_DOTPROD)
     return "\"neon\", \"dotprod\"";

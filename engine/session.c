@@ -73,13 +73,29 @@ void session_write_config(FILE *f, const Options *o, const Session *s) {
             s->model.tied_used ? "true" : "false", s->model.weights_dtype);
 }
 
+/* The process's peak resident set in KiB: VmHWM of /proc/self/status, which belongs to this
+ * program's address space. getrusage's ru_maxrss is only the fallback: Linux carries it over
+ * exec from the parent's address space, so lmc started by a large process (a Python harness,
+ * a test runner) would report the parent's peak instead of its own. */
+static long peak_rss_kb(void) {
+    FILE *status = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (status && kb < 0 && fgets(line, sizeof line, status))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) != 1) kb = -1;
+    if (status) fclose(status);
+    if (kb >= 0) return kb;
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+}
+
 void session_write_memory(FILE *f, const Session *s) {
     const KVCache *kv = &s->fwd.kv;
     size_t block = kv_block_bytes(kv);
-    struct rusage ru;
-    long peak_rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
     fprintf(f, ", \"kv_memory\": {\"paged\": %s, \"block_bytes\": %zu, \"allocated_bytes\": %zu, "
-               "\"resident_bytes\": %zu, \"live_bytes\": %zu, \"peak_live_bytes\": %zu}, \"peak_rss_kb\": %ld",
+               "\"resident_bytes\": %zu, \"live_bytes\": %zu, \"peak_live_bytes\": %zu}, \"peak_rss_kb\": %ld, "
+               "\"weights_bytes\": %zu",
             kv->paged ? "true" : "false", block, kv_reserved_bytes(kv), kv_touched_bytes(kv),
-            (size_t)kv->held * block, (size_t)kv->peak_held * block, peak_rss_kb);
+            (size_t)kv->held * block, (size_t)kv->peak_held * block, peak_rss_kb(),
+            model_weight_bytes(&s->model));
 }

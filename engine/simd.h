@@ -63,12 +63,21 @@ ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 ALWAYS_INLINE void v8_store(float *p, v8 a) { _mm256_storeu_ps(p, a); }
 ALWAYS_INLINE v8 v8_from_i(v8i a) { return _mm256_cvtepi32_ps(a); }
 ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* VNNI (x86-64-v4 with VNNI): vpdpbusd multiplies unsigned by signed bytes and adds each group
+ * of four into an int32 lane in one instruction, without the int16 step; the same |x| times w
+ * with x's sign, and integer sums, so the same bits as the AVX2 path below */
+ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+}
+#else
 ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
     /* maddubs wants unsigned x signed: |x| times w with x's sign; |x|, |w| <= 127 so the
      * int16 pair sums (<= 2 * 127 * 127) never saturate */
     __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
+#endif
 ALWAYS_INLINE float half_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 /* out[j] = half(wd[j]) * xd[j], j < 8 */
 ALWAYS_INLINE void scales8(const uint16_t *wd, const float *xd, float *out) {

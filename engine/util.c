@@ -55,17 +55,19 @@ void lmc_die_runtime(const char *fmt, ...) {
 void *lmc_alloc(size_t count, size_t size, const char *what) {
     if (count == 0 || size == 0) count = size = 1;
     if (count > (SIZE_MAX >> 2) / size) lmc_die_runtime("out of memory allocating %s (size overflow)", what);
-    size_t bytes = count * size;
+    /* a vector's width of slack past the end, zeroed, for kernels that read a tail whole */
+    size_t bytes = count * size + 64;
     /* Large buffers (KV cache, weights) get 2 MiB alignment and transparent huge pages: they
      * are streamed once per token, and with 4 KiB pages every page of the stream costs a TLB
-     * miss (probing reads rows a block apart: a miss per row). */
+     * miss (probing reads rows a block apart: a miss per row). Only whole huge pages are asked
+     * for: rounding the size up to 2 MiB made the tail's huge page resident too (up to 2 MiB
+     * per matrix beyond the weights, about a tenth of a small model's). */
     size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
-    bytes = (bytes + align - 1) & ~(align - 1);
     void *p = NULL;
     if (posix_memalign(&p, align, bytes) != 0 || !p)
         lmc_die_runtime("out of memory allocating %s (%zu bytes)", what, bytes);
 #ifdef MADV_HUGEPAGE
-    if (align == HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
+    if (align == HUGE_PAGE) madvise(p, bytes & ~(size_t)(HUGE_PAGE - 1), MADV_HUGEPAGE);
 #endif
     memset(p, 0, bytes);
     return p;

@@ -21,6 +21,9 @@
 #ifndef LMC_TARGET
 #define LMC_TARGET "unknown"
 #endif
+#ifndef LMC_ISA /* the instruction-set level the harness built it for (devices/isa.py) */
+#define LMC_ISA "unknown"
+#endif
 
 #define LMC_VERSION "0.2.0"
 #define LMC_SCHEMA "lmc/1"

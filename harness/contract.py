@@ -101,6 +101,9 @@ class WorkOrder:
     extra_file: str | None = None
     extra_sha256: str | None = None
     extra_flag: str | None = None
+    # the CPU features the binary's instruction-set level needs (devices.isa): checked against
+    # the board's before the binary is started
+    isa_features: tuple[str, ...] = ()
 
 
 @dataclass

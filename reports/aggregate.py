@@ -280,8 +280,8 @@ def _last_line(text: Any) -> str:
 
 
 def builds_table(runs: pd.DataFrame) -> pd.DataFrame:
-    columns = ["build_target", "build_revision", "build_source_hash", "build_compiler_version",
-               "build_cflags", "build_binary_sha256"]
+    columns = ["build_target", "build_isa", "build_revision", "build_source_hash",
+               "build_compiler_version", "build_cflags", "build_binary_sha256"]
     present = runs.dropna(subset=["build_binary_sha256"])
     table = present[columns].drop_duplicates()
     table.columns = [c.removeprefix("build_") for c in columns]

@@ -19,12 +19,12 @@ from harness.engines.llamabench.build import build_llama_bench
 
 @pytest.fixture(scope="session")
 def llama_bench() -> Path:
-    return Path(build_llama_bench("x86_64").binary)
+    return Path(build_llama_bench("x86_64:v3").binary)
 
 
 @pytest.fixture(scope="session")
 def llama_bench_aarch64() -> Path:
-    return Path(build_llama_bench("aarch64").binary)
+    return Path(build_llama_bench("aarch64:armv8.2-a+dotprod").binary)
 
 
 @pytest.fixture(scope="session")

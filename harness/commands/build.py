@@ -14,6 +14,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--engine", choices=("lmc", "llama-bench"), default="lmc")
     parser.add_argument("--target", choices=ARCHES, default=os.uname().machine,
                         help="default: this machine's, %(default)s")
+    parser.add_argument("--isa", help="instruction-set level (devices.isa: v2, v3, v4, v4-vnni; "
+                        "armv8-a, armv8.2-a+dotprod, armv8.2-a+i8mm); default: this machine's "
+                        "highest for its own arch, armv8.2-a+dotprod for aarch64 from x86_64")
     parser.add_argument("--rev", help="git revision to build (default: the working tree; "
                         "llama-bench: a revision of --source)")
     parser.add_argument("--variant", default="release",
@@ -29,13 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.engines.lmc.build import VARIANTS, build_engine
     from harness.errors import InputError
 
+    target = f"{args.target}:{args.isa}" if args.isa else args.target
     if args.engine == "llama-bench":
-        record = build_llama_bench(args.target, args.source or PYPI, args.rev)
+        record = build_llama_bench(target, args.source or PYPI, args.rev)
     else:
         if args.variant not in VARIANTS:
             raise InputError(f"--variant {args.variant!r}: allowed {', '.join(VARIANTS)}")
         record = build_engine(
-            target=args.target, rev=args.rev, variant=args.variant, toolchain_name=args.toolchain
+            target=target, rev=args.rev, variant=args.variant, toolchain_name=args.toolchain
         )
     print(record.to_json())
     return 0

@@ -73,11 +73,20 @@ def dry_run(args: argparse.Namespace, spec: Spec, inventory: Inventory) -> int:
     from db.errors import StoreInputError
     from db.queries import RunDuration
     from harness.plan.estimate import estimate
+    from harness.plan.fit import check_fit
     from harness.plan.inputs import check_inputs
     from harness.plan.matrix import check_size, count_cells, resolve_placements
 
-    placements = resolve_placements(spec, list(inventory.devices.values()), args.devices)
+    boards = list(inventory.devices.values())
+    recorded: dict[str, dict] = {}  # what the store's newest fingerprints recorded
+    try:
+        with store_of(args, create=False) as store:
+            recorded = store.boards.newest_facts([d.name for d in boards])
+    except StoreInputError:
+        pass  # no store yet: the levels of boards never fingerprinted (said below)
+    placements = resolve_placements(spec, boards, args.devices, recorded)
     check_inputs(spec)  # an unreadable model, tokenizer or template: one line, exit 2
+    check_fit(spec, placements, inventory.devices, recorded)  # weights beyond a board's memory
     total = sum(count_cells(spec, placements).values())
     print(f"experiment {spec.name}: {total} runs in the matrix (limit {args.max_runs}, "
           "--max-runs)")

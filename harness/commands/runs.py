@@ -103,7 +103,9 @@ def run_show(args: argparse.Namespace) -> int:
     run, build = detail["run"], detail["build"] or {}
     print(f"run {run['id']}  {run['run_key']}\n"
           f"experiment {detail['experiment']}; {run['engine']} {run['command']} on "
-          f"{detail['device']['name']}; revision {build.get('revision')}; repeat {run['repeat']}\n"
+          f"{detail['device']['name']}; revision {build.get('revision')}; build "
+          f"{build.get('target')} {build.get('isa') or '(level not recorded)'}; "
+          f"repeat {run['repeat']}\n"
           f"config {json.dumps(run['config'], sort_keys=True)}\n"
           f"status {run['status']} (measurement {run['measurement_id']}, what reports use)\n"
           f"share of the board's roofline: decode {share_text(shares['decode_ms_per_token'])}, "

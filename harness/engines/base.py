@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from db.records import Figures, Outcome
 from devices.checker import Checker
+from devices.isa import IsaError, IsaLevel, split_target
 from devices.transport import Transport
 from harness.contract import WorkOrder
 from harness.errors import InputError
@@ -60,6 +61,7 @@ class BuildRecord:
     rebuilt: bool
     extra: dict = field(default_factory=dict)
     engine: str = ""  # the adapter the binary belongs to
+    isa: str = ""  # the instruction-set level it was built for (devices.isa); its boards have it
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -75,6 +77,15 @@ class NeedsBuild(InputError):
 
 def host_arch() -> str:
     return os.uname().machine
+
+
+def parse_target(target: str | None) -> tuple[str, IsaLevel]:
+    """(arch, instruction-set level) of a build target, ``arch`` or ``arch:level`` (default:
+    this machine's arch at the highest level it runs); InputError naming the choices."""
+    try:
+        return split_target(target or host_arch())
+    except IsaError as exc:
+        raise InputError(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -259,4 +270,9 @@ class EngineAdapter(Protocol):
     def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
         """Whether the health command's output (it exited 0) shows a working engine on a
         device of ``arch``, and a line that says what it showed."""
+        ...
+
+    def resident_weights(self, spec: Spec, axes: Any) -> dict[str, int]:
+        """The bytes of the spec model's weights it keeps resident, by the weight format of
+        its configs (harness.plan.fit refuses a board with less memory); {} when not known."""
         ...

@@ -21,6 +21,7 @@ from harness.access.caller import Caller, resolve_caller
 from harness.errors import InputError, terminated
 from harness.execution.cluster import build_on_ray, check_resources, ray_session
 from harness.execution.credentials import Credentials
+from harness.execution.facts import board_facts
 from harness.execution.gate import BoardGate, blocked_boards
 from harness.execution.leases import (
     JOB_HEARTBEAT_MAX_S,
@@ -34,6 +35,7 @@ from harness.execution.notify import Targets, announce_job, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
+from harness.plan.fit import check_fit
 from harness.plan.inputs import check_inputs
 from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
@@ -115,10 +117,12 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
     """Run the spec's missing runs; a one-shot request records a job of its own, finished when
     this returns."""
     spec, who = request.spec, request.coordinator
+    recorded = board_facts(store, spec, request.inventory, request.selectors)
     placements = resolve_placements(spec, list(request.inventory.devices.values()),
-                                    request.selectors)
+                                    request.selectors, recorded)
     check_size(spec, placements, request.max_runs)  # before Ray starts and anything is stored
     check_inputs(spec)  # the model, tokenizer and template read now: an unreadable one is exit 2
+    check_fit(spec, placements, request.inventory.devices, recorded)  # weights beyond memory
     for name in sorted({name for p in placements for name in p.devices}):
         Credentials.of(request.inventory.devices[name])  # an unreadable key: one line, now
     job_id, one_shot = request.job_id, request.job_id is None

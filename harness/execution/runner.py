@@ -42,6 +42,7 @@ from devices.connect import connect
 from devices.errors import BoardLocked, CommandTimeout, DeviceError
 from devices.fingerprint import probed_run
 from devices.inventory import Device
+from devices.isa import board_features
 from devices.transport import Transport, device_argv
 from harness.contract import (
     STDERR_KEEP,
@@ -133,6 +134,12 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
     transport = pushes.transport
     adapter = adapter_of(order.engine)
     try:
+        lacking = sorted(set(order.isa_features) - board_features(transport.device, transport))
+        if lacking:  # never start a binary the board's CPU cannot execute
+            report.status = "failed"
+            report.error = (f"board {device_name!r} lacks {', '.join(lacking)}, which the "
+                            f"{order.engine} binary's instruction-set level needs; not started")
+            return _finish(report, clock)
         model = None
         if order.model_dir is not None and order.model_sha256 is not None:
             # a model folder, or one file (a GGUF for llama-bench)

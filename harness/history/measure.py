@@ -75,7 +75,7 @@ class Measurer:
         self._ray.close()
 
     def source_hash(self, revision: str) -> str:
-        return self._plan([revision]).builds[(revision, self.placement.arch)].source_hash
+        return self._plan([revision]).builds[(revision, self.placement.build_target)].source_hash
 
     def check_sources(self, revision: str) -> None:
         """BuildFailed when ``revision`` has none of a folder the spec's engines are built
@@ -103,7 +103,7 @@ class Measurer:
         try:
             for name in engines_of(self.spec):
                 if adapter_of(name).source_paths:
-                    adapter_of(name).build(self.placement.arch, revision)
+                    adapter_of(name).build(self.placement.build_target, revision)
         except RunFailure as exc:
             first = str(exc).splitlines()[0].rstrip(":")
             raise BuildFailed(f"revision {revision} does not build: {first}") from exc

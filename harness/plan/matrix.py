@@ -13,10 +13,12 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from devices import isa
+from devices.inventory import Device
 from harness.engines import ENGINES
 from harness.errors import InputError
 from harness.spec import Spec
@@ -46,11 +48,17 @@ class Placement:
     arch: str
     threads: int  # the engine threads when the spec does not set them
     devices: tuple[str, ...]  # the boards that may take the runs
+    isa: str = ""  # the instruction-set level its boards run (devices.isa); "" = the arch's own
 
     @property
     def key(self) -> str:
         """The placement's identity in run keys and queues."""
         return f"class:{self.selector}" if self.by_class else self.selector
+
+    @property
+    def build_target(self) -> str:
+        """What its engines are built for: ``arch:level`` (harness.engines.base.split_target)."""
+        return f"{self.arch}:{self.isa}" if self.isa else self.arch
 
 
 @dataclass(frozen=True)
@@ -64,11 +72,16 @@ class Cell:
 
 
 def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
-                       selectors: Sequence[str] | None = None) -> list[Placement]:
+                       selectors: Sequence[str] | None = None,
+                       recorded: Mapping[str, Mapping[str, Any]] | None = None
+                       ) -> list[Placement]:
     """Map the spec's `devices` (or the --devices override) onto the inventory.
 
     A device name pins runs to that board; a class name makes a pool of all boards of the class.
+    Each placement's instruction-set level comes from ``pool_level``; ``recorded``: what the
+    boards' newest fingerprints recorded (db.boards.Boards.newest_facts).
     """
+    recorded = recorded or {}
     by_name = {d.name: d for d in devices}
     classes: dict[str, list[DeviceLike]] = {}
     for device in devices:
@@ -78,8 +91,9 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     for selector in selectors or spec.devices:
         if selector in by_name:
             device = by_name[selector]
+            level = pool_level([device], spec, where, recorded)
             placements.append(Placement(selector, False, device.arch, device.engine_threads,
-                                        (device.name,)))
+                                        (device.name,), level))
         elif selector in classes:
             members = classes[selector]
             archs = {d.arch for d in members}
@@ -93,7 +107,8 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
                 raise InputError(f"{where}: the boards of class {selector!r} differ in `threads` "
                                  f"{sorted(threads)}; set {unfixed[0]} in the spec")
             placements.append(Placement(selector, True, members[0].arch, min(threads),
-                                        tuple(d.name for d in members)))
+                                        tuple(d.name for d in members),
+                                        pool_level(members, spec, where, recorded)))
         else:
             raise InputError(
                 f"{where}: {selector!r} is neither a device nor a class of the inventory; "
@@ -103,9 +118,55 @@ def resolve_placements(spec: Spec, devices: Sequence[DeviceLike],
     return placements
 
 
+def known_features(board: DeviceLike,
+                   recorded: Mapping[str, Mapping[str, Any]]) -> frozenset[str] | None:
+    """A board's CPU features as far as they are known without reaching it: an emulated
+    board's from its emulator's CPU model, this machine's own, or what the board's newest
+    fingerprint recorded (``recorded``: its facts by name); None when nothing is known (never
+    fingerprinted, or a placeholder board)."""
+    if isinstance(board, Device):
+        model = isa.emulated_model(board.exec_prefix) if board.emulated else None
+        if model in isa.QEMU_MODELS:
+            return isa.QEMU_MODELS[model]
+        if board.is_local:
+            return isa.host_features()
+    features = recorded.get(board.name, {}).get("cpu_features")
+    return frozenset(features) if features else None
+
+
+def pool_level(boards: Sequence[DeviceLike], spec: Spec, where: str,
+               recorded: Mapping[str, Mapping[str, Any]]) -> str:
+    """The instruction-set level a placement's boards run: the spec's pin for their arch, else
+    the inventory's, else the highest level every one of them supports (``known_features``).
+    InputError naming the board and the features it lacks when a pinned level is more than a
+    board has. A board whose features are not known yet gets the pin or the level every build
+    had before there were levels (the runner still checks the board before it starts a
+    binary, and the board's first fingerprint records its features for the next plan)."""
+    arch = boards[0].arch
+    levels = []
+    for board in boards:
+        features = known_features(board, recorded)
+        pinned = spec.isa.get(arch) or getattr(board, "isa", None)
+        if features is None:
+            levels.append(isa.level(pinned or isa.FALLBACK[arch], arch))
+            continue
+        if pinned is None:
+            levels.append(isa.highest(arch, features))
+            continue
+        lacking = isa.missing(isa.level(pinned, arch), features)
+        if lacking:
+            source = f"{spec.path}: key 'isa'" if spec.isa.get(arch) else \
+                f"the inventory's isa for {board.name!r}"
+            raise InputError(f"{where}: board {board.name!r} cannot run instruction-set level "
+                             f"{pinned!r} ({source}): its CPU lacks {', '.join(lacking)}")
+        levels.append(isa.level(pinned, arch))
+    order = [lv.name for lv in isa.LEVELS[arch]]
+    return min((lv.name for lv in levels), key=order.index)
+
+
 def archs_of(placements: Sequence[Placement]) -> list[str]:
-    """The architectures the placements run on: what the engines are built for."""
-    return sorted({p.arch for p in placements})
+    """What the engines are built for: the placements' build targets (``arch:level``)."""
+    return sorted({p.build_target for p in placements})
 
 
 def _workload_points(workload: WorkloadAxes) -> list[WorkloadPoint]:
@@ -180,12 +241,13 @@ def run_key(build: dict[str, Any], model_sha256: str | None, workload_hash: str,
             cell: Cell) -> str:
     """sha256 of everything that identifies a run.
 
-    ``build`` holds the engine build's identity (source hash, target, compiler version, flags);
-    the revision name itself is left out: two revisions with the same sources are the same engine.
+    ``build`` holds the engine build's identity (source hash, target, instruction-set level,
+    compiler version, flags); the revision name itself is left out: two revisions with the same
+    sources are the same engine.
     """
     material = {
-        "build": {k: build[k] for k in ("source_hash", "target", "compiler_version", "cflags",
-                                        "ldflags")},
+        "build": {k: build.get(k, "") for k in ("source_hash", "target", "isa",
+                                                "compiler_version", "cflags", "ldflags")},
         "model": model_sha256,
         "workload": workload_hash,
         "workload_params": [list(p) for p in cell.workload.params],

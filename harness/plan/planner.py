@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from db.store import Store
+from devices import isa
 from devices.inventory import Device
 from harness.contract import WorkOrder
 from harness.engines import ENGINES, adapter_of
@@ -126,12 +127,13 @@ def make_plan(spec: Spec, placements: Sequence[Placement], devices: Mapping[str,
             point = cell.workload
             material = made[point] = point.workload_kind.material(spec.model, point.identity())
         engine_prepared = prepared[cell.engine]
-        record = engine_prepared.builds[(cell.revision, cell.placement.arch)]
+        record = engine_prepared.builds[(cell.revision, cell.placement.build_target)]
         work = adapter_of(cell.engine).work(cell.workload, cell.config, record,
                                             engine_prepared, material, spec.timeout_s)
         key = run_key(asdict(record), work.key_model, material.hash, cell)
+        needs = tuple(sorted(isa.BY_NAME[record.isa].features)) if record.isa else ()
         runs.append(PlannedRun(
-            key=key, cell=cell, order=replace(work.order, run_key=key),
+            key=key, cell=cell, order=replace(work.order, run_key=key, isa_features=needs),
             group=f"{record.binary_sha256}/{work.model_sha or '-'}",
             model_sha=work.model_sha, answer=material.answer, stored=work.stored,
         ))
@@ -161,7 +163,7 @@ def register_plan(plan: Plan, store: Store, force: bool = False) -> Plan:
     }
     for run in plan.runs:
         run.experiment_id = experiment_id
-        run.build_id = build_ids[(run.cell.revision, run.placement.arch)]
+        run.build_id = build_ids[(run.cell.revision, run.placement.build_target)]
         run.model_id = None if run.model_sha is None else model_ids[run.model_sha]
         run.workload_id = workload_ids[run.cell.workload]
     done = set() if force else store.completed_run_keys([r.key for r in plan.runs])

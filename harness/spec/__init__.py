@@ -22,6 +22,7 @@ from typing import Any
 
 from devices.checker import Checker
 from devices.files import UnreadableToml, loads_toml, read_json, read_toml_text
+from devices.isa import BY_NAME
 from harness.engines import DEFAULT_ENGINE, ENGINES
 from harness.errors import InputError
 from harness.spec.targets import TargetRefused, checked_url
@@ -32,6 +33,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SPEC_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
     "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines", "notify",
+    "isa",
 }
 
 
@@ -65,6 +67,9 @@ class Spec:
     sections: dict[str, Any] = field(default_factory=dict)
     # [notify]: where the job's end is announced ({"url": [...]}: http(s) URLs only)
     notify: dict[str, list[str]] = field(default_factory=dict)
+    # instruction-set levels pinned (devices.isa), at most one per architecture; a board of an
+    # architecture not named here gets the highest level it supports
+    isa: dict[str, str] = field(default_factory=dict)
 
     def axes(self, engine: str) -> Any:
         """The axes of one of the spec's engines."""
@@ -183,7 +188,23 @@ def parse_spec(text: str, path: Path) -> Spec:
         engines=engines,
         sections=sections,
         notify=_notify(check, data.get("notify", {})),
+        isa=_isa(check, data.get("isa")),
     )
+
+
+def _isa(check: Checker, value: Any) -> dict[str, str]:
+    """``isa``: level names (devices.isa.LEVELS), one per architecture at most -> {arch: name}."""
+    pinned: dict[str, str] = {}
+    for name in check.axis(value, "isa", "str") if value is not None else []:
+        if name not in BY_NAME:
+            raise check.fail("isa", f"{name!r} is not an instruction-set level; allowed: "
+                                    f"{', '.join(BY_NAME)}")
+        arch = BY_NAME[name].arch
+        if arch in pinned:
+            raise check.fail("isa", f"{pinned[arch]!r} and {name!r} are both {arch} levels; "
+                                    "pin one per architecture")
+        pinned[arch] = name
+    return pinned
 
 
 def _notify(check: Checker, section: Any) -> dict[str, list[str]]:

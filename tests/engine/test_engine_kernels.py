@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures_engine import QEMU_AARCH64
 
+from harness.engines.base import parse_target
 from harness.engines.lmc.build import find_toolchain, flags_for, host_arch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,10 +24,12 @@ TILE_SOURCES = ["attn_kernel.c", "kvcache.c", "matmul.c", "ops.c", "util.c", "th
 
 def run_check(tmp_path: Path, check: str, engine_sources: list[str],
               target: str | None = None) -> str:
-    """Build tests/engine/c/<check>.c with the engine's sources named (for ``target``, default this
-    machine; aarch64 runs under qemu), run it, return its output."""
-    toolchain = find_toolchain(target or host_arch())
-    cflags, ldflags = flags_for(toolchain, "release")
+    """Build tests/engine/c/<check>.c with the engine's sources named (for ``target``, ``arch``
+    or ``arch:level``, default this machine at its highest level; aarch64 runs under qemu), run
+    it, return its output."""
+    arch, level = parse_target(target)
+    toolchain = find_toolchain(arch)
+    cflags, ldflags = flags_for(toolchain, "release", level)
     binary = tmp_path / f"{check}-{toolchain.target}"
     engine = REPO / "engine"
     subprocess.run([*toolchain.cc, *cflags, "-I", str(engine),

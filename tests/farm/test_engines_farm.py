@@ -46,6 +46,8 @@ name = "engines"
 model = "{needle_model}"
 devices = ["{device}"]
 engines = ["lmc", "llama-bench"]
+# the levels of the cached llama-bench builds (tests/fixtures_llama.py): no second build
+isa = ["v3", "armv8.2-a+dotprod"]
 warmups = 0
 [engine]
 threads = 1

@@ -20,8 +20,11 @@ from fixtures_farm import start_farm
 from devices import procs
 from devices.connect import connect
 from devices.errors import DeviceUnreachable
-from devices.farm import farm_down, farm_status, farm_up, stop_node
+from devices.farm import NODES, farm_down, farm_status, farm_up, stop_node
 from harness.cli import main
+
+# the farm's nodes: an x86 node, an emulated RK3588 (Cortex-A76) and an emulated Cortex-A72
+NODE_NAMES = {node.name for node in NODES}
 
 
 def pids(state_dir: Path) -> dict[str, int | None]:
@@ -31,7 +34,7 @@ def pids(state_dir: Path) -> dict[str, int | None]:
 def test_up_is_idempotent_and_down_stops_exactly_its_processes(tmp_path: Path) -> None:
     farm = start_farm(tmp_path)
     first = pids(tmp_path)
-    assert set(first) == {"farm-x86", "farm-arm"}
+    assert set(first) == NODE_NAMES == {"farm-x86", "farm-arm", "farm-a72"}
     assert farm_up(tmp_path) == farm.inventory_path
     assert pids(tmp_path) == first  # nothing restarted
 
@@ -55,7 +58,7 @@ def test_up_is_idempotent_and_down_stops_exactly_its_processes(tmp_path: Path) -
 def test_stale_state_dir_is_recovered_and_recycled_pids_are_not_killed(tmp_path: Path) -> None:
     farm = start_farm(tmp_path)
     ports = {n.name: n.port for n in farm_status(tmp_path)}
-    for name in ("farm-x86", "farm-arm"):
+    for name in NODE_NAMES:
         stop_node(tmp_path, name, signal.SIGKILL)  # as if the machine had rebooted
     assert pids(tmp_path) == {}
 
@@ -72,7 +75,7 @@ def test_stale_state_dir_is_recovered_and_recycled_pids_are_not_killed(tmp_path:
                                         "port": ports["farm-x86"], "pid": bystander.pid,
                                         "start_ticks": 1}}}
         (tmp_path / "farm.json").write_text(json.dumps(state))
-        assert [n.running for n in farm_status(tmp_path)] == [False, False]
+        assert [n.running for n in farm_status(tmp_path)] == [False] * len(NODE_NAMES)
         assert farm_down(tmp_path) == []
         assert bystander.poll() is None
     finally:
@@ -131,18 +134,18 @@ def test_farm_cli_up_status_down(tmp_path: Path, capsys) -> None:
     assert main(["farm", "up", "--state", state]) == 0
     out = capsys.readouterr().out
     assert f"inventory: {tmp_path / 'state' / 'inventory.toml'}" in out
-    assert out.count("running (pid") == 2
+    assert out.count("running (pid") == len(NODE_NAMES)
     try:
         assert main(["devices", "list", "--inventory", f"{state}/inventory.toml", "rk3588"]) == 0
         listing = capsys.readouterr().out
         assert "farm-arm" in listing and "farm-x86" not in listing and "yes" in listing
         assert main(["farm", "status", "--state", state]) == 0
-        assert capsys.readouterr().out.count("running") == 2
+        assert capsys.readouterr().out.count("running") == len(NODE_NAMES)
     finally:
         assert main(["farm", "down", "--state", state]) == 0
     assert "stopped" in capsys.readouterr().out
     assert main(["farm", "status", "--state", state]) == 1
-    assert capsys.readouterr().out.count("stopped") == 2
+    assert capsys.readouterr().out.count("stopped") == len(NODE_NAMES)
 
 
 def test_concurrent_ups_start_one_farm(tmp_path: Path) -> None:
@@ -154,7 +157,7 @@ def test_concurrent_ups_start_one_farm(tmp_path: Path) -> None:
         assert [p.returncode for p in procs_up] == [0, 0]
         assert outputs == [str(tmp_path / "inventory.toml")] * 2
         running = pids(tmp_path)
-        assert set(running) == {"farm-x86", "farm-arm"}
+        assert set(running) == NODE_NAMES
         sshds = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
                  if str(tmp_path) in _cmdline(pid)]
         assert sorted(sshds) == sorted(running.values())  # no second, orphaned pair

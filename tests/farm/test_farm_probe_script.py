@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from devices import isa
 from devices.conditions import snapshot_flags
 from devices.fingerprint import PROBE_SCRIPT, parse_probe
 
 CPUINFO = """processor\t: 0
 BogoMIPS\t: 48.00
+Features\t: fp asimd evtstrm aes pmull crc32 atomics fphp asimdhp cpuid lrcpc dcpop asimddp
 CPU part\t: 0xd05
 
 processor\t: 4
@@ -77,7 +79,7 @@ def fake_root(root: Path, with_arch_file: bool) -> None:
 def run_script(root: Path) -> str:
     # Every absolute /proc or /sys path of the script, moved under root.
     script = re.sub(r"(?<![\w/])/(proc|sys)/", lambda m: f"{root}/{m.group(1)}/", PROBE_SCRIPT)
-    assert script.count(str(root)) == 8  # each path of the script was moved
+    assert script.count(str(root)) == 9  # each path of the script was moved
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stderr) == (0, "")
     return done.stdout
@@ -93,6 +95,9 @@ def test_probe_script_reads_every_fact_with_defaults(tmp_path: Path, with_arch_f
     assert fp["loadavg"] == [0.08, 0.10, 0.09]
     assert (fp["mem_total_kb"], fp["mem_available_kb"]) == (16194660, 15000000)
     assert fp["cpu_model"] == "ARMv8 Processor rev 0 (v8l)"
+    # the first core's features: an RK3588's, which run the dot-product level (devices.isa)
+    assert "asimddp" in fp["cpu_features"] and fp["cpu_features"] == sorted(fp["cpu_features"])
+    assert isa.highest("aarch64", fp["cpu_features"]).name == "armv8.2-a+dotprod"
     assert fp["cores"] == [
         {"cpu": 0, "online": True, "max_khz": 1800000, "policy_max_khz": 1800000,
          "cur_khz": None, "governor": "schedutil", "part": "0xd05"},

@@ -143,13 +143,13 @@ def test_a_build_is_named_without_building_it(engine_build, engine_build_aarch64
 
     for built in (engine_build, engine_build_aarch64):
         named = build_identity(built.target)
-        for field in ("source_hash", "target", "compiler_version", "cflags", "ldflags",
-                      "build_key", "binary"):
+        for field in ("source_hash", "target", "isa", "compiler_version", "cflags",
+                      "ldflags", "build_key", "binary"):
             assert getattr(named, field) == getattr(built, field), field
         assert named.binary_sha256 == ""
     empty = tmp_path / "no-builds"
     named = build_identity("x86_64", rev="HEAD", build_root=empty)
-    assert not empty.exists() and named.binary.startswith(f"{empty}/x86_64-release-")
+    assert not empty.exists() and named.binary.startswith(f"{empty}/x86_64-{named.isa}-release-")
     assert len(named.revision) == 40 and len(named.source_hash) == 64  # HEAD's commit, exported
     assert set(asdict(named)) == set(asdict(engine_build))
 

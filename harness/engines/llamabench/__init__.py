@@ -221,6 +221,9 @@ class LlamaBenchAdapter:
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "--version"]
 
+    def resident_weights(self, spec: Spec, axes: LlamaBenchAxes) -> dict[str, int]:
+        return {}  # a GGUF's own layout: not judged before the run
+
     def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
         """``llama-bench --version`` prints its version and build on stderr ("version: ...")."""
         first = stderr.strip().splitlines()[0] if stderr.strip() else ""

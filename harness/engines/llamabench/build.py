@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.engines.base import BuildRecord, build_lock, host_arch
+from harness.engines.base import BuildRecord, build_lock, host_arch, parse_target
 from harness.errors import InputError, RunFailure
 from harness.identity import sha256_file
 
@@ -46,18 +46,30 @@ COMMON_CMAKE = [
     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
 ]
+# per architecture: a cross build for aarch64 from an x86_64 host
 TARGET_CMAKE = {
-    # the same instruction set as lmc's x86-64-v3 build: AVX2, FMA, F16C, BMI2
-    "x86_64": ["-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-               "-DGGML_BMI2=ON"],
-    # RK3588 big cores (Cortex-A76): ARMv8.2-A with dot products and fp16 arithmetic
+    "x86_64": [],
     "aarch64": ["-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
                 "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
                 "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
-                "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16",
                 # a static binary cannot link the cross toolchain's libgomp.so: ggml's own
                 # thread pool instead of OpenMP
                 "-DGGML_OPENMP=OFF", "-DCMAKE_EXE_LINKER_FLAGS=-static"],
+}
+# per instruction-set level (devices.isa.LEVELS): ggml's switches for the same instructions as
+# lmc's build of that level (v3's and the dot-product level's are the flags of every build
+# before there were levels, so those builds keep their keys)
+_V3 = ["-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"]
+_V4 = [*_V3, "-DGGML_AVX512=ON"]
+LEVEL_CMAKE = {
+    "v2": ["-DGGML_SSE42=ON", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF",
+           "-DGGML_F16C=OFF"],
+    "v3": _V3,
+    "v4": _V4,
+    "v4-vnni": [*_V4, "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON"],
+    "armv8-a": ["-DGGML_CPU_ARM_ARCH=armv8-a"],
+    "armv8.2-a+dotprod": ["-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16"],
+    "armv8.2-a+i8mm": ["-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16+i8mm"],
 }
 # What a source tree's identity is computed over (the files the llama-bench target compiles).
 SOURCE_DIRS = ("CMakeLists.txt", "cmake", "ggml", "src", "include", "common", "tools",
@@ -172,11 +184,9 @@ def compiler_version(target: str) -> tuple[str, str]:
 
 def build_llama_bench(target: str | None = None, source: str = PYPI, rev: str | None = None,
                       root: Path | None = None) -> BuildRecord:
-    """Build ``llama-bench`` for ``target`` (default: this machine) and return its record."""
-    target = target or host_arch()
-    if target not in TARGET_CMAKE:
-        raise InputError(f"llama-bench: unknown target {target!r}; allowed: "
-                         f"{', '.join(TARGET_CMAKE)}")
+    """Build ``llama-bench`` for ``target`` (``arch`` or ``arch:level``; default: this machine
+    at the highest level it runs) and return its record."""
+    target, level = parse_target(target)
     for tool in ("cmake", "ninja"):
         if not shutil.which(tool):
             raise RunFailure(f"{tool} not found; install Debian's {tool} "
@@ -185,7 +195,10 @@ def build_llama_bench(target: str | None = None, source: str = PYPI, rev: str | 
     started = time.monotonic()
     tree, identity, revision = resolve_source(source, rev, root)
     cxx, version = compiler_version(target)
-    flags = COMMON_CMAKE + TARGET_CMAKE[target]  # aarch64: a cross build from an x86_64 host
+    flags = COMMON_CMAKE + TARGET_CMAKE[target] + LEVEL_CMAKE[level.name]
+    if target == "aarch64":  # the old order of the flags: the dot-product level keeps its key
+        flags = COMMON_CMAKE + TARGET_CMAKE[target][:4] + LEVEL_CMAKE[level.name] \
+            + TARGET_CMAKE[target][4:]
     key = hashlib.sha256(json.dumps([identity, target, version, flags]).encode()).hexdigest()[:16]
     build_dir = root / f"{target}-{key}"
     binary = build_dir / "bin" / "llama-bench"
@@ -203,6 +216,6 @@ def build_llama_bench(target: str | None = None, source: str = PYPI, rev: str | 
         revision=revision, build_key=key, binary=str(binary),
         binary_sha256=sha256_file(binary), build_seconds=round(time.monotonic() - started, 3),
         rebuilt=rebuilt, extra={"source": source, "rev": rev, "tree": str(tree)},
-        engine="llama-bench")
+        engine="llama-bench", isa=level.name)
     (build_dir / "record.json").write_text(json.dumps(asdict(record), indent=2, sort_keys=True))
     return record

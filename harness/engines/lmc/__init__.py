@@ -19,7 +19,9 @@ from typing import Any
 
 from db.lmc_axes import NAME
 from db.records import Figures, Outcome
+from devices import isa
 from devices.checker import Checker
+from devices.files import read_json
 from devices.transport import Transport
 from harness.contract import WorkOrder
 from harness.engines.base import (
@@ -34,6 +36,7 @@ from harness.engines.base import (
 from harness.engines.lmc import output
 from harness.engines.lmc.build import SOURCE_PATHS, build_engine, build_identity
 from harness.engines.lmc.config import COLUMNS, TIMING_COLUMNS, EngineConfig, configs, count
+from harness.engines.lmc.memory import resident_bytes, text_config
 from harness.engines.lmc.run_options import options
 from harness.engines.lmc.section import SECTION, EngineAxes, parse_section
 from harness.errors import InputError, RunFailure
@@ -269,7 +272,7 @@ class LmcAdapter:
         revision = str(build["revision"])
         # a build of uncommitted sources can only come back from the working tree as it is
         rev = None if revision.endswith(DIRTY) or revision == WORKTREE else revision
-        return build_engine(target=build["target"], rev=rev, variant=build["variant"],
+        return build_engine(target=stored_target(build), rev=rev, variant=build["variant"],
                             toolchain_name=build["toolchain"])
 
     def rerun(self, stored: StoredRun, timeout_s: float) -> Rerun:
@@ -299,6 +302,15 @@ class LmcAdapter:
     def health_argv(self, binary: str) -> list[str]:
         return [binary, "info"]
 
+    def resident_weights(self, spec: Spec, axes: EngineAxes) -> dict[str, int]:
+        if spec.model is None:
+            return {}
+        try:
+            config = text_config(read_json(spec.model / "config.json"))
+            return {f"wq {wq}": resident_bytes(config, wq) for wq in axes.wq}
+        except (KeyError, TypeError, ValueError, OSError):
+            return {}  # harness.plan.inputs and the engine name what is wrong with config.json
+
     def health_verdict(self, stdout: str, stderr: str, arch: str) -> tuple[bool, str]:
         """``lmc info`` must print its JSON and, where it names one, the device's arch."""
         try:
@@ -311,6 +323,20 @@ class LmcAdapter:
         simd_text = ", ".join(map(str, simd)) if isinstance(simd, list) else str(simd)
         return info.get("arch") in (None, arch), (f"version {info.get('version')}, arch "
                                                   f"{info.get('arch')}, simd [{simd_text}]")
+
+
+def stored_target(build: dict[str, Any]) -> str:
+    """The build target (``arch:level``) of a stored build row: its ``isa``, or for a row from
+    before the levels, the level whose flags its cflags hold (x86-64-v3's were every x86
+    build's; aarch64's -mcpu=cortex-a76 was the dot-product level)."""
+    arch = str(build["target"])
+    if build.get("isa"):
+        return f"{arch}:{build['isa']}"
+    cflags = set(build.get("cflags") or [])
+    for level in isa.LEVELS.get(arch, ()):
+        if set(level.cflags) <= cflags:
+            return f"{arch}:{level.name}"
+    return f"{arch}:{isa.FALLBACK[arch]}" if arch in isa.FALLBACK else arch
 
 
 def _stored_predictor(config: dict[str, Any]) -> tuple[str | None, str | None]:

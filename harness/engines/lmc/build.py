@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db.lmc_axes import NAME
+from devices.isa import IsaLevel
 from harness import ENGINE_DIR, REPO_ROOT
-from harness.engines.base import BuildRecord, build_lock, host_arch
+from harness.engines.base import BuildRecord, build_lock, host_arch, parse_target
 from harness.errors import InputError, RunFailure
 from harness.identity import (
     code_hash,
@@ -50,12 +51,9 @@ ASAN_CFLAGS = [
     "-fno-sanitize-recover=all",
     "-fno-omit-frame-pointer",
 ]
-TARGET_CFLAGS = {
-    # x86-64-v3 = AVX2 + FMA + F16C; the engine falls back to portable C without them.
-    "x86_64": ["-march=x86-64-v3", "-mtune=generic"],
-    # RK3588 big cores; implies NEON and the dot-product extension.
-    "aarch64": ["-mcpu=cortex-a76"],
-}
+# The target flags are the instruction-set level's (devices.isa.LEVELS): x86-64-v2 ... v4 with
+# VNNI, armv8-a ... i8mm. The engine's kernels follow the compiler's macros (simd.h): a level
+# without AVX2 or NEON gets portable C.
 LIBS = ["-lm", "-lpthread"]
 
 
@@ -146,13 +144,14 @@ def export_revision(rev: str, dest: Path) -> tuple[str, Path]:
 # ---------------------------------------------------------------------------------------------
 
 
-def flags_for(toolchain: Toolchain, variant: str) -> tuple[list[str], list[str]]:
+def flags_for(toolchain: Toolchain, variant: str,
+              level: IsaLevel) -> tuple[list[str], list[str]]:
     if variant not in VARIANTS:
         raise InputError(f"unknown build variant {variant!r}; allowed: {', '.join(VARIANTS)}")
     cflags = COMMON_CFLAGS + (RELEASE_CFLAGS if variant == "release" else ASAN_CFLAGS)
-    cflags = cflags + TARGET_CFLAGS[toolchain.target]
-    if toolchain.name == "zig" and toolchain.target == "x86_64":
-        cflags = [f for f in cflags if f != "-mtune=generic"]
+    cflags = cflags + list(level.cflags)
+    if toolchain.name == "zig":  # clang's -mtune takes CPU names only
+        cflags = [f for f in cflags if not f.startswith("-mtune=")]
     ldflags = list(LIBS)
     if variant == "asan":
         ldflags = ["-fsanitize=address,undefined", *ldflags]
@@ -227,22 +226,24 @@ class _Planned:
 
 def _plan_build(src_dir: Path, revision: str, target: str, variant: str, toolchain_name: str,
                 build_root: Path) -> _Planned:
+    """``target``: ``arch`` or ``arch:level`` (harness.engines.base.parse_target)."""
+    target, level = parse_target(target)
     toolchain = find_toolchain(target, toolchain_name)
     sources = engine_sources(src_dir)
     src_hash = source_hash(src_dir)
     compiler_version = toolchain.version()
-    cflags, ldflags = flags_for(toolchain, variant)
+    cflags, ldflags = flags_for(toolchain, variant, level)
     key_material = json.dumps(
         [src_hash, toolchain.name, list(toolchain.cc), compiler_version, cflags, ldflags]
     )
     build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
-    build_dir = build_root / f"{target}-{variant}-{build_key}"
+    build_dir = build_root / f"{target}-{level.name}-{variant}-{build_key}"
     record = BuildRecord(
         target=target, variant=variant, toolchain=toolchain.name,
         compiler=" ".join(toolchain.cc), compiler_version=compiler_version, cflags=cflags,
         ldflags=ldflags, source_hash=src_hash, revision=revision, build_key=build_key,
         binary=str(build_dir / "lmc"), binary_sha256="", build_seconds=0.0, rebuilt=False,
-        engine=NAME, extra={"code_hash": code_hash(sources)},
+        engine=NAME, isa=level.name, extra={"code_hash": code_hash(sources)},
     )
     return _Planned(record, sources, toolchain, build_dir)
 
@@ -278,8 +279,8 @@ def build_engine(
     build_root: Path | None = None,
     engine_dir: Path | None = None,
 ) -> BuildRecord:
-    """Build `lmc` for ``target`` (default: this machine) and return its record."""
-    target = target or host_arch()
+    """Build `lmc` for ``target`` (``arch`` or ``arch:level``; default: this machine at the
+    highest level it runs) and return its record."""
     started = time.monotonic()
     with _engine_source(rev, engine_dir) as (src_dir, revision):
         planned = _plan_build(src_dir, revision, target, variant, toolchain_name,
@@ -304,7 +305,8 @@ def build_engine(
                     "LMC_SOURCE_HASH": record.source_hash,
                     "LMC_COMPILER": record.compiler_version,
                     "LMC_FLAGS": " ".join(record.cflags + record.ldflags),
-                    "LMC_TARGET": target,
+                    "LMC_TARGET": record.target,
+                    "LMC_ISA": record.isa,
                 })
                 write_ninja(build_dir, copied, planned.toolchain.cc, record.cflags,
                             record.ldflags)
@@ -322,17 +324,18 @@ def build_c_program(name: str, sources: list[Path], target: str | None = None,
     Uses the same toolchains, flags and ninja writer as :func:`build_engine`; the build
     directory is keyed by the sources' contents and the toolchain, so reruns rebuild nothing.
     Returns the path of the binary."""
-    target = target or host_arch()
+    target, level = parse_target(target)
     toolchain = find_toolchain(target)
     for src in sources:
         if not src.is_file():
             raise InputError(f"C source {src} does not exist")
-    cflags, ldflags = flags_for(toolchain, "release")
+    cflags, ldflags = flags_for(toolchain, "release", level)
     key_material = json.dumps(
         [files_hash(sources), list(toolchain.cc), toolchain.version(), cflags, ldflags]
     )
     build_key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
-    build_dir = (build_root or REPO_ROOT / "build" / "programs") / f"{target}-{name}-{build_key}"
+    build_dir = ((build_root or REPO_ROOT / "build" / "programs")
+                 / f"{target}-{level.name}-{name}-{build_key}")
     binary = build_dir / name
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
     with build_lock(build_dir):  # as for the engine: concurrent builds of one key wait

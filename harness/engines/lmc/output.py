@@ -112,15 +112,17 @@ KV_MEMORY_COUNTS = ("block_bytes", "allocated_bytes", "resident_bytes", "live_by
 
 
 def _memory(doc: dict[str, Any]) -> None:
-    """The optional ``kv_memory`` object (byte counts, ``paged``) and ``peak_rss_kb``."""
+    """The optional ``kv_memory`` object (byte counts, ``paged``), ``peak_rss_kb`` and
+    ``weights_bytes``."""
     memory = doc.get("kv_memory")
     if memory is not None:
         if not isinstance(memory, dict) or not isinstance(memory.get("paged"), bool):
             raise _fail("kv_memory", "an object with a boolean 'paged'", memory)
         for key in KV_MEMORY_COUNTS:
             _count(memory.get(key), f"kv_memory.{key}")
-    if doc.get("peak_rss_kb") is not None:
-        _count(doc["peak_rss_kb"], "peak_rss_kb")
+    for key in ("peak_rss_kb", "weights_bytes"):
+        if doc.get(key) is not None:
+            _count(doc[key], key)
 
 
 def _vocab_limit(doc: dict[str, Any]) -> int:

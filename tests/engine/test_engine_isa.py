@@ -1,0 +1,131 @@
+"""lmc built for every instruction-set level (devices.isa), each run on this machine: the x86-64
+levels it has natively, the aarch64 levels under qemu with the CPU model of each (Cortex-A72:
+no dot product; Cortex-A76: dot product; max: i8mm). Each level's output is held to the v3
+build's: q8 weight products sum exactly in integers on every path (maddubs, VNNI's vpdpbusd,
+NEON's sdot, portable C), and the f32/bf16 tiles sum each lane in the 8-wide kernel's order
+(AVX-512 takes two rows a load), so every x86 level gives the same bits; the aarch64 levels
+are held to the same tolerance as the aarch64 test in test_engine_model (libm's expf). The
+disassembly proves which instructions each build holds: none of the dot-product ones in the
+armv8-a build, VNNI's and 512-bit FMAs in the v4 ones."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_engine import lmc_json, run_lmc, write_tokens
+from test_engine_model import prompt_ids, rel_err
+
+from devices import isa
+from harness.engines.lmc.build import build_engine
+
+MODEL = "gqa2_untied_bf16"
+MAX_NEW = 4
+X86_HERE = [lv.name for lv in isa.LEVELS["x86_64"] if not isa.missing(lv, isa.host_features())]
+
+
+def qemu(cpu: str) -> list[str]:
+    if not shutil.which("qemu-aarch64-static"):
+        pytest.fail("qemu-aarch64-static is not installed (scripts/setup.sh installs it)")
+    return ["qemu-aarch64-static", "-cpu", cpu]
+
+
+@pytest.fixture(scope="module")
+def builds() -> dict[str, Path]:
+    """Each level's binary, built once (x86-64 levels this machine runs, and every aarch64
+    level)."""
+    targets = [f"x86_64:{name}" for name in X86_HERE] + \
+        [f"aarch64:{lv.name}" for lv in isa.LEVELS["aarch64"]]
+    return {target: Path(build_engine(target=target).binary) for target in targets}
+
+
+def disassembly(binary: Path, arch: str) -> str:
+    objdump = "objdump" if arch == "x86_64" else "aarch64-linux-gnu-objdump"
+    return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(binary)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def mnemonics(text: str, names: str) -> int:
+    """How many instructions of the disassembly are one of ``names`` (a regex alternation)."""
+    return len(re.findall(rf"^\s*[0-9a-f]+:\s+(?:{names})\s", text, flags=re.MULTILINE))
+
+
+def generate(argv: list[str], model: Path, prompt: Path, dump: Path, *extra: str):
+    out = lmc_json(argv, "generate", "--model", model, "--prompt", prompt,
+                   "--max-new", MAX_NEW, "--dump-logits", dump, *extra)
+    return out["tokens"], np.fromfile(dump, dtype=np.float32)
+
+
+@pytest.mark.skipif(isa.host_features() == frozenset() or "v3" not in X86_HERE,
+                    reason="needs an x86-64-v3 machine (the reference level)")
+def test_every_x86_level_here_matches_v3(builds, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    reference = {wq: generate([str(builds["x86_64:v3"])], model, prompt,
+                              tmp_path / f"v3-{wq}.bin", "--wq", wq)
+                 for wq in ("f32", "bf16", "q8")}
+    for name in X86_HERE:
+        binary = builds[f"x86_64:{name}"]
+        info = lmc_json([str(binary)], "info")
+        assert info["isa"] == name
+        level = isa.level(name)
+        assert ("avx512" in info["simd"]) == ("avx512f" in level.features)
+        assert ("vnni" in info["simd"]) == ("avx512_vnni" in level.features)
+        for wq, (tokens, logits) in reference.items():
+            got_tokens, got = generate([str(binary)], model, prompt,
+                                       tmp_path / f"{name}-{wq}.bin", "--wq", wq)
+            assert got_tokens == tokens, (name, wq)
+            # q8: integer sums on every path; f32 and bf16: AVX-512's quad tiles sum each
+            # lane as the 8-wide kernel does, and portable C (v2) in the same order
+            assert got.tobytes() == logits.tobytes(), (name, wq)
+    # the VNNI level's q8 products are vpdpbusd, v4's quad tiles 512-bit FMAs; v3 has neither
+    v3 = disassembly(builds["x86_64:v3"], "x86_64")
+    assert mnemonics(v3, "vpdpbusd") == 0 and "%zmm" not in v3
+    if "v4-vnni" in X86_HERE:
+        assert mnemonics(disassembly(builds["x86_64:v4-vnni"], "x86_64"), "vpdpbusd") > 0
+    for name in ("v4", "v4-vnni"):
+        if name in X86_HERE:
+            code = disassembly(builds[f"x86_64:{name}"], "x86_64")
+            assert len(re.findall(r"vfmadd\d+ps\s+%zmm", code)) > 0, name
+
+
+def test_the_armv8_a_build_has_no_dot_product_and_runs_on_a_cortex_a72(builds, tiny_model,
+                                                                       tmp_path):
+    plain = builds["aarch64:armv8-a"]
+    dotprod = builds["aarch64:armv8.2-a+dotprod"]
+    assert mnemonics(disassembly(plain, "aarch64"), "sdot|udot|usdot|sudot") == 0
+    assert mnemonics(disassembly(dotprod, "aarch64"), "sdot") > 0  # the check can see them
+    assert lmc_json([*qemu("cortex-a72"), str(plain)], "info")["isa"] == "armv8-a"
+
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    x86 = [str(builds[f"x86_64:{X86_HERE[-1]}"])] if X86_HERE else None
+    for wq in ("q8", "f32"):
+        a72 = generate([*qemu("cortex-a72"), str(plain)], model, prompt,
+                       tmp_path / f"a72-{wq}.bin", "--wq", wq)
+        a76 = generate([*qemu("cortex-a76"), str(dotprod)], model, prompt,
+                       tmp_path / f"a76-{wq}.bin", "--wq", wq)
+        assert a72[0] == a76[0]
+        assert rel_err(a72[1], a76[1]) < 1e-5
+        if x86 is not None:
+            native = generate(x86, model, prompt, tmp_path / f"x86-{wq}.bin", "--wq", wq)
+            assert a72[0] == native[0]
+            assert rel_err(a72[1], native[1]) < 1e-5
+    # why the level matters: the dot-product build dies on the A72 at its first sdot
+    crashed = run_lmc([*qemu("cortex-a72"), str(dotprod)], "generate", "--model", model,
+                      "--prompt", prompt, "--max-new", MAX_NEW, "--wq", "q8")
+    assert crashed.returncode != 0 and "Illegal instruction" in crashed.stderr
+
+
+def test_the_i8mm_level_runs_under_qemu_max(builds, tiny_model, tmp_path):
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
+    i8mm = generate([*qemu("max"), str(builds["aarch64:armv8.2-a+i8mm"])], model, prompt,
+                    tmp_path / "max.bin", "--wq", "q8")
+    a76 = generate([*qemu("cortex-a76"), str(builds["aarch64:armv8.2-a+dotprod"])], model,
+                   prompt, tmp_path / "a76.bin", "--wq", "q8")
+    assert i8mm[0] == a76[0] and i8mm[1].tobytes() == a76[1].tobytes()
