@@ -287,6 +287,12 @@ def stop_node(state_dir: Path | str, name: str, sig: int = signal.SIGTERM) -> li
     return procs.stop_tree(node.pid, STOP_TIMEOUT_S)
 
 
+def farm_running(state_dir: Path | str | None = None) -> bool:
+    """Whether a node of the farm is up (an sshd it started still runs)."""
+    state_dir = Path(state_dir or default_state_dir())
+    return any(_is_ours(node) for node in _read_state(state_dir).values())
+
+
 def farm_down(state_dir: Path | str | None = None) -> list[int]:
     """Stop exactly the processes this farm started; returns their pids. Keeps keys and logs."""
     state_dir = Path(state_dir or default_state_dir()).resolve()

@@ -264,12 +264,17 @@ class Inventory:
 
 
 def default_inventory_path() -> Path | None:
-    """$BENCHFARM_INVENTORY, else the local farm's inventory if `benchfarm farm up` wrote one."""
+    """$BENCHFARM_INVENTORY, else the local farm's inventory while the farm is up (after
+    `benchfarm farm down` its boards are unreachable: no command should try them)."""
     env = os.environ.get("BENCHFARM_INVENTORY")
     if env:
         return Path(env)
     farm = DEFAULT_STATE_DIR / "inventory.toml"
-    return farm if farm.is_file() else None
+    if not farm.is_file():
+        return None
+    from devices.farm import farm_running  # the farm module builds on this one
+
+    return farm if farm_running(DEFAULT_STATE_DIR) else None
 
 
 def device_table(fields: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from devices.farm import default_state_dir, farm_down, farm_status, farm_up
+from devices.inventory import default_inventory_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,4 +39,6 @@ def run(args: argparse.Namespace) -> int:
     stopped = farm_down(args.state)
     print(f"stopped {len(stopped)} processes" + (f": {' '.join(map(str, stopped))}"
                                                  if stopped else ""))
+    if args.state.resolve() == default_state_dir().resolve() and default_inventory_path() is None:
+        print("the default inventory is the built-in one (local only) until `benchfarm farm up`")
     return 0
