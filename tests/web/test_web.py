@@ -338,7 +338,7 @@ def test_a_running_job_advances_on_the_page(
             later = wait.until(lambda d: (text := counts(d)) and text != first
                                and int(text.split()[0]) > int(first.split()[0]) and text)
             wait.until(lambda d: text_of(d, board_row) not in (None, board))
-            assert browser.find_elements(By.CSS_SELECTOR, "#jobs .bar .done")
+            assert browser.find_elements(By.CSS_SELECTOR, "#jobs .progress-bar .done")
             browser.save_screenshot("/tmp/benchfarm-web-running.png")
             assert browser.execute_script("return window.__loaded") is True  # never reloaded
             _, err = proc.communicate(timeout=300)

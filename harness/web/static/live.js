@@ -56,7 +56,7 @@ function progress(job) {
     const line = el("div", null, "placement");
     line.dataset.placement = p.placement;
     line.appendChild(el("span", p.placement, "name"));
-    const bar = el("span", null, "bar");
+    const bar = el("span", null, "progress-bar");
     bar.title = `${p.done} done, ${p.failed} failed, ${p.running} running, ${p.pending} pending of ${p.total}`;
     for (const part of PARTS) {
       const seg = el("span", null, part);

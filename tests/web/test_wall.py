@@ -1,0 +1,72 @@
+"""The dashboard as a lab's wall screen, in a real headless Chromium over a real SQLite store:
+the report's charts on an experiment page are drawn to scale while a job runs (the page's
+own CSS once drew every bar as a 220 x 12 px strip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fixtures_reports import SyntheticExperiment
+from fixtures_web import serving
+from selenium import webdriver
+from selenium.webdriver.support.ui import WebDriverWait
+from test_web import browser, chromium, console_errors  # noqa: F401 - fixtures
+
+from db.store import Store
+
+# Every report bar's rendered box against the size its attributes give it, scaled as its
+# SVG is drawn; and the job's progress bars' boxes.
+GEOMETRY = """
+const bars = [];
+for (const rect of document.querySelectorAll("#report svg.plot rect.bar")) {
+  const svg = rect.ownerSVGElement, drawn = svg.getBoundingClientRect();
+  const scale = drawn.width / svg.viewBox.baseVal.width;
+  const box = rect.getBoundingClientRect();
+  bars.push({width: box.width, height: box.height,
+             wantWidth: rect.width.baseVal.value * scale,
+             wantHeight: rect.height.baseVal.value * scale});
+}
+const progress = [...document.querySelectorAll("#job span.progress-bar")].map(
+  (bar) => bar.getBoundingClientRect().width);
+return {bars, progress};
+"""
+
+
+def running_experiment(url: str) -> None:
+    """Runs of two configs at two context lengths (bars of four heights), and a job still
+    running: its lease held, two of its six runs to go."""
+    store = Store.open(url)
+    exp = SyntheticExperiment(store, name="wall", spec_text='name = "wall"\n')
+    for ctx, slow in ((256, 1.0), (1024, 3.0)):
+        for repeat in range(2):
+            exp.run(ctx=ctx, repeat=repeat, decode_ms=10.0 * slow, attn_ms=4.0 * slow)
+            exp.run(ctx=ctx, repeat=repeat, policy="sparse", k=8, decode_ms=7.0 * slow,
+                    attn_ms=1.0 * slow)
+    job = store.jobs.add("wall", "wall.toml", exp.spec_text, owner="ana", priority=1,
+                         holder="host:1:abc")
+    store.jobs.set_totals(job, {"local": 10})
+    store.leases.acquire("local", "host:1:abc", 600, experiment="wall", run_key="wall-9")
+    store.close()
+
+
+def test_an_experiment_page_during_a_running_job_draws_its_bars_to_scale(
+        tmp_path: Path, browser: webdriver.Chrome) -> None:  # noqa: F811
+    url = f"sqlite:///{tmp_path}/wall.db"
+    running_experiment(url)
+    with serving(url) as base:
+        browser.get(base + "/experiments/wall")
+        WebDriverWait(browser, 60).until(
+            lambda d: d.execute_script("return document.readyState") == "complete")
+        found = browser.execute_script(GEOMETRY)
+        browser.save_screenshot(str(tmp_path / "experiment-running.png"))
+        errors = console_errors(browser)
+    bars = found["bars"]
+    assert len(bars) == 8, found  # 2 contexts x 2 configs x (attention, rest)
+    for bar in bars:
+        assert abs(bar["width"] - bar["wantWidth"]) < 0.5, bar
+        assert abs(bar["height"] - bar["wantHeight"]) < 0.5, bar
+    # drawn to their values, not as strips of one size
+    assert len({round(bar["height"]) for bar in bars}) >= 4
+    assert max(bar["width"] for bar in bars) < 30
+    assert found["progress"] and all(abs(w - 222) < 1 for w in found["progress"])  # + border
+    assert errors == []
