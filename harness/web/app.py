@@ -31,11 +31,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from db.connection import DatabaseFailure
 from db.errors import StoreError, StoreInputError
 from db.leases import utcnow
+from db.models import BOARD_STATES, JOB_STATES
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
 from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
 from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
+from harness.web.filters import Filters
 from harness.web.limits import BodyLimit
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
@@ -79,6 +81,7 @@ def _templates() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
     env.filters.update(when=_when, duration=_duration, num=fmt)
     env.globals.update(report_css=Markup(CSS), statuses=RUN_STATUSES,
+                       job_states=list(JOB_STATES), board_states=list(BOARD_STATES),
                        result_keys=[key for key, _ in RESULTS],
                        result_columns=[title for _, title in RESULTS])
     return env
@@ -201,11 +204,32 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
                                         f"{paging(request)[0]}>; rel=\"next\"")
         return response
 
+    def filters(request: Request) -> Filters:
+        try:
+            return Filters.of(request.query_params)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def shown_boards(request: Request) -> list[Any]:
+        return filters(request).boards(data.boards())
+
+    def shown_jobs(request: Request) -> list[Any]:
+        chosen = filters(request)
+        classes = {b.name: b.cls for b in data.boards()} if chosen.board else {}
+        return chosen.jobs(data.jobs(), classes)
+
+    def shown_experiments(request: Request) -> Page:
+        listed = data.experiments(*paging(request))
+        return Page(filters(request).experiments(listed.items), listed.offset, listed.total)
+
     def index(request: Request) -> HTMLResponse:
-        limit, offset = paging(request)
-        return page("index.html", boards=data.boards(), jobs=data.jobs(),
-                    queued=data.queue_total(), experiments=data.experiments(limit, offset),
-                    limit=limit)
+        return page("index.html", boards=shown_boards(request), jobs=shown_jobs(request),
+                    queued=data.queue_total(), experiments=shown_experiments(request),
+                    limit=paging(request)[0], filters=filters(request))
+
+    def experiments_page(request: Request) -> HTMLResponse:
+        return page("experiments.html", experiments=shown_experiments(request),
+                    limit=paging(request)[0], filters=filters(request))
 
     def experiment(request: Request) -> HTMLResponse:
         name = request.path_params["name"]
@@ -213,11 +237,11 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         history, report = data.report_html(name)
         return page("experiment.html", experiment=view, history=history, report=report)
 
-    def api_boards(_request: Request) -> JSONResponse:
-        return JSONResponse(as_json(data.boards()))
+    def api_boards(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(shown_boards(request)))
 
-    def api_jobs(_request: Request) -> JSONResponse:
-        return JSONResponse(as_json(data.jobs()))
+    def api_jobs(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(shown_jobs(request)))
 
     def api_job(request: Request) -> JSONResponse:
         if not 0 < request.path_params["job_id"] <= MAX_JOB_ID:  # checked before the store
@@ -229,7 +253,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return JSONResponse(as_json(job))
 
     def api_experiments(request: Request) -> JSONResponse:
-        return paged(request, data.experiments(*paging(request)))
+        return paged(request, shown_experiments(request))
 
     def api_experiment(request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.experiment(request.path_params["name"])))
@@ -291,6 +315,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
 
     routes = [
         Route("/", index),
+        Route("/experiments", experiments_page),
         Route("/experiments/{name:path}", experiment),
         Route("/api/boards", api_boards),
         Route("/api/jobs", api_jobs),

@@ -10,7 +10,7 @@ from fixtures_reports import SyntheticExperiment
 from fixtures_web import serving
 from selenium import webdriver
 from selenium.webdriver.support.ui import WebDriverWait
-from test_web import browser, chromium, console_errors  # noqa: F401 - fixtures
+from test_web import browser, chromium, console_errors, farm_store, get, get_json, text_of  # noqa: F401
 
 from db.store import Store
 
@@ -69,4 +69,57 @@ def test_an_experiment_page_during_a_running_job_draws_its_bars_to_scale(
     assert len({round(bar["height"]) for bar in bars}) >= 4
     assert max(bar["width"] for bar in bars) < 30
     assert found["progress"] and all(abs(w - 222) < 1 for w in found["progress"])  # + border
+    assert errors == []
+
+
+def wall_store(url: str) -> None:
+    """farm_store's boards and running job of ana's, and a queued job of bo's that says why it
+    waits."""
+    store, _ = farm_store(url)
+    queued = store.jobs.add("beta", "beta.toml", 'name = "beta"\n', owner="bo", priority=5)
+    store.jobs.note(queued, "waiting for arm-1: reserved by bo until 18:00")
+    store.close()
+
+
+def test_experiments_list_filters_and_why_a_job_waits(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wall.db"
+    wall_store(url)
+    with serving(url) as base:
+        listed, experiments = get(f"{base}/experiments")
+        _, page = get(f"{base}/")
+        bo = get_json(f"{base}/api/jobs?owner=bo")
+        running = get_json(f"{base}/api/jobs?state=running")
+        on_x86 = get_json(f"{base}/api/jobs?board=x86-1")
+        bad = get_json(f"{base}/api/boards?state=bad")
+        one = get_json(f"{base}/api/boards?board=x86-1")
+        named = get_json(f"{base}/api/experiments?experiment=ALP")
+        refused, why = get(f"{base}/api/jobs?state=sleeping")
+        _, filtered_page = get(f"{base}/?owner=bo")
+    assert listed == 200 and 'data-experiment="alpha"' in experiments  # was a 404
+    queue = page[page.index('<table id="jobs">'):].split("</table>")[0]
+    assert "waiting for arm-1: reserved by bo until 18:00" in queue
+    assert [(j["owner"], j["experiment"]) for j in bo] == [("bo", "beta")]
+    assert [j["experiment"] for j in running] == ["alpha"]
+    assert [j["experiment"] for j in on_x86] == ["alpha"]  # its matrix places runs there
+    assert [b["name"] for b in bad] == ["arm-1"] and [b["name"] for b in one] == ["x86-1"]
+    assert [e["name"] for e in named] == ["alpha"]
+    assert refused == 400 and "a job's state" in why
+    queue = filtered_page[filtered_page.index('<table id="jobs">'):].split("</table>")[0]
+    assert "beta" in queue and "alpha" not in queue
+    assert 'value="bo"' in filtered_page  # the form shows the filter in force
+
+
+def test_the_live_page_keeps_its_filters(tmp_path: Path,
+                                         browser: webdriver.Chrome) -> None:  # noqa: F811
+    url = f"sqlite:///{tmp_path}/wall.db"
+    wall_store(url)
+    with serving(url) as base:
+        browser.get(base + "/?owner=bo")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(
+            lambda d: (text_of(d, "#live") or "").startswith("updated"))  # one refresh done
+        jobs = text_of(browser, "#jobs tbody")
+        why = text_of(browser, "#jobs tr[data-job] .why")
+        errors = console_errors(browser)
+    assert "beta" in jobs and "alpha" not in jobs
+    assert why == "waiting for arm-1: reserved by bo until 18:00"
     assert errors == []

@@ -124,7 +124,8 @@ function jobRow(j, active) {
     const bars = el("td");
     bars.appendChild(progress(j));
     tr.appendChild(bars);
-    cells(tr, [[duration(j.elapsed_s)], [duration(j.remaining_s)], [j.holder || "", "text"]]);
+    cells(tr, [[duration(j.elapsed_s)], [duration(j.remaining_s)], [j.holder || "", "text"],
+               [j.message || "", "text why"]]);
   } else {
     cells(tr, [[when(j.finished_at)], [duration(j.elapsed_s)], [j.message || "", "text"]]);
   }
@@ -179,15 +180,20 @@ async function getJson(path) {
 
 async function refresh() {
   const page = document.body.dataset.page;
+  const query = window.location.search;  // the page's filters and paging, applied alike
   if (page === "index") {
     const [boards, jobs, experiments] = await Promise.all(
-      [getJson("/api/boards"), getJson("/api/jobs"),
-       getJson("/api/experiments" + window.location.search)]);  // the page shown
+      [getJson("/api/boards" + query), getJson("/api/jobs" + query),
+       getJson("/api/experiments" + query)]);
     replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 14);
     const active = jobs.filter((j) => j.state === "queued" || j.state === "running");
     const finished = jobs.filter((j) => !(j.state === "queued" || j.state === "running"));
-    replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 10);
+    replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 11);
     replaceRows("finished", finished.map((j) => jobRow(j, false)), "no finished job", 9);
+    replaceRows("experiments", experiments.map(experimentRow), "no experiments stored yet",
+                STATUSES.length + 3);
+  } else if (page === "experiments") {
+    const experiments = await getJson("/api/experiments" + query);
     replaceRows("experiments", experiments.map(experimentRow), "no experiments stored yet",
                 STATUSES.length + 3);
   } else if (page === "experiment") {
