@@ -12,6 +12,8 @@ escapes every value (the live script writes values with textContent only).
 from __future__ import annotations
 
 import hmac
+import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -75,6 +77,13 @@ RESULTS = [("command", "command"), ("policy", "policy"), ("k", "k"), ("device", 
            ("runs", "runs"), ("decode_ms_per_token", "decode ms/tok"),
            ("attn_ms_per_token", "attn ms/tok"), ("overhead_ms", "overhead ms"),
            ("recall", "recall"), ("ppl", "ppl")]
+
+
+def verdict_counts(verdicts: list[Any]) -> list[tuple[str, int]]:
+    """How many claims got each grade, most first: each claim's ``grade`` in the audit's
+    JSON where the audit gives one, else its ``verdict``."""
+    documents = json.loads(audit_json(verdicts))
+    return Counter(d.get("grade") or d["verdict"] for d in documents).most_common()
 
 
 def _templates() -> Environment:
@@ -259,7 +268,8 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return JSONResponse(as_json(data.experiment(request.path_params["name"])))
 
     def audits(_request: Request) -> HTMLResponse:
-        return page("audit.html", files=data.claims_files(), claims=None, verdicts="")
+        return page("audit.html", files=data.claims_files(), claims=None, counts=[],
+                    verdicts="")
 
     def verdicts(request: Request) -> list[Any]:
         found = data.audit(request.path_params["claims"])
@@ -269,9 +279,10 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return found
 
     def audit(request: Request) -> HTMLResponse:
+        found = verdicts(request)
         return page("audit.html", files=data.claims_files(),
-                    claims=request.path_params["claims"],
-                    verdicts=Markup(audit_html(verdicts(request))))
+                    claims=request.path_params["claims"], counts=verdict_counts(found),
+                    verdicts=Markup(audit_html(found)))
 
     def api_audit(request: Request) -> Response:
         return Response(audit_json(verdicts(request)), media_type="application/json")
