@@ -36,9 +36,10 @@ def render_summary(summary: ExperimentSummary) -> str:
     ]
     if summary.groups:
         parts += ["", "ok runs (medians; recall is the mean):", format_table(
-            ["command", "policy", "k", "device", "runs", "decode ms/tok", "attn ms/tok",
-             "overhead ms", "recall", "ppl"],
-            [[g.command, g.policy, g.k, g.device, g.runs, g.decode_ms_per_token,
+            ["command", "policy", "k", "device", "revision", "runs", "decode ms/tok",
+             "attn ms/tok", "overhead ms", "recall", "ppl"],
+            [[g.command, g.policy, g.k, g.device, (g.revision or "")[:12], g.runs,
+              g.decode_ms_per_token,
               g.attn_ms_per_token, g.overhead_ms, g.recall, g.ppl] for g in summary.groups],
         )]
     return "\n".join(parts)

@@ -74,7 +74,7 @@ def _duration(seconds: float | None) -> str:
 
 # the results table of an experiment page: GroupSummary fields and their headers
 RESULTS = [("command", "command"), ("policy", "policy"), ("k", "k"), ("device", "device"),
-           ("runs", "runs"), ("decode_ms_per_token", "decode ms/tok"),
+           ("revision", "revision"), ("runs", "runs"), ("decode_ms_per_token", "decode ms/tok"),
            ("attn_ms_per_token", "attn ms/tok"), ("overhead_ms", "overhead ms"),
            ("recall", "recall"), ("ppl", "ppl")]
 

@@ -30,7 +30,7 @@ from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.access.caller import user_of_token
-from harness.identity import commit_order
+from harness.identity import commit_order, revision_label
 from harness.verify.claims import audit_claims
 from reports.audit import Verdict
 from reports.history import HistoryStep, history, revision_runs
@@ -154,6 +154,8 @@ class ExperimentView:
     job: JobView | None  # its newest job
     revisions: list[str]  # the engine revisions of its ok runs in commit order, when 2 or more
     steps: list[HistoryStep]  # the steps beyond noise across them, every metric
+    # every revision it shows -> short sha and commit subject (identity.revision_label)
+    revision_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -364,7 +366,9 @@ class FarmData:
             name=summary.name, spec_hash=summary.spec_hash, updated_at=summary.updated_at,
             counts=summary.counts, devices=summary.devices, groups=summary.groups,
             job=None if latest is None else self._job_view(latest, True),
-            revisions=found.revisions, steps=found.steps)
+            revisions=found.revisions, steps=found.steps,
+            revision_labels={r: revision_label(r) for r in dict.fromkeys(
+                [*(g.revision for g in summary.groups if g.revision), *found.revisions])})
 
     def history(self, name: str) -> ExperimentHistory:
         """The experiment's revisions and steps (every metric's), from what a history reads."""

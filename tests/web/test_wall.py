@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fixtures_reports import SyntheticExperiment
+from fixtures_reports import SyntheticExperiment, build_record
 from fixtures_web import serving
 from selenium import webdriver
 from selenium.webdriver.support.ui import WebDriverWait
 from test_web import browser, chromium, console_errors, farm_store, get, get_json, text_of  # noqa: F401
 
 from db.store import Store
+from harness.identity import git_output
 
 # Every report bar's rendered box against the size its attributes give it, scaled as its
 # SVG is drawn; and the job's progress bars' boxes.
@@ -141,3 +142,31 @@ def test_the_audit_page_leads_with_its_counts_per_verdict(tmp_path: Path) -> Non
     for key, n in expected.items():
         assert f'<tr data-verdict="{key}"><td class="text">{key}</td><td>{n}</td></tr>' in counts
     assert f"<td>{len(verdicts)}</td>" in counts.split("all")[-1]
+
+
+def test_latest_results_keep_revisions_apart_and_name_their_commits(
+        tmp_path: Path, browser: webdriver.Chrome) -> None:  # noqa: F811
+    """Two commits of this checkout measured on one cell: two rows of results, each named by
+    its short sha and subject, on the page and after the live script's refresh."""
+    url = f"sqlite:///{tmp_path}/revisions.db"
+    store = Store.open(url)
+    exp = SyntheticExperiment(store)
+    commits = git_output("rev-list", "--max-count=2", "HEAD").split()
+    for i, commit in enumerate(commits):
+        exp.add_build(commit, build_record(source_hash=f"{i:064x}", revision=commit,
+                                           binary_sha256=f"{i + 10:064x}"))
+        exp.run(build=commit, decode_ms=10.0 * (i + 1))
+    store.close()
+    labels = {f"{c[:7]} {git_output('log', '-1', '--format=%s', c)}" for c in commits}
+    with serving(url) as base:
+        experiment = get_json(f"{base}/api/experiments/synthetic")
+        browser.get(base + "/experiments/synthetic")
+        shown = browser.execute_script(
+            "return [...document.querySelectorAll('#results .revision')].map(e => e.textContent)")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(
+            lambda d: (text_of(d, "#live") or "").startswith("updated"))
+        refreshed = browser.execute_script(
+            "return [...document.querySelectorAll('#results .revision')].map(e => e.textContent)")
+    assert sorted(g["revision"] for g in experiment["groups"]) == sorted(commits)
+    assert [g["runs"] for g in experiment["groups"]] == [1, 1]  # not pooled into one row of 2
+    assert set(shown) == labels and set(refreshed) == labels

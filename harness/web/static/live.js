@@ -156,7 +156,7 @@ function jobSummary(j) {
   return box;
 }
 
-const RESULT_KEYS = ["command", "policy", "k", "device", "runs", "decode_ms_per_token",
+const RESULT_KEYS = ["command", "policy", "k", "device", "revision", "runs", "decode_ms_per_token",
                      "attn_ms_per_token", "overhead_ms", "recall", "ppl"];
 
 function showExperiment(x) {
@@ -168,7 +168,9 @@ function showExperiment(x) {
   const job = document.getElementById("job");
   job.replaceChildren(x.job ? jobSummary(x.job)
                             : el("p", "no job recorded for this experiment", "note"));
-  const rows = x.groups.map((g) => cells(el("tr"), RESULT_KEYS.map((k) => [num(g[k])])));
+  const label = (g) => x.revision_labels[g.revision] || g.revision || "";
+  const rows = x.groups.map((g) => cells(el("tr"), RESULT_KEYS.map(
+    (k) => (k === "revision" ? [label(g), "text revision"] : [num(g[k])]))));
   replaceRows("results", rows, "no ok runs yet", RESULT_KEYS.length);
 }
 
