@@ -41,6 +41,7 @@ from harness.errors import BenchfarmError
 from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
 from harness.web.filters import Filters
 from harness.web.limits import BodyLimit
+from harness.web.timeline import KINDS, WINDOW
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
@@ -91,6 +92,7 @@ def _templates() -> Environment:
     env.filters.update(when=_when, duration=_duration, num=fmt)
     env.globals.update(report_css=Markup(CSS), statuses=RUN_STATUSES,
                        job_states=list(JOB_STATES), board_states=list(BOARD_STATES),
+                       span_kinds=KINDS,
                        result_keys=[key for key, _ in RESULTS],
                        result_columns=[title for _, title in RESULTS])
     return env
@@ -232,9 +234,13 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return Page(filters(request).experiments(listed.items), listed.offset, listed.total)
 
     def index(request: Request) -> HTMLResponse:
-        return page("index.html", boards=shown_boards(request), jobs=shown_jobs(request),
+        boards = shown_boards(request)
+        now = utcnow()
+        return page("index.html", boards=boards, jobs=shown_jobs(request),
                     queued=data.queue_total(), experiments=shown_experiments(request),
-                    limit=paging(request)[0], filters=filters(request))
+                    limit=paging(request)[0], filters=filters(request), now=now,
+                    timelines=data.timelines([b.name for b in boards]),
+                    window_start=now - WINDOW, window_s=WINDOW.total_seconds())
 
     def experiments_page(request: Request) -> HTMLResponse:
         return page("experiments.html", experiments=shown_experiments(request),
@@ -248,6 +254,9 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
 
     def api_boards(request: Request) -> JSONResponse:
         return JSONResponse(as_json(shown_boards(request)))
+
+    def api_timeline(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(data.timelines([b.name for b in shown_boards(request)])))
 
     def api_jobs(request: Request) -> JSONResponse:
         return JSONResponse(as_json(shown_jobs(request)))
@@ -329,6 +338,7 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         Route("/experiments", experiments_page),
         Route("/experiments/{name:path}", experiment),
         Route("/api/boards", api_boards),
+        Route("/api/timeline", api_timeline),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:int}", api_job),
         Route("/api/experiments", api_experiments),

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from db.board_days import board_days
 from db.boards import HealthResult, ReservationInfo
 from db.connection import connect_database, shown_url
 from db.errors import StoreInputError
@@ -32,6 +33,7 @@ from devices.inventory import load_inventory
 from harness.access.caller import user_of_token
 from harness.identity import commit_order, revision_label
 from harness.verify.claims import audit_claims
+from harness.web.timeline import WINDOW, BoardTimeline, timelines
 from reports.audit import Verdict
 from reports.history import HistoryStep, history, revision_runs
 from reports.metrics import METRICS
@@ -297,6 +299,11 @@ class FarmData:
                 lease_expires=lease.expires if lease else None, last_run_at=at,
                 last_status=status, failures=failures.get(device_id, [])))
         return boards
+
+    def timelines(self, boards: list[str]) -> list[BoardTimeline]:
+        """What each of ``boards`` did over the last 24 hours (``harness.web.timeline``)."""
+        now = utcnow()
+        return timelines(board_days(self.store.database, now - WINDOW), boards, now)
 
     # -- jobs ----------------------------------------------------------------------------------
 
