@@ -14,6 +14,7 @@ from test_web import browser, chromium, console_errors, farm_store, get, get_jso
 
 from db.store import Store
 from harness.identity import git_output
+from reports.plots import Axes, Mark, Series, line_chart, stacked_bars
 
 # Every report bar's rendered box against the size its attributes give it, scaled as its
 # SVG is drawn; and the job's progress bars' boxes.
@@ -170,3 +171,52 @@ def test_latest_results_keep_revisions_apart_and_name_their_commits(
     assert sorted(g["revision"] for g in experiment["groups"]) == sorted(commits)
     assert [g["runs"] for g in experiment["groups"]] == [1, 1]  # not pooled into one row of 2
     assert set(shown) == labels and set(refreshed) == labels
+
+
+# Each text's box in SVG units, and the SVG's width: a legend cut off ends past the width,
+# labels drawn over each other intersect.
+TEXT_BOXES = """
+return [...document.querySelectorAll("svg.plot")].map((svg) => ({
+  width: svg.viewBox.baseVal.width,
+  // (the rotated axis titles' boxes are in their own, rotated, coordinates: left out)
+  texts: [...svg.querySelectorAll("text:not([transform])")].map((t) => {
+    const b = t.getBBox();
+    return {x: b.x, y: b.y, w: b.width, h: b.height, text: t.textContent,
+            mark: t.classList.contains("mark-label")};
+  })}));
+"""
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+            and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"])
+
+
+def test_timeline_labels_and_legends_fit_their_charts(
+        tmp_path: Path, browser: webdriver.Chrome) -> None:  # noqa: F811
+    names = ["sparse k=32 block=64 probes=8 wq=q8_0 t=4", "exact wq=f32 t=4"]
+    series = [Series(name, [(float(i), 10.0 + i + j) for i in range(30)])
+              for j, name in enumerate(names)]
+    revisions = [f"{i:07x}" for i in range(30)]
+    marks = [Mark(3.0, "x2.1"), Mark(3.0, "x1.9"), Mark(4.0, "x0.52"), Mark(5.0, "x1.7")]
+    timeline = line_chart("decode_ms_per_token by revision: local", series,
+                          Axes("revision (commit order)", "ms", x_ticks=[float(i) for i in
+                                                                         range(30)],
+                               x_tick_labels=revisions), marks)
+    bars = stacked_bars("decode by context", ["256", "1024"], names, ["attention", "rest"],
+                        {("256", names[0], "attention"): 1.0, ("1024", names[1], "rest"): 2.0},
+                        "ms/token")
+    page = tmp_path / "charts.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{timeline}{bars}</body></html>")
+    browser.get(page.as_uri())
+    charts = browser.execute_script(TEXT_BOXES)
+    assert len(charts) == 2
+    for chart in charts:
+        for text in chart["texts"]:
+            assert 0 <= text["x"] and text["x"] + text["w"] <= chart["width"] + 0.5, text
+    texts = charts[0]["texts"]
+    labels = [t for t in texts if t["mark"]]
+    assert sorted(t["text"] for t in labels) == ["x0.52", "x1.7", "x2.1, x1.9"]
+    ticks = [t for t in texts if t["text"] in revisions]
+    for group in (labels, ticks):
+        assert not any(overlap(a, b) for i, a in enumerate(group) for b in group[i + 1:])
