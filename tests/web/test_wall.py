@@ -127,24 +127,6 @@ def test_the_live_page_keeps_its_filters(tmp_path: Path,
     assert errors == []
 
 
-def test_the_audit_page_leads_with_its_counts_per_verdict(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/audit.db"
-    farm_store(url)[0].close()
-    claims = "seed_000_sparse_topk.toml"
-    with serving(url) as base:
-        verdicts = get_json(f"{base}/api/audit/{claims}")
-        _, html = get(f"{base}/audit/{claims}")
-    counts = html[html.index('<table id="verdict-counts">'):].split("</table>")[0]
-    assert html.index('id="verdict-counts"') < html.index('id="table-audit"')  # counts first
-    expected: dict[str, int] = {}
-    for verdict in verdicts:
-        key = verdict.get("grade") or verdict["verdict"]
-        expected[key] = expected.get(key, 0) + 1
-    for key, n in expected.items():
-        assert f'<tr data-verdict="{key}"><td class="text">{key}</td><td>{n}</td></tr>' in counts
-    assert f"<td>{len(verdicts)}</td>" in counts.split("all")[-1]
-
-
 def test_latest_results_keep_revisions_apart_and_name_their_commits(
         tmp_path: Path, browser: webdriver.Chrome) -> None:  # noqa: F811
     """Two commits of this checkout measured on one cell: two rows of results, each named by
