@@ -4,9 +4,9 @@ converted to GGUF in the session.
 The builds are cached outside the work tree (``~/.cache/benchfarm/llama-cpp/<target>-<key>``,
 keyed by source, target, compiler and flags; `harness/engines/llamabench/build.py`), the
 same cache `benchfarm build --engine llama-bench` fills: later runs reuse them. On a cold
-machine the session pays them once, and hides most of it: as soon as the tests are collected,
-both targets start building side by side in the background (at the lowest CPU priority, so
-the tests around them keep their pace), and the modules that need a build run last. A fixture
+machine the session pays them once: as soon as the tests are collected, both targets start
+building side by side in the background (at the lowest CPU priority, so the tests around them
+keep their pace), and the modules that need a build run last. A fixture
 waits for its build. The tests never skip for want of a build."""
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ The source is, in order of preference, what the spec's ``[llama-bench]`` section
 
 Only the ``llama-bench`` target is built (not the library's tests, tools or server), statically
 linked for aarch64 so that a board needs no libstdc++ of the right version; its helper library
-llama-common is compiled as unity sources (``unity_common.cmake``), which halves its share.
+llama-common is compiled as unity sources (``unity_common.cmake``: a quarter less CPU time for
+the whole build, docs/performance.md).
 The build directory is keyed by (source identity, target, compiler version, CMake flags and
 ``unity_common.cmake``): unchanged inputs rebuild
 nothing. The cache lives outside any work tree, ``~/.cache/benchfarm/llama-cpp/`` (or under
 ``$XDG_CACHE_HOME``; ``BENCHFARM_LLAMA_BUILD_DIR`` overrides it), so a machine pays the build
-once (about 15 minutes on two idle cores, see docs/performance.md) for every clone, every
+once (docs/performance.md says how long) for every clone, every
 worktree and the tests alike: ``benchfarm build --engine llama-bench`` and the test fixtures
 both call ``build_llama_bench`` with this root.
 """
