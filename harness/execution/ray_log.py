@@ -6,7 +6,8 @@ stdout. benchfarm says what happened in its own words; Ray's text is kept in a f
 whoever needs it, and that file is named in one line on stderr when a session starts.
 
 The file: ``$BENCHFARM_RAY_LOG`` if set, else ``ray-<UTC time>-<pid>.log`` in
-``$XDG_STATE_HOME/benchfarm`` (default ``~/.local/state/benchfarm``).
+``$XDG_STATE_HOME/benchfarm`` (default ``~/.local/state/benchfarm``), where the newest
+``KEEP_LOGS`` of them are kept.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import ray._private.worker as ray_worker
 
 RAY_LOGGER = "ray"
+KEEP_LOGS = 50  # of the sessions' own files in the state folder, the newest kept
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -54,6 +56,9 @@ def keep_ray_off_the_terminal() -> Path:
     that takes Ray's records only."""
     path = log_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.environ.get("BENCHFARM_RAY_LOG"):
+        for old in sorted(path.parent.glob("ray-*.log"))[:-KEEP_LOGS]:
+            old.unlink(missing_ok=True)
     root = logging.getLogger()
     if not any(getattr(h, "baseFilename", None) == str(path.resolve()) for h in root.handlers):
         handler = logging.FileHandler(path, encoding="utf-8")

@@ -13,6 +13,8 @@ from pathlib import Path
 from fixtures_cluster import TwoNodeCluster
 from fixtures_ray import needle_spec
 
+from harness.execution.ray_log import KEEP_LOGS
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -75,3 +77,21 @@ def test_messages_ray_publishes_to_the_driver_go_to_the_log(tmp_path: Path) -> N
     written = log.read_text()
     assert "(raylet) a node died: its raylet said 50 lines" in written
     assert "Token authentication is enabled" in written
+
+
+def test_the_state_folder_keeps_the_newest_ray_logs(tmp_path: Path) -> None:
+    folder = tmp_path / "benchfarm"
+    folder.mkdir()
+    old = [folder / f"ray-20260101-{i:06d}-1.log" for i in range(KEEP_LOGS + 10)]
+    for path in old:
+        path.write_text("old\n")
+    env = {k: v for k, v in os.environ.items() if k != "BENCHFARM_RAY_LOG"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from harness.execution.ray_log import "
+         "keep_ray_off_the_terminal as k; print(k())"],
+        env=env | {"XDG_STATE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    new = Path(proc.stdout.strip())
+    assert new.parent == folder and new.is_file()
+    assert sorted(folder.glob("ray-*.log")) == sorted([*old[10:], new])
