@@ -23,13 +23,13 @@ from typing import Any
 
 from devices.checker import Checker
 from devices.errors import InventoryError
+from devices.farm_state import DEFAULT_STATE_DIR, farm_running
 from devices.files import loads_toml, read_text
 
 LOCAL = "local"
 ARCHES = ("x86_64", "aarch64")
 TRANSPORTS = ("ssh", "local")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
-DEFAULT_STATE_DIR = Path("farm-state")
 
 
 def default_local_workdir(name: str = LOCAL) -> str:
@@ -272,8 +272,6 @@ def default_inventory_path() -> Path | None:
     farm = DEFAULT_STATE_DIR / "inventory.toml"
     if not farm.is_file():
         return None
-    from devices.farm import farm_running  # the farm module builds on this one
-
     return farm if farm_running(DEFAULT_STATE_DIR) else None
 
 

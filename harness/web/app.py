@@ -30,10 +30,11 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Redire
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from db.boards import BOARD_STATES
 from db.connection import DatabaseFailure
 from db.errors import StoreError, StoreInputError
+from db.jobs import JOB_STATES
 from db.leases import utcnow
-from db.models import BOARD_STATES, JOB_STATES
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
 from harness.access.tokens import MIN_TOKEN_CHARS, check_token

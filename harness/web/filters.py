@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from db.models import BOARD_STATES, JOB_STATES
+from db.boards import BOARD_STATES
+from db.jobs import JOB_STATES
 
 MAX_FILTER_CHARS = 200
 FIELDS = ("board", "owner", "experiment", "state")
