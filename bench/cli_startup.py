@@ -6,7 +6,9 @@ rounds, with the load average before and after. The store commands (`queue`, `st
 `devices list`) read a fresh SQLite store in a scratch folder (created once, before the
 rounds: the timed calls open an existing store, as on a lab machine). Beside the wall time,
 the CPU time (user + system) each call took: on a busy machine the wall time is mostly
-waiting for a core, the CPU time is what the call itself costs.
+waiting for a core, the CPU time is what the call itself costs. The read commands `queue` and
+`status` should stay under 0.5 s above the bare python start (column "+ s", the difference of
+the medians; "target" says whether they do).
 
     nice .venv/bin/python bench/cli_startup.py [--rounds 9]
 """
@@ -25,6 +27,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "harness.cli"]
+READ_TARGET_S = 0.5  # queue and status: at most this much above a bare python start
+READ_TARGETS = ("benchfarm queue", "benchfarm status")
 HELPS = ["build", "devices", "run", "submit", "serve", "queue", "status", "report", "gc"]
 
 
@@ -68,11 +72,17 @@ def main() -> int:
     print(f"{args.rounds} rounds on {os.cpu_count()} CPUs; load average (1/5/15 min) before "
           f"{' '.join(f'{x:.2f}' for x in load_before)}, after "
           f"{' '.join(f'{x:.2f}' for x in load_after)}")
-    print(f"{'command':<34} {'median s':>9} {'x baseline':>11} {'cpu s':>7}")
+    print(f"{'command':<34} {'median s':>9} {'min s':>6} {'max s':>6} {'x baseline':>11} "
+          f"{'+ s':>6} {'cpu s':>7}  target")
     for name, values in samples.items():
-        median = statistics.median(wall for wall, _ in values)
+        walls = [wall for wall, _ in values]
+        median = statistics.median(walls)
         cpu = statistics.median(c for _, c in values)
-        print(f"{name:<34} {median:>9.3f} {median / base:>11.1f} {cpu:>7.3f}")
+        target = ""
+        if name in READ_TARGETS:
+            target = "met" if median - base < READ_TARGET_S else "NOT met"
+        print(f"{name:<34} {median:>9.3f} {min(walls):>6.3f} {max(walls):>6.3f} "
+              f"{median / base:>11.1f} {median - base:>6.3f} {cpu:>7.3f}  {target}")
     return 0
 
 

@@ -115,12 +115,14 @@ class RunDetail:
 
 @dataclass
 class GroupSummary:
-    """The ok runs of one (command, policy, k, device) cell of an experiment."""
+    """The ok runs of one (command, policy, k, device, engine revision) cell of an experiment
+    (revisions are never pooled)."""
 
     command: str
     policy: str | None
     k: int | None
     device: str
+    revision: str | None  # the engine build's revision (a commit, +dirty for a working tree)
     runs: int
     decode_ms_per_token: float | None  # medians over the runs
     attn_ms_per_token: float | None
@@ -361,11 +363,12 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
     over the runs whose current measurement is ok."""
     exp = _experiment(session, name)
     rows = session.execute(
-        select(Run.command, Run.policy, Run.k, Device.name, Measurement.status,
+        select(Run.command, Run.policy, Run.k, Device.name, Build.revision, Measurement.status,
                Measurement.decode_ms_per_token, Measurement.attn_ms_per_token,
                Measurement.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
         .join(Measurement, Measurement.id == Run.current_measurement_id)
         .join(Device, Measurement.device_id == Device.id)
+        .outerjoin(Build, Build.id == Run.build_id)
         .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
         .where(Run.id.in_(_members(exp.id)))
     ).all()
@@ -375,10 +378,11 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
     for row in rows:
         devices[row.name][row.status] += 1
         if row.status == "ok":
-            cells[(row.command, row.policy, row.k, row.name)].append(row)
+            cells[(row.command, row.policy, row.k, row.name, row.revision)].append(row)
     groups = [
         GroupSummary(
-            command=command, policy=policy, k=k, device=device, runs=len(cell),
+            command=command, policy=policy, k=k, device=device, revision=revision,
+            runs=len(cell),
             decode_ms_per_token=_median([r.decode_ms_per_token for r in cell]),
             attn_ms_per_token=_median([r.attn_ms_per_token for r in cell]),
             overhead_ms=_median([r.overhead_ms for r in cell]),
@@ -386,7 +390,7 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
             ppl=_median([r.ppl for r in cell]),
         )
         # Sort key: None sorts first (policy "exact" has no k).
-        for (command, policy, k, device), cell in sorted(
+        for (command, policy, k, device, revision), cell in sorted(
             cells.items(), key=lambda item: tuple((v is not None, v) for v in item[0]))
     ]
     return ExperimentSummary(

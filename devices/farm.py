@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import getpass
-import json
 import os
 import shutil
 import signal
@@ -26,11 +25,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from devices import procs
 from devices.errors import FarmError
+from devices.farm_state import NodeState, is_ours, read_state, state_file, write_state
 from devices.inventory import DEFAULT_STATE_DIR, device_table
 
 QEMU_AARCH64 = ["qemu-aarch64-static", "-cpu", "cortex-a76"]
@@ -58,15 +58,6 @@ NODES = (
 
 
 @dataclass
-class NodeState:
-    name: str
-    address: str
-    port: int
-    pid: int
-    start_ticks: int  # kernel start time of the pid: tells our sshd from a recycled pid
-
-
-@dataclass
 class NodeStatus:
     name: str
     address: str
@@ -82,31 +73,6 @@ def default_state_dir() -> Path:
 # ---------------------------------------------------------------------------------------------
 # State directory
 # ---------------------------------------------------------------------------------------------
-
-
-def _state_file(state_dir: Path) -> Path:
-    return state_dir / "farm.json"
-
-
-def _read_state(state_dir: Path) -> dict[str, NodeState]:
-    try:
-        raw = json.loads(_state_file(state_dir).read_text())
-        return {name: NodeState(**node) for name, node in raw["nodes"].items()}
-    except FileNotFoundError:
-        return {}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise FarmError(f"{_state_file(state_dir)}: unreadable farm state ({exc}); "
-                        "stop any sshd it started by hand and delete the file") from exc
-
-
-def _write_state(state_dir: Path, nodes: dict[str, NodeState]) -> None:
-    tmp = _state_file(state_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"nodes": {n: asdict(s) for n, s in nodes.items()}}, indent=2))
-    tmp.replace(_state_file(state_dir))
-
-
-def _is_ours(node: NodeState) -> bool:
-    return procs.alive(node.pid) and procs.start_ticks(node.pid) == node.start_ticks
 
 
 def _keygen(path: Path) -> None:
@@ -254,38 +220,38 @@ def farm_up(state_dir: Path | str | None = None) -> Path:
         _keygen(state_dir / "client_ed25519")
         (state_dir / "authorized_keys").write_text((state_dir / "client_ed25519.pub").read_text())
 
-        nodes = _read_state(state_dir)
+        nodes = read_state(state_dir)
         for spec in NODES:
             old = nodes.get(spec.name)
-            if old is not None and _is_ours(old):
+            if old is not None and is_ours(old):
                 if _config_current(state_dir, spec, old.port):
                     continue
                 # Started by an older benchfarm with another sshd_config: restart it as now.
                 procs.stop_tree(old.pid, STOP_TIMEOUT_S)
             nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None)
-            _write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
+            write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
         _write_known_hosts(state_dir, nodes)
         return _write_inventory(state_dir, nodes)
 
 
 def farm_status(state_dir: Path | str | None = None) -> list[NodeStatus]:
     state_dir = Path(state_dir or default_state_dir()).resolve()
-    nodes = _read_state(state_dir)
+    nodes = read_state(state_dir)
     out = []
     for spec in NODES:
         node = nodes.get(spec.name)
         if node is None:
             out.append(NodeStatus(spec.name, spec.address, 0, None, False))
         else:
-            out.append(NodeStatus(spec.name, node.address, node.port, node.pid, _is_ours(node)))
+            out.append(NodeStatus(spec.name, node.address, node.port, node.pid, is_ours(node)))
     return out
 
 
 def stop_node(state_dir: Path | str, name: str, sig: int = signal.SIGTERM) -> list[int]:
     """Stop one node's sshd and its sessions (SIGKILL simulates a crash); returns the pids."""
     state_dir = Path(state_dir).resolve()
-    node = _read_state(state_dir).get(name)
-    if node is None or not _is_ours(node):
+    node = read_state(state_dir).get(name)
+    if node is None or not is_ours(node):
         return []
     if sig == signal.SIGKILL:
         return procs.kill_tree(node.pid)
@@ -299,12 +265,12 @@ def farm_down(state_dir: Path | str | None = None) -> list[int]:
         return []
     with _locked(state_dir):
         stopped = []
-        for node in _read_state(state_dir).values():
-            if _is_ours(node):
+        for node in read_state(state_dir).values():
+            if is_ours(node):
                 stopped += procs.stop_tree(node.pid, STOP_TIMEOUT_S)
             else:
                 procs.reap(node.pid)
-        _state_file(state_dir).unlink(missing_ok=True)
+        state_file(state_dir).unlink(missing_ok=True)
         return stopped
 
 

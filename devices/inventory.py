@@ -23,6 +23,7 @@ from typing import Any
 
 from devices.checker import Checker
 from devices.errors import InventoryError
+from devices.farm_state import DEFAULT_STATE_DIR, farm_running
 from devices.files import loads_toml, read_text
 from devices.isa import BY_NAME
 
@@ -30,7 +31,6 @@ LOCAL = "local"
 ARCHES = ("x86_64", "aarch64")
 TRANSPORTS = ("ssh", "local")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
-DEFAULT_STATE_DIR = Path("farm-state")
 
 
 def default_local_workdir(name: str = LOCAL) -> str:
@@ -274,12 +274,15 @@ class Inventory:
 
 
 def default_inventory_path() -> Path | None:
-    """$BENCHFARM_INVENTORY, else the local farm's inventory if `benchfarm farm up` wrote one."""
+    """$BENCHFARM_INVENTORY, else the local farm's inventory while the farm is up (after
+    `benchfarm farm down` its boards are unreachable: no command should try them)."""
     env = os.environ.get("BENCHFARM_INVENTORY")
     if env:
         return Path(env)
     farm = DEFAULT_STATE_DIR / "inventory.toml"
-    return farm if farm.is_file() else None
+    if not farm.is_file():
+        return None
+    return farm if farm_running(DEFAULT_STATE_DIR) else None
 
 
 def device_table(fields: dict[str, Any]) -> str:

@@ -64,7 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The exit status of a filter whose reader went away (128 + SIGPIPE), as `yes | head` gives.
+CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # what is still buffered: a closed pipe shows here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # `benchfarm status | head`: the reader has what it wanted. Stop quietly, as a Unix
+        # filter does, and point stdout at /dev/null so that Python's final flush of what is
+        # still buffered cannot fail again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -16,6 +16,7 @@ commit, with ``+dirty`` when that folder has local changes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -253,3 +254,26 @@ def _commits(names: list[str]) -> set[str]:
     asked = [name for name in names if "\n" not in name]
     return {name for name, answer in zip(asked, answers, strict=False)
             if not answer.endswith(" missing") and " commit " in f"{answer} "}
+
+
+SHORT_SHA = 7  # the short commit id shown beside a commit's subject
+
+
+@functools.lru_cache(maxsize=4096)
+def _subject(commit: str) -> str | None:
+    proc = subprocess.run(["git", "log", "-1", "--format=%s", f"{commit}^{{commit}}", "--"],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def revision_label(revision: str | None) -> str:
+    """A revision as people read it: the short sha and the commit's subject (``a1b2c3d fix
+    the k=32 kernel``), ``+dirty`` kept; a name git does not know as it is."""
+    if not revision:
+        return ""
+    commit, dirty = (revision[:-len(DIRTY)], DIRTY) if revision.endswith(DIRTY) else (revision,
+                                                                                       "")
+    subject = _subject(commit) if "\n" not in commit and not commit.startswith("-") else None
+    if subject is None:
+        return revision
+    return f"{commit[:SHORT_SHA]}{dirty} {subject}"

@@ -8,7 +8,7 @@ random ids, and the same data gives the same bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
@@ -17,6 +17,7 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 # Heatmap colour stops for 0 .. 1 (red = lost, yellow = partial, green = recalled).
 HEAT_STOPS = [(0.0, (215, 48, 39)), (0.5, (254, 224, 139)), (1.0, (26, 152, 80))]
 FONT = 'font-family="sans-serif" font-size="11"'
+CHAR_W = 6.6  # a generous width of one character of FONT, in px (layout without a browser)
 
 
 def _n(value: float) -> str:
@@ -132,8 +133,10 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
                marks: Sequence[Mark] = ()) -> str:
     """Lines with markers; an x axis on a log2 scale when ``axes.log_x`` (k, context length);
     ``marks`` draw dashed red vertical lines (steps of a timeline)."""
-    width, height = 420.0, 260.0
-    left, right, top, bottom = 56.0, 130.0, 28.0, 40.0
+    # the legend's column is as wide as its longest name (it was cut off at a fixed width)
+    right = max(130.0, 40.0 + CHAR_W * max((len(s.name) for s in series), default=0))
+    left, top, bottom = 56.0, 28.0, 40.0
+    width, height = 290.0 + right, 260.0
     plot_w, plot_h = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points] + [
@@ -168,13 +171,13 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
         body.append(_text(left - 4, y + 4, _tick_label(tick), anchor="end"))
     x_ticks = axes.x_ticks or sorted(set(xs))
     labels = axes.x_tick_labels or [_tick_label(tick) for tick in x_ticks]
-    for tick, label in zip(x_ticks, labels, strict=True):
-        body.append(_text(px(tick), top + plot_h + 14, label))
-    for mark in marks:
-        x = px(mark.x)
-        body.append(f'<line class="mark" x1="{_n(x)}" y1="{_n(top)}" x2="{_n(x)}" '
-                    f'y2="{_n(top + plot_h)}" stroke="#d62728" stroke-dasharray="4,3"/>')
-        body.append(_text(x, top + 10, mark.label, extra=' fill="#d62728"'))
+    # every n-th tick labelled where all of them would overlap (a long history)
+    widest = CHAR_W * max((len(label) for label in labels), default=1) + 4
+    every = max(1, math.ceil(widest * len(labels) / plot_w)) if labels else 1
+    for index, (tick, label) in enumerate(zip(x_ticks, labels, strict=True)):
+        if index % every == 0:
+            body.append(_text(px(tick), top + plot_h + 14, label))
+    body += _mark_lines(marks, px, top, plot_h)
     body.append(_text(left + plot_w / 2, height - 6, axes.x_label))
     mid = top + plot_h / 2
     body.append(_text(12, mid, axes.y_label, extra=f' transform="rotate(-90 12 {_n(mid)})"'))
@@ -204,6 +207,27 @@ def _whisker(x: float, y_low: float, y_high: float, colour: str) -> str:
             'fill="none" stroke-width="1"/>')
 
 
+def _mark_lines(marks: Sequence[Mark], px: Callable[[float], float], top: float,
+                plot_h: float) -> list[str]:
+    """The steps' dashed lines, each x once, its labels joined; a label that would run into the
+    one before it goes a line lower (they were all drawn on one line, over each other)."""
+    by_x: dict[float, list[str]] = {}
+    for mark in marks:
+        by_x.setdefault(mark.x, []).append(mark.label)
+    body, ends = [], []  # ends: where each line of labels is free again
+    for x_value in sorted(by_x):
+        x = px(x_value)
+        label = ", ".join(dict.fromkeys(label for label in by_x[x_value] if label))
+        half = CHAR_W * len(label) / 2
+        row = next((i for i, end in enumerate(ends) if end <= x - half), len(ends))
+        ends[row:row + 1] = [x + half + 4]
+        body.append(f'<line class="mark" x1="{_n(x)}" y1="{_n(top)}" x2="{_n(x)}" '
+                    f'y2="{_n(top + plot_h)}" stroke="#d62728" stroke-dasharray="4,3"/>')
+        body.append(_text(x, top + 10 + 13 * row, label,
+                          extra=' class="mark-label" fill="#d62728"'))
+    return body
+
+
 def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
                  parts: Sequence[str], values: dict[tuple[str, str, str], float],
                  y_label: str,
@@ -219,7 +243,8 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
     left, top, bottom = 56.0, 28.0, 52.0
     group_w = bar_w * max(1, len(bars)) + gap
     plot_w = group_w * max(1, len(groups))
-    legend_w = 150.0
+    key = f"solid: {parts[0]}; light: {parts[-1]}" if parts else ""
+    legend_w = max(150.0, 26.0 + CHAR_W * max((len(t) for t in [*bars, key]), default=0))
     width, height = max(380.0, left + plot_w + legend_w), 280.0
     plot_h = height - top - bottom
     totals = [sum(values.get((g, b, p), 0.0) for p in parts) for g in groups for b in bars]
@@ -266,5 +291,5 @@ def stacked_bars(title: str, groups: Sequence[str], bars: Sequence[str],
                     f'fill="{PALETTE[bi % len(PALETTE)]}"/>')
         body.append(_text(lx + 16, y + 1, bar, anchor="start"))
     y = top + 14 + len(bars) * 16
-    body.append(_text(lx, y, f"solid: {parts[0]}; light: {parts[-1]}", anchor="start"))
+    body.append(_text(lx, y, key, anchor="start"))
     return _svg(width, height, body, title)

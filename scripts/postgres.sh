@@ -9,7 +9,8 @@
 # DIR defaults to ./pg-store, PORT to 55432. A team server is set up by its administrator
 # instead (createuser/createdb, password or certificate authentication); benchfarm only needs
 # a database it may create tables in and the URL, e.g.
-# postgresql+psycopg://USER:PASSWORD@HOST/benchfarm (psycopg is in the `test` extra).
+# postgresql+psycopg://USER:PASSWORD@HOST/benchfarm (psycopg, the driver, is one of benchfarm's own
+# dependencies: any install of benchfarm has it).
 set -euo pipefail
 
 action=${1:-}

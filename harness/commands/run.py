@@ -19,7 +19,7 @@ from harness.commands.arguments import (
     run_count,
 )
 from harness.commands.context import caller_of, inventory_of, spec_of, store_of
-from harness.plan.matrix import MAX_RUNS
+from harness.plan import MAX_RUNS
 
 if TYPE_CHECKING:
     from db.store import Store

@@ -40,12 +40,13 @@ def render_summary(summary: ExperimentSummary) -> str:
                      [[dev, *(c[s] for s in RUN_STATUSES)] for dev, c in summary.devices.items()]),
     ]
     if summary.groups:
-        parts += ["", "ok runs per command, policy, k and device, POOLING their context lengths, "
-                      "depths and engine revisions (medians; recall is the mean; `benchfarm "
+        parts += ["", "ok runs per command, policy, k, device and engine revision, POOLING their "
+                      "context lengths and depths (medians; recall is the mean; `benchfarm "
                       "report` keeps them apart):", format_table(
-            ["command", "policy", "k", "device", "runs", "decode ms/tok", "attn ms/tok",
-             "overhead ms", "recall", "ppl"],
-            [[g.command, g.policy, g.k, g.device, g.runs, g.decode_ms_per_token,
+            ["command", "policy", "k", "device", "revision", "runs", "decode ms/tok",
+             "attn ms/tok", "overhead ms", "recall", "ppl"],
+            [[g.command, g.policy, g.k, g.device, (g.revision or "")[:12], g.runs,
+              g.decode_ms_per_token,
               g.attn_ms_per_token, g.overhead_ms, g.recall, g.ppl] for g in summary.groups],
         )]
     return "\n".join(parts)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from harness.errors import InputError, RunFailure
-from harness.workloads import decode_prompt, needle_prompt, ppl_tokens
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.workloads import decode_prompt, needle_prompt, ppl_tokens
+
     if not args.model.is_dir():
         raise InputError(f"--model {args.model}: not a directory")
     if args.ids_out and not args.ids_out.parent.is_dir():

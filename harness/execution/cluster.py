@@ -25,6 +25,7 @@ from harness import REPO_ROOT
 from harness.engines import adapter_of
 from harness.engines.base import BuildRecord
 from harness.errors import InputError, RunFailure, sigterm_as_interrupt
+from harness.execution.ray_log import keep_ray_off_the_terminal
 
 NAMESPACE = "benchfarm"  # the board runners and artifact servers are named actors in it
 # How long the board runners may take to start (on a cluster: fetching the code first).
@@ -83,7 +84,8 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
     nodes need Python and the dependencies, not a checkout. Without ``address`` the instance
     is private even where a cluster runs on the machine (``ray start --head``, $RAY_ADDRESS):
     ``address="local"``, a temp dir of its own (removed at the end), Ray's random ports, and
-    no dashboard unless $BENCHFARM_RAY_DASHBOARD is 1. An instance the caller already started
+    no dashboard unless $BENCHFARM_RAY_DASHBOARD is 1. Ray's own messages go to a log file
+    named in one line (``harness.execution.ray_log``). An instance the caller already started
     (tests, notebooks) is used as it is and left running.
     """
     if ray.is_initialized():
@@ -94,11 +96,15 @@ def ray_session(address: str | None, resources: dict[str, float] | None = None) 
     try:
         if address:
             check_reachable(address)
-            ray.init(address=address, log_to_driver=False, runtime_env=code_for_workers())
+        keep_ray_off_the_terminal()
+        if address:
+            ray.init(address=address, log_to_driver=False, runtime_env=code_for_workers(),
+                     configure_logging=False)
         else:
             ray.init(address="local", _temp_dir=temp_dir, num_cpus=os.cpu_count() or 1,
                      include_dashboard=os.environ.get(DASHBOARD_ENV) == "1",
                      log_to_driver=False, _node_ip_address=LOCAL_NODE_IP,
+                     configure_logging=False,
                      resources=resources or None, object_store_memory=256 * 1024 * 1024)
     except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
         raise join_failure(str(address), exc) from exc

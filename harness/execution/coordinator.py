@@ -35,9 +35,10 @@ from harness.execution.notify import Targets, announce_job, flush, targets_from
 from harness.execution.progress import Progress
 from harness.execution.scheduler import Scheduler
 from harness.identity import commit_order
+from harness.plan import MAX_RUNS
 from harness.plan.fit import check_fit
 from harness.plan.inputs import check_inputs
-from harness.plan.matrix import MAX_RUNS, Placement, check_size, resolve_placements
+from harness.plan.matrix import Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
 from reports.history import keep_steps_of

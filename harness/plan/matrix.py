@@ -25,10 +25,6 @@ from harness.spec import Spec
 from harness.spec.workloads import WorkloadAxes
 from harness.workloads.kinds import KINDS, WorkloadPoint
 
-# The most runs one matrix may have unless --max-runs allows more: planning keeps every run in
-# memory and writes its workload rows first, so an accidental 10^7-run spec is refused at once.
-MAX_RUNS = 20000
-
 
 class DeviceLike(Protocol):
     name: str

@@ -13,6 +13,8 @@ escapes every value (the live script writes values with textContent only).
 from __future__ import annotations
 
 import hmac
+import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,8 +31,10 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Redire
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from db.boards import BOARD_STATES
 from db.connection import DatabaseFailure
 from db.errors import StoreError, StoreInputError
+from db.jobs import JOB_STATES
 from db.leases import utcnow
 from db.records import RUN_STATUSES
 from harness import REPO_ROOT
@@ -38,7 +42,9 @@ from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
 from harness.web.alerts import alert_routes, request_actor
 from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
+from harness.web.filters import Filters
 from harness.web.limits import BodyLimit
+from harness.web.timeline import KINDS, WINDOW
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
@@ -72,15 +78,24 @@ def _duration(seconds: float | None) -> str:
 
 # the results table of an experiment page: GroupSummary fields and their headers
 RESULTS = [("command", "command"), ("policy", "policy"), ("k", "k"), ("device", "device"),
-           ("runs", "runs"), ("decode_ms_per_token", "decode ms/tok"),
+           ("revision", "revision"), ("runs", "runs"), ("decode_ms_per_token", "decode ms/tok"),
            ("attn_ms_per_token", "attn ms/tok"), ("overhead_ms", "overhead ms"),
            ("recall", "recall"), ("ppl", "ppl")]
+
+
+def verdict_counts(verdicts: list[Any]) -> list[tuple[str, int]]:
+    """How many claims got each grade, most first: each claim's ``grade`` in the audit's
+    JSON where the audit gives one, else its ``verdict``."""
+    documents = json.loads(audit_json(verdicts))
+    return Counter(d.get("grade") or d["verdict"] for d in documents).most_common()
 
 
 def _templates() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
     env.filters.update(when=_when, duration=_duration, num=fmt)
     env.globals.update(report_css=Markup(CSS), statuses=RUN_STATUSES,
+                       job_states=list(JOB_STATES), board_states=list(BOARD_STATES),
+                       span_kinds=KINDS,
                        result_keys=[key for key, _ in RESULTS],
                        result_columns=[title for _, title in RESULTS])
     return env
@@ -203,11 +218,36 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
                                         f"{paging(request)[0]}>; rel=\"next\"")
         return response
 
+    def filters(request: Request) -> Filters:
+        try:
+            return Filters.of(request.query_params)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def shown_boards(request: Request) -> list[Any]:
+        return filters(request).boards(data.boards())
+
+    def shown_jobs(request: Request) -> list[Any]:
+        chosen = filters(request)
+        classes = {b.name: b.cls for b in data.boards()} if chosen.board else {}
+        return chosen.jobs(data.jobs(), classes)
+
+    def shown_experiments(request: Request) -> Page:
+        listed = data.experiments(*paging(request))
+        return Page(filters(request).experiments(listed.items), listed.offset, listed.total)
+
     def index(request: Request) -> HTMLResponse:
-        limit, offset = paging(request)
-        return page("index.html", boards=data.boards(), jobs=data.jobs(),
-                    queued=data.queue_total(), experiments=data.experiments(limit, offset),
-                    limit=limit)
+        boards = shown_boards(request)
+        now = utcnow()
+        return page("index.html", boards=boards, jobs=shown_jobs(request),
+                    queued=data.queue_total(), experiments=shown_experiments(request),
+                    limit=paging(request)[0], filters=filters(request), now=now,
+                    timelines=data.timelines([b.name for b in boards]),
+                    window_start=now - WINDOW, window_s=WINDOW.total_seconds())
+
+    def experiments_page(request: Request) -> HTMLResponse:
+        return page("experiments.html", experiments=shown_experiments(request),
+                    limit=paging(request)[0], filters=filters(request))
 
     def experiment(request: Request) -> HTMLResponse:
         name = request.path_params["name"]
@@ -215,11 +255,14 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         history, report = data.report_html(name)
         return page("experiment.html", experiment=view, history=history, report=report)
 
-    def api_boards(_request: Request) -> JSONResponse:
-        return JSONResponse(as_json(data.boards()))
+    def api_boards(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(shown_boards(request)))
 
-    def api_jobs(_request: Request) -> JSONResponse:
-        return JSONResponse(as_json(data.jobs()))
+    def api_timeline(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(data.timelines([b.name for b in shown_boards(request)])))
+
+    def api_jobs(request: Request) -> JSONResponse:
+        return JSONResponse(as_json(shown_jobs(request)))
 
     def job_id(request: Request) -> int:
         if not 0 < request.path_params["job_id"] <= MAX_JOB_ID:  # checked before the store
@@ -240,13 +283,14 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return JSONResponse(as_json(job))
 
     def api_experiments(request: Request) -> JSONResponse:
-        return paged(request, data.experiments(*paging(request)))
+        return paged(request, shown_experiments(request))
 
     def api_experiment(request: Request) -> JSONResponse:
         return JSONResponse(as_json(data.experiment(request.path_params["name"])))
 
     def audits(_request: Request) -> HTMLResponse:
-        return page("audit.html", files=data.claims_files(), claims=None, verdicts="")
+        return page("audit.html", files=data.claims_files(), claims=None, counts=[],
+                    verdicts="")
 
     def verdicts(request: Request) -> list[Any]:
         found = data.audit(request.path_params["claims"])
@@ -256,9 +300,10 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
         return found
 
     def audit(request: Request) -> HTMLResponse:
+        found = verdicts(request)
         return page("audit.html", files=data.claims_files(),
-                    claims=request.path_params["claims"],
-                    verdicts=Markup(audit_html(verdicts(request))))
+                    claims=request.path_params["claims"], counts=verdict_counts(found),
+                    verdicts=Markup(audit_html(found)))
 
     def api_audit(request: Request) -> Response:
         return Response(audit_json(verdicts(request)), media_type="application/json")
@@ -302,8 +347,10 @@ def create_app(url: str, token: str | None = None, claims_dir: Path = CLAIMS_DIR
 
     routes = [
         Route("/", index),
+        Route("/experiments", experiments_page),
         Route("/experiments/{name:path}", experiment),
         Route("/api/boards", api_boards),
+        Route("/api/timeline", api_timeline),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:int}", api_job),
         Route("/jobs/{job_id:int}", job_page),

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from db.board_days import board_days
 from db.boards import HealthResult, ReservationInfo
 from db.connection import connect_database, shown_url
 from db.errors import StoreInputError
@@ -30,9 +31,10 @@ from db.queries import GroupSummary
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.access.caller import user_of_token
-from harness.identity import commit_order
+from harness.identity import commit_order, revision_label
 from harness.lab.story import JobStory, job_story
 from harness.verify.claims import audit_claims
+from harness.web.timeline import WINDOW, BoardTimeline, timelines
 from reports.audit import Verdict
 from reports.history import HistoryStep, history, revision_runs
 from reports.metrics import METRICS
@@ -155,6 +157,8 @@ class ExperimentView:
     job: JobView | None  # its newest job
     revisions: list[str]  # the engine revisions of its ok runs in commit order, when 2 or more
     steps: list[HistoryStep]  # the steps beyond noise across them, every metric
+    # every revision it shows -> short sha and commit subject (identity.revision_label)
+    revision_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,11 @@ class FarmData:
                 last_status=status, failures=failures.get(device_id, [])))
         return boards
 
+    def timelines(self, boards: list[str]) -> list[BoardTimeline]:
+        """What each of ``boards`` did over the last 24 hours (``harness.web.timeline``)."""
+        now = utcnow()
+        return timelines(board_days(self.store.database, now - WINDOW), boards, now)
+
     # -- jobs ----------------------------------------------------------------------------------
 
     def jobs(self) -> list[JobView]:
@@ -372,7 +381,9 @@ class FarmData:
             name=summary.name, spec_hash=summary.spec_hash, updated_at=summary.updated_at,
             counts=summary.counts, devices=summary.devices, groups=summary.groups,
             job=None if latest is None else self._job_view(latest, True),
-            revisions=found.revisions, steps=found.steps)
+            revisions=found.revisions, steps=found.steps,
+            revision_labels={r: revision_label(r) for r in dict.fromkeys(
+                [*(g.revision for g in summary.groups if g.revision), *found.revisions])})
 
     def history(self, name: str) -> ExperimentHistory:
         """The experiment's revisions and steps (every metric's), from what a history reads."""

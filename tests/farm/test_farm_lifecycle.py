@@ -181,3 +181,25 @@ def test_a_state_dir_with_a_space_and_a_percent_works(tmp_path: Path) -> None:
     finally:
         farm_down(state)
     assert pids(state) == {}
+
+
+def test_after_farm_down_the_default_inventory_leaves_the_farm_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The default inventory is the farm's only while the farm is up: afterwards no command
+    tries its boards (gc --dry-run exited 1 reaching them)."""
+    monkeypatch.chdir(tmp_path)  # the default state folder, ./farm-state, is made here
+    monkeypatch.delenv("BENCHFARM_INVENTORY", raising=False)
+    db = f"sqlite:///{tmp_path}/gc.db"
+    assert main(["farm", "up"]) == 0
+    try:
+        assert main(["devices", "list"]) == 0
+        assert "farm-x86" in capsys.readouterr().out
+    finally:
+        assert main(["farm", "down"]) == 0
+    assert "the default inventory is the built-in one (local only)" in capsys.readouterr().out
+    assert main(["devices", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "local" in listing and "farm-x86" not in listing and "farm-arm" not in listing
+    assert main(["--db", db, "gc", "--boards", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "farm-" not in out and "failed" not in out

@@ -1,5 +1,6 @@
-"""The command line builds its parser and prints every help without the heavy libraries (the
-time it takes is measured in bench/cli_startup.py, not here)."""
+"""The command line builds its parser and prints every help without the heavy libraries, and
+the read commands `queue` and `status` import only the store's (the time they take is
+measured in bench/cli_startup.py, not here)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("ray", "scipy", "pandas", "sqlalchemy", "alembic", "matplotlib", "numpy", "paramiko")
@@ -31,3 +34,29 @@ def test_parser_and_every_help_import_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          env=env, check=True, cwd=REPO).stdout
     assert json.loads(out) == []
+
+
+# What the read commands need is the store (SQLAlchemy and the models); not the planner, the
+# engines, the workloads' tokenizer and templates, the farm, Ray or the report libraries.
+NOT_FOR_READING = (*(m for m in HEAVY if m not in ("sqlalchemy",)), "jinja2", "tokenizers",
+                   "harness.plan.matrix", "harness.engines", "harness.workloads",
+                   "devices.farm", "devices.health")
+
+READ = f"""
+import contextlib, io, json, sys
+from harness.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(json.dumps([code, sorted(m for m in {NOT_FOR_READING!r} if m in sys.modules)]))
+"""
+
+
+@pytest.mark.parametrize("command", ["queue", "status"])
+def test_read_commands_import_only_the_store(command: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    db = f"sqlite:///{tmp_path}/read.db"
+    subprocess.run([sys.executable, "-c", f"from db.store import Store; Store.open({db!r})"],
+                   env=env, check=True, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", READ, "--db", db, command],
+                         capture_output=True, text=True, env=env, check=True, cwd=tmp_path)
+    assert json.loads(out.stdout) == [0, []], out.stderr

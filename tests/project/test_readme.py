@@ -5,9 +5,17 @@ team section's steps and the lab section's in one store."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+
+import ray
+
+from devices import procs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,3 +89,52 @@ def test_team_and_lab_sections_run_as_written(engine_build, tmp_path: Path) -> N
     out = run_block("lab", folder, env)
     assert "local: maintenance (new fan)" in out and "reserved by" in out
     assert "cancelled job 2 (farm-quickstart" in out and "total: would free" in out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@ray.remote
+def answer(question: int) -> int:
+    return question + 1
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # the fields after the name: state, ppid, pgrp
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_ray_cluster_started_for_benchfarm_stops_alone(ray_address: str,
+                                                         tmp_path: Path) -> None:
+    """The README's start and stop of a head node, beside the session's own Ray instance:
+    the head's processes are all gone afterwards, the other Ray still answers."""
+    folder = tmp_path / "cluster"
+    env = scratch(folder)
+    (folder / ".venv").symlink_to(sys.prefix)
+    ray_dir = tempfile.mkdtemp(prefix="bf-ray-")  # Ray's socket paths must stay short
+    env |= {"GCS_PORT": str(free_port()), "CLIENT_PORT": str(free_port()),
+            "AGENT_PORT": str(free_port()), "RAY_DIR": ray_dir}
+    pgid = None
+    try:
+        run_block("ray cluster", folder, env)
+        pgid = int((folder / "ray-head.pgid").read_text())
+        deadline = time.monotonic() + 60  # SIGTERMed processes take a moment to exit
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert group_members(pgid) == [], (folder / "ray-head.log").read_text()[-3000:]
+        assert ray.get(answer.remote(41)) == 42  # the other Ray still runs tasks
+    finally:
+        if pgid is not None:
+            for pid in group_members(pgid):
+                procs.stop_tree(pid, 5.0)
+        shutil.rmtree(ray_dir, ignore_errors=True)

@@ -63,6 +63,37 @@ def test_too_few_runs_are_inconclusive_without_a_p_value() -> None:
     assert (one.verdict, one.p_value, one.ratio) == ("inconclusive", None, 2.0)
 
 
+def seeded_runs(rng: np.random.Generator, n: int, median_ms: float) -> list[float]:
+    """n independent runs' decode timings: log-normal around median_ms with a 10 % spread,
+    the shape of repeated runs on a shared host."""
+    return (median_ms * rng.lognormal(0.0, 0.1, n)).tolist()
+
+
+def test_a_several_fold_slowdown_is_found_with_repeats() -> None:
+    """What test_compare_farm's emulated board shows, on seeded samples: 8 runs against 4 of a
+    board three times slower are significant and slower; one run a side decides nothing."""
+    rng = np.random.default_rng(7)
+    found = [compare_samples(seeded_runs(rng, 8, 1.0), seeded_runs(rng, 4, 3.0))
+             for _ in range(200)]
+    assert all(c.verdict == "slower" and c.p_value < 0.05 and c.ratio > 2 for c in found)
+    once = compare_samples(seeded_runs(rng, 1, 1.0), seeded_runs(rng, 1, 3.0))
+    assert (once.verdict, once.p_value) == ("inconclusive", None)
+
+
+def test_aa_false_positive_rate_is_the_exact_tests_by_design() -> None:
+    """A/A: both halves drawn from one distribution. With 4 runs a side and no threshold the
+    exact U test flags exactly the draws that separate perfectly, 2 of the 70 rank orders
+    (p = 2/70 < alpha): about 1 in 35, as designed. A change threshold beyond the spread of
+    the medians flags none. Seeded: the same draws every time."""
+    rng = np.random.default_rng(11)
+    draws = [(seeded_runs(rng, 4, 1.0), seeded_runs(rng, 4, 1.0)) for _ in range(2000)]
+    flagged = [compare_samples(a, b, threshold=0.0).verdict != "unchanged" for a, b in draws]
+    assert 0.015 < sum(flagged) / len(draws) < 0.045  # 2/70 = 0.029
+    assert min_p_value(4, 4) == pytest.approx(2 / 70)
+    wide = [compare_samples(a, b, threshold=0.5).verdict for a, b in draws]
+    assert set(wide) == {"unchanged"}
+
+
 def test_geometric_mean_with_a_bootstrap_interval() -> None:
     same = geometric_mean_ci([2.0, 2.0, 2.0])
     assert (same.value, same.low, same.high, same.n) == (pytest.approx(2.0),) * 3 + (3,)

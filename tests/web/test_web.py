@@ -211,6 +211,16 @@ def test_the_audit_page_judges_a_claims_file_on_the_stored_runs(tmp_path: Path) 
     assert [v["claim"] for v in verdicts] == expected
     assert status == 200 and 'id="table-audit"' in html and all(c in html for c in expected)
     assert missing == 404
+    # the page leads with its counts per verdict (a claim's grade where the audit gives one)
+    counts = html[html.index('<table id="verdict-counts">'):].split("</table>")[0]
+    assert html.index('id="verdict-counts"') < html.index('id="table-audit"')
+    per_verdict: dict[str, int] = {}
+    for verdict in verdicts:
+        key = verdict.get("grade") or verdict["verdict"]
+        per_verdict[key] = per_verdict.get(key, 0) + 1
+    for key, n in per_verdict.items():
+        assert f'<tr data-verdict="{key}"><td class="text">{key}</td><td>{n}</td></tr>' in counts
+    assert f"<td>{len(verdicts)}</td>" in counts.split("all")[-1]
 
 
 def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome) -> None:
@@ -338,7 +348,7 @@ def test_a_running_job_advances_on_the_page(
             later = wait.until(lambda d: (text := counts(d)) and text != first
                                and int(text.split()[0]) > int(first.split()[0]) and text)
             wait.until(lambda d: text_of(d, board_row) not in (None, board))
-            assert browser.find_elements(By.CSS_SELECTOR, "#jobs .bar .done")
+            assert browser.find_elements(By.CSS_SELECTOR, "#jobs .progress-bar .done")
             browser.save_screenshot("/tmp/benchfarm-web-running.png")
             assert browser.execute_script("return window.__loaded") is True  # never reloaded
             _, err = proc.communicate(timeout=300)

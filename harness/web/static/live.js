@@ -56,7 +56,7 @@ function progress(job) {
     const line = el("div", null, "placement");
     line.dataset.placement = p.placement;
     line.appendChild(el("span", p.placement, "name"));
-    const bar = el("span", null, "bar");
+    const bar = el("span", null, "progress-bar");
     bar.title = `${p.done} done, ${p.failed} failed, ${p.running} running, ${p.pending} pending of ${p.total}`;
     for (const part of PARTS) {
       const seg = el("span", null, part);
@@ -124,7 +124,8 @@ function jobRow(j, active) {
     const bars = el("td");
     bars.appendChild(progress(j));
     tr.appendChild(bars);
-    cells(tr, [[duration(j.elapsed_s)], [duration(j.remaining_s)], [j.holder || "", "text"]]);
+    cells(tr, [[duration(j.elapsed_s)], [duration(j.remaining_s)], [j.holder || "", "text"],
+               [j.message || "", "text why"]]);
   } else {
     cells(tr, [[when(j.finished_at)], [duration(j.elapsed_s)], [j.message || "", "text"]]);
   }
@@ -155,7 +156,7 @@ function jobSummary(j) {
   return box;
 }
 
-const RESULT_KEYS = ["command", "policy", "k", "device", "runs", "decode_ms_per_token",
+const RESULT_KEYS = ["command", "policy", "k", "device", "revision", "runs", "decode_ms_per_token",
                      "attn_ms_per_token", "overhead_ms", "recall", "ppl"];
 
 function showExperiment(x) {
@@ -167,7 +168,9 @@ function showExperiment(x) {
   const job = document.getElementById("job");
   job.replaceChildren(x.job ? jobSummary(x.job)
                             : el("p", "no job recorded for this experiment", "note"));
-  const rows = x.groups.map((g) => cells(el("tr"), RESULT_KEYS.map((k) => [num(g[k])])));
+  const label = (g) => x.revision_labels[g.revision] || g.revision || "";
+  const rows = x.groups.map((g) => cells(el("tr"), RESULT_KEYS.map(
+    (k) => (k === "revision" ? [label(g), "text revision"] : [num(g[k])]))));
   replaceRows("results", rows, "no ok runs yet", RESULT_KEYS.length);
 }
 
@@ -179,15 +182,20 @@ async function getJson(path) {
 
 async function refresh() {
   const page = document.body.dataset.page;
+  const query = window.location.search;  // the page's filters and paging, applied alike
   if (page === "index") {
     const [boards, jobs, experiments] = await Promise.all(
-      [getJson("/api/boards"), getJson("/api/jobs"),
-       getJson("/api/experiments" + window.location.search)]);  // the page shown
+      [getJson("/api/boards" + query), getJson("/api/jobs" + query),
+       getJson("/api/experiments" + query)]);
     replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 14);
     const active = jobs.filter((j) => j.state === "queued" || j.state === "running");
     const finished = jobs.filter((j) => !(j.state === "queued" || j.state === "running"));
-    replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 10);
+    replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 11);
     replaceRows("finished", finished.map((j) => jobRow(j, false)), "no finished job", 9);
+    replaceRows("experiments", experiments.map(experimentRow), "no experiments stored yet",
+                STATUSES.length + 3);
+  } else if (page === "experiments") {
+    const experiments = await getJson("/api/experiments" + query);
     replaceRows("experiments", experiments.map(experimentRow), "no experiments stored yet",
                 STATUSES.length + 3);
   } else if (page === "experiment") {
