@@ -27,8 +27,6 @@ from db.leases import utcnow
 from db.models import (
     JOB_STATES,
     Device,
-    Experiment,
-    ExperimentRun,
     Job,
     Lease,
     Measurement,
@@ -200,8 +198,11 @@ class Jobs:
 
     @retry_locked
     def set_totals(self, job_id: int, totals: dict[str, int]) -> None:
+        """The runs the job was given, per placement: set once, at its first start (a resumed
+        job plans only what is left of them; its total stays what it was given)."""
         with self.database.begin() as conn:
-            conn.execute(update(self.table).where(self.table.c.id == job_id)
+            conn.execute(update(self.table).where(self.table.c.id == job_id,
+                                                  self.table.c.totals.is_(None))
                          .values(totals=dict(totals)))
 
     @retry_locked
@@ -325,41 +326,36 @@ class Jobs:
             row = conn.execute(query).first()
         return None if row is None else JobInfo(**row._mapping)
 
-    def finished_since(self, experiment: str, since: datetime) -> int:
-        """Attempts at the experiment's runs that ended (ok or failed) since ``since``: the
-        pace of its job."""
+    def finished_since(self, job_id: int, since: datetime) -> int:
+        """The job's attempts that ended (ok or failed) since ``since``: its pace."""
         with self.database.connect() as conn:
-            # the attempts found through the experiment's runs; the status tested in a CASE,
-            # which no index serves (SQLite would otherwise walk the status index: most
-            # attempts of a store are ok)
-            ended = case((Measurement.status.in_(("ok", "failed")), 1), else_=0)
-            runs = select(Run.id).join(Experiment, Experiment.id == Run.experiment_id).where(
-                Experiment.name == experiment)
             return conn.scalar(
                 select(func.count()).select_from(Measurement)
-                .where(Measurement.run_id.in_(runs), Measurement.finished_at >= since,
-                       ended == 1)) or 0
+                .where(Measurement.job_id == job_id, Measurement.finished_at >= since,
+                       Measurement.status.in_(("ok", "failed")))) or 0
 
     def progress(self, experiment: str, job: JobInfo | None = None) -> list[PlacementProgress]:
         """Per placement of the experiment's newest job (or of ``job``, read already): total /
-        done / failed / running / pending; empty when no job recorded its totals."""
+        done / failed / running / pending; empty when no job recorded its totals. A job counts
+        its own runs only (those its coordinators attempted, each once: its latest attempt),
+        so a rerun or an extension of an experiment is not credited with earlier jobs' runs
+        and done + failed never exceeds its total."""
         job = job or self.latest(experiment)
         if job is None or not job.totals:
             return []
-        with self.database.connect() as conn:  # a run counts once: its current measurement
-            rows = conn.execute(
-                select(Run.config, Measurement.status, Device.name)
-                .join(Measurement, Measurement.id == Run.current_measurement_id)
-                .join(ExperimentRun, ExperimentRun.run_id == Run.id)
-                .join(Experiment, Experiment.id == ExperimentRun.experiment_id)
+        with self.database.connect() as conn:
+            attempts = conn.execute(
+                select(Measurement.run_id, Run.config, Measurement.status, Device.name)
+                .join(Run, Run.id == Measurement.run_id)
                 .join(Device, Device.id == Measurement.device_id)
-                .where(Experiment.name == experiment)).all()
+                .where(Measurement.job_id == job.id).order_by(Measurement.id)).all()
             leased = conn.execute(
                 select(Lease.board, Device.cls).outerjoin(Device, Device.name == Lease.board)
                 .where(Lease.experiment == experiment, Lease.run_key.is_not(None),
-                       Lease.expires >= utcnow())).all()
-        counts: Counter[tuple[str, str]] = Counter(
-            ((config or {}).get("placement", device), status) for config, status, device in rows)
+                       Lease.expires >= utcnow())).all() if job.state == "running" else []
+        latest = {run_id: ((config or {}).get("placement", device), status)
+                  for run_id, config, status, device in attempts}
+        counts: Counter[tuple[str, str]] = Counter(latest.values())
         result = []
         for placement, total in sorted(job.totals.items()):
             done, failed = counts[(placement, "ok")], counts[(placement, "failed")]

@@ -74,8 +74,9 @@ class SyntheticExperiment:
             selection_mass: float | None = None, oracle_recall: float | None = None,
             step_ms: list[float] | None = None, bytes_read: int | None = None,
             engine: str = "lmc", prefill_ms: float = 50.0, prefill_attn: str = "exact",
-            peak_rss_kb: int | None = None, kv_resident_bytes: int | None = None) -> int:
-        """Store one run; returns its id."""
+            peak_rss_kb: int | None = None, kv_resident_bytes: int | None = None,
+            job_id: int | None = None) -> int:
+        """Store one run (an attempt of job ``job_id``, when given); returns its id."""
         if device not in self.devices:
             self.add_device(device)
         self.count += 1
@@ -112,5 +113,6 @@ class SyntheticExperiment:
                             peak_rss_kb=peak_rss_kb,
                             kv_resident_bytes=kv_resident_bytes) if ok else None,
             snapshots=[Snapshot("before", snapshot), Snapshot("after", snapshot)],
+            job_id=job_id,
         )
         return self.store.save_run(result)

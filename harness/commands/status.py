@@ -54,8 +54,8 @@ def render_summary(summary: ExperimentSummary) -> str:
 
 def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
     """The job (default: the experiment's newest), and its matrix per board (or class pool):
-    its runs stored per status, counted as the experiment's summary and `status` count them,
-    and those not started yet."""
+    the runs it was given, those of them it stored per status (its latest attempt; an earlier
+    job's runs are that job's), and those not started yet."""
     job = store.jobs.latest(name) if job_id is None else store.jobs.get(job_id)
     if job is None:
         return ""
@@ -63,8 +63,8 @@ def render_progress(store: Store, name: str, job_id: int | None = None) -> str:
              + (f", coordinator {job.holder}" if job.state == "running" else "") + ")"]
     rows = store.jobs.progress(name, job)
     if rows:
-        parts += ["", "its matrix per board: runs stored per status (as above) and not "
-                      "started yet:",
+        parts += ["", "its matrix per board: the runs it was given, those it stored per "
+                      "status and those not started yet:",
                   format_table(["board", "matrix", *RUN_STATUSES, "not started"],
                                [row.line(RUN_STATUSES) for row in rows])]
     return "\n".join(parts)

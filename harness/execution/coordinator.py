@@ -210,8 +210,9 @@ def _run(request: RunRequest, store: Store, placements: list[Placement],
         plan = register_plan(make_plan(spec, placements, inventory.devices, prepared), store,
                              request.force)
         if sharing.job_id is not None:
+            # the job's own runs: those of its matrix not stored as ok by an earlier job
             store.jobs.set_totals(sharing.job_id,
-                                  dict(Counter(r.placement.key for r in plan.runs)))
+                                  dict(Counter(r.placement.key for r in plan.todo)))
         summary = RunSummary(spec.name, len(plan.runs), plan.skipped)
         progress = Progress(len(plan.todo), list(plan.boards), plan.skipped, request.stream)
         progress.show()

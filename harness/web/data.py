@@ -351,7 +351,7 @@ class FarmData:
                 for name in ("total", "done", "failed", "running", "pending")}
         remaining = None
         if job.state == "running" and job.started_at is not None and elapsed:
-            finished_here = self.store.jobs.finished_since(job.experiment, job.started_at)
+            finished_here = self.store.jobs.finished_since(job.id, job.started_at)
             if finished_here:
                 remaining = elapsed / finished_here * (sums["pending"] + sums["running"])
         return JobView(

@@ -32,11 +32,11 @@ def test_status_and_status_job_give_the_same_counts(tmp_path: Path,
     url = f"sqlite:///{tmp_path}/counts.db"
     with Store.open(url) as store:
         exp = SyntheticExperiment(store)
-        for repeat, status in enumerate(("ok", "ok", "interrupted")):
-            exp.run(repeat=repeat, status=status)
         job = store.jobs.add("synthetic", "/s.toml", 'name = "synthetic"\n', owner="ann")
         store.jobs.claim_next("serve-1", stale_after_s=60)
         store.jobs.set_totals(job, {"local": 6})  # 3 of its 6 runs stored so far
+        for repeat, status in enumerate(("ok", "ok", "interrupted")):
+            exp.run(repeat=repeat, status=status, job_id=job)
     assert main(["--db", url, "status"]) == 0
     listed = _table_row(capsys.readouterr().out, "synthetic")
     assert main(["--db", url, "status", str(job)]) == 0
@@ -47,6 +47,40 @@ def test_status_and_status_job_give_the_same_counts(tmp_path: Path,
     # board matrix ok failed interrupted pending cancelled running lost not started
     assert _table_row(out.split("its matrix per board")[1], "local") == [
         "local", "6", "2", "0", "1", "0", "0", "0", "0", "3"]
+
+
+def test_a_rerun_job_counts_its_own_runs_not_its_experiments(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two jobs of one experiment: the first ran 5 runs, the second (an extension) was given 2
+    and ran one ok and one failed; each counts its own, so done never exceeds its total."""
+    url = f"sqlite:///{tmp_path}/rerun.db"
+    with Store.open(url) as store:
+        exp, jobs = SyntheticExperiment(store), store.jobs
+        first = jobs.add("synthetic", "/s.toml", 'name = "synthetic"\n', owner="ann")
+        jobs.claim_next("serve-1", stale_after_s=60)
+        jobs.set_totals(first, {"local": 5})
+        for repeat in range(5):
+            exp.run(repeat=repeat, job_id=first)
+        jobs.finish(first, "done", "5 ok")
+        second = jobs.add("synthetic", "/s.toml", 'name = "synthetic"\n', owner="bob")
+        jobs.claim_next("serve-1", stale_after_s=60)
+        jobs.set_totals(second, {"local": 2})
+        exp.run(repeat=5, job_id=second)
+        exp.run(repeat=6, status="failed", job_id=second)
+        jobs.set_totals(second, {"local": 1})  # a resume plans what is left: the total stays
+        [one] = jobs.progress("synthetic", jobs.get(first))
+        [two] = jobs.progress("synthetic")  # the newest job's
+    assert (one.total, one.done, one.failed, one.pending) == (5, 5, 0, 0)
+    assert (two.total, two.done, two.failed, two.pending) == (2, 1, 1, 0)
+    assert main(["--db", url, "status", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "7 runs: 6 ok, 1 failed" in out  # the experiment's summary: all its runs
+    # board matrix ok failed interrupted pending cancelled running lost not started
+    assert _table_row(out.split("its matrix per board")[1], "local") == [
+        "local", "2", "1", "1", "0", "0", "0", "0", "0", "0"]
+    assert main(["--db", url, "status", str(first)]) == 0
+    assert _table_row(capsys.readouterr().out.split("its matrix per board")[1], "local") == [
+        "local", "5", "5", "0", "0", "0", "0", "0", "0", "0"]
 
 
 def test_cancelling_a_queued_job_announces_it(receiver: Receiver, tmp_path: Path,

@@ -95,12 +95,12 @@ def farm_store(url: str) -> tuple[Store, int]:
     exp = SyntheticExperiment(store, name="alpha")
     exp.add_device("x86-1")
     exp.add_device("arm-1", arch="aarch64", cls="rk3588", emulated=True)
-    exp.run(device="x86-1", repeat=0)
-    exp.run(device="x86-1", repeat=1)
-    exp.run(device="arm-1", status="failed")
     job = store.jobs.add("alpha", "alpha.toml", exp.spec_text, owner="ana", priority=3,
                          holder="host:1:abc")
     store.jobs.set_totals(job, {"x86-1": 3, "arm-1": 2})
+    exp.run(device="x86-1", repeat=0, job_id=job)
+    exp.run(device="x86-1", repeat=1, job_id=job)
+    exp.run(device="arm-1", status="failed", job_id=job)
     store.leases.acquire("arm-1", "host:1:abc", 600, experiment="alpha", run_key="alpha-9")
     store.boards.record_health("x86-1", True, [{"name": "ssh", "ok": True, "detail": "up"}],
                                "ana (devices check)")
