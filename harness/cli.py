@@ -48,7 +48,9 @@ SUBCOMMANDS = [
 DEFAULT_DB = "sqlite:///benchfarm.db"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with ``only`` that one: a command's own parser
+    is all a call of it needs, and registering the others costs their modules' imports."""
     parser = argparse.ArgumentParser(
         prog="benchfarm",
         description="Benchmark the lmc engine on a farm of devices and audit published numbers.",
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLAlchemy URL of the result store (default: $BENCHFARM_DB or %(default)s)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in [only] if only else SUBCOMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(subparsers)
     return parser
 
@@ -82,8 +84,24 @@ def main(argv: list[str] | None = None) -> int:
         return CLOSED_PIPE
 
 
+def named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names before any other argument but ``--db`` (its parser alone
+    parses the call), or None: no subcommand, a top-level option such as --help, or a name
+    that is no subcommand, which the whole parser answers."""
+    tokens = iter(argv)
+    for token in tokens:
+        if token.startswith("--db="):
+            continue
+        if len(token) > 2 and "--db".startswith(token):  # argparse takes prefixes of options
+            next(tokens, None)
+            continue
+        return token if token in SUBCOMMANDS else None
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -36,11 +36,14 @@ def test_parser_and_every_help_import_nothing_heavy() -> None:
     assert json.loads(out) == []
 
 
-# What the read commands need is the store (SQLAlchemy and the models); not the planner, the
-# engines, the workloads' tokenizer and templates, the farm, Ray or the report libraries.
+# What the read commands need is the store (SQLAlchemy and the models) and their own command
+# module; not the planner, the engines, the workloads' tokenizer and templates, the farm, Ray,
+# the report libraries, the inventory, or the other commands' modules (a call registers only
+# the subcommand it names).
 NOT_FOR_READING = (*(m for m in HEAVY if m not in ("sqlalchemy",)), "jinja2", "tokenizers",
                    "harness.plan.matrix", "harness.engines", "harness.workloads",
-                   "devices.farm", "devices.health")
+                   "devices.farm", "devices.health", "devices.inventory",
+                   "harness.commands.run", "harness.commands.build", "harness.commands.web")
 
 READ = f"""
 import contextlib, io, json, sys
@@ -60,3 +63,18 @@ def test_read_commands_import_only_the_store(command: str, tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-c", READ, "--db", db, command],
                          capture_output=True, text=True, env=env, check=True, cwd=tmp_path)
     assert json.loads(out.stdout) == [0, []], out.stderr
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["queue"], "queue"),
+    (["--db", "queue", "status"], "status"),  # the store's URL is no command, even "queue"
+    (["--db=sqlite:///x.db", "status", "run"], "status"),
+    (["--d", "sqlite:///x.db", "status"], "status"),  # argparse's prefix of --db
+    (["--help", "queue"], None),  # the whole parser answers a top-level option
+    (["nope"], None),
+    ([], None),
+])
+def test_a_call_is_parsed_by_the_command_it_names(argv: list[str], command: str | None) -> None:
+    from harness.cli import named_command
+
+    assert named_command(argv) == command
