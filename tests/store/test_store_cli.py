@@ -43,7 +43,9 @@ def test_status_lists_experiments_and_summarises_one(filled: str, capsys) -> Non
     assert code == 0
     assert "3 runs: 2 ok, 1 failed, 0 interrupted, 0 pending" in out
     exact = next(line for line in out.splitlines() if " exact " in line).split()
-    assert exact[:5] == ["generate", "exact", "-", "local", "1"] and exact[5] == "20.00"
+    # command policy k device revision (the fixture's build's) runs decode ms/tok
+    assert exact[:6] == ["generate", "exact", "-", "local", "working-tree", "1"]
+    assert exact[6] == "20.00"
 
 
 def test_status_of_an_empty_store_and_of_unknown_names(sqlite_url: str, filled: str,
