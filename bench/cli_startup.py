@@ -13,8 +13,8 @@ difference of the medians; "target" says whether they do).
 The calls run with their modules' bytecode cached, as an installed benchfarm runs: in a
 scratch folder (PYTHONPYCACHEPREFIX; the checkout is not written to), filled by one untimed
 call of each command before the rounds. An environment that sets PYTHONDONTWRITEBYTECODE
-would otherwise have every call compile each module of benchfarm and its libraries from
-source (about 0.1-0.2 s more CPU per call).
+would otherwise have every call compile benchfarm's own modules from source (0.02-0.03 s
+more CPU per `queue` or `status` on the 2-core Xeon, 2026-12-05).
 
     nice .venv/bin/python bench/cli_startup.py [--rounds 9]
 """
