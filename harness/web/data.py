@@ -330,7 +330,7 @@ class FarmData:
             info = store.jobs.get(job_id)
         except StoreInputError:  # no job with this id
             return None
-        return self._job_view(info, self._newest(info))
+        return self._job_view(info, True)
 
     def story(self, job_id: int) -> JobStory | None:
         """The job's events and its attempts, in order (None: no such job)."""
@@ -339,12 +339,13 @@ class FarmData:
         except StoreInputError:  # no job with this id
             return None
 
-    def _job_view(self, job: JobInfo, newest: bool) -> JobView:
-        """A job with its progress per placement (kept for the newest job of an experiment
-        only: the store's progress counts that experiment's runs as they are now)."""
+    def _job_view(self, job: JobInfo, counted: bool) -> JobView:
+        """A job with its progress per placement, its own runs counted (db.jobs.progress)
+        when ``counted``: the job's own page, and in the lists the newest job of each
+        experiment only (a query per job)."""
         placements = self._kept_for(job.experiment, f"progress {job.id}", lambda: [
             Placement.of(p) for p in self.store.jobs.progress(job.experiment, job)],
-            CACHED_PROGRESS) if newest else []
+            CACHED_PROGRESS) if counted else []
         end = job.finished_at or utcnow()
         elapsed = (end - job.started_at).total_seconds() if job.started_at else None
         sums = {name: sum(getattr(p, name) for p in placements)

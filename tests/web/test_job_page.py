@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fixtures_db import add_refs, sample_result
 from fixtures_web import serving
-from test_web import get  # the dashboard tests' GET
+from test_web import get, get_json  # the dashboard tests' GETs
 
 from db.store import Store
 
@@ -43,3 +43,28 @@ def test_the_job_page_shows_its_events_and_runs_in_order(tmp_path: Path) -> None
     assert "by serve-a" in story and "1 ok, 1 failed" in story
     assert "2 attempts · 1 failed · 1 ok" in page
     assert f'<a href="/jobs/{job}">{job}</a>' in index  # the queue links to the job's page
+
+
+def test_each_job_of_one_experiment_counts_its_own_runs(tmp_path: Path) -> None:
+    """A rerun of an experiment is not credited with the earlier job's runs: the dashboard's
+    queue and each job's page show done + failed within the job's own total."""
+    url = f"sqlite:///{tmp_path}/two.db"
+    with Store.open(url) as store:
+        refs = add_refs(store, experiment="exp")
+        jobs = []
+        for given, statuses in ((3, ("ok", "ok", "ok")), (2, ("ok",))):
+            job = store.jobs.add("exp", "/exp.toml", "name = 'exp'\n", owner="ana")
+            store.jobs.claim_next("serve-a", stale_after_s=60)
+            store.jobs.set_totals(job, {"local": given})
+            for n, status in enumerate(statuses):
+                result = sample_result(refs, f"job-{job}-run-{n}", status=status)
+                result.job_id = job
+                store.save_run(result)
+            jobs.append(job)
+        store.jobs.finish(jobs[0], "done", "3 ok")
+    with serving(url) as base:
+        first, second = (get_json(f"{base}/api/jobs/{job}") for job in jobs)
+        listed = {j["id"]: j for j in get_json(f"{base}/api/jobs")}
+    assert (first["total"], first["done"], first["pending"]) == (3, 3, 0)
+    assert (second["total"], second["done"], second["pending"]) == (2, 1, 1)
+    assert (listed[jobs[1]]["total"], listed[jobs[1]]["done"]) == (2, 1)
