@@ -9,9 +9,10 @@
 
 #define TOP 32
 
-void keyrank_init(KeyRank *r, int capacity, int n_layers, int every) {
+void keyrank_init(KeyRank *r, int capacity, int n_layers, int every, int keep_pct) {
     memset(r, 0, sizeof *r);
     r->every = every;
+    r->keep_pct = keep_pct;
     r->n_layers = n_layers;
     size_t C = (size_t)capacity;
     r->score = lmc_alloc(C, sizeof(float), "key ranking");
@@ -125,6 +126,10 @@ void keyrank_add(KeyRank *r, int layer, int n) {
         captured += r->mass[r->order[i]];
     }
     for (int i = n - n / 2; i < n; i++) lost += r->mass[r->order[i]];
+    /* evicted: n * (100 - P) / 100 rounded down, so that P = 50 evicts what lost50 evicts */
+    double lost_keep = 0.0;
+    for (int i = n - (int)((long)n * (100 - r->keep_pct) / 100); i < n; i++)
+        lost_keep += r->mass[r->order[i]];
     int varied = mean_ranks(r->score, r->order, r->rank_s, n);
     varied = mean_ranks(r->mass, r->order, r->rank_m, n) && varied;
     double *sum = r->sum + (size_t)layer * KR_METRICS;
@@ -132,6 +137,7 @@ void keyrank_add(KeyRank *r, int layer, int n) {
     sum[KR_RECALL32] += hits / TOP;
     sum[KR_CAPTURED32] += total > 0 ? captured / total : 0.0;
     sum[KR_LOST50] += total > 0 ? lost / total : 0.0;
+    sum[KR_LOST_KEEP] += total > 0 ? lost_keep / total : 0.0;
     r->queries[layer]++;
     if (n >= KR_UNIVERSE) {
         add_candidates(r, sum, n);
@@ -140,7 +146,7 @@ void keyrank_add(KeyRank *r, int layer, int n) {
 }
 
 static void write_means(FILE *f, const double *sum, long queries, long cand_queries) {
-    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50",
+    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50", "lost_keep",
                                             "recall32_c32", "recall32_c48", "recall32_c64",
                                             "recall32_c96", "kept32_c96"};
     fprintf(f, "\"queries\": %ld, \"cand_queries\": %ld", queries, cand_queries);
@@ -159,7 +165,7 @@ void keyrank_write_json(FILE *f, const KeyRank *r) {
         queries += r->queries[l];
         cand_queries += r->cand_queries[l];
     }
-    fprintf(f, "\"key_ranking\": {\"every\": %d, ", r->every);
+    fprintf(f, "\"key_ranking\": {\"every\": %d, \"keep\": %d, ", r->every, r->keep_pct);
     write_means(f, all, queries, cand_queries);
     fprintf(f, ", \"layers\": [");
     for (int l = 0; l < r->n_layers; l++) {

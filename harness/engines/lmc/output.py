@@ -180,7 +180,7 @@ def _ppl(doc: dict[str, Any]) -> None:
             _key_ranking(part, f"key_ranking.layers[{i}]")
 
 
-RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50")
+RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50", "lost_keep")
 # the eviction-prediction article's two-stage candidates in the last 128 keys (engine/keyrank.h),
 # over cand_queries
 CANDIDATE_FIGURES = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
