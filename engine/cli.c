@@ -43,6 +43,7 @@ static const OptSpec OPTIONS[] = {
     {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
     {"--measure-keys", C_PPL, T_INT, OFF(measure_keys), 1, 1 << 24, 0},
     {"--measure-keys-keep", C_PPL, T_INT, OFF(measure_keys_keep), 1, 99, 0},
+    {"--measure-keys-direct", C_PPL, T_INT, OFF(measure_keys_direct), 32, 1 << 24, 0},
     {"--kv-keep-evicted", C_MODEL, T_FLAG, OFF(keep_evicted), 0, 0, 1},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
@@ -215,6 +216,7 @@ AttnOptions cli_attn_options(const Options *o) {
     a.kv_budget = o->kv_budget;
     a.rank_every = o->measure_keys;
     a.rank_keep = o->measure_keys_keep;
+    a.rank_direct = o->measure_keys_direct;
     a.keep_evicted = o->keep_evicted;
     a.features_every = o->dump_every;
     if (o->dump_features) {

@@ -36,7 +36,7 @@ LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq
 RANK_METRICS = ("rho", "recall32", "captured32", "lost50", "lost_keep")
 # and of its two-stage candidates in the last 128 keys (top-32 recall at C, mass kept at C = 96)
 CANDIDATE_METRICS = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
-                     "kept32_c96")
+                     "kept32_c96", "recall32_direct")  # direct: the top D of all keys
 
 
 @dataclass

@@ -226,3 +226,7 @@ def test_the_ranked_budget_is_an_engine_axis_of_ppl_runs(tmp_path: Path) -> None
     assert at_half == before
     with pytest.raises(InputError, match="measure_keys_keep"):
         parse_section(check, table | {"measure_keys_keep": 100}, ["ppl"])
+    # the direct recall's candidate count: set, it is in the ranked configs only
+    direct = parse_section(check, table | {"measure_keys_direct": 256}, ["ppl"])
+    assert {(c.policy, c.as_dict().get("measure_keys_direct"))
+            for c in configs(direct, "ppl", True, 1)} == {("exact", None), ("window", 256)}

@@ -22,7 +22,8 @@ COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_att
 # of those, what a run's duration depends on besides its command and size
 TIMING_COLUMNS = ("policy", "k")
 # axes added after the first runs were stored: left out of a config when unset
-LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys", "measure_keys_keep")
+LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys", "measure_keys_keep",
+              "measure_keys_direct")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class EngineConfig:
     measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
     # --measure-keys-keep: % of keys kept for lost_keep (None: lmc's default, 50)
     measure_keys_keep: int | None = None
+    measure_keys_direct: int | None = None  # --measure-keys-direct D (None: off)
 
     def as_dict(self) -> dict[str, Any]:
         """The config for run keys and records (see the module's docstring), in the stored
@@ -101,6 +103,7 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
                 predictor=policy.predictor.sha256 if policy.predictor else None,
                 measure_keys=axes.measure_keys if ranks else None,
                 measure_keys_keep=keep if ranks and keep != MEASURE_KEYS_KEEP else None,
+                measure_keys_direct=axes.measure_keys_direct if ranks else None,
             )
             if config not in found:  # axes a command ignores would only repeat a config
                 found.append(config)

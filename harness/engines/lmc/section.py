@@ -39,7 +39,8 @@ LMC_LIMITS = {"threads": 256, "k": 1 << 24, "block": 1 << 20, "probes": 1 << 20,
               "kv_budget": 1 << 24}
 
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
-               "trace_selection", "measure_keys", "measure_keys_keep"}
+               "trace_selection", "measure_keys", "measure_keys_keep",
+               "measure_keys_direct"}
 SWITCH_DEFAULTS = {s.name: s.default for s in SWITCHES}
 
 
@@ -76,6 +77,8 @@ class EngineAxes:
     measure_keys: int | None = None
     # the budgets (% of keys kept) its lost_keep figure is measured at (--measure-keys-keep)
     measure_keys_keep: list[int] = field(default_factory=lambda: [MEASURE_KEYS_KEEP])
+    # recall32_direct's candidates: the top D of all keys (--measure-keys-direct; None: off)
+    measure_keys_direct: int | None = None
 
 
 def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
@@ -119,6 +122,9 @@ def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
         if "measure_keys" in table else None,
         measure_keys_keep=check.axis(table.get("measure_keys_keep", MEASURE_KEYS_KEEP),
                                      "engine.measure_keys_keep", "int", low=1, high=99),
+        measure_keys_direct=check.minimum(check.scalar(
+            table["measure_keys_direct"], "engine.measure_keys_direct", "int"),
+            "engine.measure_keys_direct", 32) if "measure_keys_direct" in table else None,
     )
 
 
