@@ -294,6 +294,9 @@ MUTANTS = {m.name: m for m in (
          "if (m == want && !(sc >= score[top[m - 1]])) continue;"),
         ("for (; i > 0 && sc > score[top[i - 1]]; i--)",
          "for (; i > 0 && sc >= score[top[i - 1]]; i--)"))),
+    Mutant("renorm-extra", "the sparse softmax's denominator also counts a weight from outside "
+           "the selected blocks (one more key at the running max)", "attn_kernel.c", (
+               ("        float inv = 1.0f / l[g];", "        float inv = 1.0f / (l[g] + 1.0f);"),)),
     Mutant("causal", "each prefill query also sees the next position (one row of the future)",
            "attn_kernel.c", (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
                               "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)),
