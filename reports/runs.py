@@ -136,6 +136,11 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
             parts.append(f"kv-budget={config['kv_budget']}")
         if config.get("predictor"):  # gbm's trees, by the start of their sha256
             parts.append(f"trees={str(config['predictor'])[:8]}")
+        # the key ranking's budget and direct candidates (lmc --measure-keys-keep, -direct)
+        if config.get("measure_keys_keep") is not None:
+            parts.append(f"ranked-keep={config['measure_keys_keep']}%")
+        if config.get("measure_keys_direct") is not None:
+            parts.append(f"direct={config['measure_keys_direct']}")
     threads = int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")

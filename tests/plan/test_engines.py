@@ -230,3 +230,8 @@ def test_the_ranked_budget_is_an_engine_axis_of_ppl_runs(tmp_path: Path) -> None
     direct = parse_section(check, table | {"measure_keys_direct": 256}, ["ppl"])
     assert {(c.policy, c.as_dict().get("measure_keys_direct"))
             for c in configs(direct, "ppl", True, 1)} == {("exact", None), ("window", 256)}
+    # reports tell the budgets' runs apart (a cell per config label)
+    from reports.runs import config_label
+    labels = {config_label({"policy": c.policy, "config": json.dumps(c.as_dict())})
+              for c in configs(keeps, "ppl", True, 1) + configs(direct, "ppl", True, 1)}
+    assert labels == {"exact", "window", "window ranked-keep=25%", "window direct=256"}
