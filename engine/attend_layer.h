@@ -27,6 +27,8 @@ typedef struct {
     int features_every; /* --dump-every */
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
     int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
+    int rank_keep;      /* --measure-keys-keep P: the budget of lost_keep, % of keys kept */
+    int rank_direct;    /* --measure-keys-direct D: recall32_direct's candidates, 0: off */
     int exact_first_layer; /* --exact-first-layer: layer 0 attends exactly (attend_layer) */
     int keep_evicted;   /* --kv-keep-evicted: evicted blocks stay in memory (masked only) */
 } AttnOptions;

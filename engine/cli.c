@@ -42,6 +42,8 @@ static const OptSpec OPTIONS[] = {
     {"--dump-every", C_MODEL, T_INT, OFF(dump_every), 1, 1 << 24, 0},
     {"--kv-budget", C_MODEL, T_INT, OFF(kv_budget), 1, 1 << 24, 0},
     {"--measure-keys", C_PPL, T_INT, OFF(measure_keys), 1, 1 << 24, 0},
+    {"--measure-keys-keep", C_PPL, T_INT, OFF(measure_keys_keep), 1, 99, 0},
+    {"--measure-keys-direct", C_PPL, T_INT, OFF(measure_keys_direct), 32, 1 << 24, 0},
     {"--kv-keep-evicted", C_MODEL, T_FLAG, OFF(keep_evicted), 0, 0, 1},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
@@ -77,7 +79,7 @@ static int parse_int(const char *flag, const char *value, int lo, int hi) {
 
 /* what an option not given is (the switches: SWITCHES[].on) */
 static const Options DEFAULTS = {
-    .policy = POL_EXACT, .k = 32, .block = 32, .probes = 8, .threads = 1, .max_new = 32, .runs = 7,
+    .policy = POL_EXACT, .measure_keys_keep = 50, .k = 32, .block = 32, .probes = 8, .threads = 1, .max_new = 32, .runs = 7,
     .warmup = 1, .layers = 1, .dump_every = 1,
 };
 
@@ -213,6 +215,8 @@ AttnOptions cli_attn_options(const Options *o) {
     a.predictor_path = o->predictor;
     a.kv_budget = o->kv_budget;
     a.rank_every = o->measure_keys;
+    a.rank_keep = o->measure_keys_keep;
+    a.rank_direct = o->measure_keys_direct;
     a.keep_evicted = o->keep_evicted;
     a.features_every = o->dump_every;
     if (o->dump_features) {

@@ -23,6 +23,8 @@ typedef struct {
     int dump_every, layer; /* --dump-every; predict: --layer */
     int kv_budget;         /* --kv-budget, 0: off */
     int measure_keys;      /* --measure-keys N: rank the keys of every N-th query, 0: off */
+    int measure_keys_keep; /* --measure-keys-keep P: lost_keep is the mass lost keeping P % */
+    int measure_keys_direct; /* --measure-keys-direct D: recall32_direct's top D, 0: off */
     int keep_evicted;      /* --kv-keep-evicted */
     /* attention */
     Policy policy;

@@ -9,9 +9,11 @@
 
 #define TOP 32
 
-void keyrank_init(KeyRank *r, int capacity, int n_layers, int every) {
+void keyrank_init(KeyRank *r, int capacity, int n_layers, int every, int keep_pct, int direct) {
     memset(r, 0, sizeof *r);
     r->every = every;
+    r->keep_pct = keep_pct;
+    r->direct = direct;
     r->n_layers = n_layers;
     size_t C = (size_t)capacity;
     r->score = lmc_alloc(C, sizeof(float), "key ranking");
@@ -22,11 +24,12 @@ void keyrank_init(KeyRank *r, int capacity, int n_layers, int every) {
     r->sum = lmc_alloc((size_t)n_layers * KR_METRICS, sizeof(double), "key ranking");
     r->queries = lmc_alloc((size_t)n_layers, sizeof(long), "key ranking");
     r->cand_queries = lmc_alloc((size_t)n_layers, sizeof(long), "key ranking");
+    r->direct_queries = lmc_alloc((size_t)n_layers, sizeof(long), "key ranking");
 }
 
 void keyrank_free(KeyRank *r) {
     void *bufs[] = {r->score, r->mass, r->order, r->rank_s, r->rank_m, r->sum, r->queries,
-                    r->cand_queries};
+                    r->cand_queries, r->direct_queries};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) lmc_free(bufs[i]);
     memset(r, 0, sizeof *r);
 }
@@ -125,6 +128,13 @@ void keyrank_add(KeyRank *r, int layer, int n) {
         captured += r->mass[r->order[i]];
     }
     for (int i = n - n / 2; i < n; i++) lost += r->mass[r->order[i]];
+    /* evicted: n * (100 - P) / 100 rounded down, so that P = 50 evicts what lost50 evicts */
+    double lost_keep = 0.0;
+    for (int i = n - (int)((long)n * (100 - r->keep_pct) / 100); i < n; i++)
+        lost_keep += r->mass[r->order[i]];
+    int direct = r->direct && n >= 2 * r->direct;
+    double direct_hits = 0.0;
+    for (int i = 0; direct && i < r->direct; i++) direct_hits += r->rank_m[r->order[i]];
     int varied = mean_ranks(r->score, r->order, r->rank_s, n);
     varied = mean_ranks(r->mass, r->order, r->rank_m, n) && varied;
     double *sum = r->sum + (size_t)layer * KR_METRICS;
@@ -132,20 +142,28 @@ void keyrank_add(KeyRank *r, int layer, int n) {
     sum[KR_RECALL32] += hits / TOP;
     sum[KR_CAPTURED32] += total > 0 ? captured / total : 0.0;
     sum[KR_LOST50] += total > 0 ? lost / total : 0.0;
+    sum[KR_LOST_KEEP] += total > 0 ? lost_keep / total : 0.0;
     r->queries[layer]++;
+    if (direct) {
+        sum[KR_DIRECT] += direct_hits / TOP;
+        r->direct_queries[layer]++;
+    }
     if (n >= KR_UNIVERSE) {
         add_candidates(r, sum, n);
         r->cand_queries[layer]++;
     }
 }
 
-static void write_means(FILE *f, const double *sum, long queries, long cand_queries) {
-    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50",
+/* the means of sum, each over its own query count */
+static void write_means(FILE *f, const double *sum, long queries, long cand_queries,
+                        long direct_queries) {
+    static const char *names[KR_METRICS] = {"rho", "recall32", "captured32", "lost50", "lost_keep",
                                             "recall32_c32", "recall32_c48", "recall32_c64",
-                                            "recall32_c96", "kept32_c96"};
-    fprintf(f, "\"queries\": %ld, \"cand_queries\": %ld", queries, cand_queries);
+                                            "recall32_c96", "kept32_c96", "recall32_direct"};
+    fprintf(f, "\"queries\": %ld, \"cand_queries\": %ld, \"direct_queries\": %ld", queries,
+            cand_queries, direct_queries);
     for (int m = 0; m < KR_METRICS; m++) {
-        long count = m < KR_RANK_METRICS ? queries : cand_queries;
+        long count = m < KR_RANK_METRICS ? queries : m == KR_DIRECT ? direct_queries : cand_queries;
         if (count) fprintf(f, ", \"%s\": %.9g", names[m], sum[m] / (double)count);
         else fprintf(f, ", \"%s\": null", names[m]);
     }
@@ -153,19 +171,21 @@ static void write_means(FILE *f, const double *sum, long queries, long cand_quer
 
 void keyrank_write_json(FILE *f, const KeyRank *r) {
     double all[KR_METRICS] = {0};
-    long queries = 0, cand_queries = 0;
+    long queries = 0, cand_queries = 0, direct_queries = 0;
     for (int l = 0; l < r->n_layers; l++) {
         for (int m = 0; m < KR_METRICS; m++) all[m] += r->sum[(size_t)l * KR_METRICS + m];
         queries += r->queries[l];
         cand_queries += r->cand_queries[l];
+        direct_queries += r->direct_queries[l];
     }
-    fprintf(f, "\"key_ranking\": {\"every\": %d, ", r->every);
-    write_means(f, all, queries, cand_queries);
+    fprintf(f, "\"key_ranking\": {\"every\": %d, \"keep\": %d, \"direct\": %d, ", r->every, r->keep_pct,
+            r->direct);
+    write_means(f, all, queries, cand_queries, direct_queries);
     fprintf(f, ", \"layers\": [");
     for (int l = 0; l < r->n_layers; l++) {
         fprintf(f, "%s{", l ? ", " : "");
         write_means(f, r->sum + (size_t)l * KR_METRICS, r->queries[l],
-                    r->cand_queries[l]);
+                    r->cand_queries[l], r->direct_queries[l]);
         fputc('}', f);
     }
     fprintf(f, "]}");

@@ -56,7 +56,8 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
         if (f->feat.dump) keyfeat_dump_header(&f->feat);
         attention_set_features(&f->attn, &f->feat, opt->predictor_path);
         if (opt->rank_every) {
-            keyrank_init(&f->rank, capacity, c->n_layers, opt->rank_every);
+            keyrank_init(&f->rank, capacity, c->n_layers, opt->rank_every, opt->rank_keep,
+                         opt->rank_direct);
             f->attn.keys.rank = &f->rank;
         }
     }

@@ -33,10 +33,10 @@ LABEL_DEFAULTS = {name: DEFAULTS[name] for name in ("block", "probes", "kv", "wq
                                                     "prefill_attn")}
 # lmc --measure-keys: the eviction-prediction article's figures of a policy's key ranking
 # (engine/keyrank.h)
-RANK_METRICS = ("rho", "recall32", "captured32", "lost50")
+RANK_METRICS = ("rho", "recall32", "captured32", "lost50", "lost_keep")
 # and of its two-stage candidates in the last 128 keys (top-32 recall at C, mass kept at C = 96)
 CANDIDATE_METRICS = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
-                     "kept32_c96")
+                     "kept32_c96", "recall32_direct")  # direct: the top D of all keys
 
 
 @dataclass
@@ -136,6 +136,11 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
             parts.append(f"kv-budget={config['kv_budget']}")
         if config.get("predictor"):  # gbm's trees, by the start of their sha256
             parts.append(f"trees={str(config['predictor'])[:8]}")
+        # the key ranking's budget and direct candidates (lmc --measure-keys-keep, -direct)
+        if config.get("measure_keys_keep") is not None:
+            parts.append(f"ranked-keep={config['measure_keys_keep']}%")
+        if config.get("measure_keys_direct") is not None:
+            parts.append(f"direct={config['measure_keys_direct']}")
     threads = int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")

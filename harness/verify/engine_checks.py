@@ -279,6 +279,14 @@ MUTANTS = {m.name: m for m in (
     Mutant("recency", "no recency insurance: the last block is kept only when chosen",
            "select.c", (("if (cfg->recency && !s->used[last] && count > n_imp) {",
                          "if (0 && cfg->recency && !s->used[last] && count > n_imp) {"),)),
+    Mutant("importance-evicted", "the recency insurance replaces the first pick (an importance "
+           "pick when there is one) instead of the lowest probe pick", "select.c", (
+               ("        s->used[sel[count - 1]] = 0;\n        sel[count - 1] = last;",
+                "        s->used[sel[0]] = 0;\n        sel[0] = last;"),)),
+    Mutant("short-count", "with no more blocks than k, the selection stops one block short of "
+           "the blocks there are (the last one is left out)", "select.c", (
+               ("        *select_bytes = 0;\n        return n_blocks;",
+                "        *select_bytes = 0;\n        return n_blocks - 1;"),)),
     Mutant("ties", "ties go to the higher block index", "select.c", (
         ("if (best < 0 || score[b] > score[best]) best = b;",
          "if (best < 0 || score[b] >= score[best]) best = b;"),
@@ -286,6 +294,9 @@ MUTANTS = {m.name: m for m in (
          "if (m == want && !(sc >= score[top[m - 1]])) continue;"),
         ("for (; i > 0 && sc > score[top[i - 1]]; i--)",
          "for (; i > 0 && sc >= score[top[i - 1]]; i--)"))),
+    Mutant("renorm-extra", "the sparse softmax's denominator also counts a weight from outside "
+           "the selected blocks (one more key at the running max)", "attn_kernel.c", (
+               ("        float inv = 1.0f / l[g];", "        float inv = 1.0f / (l[g] + 1.0f);"),)),
     Mutant("causal", "each prefill query also sees the next position (one row of the future)",
            "attn_kernel.c", (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
                               "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)),

@@ -86,3 +86,17 @@ def test_every_claim_has_a_kind_and_every_experiment_is_a_valid_spec(name: str) 
         assert spec.name == experiment
     measured = {c.id for c in claims.claims if c.metric != "reported"}
     assert measured, f"{name}: nothing is judged here"
+
+
+def test_seed_004_experiments_run_at_least_five_windows_never_trained_on() -> None:
+    """Seed 004's figures rest on independent windows of the held-out text (a window is a ppl
+    workload's seed): at least 5 per experiment, as the audit's rules ask of recall claims, and
+    none of the last 6 of heldout.txt's 42 windows (36-41), where the predictor study trains
+    its trees and measures their ranking (specs/studies/predictor_pydoc_lm.toml)."""
+    claims = load_claims(REPO / "claims" / "seed_004_attention_prediction.toml")
+    assert claims.experiments
+    for experiment, fragment in claims.experiments.items():
+        for workload in fragment["workload"]:
+            windows = set(workload["seed"])
+            assert len(windows) >= 5, (experiment, sorted(windows))
+            assert max(windows) < 36, (experiment, sorted(windows))

@@ -125,3 +125,71 @@ def test_key_ranking_is_the_same_for_any_thread_count(lmc, tiny_model, tmp_path)
         docs = [measured(lmc, model, tmp_path, policy, "--threads", str(t))[0]["key_ranking"]
                 for t in (1, 3)]
         assert docs[0] == docs[1] and docs[0]["queries"] > 0
+
+
+def numpy_lost(dump: KeyDump, score: np.ndarray, layer: int, keep: int) -> float:
+    """Per query with 64 keys or more, at ``layer``: the true mass of the n * (100 - keep) / 100
+    (rounded down) keys of lowest score, over the total; the mean."""
+    lost = []
+    at_layer = dump.column("layer") == layer
+    for query in np.unique(dump.column("query")[at_layer]):
+        mine = at_layer & (dump.column("query") == query)
+        mass = dump.column("target")[mine].astype(np.float64)
+        if len(mass) < 64:
+            continue
+        by_score = np.argsort(-score[mine], kind="stable")
+        evicted = len(mass) * (100 - keep) // 100
+        lost.append(mass[by_score[len(mass) - evicted:]].sum() / mass.sum())
+    return float(np.mean(lost))
+
+
+def test_mass_lost_at_a_kept_share_other_than_half(lmc, tiny_model, tmp_path):
+    """--measure-keys-keep P: lost_keep is the mass lost keeping P % of the keys (seed 004's
+    25 % budget column); by default P = 50 and it is lost50."""
+    model = tiny_model(MODEL)
+    half, dump = measured(lmc, model, tmp_path, "window")
+    quarter, _ = measured(lmc, model, tmp_path, "window", "--measure-keys-keep", "25")
+    score = dump.column("key").astype(np.float64)
+    assert half["key_ranking"]["keep"] == 50 and quarter["key_ranking"]["keep"] == 25
+    for layer in (0, 1):
+        at_half, at_quarter = half["key_ranking"]["layers"][layer], \
+            quarter["key_ranking"]["layers"][layer]
+        assert at_half["lost_keep"] == at_half["lost50"]
+        assert at_quarter["lost_keep"] == pytest.approx(numpy_lost(dump, score, layer, 25),
+                                                        abs=1e-6)
+        # keeping a quarter loses more than keeping half; the other figures do not move
+        assert at_quarter["lost_keep"] > at_quarter["lost50"] == at_half["lost50"]
+
+
+def numpy_direct(dump: KeyDump, score: np.ndarray, layer: int, direct: int) -> tuple[int, float]:
+    """Per query with 2 * ``direct`` keys or more, at ``layer``: the share of the true top 32 by
+    mass among the scorer's top ``direct`` of all its keys; the count and the mean."""
+    recalls = []
+    at_layer = dump.column("layer") == layer
+    for query in np.unique(dump.column("query")[at_layer]):
+        mine = at_layer & (dump.column("query") == query)
+        mass = dump.column("target")[mine].astype(np.float64)
+        if len(mass) < 2 * direct:
+            continue
+        true_top = set(np.argsort(-mass, kind="stable")[:32].tolist())
+        chosen = set(np.argsort(-score[mine], kind="stable")[:direct].tolist())
+        recalls.append(len(true_top & chosen) / 32)
+    return len(recalls), float(np.mean(recalls))
+
+
+def test_direct_recall_over_the_whole_context(lmc, tiny_model, tmp_path):
+    """--measure-keys-direct D: the top-32 recall of the scorer's top D of all keys (seed 004's
+    direct-256 at L = 1024), over queries with 2 D keys or more; off (null) by default."""
+    model = tiny_model(MODEL)
+    off, dump = measured(lmc, model, tmp_path, "h2o-prev")
+    on, _ = measured(lmc, model, tmp_path, "h2o-prev", "--measure-keys-direct", "48")
+    assert off["key_ranking"]["direct"] == 0 and off["key_ranking"]["recall32_direct"] is None
+    assert on["key_ranking"]["direct"] == 48
+    score = dump.column("prev_mass").astype(np.float64)
+    layer = on["key_ranking"]["layers"][1]  # layer 0's accumulated mass is not dumped
+    count, recall = numpy_direct(dump, score, 1, 48)
+    assert layer["direct_queries"] == count == len(range(95, 159, 4))
+    assert layer["recall32_direct"] == pytest.approx(recall, abs=1e-6)
+    # the other figures do not move
+    assert {k: v for k, v in layer.items() if "direct" not in k} == \
+        {k: v for k, v in off["key_ranking"]["layers"][1].items() if "direct" not in k}

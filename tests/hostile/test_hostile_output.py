@@ -156,25 +156,29 @@ def test_parse_trace_refuses_what_the_engine_does_not_write(data: bytes, reason:
 
 PPL = {"schema": "lmc/1", "command": "ppl", "tokens": 10, "nll": 2.5, "ppl": 12.2}
 CANDIDATES = {"recall32_c32": 0.75, "recall32_c48": 0.875, "recall32_c64": 0.9375,
-              "recall32_c96": 1.0, "kept32_c96": 0.5}
-NO_CANDIDATES = {"cand_queries": 0} | dict.fromkeys(CANDIDATES)
+              "recall32_c96": 1.0, "kept32_c96": 0.5, "direct_queries": 0,
+              "recall32_direct": None}
+NO_CANDIDATES = {"cand_queries": 0} | dict.fromkeys(CANDIDATES) | {"direct_queries": 0}
 RANKING = {"every": 8, "queries": 2, "rho": -0.25, "recall32": 0.5, "captured32": 0.5,
-           "lost50": 0.25, "cand_queries": 1} | CANDIDATES | {
+           "lost50": 0.25, "lost_keep": 0.25, "cand_queries": 1} | CANDIDATES | {
     "layers": [{"queries": 2, "rho": -0.25, "recall32": 0.5, "captured32": 0.5,
-                "lost50": 0.25, "cand_queries": 1} | CANDIDATES,
+                "lost50": 0.25, "lost_keep": 0.25, "cand_queries": 1} | CANDIDATES,
                {"queries": 0, "rho": None, "recall32": None, "captured32": None,
-                "lost50": None} | NO_CANDIDATES]}
+                "lost50": None, "lost_keep": None} | NO_CANDIDATES]}
 
 
 @pytest.mark.parametrize("ranking,reason", [
     (RANKING | {"rho": 1.5}, "'key_ranking.rho'"),
     (RANKING | {"lost50": None}, "'key_ranking.lost50'"),  # null only without queries
+    (RANKING | {"lost_keep": 1.5}, "'key_ranking.lost_keep'"),
+    (RANKING | {"direct_queries": 1}, "'key_ranking.recall32_direct'"),  # null with queries
     (RANKING | {"kept32_c96": None}, "'key_ranking.kept32_c96'"),  # null only without 128 keys
     (RANKING | {"recall32_c96": 1.25}, "'key_ranking.recall32_c96'"),
     (RANKING | {"cand_queries": -1}, "'key_ranking.cand_queries'"),
     (RANKING | {"layers": "all"}, "'key_ranking.layers'"),
     (RANKING | {"layers": [{"queries": 1, "rho": 0, "recall32": 2, "captured32": 0,
-                            "lost50": 0} | NO_CANDIDATES]}, "'key_ranking.layers[0].recall32'"),
+                            "lost50": 0, "lost_keep": 0} | NO_CANDIDATES]},
+     "'key_ranking.layers[0].recall32'"),
     ([1], "'key_ranking'"),
 ])
 def test_parse_checks_the_key_ranking_of_a_ppl_run(ranking, reason) -> None:

@@ -206,3 +206,32 @@ def test_lmc_info_prints_the_vocabulary_the_harness_uses(lmc: Path, needle_model
         parse_spec(text, tmp_path / "spec.toml")
     labels = {s["flag"].removeprefix("--") for s in info["switches"]}
     assert labels == {s.label for s in lmc_axes.SWITCHES}
+
+
+def test_the_ranked_budget_is_an_engine_axis_of_ppl_runs(tmp_path: Path) -> None:
+    """engine.measure_keys_keep: each budget (% of keys kept) of lmc's lost_keep figure is a
+    config of its own; 50 (lmc's default) leaves the config, and so the run keys, as they were
+    before the axis existed; exact ranks no key and takes no budget."""
+    from devices.checker import Checker
+    from harness.engines.lmc.config import configs
+    from harness.engines.lmc.section import parse_section
+
+    check = Checker(tmp_path / "spec.toml", InputError, "spec")
+    table = {"measure_keys": 8, "policy": {"exact": {}, "window": {}}}
+    keeps = parse_section(check, table | {"measure_keys_keep": [25, 50]}, ["ppl"])
+    found = {(c.policy, c.measure_keys_keep) for c in configs(keeps, "ppl", True, 1)}
+    assert found == {("exact", None), ("window", 25), ("window", None)}
+    before = [c.as_dict() for c in configs(parse_section(check, table, ["ppl"]), "ppl", True, 1)]
+    at_half = [c.as_dict() for c in configs(keeps, "ppl", True, 1) if not c.measure_keys_keep]
+    assert at_half == before
+    with pytest.raises(InputError, match="measure_keys_keep"):
+        parse_section(check, table | {"measure_keys_keep": 100}, ["ppl"])
+    # the direct recall's candidate count: set, it is in the ranked configs only
+    direct = parse_section(check, table | {"measure_keys_direct": 256}, ["ppl"])
+    assert {(c.policy, c.as_dict().get("measure_keys_direct"))
+            for c in configs(direct, "ppl", True, 1)} == {("exact", None), ("window", 256)}
+    # reports tell the budgets' runs apart (a cell per config label)
+    from reports.runs import config_label
+    labels = {config_label({"policy": c.policy, "config": json.dumps(c.as_dict())})
+              for c in configs(keeps, "ppl", True, 1) + configs(direct, "ppl", True, 1)}
+    assert labels == {"exact", "window", "window ranked-keep=25%", "window direct=256"}

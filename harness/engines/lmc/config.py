@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from db.lmc_axes import EVICTING, SWITCH_NAMES, shows_k
-from harness.engines.lmc.section import EngineAxes
+from harness.engines.lmc.section import MEASURE_KEYS_KEEP, EngineAxes
 
 AXES = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn",
         "measure_selection")
@@ -22,7 +22,8 @@ COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_att
 # of those, what a run's duration depends on besides its command and size
 TIMING_COLUMNS = ("policy", "k")
 # axes added after the first runs were stored: left out of a config when unset
-LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys")
+LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys", "measure_keys_keep",
+              "measure_keys_direct")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class EngineConfig:
     kv_budget: int | None = None  # --kv-budget: positions each head keeps (None: no eviction)
     predictor: str | None = None  # gbm: the sha256 of its tree file
     measure_keys: int | None = None  # --measure-keys: rank the keys of every N-th query
+    # --measure-keys-keep: % of keys kept for lost_keep (None: lmc's default, 50)
+    measure_keys_keep: int | None = None
+    measure_keys_direct: int | None = None  # --measure-keys-direct D (None: off)
 
     def as_dict(self) -> dict[str, Any]:
         """The config for run keys and records (see the module's docstring), in the stored
@@ -65,6 +69,8 @@ class EngineConfig:
             words.append(f"k={self.k}")
         if self.kv_budget is not None:
             words.append(f"kv-budget={self.kv_budget}")
+        if self.measure_keys_keep is not None:
+            words.append(f"ranked-keep={self.measure_keys_keep}%")
         return " ".join(words)
 
 
@@ -77,11 +83,13 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
     found: list[EngineConfig] = []
     for policy in axes.policies:
         names = sorted(policy.switches)
-        for k, block, probes, budget, kv, wq, threads, prefill, *switches in itertools.product(
+        for (k, block, probes, budget, kv, wq, threads, prefill, keep,
+             *switches) in itertools.product(
             policy.k, policy.block, policy.probes, policy.kv_budget, axes.kv, axes.wq,
-            axes.threads or [default_threads], axes.prefill_attn,
+            axes.threads or [default_threads], axes.prefill_attn, axes.measure_keys_keep,
             *(policy.switches[name] for name in names),
         ):
+            ranks = command == "ppl" and policy.name in EVICTING and axes.measure_keys is not None
             config = EngineConfig(
                 policy=policy.name, k=k, block=block, probes=probes,
                 kv=kv,
@@ -93,8 +101,9 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
                 trace_selection=True if axes.trace_selection and measures else None,
                 kv_budget=budget if uses_model else None,
                 predictor=policy.predictor.sha256 if policy.predictor else None,
-                measure_keys=axes.measure_keys
-                if command == "ppl" and policy.name in EVICTING else None,
+                measure_keys=axes.measure_keys if ranks else None,
+                measure_keys_keep=keep if ranks and keep != MEASURE_KEYS_KEEP else None,
+                measure_keys_direct=axes.measure_keys_direct if ranks else None,
             )
             if config not in found:  # axes a command ignores would only repeat a config
                 found.append(config)

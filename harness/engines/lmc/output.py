@@ -180,11 +180,15 @@ def _ppl(doc: dict[str, Any]) -> None:
             _key_ranking(part, f"key_ranking.layers[{i}]")
 
 
-RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50")
+RANKING_FIGURES = ("rho", "recall32", "captured32", "lost50", "lost_keep")
 # the eviction-prediction article's two-stage candidates in the last 128 keys (engine/keyrank.h),
 # over cand_queries
 CANDIDATE_FIGURES = ("recall32_c32", "recall32_c48", "recall32_c64", "recall32_c96",
                      "kept32_c96")
+# each figure's query count: the candidates' over the 128-key universes, direct's over queries
+# with 2 D keys or more (lmc --measure-keys-direct D)
+FIGURE_COUNTS = dict.fromkeys(RANKING_FIGURES, "queries") | \
+    dict.fromkeys(CANDIDATE_FIGURES, "cand_queries") | {"recall32_direct": "direct_queries"}
 
 
 def _key_ranking(part: Any, path: str) -> None:
@@ -193,10 +197,11 @@ def _key_ranking(part: Any, path: str) -> None:
     if not isinstance(part, dict):
         raise _fail(path, "an object", part)
     _count(part.get("queries"), f"{path}.queries")
-    _count(part.get("cand_queries"), f"{path}.cand_queries")
-    for key in RANKING_FIGURES + CANDIDATE_FIGURES:
+    for count in set(FIGURE_COUNTS.values()) - {"queries"}:
+        _count(part.get(count), f"{path}.{count}")
+    for key, count in FIGURE_COUNTS.items():
         value = part.get(key)
-        if value is None and part["queries" if key in RANKING_FIGURES else "cand_queries"] == 0:
+        if value is None and part[count] == 0:
             continue
         low = -1 if key == "rho" else 0
         if isinstance(value, bool) or not isinstance(value, int | float) or \

@@ -18,7 +18,9 @@ def options(workload: WorkloadPoint, config: EngineConfig,
     opts: list[str] = ["--attn", config.policy]
     for flag, value in (("--k", config.k), ("--block", config.block),
                         ("--probes", config.probes), ("--kv-budget", config.kv_budget),
-                        ("--measure-keys", config.measure_keys)):
+                        ("--measure-keys", config.measure_keys),
+                        ("--measure-keys-keep", config.measure_keys_keep),
+                        ("--measure-keys-direct", config.measure_keys_direct)):
         if value is not None:
             opts += [flag, str(value)]
     opts += ["--threads", str(config.threads), "--kv", str(config.kv)]

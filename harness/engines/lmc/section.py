@@ -32,13 +32,15 @@ from devices.checker import Checker
 from devices.files import read_bytes
 
 SECTION = "engine"  # the spec's table of lmc's axes
+MEASURE_KEYS_KEEP = 50  # lmc's --measure-keys-keep default: lost_keep is then lost50
 # The most lmc takes of each (its option table in engine/cli.c): a spec asking for more failed
 # every run of its matrix at the engine's option check instead of being refused here
 LMC_LIMITS = {"threads": 256, "k": 1 << 24, "block": 1 << 20, "probes": 1 << 20,
               "kv_budget": 1 << 24}
 
 ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
-               "trace_selection", "measure_keys"}
+               "trace_selection", "measure_keys", "measure_keys_keep",
+               "measure_keys_direct"}
 SWITCH_DEFAULTS = {s.name: s.default for s in SWITCHES}
 
 
@@ -73,6 +75,10 @@ class EngineAxes:
     trace_selection: bool = False  # generate and attn-bench runs keep the selected blocks
     # ppl runs of the evicting policies rank the keys of every N-th query (lmc --measure-keys)
     measure_keys: int | None = None
+    # the budgets (% of keys kept) its lost_keep figure is measured at (--measure-keys-keep)
+    measure_keys_keep: list[int] = field(default_factory=lambda: [MEASURE_KEYS_KEEP])
+    # recall32_direct's candidates: the top D of all keys (--measure-keys-direct; None: off)
+    measure_keys_direct: int | None = None
 
 
 def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
@@ -114,6 +120,11 @@ def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
         measure_keys=check.minimum(check.scalar(table["measure_keys"], "engine.measure_keys",
                                                 "int"), "engine.measure_keys", 1)
         if "measure_keys" in table else None,
+        measure_keys_keep=check.axis(table.get("measure_keys_keep", MEASURE_KEYS_KEEP),
+                                     "engine.measure_keys_keep", "int", low=1, high=99),
+        measure_keys_direct=check.minimum(check.scalar(
+            table["measure_keys_direct"], "engine.measure_keys_direct", "int"),
+            "engine.measure_keys_direct", 32) if "measure_keys_direct" in table else None,
     )
 
 
