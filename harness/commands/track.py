@@ -24,11 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_measuring(parser, "the metric whose regressions are reported")
     add_threshold(parser, "smallest relative step reported")
     add_notify(parser, "announce each regression here, besides the spec's [notify]")
-    parser.add_argument("--confirm-budget", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--confirm-budget", type=float, default=None, metavar="SECONDS",
                         help="before blaming a commit, measure it and the revision before it "
                              "again in alternating rounds until they differ or are the same, "
                              "within this much measuring time per step; only a confirmed step "
-                             "opens an alert (default: 0, no confirmation)")
+                             "opens an alert (default: the spec's [track] confirm_budget_s, "
+                             "else 0: no confirmation)")
     parser.set_defaults(func=run)
 
 
@@ -44,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
                        lambda line: print(line, file=sys.stderr, flush=True),
                        regression_hook(targets))
         summaries, notes = result.summaries, {}
-        if args.confirm_budget > 0:
-            summaries, notes = confirmed(measurer, result.summaries, args)
+        budget = spec.confirm_budget_s if args.confirm_budget is None else args.confirm_budget
+        if budget > 0:
+            summaries, notes = confirmed(measurer, result.summaries, args, budget)
         alerting = record_alerts(measurer.store, summaries, targets, notes)
     for line in said(alerting):
         print(line)
@@ -54,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace
-              ) -> tuple[list[CommitSummary], dict[str, str]]:
+def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace,
+              budget_s: float) -> tuple[list[CommitSummary], dict[str, str]]:
     """The summaries whose regressions confirmation finds ``different`` (the others' steps
     that are not regressions too: they may suggest a fix), and a note per confirmed one."""
     from harness.history.confirm import board_change, confirm, measured_conditions
@@ -65,7 +67,7 @@ def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse
         if not any(step.regression for step in summary.steps) or summary.previous is None:
             kept.append(summary)
             continue
-        checked = confirm(measurer, summary, args.metric, args.threshold, args.confirm_budget,
+        checked = confirm(measurer, summary, args.metric, args.threshold, budget_s,
                           lambda line: print(line, file=sys.stderr, flush=True))
         print(checked.line())
         moved = sorted({s.config for s in summary.steps if s.regression})

@@ -67,7 +67,9 @@ def named(tmp_path_factory: pytest.TempPathFactory) -> dict:
     docs = change(repo, "docs only", "README.md", lambda t: t + "\n")
     later = change(repo, "another comment", "engine/ops.c", lambda t: t + "/* later */\n")
     spec = root / "spec.toml"
-    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny"))
+    # the spec asks `track` to confirm each step (the first test's --confirm-budget 0 says not)
+    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
+                    + "\n[track]\nconfirm_budget_s = 600\n")
     return {"root": root, "repo": repo, "spec": spec, "since": since, "comment": comment,
             "harmless": harmless, "revert": revert, "slow": slow, "docs": docs, "later": later}
 
@@ -76,8 +78,10 @@ def test_revisions_sharing_a_binary_resolve_to_its_runs_in_history_bisect_and_co
         named: dict) -> None:
     events = named["root"] / "events.jsonl"
     tracked = cli(named, "names.db", "track", str(named["spec"]), "--since", named["since"],
-                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
+                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}",
+                  "--confirm-budget", "0")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
+    assert "confirmation of" not in tracked.stdout  # the flag overrides the spec's budget
     # per commit first: short sha, date, subject, configs moved of those measured, devices
     summary = [line for line in tracked.stdout.splitlines()
                if line.startswith("regression at commit")]
@@ -138,7 +142,7 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
     notify = ["--notify", f"cat >> {events}; echo >> {events}"]
 
     tracked = cli(scratch, "alerts.db", "track", str(named["spec"]), "--since",
-                  named["since"], *THRESHOLD, *notify, "--confirm-budget", "600")
+                  named["since"], *THRESHOLD, *notify)  # the spec's [track] budget
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # confirmed before blamed: the culprit and the revision before it measured again
     confirmation = f"confirmation of {named['slow'][:12]} against {named['revert'][:12]}: "
