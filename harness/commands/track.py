@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from harness.commands.arguments import add_measuring, add_notify, add_threshold
@@ -30,6 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "within this much measuring time per step; only a confirmed step "
                              "opens an alert (default: the spec's [track] confirm_budget_s, "
                              "else 0: no confirmation)")
+    parser.add_argument("--ends-only", action="store_true",
+                        help="measure only the newest new commit (a nightly that measures the "
+                             "night's ends); a confirmed step that spans several commits is "
+                             "bisected to the first bad one within the confirmation budget")
     parser.set_defaults(func=run)
 
 
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
-                       regression_hook(targets))
+                       regression_hook(targets), args.ends_only)
         summaries, notes = result.summaries, {}
         budget = spec.confirm_budget_s if args.confirm_budget is None else args.confirm_budget
         if budget > 0:
@@ -61,14 +66,18 @@ def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse
     """The summaries whose regressions confirmation finds ``different`` (the others' steps
     that are not regressions too: they may suggest a fix), and a note per confirmed one."""
     from harness.history.confirm import board_change, confirm, measured_conditions
+    from harness.history.track import narrow
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     kept, notes = [], {}
     for summary in summaries:
         if not any(step.regression for step in summary.steps) or summary.previous is None:
             kept.append(summary)
             continue
-        checked = confirm(measurer, summary, args.metric, args.threshold, budget_s,
-                          lambda line: print(line, file=sys.stderr, flush=True))
+        deadline = time.monotonic() + budget_s  # confirming and bisecting share the budget
+        checked = confirm(measurer, summary, args.metric, args.threshold, budget_s, say)
         print(checked.line())
         moved = sorted({s.config for s in summary.steps if s.regression})
         changed = None
@@ -83,8 +92,13 @@ def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse
                 measurer.store.boards.note(device, reason, "benchfarm track")
             print(f"track: board event on {', '.join(summary.devices)}: {reason}")
         elif checked.verdict == "different":
-            kept.append(summary)
-            notes[summary.revision] = checked.line()
+            culprit, found = narrow(measurer, summary, args.metric, args.threshold, deadline,
+                                    say)
+            kept.append(culprit)
+            notes[culprit.revision] = checked.line() + (
+                f"; bisected: {found.line(args.metric)}" if found else "")
+            if found:
+                print(f"track: bisected: {found.line(args.metric)}")
         else:
             print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
                   f"({checked.verdict})")

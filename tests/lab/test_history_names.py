@@ -252,3 +252,32 @@ def test_confirmation_finds_a_claimed_step_between_harmless_commits_the_same(
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = done.stdout.strip().splitlines()[-1].split()
     assert verdict[:2] == ["verdict", "same"] and int(verdict[2]) >= 1, done.stdout[-2000:]
+
+
+def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
+        named: dict) -> None:
+    """A night of two engine commits on the fast revert: the slowdown, then a comment-only
+    commit. `track --ends-only` measures the night's ends, confirms the step and bisects it:
+    the alert names the slow commit, not the night's last."""
+    night = named["root"] / "ends"
+    git(named["root"], "clone", "-q", str(named["repo"]), str(night))
+    git(night, "config", "user.email", "test@example.com")
+    git(night, "config", "user.name", "test")
+    git(night, "checkout", "-q", "-b", "night", named["revert"])
+    slow = change(night, "slow the night", "engine/cmd_generate.c",
+                  lambda t: t.replace(STEP_LINE, SLOW + STEP_LINE))
+    last = change(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
+    scratch = named | {"repo": night}
+    tracked = cli(scratch, "ends.db", "track", str(named["spec"]), "--since", named["revert"],
+                  "--ends-only", *THRESHOLD)  # the spec's [track] budget
+    assert tracked.returncode == 0, tracked.stderr[-3000:]
+    assert f"confirmation of {last[:12]} against {named['revert'][:12]}: different" \
+        in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]
+    listed = json.loads(cli(scratch, "ends.db", "alerts", "list", "--json").stdout)
+    assert [(a["revision"], a["previous"], a["subject"]) for a in listed] == [
+        (slow, named["revert"], "slow the night")], tracked.stdout + tracked.stderr[-3000:]
+    assert "bisected: first bad commit: " + slow[:12] in listed[0]["changes"][0]["note"]
+    # only the ends and the commit the search needed were measured
+    shown = json.loads(cli(scratch, "ends.db", "history", "hist", "--json", *THRESHOLD).stdout)
+    assert [p["revision"] for p in shown["series"][0]["points"]] == [
+        named["revert"], slow, last]
