@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
 def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace,
               budget_s: float) -> tuple[list[CommitSummary], dict[str, str]]:
     """The summaries whose regressions confirmation finds ``different`` (the others' steps
-    that are not regressions too: they may suggest a fix), and a note per confirmed one."""
-    from harness.history.confirm import board_change, confirm, measured_conditions
+    that are not regressions too: they may suggest a fix), and a note per confirmed one.
+    A confirmed step is reproduced on a second board of its class where the inventory has one,
+    then bisected when it spans several engine commits, all within ``budget_s`` per step."""
+    from harness.history.confirm import board_change, confirm, measured_conditions, reproduce
     from harness.history.track import narrow
 
     def say(line: str) -> None:
@@ -79,27 +81,38 @@ def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse
         deadline = time.monotonic() + budget_s  # confirming and bisecting share the budget
         checked = confirm(measurer, summary, args.metric, args.threshold, budget_s, say)
         print(checked.line())
+        if checked.verdict != "different":
+            print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
+                  f"({checked.verdict})")
+            continue
+        note = checked.line()
         moved = sorted({s.config for s in summary.steps if s.regression})
-        changed = None
-        if checked.verdict == "different":
-            changed = board_change(measured_conditions(measurer, checked.previous, moved),
-                                   measured_conditions(measurer, checked.revision, moved),
-                                   checked.previous, checked.revision)
+        changed = board_change(measured_conditions(measurer, checked.previous, moved),
+                               measured_conditions(measurer, checked.revision, moved),
+                               checked.previous, checked.revision)
         if changed:
-            reason = (f"a step of {args.metric} at {summary.revision[:12]} coincides with a "
-                      f"change of the board's conditions ({changed}): not blamed on the commit")
+            changed = f"it coincides with a change of the board's conditions ({changed})"
+        second = None if changed else reproduce(measurer, summary, args.metric,
+                                                args.threshold, deadline - time.monotonic(),
+                                                say)
+        if second is not None:
+            board, again = second
+            print(f"on {board}: {again.line()}")
+            if again.verdict == "different":
+                note += f"; reproduced on {board}: {again.line()}"
+            else:
+                changed = f"not seen on {board}, a second board of its class ({again.verdict})"
+        if changed:
+            reason = (f"a step of {args.metric} at {summary.revision[:12]} is the board's, "
+                      f"not the commit's: {changed}")
             for device in summary.devices:
                 measurer.store.boards.note(device, reason, "benchfarm track")
             print(f"track: board event on {', '.join(summary.devices)}: {reason}")
-        elif checked.verdict == "different":
-            culprit, found = narrow(measurer, summary, args.metric, args.threshold, deadline,
-                                    say)
-            kept.append(culprit)
-            notes[culprit.revision] = checked.line() + (
-                f"; bisected: {found.line(args.metric)}" if found else "")
-            if found:
-                print(f"track: bisected: {found.line(args.metric)}")
-        else:
-            print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
-                  f"({checked.verdict})")
+            continue
+        culprit, found = narrow(measurer, summary, args.metric, args.threshold, deadline, say)
+        kept.append(culprit)
+        notes[culprit.revision] = note + (f"; bisected: {found.line(args.metric)}"
+                                          if found else "")
+        if found:
+            print(f"track: bisected: {found.line(args.metric)}")
     return kept, notes

@@ -281,3 +281,33 @@ def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
     shown = json.loads(cli(scratch, "ends.db", "history", "hist", "--json", *THRESHOLD).stdout)
     assert [p["revision"] for p in shown["series"][0]["points"]] == [
         named["revert"], slow, last]
+
+
+PAIR = """
+[[device]]
+name = "pair-{0}"
+transport = "local"
+class = "pair"
+workdir = "{1}/pair-{0}"
+"""
+
+
+def test_a_step_is_reproduced_on_a_second_board_of_its_class_before_blame(
+        named: dict) -> None:
+    """An inventory with two boards of one class on this machine: a step confirmed on the
+    first is run and confirmed again on the second before its alert opens."""
+    inventory = named["root"] / "pair.toml"
+    inventory.write_text("".join(PAIR.format(name, named["root"]) for name in "ab"))
+    spec = named["root"] / "pair-spec.toml"
+    spec.write_text(named["spec"].read_text().replace('devices = ["local"]',
+                                                      'devices = ["pair-a"]'))
+    tracked = cli(named, "pair.db", "track", str(spec), "--since", named["revert"],
+                  "--inventory", str(inventory), *THRESHOLD, "--confirm-budget", "900")
+    assert tracked.returncode == 0, tracked.stderr[-3000:]
+    again = (f"on pair-b: confirmation of {named['slow'][:12]} against "
+             f"{named['revert'][:12]}: different")
+    assert again in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]
+    listed = json.loads(cli(named, "pair.db", "alerts", "list", "--json").stdout)
+    assert [(a["revision"], a["devices"]) for a in listed] == [(named["slow"], ["pair-a"])]
+    assert "; reproduced on pair-b: " + again.removeprefix("on pair-b: ") \
+        in listed[0]["changes"][0]["note"]
