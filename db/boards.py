@@ -235,13 +235,15 @@ class Boards:
                 .limit(failures))]
         return BoardActivity(boards, last, failed)
 
-    def history(self, board: str) -> list[StateChange]:
-        """The board's state changes, oldest first."""
+    def history(self, board: str, newest: int | None = None) -> list[StateChange]:
+        """The board's events (its state changes and ``note``s), oldest first; only the
+        ``newest`` ones when given."""
         table = BoardEvent.__table__
         with self.database.connect() as conn:
             rows = conn.execute(select(table).where(table.c.board == board)
-                                .order_by(table.c.id)).all()
-        return [StateChange(r.board, r.state, r.reason, r.changed_by, r.at) for r in rows]
+                                .order_by(table.c.id.desc()).limit(newest)).all()
+        return [StateChange(r.board, r.state, r.reason, r.changed_by, r.at)
+                for r in reversed(rows)]
 
     @retry_locked
     def record_failure(self, board: str, error: str, by: str, bad_after: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from harness.commands.arguments import add_measuring, add_notify, add_threshold
@@ -24,11 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_measuring(parser, "the metric whose regressions are reported")
     add_threshold(parser, "smallest relative step reported")
     add_notify(parser, "announce each regression here, besides the spec's [notify]")
-    parser.add_argument("--confirm-budget", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--confirm-budget", type=float, default=None, metavar="SECONDS",
                         help="before blaming a commit, measure it and the revision before it "
                              "again in alternating rounds until they differ or are the same, "
                              "within this much measuring time per step; only a confirmed step "
-                             "opens an alert (default: 0, no confirmation)")
+                             "opens an alert (default: the spec's [track] confirm_budget_s, "
+                             "else 0: no confirmation)")
+    parser.add_argument("--ends-only", action="store_true",
+                        help="measure only the newest new commit (a nightly that measures the "
+                             "night's ends); a confirmed step that spans several commits is "
+                             "bisected to the first bad one within the confirmation budget")
     parser.set_defaults(func=run)
 
 
@@ -42,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
     with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
-                       regression_hook(targets))
+                       regression_hook(targets), args.ends_only)
         summaries, notes = result.summaries, {}
-        if args.confirm_budget > 0:
-            summaries, notes = confirmed(measurer, result.summaries, args)
+        budget = spec.confirm_budget_s if args.confirm_budget is None else args.confirm_budget
+        if budget > 0:
+            summaries, notes = confirmed(measurer, result.summaries, args, budget)
         alerting = record_alerts(measurer.store, summaries, targets, notes)
     for line in said(alerting):
         print(line)
@@ -54,36 +61,58 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace
-              ) -> tuple[list[CommitSummary], dict[str, str]]:
+def confirmed(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Namespace,
+              budget_s: float) -> tuple[list[CommitSummary], dict[str, str]]:
     """The summaries whose regressions confirmation finds ``different`` (the others' steps
-    that are not regressions too: they may suggest a fix), and a note per confirmed one."""
-    from harness.history.confirm import board_change, confirm, measured_conditions
+    that are not regressions too: they may suggest a fix), and a note per confirmed one.
+    A confirmed step is reproduced on a second board of its class where the inventory has one,
+    then bisected when it spans several engine commits, all within ``budget_s`` per step."""
+    from harness.history.confirm import board_change, confirm, measured_conditions, reproduce
+    from harness.history.track import narrow
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     kept, notes = [], {}
     for summary in summaries:
         if not any(step.regression for step in summary.steps) or summary.previous is None:
             kept.append(summary)
             continue
-        checked = confirm(measurer, summary, args.metric, args.threshold, args.confirm_budget,
-                          lambda line: print(line, file=sys.stderr, flush=True))
+        deadline = time.monotonic() + budget_s  # confirming and bisecting share the budget
+        checked = confirm(measurer, summary, args.metric, args.threshold, budget_s, say)
         print(checked.line())
+        if checked.verdict != "different":
+            print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
+                  f"({checked.verdict})")
+            continue
+        note = checked.line()
         moved = sorted({s.config for s in summary.steps if s.regression})
-        changed = None
-        if checked.verdict == "different":
-            changed = board_change(measured_conditions(measurer, checked.previous, moved),
-                                   measured_conditions(measurer, checked.revision, moved),
-                                   checked.previous, checked.revision)
+        changed = board_change(measured_conditions(measurer, checked.previous, moved),
+                               measured_conditions(measurer, checked.revision, moved),
+                               checked.previous, checked.revision)
         if changed:
-            reason = (f"a step of {args.metric} at {summary.revision[:12]} coincides with a "
-                      f"change of the board's conditions ({changed}): not blamed on the commit")
+            changed = f"it coincides with a change of the board's conditions ({changed})"
+        second = None if changed else reproduce(measurer, summary, args.metric,
+                                                args.threshold, deadline - time.monotonic(),
+                                                say)
+        if second is not None:
+            board, again = second
+            print(f"on {board}: {again.line()}")
+            if again.verdict == "different":
+                note += f"; reproduced on {board}: {again.line()}"
+            else:
+                changed = f"not seen on {board}, a second board of its class ({again.verdict})"
+        if changed:
+            reason = (f"a step of {args.metric} at {summary.revision[:12]} is the board's, "
+                      f"not the commit's: {changed}")
             for device in summary.devices:
                 measurer.store.boards.note(device, reason, "benchfarm track")
             print(f"track: board event on {', '.join(summary.devices)}: {reason}")
-        elif checked.verdict == "different":
-            kept.append(summary)
-            notes[summary.revision] = checked.line()
-        else:
-            print(f"track: no alert for {summary.revision[:12]}: the step is not confirmed "
-                  f"({checked.verdict})")
+            continue
+        culprit, found = narrow(measurer, summary, args.metric, args.threshold, deadline, say)
+        kept.append(culprit)
+        notes[culprit.revision] = note + (f"; bisected: {found.line(args.metric)}"
+                                          if found else "")
+        if found:
+            print(f"track: bisected: {found.line(args.metric)}")
     return kept, notes

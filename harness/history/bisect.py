@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,10 @@ class BisectResult:
                 f"  {self.first_bad}")
 
 
+class BudgetSpent(RunFailure):
+    """The search needs another revision measured after its deadline."""
+
+
 @dataclass
 class Judge:
     """Measures revisions and judges each against ``good``."""
@@ -77,6 +82,7 @@ class Judge:
     metric: str
     params: StepParams
     say: Callable[[str], None]
+    deadline: float | None = None  # time.monotonic() after which nothing more is measured
     tested: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     reference: dict[str, list[float]] = field(default_factory=dict)
@@ -84,6 +90,8 @@ class Judge:
     def values(self, revision: str) -> dict[str, list[float]]:
         """config -> the metric's values at ``revision`` (measured when not stored)."""
         if self.measurer.missing([revision]):
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                raise BudgetSpent(f"the budget is spent before {revision[:12]} was measured")
             self.measurer.build(revision)  # BuildFailed names it
             self.say(f"bisect: measuring {revision}")
             self.measurer.run([revision])
@@ -154,11 +162,13 @@ def bisect_range(good: str, bad: str, paths: list[str]) -> Range:
 
 
 def bisect(measurer: Measurer, span: Range, metric: str, threshold: float,
-           say: Callable[[str], None]) -> BisectResult:
+           say: Callable[[str], None], deadline: float | None = None) -> BisectResult:
+    """``deadline``: a time.monotonic() after which a revision still to measure raises
+    BudgetSpent (`track` bisects within its confirmation budget)."""
     if metric not in METRICS:
         raise InputError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
     good, bad, candidates = span.good, span.bad, span.candidates
-    judge = Judge(measurer, metric, StepParams(threshold=threshold), say)
+    judge = Judge(measurer, metric, StepParams(threshold=threshold), say, deadline)
     for line in span.replacements():
         say(f"bisect: {line}")
     try:

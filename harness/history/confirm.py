@@ -10,6 +10,10 @@ threshold; ``same`` when it is not worse, significantly (a difference within the
 after ``SAME_AFTER`` runs a side without significance; ``unknown`` otherwise. The step is
 ``different`` when one moved config is, ``same`` when all are.
 
+Where the class of the step's board has another board in the inventory, a different step is
+then reproduced there (``reproduce``: both revisions run on it, and confirmed the same way);
+a step that board does not show is the first board's, not the commit's.
+
 A different step whose runs were measured under other board conditions than the runs before
 it (``devices.conditions``: a governor, throttling, a memory clock, a loaded machine, seen in
 the snapshots on one side only) does not blame the commit: ``board_change`` names the change,
@@ -128,3 +132,30 @@ def board_change(before: dict[str, float], after: dict[str, float], previous: st
                 parts.append(f"{flag} in {here[flag]:.0%} of the runs at {at[:12]}, none at "
                              "the other")
     return "; ".join(parts) or None
+
+
+def second_boards(measurer: Measurer, devices: list[str]) -> list[str]:
+    """The inventory's boards of the classes of ``devices`` that ``measurer`` does not run
+    on, by name."""
+    boards = measurer.inventory.devices
+    classes = {boards[name].cls for name in devices if name in boards}
+    return sorted(b.name for b in boards.values()
+                  if b.cls in classes and b.name not in measurer.placement.devices)
+
+
+def reproduce(measurer: Measurer, summary: CommitSummary, metric: str, threshold: float,
+              budget_s: float, say: Callable[[str], None]) -> tuple[str, Confirmation] | None:
+    """The step confirmed again on a second board of its board's class (``second_boards``:
+    the first of them): both revisions built for it and run there, then ``confirm``ed within
+    ``budget_s``; None when the class has no other board."""
+    others = second_boards(measurer, summary.devices)
+    if not others or summary.previous is None:
+        return None
+    revisions = [summary.previous, summary.revision]
+    say(f"track: reproducing the step at {summary.revision[:12]} on {others[0]}")
+    with Measurer(measurer.spec, measurer.inventory, measurer.store, others[0],
+                  measurer.ray_address, measurer.stream, measurer.caller) as second:
+        for revision in revisions:
+            second.build(revision)
+        second.run(revisions)
+        return others[0], confirm(second, summary, metric, threshold, budget_s, say)

@@ -8,6 +8,10 @@ left out), then all are run in one matrix (the coordinator interleaves them, so 
 board spreads over the revisions). The history of the metric is computed over every stored
 revision, and each step at a new revision that makes it worse goes to the ``announce`` hook
 (``regression_hook``: its line, and the notification targets).
+
+With ``ends_only`` (a nightly that measures the night's ends) only the newest new commit is
+run (and ``--since``'s engine, when nothing is stored yet): a step there spans every commit of
+the night, and ``narrow`` bisects it to the first bad one.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from harness.errors import InputError
+from harness.errors import InputError, RunFailure
 from harness.execution import notify
+from harness.history.bisect import BisectResult, BudgetSpent, Range, bisect
 from harness.history.measure import BuildFailed, Measurer
 from harness.history.revisions import (
     commit_info,
@@ -65,13 +70,16 @@ def revisions_since(since: str, paths: list[str]) -> list[str]:
 
 def track(measurer: Measurer, since: str, metric: str, threshold: float,
           say: Callable[[str], None],
-          announce: Callable[[CommitSummary], None]) -> TrackResult:
+          announce: Callable[[CommitSummary], None], ends_only: bool = False) -> TrackResult:
     """``threshold``: the smallest relative step reported (reports.steps.StepParams)."""
     revisions = revisions_since(since, measurer.paths)
     stored = {r.revision for r in measurer.stored()}
     last = max((i for i, rev in enumerate(revisions) if rev in stored), default=-1)
+    pending = revisions[last + 1:]
+    if ends_only:
+        pending = list(dict.fromkeys((pending[:1] if last < 0 else []) + pending[-1:]))
     new, skipped = [], []
-    for revision in revisions[last + 1:]:
+    for revision in pending:
         try:
             measurer.build(revision)
         except BuildFailed as exc:
@@ -100,3 +108,34 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
             result.regressions += worse
             announce(replace(summary, steps=worse))
     return result
+
+
+def narrow(measurer: Measurer, summary: CommitSummary, metric: str, threshold: float,
+           deadline: float, say: Callable[[str], None]
+           ) -> tuple[CommitSummary, BisectResult | None]:
+    """A confirmed step whose revision and the one measured before it are several engine
+    commits apart, bisected (``harness.history.bisect``) until ``deadline`` (time.monotonic())
+    to its first bad commit: the summary with that commit, its subject and the commit before
+    it, and the search's result (None when the step spans one commit). A search the deadline
+    stops, or one bisect's own measure of the ends does not see, is left at its revision."""
+    assert summary.previous is not None, "a step has a revision before it"
+    candidates = engine_commits(summary.previous, summary.revision, measurer.paths)
+    if len(candidates) < 2:
+        return summary, None
+    say(f"track: the step at {summary.revision[:12]} spans {len(candidates)} commits of "
+        f"{folders(measurer.paths)}: bisecting")
+    span = Range(summary.previous, summary.revision, summary.previous, candidates)
+    try:
+        found = bisect(measurer, span, metric, threshold, say, deadline)
+    except BudgetSpent as exc:
+        say(f"track: {exc}: the first bad commit is one of {len(candidates)}: "
+            + ", ".join(c[:12] for c in candidates))
+        return summary, None
+    except (InputError, RunFailure) as exc:  # the ends do not differ by bisect's measure
+        say(f"track: the step at {summary.revision[:12]} is not bisected: {exc}")
+        return summary, None
+    index = candidates.index(found.first_bad)
+    before = candidates[index - 1] if index else summary.previous
+    steps = [replace(step, revision=found.first_bad) for step in summary.steps]
+    return replace(summary, revision=found.first_bad, previous=before, subject=found.subject,
+                   authored=found.authored, steps=steps), found

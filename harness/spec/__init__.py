@@ -33,7 +33,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SPEC_KEYS = {
     "name", "description", "model", "devices", "revisions", "repeats", "warmups", "cooldown_s",
     "retries", "backoff_s", "order_seed", "timeout_s", "workload", "engines", "notify",
-    "isa",
+    "isa", "track",
 }
 
 
@@ -70,6 +70,9 @@ class Spec:
     # instruction-set levels pinned (devices.isa), at most one per architecture; a board of an
     # architecture not named here gets the highest level it supports
     isa: dict[str, str] = field(default_factory=dict)
+    # [track] confirm_budget_s: the measuring time `track` may spend confirming each step
+    # before it blames a commit (0: no confirmation); `track --confirm-budget` overrides it
+    confirm_budget_s: float = 0.0
 
     def axes(self, engine: str) -> Any:
         """The axes of one of the spec's engines."""
@@ -189,7 +192,16 @@ def parse_spec(text: str, path: Path) -> Spec:
         sections=sections,
         notify=_notify(check, data.get("notify", {})),
         isa=_isa(check, data.get("isa")),
+        confirm_budget_s=_confirm_budget(check, data.get("track", {})),
     )
+
+
+def _confirm_budget(check: Checker, section: Any) -> float:
+    """[track]: ``confirm_budget_s``, seconds of measuring per step (at most a day)."""
+    check.table(section, "track", {"confirm_budget_s"})
+    budget = check.scalar(section.get("confirm_budget_s", 0.0), "track.confirm_budget_s",
+                          "float")
+    return check.minimum(budget, "track.confirm_budget_s", 0, MAX_TIMEOUT_S)
 
 
 def _isa(check: Checker, value: Any) -> dict[str, str]:

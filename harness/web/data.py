@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from db.board_days import board_days
-from db.boards import HealthResult, ReservationInfo
+from db.boards import HealthResult, ReservationInfo, StateChange
 from db.connection import connect_database, shown_url
 from db.errors import StoreInputError
 from db.jobs import ACTIVE, FINISHED_STATES, JobInfo, PlacementProgress
@@ -52,6 +52,7 @@ CACHED_EXPERIMENTS = 16  # experiments whose views are kept (read again when the
 CACHED_PROGRESS = ACTIVE_JOBS + FINISHED_JOBS
 FAILURE_SCAN = 500  # newest failed runs read to find each board's recent ones
 HEALTH_SHOWN = 5  # health checks shown per board, newest first
+EVENTS_SHOWN = 5  # board events shown per board, newest first
 HISTORY_SECTION = "history"  # the report's section the experiment page shows first
 
 
@@ -76,6 +77,20 @@ class Health:
 
 
 @dataclass(frozen=True)
+class BoardEvent:
+    """A change of the board's state, or something seen on it that left its state as it was
+    (``db.boards.Boards.note``: a step `track` put down to the board, not to a commit)."""
+    at: datetime
+    state: str
+    changed_by: str
+    reason: str | None
+
+    @classmethod
+    def of(cls, change: StateChange) -> BoardEvent:
+        return cls(change.at, change.state, change.changed_by, change.reason)
+
+
+@dataclass(frozen=True)
 class Board:
     name: str
     cls: str | None  # None for a board the store has a state or reservation of, but no run
@@ -96,6 +111,7 @@ class Board:
     last_run_at: datetime | None
     last_status: str | None
     failures: list[Failure] = field(default_factory=list)
+    events: list[BoardEvent] = field(default_factory=list)  # its newest, newest first
 
 
 @dataclass(frozen=True)
@@ -298,7 +314,9 @@ class FarmData:
                 experiment=lease.experiment if lease else None,
                 run_key=lease.run_key if lease else None,
                 lease_expires=lease.expires if lease else None, last_run_at=at,
-                last_status=status, failures=failures.get(device_id, [])))
+                last_status=status, failures=failures.get(device_id, []),
+                events=[BoardEvent.of(c) for c in reversed(store.boards.history(
+                    name, EVENTS_SHOWN))]))
         return boards
 
     def timelines(self, boards: list[str]) -> list[BoardTimeline]:

@@ -67,7 +67,9 @@ def named(tmp_path_factory: pytest.TempPathFactory) -> dict:
     docs = change(repo, "docs only", "README.md", lambda t: t + "\n")
     later = change(repo, "another comment", "engine/ops.c", lambda t: t + "/* later */\n")
     spec = root / "spec.toml"
-    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny"))
+    # the spec asks `track` to confirm each step (the first test's --confirm-budget 0 says not)
+    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
+                    + "\n[track]\nconfirm_budget_s = 600\n")
     return {"root": root, "repo": repo, "spec": spec, "since": since, "comment": comment,
             "harmless": harmless, "revert": revert, "slow": slow, "docs": docs, "later": later}
 
@@ -76,8 +78,10 @@ def test_revisions_sharing_a_binary_resolve_to_its_runs_in_history_bisect_and_co
         named: dict) -> None:
     events = named["root"] / "events.jsonl"
     tracked = cli(named, "names.db", "track", str(named["spec"]), "--since", named["since"],
-                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
+                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}",
+                  "--confirm-budget", "0")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
+    assert "confirmation of" not in tracked.stdout  # the flag overrides the spec's budget
     # per commit first: short sha, date, subject, configs moved of those measured, devices
     summary = [line for line in tracked.stdout.splitlines()
                if line.startswith("regression at commit")]
@@ -138,7 +142,7 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
     notify = ["--notify", f"cat >> {events}; echo >> {events}"]
 
     tracked = cli(scratch, "alerts.db", "track", str(named["spec"]), "--since",
-                  named["since"], *THRESHOLD, *notify, "--confirm-budget", "600")
+                  named["since"], *THRESHOLD, *notify)  # the spec's [track] budget
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # confirmed before blamed: the culprit and the revision before it measured again
     confirmation = f"confirmation of {named['slow'][:12]} against {named['revert'][:12]}: "
@@ -248,3 +252,62 @@ def test_confirmation_finds_a_claimed_step_between_harmless_commits_the_same(
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = done.stdout.strip().splitlines()[-1].split()
     assert verdict[:2] == ["verdict", "same"] and int(verdict[2]) >= 1, done.stdout[-2000:]
+
+
+def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
+        named: dict) -> None:
+    """A night of two engine commits on the fast revert: the slowdown, then a comment-only
+    commit. `track --ends-only` measures the night's ends, confirms the step and bisects it:
+    the alert names the slow commit, not the night's last."""
+    night = named["root"] / "ends"
+    git(named["root"], "clone", "-q", str(named["repo"]), str(night))
+    git(night, "config", "user.email", "test@example.com")
+    git(night, "config", "user.name", "test")
+    git(night, "checkout", "-q", "-b", "night", named["revert"])
+    slow = change(night, "slow the night", "engine/cmd_generate.c",
+                  lambda t: t.replace(STEP_LINE, SLOW + STEP_LINE))
+    last = change(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
+    scratch = named | {"repo": night}
+    tracked = cli(scratch, "ends.db", "track", str(named["spec"]), "--since", named["revert"],
+                  "--ends-only", *THRESHOLD)  # the spec's [track] budget
+    assert tracked.returncode == 0, tracked.stderr[-3000:]
+    assert f"confirmation of {last[:12]} against {named['revert'][:12]}: different" \
+        in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]
+    listed = json.loads(cli(scratch, "ends.db", "alerts", "list", "--json").stdout)
+    assert [(a["revision"], a["previous"], a["subject"]) for a in listed] == [
+        (slow, named["revert"], "slow the night")], tracked.stdout + tracked.stderr[-3000:]
+    assert "bisected: first bad commit: " + slow[:12] in listed[0]["changes"][0]["note"]
+    # only the ends and the commit the search needed were measured
+    shown = json.loads(cli(scratch, "ends.db", "history", "hist", "--json", *THRESHOLD).stdout)
+    assert [p["revision"] for p in shown["series"][0]["points"]] == [
+        named["revert"], slow, last]
+
+
+PAIR = """
+[[device]]
+name = "pair-{0}"
+transport = "local"
+class = "pair"
+workdir = "{1}/pair-{0}"
+"""
+
+
+def test_a_step_is_reproduced_on_a_second_board_of_its_class_before_blame(
+        named: dict) -> None:
+    """An inventory with two boards of one class on this machine: a step confirmed on the
+    first is run and confirmed again on the second before its alert opens."""
+    inventory = named["root"] / "pair.toml"
+    inventory.write_text("".join(PAIR.format(name, named["root"]) for name in "ab"))
+    spec = named["root"] / "pair-spec.toml"
+    spec.write_text(named["spec"].read_text().replace('devices = ["local"]',
+                                                      'devices = ["pair-a"]'))
+    tracked = cli(named, "pair.db", "track", str(spec), "--since", named["revert"],
+                  "--inventory", str(inventory), *THRESHOLD, "--confirm-budget", "900")
+    assert tracked.returncode == 0, tracked.stderr[-3000:]
+    again = (f"on pair-b: confirmation of {named['slow'][:12]} against "
+             f"{named['revert'][:12]}: different")
+    assert again in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]
+    listed = json.loads(cli(named, "pair.db", "alerts", "list", "--json").stdout)
+    assert [(a["revision"], a["devices"]) for a in listed] == [(named["slow"], ["pair-a"])]
+    assert "; reproduced on pair-b: " + again.removeprefix("on pair-b: ") \
+        in listed[0]["changes"][0]["note"]

@@ -79,6 +79,18 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
     assert needle.axes == {"ctx": [256, 512], "depth": [0.0, 0.5, 1.0], "seed": [3]}
     assert needle.settings == {"max_new": 8}
     assert len(spec.hash) == 64
+    assert spec.confirm_budget_s == 0.0  # track confirms nothing unless asked
+
+
+def test_track_section_sets_the_confirmation_budget(spec_dir: Path) -> None:
+    spec = load_spec(write(spec_dir, GOOD + "\n[track]\nconfirm_budget_s = 900\n"))
+    assert spec.confirm_budget_s == 900.0
+    for section, allowed in (("confirm_budget_s = -1", ">= 0"),
+                             ("confirm_budget_s = 1e9", "<= 86400"),
+                             ('confirm_budget_s = "1h"', "number"),
+                             ("budget = 60", "allowed: confirm_budget_s")):
+        message = error_of(spec_dir, GOOD + f"\n[track]\n{section}\n")
+        assert "'track." in message and allowed in message, message
 
 
 def test_feature_policies_are_refused_with_attn_bench(spec_dir: Path) -> None:

@@ -117,6 +117,8 @@ def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/farm.db"
     store, job = farm_store(url)
     store.boards.set_state("spare-1", "retired", None, "ana")  # no run on it: no device row
+    # a step `track` put down to the board: an event that leaves its state as it is
+    store.boards.note("x86-1", "a step coincides with load on the board", "benchfarm track")
     with store, serving(url) as base:
         boards = {b["name"]: b for b in get_json(f"{base}/api/boards")}
         _, page = get(f"{base}/")
@@ -143,11 +145,16 @@ def test_the_json_api_returns_what_the_store_holds(tmp_path: Path) -> None:
         "maintenance", "fan swap", "ana", None)
     assert x86["since"] is not None and spare["since"] is not None and arm["since"] is not None
     assert [(h["ok"], h["checked_by"]) for h in x86["health"]] == [(True, "ana (devices check)")]
+    assert [(e["state"], e["changed_by"], e["reason"]) for e in x86["events"]] == [
+        ("maintenance", "benchfarm track", "a step coincides with load on the board"),
+        ("maintenance", "ana", "fan swap")]
+    assert [e["state"] for e in spare["events"]] == ["retired"]
     assert (spare["state"], spare["cls"], spare["emulated"], spare["health"]) == (
         "retired", None, None, [])
     x86_row = page[page.index('<tr data-board="x86-1">'):].split("</tr>")[0]
     arm_row = page[page.index('<tr data-board="arm-1">'):].split("</tr>")[0]
-    assert all(text in x86_row for text in ("maintenance", "fan swap", "by ana", "idle"))
+    assert all(text in x86_row for text in ("maintenance", "fan swap", "by ana", "idle",
+                                            "by benchfarm track: a step coincides with load"))
     assert all(text in arm_row for text in ("bad", "FAILED temp: 91 C", "bo until", "demo day"))
     assert [j["id"] for j in jobs] == [job]
     clock = ("elapsed_s", "remaining_s")
@@ -256,6 +263,8 @@ def test_hostile_names_render_as_text(tmp_path: Path, browser: webdriver.Chrome)
             if path == "/":  # the stored reason and health check, as the live script wrote them
                 assert text_of(browser, "#boards td.reason") == HOSTILE
                 assert HOSTILE in text_of(browser, "#boards td.health .health-failed")
+                assert text_of(browser, "#boards td.events div").endswith(
+                    f"by {HOSTILE}: {HOSTILE}")
             # the live rows span every column
             assert browser.execute_script(
                 "const width = (row) => [...row.cells].reduce((n, c) => n + c.colSpan, 0);"

@@ -101,6 +101,12 @@ function boardRow(b) {
                           h.ok ? "health-ok" : "health-failed"));
   }
   tr.appendChild(health);
+  const events = el("td", null, "text events");
+  for (const e of b.events) {
+    events.appendChild(el("div", `${when(e.at)} ${e.state} by ${e.changed_by}` +
+                          (e.reason ? `: ${e.reason}` : "")));
+  }
+  tr.appendChild(events);
   cells(tr, [[b.cls || ""], [b.arch || ""],
              [b.emulated === null ? "" : (b.emulated ? "yes" : "no")],
              [when(b.last_run_at) + (b.last_status ? ` (${b.last_status})` : "")]]);
@@ -187,7 +193,7 @@ async function refresh() {
     const [boards, jobs, experiments] = await Promise.all(
       [getJson("/api/boards" + query), getJson("/api/jobs" + query),
        getJson("/api/experiments" + query)]);
-    replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 14);
+    replaceRows("boards", boards.map(boardRow), "no boards in the store yet", 15);
     const active = jobs.filter((j) => j.state === "queued" || j.state === "running");
     const finished = jobs.filter((j) => !(j.state === "queued" || j.state === "running"));
     replaceRows("jobs", active.map((j) => jobRow(j, true)), "no job queued or running", 11);
