@@ -4,7 +4,8 @@ A decode step at batch size one reads every weight once plus the KV cache, so a 
 per token implies a read bandwidth: bytes read per token x tokens per second. Its *share* is
 that over the board's measured read bandwidth (``bench/c/stream_read.c``, stored by the board's
 health check), for working sets beyond the caches (``Limits.read_bound``): a small model's
-weights stay in the caches, which read faster than memory, and are not judged. A prefill's
+weights stay in the caches, which read faster than memory, and are not judged (nor is any
+working set under ``JUDGED_FROM_BYTES``). A prefill's
 share is its matrix operations (2 per weight and token) per second over the board's FMA peak
 (``bench/c/fma_peak.c``, per core) times the threads it ran with (the layers' matrices only:
 a lower bound too).
@@ -33,6 +34,11 @@ import pandas as pd
 
 IMPOSSIBLE = 1.10  # a share beyond this is no real figure
 CACHE_FACTOR = 1.5  # a buffer read this much faster than the largest one sits in a cache
+# A working set smaller than this is never judged against the read bandwidth: it may sit in a
+# last-level cache (32 MB per CCD on Zen 5, 96 MB with stacked cache), and which of the health
+# check's small buffers read at a cache's pace depends on the load at the time of the check,
+# not of the run (a loaded check once made a tiny model's real decode look impossible).
+JUDGED_FROM_BYTES = 128 * (1 << 20)
 
 WEIGHT_BYTES = {
     "f32": 4.0,
@@ -115,7 +121,10 @@ class Limits:
         ``CACHE_FACTOR`` of the largest buffer's, and every larger one too): a working set
         that fits a cache is bounded by the cache, which a sum kernel does not measure
         faithfully. A working set at least as large as the smallest such buffer is bounded by
-        the fastest of them no larger than it (noise only lowers a measured bandwidth)."""
+        the fastest of them no larger than it (noise only lowers a measured bandwidth).
+        Working sets under ``JUDGED_FROM_BYTES`` are not judged."""
+        if working_set < JUDGED_FROM_BYTES:
+            return None
         measured = sorted((float(mib) * (1 << 20), gbps) for mib, gbps in
                           (self.read_gbps_by_mib or {}).items() if gbps > 0)
         if not measured:

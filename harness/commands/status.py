@@ -45,7 +45,7 @@ def render_summary(summary: ExperimentSummary) -> str:
                       "report` keeps them apart):", format_table(
             ["command", "policy", "k", "device", "revision", "runs", "decode ms/tok",
              "attn ms/tok", "overhead ms", "recall", "ppl"],
-            [[g.command, g.policy, g.k, g.device, (g.revision or "")[:12], g.runs,
+            [[g.command, g.policy, g.k, g.device, (g.revision or "-")[:12], g.runs,
               g.decode_ms_per_token,
               g.attn_ms_per_token, g.overhead_ms, g.recall, g.ppl] for g in summary.groups],
         )]

@@ -67,10 +67,10 @@ def test_quick_start_runs_as_written(engine_build, engine_build_aarch64,
         subprocess.run(["benchfarm", "farm", "down"], cwd=folder, env=env, capture_output=True)
     assert "job 1: experiment farm-quickstart: 20 runs in the matrix" in out
     assert (folder / "out" / "reports" / "farm-quickstart" / "index.html").is_file()
-    # status's table: command policy k device runs decode attn overhead recall ppl; exact
-    # attention finds the needle on both nodes, and nothing warns that it failed
+    # status's table: command policy k device revision runs decode attn overhead recall ppl;
+    # exact attention finds the needle on both nodes, and nothing warns that it failed
     exact = [line.split() for line in out.splitlines() if line.startswith("generate  exact")]
-    assert sorted((row[3], row[8]) for row in exact) == [("farm-arm", "1.00"),
+    assert sorted((row[3], row[9]) for row in exact) == [("farm-arm", "1.00"),
                                                          ("farm-x86", "1.00")]
     assert "WARNING" not in out
     assert "farm-x86" in out.split("report:")[-1]  # the comparison names both nodes

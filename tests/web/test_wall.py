@@ -79,7 +79,9 @@ def wall_store(url: str) -> None:
     waits."""
     store, _ = farm_store(url)
     queued = store.jobs.add("beta", "beta.toml", 'name = "beta"\n', owner="bo", priority=5)
-    store.jobs.note(queued, "waiting for arm-1: reserved by bo until 18:00")
+    why = "arm-1 is reserved by bo until 18:00"  # what a serve's claim decided
+    assert store.jobs.claim_next("serve-1", 3600, waits=lambda _conn, job: why) is None
+    assert store.jobs.get(queued).message == f"waiting: {why}"
     store.close()
 
 
@@ -99,7 +101,7 @@ def test_experiments_list_filters_and_why_a_job_waits(tmp_path: Path) -> None:
         _, filtered_page = get(f"{base}/?owner=bo")
     assert listed == 200 and 'data-experiment="alpha"' in experiments  # was a 404
     queue = page[page.index('<table id="jobs">'):].split("</table>")[0]
-    assert "waiting for arm-1: reserved by bo until 18:00" in queue
+    assert "waiting: arm-1 is reserved by bo until 18:00" in queue
     assert [(j["owner"], j["experiment"]) for j in bo] == [("bo", "beta")]
     assert [j["experiment"] for j in running] == ["alpha"]
     assert [j["experiment"] for j in on_x86] == ["alpha"]  # its matrix places runs there
@@ -123,7 +125,7 @@ def test_the_live_page_keeps_its_filters(tmp_path: Path,
         why = text_of(browser, "#jobs tr[data-job] .why")
         errors = console_errors(browser)
     assert "beta" in jobs and "alpha" not in jobs
-    assert why == "waiting for arm-1: reserved by bo until 18:00"
+    assert why == "waiting: arm-1 is reserved by bo until 18:00"
     assert errors == []
 
 
