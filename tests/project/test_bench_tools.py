@@ -320,9 +320,12 @@ def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tm
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
     # one thread: how close each engine runs to this host's FMA peak (on this tiny model the
     # CPU seconds left after the baseline may be noise: a figure or a dash, never a failure)
-    fractions = proc.stdout.split("this host's FMA peak:")[1]
+    fractions = proc.stdout.split("this host's FMA peak at v3 (256-bit avx2+fma):")[1]
     assert re.search(r"^\| f32 \| (\d+\.\d \(\d+%\)|– \(within the baseline's noise\)) \| ",
                      fractions, re.MULTILINE), fractions
+    doc = json.loads(out.read_text())
+    assert doc["fma_peak"]["isa"] == "v3" and doc["fma_peak"]["bits"] == 256
+    assert [share["weights"] for share in doc["peak_shares"]] == ["f32"]
 
 
 def test_sparse_prefill_bench_times_each_config_against_exact(
