@@ -24,8 +24,9 @@ average is printed before and after.
 For one thread the bench also says how close each engine runs to this host's ceiling: the
 prefill's operations (every weight product of every token, the last token's lm_head, causal
 attention's scores and value sums) per user CPU second, against the best of
-``bench/c/fma_peak.c`` (12 chains of 8-lane fused multiply-adds in registers), and the fraction
-of that peak a prefill 1.3x faster than llama-bench's would need.
+``bench/c/fma_peak.c`` built for the same level (12 chains of fused multiply-adds in registers,
+at the level's width: 512 bits at v4, 256 at v3), and the fraction of that peak a prefill 1.3x
+faster than llama-bench's would need; with ``--json`` each engine's share is stored too.
 
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
@@ -125,34 +126,55 @@ def sparse_prefill(lmc_options: tuple[str, ...]) -> bool:
     return any(option == "--prefill-attn" and value == "sparse" for option, value in pairs)
 
 
-def fma_peak_gflops() -> float:
-    """The best pass of bench/c/fma_peak.c on this host, GFLOP per CPU second."""
-    binary = build_c_program("fma_peak", [Path(__file__).resolve().parent / "c" / "fma_peak.c"])
+@dataclass
+class FmaPeak:
+    """bench/c/fma_peak.c built for one ISA level: its vector width and best pass."""
+    isa: str
+    simd: str
+    bits: int
+    gflops: float  # per CPU second
+
+
+def fma_peak(isa: str) -> FmaPeak:
+    """The best pass of bench/c/fma_peak.c built for ``isa`` (its widest vectors: 512 bits at
+    v4) on this host, GFLOP per CPU second."""
+    binary = build_c_program("fma_peak", [Path(__file__).resolve().parent / "c" / "fma_peak.c"],
+                             target=f"{os.uname().machine}:{isa}")
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, check=True)
-    return float(json.loads(proc.stdout)["best_gflops"])
+    doc = json.loads(proc.stdout)
+    return FmaPeak(isa, doc["simd"], int(doc["bits"]), float(doc["best_gflops"]))
 
 
-def print_fractions(cells: list[Cell], ops: float, peak: float, lmc_exact: bool) -> None:
-    """Each one-thread cell's operations per CPU second against the peak (lmc's only when its
-    prefill attention is exact: sparse prefill leaves out most of attention's operations)."""
-    print(f"\nthis host's FMA peak: {peak:.1f} GFLOP per CPU second (bench/c/fma_peak.c, best "
-          f"of 5); the prefill: {ops / 1e9:.1f} G operations")
+def print_fractions(cells: list[Cell], ops: float, peak: FmaPeak, lmc_exact: bool) -> list[dict]:
+    """Each one-thread cell's operations per CPU second against the level's peak (lmc's only
+    when its prefill attention is exact: sparse prefill leaves out most of attention's
+    operations); returns each engine's share per cell (None where not measured)."""
+    print(f"\nthis host's FMA peak at {peak.isa} ({peak.bits}-bit {peak.simd}): "
+          f"{peak.gflops:.1f} GFLOP per CPU second (bench/c/fma_peak.c, best of 5); the prefill: "
+          f"{ops / 1e9:.1f} G operations")
     print("| weights | lmc G/CPU-s (of peak) | llama-bench G/CPU-s (of peak) | "
           "1.3x llama-bench needs |")
     print("|---|---|---|---|")
+    shares = []
     for cell in cells:
         if cell.threads != 1:
             continue
         lmc_s, llama_s = (statistics.median(v) for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
         rates = [ops / seconds / 1e9 if seconds > 0 else None for seconds in (lmc_s, llama_s)]
-        shown = [f"{r:.1f} ({r / peak:.0%})" if r else "– (within the baseline's noise)"
+        if not lmc_exact:
+            rates[0] = None
+        shown = [f"{r:.1f} ({r / peak.gflops:.0%})" if r else "– (within the baseline's noise)"
                  for r in rates]
         if not lmc_exact:
             shown[0] = "– (sparse prefill: fewer)"
-        need = f"{1.3 * rates[1] / peak:.0%} of the peak" if rates[1] else "–"
+        need = f"{1.3 * rates[1] / peak.gflops:.0%} of the peak" if rates[1] else "–"
         print(f"| {cell.gguf_type} | {shown[0]} | {shown[1]} | {need} |")
+        shares.append({"weights": cell.gguf_type, "isa": peak.isa,
+                       "lmc": rates[0] / peak.gflops if rates[0] else None,
+                       "llama_bench": rates[1] / peak.gflops if rates[1] else None})
     print("(q8_0 counts an int8 multiply-add as 2 operations too; its AVX2 kernels spend 5 "
           "instructions on 32 products of a row and a token, f32 4)")
+    return shares
 
 
 def spread(values: list[float]) -> str:
@@ -233,12 +255,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {cell.gguf_type} (lmc {LMC_WQ[cell.gguf_type]}) | {cell.threads} | "
               f"{statistics.median(cell.lmc_ms):.0f} | {statistics.median(cell.llama_ms):.0f} | "
               f"{spread(cell.ratios())} | {cpu} |")
+    peak, shares = None, []
     if args.cpu_baseline and 1 in args.threads:
-        print_fractions(cells, prefill_ops(Shape.from_model_dir(model_dir), args.prompt),
-                        fma_peak_gflops(), lmc_exact=not sparse_prefill(extra))
+        peak = fma_peak(args.isa)
+        shares = print_fractions(cells, prefill_ops(Shape.from_model_dir(model_dir), args.prompt),
+                                 peak, lmc_exact=not sparse_prefill(extra))
     finish(lmc, (load_before, load_after), args.json,
            {"args": vars(args), "llama_bench": llama,
-            "cells": [dataclasses.asdict(c) for c in cells]})
+            "cells": [dataclasses.asdict(c) for c in cells],
+            "fma_peak": dataclasses.asdict(peak) if peak else None, "peak_shares": shares})
     return 0
 
 

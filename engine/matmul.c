@@ -181,6 +181,35 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
 #undef W_TAIL
 }
 
+/* one block of R rows (w: row r's block at r * Q8_GROUP, as a quad interleaves them, or one
+ * row) and TT tokens (x: token t's block at t * xqs) into the accumulators: acc[r][t] +=
+ * scale(r, t) * the block's integer lane sums, scale(r, t) at s[r * sr + t * st] */
+ALWAYS_INLINE void block_acc(const int R, const int TT, const int8_t *w, const int8_t *x, size_t xqs,
+                             const float *s, size_t sr, size_t st, v8 acc[][TILE_TOKENS]) {
+    qblock xb[TILE_TOKENS];
+    for (int t = 0; t < TT; t++) xb[t] = qblock_load(x + t * xqs);
+#if defined(LMC_QBLOCK_PAIRS)
+    if (R % 2 == 0) { /* i8mm: rows in pairs, each token split once */
+        for (int t = 0; t < TT; t++) {
+            qsplit xs = qblock_split(xb[t]);
+            for (int r = 0; r < R; r += 2) {
+                v8i d0, d1;
+                qblock_dot_pair(&xs, qblock_load(w + (size_t)r * Q8_GROUP),
+                                qblock_load(w + (size_t)(r + 1) * Q8_GROUP), &d0, &d1);
+                acc[r][t] = v8_fma(v8_broadcast(s + r * sr + t * st), v8_from_i(d0), acc[r][t]);
+                acc[r + 1][t] = v8_fma(v8_broadcast(s + (r + 1) * sr + t * st), v8_from_i(d1), acc[r + 1][t]);
+            }
+        }
+        return;
+    }
+#endif
+    for (int r = 0; r < R; r++) {
+        qblock wb = qblock_load(w + (size_t)r * Q8_GROUP);
+        for (int t = 0; t < TT; t++)
+            acc[r][t] = v8_fma(v8_broadcast(s + r * sr + t * st), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
+    }
+}
+
 /* R q8 rows (wqs bytes each, scales wd stride wds) times TT quantised tokens: a whole quad
  * (R = 4, its blocks interleaved, see Mat) or one plain row (R = 1) */
 ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t wqs, const uint16_t *wd,
@@ -203,25 +232,17 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
         float sc[TILE_ROWS][TILE_TOKENS][8];
         for (int r = 0; r < R; r++)
             for (int t = 0; t < TT; t++) scales8(wd + r * wds + g, xd + t * xds + g, sc[r][t]);
-        for (int j = 0; j < 8; j++) {
-            qblock xb[TILE_TOKENS];
-            for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)(g + j) * Q8_GROUP);
-            for (int r = 0; r < R; r++) {
-                qblock wb = qblock_load(wq + WQ_AT(r, g + j));
-                for (int t = 0; t < TT; t++)
-                    acc[r][t] = v8_fma(v8_broadcast(&sc[r][t][j]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
-            }
-        }
+        for (int j = 0; j < 8; j++)
+            block_acc(R, TT, wq + WQ_AT(0, g + j), xq + (size_t)(g + j) * Q8_GROUP, xqs, &sc[0][0][j],
+                      TILE_TOKENS * 8, 8, acc);
     }
     for (; g < groups; g++) {
-        qblock xb[TILE_TOKENS];
-        for (int t = 0; t < TT; t++) xb[t] = qblock_load(xq + t * xqs + (size_t)g * Q8_GROUP);
+        float sc[TILE_ROWS][TILE_TOKENS];
         for (int r = 0; r < R; r++) {
-            qblock wb = qblock_load(wq + WQ_AT(r, g));
             float dw = half_to_f32(wd[r * wds + g]);
-            for (int t = 0; t < TT; t++)
-                acc[r][t] = v8_fma(v8_set1(dw * xd[t * xds + g]), v8_from_i(qblock_dot(xb[t], wb)), acc[r][t]);
+            for (int t = 0; t < TT; t++) sc[r][t] = dw * xd[t * xds + g];
         }
+        block_acc(R, TT, wq + WQ_AT(0, g), xq + (size_t)g * Q8_GROUP, xqs, &sc[0][0], TILE_TOKENS, 1, acc);
     }
     for (int t = 0; t < TT; t++) {
         float v[TILE_ROWS];

@@ -22,6 +22,8 @@ const char *simd_features(void) {
     return "\"avx2\", \"fma\", \"avx512\"";
 #elif defined(LMC_AVX2)
     return "\"avx2\", \"fma\"";
+#elif defined(LMC_NEON) && defined(__ARM_FEATURE_MATMUL_INT8)
+    return "\"neon\", \"dotprod\", \"i8mm\"";
 #elif defined(LMC_NEON) && defined(__ARM_FEATURE_DOTPROD)
     return "\"neon\", \"dotprod\"";
 #elif defined(LMC_NEON)

@@ -107,6 +107,11 @@ uint64_t select_random_key(uint64_t seed, int pos, int layer, int head) {
  * per byte on an AMD EPYC host (bench/attention.py at 32K, 15 alternating rounds: probe stage
  * 5.5 -> 4.4 ms; 4 rows as good as 8 and better than 16 or 32, same bits) */
 #define PROBE_STREAM_ROWS 4
+/* ... and fetched this many rows (8 KiB) ahead of the rows being scored: fetching only the
+ * next 4 left the probe stage at 1.3-1.6x exact's time per byte on the Zen 5 host (issue 40;
+ * attn-bench 32K, 2 layers, v4, 7 alternating rounds: probe min 1.25 -> 1.07 ms, 32 rows
+ * ahead no better); same bits, only the fetch moves */
+#define PROBE_AHEAD_ROWS 16
 
 /* the max of each block's n probe scores d[g * stride + i * n ...] into best[g] (in probe
  * order, as probe_block) */
@@ -166,7 +171,7 @@ void select_probe_group(const SelectConfig *cfg, const SelectInput *in, const fl
             const float *keys = kv_probe_keys(kv, in->layer, b, in->kvh);
             for (int r = 0; r < nb * n; r += PROBE_STREAM_ROWS) {
                 int c = nb * n - r < PROBE_STREAM_ROWS ? nb * n - r : PROBE_STREAM_ROWS;
-                lmc_prefetch_floats(keys + (size_t)(r + PROBE_STREAM_ROWS) * D, PROBE_STREAM_ROWS * D);
+                lmc_prefetch_floats(keys + (size_t)(r + PROBE_AHEAD_ROWS) * D, PROBE_STREAM_ROWS * D);
                 dot_rows_f32_x(qs, (size_t)D, nq, keys + (size_t)r * D, (size_t)D, c, D, d + r, (size_t)(nb * n));
             }
             for (int j = 0; j < nb; j++) {

@@ -128,6 +128,40 @@ ALWAYS_INLINE void v8_store(float *p, v8 a) {
 }
 ALWAYS_INLINE v8 v8_from_i(v8i a) { return (v8){vcvtq_f32_s32(a.lo), vcvtq_f32_s32(a.hi)}; }
 ALWAYS_INLINE qblock qblock_load(const int8_t *p) { return vld1q_s8_x2(p); }
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+/* i8mm: smmla multiplies a 2x8 by an 8x2 int8 matrix into 2x2 int32 sums. A token's 8-byte
+ * chunk m split as (x0..3, 0000 | 0000, x4..7) against chunk m of two weight rows gives lanes
+ * 2m and 2m+1 of both rows: the 4-byte lane sums of qblock_dot, exact in int32, so the same
+ * bits as sdot (4 sums an instruction either way). The split is made once per token block
+ * and serves every row pair. */
+#define LMC_QBLOCK_PAIRS 1
+typedef struct {
+    int8x16_t chunk[4];
+} qsplit;
+ALWAYS_INLINE qsplit qblock_split(qblock x) {
+    const int8x16_t keep = vreinterpretq_s8_u64(vcombine_u64(vcreate_u64(0x00000000FFFFFFFFull),
+                                                             vcreate_u64(0xFFFFFFFF00000000ull)));
+    qsplit s;
+    for (int h = 0; h < 2; h++) {
+        int8x16_t lo = vcombine_s8(vget_low_s8(x.val[h]), vget_low_s8(x.val[h]));
+        int8x16_t hi = vcombine_s8(vget_high_s8(x.val[h]), vget_high_s8(x.val[h]));
+        s.chunk[2 * h] = vandq_s8(lo, keep);
+        s.chunk[2 * h + 1] = vandq_s8(hi, keep);
+    }
+    return s;
+}
+/* the lane sums of weight rows w0 and w1 against one split token block */
+ALWAYS_INLINE void qblock_dot_pair(const qsplit *x, qblock w0, qblock w1, v8i *d0, v8i *d1) {
+    int32x4_t c[4]; /* chunk m: row 0 lane 2m, row 1 lane 2m, row 0 lane 2m+1, row 1 lane 2m+1 */
+    for (int h = 0; h < 2; h++) {
+        int64x2_t a = vreinterpretq_s64_s8(w0.val[h]), b = vreinterpretq_s64_s8(w1.val[h]);
+        c[2 * h] = vmmlaq_s32(vdupq_n_s32(0), x->chunk[2 * h], vreinterpretq_s8_s64(vzip1q_s64(a, b)));
+        c[2 * h + 1] = vmmlaq_s32(vdupq_n_s32(0), x->chunk[2 * h + 1], vreinterpretq_s8_s64(vzip2q_s64(a, b)));
+    }
+    *d0 = (v8i){vuzp1q_s32(c[0], c[1]), vuzp1q_s32(c[2], c[3])};
+    *d1 = (v8i){vuzp2q_s32(c[0], c[1]), vuzp2q_s32(c[2], c[3])};
+}
+#endif
 #if defined(__ARM_FEATURE_DOTPROD)
 ALWAYS_INLINE v8i qblock_dot(qblock x, qblock w) {
     return (v8i){vdotq_s32(vdupq_n_s32(0), x.val[0], w.val[0]), vdotq_s32(vdupq_n_s32(0), x.val[1], w.val[1])};

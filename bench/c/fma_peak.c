@@ -1,41 +1,53 @@
 /* fma_peak.c — how many floating-point operations one CPU second of this host does at most
- * with the engine's vectors: 12 independent 8-lane fused multiply-add chains in registers
- * (the accumulators of lmc's 4 x 3 weight tiles), no memory traffic. A weight product can
- * reach this only if it never waits on a load; set beside a prefill's FLOP count and CPU
- * seconds, it says what fraction of the peak an engine's prefill runs at.
+ * with the widest vectors of the level it is built for: 12 independent fused multiply-add
+ * chains in registers (the accumulators of lmc's 4 x 3 weight tiles), no memory traffic,
+ * 16 lanes (512 bits) where AVX-512 is built in (x86-64 v4), 8 (AVX2, or two NEON registers)
+ * below. A weight product can reach this only if it never waits on a load; set beside a
+ * prefill's FLOP count and CPU seconds, it says what fraction of the level's peak an engine's
+ * prefill runs at.
  *
  * usage: fma_peak [--passes P]   (P in [1, 100], default 5; each pass about 0.25 s)
- * output: one JSON document on stdout, the best pass and every pass in GFLOP per CPU second;
- * errors: exit code 2 and one line on stderr. */
+ * output: one JSON document on stdout, the vector width (lanes, bits), the best pass and every
+ * pass in GFLOP per CPU second; errors: exit code 2 and one line on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
-typedef __m256 lanes8;
-static inline lanes8 lanes8_set(float a) { return _mm256_set1_ps(a); }
-static inline lanes8 lanes8_fma(lanes8 a, lanes8 b, lanes8 c) { return _mm256_fmadd_ps(a, b, c); }
-static inline float lanes8_first(lanes8 a) { return _mm256_cvtss_f32(a); }
+typedef __m512 lanes;
+#define LANES 16
+static inline lanes lanes_set(float a) { return _mm512_set1_ps(a); }
+static inline lanes lanes_fma(lanes a, lanes b, lanes c) { return _mm512_fmadd_ps(a, b, c); }
+static inline float lanes_first(lanes a) { return _mm512_cvtss_f32(a); }
+#define SIMD "avx512f"
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+typedef __m256 lanes;
+#define LANES 8
+static inline lanes lanes_set(float a) { return _mm256_set1_ps(a); }
+static inline lanes lanes_fma(lanes a, lanes b, lanes c) { return _mm256_fmadd_ps(a, b, c); }
+static inline float lanes_first(lanes a) { return _mm256_cvtss_f32(a); }
 #define SIMD "avx2+fma"
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
 typedef struct {
     float32x4_t lo, hi;
-} lanes8;
-static inline lanes8 lanes8_set(float a) { return (lanes8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
-static inline lanes8 lanes8_fma(lanes8 a, lanes8 b, lanes8 c) {
-    return (lanes8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)};
+} lanes;
+#define LANES 8
+static inline lanes lanes_set(float a) { return (lanes){vdupq_n_f32(a), vdupq_n_f32(a)}; }
+static inline lanes lanes_fma(lanes a, lanes b, lanes c) {
+    return (lanes){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)};
 }
-static inline float lanes8_first(lanes8 a) { return vgetq_lane_f32(a.lo, 0); }
+static inline float lanes_first(lanes a) { return vgetq_lane_f32(a.lo, 0); }
 #define SIMD "neon"
 #else
-#error "fma_peak needs AVX2+FMA or NEON"
+#error "fma_peak needs AVX-512F, AVX2+FMA or NEON"
 #endif
 
 #define CHAINS 12
-#define STEPS 20000000L /* per pass: 12 x 8 x 2 x 2e7 = 3.84 GFLOP */
+#define STEPS 20000000L /* per pass: 12 x LANES x 2 x 2e7 = 3.84 GFLOP at 8 lanes */
 
 static double cpu_s(void) {
     struct timespec t;
@@ -45,17 +57,17 @@ static double cpu_s(void) {
 
 /* one pass; returns its GFLOP per CPU second (sink: keeps the chains' results alive) */
 static double pass(float *sink) {
-    lanes8 acc[CHAINS];
-    for (int j = 0; j < CHAINS; j++) acc[j] = lanes8_set(0.001f * (float)j);
-    const lanes8 a = lanes8_set(0.999999f), b = lanes8_set(1e-7f);
+    lanes acc[CHAINS];
+    for (int j = 0; j < CHAINS; j++) acc[j] = lanes_set(0.001f * (float)j);
+    const lanes a = lanes_set(0.999999f), b = lanes_set(1e-7f);
     double t0 = cpu_s();
     /* each step depends on the last (fused multiply-adds are exact operations the compiler
      * may not reassociate), so the loop cannot be folded */
     for (long i = 0; i < STEPS; i++)
-        for (int j = 0; j < CHAINS; j++) acc[j] = lanes8_fma(acc[j], a, b);
+        for (int j = 0; j < CHAINS; j++) acc[j] = lanes_fma(acc[j], a, b);
     double dt = cpu_s() - t0;
-    for (int j = 0; j < CHAINS; j++) *sink += lanes8_first(acc[j]);
-    return (double)STEPS * CHAINS * 8 * 2 / dt / 1e9;
+    for (int j = 0; j < CHAINS; j++) *sink += lanes_first(acc[j]);
+    return (double)STEPS * CHAINS * LANES * 2 / dt / 1e9;
 }
 
 int main(int argc, char **argv) {
@@ -75,7 +87,8 @@ int main(int argc, char **argv) {
     }
     float sink = 0.0f;
     double best = 0.0;
-    printf("{\"simd\": \"%s\", \"chains\": %d, \"passes_gflops\": [", SIMD, CHAINS);
+    printf("{\"simd\": \"%s\", \"lanes\": %d, \"bits\": %d, \"chains\": %d, \"passes_gflops\": [", SIMD, LANES,
+           LANES * 32, CHAINS);
     for (long p = 0; p < passes; p++) {
         double g = pass(&sink);
         best = g > best ? g : best;

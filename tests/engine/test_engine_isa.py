@@ -122,6 +122,13 @@ def test_the_armv8_a_build_has_no_dot_product_and_runs_on_a_cortex_a72(builds, t
 
 
 def test_the_i8mm_level_runs_under_qemu_max(builds, tiny_model, tmp_path):
+    # q8 products are smmla at the i8mm level only; the dotprod build has none to die on
+    i8mm_code = disassembly(builds["aarch64:armv8.2-a+i8mm"], "aarch64")
+    assert mnemonics(i8mm_code, "smmla") > 0
+    assert mnemonics(disassembly(builds["aarch64:armv8.2-a+dotprod"], "aarch64"),
+                     "smmla|ummla|usmmla") == 0
+    info = lmc_json([*qemu("max"), str(builds["aarch64:armv8.2-a+i8mm"])], "info")
+    assert "i8mm" in info["simd"]
     model = tiny_model(MODEL)
     prompt = write_tokens(tmp_path / "prompt.txt", prompt_ids(320))
     i8mm = generate([*qemu("max"), str(builds["aarch64:armv8.2-a+i8mm"])], model, prompt,

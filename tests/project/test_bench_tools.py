@@ -24,6 +24,7 @@ import scale_grow  # noqa: E402
 import vs_llamacpp  # noqa: E402
 import weight_stream  # noqa: E402
 
+from devices import isa  # noqa: E402
 from harness.engines.lmc.build import build_c_program  # noqa: E402
 
 TINY = qwen3_06b.Qwen3Shape(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
@@ -56,6 +57,34 @@ def test_fma_peak_reports_every_pass_and_rejects_bad_flags() -> None:
     for bad in (["--passes", "0"], ["--passes", "x"], ["--mib", "8"]):
         proc = subprocess.run([str(binary), *bad], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.startswith("fma_peak: ")
+
+
+@pytest.mark.parametrize("level, bits", [("v3", 256), ("v4", 512)])
+def test_fma_peak_runs_at_each_levels_width(level: str, bits: int) -> None:
+    lv = next(lv for lv in isa.LEVELS["x86_64"] if lv.name == level)
+    if isa.missing(lv, isa.host_features()):
+        pytest.fail(f"this host lacks {level} (the development machine has AVX-512)")
+    binary = build_c_program("fma_peak", [BENCH_DIR / "c" / "fma_peak.c"], target=f"x86_64:{level}")
+    doc = json.loads(subprocess.run([str(binary), "--passes", "1"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert doc["bits"] == bits and doc["lanes"] == bits // 32
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)], capture_output=True,
+                          text=True, check=True).stdout
+    register = "%zmm" if bits == 512 else "%ymm"
+    assert re.search(rf"vfmadd\d+ps\s+{register}", code)
+    assert (level == "v3") == ("%zmm" not in code)
+
+
+def test_prefill_reports_each_engines_share_of_the_levels_peak(capsys) -> None:
+    cell = prefill.Cell("f32", 1, lmc_cpu_s=[2.0, 2.0, 3.0], llama_cpu_s=[4.0, 5.0, 4.0])
+    two_threads = prefill.Cell("f32", 2, lmc_cpu_s=[1.0], llama_cpu_s=[1.0])
+    peak = prefill.FmaPeak("v4", "avx512f", 512, 100.0)
+    shares = prefill.print_fractions([cell, two_threads], 100e9, peak, lmc_exact=True)
+    # 100 G operations in the median 2 and 4 CPU seconds: 50 and 25 G per second of 100
+    assert shares == [{"weights": "f32", "isa": "v4", "lmc": 0.5, "llama_bench": 0.25}]
+    assert "512-bit avx512f" in capsys.readouterr().out
+    sparse = prefill.print_fractions([cell], 100e9, peak, lmc_exact=False)
+    assert sparse[0]["lmc"] is None and sparse[0]["llama_bench"] == 0.25
 
 
 def test_prefill_operations_count_every_product_of_the_model(
@@ -291,9 +320,12 @@ def test_prefill_bench_pairs_lmc_and_llama_bench_per_round(llama_bench: Path, tm
     assert f"[{ratios[0]:.3f}, {ratios[1]:.3f}]" in proc.stdout
     # one thread: how close each engine runs to this host's FMA peak (on this tiny model the
     # CPU seconds left after the baseline may be noise: a figure or a dash, never a failure)
-    fractions = proc.stdout.split("this host's FMA peak:")[1]
+    fractions = proc.stdout.split("this host's FMA peak at v3 (256-bit avx2+fma):")[1]
     assert re.search(r"^\| f32 \| (\d+\.\d \(\d+%\)|– \(within the baseline's noise\)) \| ",
                      fractions, re.MULTILINE), fractions
+    doc = json.loads(out.read_text())
+    assert doc["fma_peak"]["isa"] == "v3" and doc["fma_peak"]["bits"] == 256
+    assert [share["weights"] for share in doc["peak_shares"]] == ["f32"]
 
 
 def test_sparse_prefill_bench_times_each_config_against_exact(
