@@ -46,8 +46,11 @@ def test_run_starts_a_private_instance_beside_a_started_cluster(
 
 
 # A driver that waits for a message Ray publishes to every driver (as the GCS does when a node
-# dies, with the raylet's log tail) to reach its log file. Without RAY_AUTH_MODE, Ray also
-# warns that it enabled token authentication.
+# dies, with the raylet's log tail) to reach its log file. The driver's listener subscribes in
+# a thread of its own after ray.init returns, and a message published before it subscribed is
+# never delivered (a loaded CI machine lost the only one), so the message is published again
+# every two seconds until it arrives. Without RAY_AUTH_MODE, Ray also warns that it enabled
+# token authentication.
 PUBLISHED = """
 import sys, time
 import ray
@@ -55,11 +58,11 @@ from ray._private.utils import publish_error_to_driver
 from harness.execution.cluster import ray_session
 log = sys.argv[1]
 with ray_session(None):
-    publish_error_to_driver("node_died", "a node died: its raylet said 50 lines",
-                            ray._private.worker.global_worker.gcs_client)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240
     while "a node died" not in open(log).read() and time.monotonic() < deadline:
-        time.sleep(0.2)
+        publish_error_to_driver("node_died", "a node died: its raylet said 50 lines",
+                                ray._private.worker.global_worker.gcs_client)
+        time.sleep(2)
 print("done")
 """
 
