@@ -276,6 +276,15 @@ class Mutant:
 MUTANTS = {m.name: m for m in (
     Mutant("budget", "the importance reservation takes k / 2 blocks instead of (k + 1) / 2",
            "select.c", (("picks, 0, (cfg->k + 1) / 2);", "picks, 0, cfg->k / 2);"),)),
+    Mutant("budget-short", "the importance reservation is one block short of the rule: "
+           "(k + 1) / 2 - 1 blocks (15 at k = 32)", "select.c", (
+               ("picks, 0, (cfg->k + 1) / 2);", "picks, 0, (cfg->k + 1) / 2 - 1);"),)),
+    Mutant("thread-dependent", "the selection depends on the thread count: with more than one "
+           "thread, every head of a GQA group selects from its first head's probe scores",
+           "attend_layer.c", (
+               ("head_input(job, h, scores + (size_t)g * a->n_blocks,",
+                "head_input(job, h, scores + (size_t)(pool_threads(a->pool) > 1 ? 0 : g) * "
+                "a->n_blocks,"),)),
     Mutant("recency", "no recency insurance: the last block is kept only when chosen",
            "select.c", (("if (cfg->recency && !s->used[last] && count > n_imp) {",
                          "if (0 && cfg->recency && !s->used[last] && count > n_imp) {"),)),

@@ -14,6 +14,7 @@ from reports.runs import first_divergence
 from reports.runs import generated_tokens as tokens
 
 PROMPT_KEYS = ["device", "kind", "ctx", "depth", "seed", "length", "repeat"]
+BLOCK = 32  # lmc's default block, the article's
 
 
 def identical_tokens(claim: Claim, runs: pd.DataFrame) -> Reading:
@@ -82,21 +83,26 @@ def identical_traces(claim: Claim, runs: pd.DataFrame) -> Reading:
 
 
 def shared_blocks(trace: str) -> tuple[int, int]:
-    """(fewest blocks that every decode step and head of a layer selected, over the layers;
-    the most blocks one selection held) of a selection trace."""
+    """(fewest blocks that every decode step and head of a layer selected, over the layers, not
+    counting a tail block: the block of a traced step's own position, which the recency
+    insurance keeps in every selection whatever else is reserved; the most blocks one selection
+    held) of a selection trace."""
     common: dict[str, set[str]] = {}
+    tails: set[str] = set()
     widest = 0
     for line in trace.splitlines()[1:]:
-        _, layer, _, count, *blocks = line.split()
+        pos, layer, _, count, *blocks = line.split()
+        tails.add(str(int(pos) // BLOCK))
         widest = max(widest, int(count))
         common[layer] = common[layer] & set(blocks) if layer in common else set(blocks)
-    return min((len(c) for c in common.values()), default=0), widest
+    return min((len(c - tails) for c in common.values()), default=0), widest
 
 
 def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Reading:
-    """The blocks a layer selects for every head and decode step alike (the fewest over layers
-    and runs), from a's selection traces: what no query's own scores chose (e.g. sparse's
-    importance reservation, made once per layer from prefill)."""
+    """The blocks a layer selects for every head and decode step alike besides the tail block
+    (the fewest over layers and runs), from a's selection traces: what neither a query's own
+    scores nor the recency insurance chose (e.g. sparse's importance reservation, made once per
+    layer from prefill)."""
     a = ok_runs(select(runs, claim.measure.a))
     traces = [_trace(extra) for extra in a["extra"]]
     if a.empty or any(t is None for t in traces):
@@ -104,12 +110,10 @@ def trace_shared_blocks(claim: Claim, runs: pd.DataFrame) -> Reading:
                               f"{describe(claim.measure.a)} (engine.trace_selection = true)")
     shared = [shared_blocks(t) for t in traces if t is not None]
     value = min(s for s, _ in shared)
-    return Reading(value=float(value), text=f"{value} blocks", evidence=run_ids(a),
+    return Reading(value=float(value), text=f"{value} blocks besides the tail block",
+                   evidence=run_ids(a), noise=0.0,
                    detail=f"{len(shared)} traces; every selection at most "
-                          f"{max(w for _, w in shared)} blocks", noise=0.0)
-
-
-BLOCK = 32  # lmc's default block, the article's
+                          f"{max(w for _, w in shared)} blocks")
 
 
 def trace_tail_share(claim: Claim, runs: pd.DataFrame) -> Reading:

@@ -82,8 +82,8 @@ CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "r
               "strength", "article", "gloss", "mutant", "precondition"}
 PRECONDITION_KEYS = {"what", "metric", "measure", "at_least", "at_most", "why"}
 # the engine mutants tests/audit/test_mutants.py builds (harness.verify.engine_checks.MUTANTS)
-MUTANTS = ("budget", "recency", "importance-evicted", "short-count", "renorm-extra", "ties",
-           "causal", "scale")
+MUTANTS = ("budget", "budget-short", "thread-dependent", "recency", "importance-evicted",
+           "short-count", "renorm-extra", "ties", "causal", "scale")
 # What a verdict rests on (README, "Verdict kinds"): the same quantity in a comparable setting;
 # the same quantity elsewhere (``differs`` says what differs); the article's direction or order
 # tested with a margin; a rule checked in code or traces; a sanity check (not counted).

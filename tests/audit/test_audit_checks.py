@@ -50,6 +50,8 @@ def test_without_the_engine_the_engine_checks_are_not_comparable() -> None:
 def test_trace_and_repetition_rules() -> None:
     trace = "# header\n9 0 0 2 3 5\n9 0 1 2 3 6\n10 0 0 2 3 7\n9 1 0 1 4\n10 1 0 1 4\n"
     assert shared_blocks(trace) == (1, 2)  # layer 0 shares block 3, layer 1 block 4
+    # block 1 holds positions 32-63: every selection keeps it, but as the tail (recency)
+    assert shared_blocks("# header\n40 0 0 2 1 3\n41 0 1 2 1 3\n") == (1, 2)
     assert repeats([7, 5, 5, 5]) and repeats([1, 2, 9, 8, 9, 8, 9, 8])
     assert not repeats([1, 2, 3, 1, 2, 4, 1, 2]) and not repeats([])
     # a collapse without repetition: k = 1's `The606.` keeps 5 of exact's 14 tokens
