@@ -4,7 +4,8 @@ the runs a check used, with the article's setting beside them.
 ``provenance(claim, runs, ids)`` reads the flattened runs (reports.runs): the model from the
 engine's own document (its ``model_config``: parameters counted from the shapes, layers), the
 device from the run's device row and fingerprint, the data from the workloads (how many
-independent inputs, and how many runs of each), the revision from the build.
+distinct inputs, and how many runs of each: the independent units of a figure are the
+verdict's own, counted by evidence.units), the revision from the build.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _data(runs: pd.DataFrame) -> str:
         else:
             what = f"{kind} inputs"
         per_input = int(group.groupby(["workload_id", "config"]).size().max())
-        out.append(f"{inputs} independent {what}, {per_input} run(s) of each per config")
+        out.append(f"{inputs} distinct {what}, {per_input} run(s) of each per config")
     return "; ".join(out)
 
 

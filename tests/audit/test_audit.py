@@ -178,7 +178,7 @@ def test_one_claim_of_each_verdict(synthetic: Store, tmp_path: Path) -> None:
 
     # evidence on every verdict, named in its reason
     assert identical.kind == "direct" and identical.evidence is not None
-    assert "3 independent needle prompts of 2061 tokens" in identical.evidence.data
+    assert "3 distinct needle prompts of 2061 tokens" in identical.evidence.data
     assert "local (x86, not emulated" in identical.evidence.device
     assert identical.evidence.revision.startswith("lmc ")
     assert "evidence: " in identical.reason and identical.evidence.data in identical.reason
@@ -432,7 +432,7 @@ def test_cli_audit_runs_what_is_missing(tmp_path: Path, ray_address: str,
     assert printed[0]["kind"] == "direct" and printed[0]["measured"] == timed["measured"]
     evidence = printed[0]["evidence"]
     assert evidence["model"] == "no model: synthetic q/k/v (attn-bench)"
-    assert "1 independent synthetic uniform q/k/v (seed 0), 4 heads / 2 KV heads / dim 64, " \
+    assert "1 distinct synthetic uniform q/k/v (seed 0), 4 heads / 2 KV heads / dim 64, " \
         "1024 positions" in evidence["data"] and evidence["revision"].startswith("lmc ")
     assert evidence["runs"] == timed["evidence"]["runs"]
     assert db_rows(tmp_path / "cli.db") == rows
