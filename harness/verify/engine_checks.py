@@ -309,6 +309,10 @@ MUTANTS = {m.name: m for m in (
     Mutant("causal", "each prefill query also sees the next position (one row of the future)",
            "attn_kernel.c", (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
                               "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)),
+    Mutant("ref-sum-short", "the plain reference's softmax leaves the last position out of "
+           "its sum (an off-by-one in the loop bound)", "attn_kernel.c", (
+               ("float sum = pairwise_sum(s, n_pos);",
+                "float sum = pairwise_sum(s, n_pos - 1);"),)),
     Mutant("scale", "the optimised kernels drop the 1/sqrt(d) scale (the plain reference keeps "
            "it)", "attn_kernel.c", (
                ("    float scale = 1.0f / sqrtf((float)D);\n    float m[ATTN_MAX_GROUP]",
