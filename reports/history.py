@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from db.records import SeriesStep
+
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
 from reports.roofline import IMPOSSIBLE, limits_of, shares_of
@@ -143,14 +145,8 @@ class RevisionSeries:
 
 
 @dataclass(frozen=True)
-class HistoryStep:
-    revision: str  # the first revision at the new level
-    device: str
-    config: str
-    metric: str
-    before: float
-    after: float
-    ratio: float | None
+class HistoryStep(SeriesStep):
+    """A step a history found, judged by its metric's direction."""
 
     @property
     def regression(self) -> bool:
