@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import pandas as pd
 
 from db.records import SeriesStep
-
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
 from reports.roofline import IMPOSSIBLE, limits_of, shares_of
