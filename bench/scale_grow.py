@@ -25,7 +25,8 @@ measurements from them through the store's public API only (``Store.upsert_*``,
 - per run 1-3 attempts: retries after a lost or failed attempt, final failures, pending,
   interrupted and cancelled runs, and a few attempts still running under a live lease;
 - jobs (one per experiment, one per revision of the nightly; one running and one queued),
-  board states, health checks and reservations.
+  board states, health checks (with each board's measured limits, ``Board.limits``, so that
+  history and the reports compute every figure's roofline share) and reservations.
 
 Everything is drawn from ``random.Random`` seeded by ``(seed, what)``: the same seed stores and
 the same seed give the same rows (but the timestamps the store takes itself: jobs, health
