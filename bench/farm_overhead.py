@@ -107,7 +107,7 @@ def main() -> None:
     inventory_path = args.inventory
     if inventory_path is None:
         state = Path(tempfile.mkdtemp(prefix="farm-overhead-"))
-        inventory_path = farm_up(state)
+        inventory_path = farm_up(state, with_caller=True)  # ends with this bench
     try:
         inventory = load_inventory(inventory_path)
         print(f"medians over {args.repeats} repeats, milliseconds")

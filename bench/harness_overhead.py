@@ -129,7 +129,7 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="benchfarm-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "farm"
-    inventory = pool_inventory(farm_up(state), folder, pin=not args.no_pin)
+    inventory = pool_inventory(farm_up(state, with_caller=True), folder, pin=not args.no_pin)
     try:
         with ray_session(None):
             # Both boards' device caches hold the binary and model before either timing: the

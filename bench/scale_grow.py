@@ -25,7 +25,8 @@ measurements from them through the store's public API only (``Store.upsert_*``,
 - per run 1-3 attempts: retries after a lost or failed attempt, final failures, pending,
   interrupted and cancelled runs, and a few attempts still running under a live lease;
 - jobs (one per experiment, one per revision of the nightly; one running and one queued),
-  board states, health checks and reservations.
+  board states, health checks (with each board's measured limits, ``Board.limits``, so that
+  history and the reports compute every figure's roofline share) and reservations.
 
 Everything is drawn from ``random.Random`` seeded by ``(seed, what)``: the same seed stores and
 the same seed give the same rows (but the timestamps the store takes itself: jobs, health
@@ -54,6 +55,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming  # noqa: E402
+from db.limits import FMA_GFLOPS, READ_CURVE, READ_GBPS  # noqa: E402
 from devices.conditions import snapshot_flags  # noqa: E402
 
 # the spec of the templates the demo lacks, run by `benchfarm demo --spec` on this machine
@@ -235,6 +237,14 @@ def _template(detail: Any) -> Template | None:
 # -- boards ----------------------------------------------------------------------------------
 
 
+# The limits the templates' machine (the seed's) is credited with: above what a real run on it
+# can imply (Zen 5: two 512-bit FMA pipes at ~3.5 GHz; memory and cache read GB/s by buffer
+# MiB), so that no grown figure is beyond its board's roofline. A board's limits are these over
+# its speed, as its timings are the templates' times its speed (``Board.limits``).
+SEED_FMA_GFLOPS = 230.0
+SEED_READ_GBPS_BY_MIB = {1: 400.0, 4: 250.0, 16: 120.0, 128: 70.0}
+
+
 @dataclass(frozen=True)
 class BoardClass:
     name: str
@@ -332,6 +342,16 @@ class Board:
                "taken_at": round((at - datetime(1970, 1, 1)).total_seconds(), 6)}
         doc["flags"] = snapshot_flags(doc, phase)
         return doc
+
+    def limits(self) -> list[dict[str, Any]]:
+        """Its health check's limit items (``harness.lab.health``'s, ``db.limits``' keys)."""
+        curve = {str(mib): gbps / self.speed for mib, gbps in SEED_READ_GBPS_BY_MIB.items()}
+        memory = curve[str(max(SEED_READ_GBPS_BY_MIB))]
+        return [{"name": "memory read", "ok": True, "detail": f"{memory:.2f} GB/s read from "
+                 "memory", "key": READ_GBPS, "value": memory, READ_CURVE: curve},
+                {"name": "fma peak", "ok": True,
+                 "detail": f"{SEED_FMA_GFLOPS / self.speed:.2f} GFLOP/s per core",
+                 "key": FMA_GFLOPS, "value": SEED_FMA_GFLOPS / self.speed}]
 
     def info(self) -> dict[str, Any]:
         """The inventory entry, as the store keeps it."""
@@ -960,7 +980,8 @@ class Grower:
                          {"name": "free disk", "ok": ok,
                           "detail": f"{rng.randint(800, 40000) if ok else 120} MB free in "
                                     f"{board.info()['workdir']}"},
-                         {"name": "lmc", "ok": True, "detail": "lmc info ok, push cached"}]
+                         {"name": "lmc", "ok": True, "detail": "lmc info ok, push cached"},
+                         *board.limits()]
                 boards.record_health(board.name, ok, items, "scale-bench")
         for board, state, reason in ((self.boards[5], "maintenance", "reflashing the SD card"),
                                      (self.boards[-3], "retired", "fan failed")):

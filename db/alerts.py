@@ -20,7 +20,7 @@ from db.connection import retry_locked
 from db.errors import StoreInputError
 from db.leases import utcnow
 from db.models import Alert, AlertChange, AlertStep
-from db.records import ALERT_STATES
+from db.records import ALERT_STATES, SeriesStep
 
 __all__ = ["ALERT_STATES", "OPEN_STATES", "TRIAGE_STATES", "AlertRecord", "Alerts",
            "ChangeRecord", "StepRecord"]
@@ -31,13 +31,10 @@ SYSTEM = "benchfarm"  # who makes the changes nobody typed (opening, suggesting 
 
 
 @dataclass(frozen=True)
-class StepRecord:
-    device: str
-    config: str
-    metric: str
-    before: float
-    after: float
-    ratio: float | None
+class StepRecord(SeriesStep):
+    """A step an alert holds (at the alert's revision), with its verdict when stored, and the
+    later revision that brought its series back to the level before, if any."""
+
     regression: bool
     back_at: str | None = None
 
@@ -85,8 +82,8 @@ def _record(session: Session, row: Alert) -> AlertRecord:
     return AlertRecord(
         row.id, row.experiment, row.revision, row.previous, row.subject, row.authored_at,
         row.state, row.created_at, row.updated_at,
-        [StepRecord(s.device, s.config, s.metric, s.before, s.after, s.ratio, s.regression,
-                    s.back_at) for s in steps],
+        [StepRecord(row.revision, s.device, s.config, s.metric, s.before, s.after, s.ratio,
+                    s.regression, s.back_at) for s in steps],
         [ChangeRecord(c.at, c.actor, c.checked, c.state_from, c.state_to, c.note)
          for c in changes])
 

@@ -29,6 +29,22 @@ SNAPSHOT_PHASES = ("before", "after")
 AXIS_COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_attn")
 
 
+@dataclass(frozen=True)
+class SeriesStep:
+    """A step in one series (device, config, metric) of an experiment's history: the median
+    level before and after ``revision``, the first revision at the new level, and their ratio
+    (after / before; None when before is 0). ``reports.history.HistoryStep`` judges whether it
+    is a regression; ``db.alerts`` stores it with that verdict."""
+
+    revision: str
+    device: str
+    config: str
+    metric: str
+    before: float
+    after: float
+    ratio: float | None
+
+
 @dataclass
 class Figures:
     """The figures every engine reports in the same units, mapped from its output by its

@@ -174,7 +174,8 @@ def _wait_ready(proc: subprocess.Popen, spec: NodeSpec, port: int, log: Path) ->
                     f"{READY_TIMEOUT_S:g} s; see {log}")
 
 
-def _start_node(state_dir: Path, spec: NodeSpec, preferred_port: int | None) -> NodeState:
+def _start_node(state_dir: Path, spec: NodeSpec, preferred_port: int | None,
+                with_caller: bool) -> NodeState:
     node_dir = state_dir / "nodes" / spec.name
     (node_dir / "work").mkdir(parents=True, exist_ok=True)
     _keygen(node_dir / "ssh_host_ed25519_key")
@@ -185,7 +186,8 @@ def _start_node(state_dir: Path, spec: NodeSpec, preferred_port: int | None) -> 
     with log.open("ab") as log_file:
         proc = subprocess.Popen([_sshd_binary(), "-D", "-e", "-f", str(config)],
                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=procs.ending_with_caller() if with_caller else None)
     procs.adopt(proc)
     _wait_ready(proc, spec, port, log)
     return NodeState(spec.name, spec.address, port, proc.pid, procs.start_ticks(proc.pid))
@@ -207,8 +209,11 @@ def _locked(state_dir: Path) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def farm_up(state_dir: Path | str | None = None) -> Path:
-    """Start every node that is not already running; returns the inventory path. Idempotent."""
+def farm_up(state_dir: Path | str | None = None, with_caller: bool = False) -> Path:
+    """Start every node that is not already running; returns the inventory path. Idempotent.
+    ``with_caller``: the nodes it starts end (SIGTERM) when the calling thread does, however
+    it ends (a test session's farm, even when the session is SIGKILLed); otherwise they run
+    until ``farm_down``."""
     state_dir = Path(state_dir or default_state_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -228,7 +233,8 @@ def farm_up(state_dir: Path | str | None = None) -> Path:
                     continue
                 # Started by an older benchfarm with another sshd_config: restart it as now.
                 procs.stop_tree(old.pid, STOP_TIMEOUT_S)
-            nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None)
+            nodes[spec.name] = _start_node(state_dir, spec, old.port if old else None,
+                                           with_caller)
             write_state(state_dir, nodes)  # after each start, so a failure leaves no orphan
         _write_known_hosts(state_dir, nodes)
         return _write_inventory(state_dir, nodes)

@@ -7,11 +7,15 @@ still matches, plus that process's descendants.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 # Popen objects of processes this Python process started, so their exit can be reaped.
 _adopted: dict[int, subprocess.Popen] = {}
@@ -19,6 +23,22 @@ _adopted: dict[int, subprocess.Popen] = {}
 
 def adopt(proc: subprocess.Popen) -> None:
     _adopted[proc.pid] = proc
+
+
+def ending_with_caller(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` by which the child is sent ``sig`` when the thread that starts it ends
+    (Linux's parent-death signal: it comes even when this process is SIGKILLed). A child whose
+    parent ended before the signal was armed sends it to itself."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    parent = os.getpid()
+
+    def arm() -> None:
+        if prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return arm
 
 
 def reap(pid: int) -> None:

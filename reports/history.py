@@ -18,9 +18,10 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from db.records import SeriesStep
 from reports.metrics import HIGHER_IS_BETTER, METRICS
 from reports.plots import Axes, Mark, Series, line_chart
-from reports.roofline import IMPOSSIBLE, limits_of, shares_of
+from reports.roofline import IMPOSSIBLE, SHARED, shares_frame
 from reports.runs import labelled_for_history, revision_label, without_revision
 from reports.stats import median, summarize
 from reports.steps import DEFAULT_PARAMS, METHOD, Step, StepParams, detect_steps
@@ -85,25 +86,11 @@ def runs_by_revision(runs: pd.DataFrame,
 
 def impossible_figures(chosen: pd.DataFrame, limits: dict[str, dict[str, Any]]
                        ) -> list[tuple[str, ...]]:
-    """Per row, the metrics whose figure is beyond its board's roofline (``roofline_shares``
+    """Per row, the metrics whose figure is beyond its board's roofline (``shares_frame``
     over ``IMPOSSIBLE``): a measurement bug, never a level of a history."""
-    out: list[tuple[str, ...]] = []
-    for shares in roofline_shares(chosen, limits):
-        out.append(tuple(metric for metric, share in shares.items()
-                         if share is not None and share > IMPOSSIBLE))
-    return out
-
-
-def roofline_shares(rows: pd.DataFrame, limits: dict[str, dict[str, Any]]
-                    ) -> list[dict[str, float | None]]:
-    """Per row (a run with its ``model_config``, axes and figures), the share of its board's
-    roofline its decode time and its prefill time imply (``reports.roofline``)."""
-    if "model_config" not in rows or not limits:
-        return [{} for _ in range(len(rows))]
-    columns = ["device", "model_config", "wq", "kv", "threads", "prompt_tokens",
-               "decode_ms_per_token", "prefill_ms"]
-    return [shares_of(row["model_config"], row, limits_of(limits.get(row["device"])))
-            for row in rows[[c for c in columns if c in rows]].to_dict("records")]
+    beyond = shares_frame(chosen, limits)[list(SHARED)] > IMPOSSIBLE
+    return [tuple(metric for metric, on in zip(SHARED, row, strict=True) if on)
+            for row in beyond.itertuples(index=False)]
 
 
 def _point_label(row: dict[str, Any]) -> str:
@@ -143,14 +130,8 @@ class RevisionSeries:
 
 
 @dataclass(frozen=True)
-class HistoryStep:
-    revision: str  # the first revision at the new level
-    device: str
-    config: str
-    metric: str
-    before: float
-    after: float
-    ratio: float | None
+class HistoryStep(SeriesStep):
+    """A step a history found, judged by its metric's direction."""
 
     @property
     def regression(self) -> bool:

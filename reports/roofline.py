@@ -193,6 +193,60 @@ def shares_of(config: dict[str, Any] | None, run: Mapping[str, Any],
                                         known("threads"), limits)}
 
 
+SHARED = ("decode_ms_per_token", "prefill_ms")  # the figures a share is computed for
+
+
+def shares_frame(rows: pd.DataFrame, limits: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """``shares_of`` for every row at once (runs with their ``device``, ``model_config``, axes
+    and figures; ``limits``: ``Store.board_limits``): a frame on the rows' index with a column
+    per figure of ``SHARED``, NaN where not judged. The shapes are read once per model config
+    and the read bounds once per board and working set; the rest is column arithmetic."""
+    out = pd.DataFrame(float("nan"), index=rows.index, columns=list(SHARED))
+    if rows.empty or "model_config" not in rows or "device" not in rows or not limits:
+        return out
+
+    def column(name: str) -> pd.Series:
+        return rows[name] if name in rows else pd.Series(None, index=rows.index, dtype=object)
+
+    def number(name: str) -> pd.Series:
+        return pd.to_numeric(column(name), errors="coerce").astype(float)
+
+    configs = column("model_config")
+    per_model: dict[int, tuple[float, ...]] = {}  # id(config) -> its shape's counts
+    for config in {id(c): c for c in configs}.values():
+        try:
+            shape = Shape.from_config(config if isinstance(config, dict) else {})
+        except (KeyError, TypeError, ValueError):
+            per_model[id(config)] = (math.nan,) * 4
+            continue
+        h, d = shape.hidden, shape.head_dim
+        per_model[id(config)] = (
+            float(shape.matrix_values), float((shape.layers * (2 * h + 2 * d) + h + h) * 4),
+            float(shape.layers * shape.kv_heads * shape.head_dim * 2), float(shape.layer_values))
+    counts = pd.DataFrame([per_model[id(c)] for c in configs], index=rows.index,
+                          columns=["matrix", "vectors", "kv_per_position", "layer_values"])
+    prompt = number("prompt_tokens")
+    read = (counts["matrix"] * column("wq").fillna("f32").map(WEIGHT_BYTES).astype(float)
+            + counts["vectors"]
+            + counts["kv_per_position"] * prompt.fillna(0.0)
+            * column("kv").fillna("f32").map(KV_BYTES).astype(float))
+    boards = {str(device): limits_of(limits.get(str(device))) for device in set(rows["device"])}
+    pairs = pd.DataFrame({"device": rows["device"].astype(str), "read": read})
+    bounds = {(device, size): boards[device].read_bound(size) or math.nan
+              for device, size in pairs.dropna().drop_duplicates().itertuples(index=False)}
+    bound = pd.Series([bounds.get(key, math.nan)
+                       for key in zip(pairs["device"], read, strict=True)],
+                      index=rows.index, dtype=float)
+    decode = number("decode_ms_per_token").where(lambda ms: ms > 0)
+    out["decode_ms_per_token"] = read / (decode / 1000.0) / (bound * 1e9)
+    peak = pairs["device"].map({d: b.fma_gflops or math.nan for d, b in boards.items()})
+    threads = number("threads").fillna(1.0).clip(lower=1.0)
+    prefill = number("prefill_ms").where(lambda ms: ms > 0)
+    operations = 2.0 * counts["layer_values"] * prompt.where(lambda n: n != 0)
+    out["prefill_ms"] = operations / (prefill / 1000.0) / (peak.astype(float) * 1e9 * threads)
+    return out
+
+
 def limits_of(stored: Mapping[str, Any] | None) -> Limits:
     """A board's ``Limits`` from what ``Store.board_limits`` holds for it."""
     stored = stored or {}

@@ -1,5 +1,12 @@
 """Shared test set-up. Fixtures live in one module per area, loaded here as plugins."""
 
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 pytest_plugins = [
     "fixtures_engine",
     "fixtures_arch",
@@ -13,17 +20,20 @@ pytest_plugins = [
 ]
 
 
-def pytest_configure(config) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Ray's log files of the runs the tests start (harness.execution.ray_log) go to a folder
-    of the session's, not to the user's ~/.local/state."""
-    import os
-    import tempfile
-
-    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="benchfarm-test-state-")
-
-
-def pytest_unconfigure(config) -> None:
-    import os
-    import shutil
-
-    shutil.rmtree(os.environ.get("XDG_STATE_HOME", ""), ignore_errors=True)
+    of the session's, not to the user's ~/.local/state: one under pytest's own temporary
+    folder (removed at the session's end; after a killed session, pytest's rotation of its
+    folders removes it)."""
+    folder = tmp_path_factory.mktemp("state")
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = before
+        shutil.rmtree(folder, ignore_errors=True)

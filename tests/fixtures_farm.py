@@ -60,7 +60,8 @@ class Farm:
 
 
 def start_farm(state_dir: Path) -> Farm:
-    inventory_path = farm_up(state_dir)
+    """A farm whose nodes end with the test session, however it ends."""
+    inventory_path = farm_up(state_dir, with_caller=True)
     return Farm(state_dir, inventory_path, load_inventory(inventory_path))
 
 

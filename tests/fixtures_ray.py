@@ -45,7 +45,7 @@ class CoordFarm:
 
     def restart(self) -> None:
         """Bring stopped nodes back (same keys; the inventories are rewritten)."""
-        farm_up(self.state)
+        farm_up(self.state, with_caller=True)
         write_pool_inventory(self)
 
 
@@ -53,7 +53,7 @@ class CoordFarm:
 def coord_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordFarm]:
     """A farm of its own, so that killing its nodes cannot disturb other tests."""
     state = tmp_path_factory.mktemp("coord-farm")
-    inventory = farm_up(state)
+    inventory = farm_up(state, with_caller=True)  # its nodes end with the session
     pool = state / "pool.toml"
     farm = CoordFarm(state, inventory, pool)
     write_pool_inventory(farm)

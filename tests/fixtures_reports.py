@@ -75,8 +75,9 @@ class SyntheticExperiment:
             step_ms: list[float] | None = None, bytes_read: int | None = None,
             engine: str = "lmc", prefill_ms: float = 50.0, prefill_attn: str = "exact",
             peak_rss_kb: int | None = None, kv_resident_bytes: int | None = None,
-            job_id: int | None = None) -> int:
-        """Store one run (an attempt of job ``job_id``, when given); returns its id."""
+            job_id: int | None = None, raw: dict[str, Any] | None = None) -> int:
+        """Store one run (an attempt of job ``job_id``, when given); returns its id. ``raw``:
+        the engine's document (default: one naming the context length only)."""
         if device not in self.devices:
             self.add_device(device)
         self.count += 1
@@ -104,7 +105,7 @@ class SyntheticExperiment:
             prefill_ms=prefill_ms if ok else None,
             decode_ms_per_token=decode_ms if ok and command == "generate" else None,
             attn_ms_per_token=attn_ms if ok and command == "generate" else None,
-            prompt_tokens=ctx, raw_json=json.dumps({"ctx": ctx}),
+            prompt_tokens=ctx, raw_json=json.dumps({"ctx": ctx} if raw is None else raw),
             token_timings=timings if ok else [],
             outcome=Outcome(generated_ids=tokens if command == "generate" else None,
                             recall=recall if kind == "needle" else None, ppl=ppl,

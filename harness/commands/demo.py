@@ -59,7 +59,8 @@ def summary_table(store: Store, experiment: str) -> pd.DataFrame:
         ok = cell[cell["status"] == "ok"]
         decode = summarize(ok["decode_ms_per_token"].tolist())
         attn = summarize(ok["attn_ms_per_token"].tolist())
-        rows.append({"device": device, "ctx": int(ctx), "policy": policy, "k": k,
+        rows.append({"device": device, "ctx": None if pd.isna(ctx) else int(ctx),
+                     "policy": policy, "k": k,
                      "runs": len(cell), "ok": len(ok), "recall": round(ok["recall"].mean(), 3),
                      "decode_ms/token": decode.text(3) if decode else "",
                      "attn_ms/token": attn.text(3) if attn else "",

@@ -54,8 +54,8 @@ def record_alerts(store: Store, summaries: Iterable[CommitSummary],
         alert, new = store.alerts.open(
             summary.experiment, summary.revision, summary.previous, summary.subject,
             summary.authored or None,
-            [StepRecord(s.device, s.config, s.metric, s.before, s.after, s.ratio, s.regression)
-             for s in summary.steps], (notes or {}).get(summary.revision))
+            [StepRecord(**asdict(s), regression=s.regression) for s in summary.steps],
+            (notes or {}).get(summary.revision))
         if new:
             done.opened.append(alert)
             if targets:

@@ -62,7 +62,7 @@ def test_stale_state_dir_is_recovered_and_recycled_pids_are_not_killed(tmp_path:
         stop_node(tmp_path, name, signal.SIGKILL)  # as if the machine had rebooted
     assert pids(tmp_path) == {}
 
-    farm_up(tmp_path)
+    farm_up(tmp_path, with_caller=True)
     assert {n.name: n.port for n in farm_status(tmp_path)} == ports  # same addresses again
     with connect(farm.arm) as t:
         assert t.run_host(["echo", "back"], timeout=30).stdout == "back\n"
@@ -90,7 +90,7 @@ def test_up_restarts_a_node_whose_config_is_outdated(tmp_path: Path) -> None:
         ports = {n.name: n.port for n in farm_status(tmp_path)}
         config = tmp_path / "nodes" / "farm-arm" / "sshd_config"
         config.write_text(config.read_text().replace("SetEnv SHLVL=1\n", ""))  # an older farm
-        farm_up(tmp_path)
+        farm_up(tmp_path, with_caller=True)
         now = pids(tmp_path)
         assert now["farm-x86"] == first["farm-x86"] and now["farm-arm"] != first["farm-arm"]
         assert not procs.alive(first["farm-arm"])
@@ -123,7 +123,7 @@ def test_sshd_killed_during_a_run_raises_a_typed_error_without_hanging(tmp_path:
             assert "farm-x86" in str(info.value) and "lost" in str(info.value)
 
             # The node comes back on the same address; the same transport reconnects.
-            farm_up(tmp_path)
+            farm_up(tmp_path, with_caller=True)
             assert t.run(["echo", "reconnected"], timeout=30).stdout == "reconnected\n"
     finally:
         farm_down(tmp_path)
@@ -203,3 +203,27 @@ def test_after_farm_down_the_default_inventory_leaves_the_farm_out(
     assert main(["--db", db, "gc", "--boards", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "farm-" not in out and "failed" not in out
+
+
+def test_a_session_farm_ends_with_its_killed_session(tmp_path: Path) -> None:
+    """A test session's farm (``with_caller``, as the fixtures start it) does not outlive the
+    session even when it is SIGKILLed, which runs no clean-up: a stand-in session starts the
+    farm the same way, says so, waits, and is killed; its sshds end after it."""
+    code = ("import sys, time; from devices.farm import farm_up; "
+            "farm_up(sys.argv[1], with_caller=True); print('up', flush=True); time.sleep(600)")
+    session = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert session.stdout is not None and session.stdout.readline() == "up\n"
+        started = pids(tmp_path)
+        assert set(started) == NODE_NAMES
+        session.kill()
+        session.wait(timeout=60)
+        deadline = time.monotonic() + 60  # generous: a loaded machine; not a speed check
+        while pids(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids(tmp_path) == {}, "the farm's sshds outlived the killed session"
+        assert not any(procs.alive(pid) for pid in started.values())
+    finally:
+        session.kill()
+        farm_down(tmp_path)

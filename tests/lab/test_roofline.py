@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_history_git import SPEC
 
@@ -56,6 +58,7 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
     assert shown["roofline_share"]["decode_ms_per_token"] is None
     history = json.loads(cli(db, "history", "roof", "--json").stdout)
     assert history["impossible"] == [] and len(history["series"][0]["points"][0]["values"]) == 3
+    assert_frame_shares_are_per_run_shares(db)
 
     # a board whose stored limits are far below what its runs did: every figure is impossible
     slow = {"1": 0.001, "128": 0.001}
@@ -67,6 +70,7 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
             "test")
     shown = cli(db, "runs", "show", "1")
     assert "prefill " in shown.stdout and "IMPOSSIBLE" in shown.stdout
+    assert_frame_shares_are_per_run_shares(db)
     history = json.loads(cli(db, "history", "roof", "--metric", "prefill_ms", "--json").stdout)
     assert history["series"] == [] and sorted(r["run_id"] for r in history["impossible"]) == \
         [1, 2, 3]
@@ -78,6 +82,45 @@ def test_limits_are_measured_on_the_board_and_a_figure_beyond_them_is_impossible
     (row,) = csv.DictReader((tmp_path / "report" / "roofline.csv").open())
     assert (row["device"], row["runs"], row["impossible"]) == ("local", "3", "3")
     assert float(row["prefill_share"]) > 1.1
+
+
+def assert_frame_shares_are_per_run_shares(db: Path) -> None:
+    """The shares history computes for all runs at once (``shares_frame``) are those of each
+    run alone (``shares_of``, what `runs show` prints): on the stored runs, and on copies of
+    them varied where the computation branches (weights and KV types, a model large enough
+    for its decode to be judged, no prompt, no threads, no figure, a board without limits,
+    a model without a config)."""
+    from reports.roofline import SHARED, limits_of, shares_frame, shares_of
+
+    with Store.open(f"sqlite:///{db}") as store:
+        real = store.history_frame("roof")
+        limits = store.board_limits(["local"])
+    assert len(real) == 3 and real["model_config"].map(bool).all()
+    varied = [real]
+    for change in ({"wq": "q8"}, {"wq": "bf16", "kv": "q8"}, {"wq": "int3"},
+                   {"model_config": QWEN3_06B}, {"model_config": QWEN3_06B, "kv": "q8"},
+                   {"prompt_tokens": 0}, {"prompt_tokens": None}, {"threads": 0},
+                   {"threads": 4}, {"decode_ms_per_token": None}, {"prefill_ms": 0.0},
+                   {"device": "elsewhere"}, {"model_config": None},
+                   {"model_config": {"hidden_size": 8}}):
+        copy = real.copy()
+        for column, value in change.items():
+            copy[column] = [value] * len(copy)
+        varied.append(copy)
+    runs = pd.concat(varied, ignore_index=True)
+    frame = shares_frame(runs, limits)
+    judged = dict.fromkeys(SHARED, 0)
+    for i, row in enumerate(runs.to_dict("records")):
+        alone = shares_of(row["model_config"], row, limits_of(limits.get(row["device"])))
+        for metric in SHARED:
+            got = frame[metric].iloc[i]
+            if alone[metric] is None:
+                assert math.isnan(got), (metric, i, got)
+            else:
+                judged[metric] += 1
+                assert got == pytest.approx(alone[metric], rel=1e-12), (metric, i)
+    # prefill judged for most rows; decode for the large model's (the tiny one's fits a cache)
+    assert judged["prefill_ms"] >= len(real) * 8 and judged["decode_ms_per_token"] >= len(real)
 
 
 QWEN3_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,

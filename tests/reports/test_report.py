@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -244,12 +245,14 @@ def test_report_renders_in_headless_chromium(known: Store, tmp_path: Path) -> No
               "--no-first-run", "--disable-background-networking", "--disable-component-update",
               "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0"]
     shot = tmp_path / "report.png"
+    scratch = {**os.environ, "TMPDIR": str(tmp_path)}  # its org.chromium.Chromium.* folders
     done = subprocess.run([*common, "--window-size=1400,2000", f"--screenshot={shot}",
-                           index.as_uri()], capture_output=True, text=True, timeout=120)
+                           index.as_uri()], capture_output=True, text=True, timeout=120,
+                          env=scratch)
     assert shot.is_file() and shot.stat().st_size > 10_000, done.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     dom = subprocess.run([*common, "--dump-dom", index.as_uri()], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env=scratch)
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or
                "Uncaught" in line or "net::ERR" in line]
     assert console == []

@@ -175,7 +175,11 @@ def test_the_demo_table_keeps_context_lengths_apart(tmp_path: Path) -> None:
         for ctx, exact_ms, sparse_ms in ((512, 4.0, 5.0), (2048, 10.0, 6.0)):
             exp.run(ctx=ctx, repeat=repeat, decode_ms=exact_ms + repeat)
             exp.run(ctx=ctx, repeat=repeat, policy="sparse", k=32, decode_ms=sparse_ms + repeat)
-    table = summary_table(store, "synthetic").set_index(["ctx", "policy"])
+    # a ppl run: its workload (a length) and its engine document name no context length
+    exp.run(kind="ppl", ctx=512, recall=None, ppl=20.0, raw={"command": "ppl", "ppl": 20.0})
+    table = summary_table(store, "synthetic")
+    assert table[table["ctx"].isna()]["runs"].tolist() == [1]  # kept, not an error
+    table = table.dropna(subset=["ctx"]).astype({"ctx": int}).set_index(["ctx", "policy"])
     assert "context length" in SUMMARY_TITLE
     assert table.loc[(512, "sparse"), "x exact"] == "1.22"  # 5.5 / 4.5
     assert table.loc[(2048, "sparse"), "x exact"] == "0.62"  # 6.5 / 10.5

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,19 +53,24 @@ def get_json(url: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[webdriver.Chrome]:
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """A headless Chromium whose profile and temporary folders (its singleton socket's
+    ``org.chromium.Chromium.*``) are in a folder of the test session's, removed after."""
+    scratch = tmp_path_factory.mktemp("chromium")
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000"):
+                 "--window-size=1400,1000", f"--user-data-dir={scratch / 'profile'}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    service = Service("/usr/bin/chromedriver", env={**os.environ, "TMPDIR": str(scratch)})
+    driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(60)
     try:
         yield driver
     finally:
         driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture
@@ -358,7 +364,7 @@ def test_a_running_job_advances_on_the_page(
                                and int(text.split()[0]) > int(first.split()[0]) and text)
             wait.until(lambda d: text_of(d, board_row) not in (None, board))
             assert browser.find_elements(By.CSS_SELECTOR, "#jobs .progress-bar .done")
-            browser.save_screenshot("/tmp/benchfarm-web-running.png")
+            browser.save_screenshot(str(tmp_path / "running.png"))
             assert browser.execute_script("return window.__loaded") is True  # never reloaded
             _, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err
