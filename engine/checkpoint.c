@@ -5,6 +5,8 @@
  * files outside the model directory. */
 #include "checkpoint.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -163,6 +165,26 @@ void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes) {
         if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
         return;
     }
+}
+
+int ckpt_tensor_file(const Checkpoint *ck, const StTensor *t, int64_t *offset, char *path, size_t path_size) {
+    for (int s = 0; s < ck->n_shards; s++) {
+        const SafeTensors *st = &ck->shards[s];
+        if (t->data < st->map || t->data + t->nbytes > st->map + st->map_size) continue;
+        int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || (size_t)sb.st_size != st->map_size) {
+            lmc_set_error("cannot read tensor '%s' from %s: %s", t->name, st->path,
+                          fd < 0 ? strerror(errno) : "the file changed while it was loaded");
+            if (fd >= 0) close(fd);
+            return -1;
+        }
+        *offset = (int64_t)(t->data - st->map);
+        snprintf(path, path_size, "%s", st->path);
+        return fd;
+    }
+    lmc_set_error("%s: tensor '%s' lies in none of its files", ck->path, t->name);
+    return -1;
 }
 
 int ckpt_count(const Checkpoint *ck) {

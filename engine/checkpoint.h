@@ -28,6 +28,11 @@ const StTensor *ckpt_find(const Checkpoint *ck, const char *name);
  * keeps the loader's resident set at the converted weights plus one chunk of the file. Data
  * outside every mapping (a parsed in-memory image) is left alone. */
 void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes);
+/* The file that holds t (a tensor of ck), opened again for reading (O_CLOEXEC), with its path
+ * (into path[path_size]) and where t's data starts in it (*offset): for reading t with pread
+ * once ck is closed. -1 + error naming the file when it cannot be opened or is no longer the
+ * file mapped (its size changed). */
+int ckpt_tensor_file(const Checkpoint *ck, const StTensor *t, int64_t *offset, char *path, size_t path_size);
 /* tensors in all shards */
 int ckpt_count(const Checkpoint *ck);
 

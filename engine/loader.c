@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "util.h"
@@ -215,6 +216,7 @@ static void load_mat(Mat *m, const Checkpoint *ck, const char *name, int rows, i
 
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     memset(m, 0, sizeof *m);
+    m->embed_fd = -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text;
@@ -234,32 +236,19 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
     note_unused(c, &ck, dir);
     Expect emb = named(c, "embed_tokens.weight", c->vocab, c->hidden);
     Expect norm = named(c, "norm.weight", c->hidden, 0);
-    snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(ckpt_find(&ck, emb.name)->dtype));
-    int H = c->hidden, D = c->head_dim, Q = c->n_heads * D, KV = c->n_kv_heads * D, I = c->intermediate;
-    /* the embedding table stays as the checkpoint stores it (bf16 / f16: half of f32's bytes,
-     * a row widened per lookup), unless it is also the f32 lm_head */
     const StTensor *et = ckpt_find(&ck, emb.name);
-    size_t n_embed = (size_t)c->vocab * (size_t)H;
-    int shares_lm_head = !ckpt_find(&ck, "lm_head.weight") && wq == WQ_F32;
-    if (et->dtype == ST_F32 || shares_lm_head) m->embed = load_vector(&ck, emb.name, n_embed);
-    else {
-        m->embed_h = load_as_stored(&ck, et, n_embed, emb.name);
-        m->embed_f16 = et->dtype == ST_F16;
+    snprintf(m->weights_dtype, sizeof m->weights_dtype, "%s", st_dtype_name(et->dtype));
+    int H = c->hidden, D = c->head_dim, Q = c->n_heads * D, KV = c->n_kv_heads * D, I = c->intermediate;
+    /* the embedding table stays in the file: a looked-up row is read from it (model_embed) */
+    m->embed_fd = ckpt_tensor_file(&ck, et, &m->embed_offset, m->embed_file, sizeof m->embed_file);
+    if (m->embed_fd < 0) {
+        ckpt_close(&ck);
+        return -1;
     }
+    m->embed_dtype = et->dtype;
     m->final_norm = load_vector(&ck, norm.name, H);
-    if (ckpt_find(&ck, "lm_head.weight")) {
-        load_mat(&m->lm_head, &ck, "lm_head.weight", c->vocab, H, wq, pool);
-    } else if (wq != WQ_F32) {
-        m->tied_used = 1;
-        load_mat(&m->lm_head, &ck, emb.name, c->vocab, H, wq, pool);
-    } else {
-        m->tied_used = 1;
-        /* one copy serves both: the lm_head takes the embedding (packed), and embedding
-         * lookups read its rows back (model_embed) */
-        m->lm_head = (Mat){.rows = c->vocab, .cols = H, .f = m->embed};
-        m->embed = NULL;
-        mat_pack(&m->lm_head);
-    }
+    m->tied_used = !ckpt_find(&ck, "lm_head.weight");
+    load_mat(&m->lm_head, &ck, m->tied_used ? emb.name : "lm_head.weight", c->vocab, H, wq, pool);
     m->layers = lmc_alloc((size_t)c->n_layers, sizeof(Layer), "layers");
     for (int l = 0; l < c->n_layers; l++) {
         Expect e[11];
@@ -295,17 +284,16 @@ void model_free(Model *m) {
     }
     lmc_free(m->layers);
     mat_free(&m->lm_head);
-    lmc_free(m->embed);
-    lmc_free(m->embed_h);
     lmc_free(m->final_norm);
+    if (m->embed_fd >= 0) close(m->embed_fd);
     memset(m, 0, sizeof *m);
+    m->embed_fd = -1;
 }
 
 size_t model_weight_bytes(const Model *m) {
     const Config *c = &m->cfg;
     size_t H = (size_t)c->hidden, vectors = H; /* the final norm */
-    size_t total = mat_bytes(&m->lm_head) + (m->embed ? (size_t)c->vocab * H * sizeof(float) : 0)
-                   + (m->embed_h ? (size_t)c->vocab * H * sizeof(uint16_t) : 0);
+    size_t total = mat_bytes(&m->lm_head);
     for (int l = 0; m->layers && l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};

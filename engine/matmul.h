@@ -61,8 +61,6 @@ void mat_quantize_row(Mat *m, int r, const float *row);
  * well: measured ~10-15 % slower on 2 threads). Products give the same bits either way, and
  * take every f32/bf16 matrix of four rows or more packed (matmul checks). */
 void mat_pack(Mat *m);
-/* row r of an f32 matrix, packed or not, into out[cols] */
-void mat_row_f32(const Mat *m, int r, float *out);
 void mat_free(Mat *m);
 /* bytes of weights one product reads (what decode streams from memory) */
 size_t mat_bytes(const Mat *m);

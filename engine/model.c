@@ -11,8 +11,10 @@
  *   logits = lm_head(rmsnorm(x))          (final norm)  [rmsnorm(x) / logit_div]
  *
  * The weight products run over the whole chunk (matmul.c); attention runs token by token. */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "util.h"
@@ -100,12 +102,25 @@ void forward_free(Forward *f) {
 }
 
 void model_embed(const Model *m, int token, float *out) {
-    int H = m->cfg.hidden;
-    if (m->embed_h) { /* bf16 and f16 widen to f32 exactly: the same values as a f32 table */
-        const uint16_t *row = m->embed_h + (size_t)token * (size_t)H;
-        for (int j = 0; j < H; j++) out[j] = m->embed_f16 ? lmc_f16_to_f32(row[j]) : lmc_bf16_to_f32(row[j]);
-    } else if (m->embed) memcpy(out, m->embed + (size_t)token * (size_t)H, sizeof(float) * (size_t)H);
-    else mat_row_f32(&m->lm_head, token, out);
+    size_t H = (size_t)m->cfg.hidden, bytes = H * st_dtype_size(m->embed_dtype);
+    /* the row's bytes land at the end of out (all of it for f32); widening front to back reads
+     * each 16-bit value before out[j] is written, and out[j] never covers a value still unread */
+    uint8_t *raw = (uint8_t *)out + (H * sizeof(float) - bytes);
+    int64_t at = m->embed_offset + (int64_t)token * (int64_t)bytes;
+    for (size_t got = 0; got < bytes;) {
+        ssize_t n = pread(m->embed_fd, raw + got, bytes - got, (off_t)(at + (int64_t)got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            lmc_die_runtime("cannot read the embedding of token %d from %s: %s", token, m->embed_file,
+                            n < 0 ? strerror(errno) : "the file is shorter than when it was loaded");
+        got += (size_t)n;
+    }
+    if (m->embed_dtype == ST_F32) return; /* as st_to_f32: the file's bytes are the floats */
+    for (size_t j = 0; j < H; j++) {
+        uint16_t h;
+        memcpy(&h, raw + 2 * j, 2);
+        out[j] = m->embed_dtype == ST_F16 ? lmc_f16_to_f32(h) : lmc_bf16_to_f32(h);
+    }
 }
 
 /* the residual add; MiniCPM scales the branch first (the plain add stays a plain add, so the

@@ -39,13 +39,15 @@ typedef struct {
 
 typedef struct {
     Config cfg;
-    float *embed; /* [vocab x hidden], f32 (a row lookup per token) from an f32 checkpoint;
-                   * NULL when tied and f32: the rows are then read from lm_head (model_embed) */
-    uint16_t *embed_h; /* or the rows as a bf16/f16 checkpoint stores them, half the bytes of
-                        * f32: a row is widened when looked up, exactly (model_embed) */
-    int embed_f16;     /* embed_h holds f16, not bf16 */
+    /* the embedding table [vocab x hidden] stays in the checkpoint's file, as stored (f32,
+     * bf16 or f16): a looked-up row is read from it (pread, through the page cache) and widened
+     * to f32, exactly (model_embed), so the table is never part of the resident set */
+    int embed_fd;         /* the file, open for the model's life; -1 before loading */
+    int64_t embed_offset; /* where the table starts in it */
+    StDtype embed_dtype;
+    char embed_file[512];
     float *final_norm;
-    Mat lm_head;  /* holds the embedding itself when tied and f32 */
+    Mat lm_head;  /* from the embedding when tied, in the --wq format */
     Layer *layers;
     char weights_dtype[8]; /* dtype of the safetensors tensors, e.g. "BF16" */
     int tied_used;         /* 1 when lm_head came from embed_tokens */
@@ -67,7 +69,7 @@ int model_check_tensors(const Config *c, const Checkpoint *ck);
 int model_load(Model *m, const char *dir, int wq, ThreadPool *pool);
 void model_free(Model *m);
 /* the bytes of the weights as they stay resident after loading (matrices in their format,
- * the embedding table as the checkpoint stores it, norms in f32) */
+ * norms in f32; the embedding table stays in the file, see Model.embed) */
 size_t model_weight_bytes(const Model *m);
 
 /* ---- model.c: the forward pass */

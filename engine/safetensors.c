@@ -234,6 +234,12 @@ int st_open(SafeTensors *st, const char *path) {
         lmc_set_error("cannot mmap %s: %s", path, strerror(errno));
         return -1;
     }
+#ifdef MADV_NOHUGEPAGE
+    /* 4 KiB mappings: the page cache may hold the file in 2 MiB folios, and mapped whole (one
+     * fault maps 2 MiB) they keep up to a few MiB of the file resident beside the chunk being
+     * converted, however promptly the loader gives chunks back (loader.c) */
+    madvise(map, size, MADV_NOHUGEPAGE);
+#endif
     if (st_parse(st, map, size, path) != 0) {
         munmap(map, size);
         return -1;

@@ -99,18 +99,6 @@ void mat_pack(Mat *m) {
     m->packed = 1;
 }
 
-void mat_row_f32(const Mat *m, int r, float *out) {
-    const float *row = m->f + (size_t)r * (size_t)m->cols;
-    if (!m->packed || r >= m->rows - m->rows % MAT_PACK_ROWS) {
-        memcpy(out, row, (size_t)m->cols * sizeof(float));
-        return;
-    }
-    size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, k = (size_t)(r % MAT_PACK_ROWS);
-    const float *quad = m->f + (size_t)(r - r % MAT_PACK_ROWS) * cols;
-    for (size_t j = 0; j < n8; j += 8) memcpy(out + j, quad + j * MAT_PACK_ROWS + k * 8, 8 * sizeof(float));
-    memcpy(out + n8, quad + n8 * MAT_PACK_ROWS + k * (cols - n8), (cols - n8) * sizeof(float));
-}
-
 void mat_free(Mat *m) {
     lmc_free(m->f);
     lmc_free(m->h);

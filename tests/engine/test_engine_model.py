@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures_engine import QEMU_AARCH64, TINY_SPECS, hf_reference, lmc_json, write_tokens
+from util_safetensors import read_safetensors, write_safetensors
 
 MAX_NEW = 32
 # q8 tolerances (documented in engine/README.md): max |logit difference| relative to max |logit|
@@ -64,6 +65,44 @@ def test_matches_transformers(lmc, tiny_model, tmp_path, name):
     assert [s["token"] for s in out["steps"]] == out["tokens"]
     assert all(s["ms"] >= s["attn_ms"] >= 0 for s in out["steps"])
     assert out["decode_ms_per_token"] > 0 and out["prefill_ms"] > 0
+
+
+def as_half_values(source: Path, out_dir: Path, dtype: str) -> Path:
+    """source's F32 checkpoint with every value rounded to float16, stored as dtype (F16, or
+    F32 holding the same values)."""
+    out_dir.mkdir()
+    shutil.copy(source / "config.json", out_dir / "config.json")
+    header, data = read_safetensors(source / "model.safetensors")
+    tensors, blobs, offset = {}, [], 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        half = np.frombuffer(data[begin:end], dtype=np.float32).astype(np.float16)
+        blob = (half if dtype == "F16" else half.astype(np.float32)).tobytes()
+        tensors[name] = {"dtype": dtype, "shape": entry["shape"],
+                         "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    write_safetensors(out_dir / "model.safetensors", tensors, b"".join(blobs))
+    return out_dir
+
+
+@pytest.mark.parametrize("name", ["gqa1_tied_f32", "gqa4_untied_f32_old"])
+def test_f16_checkpoint_gives_the_bits_of_its_values_in_f32(lmc, tiny_model, tmp_path, name):
+    """F16 widens exactly: the embedding rows lmc reads from the file per lookup, and every
+    matrix converted at load, give the bits of an F32 file holding the same values."""
+    spec = TINY_SPECS[name]
+    models = {dtype: as_half_values(tiny_model(name), tmp_path / dtype, dtype)
+              for dtype in ("F16", "F32")}
+    ids = prompt_ids(spec.vocab) + [spec.vocab - 1]  # the last embedding row
+    prompt = write_tokens(tmp_path / "prompt.txt", ids)
+    for wq in ("f32", "q8"):
+        runs = {dtype: generate(lmc, model, prompt, tmp_path, "--wq", wq, tag=f"{dtype}-{wq}")
+                for dtype, model in models.items()}
+        assert runs["F16"][0]["config"]["model_config"]["weights_dtype"] == "F16"
+        assert runs["F16"][0]["tokens"] == runs["F32"][0]["tokens"]
+        assert np.array_equal(runs["F16"][1], runs["F32"][1])
 
 
 def test_threads_give_identical_output(lmc, tiny_model, tmp_path):

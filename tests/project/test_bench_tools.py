@@ -349,9 +349,14 @@ def test_kv_memory_bench_sets_budgets_against_exact(tmp_path: Path,
     proc = subprocess.run(
         [sys.executable, str(BENCH_DIR / "kv_memory.py"), "--model", str(tiny_models["BF16"]),
          "--ctx", "128", "--max-new", "2", "--block", "8", "--budgets", "0.25", "--threads", "1",
-         "--wq", "f32", "--json", str(out)], capture_output=True, text=True, timeout=300)
+         "--wq", "f32", "--rounds", "2", "--json", str(out)], capture_output=True, text=True,
+        timeout=300)
     assert proc.returncode == 0, proc.stderr
-    runs = json.loads(out.read_text())["runs"]
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]
+    assert {name: len(ms) for name, ms in doc["prefill_ms"].items()} == {"exact": 2,
+                                                                         "window 25%": 2}
+    assert "| exact | " in proc.stdout and "1.000 [1.000, 1.000]" in proc.stdout
     exact, budget = runs["exact"]["kv_memory"], runs["window 25%"]["kv_memory"]
     assert not exact["paged"] and budget["paged"]
     # 2 layers x 2 KV heads, 16 blocks each; a budget of 32 positions keeps 4 blocks per head,

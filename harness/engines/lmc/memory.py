@@ -1,8 +1,8 @@
 """The bytes of lmc's resident weights for a model, from its config.json: the same sum as the
 engine's ``weights_bytes`` (engine/loader.c, model_weight_bytes), so that a run a board cannot
-hold is refused before it starts (harness.plan.fit). Matrices stay in their ``--wq`` format,
-the embedding table as the checkpoint stores it (bf16, f16 or f32; with tied embeddings and
-f32 weights one f32 table serves both), the norms in f32."""
+hold is refused before it starts (harness.plan.fit). Matrices (the lm_head included, tied or
+not) stay in their ``--wq`` format, the norms in f32; the embedding table is not resident (lmc
+reads a looked-up row from the checkpoint's file)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,5 @@ def resident_bytes(config: Mapping[str, Any], wq: str) -> int:
     per_layer = (matrix_bytes(q, hidden, wq) + 2 * matrix_bytes(kv, hidden, wq)
                  + matrix_bytes(hidden, q, wq) + 2 * matrix_bytes(inter, hidden, wq)
                  + matrix_bytes(hidden, inter, wq))
-    shared = bool(config.get("tie_word_embeddings")) and wq == "f32"
-    # the table stays as the checkpoint stores it (config.json's dtype says how)
-    half = (config.get("torch_dtype") or config.get("dtype")) in ("bfloat16", "float16")
-    embed = 0 if shared else vocab * hidden * (2 if half else 4)
     norms = hidden + layers * (2 * hidden + 2 * head_dim)
-    return layers * per_layer + matrix_bytes(vocab, hidden, wq) + embed + norms * 4
+    return layers * per_layer + matrix_bytes(vocab, hidden, wq) + norms * 4
