@@ -31,10 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "within this much measuring time per step; only a confirmed step "
                              "opens an alert (default: the spec's [track] confirm_budget_s, "
                              "else 0: no confirmation)")
-    parser.add_argument("--ends-only", action="store_true",
+    parser.add_argument("--ends-only", action=argparse.BooleanOptionalAction, default=None,
                         help="measure only the newest new commit (a nightly that measures the "
                              "night's ends); a confirmed step that spans several commits is "
-                             "bisected to the first bad one within the confirmation budget")
+                             "bisected to the first bad one within the confirmation budget "
+                             "(default: the spec's [track] ends_only, else measure every new "
+                             "commit)")
     parser.set_defaults(func=run)
 
 
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     with measuring(args, spec, inventory_of(args)) as measurer:
         result = track(measurer, args.since, args.metric, args.threshold,
                        lambda line: print(line, file=sys.stderr, flush=True),
-                       regression_hook(targets), args.ends_only)
+                       regression_hook(targets),
+                       spec.ends_only if args.ends_only is None else args.ends_only)
         summaries, notes = result.summaries, {}
         budget = spec.confirm_budget_s if args.confirm_budget is None else args.confirm_budget
         if budget > 0:
