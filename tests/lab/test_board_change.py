@@ -8,7 +8,7 @@ from typing import Any
 
 from fixtures_reports import healthy_fingerprint
 
-from harness.history.confirm import board_change, condition_shares
+from harness.history.boards import board_change, condition_shares
 
 
 def loaded() -> dict[str, Any]:

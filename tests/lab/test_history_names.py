@@ -215,6 +215,7 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
 
 CONFIRM = """
 import sys
+import time
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.history.confirm import confirm
@@ -233,7 +234,8 @@ with Store.open(url) as store, Measurer(load_spec(spec_path), load_inventory(Non
     # a step someone claims between two commits that change nothing of the decode
     claimed = CommitSummary("hist", after, before, "claimed", "", 1, [HistoryStep(
         after, "local", config, "decode_ms_per_token", 1.0, 5.0, 5.0)])
-    found = confirm(measurer, claimed, "decode_ms_per_token", 3.0, 600, print)
+    found = confirm(measurer, claimed, "decode_ms_per_token", 3.0, time.monotonic() + 600,
+                    print)
     print("verdict", found.verdict, found.rounds)
 """
 
