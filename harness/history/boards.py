@@ -2,12 +2,14 @@
 
 - ``cpu_waiting``: the engine measures the CPU time of its own process over the span of the
   metric (``db.records.CPU_FIGURES``: lmc's ``decode_cpu_ms_per_token`` beside
-  ``decode_ms_per_token``). Its share of the wall time drops when another process occupies the
-  board's cores (the engine waits for its CPUs) and stays when a commit makes the engine do more
-  work. A step whose runs had less than half the share of the runs before it is the board's.
-  It reads only what the runs stored, so `track` asks it before spending time on confirmation.
-  A commit that makes the engine sleep or wait on I/O lowers the share too; the engine's
-  kernels do neither.
+  ``decode_ms_per_token``). A commit that makes the engine do more work raises both; another
+  process on the board's cores raises only the wall time (the engine waits for its CPUs). A
+  step whose CPU time grew by less than half of it (on a log scale) is the board's. The share
+  of CPU time alone would not do: a step of a few microseconds fits in one time slice of the
+  scheduler and never waits, so a slower commit's longer steps lose share on a loaded board
+  that the fast ones never showed. It reads only what the runs stored, so `track` asks it
+  before spending time on confirmation. A commit that makes the engine sleep or wait on I/O
+  looks the same; the engine's kernels do neither.
 - ``board_change``: a condition of the snapshots around the runs (``devices.conditions``: a
   governor, throttling, a memory clock, a loaded machine) under most runs of one side and none
   of the other.
@@ -30,8 +32,6 @@ from harness.errors import RunFailure
 from harness.history.confirm import Confirmation, confirm
 from harness.history.measure import BuildFailed, Measurer
 from reports.commits import CommitSummary
-
-CPU_SHARE_DROP = 0.5  # a step's runs with less than this part of the share before: waiting
 
 Snapshots = tuple[Any, Any]  # a run's fingerprints before and after it
 
@@ -74,40 +74,43 @@ def board_change(before: dict[str, float], after: dict[str, float], previous: st
     return "; ".join(parts) or None
 
 
-def cpu_shares(measurer: Measurer, revision: str, config: str, metric: str) -> list[float]:
-    """Each run's share of the CPU over ``metric``'s span at ``revision``: the process CPU
-    time its engine measured over the wall time (``CPU_FIGURES``); runs whose engine measured
+def timed(measurer: Measurer, revision: str, config: str, metric: str
+          ) -> list[tuple[float, float]]:
+    """(wall, CPU) of each run at ``revision`` over ``metric``'s span: the metric and the
+    process CPU time its engine measured over it (``CPU_FIGURES``); runs whose engine measured
     none are left out."""
     key = CPU_FIGURES.get(metric)
-    shares = []
+    found = []
     for run in measurer.results(revision).get(config, []) if key else []:
         outcome = measurer.store.get_run(run.run_id).outcome or {}
         cpu, wall = (outcome.get("extra") or {}).get(key), run.values.get(metric)
         if isinstance(cpu, int | float) and wall:
-            shares.append(cpu / wall)
-    return shares
+            found.append((wall, float(cpu)))
+    return found
 
 
 def cpu_waiting(measurer: Measurer, previous: str, revision: str, configs: list[str],
                 metric: str) -> str | None:
-    """How the engine waited for its CPUs at ``revision``: every config of ``configs`` with
-    CPU figures on both sides had, at the median, less than ``CPU_SHARE_DROP`` of the share it
-    had at ``previous``; None when one did not, or none has the figures."""
+    """How the engine waited for its CPUs at ``revision``: in every config of ``configs``
+    with CPU figures on both sides, the median wall time grew from ``previous`` and the median
+    CPU time by less than its square root (less than half of the step, on a log scale, is the
+    engine's own work); None when one config's did not, or none has the figures."""
     parts = []
     for config in configs:
-        before = cpu_shares(measurer, previous, config, metric)
-        after = cpu_shares(measurer, revision, config, metric)
+        before = timed(measurer, previous, config, metric)
+        after = timed(measurer, revision, config, metric)
         if not before or not after:
             continue
-        had, has = statistics.median(before), statistics.median(after)
-        if has >= CPU_SHARE_DROP * had:
+        wall, cpu = (statistics.median(a[i] for a in after)
+                     / statistics.median(b[i] for b in before) for i in (0, 1))
+        if wall <= 1 or cpu * cpu >= wall:
             return None
-        parts.append(f"{config}: {has:.0%} at {revision[:12]}, {had:.0%} at {previous[:12]}")
+        parts.append(f"{config}: {wall:.2f}x the wall time, {cpu:.2f}x the CPU time")
     if not parts:
         return None
-    return (f"the engine had less than half its CPU time over {metric} (process CPU time / "
-            f"wall time; {'; '.join(parts)}): it waited for its CPUs, which another process "
-            "occupied")
+    return (f"the step is in the wall time of {metric}, not in the engine's CPU time over it "
+            f"({'; '.join(parts)} at {revision[:12]} against {previous[:12]}): the engine "
+            "waited for its CPUs, which another process occupied")
 
 
 def spares(measurer: Measurer, devices: list[str]) -> list[str]:
