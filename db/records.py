@@ -69,6 +69,11 @@ class Figures:
 # figure -> its unit, in the order of the fields (steps and extra are no single figure)
 FIGURE_UNITS: dict[str, str] = {f.name: f.metadata["unit"] for f in fields(Figures)
                                 if "unit" in f.metadata}
+# figure -> the key in ``extra`` of the process CPU time (all threads) an engine measured over
+# the same span, where it measures one: with the wall time it tells the engine's share of its
+# CPUs (a busy process on the board's cores lowers it; a slower kernel does not)
+CPU_FIGURES: dict[str, str] = {"prefill_ms": "prefill_cpu_ms",
+                               "decode_ms_per_token": "decode_cpu_ms_per_token"}
 
 
 @dataclass

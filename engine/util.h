@@ -48,6 +48,8 @@ static inline void lmc_prefetch_floats(const float *p, int n) {
 }
 
 double lmc_now_ms(void);
+/* CPU time of the whole process (all its threads) so far, in ms */
+double lmc_cpu_ms(void);
 
 /* the most bytes lmc_read_file reads: config and index JSON, token files, predictors are far
  * smaller; a larger file (or /dev/zero behind "-") is refused, not read until memory runs out */

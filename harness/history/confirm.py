@@ -10,14 +10,8 @@ threshold; ``same`` when it is not worse, significantly (a difference within the
 after ``SAME_AFTER`` runs a side without significance; ``unknown`` otherwise. The step is
 ``different`` when one moved config is, ``same`` when all are.
 
-Where the class of the step's board has another board in the inventory, a different step is
-then reproduced there (``reproduce``: both revisions run on it, and confirmed the same way);
-a step that board does not show is the first board's, not the commit's.
-
-A different step whose runs were measured under other board conditions than the runs before
-it (``devices.conditions``: a governor, throttling, a memory clock, a loaded machine, seen in
-the snapshots on one side only) does not blame the commit: ``board_change`` names the change,
-and the caller records a board event instead of an alert.
+Whether the step is the board's rather than the commit's (its conditions, a second board of
+its class) is ``harness.history.boards``'s.
 """
 
 from __future__ import annotations
@@ -25,9 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from devices.conditions import EMULATED, run_flags
 from harness.history.measure import Measurer
 from reports.commits import CommitSummary
 from reports.history import worse
@@ -64,9 +56,9 @@ def verdict_of(before: list[float], after: list[float], metric: str, threshold: 
 
 
 def confirm(measurer: Measurer, summary: CommitSummary, metric: str, threshold: float,
-            budget_s: float, say: Callable[[str], None]) -> Confirmation:
+            deadline: float, say: Callable[[str], None]) -> Confirmation:
     """Measure the summary's commit and the revision before it until their moved configs
-    decide, or ``budget_s`` seconds of measuring are spent."""
+    decide, or ``deadline`` (time.monotonic()) passes."""
     assert summary.previous is not None, "a step has a revision before it"
     previous, revision = summary.previous, summary.revision
     moved = sorted({s.config for s in summary.steps if s.regression})
@@ -84,7 +76,7 @@ def confirm(measurer: Measurer, summary: CommitSummary, metric: str, threshold: 
         verdict = ("different" if "different" in verdicts
                    else "same" if verdicts == {"same"} else "unknown")
         spent = time.monotonic() - started
-        if verdict != "unknown" or spent >= budget_s or rounds >= MAX_ROUNDS:
+        if verdict != "unknown" or time.monotonic() >= deadline or rounds >= MAX_ROUNDS:
             return Confirmation(revision, previous, verdict, rounds, spent, configs)
         rounds += 1
         repeats = max(len(b) for pair in samples.values() for b in pair) + 1
@@ -92,70 +84,3 @@ def confirm(measurer: Measurer, summary: CommitSummary, metric: str, threshold: 
             f"({repeats} runs a side)")
         measurer.run([previous, revision], repeats=repeats)
 
-
-Snapshots = tuple[Any, Any]  # a run's fingerprints before and after it
-
-
-def condition_shares(runs: list[Snapshots]) -> dict[str, float]:
-    """condition -> the share of the runs measured under it (``devices.conditions`` flags but
-    ``emulated``)."""
-    counted: dict[str, int] = {}
-    for before, after in runs:
-        for flag in set(run_flags(before, after)) - {EMULATED}:
-            counted[flag] = counted.get(flag, 0) + 1
-    return {flag: n / len(runs) for flag, n in counted.items()}
-
-
-def measured_conditions(measurer: Measurer, revision: str, configs: list[str]
-                        ) -> dict[str, float]:
-    """``condition_shares`` of the runs of these configs at ``revision`` (their snapshots)."""
-    pairs = []
-    runs = measurer.results(revision)
-    for config in configs:
-        for run in runs.get(config, []):
-            snapshots = {s.get("phase"): s.get("fingerprint")
-                         for s in measurer.store.get_run(run.run_id).snapshots}
-            pairs.append((snapshots.get("before"), snapshots.get("after")))
-    return condition_shares(pairs)
-
-
-def board_change(before: dict[str, float], after: dict[str, float], previous: str,
-                 revision: str) -> str | None:
-    """What changed on the board between the runs before a step (``before``: condition
-    shares at ``previous``) and the culprit's (``after``): a condition under most runs of one
-    side and none of the other (a passing load, which the alternating rounds spread over both
-    sides, is no change), or None."""
-    parts = []
-    for flag in sorted(set(before) | set(after)):
-        for here, there, at in ((after, before, revision), (before, after, previous)):
-            if here.get(flag, 0.0) > 0.5 and flag not in there:
-                parts.append(f"{flag} in {here[flag]:.0%} of the runs at {at[:12]}, none at "
-                             "the other")
-    return "; ".join(parts) or None
-
-
-def second_boards(measurer: Measurer, devices: list[str]) -> list[str]:
-    """The inventory's boards of the classes of ``devices`` that ``measurer`` does not run
-    on, by name."""
-    boards = measurer.inventory.devices
-    classes = {boards[name].cls for name in devices if name in boards}
-    return sorted(b.name for b in boards.values()
-                  if b.cls in classes and b.name not in measurer.placement.devices)
-
-
-def reproduce(measurer: Measurer, summary: CommitSummary, metric: str, threshold: float,
-              budget_s: float, say: Callable[[str], None]) -> tuple[str, Confirmation] | None:
-    """The step confirmed again on a second board of its board's class (``second_boards``:
-    the first of them): both revisions built for it and run there, then ``confirm``ed within
-    ``budget_s``; None when the class has no other board."""
-    others = second_boards(measurer, summary.devices)
-    if not others or summary.previous is None:
-        return None
-    revisions = [summary.previous, summary.revision]
-    say(f"track: reproducing the step at {summary.revision[:12]} on {others[0]}")
-    with Measurer(measurer.spec, measurer.inventory, measurer.store, others[0],
-                  measurer.ray_address, measurer.stream, measurer.caller) as second:
-        for revision in revisions:
-            second.build(revision)
-        second.run(revisions)
-        return others[0], confirm(second, summary, metric, threshold, budget_s, say)

@@ -73,6 +73,8 @@ class Spec:
     # [track] confirm_budget_s: the measuring time `track` may spend confirming each step
     # before it blames a commit (0: no confirmation); `track --confirm-budget` overrides it
     confirm_budget_s: float = 0.0
+    # [track] ends_only: `track` measures only a night's newest commit (`--ends-only` sets it)
+    ends_only: bool = False
 
     def axes(self, engine: str) -> Any:
         """The axes of one of the spec's engines."""
@@ -192,16 +194,20 @@ def parse_spec(text: str, path: Path) -> Spec:
         sections=sections,
         notify=_notify(check, data.get("notify", {})),
         isa=_isa(check, data.get("isa")),
-        confirm_budget_s=_confirm_budget(check, data.get("track", {})),
+        **_track(check, data.get("track", {})),
     )
 
 
-def _confirm_budget(check: Checker, section: Any) -> float:
-    """[track]: ``confirm_budget_s``, seconds of measuring per step (at most a day)."""
-    check.table(section, "track", {"confirm_budget_s"})
+def _track(check: Checker, section: Any) -> dict[str, Any]:
+    """[track]: ``confirm_budget_s``, seconds of measuring per step (at most a day), and
+    ``ends_only``."""
+    check.table(section, "track", {"confirm_budget_s", "ends_only"})
     budget = check.scalar(section.get("confirm_budget_s", 0.0), "track.confirm_budget_s",
                           "float")
-    return check.minimum(budget, "track.confirm_budget_s", 0, MAX_TIMEOUT_S)
+    return {"confirm_budget_s": check.minimum(budget, "track.confirm_budget_s", 0,
+                                              MAX_TIMEOUT_S),
+            "ends_only": check.scalar(section.get("ends_only", False), "track.ends_only",
+                                      "bool")}
 
 
 def _isa(check: Checker, value: Any) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """A step that coincides with a change of the board's conditions is the board's, not the
-commit's (harness.history.confirm.board_change): a condition under most runs of one side and
+commit's (harness.history.boards.board_change): a condition under most runs of one side and
 none of the other names the change; one that a passing load spreads over both sides does not."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from fixtures_reports import healthy_fingerprint
 
-from harness.history.confirm import board_change, condition_shares
+from harness.history.boards import board_change, condition_shares
 
 
 def loaded() -> dict[str, Any]:

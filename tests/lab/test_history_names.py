@@ -215,6 +215,7 @@ def test_track_opens_one_alert_per_culprit_commit_and_a_revert_suggests_its_fix(
 
 CONFIRM = """
 import sys
+import time
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.history.confirm import confirm
@@ -233,7 +234,8 @@ with Store.open(url) as store, Measurer(load_spec(spec_path), load_inventory(Non
     # a step someone claims between two commits that change nothing of the decode
     claimed = CommitSummary("hist", after, before, "claimed", "", 1, [HistoryStep(
         after, "local", config, "decode_ms_per_token", 1.0, 5.0, 5.0)])
-    found = confirm(measurer, claimed, "decode_ms_per_token", 3.0, 600, print)
+    found = confirm(measurer, claimed, "decode_ms_per_token", 3.0, time.monotonic() + 600,
+                    print)
     print("verdict", found.verdict, found.rounds)
 """
 
@@ -257,7 +259,8 @@ def test_confirmation_finds_a_claimed_step_between_harmless_commits_the_same(
 def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
         named: dict) -> None:
     """A night of two engine commits on the fast revert: the slowdown, then a comment-only
-    commit. `track --ends-only` measures the night's ends, confirms the step and bisects it:
+    commit. `track` with the spec's `ends_only` measures the night's ends, confirms the step
+    and bisects it:
     the alert names the slow commit, not the night's last."""
     night = named["root"] / "ends"
     git(named["root"], "clone", "-q", str(named["repo"]), str(night))
@@ -268,8 +271,10 @@ def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
                   lambda t: t.replace(STEP_LINE, SLOW + STEP_LINE))
     last = change(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
     scratch = named | {"repo": night}
-    tracked = cli(scratch, "ends.db", "track", str(named["spec"]), "--since", named["revert"],
-                  "--ends-only", *THRESHOLD)  # the spec's [track] budget
+    spec = named["root"] / "ends-spec.toml"  # its [track] section is the file's last
+    spec.write_text(named["spec"].read_text() + "ends_only = true\n")
+    tracked = cli(scratch, "ends.db", "track", str(spec), "--since", named["revert"],
+                  *THRESHOLD)  # the spec's [track] budget and ends_only
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     assert f"confirmation of {last[:12]} against {named['revert'][:12]}: different" \
         in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]

@@ -80,15 +80,18 @@ def test_good_spec_is_parsed_with_defaults(spec_dir: Path) -> None:
     assert needle.settings == {"max_new": 8}
     assert len(spec.hash) == 64
     assert spec.confirm_budget_s == 0.0  # track confirms nothing unless asked
+    assert spec.ends_only is False  # and measures every new commit
 
 
-def test_track_section_sets_the_confirmation_budget(spec_dir: Path) -> None:
-    spec = load_spec(write(spec_dir, GOOD + "\n[track]\nconfirm_budget_s = 900\n"))
-    assert spec.confirm_budget_s == 900.0
+def test_track_section_sets_the_confirmation_budget_and_ends_only(spec_dir: Path) -> None:
+    spec = load_spec(write(spec_dir, GOOD + "\n[track]\nconfirm_budget_s = 900\n"
+                                             "ends_only = true\n"))
+    assert spec.confirm_budget_s == 900.0 and spec.ends_only is True
     for section, allowed in (("confirm_budget_s = -1", ">= 0"),
                              ("confirm_budget_s = 1e9", "<= 86400"),
                              ('confirm_budget_s = "1h"', "number"),
-                             ("budget = 60", "allowed: confirm_budget_s")):
+                             ('ends_only = "yes"', "true or false"),
+                             ("budget = 60", "allowed: confirm_budget_s, ends_only")):
         message = error_of(spec_dir, GOOD + f"\n[track]\n{section}\n")
         assert "'track." in message and allowed in message, message
 

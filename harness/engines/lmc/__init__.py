@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from db.lmc_axes import NAME
-from db.records import Figures, Outcome
+from db.records import CPU_FIGURES, Figures, Outcome
 from devices import isa
 from devices.checker import Checker
 from devices.files import read_json
@@ -240,6 +240,7 @@ class LmcAdapter:
             attn_ms_per_token=data.get("attn_ms_per_token"),
             prompt_tokens=data.get("prompt_tokens"),
             steps=list(data.get("steps", [])) if command == "generate" else [],
+            extra={key: data[key] for key in CPU_FIGURES.values() if key in data},
         )
 
     def outcome(self, command: str, data: Any, figures: Figures) -> Outcome:

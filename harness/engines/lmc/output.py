@@ -140,6 +140,8 @@ def _generate(doc: dict[str, Any]) -> None:
     _number(doc.get("prefill_ms"), "prefill_ms")
     _number(doc.get("decode_ms_per_token"), "decode_ms_per_token", optional=True)
     _number(doc.get("attn_ms_per_token"), "attn_ms_per_token", optional=True)
+    for key in ("prefill_cpu_ms", "decode_cpu_ms_per_token"):  # lmc builds before 2026-12-05
+        _number(doc.get(key), key, optional=True)                # have neither
     highest = _vocab_limit(doc)
     tokens = _list(doc, "tokens")
     for i, token in enumerate(tokens):

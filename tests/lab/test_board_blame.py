@@ -1,0 +1,145 @@
+"""A step that is the board's, not the commit's, records a board event and opens no alert.
+A scratch clone of this repository, real builds of its engine, real runs through the CLI on
+boards of this machine (local transport, pinned with taskset), one real SQLite store each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from test_history_git import SLOW, SPEC, THRESHOLD, cli, git
+from test_history_names import STEP_LINE, change
+
+from harness import REPO_ROOT
+
+# Each decode step several ms long (about 5x the scheduler's time slice), so that a process
+# sharing the board's core takes its turns inside every step; the tiny model's own step
+# (about 0.03 ms) fits in one slice and would not feel it.
+LONG = SLOW.replace("600000", "3000000")
+# Busy processes on the board's core, each in a session of its own (the scheduler shares a CPU
+# between sessions first): the engine gets at most 1/24 of the core, so its steps take over
+# twice as long as the night before unless more than 22 other sessions kept that core busy
+# then, while its CPU time per step stays (measured here: 0.96 of the wall time the first
+# night, 0.044 with them).
+BUSY = 23
+# Steps over 2x; one revision a night, so the machine's load makes no other step.
+BUSY_THRESHOLD = ["--threshold", "1"]
+
+BOARD = """
+[[device]]
+name = "{name}"
+transport = "local"
+class = "{cls}"
+workdir = "{root}/{name}"
+{more}
+"""
+
+
+def scratch_clone(root: Path) -> Path:
+    repo = root / "repo"
+    git(root, "clone", "-q", str(REPO_ROOT), str(repo))
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "user.name", "test")
+    return repo
+
+
+def setup(root: Path, boards: list[tuple[str, str, str]], measured: str) -> tuple[Path, Path]:
+    """An inventory of ``boards`` (name, class, more TOML) and a spec measuring ``measured``."""
+    inventory = root / "boards.toml"
+    inventory.write_text("".join(BOARD.format(name=name, cls=cls, root=root, more=more)
+                                 for name, cls, more in boards))
+    spec = root / "spec.toml"
+    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
+                    .replace('devices = ["local"]', f'devices = ["{measured}"]'))
+    return inventory, spec
+
+
+def board_history(scratch: dict, db: str, inventory: Path, board: str) -> str:
+    shown = cli(scratch, db, "devices", "health", board, "--inventory", str(inventory))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    return shown.stdout
+
+
+def alerts(scratch: dict, db: str) -> list[dict]:
+    listed = cli(scratch, db, "alerts", "list", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    return json.loads(listed.stdout)
+
+
+def test_a_step_made_by_a_busy_process_on_the_boards_core_is_a_board_event(
+        tmp_path: Path) -> None:
+    """Two nights on one board pinned to CPU 0; nothing in the engine's decode changes
+    between them (a function nobody calls), but during the second night's runs busy processes
+    occupy CPU 0. Its decode steps are several times slower, yet the engine's CPU time per
+    step is not: the step records a board event, and no alert opens, without spending the
+    confirmation budget."""
+    repo = scratch_clone(tmp_path)
+    base = change(repo, "long decode steps", "engine/cmd_generate.c",
+                  lambda t: t.replace(STEP_LINE, LONG + STEP_LINE))
+    inventory, spec = setup(tmp_path, [("solo", "solo", "cpus = [0]")], "solo")
+    scratch = {"root": tmp_path, "repo": repo}
+    track = ["track", str(spec), "--since", base, "--inventory", str(inventory), *BUSY_THRESHOLD,
+             "--confirm-budget", "600"]
+    first = cli(scratch, "busy.db", *track)
+    assert first.returncode == 0, first.stderr[-3000:]
+    harmless = change(repo, "a harmless function", "engine/util.c",
+                      lambda t: t + "int lmc_harmless(void) { return 1; }\n")
+    busy = [subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
+                             start_new_session=True) for _ in range(BUSY)]
+    try:
+        second = cli(scratch, "busy.db", *track)
+    finally:
+        for process in busy:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert second.returncode == 0, second.stderr[-3000:]
+    said = second.stdout + second.stderr[-3000:]
+    shown = cli(scratch, "busy.db", "history", "hist", "--json", *BUSY_THRESHOLD).stdout
+    assert f"regression at commit {harmless[:12]}" in second.stdout, said + shown
+    assert (f"track: board event on solo: a step of decode_ms_per_token at {harmless[:12]} "
+            "is the board's, not the commit's: the step is in the wall time of "
+            "decode_ms_per_token, not in the engine's CPU time over it"
+            in second.stdout), said
+    assert "confirmation of" not in second.stdout  # decided from the stored runs alone
+    assert alerts(scratch, "busy.db") == []
+    assert f"at {harmless[:12]} is the board's" in board_history(scratch, "busy.db", inventory,
+                                                                "solo")
+
+
+def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path) -> None:
+    """Three boards of one class: a commit slows decoding only on pair-a (an environment
+    variable its exec_prefix sets, as a kernel chosen by a CPU feature would); pair-b is in
+    maintenance and is skipped, saying so; pair-c runs both revisions and finds them the
+    same: a board event on pair-a, no alert."""
+    repo = scratch_clone(tmp_path)
+    base = git(repo, "rev-list", "-1", "HEAD", "--", "engine")
+    only_a = "        if (getenv(\"LMC_TEST_SLOW_BOARD\"))\n" + SLOW
+    slow = change(repo, "slow decode on one board", "engine/cmd_generate.c",
+                  lambda t: t.replace("#include <string.h>\n",
+                                      "#include <stdlib.h>\n#include <string.h>\n")
+                  .replace(STEP_LINE, only_a + STEP_LINE))
+    inventory, spec = setup(tmp_path, [
+        ("pair-a", "pair", 'exec_prefix = ["env", "LMC_TEST_SLOW_BOARD=1"]'),
+        ("pair-b", "pair", ""), ("pair-c", "pair", "")], "pair-a")
+    scratch = {"root": tmp_path, "repo": repo}
+    held = cli(scratch, "spare.db", "devices", "state", "pair-b", "maintenance", "--reason",
+               "new fan", "--inventory", str(inventory))
+    assert held.returncode == 0, held.stderr[-2000:]
+    tracked = cli(scratch, "spare.db", "track", str(spec), "--since", base, "--inventory",
+                  str(inventory), *THRESHOLD, "--confirm-budget", "900")
+    assert tracked.returncode == 0, tracked.stderr[-3000:]
+    said = tracked.stdout + tracked.stderr[-3000:]
+    assert f"confirmation of {slow[:12]} against {base[:12]}: different" in tracked.stdout, said
+    assert ("track: skipping pair-b for the second measure of the step: it is maintenance "
+            "(new fan)" in tracked.stderr), said
+    assert f"on pair-c: confirmation of {slow[:12]} against {base[:12]}: same" \
+        in tracked.stdout, said
+    assert ("is the board's, not the commit's: not seen on pair-c, a second board of its "
+            "class (same)" in tracked.stdout), said
+    assert alerts(scratch, "spare.db") == []
+    assert f"at {slow[:12]} is the board's" in board_history(scratch, "spare.db", inventory,
+                                                             "pair-a")
+
