@@ -102,8 +102,10 @@ def judged(measurer: Measurer, summaries: list[CommitSummary], args: argparse.Na
                   f"({checked.verdict})")
             continue
         note = checked.line()
-        changed = board_change(measured_conditions(measurer, checked.previous, moved),
-                               measured_conditions(measurer, checked.revision, moved),
+        changed = board_change(measured_conditions(measurer, checked.previous, moved,
+                                                   args.metric),
+                               measured_conditions(measurer, checked.revision, moved,
+                                                   args.metric),
                                checked.previous, checked.revision) or cpu_waiting(
             measurer, checked.previous, checked.revision, moved, args.metric)
         if changed:

@@ -11,8 +11,8 @@
   before spending time on confirmation. A commit that makes the engine sleep or wait on I/O
   looks the same; the engine's kernels do neither.
 - ``board_change``: a condition of the snapshots around the runs (``devices.conditions``: a
-  governor, throttling, a memory clock, a loaded machine) under most runs of one side and none
-  of the other.
+  governor, throttling, a memory clock, a loaded machine where the engine did not time its own
+  CPU) under most runs of one side and none of the other.
 - ``reproduce``: the step confirmed again on another board of the class (``spares``: each in
   turn, skipping one that is not online or is reserved, and one whose runs do not complete);
   a step that board does not show is the first board's.
@@ -27,7 +27,7 @@ from typing import Any
 
 from db.boards import ONLINE
 from db.records import CPU_FIGURES
-from devices.conditions import EMULATED, run_flags
+from devices.conditions import EMULATED, LOADED, run_flags
 from harness.errors import RunFailure
 from harness.history.confirm import Confirmation, confirm
 from harness.history.measure import BuildFailed, Measurer
@@ -36,27 +36,36 @@ from reports.commits import CommitSummary
 Snapshots = tuple[Any, Any]  # a run's fingerprints before and after it
 
 
-def condition_shares(runs: list[Snapshots]) -> dict[str, float]:
+def condition_shares(runs: list[Snapshots], cpu_timed: list[bool] | None = None
+                     ) -> dict[str, float]:
     """condition -> the share of the runs measured under it (``devices.conditions`` flags but
-    ``emulated``)."""
+    ``emulated``). A run whose engine timed its own CPU over the metric (``cpu_timed``) leaves
+    ``loaded`` out: ``cpu_waiting`` judges from that time whether the engine waited for its
+    CPUs, where the machine's load average only hints at it (and, on a shared machine, would
+    fall on one side by chance)."""
     counted: dict[str, int] = {}
-    for before, after in runs:
-        for flag in set(run_flags(before, after)) - {EMULATED}:
+    for i, (before, after) in enumerate(runs):
+        ignored = {EMULATED, LOADED} if cpu_timed and cpu_timed[i] else {EMULATED}
+        for flag in set(run_flags(before, after)) - ignored:
             counted[flag] = counted.get(flag, 0) + 1
     return {flag: n / len(runs) for flag, n in counted.items()}
 
 
-def measured_conditions(measurer: Measurer, revision: str, configs: list[str]
+def measured_conditions(measurer: Measurer, revision: str, configs: list[str], metric: str
                         ) -> dict[str, float]:
-    """``condition_shares`` of the runs of these configs at ``revision`` (their snapshots)."""
-    pairs = []
+    """``condition_shares`` of the runs of these configs at ``revision`` (their snapshots;
+    whether the engine timed its CPU over ``metric``, ``CPU_FIGURES``)."""
+    pairs, timed_runs = [], []
     runs = measurer.results(revision)
+    key = CPU_FIGURES.get(metric)
     for config in configs:
         for run in runs.get(config, []):
-            snapshots = {s.get("phase"): s.get("fingerprint")
-                         for s in measurer.store.get_run(run.run_id).snapshots}
+            stored = measurer.store.get_run(run.run_id)
+            snapshots = {s.get("phase"): s.get("fingerprint") for s in stored.snapshots}
             pairs.append((snapshots.get("before"), snapshots.get("after")))
-    return condition_shares(pairs)
+            extra = (stored.outcome or {}).get("extra") or {}
+            timed_runs.append(bool(key) and isinstance(extra.get(key), int | float))
+    return condition_shares(pairs, timed_runs)
 
 
 def board_change(before: dict[str, float], after: dict[str, float], previous: str,

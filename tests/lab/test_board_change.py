@@ -33,3 +33,7 @@ def test_a_condition_on_one_side_only_is_a_board_change_and_a_passing_one_is_not
     assert board_change(condition_shares(throttled), condition_shares(throttled), before,
                         after) is None
     assert board_change(condition_shares(quiet), condition_shares(quiet), before, after) is None
+    # runs whose engine timed its own CPU leave the load out (cpu_waiting judges it from that)
+    assert condition_shares(busy, [True] * 4) == {}
+    assert condition_shares(busy, [False, True, True, True]) == {"loaded": 0.25}
+    assert condition_shares(throttled, [True] * 4) == {"throttling": 1.0}
