@@ -41,6 +41,7 @@ from harness.plan.inputs import check_inputs
 from harness.plan.matrix import Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
+from reports.baseline import keep_baseline_of
 from reports.history import keep_steps_of
 
 
@@ -170,15 +171,18 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
 
 
 def keep_history(store: Store, experiment: str, stream: TextIO | None) -> None:
-    """Once runs landed: find and keep the steps of the experiment's history that the store
-    does not keep yet (only the series that gained points are fitted), so that reports and
-    the dashboard read them. The job's results are stored already: a failure here is said,
-    and left to the next report to try again."""
+    """Once runs landed: find and keep whether the experiment's exact-attention baseline
+    fails (for `status`'s list), and the steps of its history that the store does not keep
+    yet (only the series that gained points are fitted), so that reports and the dashboard
+    read them. The job's results are stored already: a failure here is said, and left to the
+    next `status` or report to try again."""
     try:
+        keep_baseline_of(store, experiment)
         keep_steps_of(store, experiment, commit_order)
     except (StoreError, ValueError) as exc:
-        print(f"experiment {experiment}: its history's steps were not kept ({exc}); a report "
-              "finds them", file=stream or sys.stderr, flush=True)
+        print(f"experiment {experiment}: what its runs show (its baseline, its history's "
+              f"steps) was not kept ({exc}); `status` and a report find it",
+              file=stream or sys.stderr, flush=True)
 
 
 def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> None:
