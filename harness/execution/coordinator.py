@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -27,6 +27,7 @@ from harness.execution.leases import (
     JOB_HEARTBEAT_MAX_S,
     Cancelled,
     Sharing,
+    SteppedAside,
     job_heartbeat,
     lease_ttl,
     new_holder,
@@ -53,11 +54,13 @@ class RunSummary:
     counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
     cancelled: bool = False  # stopped by `benchfarm cancel`
     job_id: int | None = None
+    # why its job went back to the queue for a better one (Sharing.step_aside); None: it did not
+    stepped_aside: str | None = None
 
     @property
     def complete(self) -> bool:
         return not (self.counts["pending"] or self.counts["interrupted"] or self.counts["lost"]
-                    or self.cancelled)
+                    or self.cancelled or self.stepped_aside)
 
     @property
     def all_failed(self) -> bool:
@@ -84,6 +87,8 @@ class RunSummary:
                      "not counted)")
         if self.all_failed:
             line += "; every run failed"
+        if self.stepped_aside:
+            line += f"; back in the queue ({self.stepped_aside})"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 
@@ -108,6 +113,8 @@ class RunRequest:
     max_runs: int = MAX_RUNS  # refuse a larger matrix
     coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
+    # `serve`'s: the job goes back to the queue for a better one (Sharing.step_aside)
+    step_aside: Callable[[], str | None] | None = None
     # the operator's --notify (the spec's [notify] URLs are added); a served job's stored URLs
     notify: Targets = field(default_factory=Targets)
     bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
@@ -144,7 +151,8 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                      job.owner, who.holder, targets, request.bad_after)
     try:
         with job_heartbeat(store, job_id, min(who.ttl_s / 3, JOB_HEARTBEAT_MAX_S)):
-            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority)
+            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority,
+                              request.step_aside)
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
         if one_shot:
@@ -226,6 +234,8 @@ def _run(request: RunRequest, store: Store, placements: list[Placement],
                 summary.counts = scheduler.run()
         except Cancelled:
             summary.counts, summary.cancelled = scheduler.counts, True
+        except SteppedAside as exc:
+            summary.counts, summary.stepped_aside = scheduler.counts, str(exc)
         finally:
             progress.close()
     return summary

@@ -55,6 +55,11 @@ class Cancelled(Exception):
     """The coordinator's job was cancelled with `benchfarm cancel`."""
 
 
+class SteppedAside(Exception):
+    """The coordinator's job went back to the queue for a better job (``Sharing.step_aside``):
+    the reason."""
+
+
 def lease_ttl(flag: float | None = None) -> float:
     """The lease time in seconds: the flag, else the environment, else the default."""
     if flag is not None:
@@ -90,6 +95,9 @@ class Sharing:
     experiment: str
     job_id: int | None = None
     priority: int = 0  # the job's: a board's next lease goes to the best waiter (db.leases)
+    # `serve`'s (harness.lab.serving): while the job holds no board, whether it went back to
+    # the queue for a better queued job that wants its boards (the reason; None: it goes on)
+    step_aside: Callable[[], str | None] | None = None
     last_tick: float = 0.0
 
     def acquire(self, board: str, run_key: str | None,
@@ -127,7 +135,8 @@ class Sharing:
         self.store.leases.withdraw(self.holder)
 
     def tick(self, held: list[str]) -> set[str]:
-        """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost."""
+        """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost. Raises
+        Cancelled once the job was cancelled, SteppedAside once it went back to the queue."""
         now = time.monotonic()
         if now - self.last_tick < min(self.ttl_s / 3, HEARTBEAT_MAX_S):
             return set()
@@ -135,6 +144,10 @@ class Sharing:
         lost = self.store.leases.renew(held, self.ttl_s)
         if self.job_id is not None and self.store.jobs.heartbeat(self.job_id) == "cancelled":
             raise Cancelled(f"experiment {self.experiment} was cancelled")
+        if not held and self.step_aside is not None:  # nothing in flight: it only waits
+            why = self.step_aside()
+            if why:
+                raise SteppedAside(why)
         return lost
 
 
