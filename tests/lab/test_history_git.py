@@ -134,7 +134,7 @@ def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
     n = len(commits) + 1  # the revisions from good to bad
     assert len(result["tested"]) <= math.ceil(math.log2(n)) + 1
     assert math.isclose(result["bad_value"], 10.0 * result["good_value"], rel_tol=1e-6)
-    stored = cli(scratch, "bisect.db", "history", "hist", "--json")
+    stored = cli(scratch, "bisect.db", "history", "hist", "--json", "--metric", "ppl")
     assert {p["revision"] for p in json.loads(stored.stdout)["series"][0]["points"]} == \
         set(result["tested"])  # the store holds runs of the revisions it tested, no others
 
