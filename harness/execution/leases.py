@@ -99,6 +99,7 @@ class Sharing:
     # the queue for a better queued job that wants its boards (the reason; None: it goes on)
     step_aside: Callable[[], str | None] | None = None
     last_tick: float = 0.0
+    last_aside: float = 0.0  # when step_aside was last asked (monotonic)
 
     def acquire(self, board: str, run_key: str | None,
                 on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
@@ -136,7 +137,7 @@ class Sharing:
 
     def tick(self, held: list[str]) -> set[str]:
         """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost. Raises
-        Cancelled once the job was cancelled, SteppedAside once it went back to the queue."""
+        Cancelled once the job was cancelled."""
         now = time.monotonic()
         if now - self.last_tick < min(self.ttl_s / 3, HEARTBEAT_MAX_S):
             return set()
@@ -144,11 +145,18 @@ class Sharing:
         lost = self.store.leases.renew(held, self.ttl_s)
         if self.job_id is not None and self.store.jobs.heartbeat(self.job_id) == "cancelled":
             raise Cancelled(f"experiment {self.experiment} was cancelled")
-        if not held and self.step_aside is not None:  # nothing in flight: it only waits
-            why = self.step_aside()
-            if why:
-                raise SteppedAside(why)
         return lost
+
+    def check_step_aside(self) -> None:
+        """With nothing in flight, while the job waits for its boards: raise SteppedAside once
+        it went back to the queue for a better job (asked at most every HEARTBEAT_MAX_S)."""
+        now = time.monotonic()
+        if self.step_aside is None or now - self.last_aside < HEARTBEAT_MAX_S:
+            return
+        self.last_aside = now
+        why = self.step_aside()
+        if why:
+            raise SteppedAside(why)
 
 
 @contextmanager

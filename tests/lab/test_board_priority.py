@@ -134,4 +134,7 @@ def test_a_later_better_job_gets_the_board_before_jobs_claimed_earlier(
             runs[first][["started_at", "finished_at"]], runs[then][["started_at"]])
     causes = [e.cause or "" for e in store.jobs.events(low) if e.event == "requeued"]
     assert any(c.startswith("stepped aside: job ") for c in causes), store.jobs.events(low)
+    # each job's end kept whether its exact baseline fails, for `status`'s list (no list yet)
+    assert {line.name: line.baseline for line in store.experiment_lines()} == dict.fromkeys(
+        depths, "")
     store.close()
