@@ -57,6 +57,7 @@ if str(REPO) not in sys.path:
 from db import Outcome, RunResult, Snapshot, Store, TokenTiming  # noqa: E402
 from db.limits import FMA_GFLOPS, READ_CURVE, READ_GBPS  # noqa: E402
 from devices.conditions import snapshot_flags  # noqa: E402
+from reports.baseline import keep_baseline_of  # noqa: E402
 
 # the spec of the templates the demo lacks, run by `benchfarm demo --spec` on this machine
 EXTRA_SPEC = """\
@@ -873,6 +874,8 @@ class Grower:
         self._links(experiments)
         self._jobs(experiments)
         self._boards()
+        for exp in experiments[:-1]:  # as each job's end keeps it; the newest is in flight
+            keep_baseline_of(self.store, exp.name)
         exp1k = experiments[1]
         self.manifest.sample_run = self._sample_run(exp1k)
         self.manifest.counts = dict(self.counts)

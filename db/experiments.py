@@ -1,7 +1,8 @@
 """Reads of an experiment as a whole, behind ``Store.experiment_spec``, ``experiment_mark``,
-``experiments_holding`` and ``experiments_measuring``: its spec as it was run, what changes
-when one of its runs lands, which experiments first stored a set of runs, and which hold runs
-of given boards, classes, engines or revisions. Each returns plain values (no ORM object
+``policy_groups``, ``experiments_holding`` and ``experiments_measuring``: its spec as it was
+run, what changes when one of its runs lands, one policy's ok runs in groups, which
+experiments first stored a set of runs, and which hold runs of given boards, classes, engines
+or revisions. Each returns plain values (no ORM object
 escapes the session that loaded it).
 """
 
@@ -15,6 +16,7 @@ from sqlalchemy import or_, select, union
 from sqlalchemy.orm import Session
 
 from db.models import Build, Device, Experiment, ExperimentCount, ExperimentRun, Measurement, Run
+from db.queries import GroupSummary, group_rows, summarize_groups
 
 SHORTEST_PREFIX = 4  # a revision, source hash or binary named by fewer characters is no prefix
 
@@ -44,6 +46,19 @@ def mark(session: Session, name: str) -> tuple[Any, ...]:
                              .where(ExperimentCount.experiment_id == experiment_id)
                              .order_by(ExperimentCount.status)).all()
     return (writes, *(tuple(row) for row in counts))
+
+
+def policy_groups(session: Session, name: str, policy: str) -> tuple[int, list[GroupSummary]]:
+    """The experiment's ``writes`` (read first: a run landing meanwhile makes the answer
+    stale, never wrong for a newer count), and its ok runs of ``policy`` in groups as
+    `status EXPERIMENT` shows them (queries.summarize_groups): read through the runs' kept
+    policy and status, so only that policy's ok runs are joined to their measurements."""
+    experiment_id, writes = session.execute(
+        select(Experiment.id, Experiment.writes).where(Experiment.name == name)).one()
+    members = select(ExperimentRun.run_id).where(ExperimentRun.experiment_id == experiment_id)
+    rows = session.execute(group_rows().where(Run.id.in_(members), Run.policy == policy,
+                                              Run.status == "ok")).all()
+    return writes, summarize_groups(rows)
 
 
 def holding(session: Session, run_keys: Collection[str]) -> list[str]:

@@ -153,6 +153,39 @@ class Jobs:
                 return self.get_on(conn, job.id)
         return None
 
+    @retry_locked
+    def step_aside(self, job_id: int, holder: str,
+                   waits: Callable[[Any, JobInfo], str | None],
+                   wanting: Callable[[JobInfo], str | None]) -> str | None:
+        """Return the running job ``holder`` serves to the queue when a queued job of higher
+        priority can start (``waits``, as in claim_next) and wants a board it waits for
+        (``wanting(job)``: that board, or None): decided and done in ONE write transaction,
+        so that the board goes to the better job once freed, whichever job's serve looks.
+        Returns why it stepped aside (its ``requeued`` event's cause), or None: it goes on."""
+        table = self.table
+        with self.database.begin() as conn:
+            moment = utcnow()
+            mine = conn.execute(select(table.c.priority).where(
+                table.c.id == job_id, table.c.state == "running",
+                table.c.holder == holder)).first()
+            if mine is None:
+                return None  # cancelled, or no longer this serve's: its coordinator sees that
+            better = conn.execute(select(table).where(table.c.state == "queued",
+                                                      table.c.priority > mine.priority)
+                                  .order_by(table.c.priority.desc(), table.c.id)).all()
+            for row in better:
+                job = JobInfo(**row._mapping)
+                board = wanting(job)
+                if board is None or waits(conn, job):
+                    continue
+                why = (f"stepped aside: job {job.id} (priority {job.priority}) goes first on "
+                       f"board {board!r}, which this job (priority {mine.priority}) waits for")
+                conn.execute(update(table).where(table.c.id == job_id).values(
+                    state="queued", holder=None, message=f"requeued: {why}"[:MAX_MESSAGE_CHARS]))
+                job_events.record(conn, job_id, "requeued", moment, holder, why)
+                return why
+        return None
+
     @staticmethod
     def _claim_event(conn: Any, job_id: int) -> str:
         """``taken over`` when the job's last coordinator died with it, else ``claimed``."""

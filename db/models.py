@@ -73,6 +73,11 @@ class Experiment(Base):
     # how many times its runs' measurements were written (db.rows keeps it): what a cache of
     # what the experiment shows compares, instead of reading its runs
     writes: Mapped[int] = mapped_column(server_default="0")
+    # the failures of its exact-attention baseline (reports.baseline's phrases joined by "; ",
+    # "" when none) as they were when ``writes`` was ``baseline_writes``: `status` lists them
+    # without reading runs while the two agree (NULL: not found out yet)
+    baseline: Mapped[str | None] = mapped_column(Text)
+    baseline_writes: Mapped[int | None]
 
 
 class Device(Base):

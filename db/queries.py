@@ -12,6 +12,7 @@ import json
 import statistics
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -170,11 +171,15 @@ def list_experiments(session: Session) -> list[str]:
 @dataclass
 class ExperimentLine:
     """One experiment as `benchfarm status` lists it: its runs per status (kept as runs land,
-    ``experiment_counts``) and its last run."""
+    ``experiment_counts``), its last run, and its baseline's failures as kept."""
 
     name: str
     updated_at: datetime
     counts: dict[str, int]  # every status, 0 when none
+    writes: int  # experiments.writes: what the kept baseline was found at
+    # its exact-attention baseline's failures, "" for none (experiments.baseline); None when
+    # not kept for its runs as they are now (runs landed since, or never found out)
+    baseline: str | None
 
     @property
     def total(self) -> int:
@@ -187,8 +192,8 @@ def experiment_lines(session: Session, limit: int | None = None, offset: int = 0
     ``offset`` on: a few rows each, whatever the number of their runs."""
     order = (Experiment.updated_at.desc(), Experiment.name) if newest_first \
         else (Experiment.name,)
-    page = select(Experiment.id, Experiment.name, Experiment.updated_at) \
-        .order_by(*order).offset(offset)
+    page = select(Experiment.id, Experiment.name, Experiment.updated_at, Experiment.writes,
+                  Experiment.baseline, Experiment.baseline_writes).order_by(*order).offset(offset)
     if limit is not None:
         page = page.limit(limit)
     experiments = session.execute(page).all()
@@ -198,7 +203,9 @@ def experiment_lines(session: Session, limit: int | None = None, offset: int = 0
             select(ExperimentCount.experiment_id, ExperimentCount.status, ExperimentCount.runs)
             .where(ExperimentCount.experiment_id.in_(list(counts)))):
         counts[experiment_id][status] = runs
-    return [ExperimentLine(e.name, e.updated_at, counts[e.id]) for e in experiments]
+    return [ExperimentLine(e.name, e.updated_at, counts[e.id], e.writes,
+                           e.baseline if e.baseline_writes == e.writes else None)
+            for e in experiments]
 
 
 def count_experiments(session: Session) -> int:
@@ -358,28 +365,13 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
-def experiment_summary(session: Session, name: str) -> ExperimentSummary:
-    """Counts per status of the runs' current measurements (a run counts once), and medians
-    over the runs whose current measurement is ok."""
-    exp = _experiment(session, name)
-    rows = session.execute(
-        select(Run.command, Run.policy, Run.k, Device.name, Build.revision, Measurement.status,
-               Measurement.decode_ms_per_token, Measurement.attn_ms_per_token,
-               Measurement.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
-        .join(Measurement, Measurement.id == Run.current_measurement_id)
-        .join(Device, Measurement.device_id == Device.id)
-        .outerjoin(Build, Build.id == Run.build_id)
-        .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id)
-        .where(Run.id.in_(_members(exp.id)))
-    ).all()
-    counts = Counter(row.status for row in rows)
-    devices: dict[str, Counter[str]] = defaultdict(Counter)
+def summarize_groups(rows: Iterable[Any]) -> list[GroupSummary]:
+    """The ok runs' rows (command, policy, k, name: the device, revision and their figures)
+    in groups per (command, policy, k, device, revision), in that order (None first)."""
     cells: dict[tuple, list[Any]] = defaultdict(list)
     for row in rows:
-        devices[row.name][row.status] += 1
-        if row.status == "ok":
-            cells[(row.command, row.policy, row.k, row.name, row.revision)].append(row)
-    groups = [
+        cells[(row.command, row.policy, row.k, row.name, row.revision)].append(row)
+    return [
         GroupSummary(
             command=command, policy=policy, k=k, device=device, revision=revision,
             runs=len(cell),
@@ -393,6 +385,34 @@ def experiment_summary(session: Session, name: str) -> ExperimentSummary:
         for (command, policy, k, device, revision), cell in sorted(
             cells.items(), key=lambda item: tuple((v is not None, v) for v in item[0]))
     ]
+
+
+# what summarize_groups reads of each run, through its current measurement
+GROUP_COLUMNS = (Run.command, Run.policy, Run.k, Device.name, Build.revision, Measurement.status,
+                 Measurement.decode_ms_per_token, Measurement.attn_ms_per_token,
+                 Measurement.overhead_ms, OutcomeRow.recall, OutcomeRow.ppl)
+
+
+def group_rows() -> Select:
+    """GROUP_COLUMNS of runs, through their current measurement, device, build and outcome."""
+    return (select(*GROUP_COLUMNS)
+            .join(Measurement, Measurement.id == Run.current_measurement_id)
+            .join(Device, Measurement.device_id == Device.id)
+            .outerjoin(Build, Build.id == Run.build_id)
+            .outerjoin(OutcomeRow, OutcomeRow.measurement_id == Measurement.id))
+
+
+def experiment_summary(session: Session, name: str) -> ExperimentSummary:
+    """Counts per status of the runs' current measurements (a run counts once), and medians
+    over the runs whose current measurement is ok."""
+    exp = _experiment(session, name)
+    rows = session.execute(
+        group_rows().where(Run.id.in_(_members(exp.id)))).all()
+    counts = Counter(row.status for row in rows)
+    devices: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in rows:
+        devices[row.name][row.status] += 1
+    groups = summarize_groups(row for row in rows if row.status == "ok")
     return ExperimentSummary(
         name=exp.name, spec_hash=exp.spec_hash, created_at=exp.created_at,
         updated_at=exp.updated_at,

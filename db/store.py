@@ -422,6 +422,24 @@ class Store:
         with self.session() as s:
             return experiments.mark(s, name)
 
+    def policy_groups(self, name: str, policy: str) -> tuple[int, list[queries.GroupSummary]]:
+        """The experiment's writes and its ok runs of ``policy`` in groups
+        (db.experiments.policy_groups)."""
+        with self.session() as s:
+            return experiments.policy_groups(s, name, policy)
+
+    @retry_locked
+    def keep_baseline(self, name: str, writes: int, failures: str) -> None:
+        """Keep the experiment's baseline failures ("" for none) as found at ``writes``
+        (``policy_groups``'s): `status` lists them while no run lands. A value found at
+        fewer writes never replaces one found at more."""
+        table = Experiment.__table__
+        with self.writer.begin() as conn:
+            conn.execute(update(table).where(
+                table.c.name == name,
+                or_(table.c.baseline_writes.is_(None), table.c.baseline_writes <= writes))
+                .values(baseline=failures, baseline_writes=writes))
+
     def experiments_holding(self, run_keys: Collection[str]) -> list[str]:
         with self.session() as s:
             return experiments.holding(s, run_keys)

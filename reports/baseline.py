@@ -4,8 +4,11 @@ engine, the model or the workload is wrong (a ``max_new`` too short to state the
 read wrongly), and every comparison against it is meaningless. A report and ``benchfarm status``
 open with the warning this module words.
 
-Plain Python (no pandas): ``status`` reads its cells from the store's summary, a report from its
-flattened runs (``cells_of_runs``).
+Plain Python (no pandas): ``status`` reads its cells from the store's summary
+(``cells_of_groups``), a report from its flattened runs (``cells_of_runs``). `status`'s list of
+experiments reads the failures each experiment keeps (``experiments.baseline``): found once its
+runs land (``keep_baseline_of``, at a job's end) or, when runs landed since, by the list itself
+from the experiment's exact runs only (``listed_failures``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from db.queries import ExperimentLine, GroupSummary
+    from db.store import Store
 
 EXACT = "exact"
 # A perplexity above this is a failure, not a result: a model guessing uniformly among 1000
@@ -73,3 +80,25 @@ def cells_of_runs(runs: Any) -> list[BaselineCell]:
                                   float(recall.mean()) if len(recall) else None,
                                   float(ppl.median()) if len(ppl) else None))
     return cells
+
+
+def cells_of_groups(groups: Iterable[GroupSummary]) -> list[BaselineCell]:
+    """Exact attention's cells of `status EXPERIMENT`'s groups (db.queries.GroupSummary)."""
+    return [BaselineCell(g.device, g.command, g.recall, g.ppl) for g in groups
+            if g.policy == EXACT]
+
+
+def keep_baseline_of(store: Store, experiment: str) -> str:
+    """Find the experiment's baseline failures from its exact runs and keep them in the store
+    (as found at its writes then); returns them joined by "; " ("" for none)."""
+    writes, groups = store.policy_groups(experiment, EXACT)
+    found = "; ".join(failures(cells_of_groups(groups)))
+    store.keep_baseline(experiment, writes, found)
+    return found
+
+
+def listed_failures(store: Store, lines: Iterable[ExperimentLine]) -> dict[str, str]:
+    """Per listed experiment, its baseline failures ("" for none): as kept, else found now
+    and kept (an experiment whose runs landed since they were found)."""
+    return {line.name: line.baseline if line.baseline is not None
+            else keep_baseline_of(store, line.name) for line in lines}

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from db.store import Store
 
 
+FAILED = "FAILED"  # the list's baseline column, for an experiment whose baseline fails
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status", help="runs per status for every experiment, or one experiment's summary")
@@ -27,11 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def render_summary(summary: ExperimentSummary) -> str:
     """One experiment: counts, per-device counts, and medians per (command, policy, k, device);
     led by a warning when exact attention fails its own workload (``reports.baseline``)."""
-    from reports.baseline import BaselineCell, baseline_warning
+    from reports.baseline import baseline_warning, cells_of_groups
 
     counts = ", ".join(f"{summary.counts[s]} {s}" for s in RUN_STATUSES)
-    warning = baseline_warning(BaselineCell(g.device, g.command, g.recall, g.ppl)
-                               for g in summary.groups if g.policy == "exact")
+    warning = baseline_warning(cells_of_groups(summary.groups))
     parts = [*([warning, ""] if warning else []),
         f"experiment {summary.name} (spec {summary.spec_hash[:12]}, last run "
         f"{summary.updated_at:%Y-%m-%d %H:%M:%S} UTC): {summary.total} runs: {counts}",
@@ -81,6 +83,8 @@ def not_started(store: Store) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reports.baseline import listed_failures
+
     with store_of(args, create=False) as store:
         if args.experiment:
             job_id = int(args.experiment) if args.experiment.isdigit() else None
@@ -92,15 +96,21 @@ def run(args: argparse.Namespace) -> int:
         lines = store.experiment_lines(args.limit or None, args.offset)
         total = store.count_experiments()
         waiting = not_started(store)
+        failed = {name for name, found in listed_failures(store, lines).items() if found}
     if not total:
         print("no experiments stored yet; run `benchfarm run SPEC` or `benchfarm demo`")
         return 0
     print(format_table(
-        ["experiment", "runs", *RUN_STATUSES, "not started", "last run (UTC)"],
+        ["experiment", "runs", *RUN_STATUSES, "not started", "last run (UTC)", "baseline"],
         [[line.name, line.total, *(line.counts[st] for st in RUN_STATUSES),
-          waiting.get(line.name), f"{line.updated_at:%Y-%m-%d %H:%M:%S}"] for line in lines],
+          waiting.get(line.name), f"{line.updated_at:%Y-%m-%d %H:%M:%S}",
+          FAILED if line.name in failed else None] for line in lines],
     ))
     note = page_note(len(lines), args.offset, total, "experiments")
     if note:
         print(note)
+    if failed:
+        print(f"{FAILED}: exact attention, the baseline, fails its own workload (recall 0 or "
+              "an absurd perplexity); `benchfarm status EXPERIMENT` says where, and no "
+              "comparison against it holds")
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -27,6 +27,7 @@ from harness.execution.leases import (
     JOB_HEARTBEAT_MAX_S,
     Cancelled,
     Sharing,
+    SteppedAside,
     job_heartbeat,
     lease_ttl,
     new_holder,
@@ -41,6 +42,7 @@ from harness.plan.inputs import check_inputs
 from harness.plan.matrix import Placement, check_size, resolve_placements
 from harness.plan.planner import make_plan, prepare, register_plan
 from harness.spec import Spec
+from reports.baseline import keep_baseline_of
 from reports.history import keep_steps_of
 
 
@@ -52,11 +54,13 @@ class RunSummary:
     counts: Counter[str] = field(default_factory=Counter)  # this session: ok/failed/pending...
     cancelled: bool = False  # stopped by `benchfarm cancel`
     job_id: int | None = None
+    # why its job went back to the queue for a better one (Sharing.step_aside); None: it did not
+    stepped_aside: str | None = None
 
     @property
     def complete(self) -> bool:
         return not (self.counts["pending"] or self.counts["interrupted"] or self.counts["lost"]
-                    or self.cancelled)
+                    or self.cancelled or self.stepped_aside)
 
     @property
     def all_failed(self) -> bool:
@@ -83,6 +87,8 @@ class RunSummary:
                      "not counted)")
         if self.all_failed:
             line += "; every run failed"
+        if self.stepped_aside:
+            line += f"; back in the queue ({self.stepped_aside})"
         return line + (f"; cancelled ({c['cancelled']} in flight)" if self.cancelled else "")
 
 
@@ -107,6 +113,8 @@ class RunRequest:
     max_runs: int = MAX_RUNS  # refuse a larger matrix
     coordinator: Coordinator = field(default_factory=Coordinator)
     job_id: int | None = None  # the queued job being served (None: a one-shot job is recorded)
+    # `serve`'s: the job goes back to the queue for a better one (Sharing.step_aside)
+    step_aside: Callable[[], str | None] | None = None
     # the operator's --notify (the spec's [notify] URLs are added); a served job's stored URLs
     notify: Targets = field(default_factory=Targets)
     bad_after: int | None = None  # runs lost in a row that make a board bad (None: default)
@@ -143,7 +151,8 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
                      job.owner, who.holder, targets, request.bad_after)
     try:
         with job_heartbeat(store, job_id, min(who.ttl_s / 3, JOB_HEARTBEAT_MAX_S)):
-            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority)
+            sharing = Sharing(store, who.holder, who.ttl_s, spec.name, job_id, job.priority,
+                              request.step_aside)
             summary = _run(request, store, placements, sharing, gate)
     except BaseException as exc:
         if one_shot:
@@ -170,15 +179,18 @@ def run_experiment(request: RunRequest, store: Store) -> RunSummary:
 
 
 def keep_history(store: Store, experiment: str, stream: TextIO | None) -> None:
-    """Once runs landed: find and keep the steps of the experiment's history that the store
-    does not keep yet (only the series that gained points are fitted), so that reports and
-    the dashboard read them. The job's results are stored already: a failure here is said,
-    and left to the next report to try again."""
+    """Once runs landed: find and keep whether the experiment's exact-attention baseline
+    fails (for `status`'s list), and the steps of its history that the store does not keep
+    yet (only the series that gained points are fitted), so that reports and the dashboard
+    read them. The job's results are stored already: a failure here is said, and left to the
+    next `status` or report to try again."""
     try:
+        keep_baseline_of(store, experiment)
         keep_steps_of(store, experiment, commit_order)
     except (StoreError, ValueError) as exc:
-        print(f"experiment {experiment}: its history's steps were not kept ({exc}); a report "
-              "finds them", file=stream or sys.stderr, flush=True)
+        print(f"experiment {experiment}: what its runs show (its baseline, its history's "
+              f"steps) was not kept ({exc}); `status` and a report find it",
+              file=stream or sys.stderr, flush=True)
 
 
 def refuse_blocked(store: Store, placements: list[Placement], owner: str) -> None:
@@ -222,6 +234,8 @@ def _run(request: RunRequest, store: Store, placements: list[Placement],
                 summary.counts = scheduler.run()
         except Cancelled:
             summary.counts, summary.cancelled = scheduler.counts, True
+        except SteppedAside as exc:
+            summary.counts, summary.stepped_aside = scheduler.counts, str(exc)
         finally:
             progress.close()
     return summary

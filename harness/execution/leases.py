@@ -55,6 +55,11 @@ class Cancelled(Exception):
     """The coordinator's job was cancelled with `benchfarm cancel`."""
 
 
+class SteppedAside(Exception):
+    """The coordinator's job went back to the queue for a better job (``Sharing.step_aside``):
+    the reason."""
+
+
 def lease_ttl(flag: float | None = None) -> float:
     """The lease time in seconds: the flag, else the environment, else the default."""
     if flag is not None:
@@ -90,7 +95,11 @@ class Sharing:
     experiment: str
     job_id: int | None = None
     priority: int = 0  # the job's: a board's next lease goes to the best waiter (db.leases)
+    # `serve`'s (harness.lab.serving): while the job holds no board, whether it went back to
+    # the queue for a better queued job that wants its boards (the reason; None: it goes on)
+    step_aside: Callable[[], str | None] | None = None
     last_tick: float = 0.0
+    last_aside: float = 0.0  # when step_aside was last asked (monotonic)
 
     def acquire(self, board: str, run_key: str | None,
                 on_grant: Callable[[Connection, LeaseInfo], Any] | None = None) -> Claim:
@@ -127,7 +136,8 @@ class Sharing:
         self.store.leases.withdraw(self.holder)
 
     def tick(self, held: list[str]) -> set[str]:
-        """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost."""
+        """Renew ``held`` leases and the job's heartbeat when due; the lease ids lost. Raises
+        Cancelled once the job was cancelled."""
         now = time.monotonic()
         if now - self.last_tick < min(self.ttl_s / 3, HEARTBEAT_MAX_S):
             return set()
@@ -136,6 +146,17 @@ class Sharing:
         if self.job_id is not None and self.store.jobs.heartbeat(self.job_id) == "cancelled":
             raise Cancelled(f"experiment {self.experiment} was cancelled")
         return lost
+
+    def check_step_aside(self) -> None:
+        """With nothing in flight, while the job waits for its boards: raise SteppedAside once
+        it went back to the queue for a better job (asked at most every HEARTBEAT_MAX_S)."""
+        now = time.monotonic()
+        if self.step_aside is None or now - self.last_aside < HEARTBEAT_MAX_S:
+            return
+        self.last_aside = now
+        why = self.step_aside()
+        if why:
+            raise SteppedAside(why)
 
 
 @contextmanager

@@ -112,6 +112,8 @@ class Scheduler(FaultHandling):
                 if not busy:
                     if not any(self.queues.values()):
                         break
+                    # nothing in flight and no board held: a better job may take its place
+                    self.turns.sharing.check_step_aside()
                     time.sleep(0.1)  # every free board is backing off
                     continue
                 refs = [b.busy.ref for b in busy]

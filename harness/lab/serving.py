@@ -8,10 +8,18 @@ write transaction (``Jobs.claim_next``): a board freed by a release or an end of
 goes to the best job that waited for it, whichever serve looks first. A job whose
 boards stop taking work while it runs (maintenance: the run in flight finishes) goes back to
 the queue with the reason, and resumes, skipping what is done, once they take work again.
+
+A claimed job waits for a board another coordinator holds (db.leases). While it holds no board
+at all, a queued job of higher priority that can start and wants one of its boards sends it
+back to the queue (``Jobs.step_aside``, one transaction), and its serve takes the better job:
+a board freed later goes to the highest-priority job, not to the one claimed first. A job
+running on some of its boards keeps them; it gives a board up at its next run's turn, where a
+higher-priority waiter goes first (db.leases).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,14 +91,27 @@ class Service:
                 return "; ".join(blocked.values())
         return None
 
+    def boards_named(self, job: JobInfo) -> set[str]:
+        return {n for p in self.placements(job) or [] for n in p.devices}
+
+    def step_aside(self, job: JobInfo) -> Callable[[], str | None]:
+        """For the job's coordinator while it holds no board: back to the queue when a better
+        queued job can start and wants a board of this job's (the reason; None: it goes on)."""
+        mine = self.boards_named(job)
+
+        def wanting(other: JobInfo) -> str | None:
+            return min(mine & self.boards_named(other), default=None)
+
+        return lambda: self.store.jobs.step_aside(job.id, self.who.holder, self.why_waiting,
+                                                  wanting)
+
     def claim(self) -> JobInfo | None:
         """The best queued job that can start now, claimed for this serve (None: none can;
         the waiting ones say why)."""
         return self.store.jobs.claim_next(self.who.holder, self.who.ttl_s, self.why_waiting)
 
     def boards_of(self, job: JobInfo) -> list[Device]:
-        names = sorted({n for p in self.placements(job) or [] for n in p.devices})
-        return [self.inventory.devices[name] for name in names]
+        return [self.inventory.devices[name] for name in sorted(self.boards_named(job))]
 
     def serve(self, job: JobInfo) -> str:
         """Run one claimed job to its end; returns the line to print. Interrupts requeue it."""
@@ -108,7 +129,8 @@ class Service:
             spec_targets = targets_from(section=spec.notify)
             summary = run_experiment(RunRequest(spec, self.inventory, job.devices, job.force,
                                                 coordinator=self.who, job_id=job.id,
-                                                notify=targets, bad_after=self.bad_after),
+                                                notify=targets, bad_after=self.bad_after,
+                                                step_aside=self.step_aside(job)),
                                      store)
         except KeyboardInterrupt:
             signal = "SIGTERM" if terminated() else "SIGINT (Ctrl-C)"
@@ -126,6 +148,8 @@ class Service:
                 store.jobs.finish(job.id, "failed", reason)
                 announce_job(store, job.id, targets + spec_targets)
             return f"job {job.id} ({job.experiment}) failed: {reason}"
+        if summary.stepped_aside:  # back in the queue already, in the decision's transaction
+            return f"job {job.id} ({job.experiment}) back in the queue: {summary.stepped_aside}"
         why = None if summary.complete or summary.cancelled else self._blocked_now(job)
         if why:
             store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})", "drained")

@@ -1,8 +1,10 @@
 """History, track and bisect on real git revisions: a scratch clone of this repository with a
-series of small engine commits, one of which slows decoding (a fixed busy loop in each decode
-step, several times the tiny model's step), one that does not compile and one outside engine/.
-Real builds, real runs through the coordinator (the CLI, with a Ray instance of its own), a
-real SQLite store."""
+series of small engine commits, one of which makes the perplexity 10x worse (a wrong term in
+its negative log-likelihood), one that does not compile and one outside engine/. Real builds,
+real runs through the coordinator (the CLI, with a Ray instance of its own), a real SQLite
+store. The metric followed is the perplexity, which the engine computes the same, to the last
+bit, on every run of the same code (one thread): what is found cannot depend on the machine's
+load, as a timing's step would."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import pytest
 
 from harness import REPO_ROOT
 
-SLOW = """        { volatile double sink = 0.0; for (long i = 0; i < 600000; i++) sink += 1e-9; }
-"""
+NLL_LINE = "    nll /= scored;\n"
+WORSE = NLL_LINE + "    nll += 2.302585092994046; /* ln 10: the perplexity 10x worse */\n"
 SPEC = """name = "hist"
 model = "{model}"
 devices = ["local"]
@@ -31,9 +33,10 @@ threads = 1
 [engine.policy.exact]
 
 [[workload]]
-kind = "decode"
-ctx = 64
-max_new = 16
+kind = "ppl"
+length = 64
+seed = 0
+text = "{text}"
 """
 
 
@@ -57,18 +60,18 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> dict:
     git(repo, "config", "user.email", "test@example.com")
     git(repo, "config", "user.name", "test")
     good = git(repo, "rev-list", "-1", "HEAD", "--", "engine")
-    step_line = "        ms[n_out] = lmc_now_ms() - t1;\n"
     commits = [
         commit(repo, "harmless 1", "engine/util.c", lambda t: t + "/* harmless 1 */\n"),
-        commit(repo, "slow decode", "engine/cmd_generate.c",
-               lambda t: t.replace(step_line, SLOW + step_line)),
+        commit(repo, "worse perplexity", "engine/cmd_ppl.c",
+               lambda t: t.replace(NLL_LINE, WORSE)),
         commit(repo, "harmless 2", "engine/ops.c", lambda t: t + "/* harmless 2 */\n"),
         commit(repo, "harmless 3", "engine/json.c", lambda t: t + "/* harmless 3 */\n"),
     ]
     broken = commit(repo, "broken", "engine/json.c", lambda t: t + "this does not compile\n")
     commit(repo, "docs only", "README.md", lambda t: t + "\n")
     spec = root / "spec.toml"
-    spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny"))
+    model = REPO_ROOT / "models" / "pydoc-lm"
+    spec.write_text(SPEC.format(model=model, text=model / "heldout.txt"))
     return {"root": root, "repo": repo, "good": good, "commits": commits, "broken": broken,
             "spec": spec}
 
@@ -85,16 +88,14 @@ def cli(scratch: dict, db: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=1200)
 
 
-# The slow commit makes decoding about 15-20x slower; this shared 2-core machine's load moves
-# the timings by up to 2-3x from one revision to the next, which are real steps of the data.
-# Steps under 4x are therefore noise here (--threshold 3), as a developer on a busy board
-# would set it.
-THRESHOLD = ["--threshold", "3"]
+# The perplexity, followed with a threshold of its own: a step must be beyond 4x (the worse
+# commit's is 10x, and every other revision's perplexity is the good one's exactly).
+THRESHOLD = ["--metric", "ppl", "--threshold", "3"]
 
 
-def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
+def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
     good, commits = scratch["good"], scratch["commits"]
-    slow = commits[1]
+    worse = commits[1]
     events = scratch["spec"].parent / "events.jsonl"
     tracked = cli(scratch, "track.db", "track", str(scratch["spec"]), "--since", good,
                   *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
@@ -103,14 +104,14 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     # commit is named and left out
     lines = [line.strip() for line in tracked.stdout.splitlines()
              if line.strip().startswith("regression:")]
-    assert len(lines) == 1 and f"commit {slow[:12]} decode_ms_per_token on local:" in lines[0]
+    assert len(lines) == 1 and f"commit {worse[:12]} ppl on local:" in lines[0]
     assert f"revision {scratch['broken']} does not build" in tracked.stderr
     # and the notification hook got it as a regression event
     sent = [json.loads(line) for line in events.read_text().splitlines() if line]
     (event,) = [e for e in sent if e["event"] == "regression"]
     assert (event["event"], event["revision"], event["metric"], event["device"]) == (
-        "regression", slow, "decode_ms_per_token", "local")
-    assert event["ratio"] > 3
+        "regression", worse, "ppl", "local")
+    assert math.isclose(event["ratio"], 10.0, rel_tol=1e-6)
 
     shown = cli(scratch, "track.db", "history", "hist", "--json", *THRESHOLD)
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -118,19 +119,22 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
     (series,) = document["series"]
     assert [p["revision"] for p in series["points"]] == [good, *commits]
     assert all(p["n"] == 3 for p in series["points"])
-    assert [s["revision"] for s in document["steps"]] == [slow]  # that commit and no other
-    assert document["steps"][0]["ratio"] > 4.0 and document["steps"][0]["device"] == "local"
+    assert [s["revision"] for s in document["steps"]] == [worse]  # that commit and no other
+    assert math.isclose(document["steps"][0]["ratio"], 10.0, rel_tol=1e-6)
+    assert document["steps"][0]["device"] == "local"
+    # every revision's runs agree to the last bit: the metric depends on the code alone
+    assert all(len(set(p["values"])) == 1 for p in series["points"])
 
     # a fresh store: bisect measures only what the search needs
     found = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", good,
                 "--bad", commits[-1], "--json", *THRESHOLD)
     assert found.returncode == 0, found.stderr[-3000:]
     result = json.loads(found.stdout)
-    assert result["first_bad"] == slow
+    assert result["first_bad"] == worse
     n = len(commits) + 1  # the revisions from good to bad
     assert len(result["tested"]) <= math.ceil(math.log2(n)) + 1
-    assert result["bad_value"] > 4.0 * result["good_value"]
-    stored = cli(scratch, "bisect.db", "history", "hist", "--json")
+    assert math.isclose(result["bad_value"], 10.0 * result["good_value"], rel_tol=1e-6)
+    stored = cli(scratch, "bisect.db", "history", "hist", "--json", "--metric", "ppl")
     assert {p["revision"] for p in json.loads(stored.stdout)["series"][0]["points"]} == \
         set(result["tested"])  # the store holds runs of the revisions it tested, no others
 
@@ -143,6 +147,6 @@ def test_track_history_and_bisect_find_the_slow_commit(scratch: dict) -> None:
                  "--bad", scratch["broken"])
     assert broken.returncode == 2 and f"revision {scratch['broken']} does not build" in \
         broken.stderr
-    level = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", slow,
+    level = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", worse,
                 "--bad", commits[-1], *THRESHOLD)
     assert level.returncode == 2 and "do not differ beyond noise" in level.stderr

@@ -106,3 +106,31 @@ def test_a_released_board_goes_to_the_best_waiting_job_every_time(lab) -> None:
     for round_ in range(ROUNDS):
         _round(store, first, second, specs, round_)
     assert store.jobs.count(("queued", "running")) == 0
+
+
+def test_a_claimed_job_that_only_waits_steps_aside_for_a_better_one(lab) -> None:
+    """A job claimed by a serve whose coordinator holds no board yet (it waits for the board's
+    lease) goes back to the queue once a queued job of higher priority can start on one of its
+    boards, and the serve's next claim takes that job: never for a job no better, one that
+    wants other boards, or one that cannot start."""
+    store, (first, second), specs = lab
+    low = _submit(store, specs["x86-1"], 1)
+    assert first.claim().id == low
+    aside = first.step_aside(store.jobs.get(low))
+    assert aside() is None  # nothing queued
+    other = _submit(store, specs["arm-1"], 4)  # better, on another board
+    _submit(store, specs["x86-1"], 1)  # on its board, no better
+    store.boards.reserve("x86-1", "zed", utcnow() + timedelta(hours=1), "zed's")
+    best = _submit(store, specs["x86-1"], 5)  # better, on its board, but zed's for now
+    assert aside() is None
+    assert store.jobs.get(low).state == "running"
+    store.boards.release("x86-1", "zed")
+    why = aside()
+    assert why == (f"stepped aside: job {best} (priority 5) goes first on board 'x86-1', "
+                   "which this job (priority 1) waits for")
+    job = store.jobs.get(low)
+    assert (job.state, job.holder, job.message) == ("queued", None, f"requeued: {why}")
+    assert [(e.event, e.cause) for e in store.jobs.events(low)][-1] == ("requeued", why)
+    assert first.claim().id == best  # its serve takes the better job
+    assert second.claim().id == other
+    assert aside() is None  # no longer running: nothing to step aside from

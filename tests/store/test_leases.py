@@ -7,9 +7,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures_db import add_refs, insert_old_run, refs_before_engines, sample_result
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
 from db.connection import connect_database, migrate
@@ -247,24 +249,38 @@ def test_a_busy_coordinator_keeps_its_job(store: Store) -> None:
 
 
 def test_a_write_waits_for_another_writer_instead_of_failing(sqlite_url: str) -> None:
-    """Another process's write transaction holds SQLite's lock for a second: the store's write
-    waits for it (BEGIN IMMEDIATE + busy timeout) instead of raising "database is locked"."""
+    """Another process's write transaction holds SQLite's lock until the store's first write
+    has asked for it: that write waits for it (BEGIN IMMEDIATE + busy timeout), and ends after
+    the other commits, instead of raising "database is locked"."""
     store = Store.open(sqlite_url)
     other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None,
                             check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     other.execute("INSERT INTO leases (board, lease_id, holder, acquired, heartbeat, expires) "
                   "VALUES ('x', 'l', 'h', '2026-01-01', '2026-01-01', '2026-01-01')")
-    committer = threading.Timer(1.0, other.commit)
+    begun, committing = threading.Event(), []
+
+    def began(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement == "BEGIN IMMEDIATE":
+            begun.set()
+
+    def commit() -> None:
+        begun.wait()  # the store's first write transaction asks for the lock
+        time.sleep(0.5)  # (and is waiting for it; were it not yet, the proof is weaker only)
+        committing.append("committing")  # before the lock is let go: the write cannot end yet
+        other.commit()
+
+    event.listen(store.database, "before_cursor_execute", began)
+    committer = threading.Thread(target=commit)
     committer.start()
-    started = time.monotonic()
     try:
         refs = add_refs(store)
         store.save_run(sample_result(refs, "waited"))
+        saved_after = list(committing)  # the save ended once the other writer committed
     finally:
         committer.join()
         other.close()
-    assert time.monotonic() - started >= 0.9
+    assert saved_after == ["committing"]
     assert store.get_run("waited").run["status"] == "ok"
     assert store.leases.get("x").holder == "h"
     store.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -43,10 +42,20 @@ def test_a_token_file_must_be_its_users_own_regular_file(tmp_path: Path) -> None
         read_token_file(theirs)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo, 0o600)
-    started = time.monotonic()
+    # no writer: opening it to read would wait for one for ever (this test would hang)
     with pytest.raises(TokenError, match="not a regular file"):
         read_token_file(fifo)
-    assert time.monotonic() - started < 5  # refused at once, not read forever
+    # a writer holding a token in it: refused, and nothing of it read (the token is still in
+    # the pipe: a reader would have taken it, or waited for more until the writer closed)
+    token = ("bf_" + "b" * 43).encode()
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(writer, token)
+        with pytest.raises(TokenError, match="not a regular file"):
+            read_token_file(fifo)
+        assert os.read(writer, 4096) == token
+    finally:
+        os.close(writer)
     assert read_token_file(tmp_path / "absent") is None
 
 
