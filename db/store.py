@@ -23,6 +23,7 @@ from db.alerts import Alerts
 from db.audit import Audit
 from db.boards import Boards
 from db.connection import (
+    BUSY_TIMEOUT_S,
     SchemaUnknown,
     connect_database,
     lost_database,
@@ -433,12 +434,28 @@ class Store:
         """Keep the experiment's baseline failures ("" for none) as found at ``writes``
         (``policy_groups``'s): `status` lists them while no run lands. A value found at
         fewer writes never replaces one found at more."""
-        table = Experiment.__table__
         with self.writer.begin() as conn:
-            conn.execute(update(table).where(
-                table.c.name == name,
-                or_(table.c.baseline_writes.is_(None), table.c.baseline_writes <= writes))
-                .values(baseline=failures, baseline_writes=writes))
+            conn.execute(_baseline_update(name, writes, failures))
+
+    def keep_baseline_unless_busy(self, name: str, writes: int, failures: str) -> bool:
+        """``keep_baseline`` for a read command: one attempt that never waits for SQLite's
+        write lock and gives up on a store this user may not write (a read-only role), so a
+        read is never held up or failed by what it only caches; True when kept."""
+        try:
+            with self.writer.connect() as conn:
+                sqlite = conn.dialect.name == "sqlite"
+                if sqlite:
+                    conn.connection.driver_connection.execute("PRAGMA busy_timeout = 0")
+                try:
+                    with conn.begin():
+                        conn.execute(_baseline_update(name, writes, failures))
+                finally:
+                    if sqlite:
+                        conn.connection.driver_connection.execute(
+                            f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        except (SQLAlchemyError, StoreError):
+            return False
+        return True
 
     def experiments_holding(self, run_keys: Collection[str]) -> list[str]:
         with self.session() as s:
@@ -492,3 +509,10 @@ def _check_result(result: RunResult) -> None:
                              f"allowed {', '.join(SNAPSHOT_PHASES)}")
 
 
+def _baseline_update(name: str, writes: int, failures: str) -> Any:
+    """The experiment's kept baseline verdict, unless one found at more writes is kept."""
+    table = Experiment.__table__
+    return (update(table).where(
+        table.c.name == name,
+        or_(table.c.baseline_writes.is_(None), table.c.baseline_writes <= writes))
+        .values(baseline=failures, baseline_writes=writes))

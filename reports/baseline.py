@@ -88,17 +88,22 @@ def cells_of_groups(groups: Iterable[GroupSummary]) -> list[BaselineCell]:
             if g.policy == EXACT]
 
 
-def keep_baseline_of(store: Store, experiment: str) -> str:
+def keep_baseline_of(store: Store, experiment: str, reading: bool = False) -> str:
     """Find the experiment's baseline failures from its exact runs and keep them in the store
-    (as found at its writes then); returns them joined by "; " ("" for none)."""
+    (as found at its writes then; for a read command, ``reading``, only when that needs no
+    wait); returns them joined by "; " ("" for none)."""
     writes, groups = store.policy_groups(experiment, EXACT)
     found = "; ".join(failures(cells_of_groups(groups)))
-    store.keep_baseline(experiment, writes, found)
+    if reading:
+        store.keep_baseline_unless_busy(experiment, writes, found)
+    else:
+        store.keep_baseline(experiment, writes, found)
     return found
 
 
 def listed_failures(store: Store, lines: Iterable[ExperimentLine]) -> dict[str, str]:
     """Per listed experiment, its baseline failures ("" for none): as kept, else found now
-    and kept (an experiment whose runs landed since they were found)."""
+    and kept when the store takes the write at once (an experiment whose runs landed since
+    they were found)."""
     return {line.name: line.baseline if line.baseline is not None
-            else keep_baseline_of(store, line.name) for line in lines}
+            else keep_baseline_of(store, line.name, reading=True) for line in lines}

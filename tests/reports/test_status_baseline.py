@@ -4,6 +4,7 @@ runs changed: a real SQLite store, the real CLI."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,26 @@ def test_a_perplexity_no_model_gives_is_flagged(tmp_path: Path,
         SyntheticExperiment(store).run(kind="ppl", ctx=64, ppl=5.0e4, recall=None)
     rows, _ = _listed(url, capsys)
     assert rows["synthetic"][-1] == FAILED
+
+
+
+def test_a_read_keeps_the_verdict_only_when_the_store_takes_the_write_at_once(
+        tmp_path: Path) -> None:
+    """What the list finds is only a cache: while another process holds SQLite's write lock,
+    the read's keep gives up at once (no busy wait, no retries, no error) and keeps nothing;
+    with the lock free it keeps the verdict."""
+    url = f"sqlite:///{tmp_path}/held.db"
+    with Store.open(url) as store:
+        SyntheticExperiment(store, name="broken", spec_text='name = "broken"\n').run(
+            ctx=256, repeat=0, recall=0.0)
+        writes = _kept(store, "broken")[2]
+        holder = sqlite3.connect(tmp_path / "held.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            assert not store.keep_baseline_unless_busy("broken", writes, "found while held")
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert _kept(store, "broken")[:2] == (None, None)
+        assert store.keep_baseline_unless_busy("broken", writes, "found")
+        assert _kept(store, "broken")[:2] == ("found", writes)
