@@ -19,9 +19,31 @@ import pytest
 
 from harness import REPO_ROOT
 
+# The decode spec, a commit that slows each decode step by a busy loop of 600,000 additions
+# (SLOW, many times the tiny model's step) and the threshold that step is judged at: for the modules that follow a timing step across revisions
+# (test_history_names, test_board_blame, test_roofline); this module follows the perplexity.
+SLOW = """        { volatile double sink = 0.0; for (long i = 0; i < 600000; i++) sink += 1e-9; }
+"""
+SPEC = """name = "hist"
+model = "{model}"
+devices = ["local"]
+repeats = 3
+warmups = 1
+
+[engine]
+threads = 1
+
+[engine.policy.exact]
+
+[[workload]]
+kind = "decode"
+ctx = 64
+max_new = 16
+"""
+
 NLL_LINE = "    nll /= scored;\n"
 WORSE = NLL_LINE + "    nll += 2.302585092994046; /* ln 10: the perplexity 10x worse */\n"
-SPEC = """name = "hist"
+PPL_SPEC = """name = "hist"
 model = "{model}"
 devices = ["local"]
 repeats = 3
@@ -71,7 +93,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> dict:
     commit(repo, "docs only", "README.md", lambda t: t + "\n")
     spec = root / "spec.toml"
     model = REPO_ROOT / "models" / "pydoc-lm"
-    spec.write_text(SPEC.format(model=model, text=model / "heldout.txt"))
+    spec.write_text(PPL_SPEC.format(model=model, text=model / "heldout.txt"))
     return {"root": root, "repo": repo, "good": good, "commits": commits, "broken": broken,
             "spec": spec}
 
@@ -90,7 +112,8 @@ def cli(scratch: dict, db: str, *args: str) -> subprocess.CompletedProcess:
 
 # The perplexity, followed with a threshold of its own: a step must be beyond 4x (the worse
 # commit's is 10x, and every other revision's perplexity is the good one's exactly).
-THRESHOLD = ["--metric", "ppl", "--threshold", "3"]
+THRESHOLD = ["--threshold", "3"]
+PPL_THRESHOLD = ["--metric", "ppl", "--threshold", "3"]
 
 
 def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
@@ -98,7 +121,7 @@ def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
     worse = commits[1]
     events = scratch["spec"].parent / "events.jsonl"
     tracked = cli(scratch, "track.db", "track", str(scratch["spec"]), "--since", good,
-                  *THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
+                  *PPL_THRESHOLD, "--notify", f"cat >> {events}; echo >> {events}")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
     # the regression is one line naming the commit, metric, device and ratio; the broken
     # commit is named and left out
@@ -113,7 +136,7 @@ def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
         "regression", worse, "ppl", "local")
     assert math.isclose(event["ratio"], 10.0, rel_tol=1e-6)
 
-    shown = cli(scratch, "track.db", "history", "hist", "--json", *THRESHOLD)
+    shown = cli(scratch, "track.db", "history", "hist", "--json", *PPL_THRESHOLD)
     assert shown.returncode == 0, shown.stderr[-3000:]
     document = json.loads(shown.stdout)
     (series,) = document["series"]
@@ -127,7 +150,7 @@ def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
 
     # a fresh store: bisect measures only what the search needs
     found = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", good,
-                "--bad", commits[-1], "--json", *THRESHOLD)
+                "--bad", commits[-1], "--json", *PPL_THRESHOLD)
     assert found.returncode == 0, found.stderr[-3000:]
     result = json.loads(found.stdout)
     assert result["first_bad"] == worse
@@ -148,5 +171,5 @@ def test_track_history_and_bisect_find_the_worse_commit(scratch: dict) -> None:
     assert broken.returncode == 2 and f"revision {scratch['broken']} does not build" in \
         broken.stderr
     level = cli(scratch, "bisect.db", "bisect", str(scratch["spec"]), "--good", worse,
-                "--bad", commits[-1], *THRESHOLD)
+                "--bad", commits[-1], *PPL_THRESHOLD)
     assert level.returncode == 2 and "do not differ beyond noise" in level.stderr
