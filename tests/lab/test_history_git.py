@@ -20,8 +20,9 @@ import pytest
 from harness import REPO_ROOT
 
 # The decode spec, a commit that slows each decode step by a busy loop of 600,000 additions
-# (SLOW, many times the tiny model's step) and the threshold that step is judged at: for the modules that follow a timing step across revisions
-# (test_history_names, test_board_blame, test_roofline); this module follows the perplexity.
+# (SLOW, many times the tiny model's step) and the threshold that step is judged at: for the
+# modules that follow a timing step across revisions (test_history_names, test_board_blame,
+# test_roofline); this module follows the perplexity.
 SLOW = """        { volatile double sink = 0.0; for (long i = 0; i < 600000; i++) sink += 1e-9; }
 """
 SPEC = """name = "hist"
