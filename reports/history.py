@@ -43,6 +43,8 @@ class RevisionRun:
     values: dict[str, float]  # metric -> value, the metrics the run has
     code_hash: str = ""  # the sources' code without comments (the source hash if unknown)
     impossible: tuple[str, ...] = ()  # metrics whose figure is beyond the board's roofline
+    # metric -> the figure's share of its board's roofline, where judged (reports.roofline)
+    shares: tuple[tuple[str, float], ...] = ()
 
 
 def revision_runs(store: Any, experiment: str) -> list[RevisionRun]:
@@ -73,24 +75,25 @@ def runs_by_revision(runs: pd.DataFrame,
         points.append(labels[key])
     codes = (chosen["build_code_hash"] if "build_code_hash" in chosen
              else chosen["build_source_hash"])
-    flagged = impossible_figures(chosen, limits or {})
+    shares = roofline_shares(chosen, limits or {})
     return [RevisionRun(int(run_id), str(experiment), str(device), point, str(revision),
                         str(source), {m: column[i] for m, column in zip(metrics, values,
                                                                        strict=True)
                                       if column[i] is not None},
-                        str(code) if isinstance(code, str) else str(source), flagged[i])
+                        str(code) if isinstance(code, str) else str(source),
+                        tuple(m for m, share in shares[i] if share > IMPOSSIBLE), shares[i])
             for i, (run_id, experiment, device, point, revision, source, code) in enumerate(zip(
                 chosen["run_id"], chosen["experiment"], chosen["device"], points,
                 chosen["build_revision"], chosen["build_source_hash"], codes, strict=True))]
 
 
-def impossible_figures(chosen: pd.DataFrame, limits: dict[str, dict[str, Any]]
-                       ) -> list[tuple[str, ...]]:
-    """Per row, the metrics whose figure is beyond its board's roofline (``shares_frame``
-    over ``IMPOSSIBLE``): a measurement bug, never a level of a history."""
-    beyond = shares_frame(chosen, limits)[list(SHARED)] > IMPOSSIBLE
-    return [tuple(metric for metric, on in zip(SHARED, row, strict=True) if on)
-            for row in beyond.itertuples(index=False)]
+def roofline_shares(chosen: pd.DataFrame, limits: dict[str, dict[str, Any]]
+                    ) -> list[tuple[tuple[str, float], ...]]:
+    """Per row, each judged figure's share of its board's roofline (``shares_frame``); one
+    over ``IMPOSSIBLE`` is a measurement bug, never a level of a history."""
+    frame = shares_frame(chosen, limits)[list(SHARED)]
+    return [tuple((metric, float(share)) for metric, share in zip(SHARED, row, strict=True)
+                  if share == share) for row in frame.itertuples(index=False)]
 
 
 def _point_label(row: dict[str, Any]) -> str:
@@ -144,6 +147,34 @@ class HistoryStep(SeriesStep):
                 f"{ratio} ({self.before:.4g} -> {self.after:.4g}; {self.config})")
 
 
+@dataclass(frozen=True)
+class BoardStep:
+    """A step at a revision whose engine code is the revision before's (one binary, or
+    sources that differ only in comments): the same engine measured differently, so the
+    board's, never a commit's; with the figure's share of the board's roofline on both sides
+    where it is judged (the share the series usually has, and how far below it fell)."""
+
+    step: HistoryStep
+    previous: str  # the revision before, with the same code
+    share_before: float | None
+    share_after: float | None
+
+    def document(self) -> dict[str, Any]:
+        return asdict(self.step) | {"previous": self.previous, "share_before": self.share_before,
+                                    "share_after": self.share_after}
+
+    def line(self) -> str:
+        s = self.step
+        ratio = "n/a" if s.ratio is None else f"{s.ratio:.3g}x"
+        share = ("no share of the roofline judged" if self.share_before is None
+                 or self.share_after is None else
+                 f"share of the roofline {self.share_before:.0%} -> {self.share_after:.0%}")
+        return (f"board step on {s.device}: {s.metric} {ratio} at {revision_label(s.revision)} "
+                f"({s.before:.4g} -> {s.after:.4g}; {s.config}) with the engine's code "
+                f"unchanged since {revision_label(self.previous)}: the board's, not a "
+                f"commit's; {share}")
+
+
 @dataclass
 class History:
     experiment: str
@@ -153,6 +184,8 @@ class History:
     steps: list[HistoryStep] = field(default_factory=list)
     # runs left out: their figure is beyond their board's roofline (reports.roofline)
     impossible: list[RevisionRun] = field(default_factory=list)
+    # steps at a revision whose engine code is its predecessor's: the board's, not a commit's
+    board_steps: list[BoardStep] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         """What `benchfarm history --json` prints."""
@@ -165,6 +198,7 @@ class History:
             "impossible": [{"run_id": r.run_id, "device": r.device, "config": r.config,
                             "revision": r.revision, "value": r.values[self.metric]}
                            for r in self.impossible],
+            "board_steps": [b.document() for b in self.board_steps],
         }
 
     def text(self, with_steps: bool = True) -> str:
@@ -190,6 +224,7 @@ class History:
                          + ", ".join(str(r.run_id) for r in self.impossible[:20]))
         if with_steps:
             lines += [step.line() for step in self.steps] or ["no steps beyond noise"]
+            lines += [board.line() for board in self.board_steps]
         return "\n".join(lines)
 
 
@@ -252,14 +287,25 @@ def history(runs: Sequence[RevisionRun], order: Sequence[str], metric: str,
         points = [Point(rev, by_rev[rev]) for rev in revisions if rev in by_rev]
         result.series.append(RevisionSeries(device, config, points))
     code = {r.revision: r.code_hash or r.source_hash for r in chosen}
+    shares: dict[tuple[str, str, str], list[float]] = {}
+    for run in chosen:
+        share = dict(run.shares).get(metric)
+        if share is not None:
+            shares.setdefault((run.device, run.config, run.revision), []).append(share)
     found = found_steps([[p.values for p in s.points] for s in result.series], params, cache)
     for series, steps in zip(result.series, found, strict=True):
         for step in steps:
             revision = series.points[step.index].revision
-            if code[revision] == code[series.points[step.index - 1].revision]:
-                continue  # the same engine code as the revision before: noise, not a step
-            result.steps.append(HistoryStep(revision, series.device, series.config, metric,
-                                            step.before, step.after, step.ratio))
+            previous = series.points[step.index - 1].revision
+            moved = HistoryStep(revision, series.device, series.config, metric, step.before,
+                                step.after, step.ratio)
+            if code[revision] != code[previous]:
+                result.steps.append(moved)
+                continue
+            # the same engine code as the revision before: what moved is the board
+            result.board_steps.append(BoardStep(moved, previous, *(
+                median(shares[key]) if (key := (series.device, series.config, rev))
+                in shares else None for rev in (previous, revision))))
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from harness.commands.arguments import add_measuring, add_notify, add_threshold
@@ -53,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
                        regression_hook(targets),
                        spec.ends_only if args.ends_only is None else args.ends_only)
         budget = spec.confirm_budget_s if args.confirm_budget is None else args.confirm_budget
+        for (device, _), steps in groupby(result.board_steps,
+                                          key=lambda b: (b.step.device, b.step.revision)):
+            reason = "; ".join(board.line() for board in steps)
+            measurer.store.boards.note(device, reason, "benchfarm track")
+            print(f"track: board event on {device}: {reason}")
         summaries, notes = judged(measurer, result.summaries, args, budget)
         alerting = record_alerts(measurer.store, summaries, targets, notes)
     for line in said(alerting):

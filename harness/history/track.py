@@ -33,7 +33,7 @@ from harness.history.revisions import (
 )
 from harness.identity import commit_order
 from reports.commits import CommitSummary, commit_summaries
-from reports.history import History, HistoryStep, history
+from reports.history import BoardStep, History, HistoryStep, history
 from reports.steps import StepParams
 
 
@@ -60,6 +60,8 @@ class TrackResult:
     history: History
     regressions: list[HistoryStep] = field(default_factory=list)
     summaries: list[CommitSummary] = field(default_factory=list)  # of the new revisions
+    # regressions at new revisions whose engine code is the revision before's: the boards'
+    board_steps: list[BoardStep] = field(default_factory=list)
 
 
 def revisions_since(since: str, paths: list[str]) -> list[str]:
@@ -99,7 +101,9 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
     hist = history(runs, commit_order(sorted({r.revision for r in runs})), metric,
                    devices=list(measurer.placement.devices),
                    params=StepParams(threshold=threshold), cache=measurer.store)
-    result = TrackResult(new, skipped, hist)
+    result = TrackResult(new, skipped, hist, board_steps=sorted(
+        (b for b in hist.board_steps if b.step.revision in new and b.step.regression),
+        key=lambda b: (b.step.device, b.step.revision)))
     for summary in commit_summaries(hist, commit_info(hist.revisions)):
         if summary.revision in new:
             result.summaries.append(summary)

@@ -109,6 +109,44 @@ def test_a_step_made_by_a_busy_process_on_the_boards_core_is_a_board_event(
                                                                 "solo")
 
 
+def test_a_step_at_a_comment_only_commit_is_the_boards(tmp_path: Path) -> None:
+    """A night whose only commit changes a comment, run while busy processes occupy the
+    board's core: the same engine code measured slower is a board step (history's
+    ``board_steps``), recorded as a board event; no alert and no regression of a commit."""
+    repo = scratch_clone(tmp_path)
+    base = change(repo, "long decode steps", "engine/cmd_generate.c",
+                  lambda t: t.replace(STEP_LINE, LONG + STEP_LINE))
+    inventory, spec = setup(tmp_path, [("solo", "solo", "cpus = [0]")], "solo")
+    scratch = {"root": tmp_path, "repo": repo}
+    track = ["track", str(spec), "--since", base, "--inventory", str(inventory), *BUSY_THRESHOLD]
+    first = cli(scratch, "same.db", *track)
+    assert first.returncode == 0, first.stderr[-3000:]
+    comment = change(repo, "a comment", "engine/util.c",
+                     lambda t: t + "/* a comment: the same code */\n")
+    busy = [subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
+                             start_new_session=True) for _ in range(BUSY)]
+    try:
+        second = cli(scratch, "same.db", *track)
+    finally:
+        for process in busy:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert second.returncode == 0, second.stderr[-3000:]
+    said = second.stdout + second.stderr[-3000:]
+    shown = json.loads(cli(scratch, "same.db", "history", "hist", "--json",
+                           *BUSY_THRESHOLD).stdout)
+    assert shown["steps"] == [], shown["steps"]
+    (board,) = shown["board_steps"]
+    assert (board["revision"], board["previous"], board["device"]) == (comment, base, "solo")
+    assert board["ratio"] > 2
+    assert ("track: board event on solo: board step on solo: decode_ms_per_token "
+            in second.stdout and f"with the engine's code unchanged since {base[:12]}"
+            in second.stdout), said
+    assert "0 regression(s)" in second.stdout, said
+    assert alerts(scratch, "same.db") == []
+    assert f"unchanged since {base[:12]}" in board_history(scratch, "same.db", inventory, "solo")
+
+
 def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path) -> None:
     """Three boards of one class: a commit slows decoding only on pair-a (an environment
     variable its exec_prefix sets, as a kernel chosen by a CPU feature would); pair-b is in
