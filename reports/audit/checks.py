@@ -20,6 +20,7 @@ from reports.audit import (
     checks_recall,
     checks_softmax,
     checks_timing,
+    checks_trees,
 )
 from reports.audit.claim import Claim
 from reports.audit.evidence import Reading
@@ -52,6 +53,8 @@ CHECKS: dict[str, MetricCheck] = {
     "dot_magnitude": MetricCheck(checks_softmax.dot_magnitude, computed=True),
     "softmax_overflow": MetricCheck(checks_softmax.softmax_overflow, computed=True),
     "quotient": MetricCheck(checks_softmax.quotient, computed=True),
+    # the learned predictor's tree file, read here
+    "split_share": MetricCheck(checks_trees.split_share, computed=True),
     # the engine run directly, by the harness
     "reference_error": MetricCheck(computed=True),
     "causal_prefix": MetricCheck(computed=True),

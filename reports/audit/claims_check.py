@@ -1,6 +1,6 @@
 """What a claims file's selectors may name (``measure.a``, ``.b``, ``.baseline``) and their
-check, with the claims file's checker (``devices.checker``): every error names the file, the
-claim and the key."""
+check, and the files a computed metric's ``measure.params`` name, with the claims file's checker
+(``devices.checker``): every error names the file, the claim and the key."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from devices.checker import Checker
 SELECTOR_KEYS = ("engine", "policy", "k", "block", "probes", "kv", "wq", "threads",
                  "prefill_attn", "kind", "ctx", "depth", "seed", "length", "device",
                  "device_class", "kv_budget", "predictor", *SWITCH_NAMES)
+# computed metrics' params that name a file relative to the claims file (checks_trees)
+FILE_PARAMS = ("trees",)
 
 
 def _trees(check: Checker, value: Any, key: str) -> str:
@@ -37,3 +39,16 @@ def selector(check: Checker, value: Any, key: str) -> dict[str, list[Any]]:
             values = [_trees(check, v, f"{key}.{name}") for v in values]
         out[name] = values
     return out
+
+
+def params(check: Checker, value: Any, key: str) -> dict[str, Any]:
+    """A computed metric's params as given, each of ``FILE_PARAMS`` made a path relative to the
+    claims file (which must be there)."""
+    table = dict(check.table(value, key, set(value) if isinstance(value, dict) else set()))
+    for name in FILE_PARAMS:
+        if name in table:
+            path = check.path.parent / check.text(table[name], f"{key}.{name}")
+            if not path.is_file():
+                raise check.fail(f"{key}.{name}", f"no such file: {path}")
+            table[name] = str(path)
+    return table

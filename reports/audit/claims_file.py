@@ -61,7 +61,7 @@ from devices.checker import Checker
 from devices.files import UnreadableToml, loads_toml, read_toml_text
 from reports.audit.checks import CHECKS, COMPUTED_METRICS, LLAMA_BENCH_TPS
 from reports.audit.claim import ANY, Claim, Fairness, Measure, Precondition
-from reports.audit.claims_check import selector
+from reports.audit.claims_check import params, selector
 from reports.audit.grade import STRENGTHS
 from reports.audit.llamabench_rows import LlamaBenchRow, parse_rows
 from reports.errors import ReportInputError
@@ -278,9 +278,7 @@ def _measure(check: Checker, raw: Any, metric: str) -> Measure:
     if metric == "reported":
         return Measure()
     if metric in COMPUTED_METRICS:
-        params = check.table(table.get("params", {}), "measure.params",
-                             set(table.get("params", {})))
-        return Measure(params=dict(params))
+        return Measure(params=params(check, table.get("params", {}), "measure.params"))
     if "a" not in table:
         raise check.fail("measure.a", "required: the runs to measure, e.g. "
                          "{ policy = \"sparse\", k = 32 }")
