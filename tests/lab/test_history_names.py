@@ -258,17 +258,22 @@ def test_confirmation_finds_a_claimed_step_between_harmless_commits_the_same(
 
 def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
         named: dict) -> None:
-    """A night of two engine commits on the fast revert: the slowdown, then a comment-only
-    commit. `track` with the spec's `ends_only` measures the night's ends, confirms the step
-    and bisects it:
-    the alert names the slow commit, not the night's last."""
+    """A night of four engine commits on the fast revert: a harmless function, one that
+    compiles the matrix kernels at -O0 (decode about 7x slower on the tiny model, measured),
+    another harmless function, then a comment-only commit. `track` with the spec's
+    `ends_only` measures the night's ends, confirms the step and bisects it: the one alert
+    names the -O0 commit with its subject, not the night's last."""
     night = named["root"] / "ends"
     git(named["root"], "clone", "-q", str(named["repo"]), str(night))
     git(night, "config", "user.email", "test@example.com")
     git(night, "config", "user.name", "test")
     git(night, "checkout", "-q", "-b", "night", named["revert"])
-    slow = change(night, "slow the night", "engine/cmd_generate.c",
-                  lambda t: t.replace(STEP_LINE, SLOW + STEP_LINE))
+    harmless = change(night, "a harmless function", "engine/util.c",
+                      lambda t: t + "int lmc_harmless(void) { return 1; }\n")
+    slow = change(night, "matmul at -O0", "engine/matmul.c",
+                  lambda t: '#pragma GCC optimize ("O0")\n' + t)
+    change(night, "another harmless function", "engine/util.c",
+           lambda t: t + "int lmc_harmless_too(void) { return 2; }\n")
     last = change(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
     scratch = named | {"repo": night}
     spec = named["root"] / "ends-spec.toml"  # its [track] section is the file's last
@@ -280,12 +285,12 @@ def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
         in tracked.stdout, tracked.stdout + tracked.stderr[-3000:]
     listed = json.loads(cli(scratch, "ends.db", "alerts", "list", "--json").stdout)
     assert [(a["revision"], a["previous"], a["subject"]) for a in listed] == [
-        (slow, named["revert"], "slow the night")], tracked.stdout + tracked.stderr[-3000:]
+        (slow, harmless, "matmul at -O0")], tracked.stdout + tracked.stderr[-3000:]
     assert "bisected: first bad commit: " + slow[:12] in listed[0]["changes"][0]["note"]
-    # only the ends and the commit the search needed were measured
+    # the ends and the commits the search needed were measured, not the whole night
     shown = json.loads(cli(scratch, "ends.db", "history", "hist", "--json", *THRESHOLD).stdout)
-    assert [p["revision"] for p in shown["series"][0]["points"]] == [
-        named["revert"], slow, last]
+    measured = [p["revision"] for p in shown["series"][0]["points"]]
+    assert measured[0] == named["revert"] and measured[-1] == last and slow in measured
 
 
 PAIR = """
