@@ -337,14 +337,17 @@ def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str],
                            cache: StepCache | None = None
                            ) -> tuple[list[tuple[str, str]], pd.DataFrame]:
     """The report's history of an experiment with several revisions: a timeline per metric
-    and device, and the table of the steps found (empty when it holds one revision)."""
+    and device, and the table of the steps found (empty when it holds one revision): a
+    commit's, or the board's where the engine code is the revision before's."""
     histories = revision_histories(runs, order, cache)
     figures = [figure for hist in histories for figure in timeline_figures(hist)]
-    steps = [asdict(step) for hist in histories for step in hist.steps]
+    steps = [asdict(step) | {"cause": "commit"} for hist in histories for step in hist.steps]
+    steps += [asdict(board.step) | {"cause": f"board (code of {revision_label(board.previous)})"}
+              for hist in histories for board in hist.board_steps]
     return figures, pd.DataFrame(steps, columns=STEP_COLUMNS)
 
 
-STEP_COLUMNS = ["revision", "device", "config", "metric", "before", "after", "ratio"]
+STEP_COLUMNS = ["revision", "device", "config", "metric", "before", "after", "ratio", "cause"]
 
 
 def timeline_figures(hist: History) -> list[tuple[str, str]]:

@@ -147,8 +147,9 @@ def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
                    "Each metric per engine revision in commit order (medians over runs), one "
                    "timeline per metric and device; dashed red lines mark the steps beyond noise "
                    "found by reports/steps.py (a penalised piecewise-constant fit with AR(1) "
-                   "noise), named in the table. Every other table keeps revisions apart "
-                   "(rev= in the config).", tables=[Table("history_steps", steps)],
+                   "noise), named in the table with their cause: a commit, or the board where the "
+                   "engine code is the revision before's. Every other table keeps revisions "
+                   "apart (rev= in the config).", tables=[Table("history_steps", steps)],
                    figures=figures)
 
 
