@@ -180,8 +180,12 @@ class Jobs:
                     continue
                 why = (f"stepped aside: job {job.id} (priority {job.priority}) goes first on "
                        f"board {board!r}, which this job (priority {mine.priority}) waits for")
-                conn.execute(update(table).where(table.c.id == job_id).values(
+                moved = conn.execute(update(table).where(
+                    table.c.id == job_id, table.c.state == "running",
+                    table.c.holder == holder).values(
                     state="queued", holder=None, message=f"requeued: {why}"[:MAX_MESSAGE_CHARS]))
+                if moved.rowcount != 1:
+                    return None  # cancelled or taken over meanwhile (PostgreSQL, no lock held)
                 job_events.record(conn, job_id, "requeued", moment, holder, why)
                 return why
         return None
