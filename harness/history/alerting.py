@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from db.alerts import AlertRecord, StepRecord
 from db.store import Store
 from harness.execution import notify
-from reports.commits import CommitSummary
+
+if TYPE_CHECKING:  # the alerts commands read alerts without the statistics' imports
+    from reports.commits import CommitSummary
 
 
 @dataclass
