@@ -77,17 +77,15 @@ void lmc_free(void *p) { free(p); }
 
 /* ---------------------------------------------------------------- clock */
 
-double lmc_now_ms(void) {
+static double clock_ms(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-double lmc_cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+double lmc_now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+
+double lmc_cpu_ms(void) { return clock_ms(CLOCK_PROCESS_CPUTIME_ID); }
 
 /* ---------------------------------------------------------------- files */
 
