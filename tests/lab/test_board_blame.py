@@ -8,10 +8,11 @@ import json
 import os
 import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-from test_history_git import SLOW, SPEC, THRESHOLD, cli, git
-from test_history_names import STEP_LINE, change
+from test_history_git import SLOW, SPEC, THRESHOLD, cli, commit, git
+from test_history_names import STEP_LINE
 
 from harness import REPO_ROOT
 
@@ -69,6 +70,42 @@ def alerts(scratch: dict, db: str) -> list[dict]:
     return json.loads(listed.stdout)
 
 
+@dataclass
+class BusyNight:
+    scratch: dict
+    inventory: Path
+    base: str  # the first night's commit, measured on a quiet core
+    commit: str  # the second night's, measured while BUSY processes occupy the core
+    second: subprocess.CompletedProcess  # the second night's `track`
+
+
+def quiet_then_busy(root: Path, db: str, options: list[str], message: str, path: str,
+                    edit) -> BusyNight:
+    """Two nights of `track` on one board pinned to CPU 0, its decode steps LONG: the first on
+    a quiet core, the second after committing ``edit`` of ``path``, while BUSY processes (each
+    in a session of its own, killed by process group) occupy that core."""
+    repo = scratch_clone(root)
+    base = commit(repo, "long decode steps", "engine/cmd_generate.c",
+                  lambda t: t.replace(STEP_LINE, LONG + STEP_LINE))
+    inventory, spec = setup(root, [("solo", "solo", "cpus = [0]")], "solo")
+    scratch = {"root": root, "repo": repo}
+    track = ["track", str(spec), "--since", base, "--inventory", str(inventory), *BUSY_THRESHOLD,
+             *options]
+    first = cli(scratch, db, *track)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second_commit = commit(repo, message, path, edit)
+    busy = [subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
+                             start_new_session=True) for _ in range(BUSY)]
+    try:
+        second = cli(scratch, db, *track)
+    finally:
+        for process in busy:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert second.returncode == 0, second.stderr[-3000:]
+    return BusyNight(scratch, inventory, base, second_commit, second)
+
+
 def test_a_step_made_by_a_busy_process_on_the_boards_core_is_a_board_event(
         tmp_path: Path) -> None:
     """Two nights on one board pinned to CPU 0; nothing in the engine's decode changes
@@ -76,26 +113,11 @@ def test_a_step_made_by_a_busy_process_on_the_boards_core_is_a_board_event(
     occupy CPU 0. Its decode steps are several times slower, yet the engine's CPU time per
     step is not: the step records a board event, and no alert opens, without spending the
     confirmation budget."""
-    repo = scratch_clone(tmp_path)
-    base = change(repo, "long decode steps", "engine/cmd_generate.c",
-                  lambda t: t.replace(STEP_LINE, LONG + STEP_LINE))
-    inventory, spec = setup(tmp_path, [("solo", "solo", "cpus = [0]")], "solo")
-    scratch = {"root": tmp_path, "repo": repo}
-    track = ["track", str(spec), "--since", base, "--inventory", str(inventory), *BUSY_THRESHOLD,
-             "--confirm-budget", "600"]
-    first = cli(scratch, "busy.db", *track)
-    assert first.returncode == 0, first.stderr[-3000:]
-    harmless = change(repo, "a harmless function", "engine/util.c",
-                      lambda t: t + "int lmc_harmless(void) { return 1; }\n")
-    busy = [subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
-                             start_new_session=True) for _ in range(BUSY)]
-    try:
-        second = cli(scratch, "busy.db", *track)
-    finally:
-        for process in busy:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert second.returncode == 0, second.stderr[-3000:]
+    night = quiet_then_busy(tmp_path, "busy.db", ["--confirm-budget", "600"],
+                            "a harmless function", "engine/util.c",
+                            lambda t: t + "int lmc_harmless(void) { return 1; }\n")
+    scratch, inventory, harmless, second = (night.scratch, night.inventory, night.commit,
+                                            night.second)
     said = second.stdout + second.stderr[-3000:]
     shown = cli(scratch, "busy.db", "history", "hist", "--json", *BUSY_THRESHOLD).stdout
     assert f"regression at commit {harmless[:12]}" in second.stdout, said + shown
@@ -113,25 +135,10 @@ def test_a_step_at_a_comment_only_commit_is_the_boards(tmp_path: Path) -> None:
     """A night whose only commit changes a comment, run while busy processes occupy the
     board's core: the same engine code measured slower is a board step (history's
     ``board_steps``), recorded as a board event; no alert and no regression of a commit."""
-    repo = scratch_clone(tmp_path)
-    base = change(repo, "long decode steps", "engine/cmd_generate.c",
-                  lambda t: t.replace(STEP_LINE, LONG + STEP_LINE))
-    inventory, spec = setup(tmp_path, [("solo", "solo", "cpus = [0]")], "solo")
-    scratch = {"root": tmp_path, "repo": repo}
-    track = ["track", str(spec), "--since", base, "--inventory", str(inventory), *BUSY_THRESHOLD]
-    first = cli(scratch, "same.db", *track)
-    assert first.returncode == 0, first.stderr[-3000:]
-    comment = change(repo, "a comment", "engine/util.c",
-                     lambda t: t + "/* a comment: the same code */\n")
-    busy = [subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
-                             start_new_session=True) for _ in range(BUSY)]
-    try:
-        second = cli(scratch, "same.db", *track)
-    finally:
-        for process in busy:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert second.returncode == 0, second.stderr[-3000:]
+    night = quiet_then_busy(tmp_path, "same.db", [], "a comment", "engine/util.c",
+                            lambda t: t + "/* a comment: the same code */\n")
+    scratch, inventory, base, comment, second = (night.scratch, night.inventory, night.base,
+                                                 night.commit, night.second)
     said = second.stdout + second.stderr[-3000:]
     shown = json.loads(cli(scratch, "same.db", "history", "hist", "--json",
                            *BUSY_THRESHOLD).stdout)
@@ -155,7 +162,7 @@ def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path
     repo = scratch_clone(tmp_path)
     base = git(repo, "rev-list", "-1", "HEAD", "--", "engine")
     only_a = "        if (getenv(\"LMC_TEST_SLOW_BOARD\"))\n" + SLOW
-    slow = change(repo, "slow decode on one board", "engine/cmd_generate.c",
+    slow = commit(repo, "slow decode on one board", "engine/cmd_generate.c",
                   lambda t: t.replace("#include <string.h>\n",
                                       "#include <stdlib.h>\n#include <string.h>\n")
                   .replace(STEP_LINE, only_a + STEP_LINE))

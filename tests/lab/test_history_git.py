@@ -25,7 +25,7 @@ from harness import REPO_ROOT
 # test_roofline); this module follows the perplexity.
 SLOW = """        { volatile double sink = 0.0; for (long i = 0; i < 600000; i++) sink += 1e-9; }
 """
-SPEC = """name = "hist"
+SPEC_HEAD = """name = "hist"
 model = "{model}"
 devices = ["local"]
 repeats = 3
@@ -37,26 +37,15 @@ threads = 1
 [engine.policy.exact]
 
 [[workload]]
-kind = "decode"
+"""
+SPEC = SPEC_HEAD + """kind = "decode"
 ctx = 64
 max_new = 16
 """
 
 NLL_LINE = "    nll /= scored;\n"
 WORSE = NLL_LINE + "    nll += 2.302585092994046; /* ln 10: the perplexity 10x worse */\n"
-PPL_SPEC = """name = "hist"
-model = "{model}"
-devices = ["local"]
-repeats = 3
-warmups = 1
-
-[engine]
-threads = 1
-
-[engine.policy.exact]
-
-[[workload]]
-kind = "ppl"
+PPL_SPEC = SPEC_HEAD + """kind = "ppl"
 length = 64
 seed = 0
 text = "{text}"
@@ -68,10 +57,13 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def commit(repo: Path, message: str, path: str, edit) -> str:
+def commit(repo: Path, message: str, path: str, edit, tag: str | None = None) -> str:
+    """Commit ``edit`` of ``path`` (tagged ``tag`` if given); returns the commit."""
     file = repo / path
     file.write_text(edit(file.read_text()))
     git(repo, "commit", "-qam", message)
+    if tag:
+        git(repo, "tag", tag)
     return git(repo, "rev-parse", "HEAD")
 
 

@@ -14,11 +14,10 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 from fixtures_web import serving
-from test_history_git import SLOW, SPEC, THRESHOLD, cli, git
+from test_history_git import SLOW, SPEC, THRESHOLD, cli, commit, git
 
 from harness import REPO_ROOT
 
@@ -39,15 +38,6 @@ def fetch(url: str, form: dict[str, str] | None = None,
         return exc.code, exc.read().decode()
 
 
-def change(repo: Path, message: str, path: str, edit, tag: str | None = None) -> str:
-    file = repo / path
-    file.write_text(edit(file.read_text()))
-    git(repo, "commit", "-qam", message)
-    if tag:
-        git(repo, "tag", tag)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture(scope="module")
 def named(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("history-names")
@@ -56,16 +46,16 @@ def named(tmp_path_factory: pytest.TempPathFactory) -> dict:
     git(repo, "config", "user.email", "test@example.com")
     git(repo, "config", "user.name", "test")
     since = git(repo, "rev-parse", "HEAD")
-    comment = change(repo, "a comment", "engine/util.c", lambda t: t + "/* a comment */\n",
+    comment = commit(repo, "a comment", "engine/util.c", lambda t: t + "/* a comment */\n",
                      tag="v-good")
-    harmless = change(repo, "a harmless function", "engine/util.c",
+    harmless = commit(repo, "a harmless function", "engine/util.c",
                       lambda t: t + "int lmc_harmless(void) { return 1; }\n")
     git(repo, "revert", "--no-edit", harmless)
     revert = git(repo, "rev-parse", "HEAD")
-    slow = change(repo, "slow decode", "engine/cmd_generate.c",
+    slow = commit(repo, "slow decode", "engine/cmd_generate.c",
                   lambda t: t.replace(STEP_LINE, SLOW + STEP_LINE), tag="SLOW")
-    docs = change(repo, "docs only", "README.md", lambda t: t + "\n")
-    later = change(repo, "another comment", "engine/ops.c", lambda t: t + "/* later */\n")
+    docs = commit(repo, "docs only", "README.md", lambda t: t + "\n")
+    later = commit(repo, "another comment", "engine/ops.c", lambda t: t + "/* later */\n")
     spec = root / "spec.toml"
     # the spec asks `track` to confirm each step (the first test's --confirm-budget 0 says not)
     spec.write_text(SPEC.format(model=REPO_ROOT / "models" / "needle-tiny")
@@ -268,13 +258,13 @@ def test_a_night_measured_at_its_ends_is_bisected_to_its_first_bad_commit(
     git(night, "config", "user.email", "test@example.com")
     git(night, "config", "user.name", "test")
     git(night, "checkout", "-q", "-b", "night", named["revert"])
-    harmless = change(night, "a harmless function", "engine/util.c",
+    harmless = commit(night, "a harmless function", "engine/util.c",
                       lambda t: t + "int lmc_harmless(void) { return 1; }\n")
-    slow = change(night, "matmul at -O0", "engine/matmul.c",
+    slow = commit(night, "matmul at -O0", "engine/matmul.c",
                   lambda t: '#pragma GCC optimize ("O0")\n' + t)
-    change(night, "another harmless function", "engine/util.c",
+    commit(night, "another harmless function", "engine/util.c",
            lambda t: t + "int lmc_harmless_too(void) { return 2; }\n")
-    last = change(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
+    last = commit(night, "a comment at dawn", "engine/ops.c", lambda t: t + "/* dawn */\n")
     scratch = named | {"repo": night}
     spec = named["root"] / "ends-spec.toml"  # its [track] section is the file's last
     spec.write_text(named["spec"].read_text() + "ends_only = true\n")
