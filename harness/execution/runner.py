@@ -23,7 +23,6 @@ or loses the board's lease; a run that outlives its timeout is aborted the same 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -102,15 +101,12 @@ def localise(order: WorkOrder, cache: NodeCache) -> WorkOrder:
     return replace(order, binary=str(binary), model_dir=model, extra_file=extra)
 
 
-def ids_file(ids: tuple[int, ...], folder: Path) -> Path:
-    """The ids as a whitespace-separated file named by its content (written once per actor)."""
-    text = " ".join(map(str, ids)) + "\n"
-    path = folder / f"ids-{hashlib.sha256(text.encode()).hexdigest()[:24]}.txt"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # actors may write the same file
-        tmp.write_text(text)
-        tmp.replace(path)
-    return path
+def write_ids(ids: tuple[int, ...], folder: Path) -> Path:
+    """The ids as a whitespace-separated file of this run's own (``execute`` removes it)."""
+    handle, name = tempfile.mkstemp(prefix="ids-", suffix=".txt", dir=folder)
+    with os.fdopen(handle, "w") as out:
+        out.write(" ".join(map(str, ids)) + "\n")
+    return Path(name)
 
 
 def abort_run(transport: Transport, run: str) -> bool:
@@ -121,6 +117,18 @@ def abort_run(transport: Transport, run: str) -> bool:
 
 def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
             holder: LockHolder) -> RunReport:
+    """Run ``order`` on the device of ``pushes.transport`` (see ``run_order``); its token ids
+    go through a file in ``scratch`` that lives as long as the run."""
+    ids = write_ids(order.ids, scratch) if order.ids is not None else None
+    try:
+        return run_order(order, device_name, pushes, ids, holder)
+    finally:
+        if ids is not None:
+            ids.unlink(missing_ok=True)
+
+
+def run_order(order: WorkOrder, device_name: str, pushes: PushMemo, ids: Path | None,
+              holder: LockHolder) -> RunReport:
     """Run ``order`` on the device of ``pushes.transport``, between two fingerprints.
 
     The fingerprints and the engine go in one remote command (``probed_run``), whose engine
@@ -145,9 +153,8 @@ def execute(order: WorkOrder, device_name: str, pushes: PushMemo, scratch: Path,
             # a model folder, or one file (a GGUF for llama-bench)
             model = pushes.push(Path(order.model_dir), order.model_sha256,
                                 tree=not order.model_file)
-        # the token ids travel as the command's standard input: a prompt is small and often
-        # new, and pushing it into the device cache would cost round trips of its own
-        ids = ids_file(order.ids, scratch) if order.ids is not None else None
+        # the token ids (file ``ids``) travel as the command's standard input: a prompt is
+        # small and often new, and pushing it into the device cache would cost round trips
         binary = pushes.push(Path(order.binary), order.binary_sha256)
         options = order.options
         if order.extra_file is not None and order.extra_sha256 is not None:
