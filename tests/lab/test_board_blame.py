@@ -155,10 +155,10 @@ def test_a_step_at_a_comment_only_commit_is_the_boards(tmp_path: Path) -> None:
 
 
 def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path) -> None:
-    """Three boards of one class: a commit slows decoding only on pair-a (an environment
+    """Four boards of one class: a commit slows decoding only on pair-a (an environment
     variable its exec_prefix sets, as a kernel chosen by a CPU feature would); pair-b is in
-    maintenance and is skipped, saying so; pair-c runs both revisions and finds them the
-    same: a board event on pair-a, no alert."""
+    maintenance and pair-b2 reserved by someone else, both skipped, saying so; pair-c runs
+    both revisions and finds them the same: a board event on pair-a, no alert."""
     repo = scratch_clone(tmp_path)
     base = git(repo, "rev-list", "-1", "HEAD", "--", "engine")
     only_a = "        if (getenv(\"LMC_TEST_SLOW_BOARD\"))\n" + SLOW
@@ -168,11 +168,14 @@ def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path
                   .replace(STEP_LINE, only_a + STEP_LINE))
     inventory, spec = setup(tmp_path, [
         ("pair-a", "pair", 'exec_prefix = ["env", "LMC_TEST_SLOW_BOARD=1"]'),
-        ("pair-b", "pair", ""), ("pair-c", "pair", "")], "pair-a")
+        ("pair-b", "pair", ""), ("pair-b2", "pair", ""), ("pair-c", "pair", "")], "pair-a")
     scratch = {"root": tmp_path, "repo": repo}
     held = cli(scratch, "spare.db", "devices", "state", "pair-b", "maintenance", "--reason",
                "new fan", "--inventory", str(inventory))
     assert held.returncode == 0, held.stderr[-2000:]
+    kept = cli(scratch, "spare.db", "reserve", "pair-b2", "--for", "1d", "--owner", "alice",
+               "--reason", "her thesis runs", "--inventory", str(inventory))
+    assert kept.returncode == 0, kept.stderr[-2000:]
     tracked = cli(scratch, "spare.db", "track", str(spec), "--since", base, "--inventory",
                   str(inventory), *THRESHOLD, "--confirm-budget", "900")
     assert tracked.returncode == 0, tracked.stderr[-3000:]
@@ -180,6 +183,8 @@ def test_a_step_a_spare_board_does_not_reproduce_is_a_board_event(tmp_path: Path
     assert f"confirmation of {slow[:12]} against {base[:12]}: different" in tracked.stdout, said
     assert ("track: skipping pair-b for the second measure of the step: it is maintenance "
             "(new fan)" in tracked.stderr), said
+    assert ("track: skipping pair-b2 for the second measure of the step: alice has it reserved "
+            "until" in tracked.stderr), said
     assert f"on pair-c: confirmation of {slow[:12]} against {base[:12]}: same" \
         in tracked.stdout, said
     assert ("is the board's, not the commit's: not seen on pair-c, a second board of its "
