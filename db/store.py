@@ -86,8 +86,9 @@ class Store:
     """The result store. Open with :meth:`open`; all methods are safe to call repeatedly."""
 
     def __init__(self, database: Engine, read_only: bool = False) -> None:
-        """``read_only``: for a process that only reads (`benchfarm web`): its transactions
-        stay deferred, so on SQLite it never takes the write lock that coordinators wait for."""
+        """``read_only``: for a process that only reads (`benchfarm web`, `status`, `runs`,
+        `logs` ...): its transactions stay deferred, so on SQLite (WAL) it neither waits for a
+        coordinator's write lock nor takes the one coordinators wait for."""
         self.database = database
         # write transactions (BEGIN IMMEDIATE on SQLite)
         self.writer = database if read_only else writer(database)
@@ -100,8 +101,9 @@ class Store:
         self.alerts = Alerts(self.writer)
 
     @classmethod
-    def open(cls, url: str, create: bool = True) -> Store:
-        """Connect and bring the schema to the newest revision (see connect_database)."""
+    def open(cls, url: str, create: bool = True, read_only: bool = False) -> Store:
+        """Connect and bring the schema to the newest revision (see connect_database);
+        ``read_only`` as for the constructor."""
         database = connect_database(url, create)
         shown = database.url.render_as_string(hide_password=True)
         try:
@@ -117,7 +119,7 @@ class Store:
             reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
             raise StoreInputError(f"--db {shown}: cannot open the result store ({reason})") from exc
         event.listen(database, "handle_error", lost_database(shown))
-        return cls(database)
+        return cls(database, read_only)
 
     def close(self) -> None:
         self.database.dispose()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                                  state_from=before), targets)
         print(f"alert {alert.id}: {before} -> {alert.state} by {caller.shown}")
         return 0
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         if args.action == "show":
             alert = store.alerts.get(args.id)
             print(json.dumps(alert_document(alert), indent=2, default=str) if args.json

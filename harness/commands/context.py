@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from harness.spec import Spec
 
 
-def store_of(args: argparse.Namespace, create: bool = True) -> Store:
+def store_of(args: argparse.Namespace, create: bool = True, read_only: bool = False) -> Store:
     """The store ``--db`` names, its schema brought up to date (a context manager that closes
     it). ``create=False`` for a command that only reads it: a store that does not exist yet
-    is a StoreInputError, not a new empty one."""
+    is a StoreInputError, not a new empty one. ``read_only`` for a command that never writes:
+    its reads go on while a coordinator writes (Store)."""
     from db.store import Store
 
-    return Store.open(args.db, create=create)
+    return Store.open(args.db, create=create, read_only=read_only)
 
 
 def caller_of(store: Store) -> Caller:

@@ -55,7 +55,7 @@ def export(store: Store, experiment: str, fmt: str, out_dir: Path,
 def run(args: argparse.Namespace) -> int:
     # Experiment names become folder names: keep them to safe characters.
     out_dir = Path(args.out or Path("export") / re.sub(r"[^A-Za-z0-9._-]+", "_", args.experiment))
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         written = export(store, args.experiment, args.format, out_dir, selection(args))
     for path, rows in written.items():
         print(f"{path}  ({rows} rows)")

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.lab.story import ERROR_WIDTH, job_story, run_label
 
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         story = job_story(store, args.job)
     job = story.job
     print(f"job {job.id}: experiment {job.experiment}, owner {shown(job.owner)}, priority "

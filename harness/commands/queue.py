@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from db.jobs import ACTIVE
 
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         states = None if args.all else ACTIVE
         jobs = store.jobs.list(states, args.limit or None, args.offset)
         total = store.jobs.count(states)

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         runs = store.list_runs(args.experiment, args.status, args.limit or None, args.offset)
         total = store.count_runs(args.experiment, args.status)
     if not runs:
@@ -80,7 +80,7 @@ def _json_default(value: object) -> str:
 def run_show(args: argparse.Namespace) -> int:
     from reports.roofline import limits_of, share_text, shares_of
 
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         detail = asdict(store.get_run(args.run))
         limits = store.board_limits([detail["device"]["name"]])
     shares = shares_of((detail["model"] or {}).get("config"), detail["run"],

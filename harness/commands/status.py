@@ -85,7 +85,7 @@ def not_started(store: Store) -> dict[str, int]:
 def run(args: argparse.Namespace) -> int:
     from reports.baseline import listed_failures
 
-    with store_of(args, create=False) as store:
+    with store_of(args, create=False, read_only=True) as store:
         if args.experiment:
             job_id = int(args.experiment) if args.experiment.isdigit() else None
             name = args.experiment if job_id is None else store.jobs.get(job_id).experiment
