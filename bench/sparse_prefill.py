@@ -44,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="layers of the 0.6B-shaped model")
     parser.add_argument("--model", type=Path, help="a Hugging Face model directory instead")
     parser.add_argument("--json", type=Path, help="also write every raw figure here")
+    parser.add_argument("--isa", help="the instruction-set level lmc is built for "
+                        "(devices/isa.py; default: the highest this machine runs)")
     args = parser.parse_args(argv)
     if args.prompt <= BASELINE_TOKENS or args.rounds < 1:
         parser.error(f"--prompt must be > {BASELINE_TOKENS} and --rounds >= 1")
 
-    lmc = engine_binary()
+    lmc = engine_binary(isa=args.isa)
     model_dir = model_directory(args)
     vocab = Shape.from_model_dir(model_dir).vocab
     prompt, baseline = bench_prompt(args.prompt, vocab), bench_prompt(BASELINE_TOKENS, vocab)
