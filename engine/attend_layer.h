@@ -31,6 +31,7 @@ typedef struct {
     int rank_direct;    /* --measure-keys-direct D: recall32_direct's candidates, 0: off */
     int exact_first_layer; /* --exact-first-layer: layer 0 attends exactly (attend_layer) */
     int keep_evicted;   /* --kv-keep-evicted: evicted blocks stay in memory (masked only) */
+    int dump_prefill;   /* --dump-importance: keep layer 0's prefill queries and blocks (PrefillDump) */
 } AttnOptions;
 
 /* --kv-budget gives evicted blocks' memory back (a paged cache, kvcache.h) unless something
@@ -131,6 +132,16 @@ typedef struct {
     float *q8_scratch; /* q8 KV: [n_kv][ATTN_TILE_Q8_FLOATS] (attn_causal_tile) */
 } PrefillTile;
 
+/* --dump-importance (cmd_generate.c writes it after prefill): what an independent recompute of
+ * layer 0's prefill importance needs beside the keys in the cache; NULL arrays when off */
+typedef struct {
+    float *q;   /* [capacity][n_heads * head_dim]: layer 0's post-RoPE prefill queries */
+    int *sel;   /* sparse prefill: [capacity][n_heads][n_blocks] the blocks each query and head
+                 * attended (a tile's blocks for each of its queries, each over the positions up
+                 * to its own); NULL for an exact prefill */
+    int *n_sel; /* [capacity][n_heads] */
+} PrefillDump;
+
 typedef struct {
     AttnOptions opt;
     int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
@@ -144,6 +155,7 @@ typedef struct {
     KeyScoring keys;
     StageTimes stages;
     PrefillTile tile;
+    PrefillDump dump;
 } Attention;
 
 /* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */
