@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.verify.engine_checks import build_mutant
 from harness.verify.importance_check import prefill_figures
 from reports.audit.checks_importance import recompute_importance
 from reports.audit.importance_dump import parse_importance_dump
@@ -101,3 +102,11 @@ def test_the_readout_matches_its_own_prefill_mode_only(lmc: Path, needle_model: 
         assert figures.own[mode] < 1e-5, (mode, figures)
         assert figures.other[mode] > 0.05, (mode, figures)
     assert figures.separation > 0.05
+
+
+def test_the_mutant_records_the_other_mode(needle_model: Path) -> None:
+    """What flips the claim on the mutant importance-exact: its sparse prefill's readout is
+    exact attention's (the other mode's recompute), its exact prefill's is still its own."""
+    figures, _ = prefill_figures(build_mutant("importance-exact"), needle_model, IDS, 4, [])
+    assert figures.own["exact"] < 1e-5 < 0.05 < figures.own["sparse"], figures
+    assert figures.other["sparse"] < 1e-5, figures
