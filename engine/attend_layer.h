@@ -1,6 +1,7 @@
 /* attend_layer.h — attention for one layer and one query position, all heads: policy selection,
  * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
- * (--measure-selection) and the selection trace (--trace-selection). */
+ * (--measure-selection), the selection trace (--trace-selection) and what --dump-importance keeps
+ * of layer 0's prefill. */
 #ifndef LMC_ATTEND_LAYER_H
 #define LMC_ATTEND_LAYER_H
 
