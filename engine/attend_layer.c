@@ -84,6 +84,13 @@ void attention_init(Attention *a, const AttnOptions *opt, KVCache *kv, int n_hea
                                    sizeof(float), "prefill tile");
     if (a->state.importance) /* its prefill tiles record the importance */
         pt->importance = lmc_alloc((size_t)a->n_kv * C, sizeof(float), "prefill tile");
+    if (opt->dump_prefill) { /* --dump-importance */
+        a->dump.q = lmc_alloc(C * H * (size_t)kv->head_dim, sizeof(float), "--dump-importance queries");
+        if (opt->prefill_sparse) {
+            a->dump.sel = lmc_alloc(C * H * NB, sizeof(int), "--dump-importance blocks");
+            a->dump.n_sel = lmc_alloc(C * H, sizeof(int), "--dump-importance blocks");
+        }
+    }
 }
 
 int attention_pages_kv(const AttnOptions *opt) {
@@ -121,6 +128,9 @@ void attention_free(Attention *a) {
     lmc_free(a->tile.weights);
     lmc_free(a->tile.importance);
     lmc_free(a->tile.q8_scratch);
+    lmc_free(a->dump.q);
+    lmc_free(a->dump.sel);
+    lmc_free(a->dump.n_sel);
     for (int h = 0; h < a->n_heads; h++) select_scratch_free(&a->head.select[h]);
     lmc_free(a->head.select);
     lmc_free(a->state.importance);
@@ -150,6 +160,21 @@ void selstats_add(SelStats *into, const SelStats *s) {
     into->kv_bytes += s->kv_bytes;
     into->heads += s->heads;
     into->measured += s->measured;
+}
+
+/* --dump-importance: layer 0's prefill queries pos0 .. pos0 + n - 1 (q_all: [n][n_heads x
+ * head_dim]) */
+static void dump_queries(Attention *a, int layer, int pos0, int n, const float *q_all) {
+    if (!a->dump.q || layer != 0) return;
+    size_t Q = (size_t)a->n_heads * (size_t)a->head_dim;
+    memcpy(a->dump.q + (size_t)pos0 * Q, q_all, sizeof(float) * Q * (size_t)n);
+}
+
+/* --dump-importance, sparse prefill: the n blocks query pos's head h attended on layer 0 */
+static void dump_blocks(Attention *a, int pos, int h, const int *blocks, int n) {
+    size_t at = (size_t)pos * a->n_heads + h;
+    memcpy(a->dump.sel + at * a->n_blocks, blocks, sizeof(int) * (size_t)n);
+    a->dump.n_sel[at] = n;
 }
 
 /* ---------------------------------------------------------------- stage timing */
@@ -482,6 +507,8 @@ static void after_kernel(Attention *a, const LayerJob *job, SelStats *stats) {
         }
         if (layer == a->n_layers - 1) keyfeat_dump_query(ks->feat);
     }
+    if (phase == ATTN_PREFILL && layer == 0 && a->dump.sel)
+        for (int h = 0; h < a->n_heads; h++) dump_blocks(a, pos, h, hs->sel + (size_t)h * a->n_blocks, hs->n_sel[h]);
     if (a->opt.trace && phase != ATTN_PREFILL) {
         for (int h = 0; h < a->n_heads; h++) {
             const int *sel = hs->sel + (size_t)h * a->n_blocks;
@@ -497,6 +524,7 @@ static void after_kernel(Attention *a, const LayerJob *job, SelStats *stats) {
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all, 0};
+    if (phase == ATTN_PREFILL) dump_queries(a, layer, pos, 1, q_all);
     /* --exact-first-layer: layer 0 runs as exact under every policy (it selects, evicts and
      * ranks nothing; what it attended still feeds the state: importance, mass, features) */
     Policy policy = a->opt.sel.policy;
@@ -592,6 +620,9 @@ static void tile_groups(void *arg, int begin, int end) {
                     sel = (TileBlocks){blocks, tile_blocks(job, kvh, h0, n_q, job->pos0 + t0, T, job->q_all + at, blocks),
                                        row, pt->weights + (size_t)kvh * vecs * (size_t)a->kv->block,
                                        pt->importance + (size_t)kvh * a->capacity, 0};
+                    if (job->layer == 0 && a->dump.sel) /* each query and head of the tile attends them */
+                        for (int t = 0; t < T; t++)
+                            for (int g = 0; g < n_q; g++) dump_blocks(a, job->pos0 + t0 + t, h0 + g, blocks, sel.n);
                 }
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
@@ -605,6 +636,7 @@ static void tile_groups(void *arg, int begin, int end) {
 
 void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all) {
     TileJob job = {a, layer, pos0, n, q_all, out_all};
+    dump_queries(a, layer, pos0, n, q_all);
     int record = sparse_tiles(a) || importance_tiles(a), n_pos = pos0 + n;
     if (record)
         for (int kvh = 0; kvh < a->n_kv; kvh++)

@@ -1,6 +1,7 @@
 /* attend_layer.h — attention for one layer and one query position, all heads: policy selection,
  * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
- * (--measure-selection) and the selection trace (--trace-selection). */
+ * (--measure-selection), the selection trace (--trace-selection) and what --dump-importance keeps
+ * of layer 0's prefill. */
 #ifndef LMC_ATTEND_LAYER_H
 #define LMC_ATTEND_LAYER_H
 
@@ -31,6 +32,7 @@ typedef struct {
     int rank_direct;    /* --measure-keys-direct D: recall32_direct's candidates, 0: off */
     int exact_first_layer; /* --exact-first-layer: layer 0 attends exactly (attend_layer) */
     int keep_evicted;   /* --kv-keep-evicted: evicted blocks stay in memory (masked only) */
+    int dump_prefill;   /* --dump-importance: keep layer 0's prefill queries and blocks (PrefillDump) */
 } AttnOptions;
 
 /* --kv-budget gives evicted blocks' memory back (a paged cache, kvcache.h) unless something
@@ -131,6 +133,16 @@ typedef struct {
     float *q8_scratch; /* q8 KV: [n_kv][ATTN_TILE_Q8_FLOATS] (attn_causal_tile) */
 } PrefillTile;
 
+/* --dump-importance (cmd_generate.c writes it after prefill): what an independent recompute of
+ * layer 0's prefill importance needs beside the keys in the cache; NULL arrays when off */
+typedef struct {
+    float *q;   /* [capacity][n_heads * head_dim]: layer 0's post-RoPE prefill queries */
+    int *sel;   /* sparse prefill: [capacity][n_heads][n_blocks] the blocks each query and head
+                 * attended (a tile's blocks for each of its queries, each over the positions up
+                 * to its own); NULL for an exact prefill */
+    int *n_sel; /* [capacity][n_heads] */
+} PrefillDump;
+
 typedef struct {
     AttnOptions opt;
     int n_layers, n_heads, n_kv, head_dim, capacity, n_blocks;
@@ -144,6 +156,7 @@ typedef struct {
     KeyScoring keys;
     StageTimes stages;
     PrefillTile tile;
+    PrefillDump dump;
 } Attention;
 
 /* h2o-prev and gbm score keys from the key features; so does --measure-keys (the true masses) */

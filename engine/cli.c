@@ -34,6 +34,7 @@ static const OptSpec OPTIONS[] = {
     {"--text", C_PPL, T_STR, OFF(text), 0, 0, 0},
     {"--dump-logits", C_GEN, T_STR, OFF(dump_logits), 0, 0, 0},
     {"--trace-selection", C_GEN | C_BENCH, T_STR, OFF(trace), 0, 0, 0},
+    {"--dump-importance", C_GEN, T_STR, OFF(dump_importance), 0, 0, 0},
     {"--inputs", C_BENCH | C_PRED, T_STR, OFF(inputs), 0, 0, 0},
     {"--dump-out", C_BENCH | C_PRED, T_STR, OFF(dump_out), 0, 0, 0},
     {"--predictor", C_MODEL | C_PRED, T_STR, OFF(predictor), 0, 0, 0},
@@ -219,6 +220,7 @@ AttnOptions cli_attn_options(const Options *o) {
     a.rank_direct = o->measure_keys_direct;
     a.keep_evicted = o->keep_evicted;
     a.features_every = o->dump_every;
+    a.dump_prefill = o->dump_importance != NULL;
     if (o->dump_features) {
         a.features = fopen(o->dump_features, "wb");
         if (!a.features)

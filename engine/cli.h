@@ -20,6 +20,7 @@ typedef struct {
     /* files */
     const char *model, *prompt, *text, *dump_logits, *trace, *inputs, *dump_out;
     const char *predictor, *dump_features;
+    const char *dump_importance; /* generate --dump-importance FILE */
     int dump_every, layer; /* --dump-every; predict: --layer */
     int kv_budget;         /* --kv-budget, 0: off */
     int measure_keys;      /* --measure-keys N: rank the keys of every N-th query, 0: off */

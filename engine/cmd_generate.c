@@ -16,7 +16,55 @@ static void check_finite(const float *logits, int vocab, int position) {
                             "weights or config give NaN or infinite values", position, v, (double)logits[v]);
 }
 
+/* a row of floats after a label, each as %.9g (a float32 read back exactly) */
+static void write_floats(FILE *f, const char *label, const float *x, int n) {
+    fputs(label, f);
+    for (int i = 0; i < n; i++) fprintf(f, " %.9g", (double)x[i]);
+    fputc('\n', f);
+}
+
+/* --dump-importance (engine/README.md): after prefill, every layer's prefill importance and
+ * what recomputing layer 0's needs: its queries, its keys as the cache holds them and, for a
+ * sparse prefill, the blocks each query and head attended */
+static void write_importance(FILE *f, const Session *s, const Options *o) {
+    const Attention *a = &s->fwd.attn;
+    int n = s->n_tokens, H = a->n_heads, D = a->head_dim;
+    char label[64];
+    fprintf(f, "# lmc prefill importance: engine/README.md, --dump-importance\n");
+    fprintf(f, "shape %d %d %d %d %d %d %s\n", a->n_layers, H, a->n_kv, D, a->kv->block, n,
+            o->prefill_sparse ? "sparse" : "exact");
+    for (int l = 0; l < a->n_layers; l++) {
+        snprintf(label, sizeof label, "importance %d", l);
+        write_floats(f, label, a->state.importance + (size_t)l * a->capacity, n);
+    }
+    for (int p = 0; p < n; p++)
+        for (int h = 0; h < H; h++) {
+            snprintf(label, sizeof label, "q %d %d", p, h);
+            write_floats(f, label, a->dump.q + ((size_t)p * H + h) * D, D);
+        }
+    float key[LMC_MAX_HEAD_DIM];
+    for (int p = 0; p < n; p++)
+        for (int g = 0; g < a->n_kv; g++) {
+            kv_key_read(a->kv, 0, p, g, key);
+            snprintf(label, sizeof label, "k %d %d", p, g);
+            write_floats(f, label, key, D);
+        }
+    for (int p = 0; a->dump.sel && p < n; p++)
+        for (int h = 0; h < H; h++) {
+            size_t at = (size_t)p * H + h;
+            fprintf(f, "blocks %d %d %d", p, h, a->dump.n_sel[at]);
+            for (int i = 0; i < a->dump.n_sel[at]; i++) fprintf(f, " %d", a->dump.sel[at * a->n_blocks + i]);
+            fputc('\n', f);
+        }
+    if (fclose(f) != 0) lmc_die_runtime("cannot write --dump-importance file %s", o->dump_importance);
+}
+
 int cmd_generate(const Options *o) {
+    if (o->dump_importance && !policy_has(o->policy, T_IMPORTANCE)) {
+        char names[256];
+        lmc_die_input("--dump-importance writes the prefill importance, which --attn %s records (got --attn %s)",
+                      policy_list(POLICIES_WITH(T_IMPORTANCE), " or ", names, sizeof names), policy_name(o->policy));
+    }
     Session s;
     session_open(&s, o, "--prompt", o->prompt, o->max_new, o->dump_logits != NULL);
     const Config *c = &s.model.cfg;
@@ -25,6 +73,9 @@ int cmd_generate(const Options *o) {
         dump = fopen(o->dump_logits, "wb");
         if (!dump) lmc_die_input("cannot write --dump-logits file %s: %s", o->dump_logits, strerror(errno));
     }
+    FILE *importance = o->dump_importance ? fopen(o->dump_importance, "w") : NULL;
+    if (o->dump_importance && !importance)
+        lmc_die_input("cannot write --dump-importance file %s: %s", o->dump_importance, strerror(errno));
 
     /* ---- prefill: the prompt in chunks; logits only where needed */
     double c0 = lmc_cpu_ms(), t0 = lmc_now_ms(); /* the CPU clock read outside the wall span */
@@ -41,6 +92,7 @@ int cmd_generate(const Options *o) {
     }
     double prefill_ms = lmc_now_ms() - t0, prefill_cpu_ms = lmc_cpu_ms() - c0;
     if (dump) fclose(dump);
+    if (importance) write_importance(importance, &s, o);
 
     /* ---- decode: step i emits token i and feeds it at position n_prompt + i */
     int max_steps = s.capacity - s.n_tokens;

@@ -16,6 +16,9 @@
   rule's blocks.
 - ``renormalised_error``: lmc attn-bench's sparse output against the three steps in float64 over
   the positions of the blocks it selected (its trace) only: softmax renormalised over them.
+- ``prefill_importance``: lmc generate's prefill importance (``--dump-importance``) of an exact
+  and a sparse prefill of one prompt against layer 0's importance recomputed from the dumped
+  queries and keys (harness.verify.importance_check): the relative error against its own mode.
 
 Each check runs on every seed of ``measure.params.seeds`` (default: ``seed``, else 0): the
 seeds are its independent units, and the figure is the worst of them. ``EngineChecks`` takes
@@ -49,6 +52,7 @@ from harness.engines.base import host_arch
 from harness.engines.lmc import run_here
 from harness.engines.lmc.build import build_engine, default_build_root
 from harness.errors import InputError
+from harness.verify.importance_check import prefill_importance
 from harness.verify.selection_rule import article_selection, scenario, traced_selections
 from reports.audit.checks import ENGINE_METRICS, Check
 from reports.audit.claim import Claim
@@ -252,6 +256,13 @@ class EngineChecks:
                 f"head_dim {dim}, k = {budget} blocks of 32 (the blocks from its "
                 "--trace-selection)"))
 
+    def prefill_importance(self, claim: Claim, _runs: pd.DataFrame) -> Reading:
+        seeds = _seeds(claim.measure.params)
+        return prefill_importance(
+            claim, self.binary, self.model, seeds,
+            lambda model, data: self._provenance(claim, model, data),
+            seed_units(seeds, "prompts of random token ids"))
+
 
 def seed_units(seeds: list[int], what: str) -> Units:
     """A check's independent units: one input (or pair) per seed."""
@@ -309,6 +320,19 @@ MUTANTS = {m.name: m for m in (
     Mutant("causal", "each prefill query also sees the next position (one row of the future)",
            "attn_kernel.c", (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
                               "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)),
+    Mutant("importance-exact", "a sparse prefill records its importance from exact attention over "
+           "every position (its queries, one at a time, still attend only their blocks)",
+           "attend_layer.c", (
+               ("return a->opt.prefill_sparse && policy_has",
+                "return 0 && a->opt.prefill_sparse && policy_has"),
+               ("if (!decode && !a->opt.prefill_sparse) return 0;", "if (!decode) return 0;"),
+               ("int need_exact = measure ||", "int need_exact = measure || !decode ||"),
+               ("            const int *sel = hs->sel + (size_t)h * a->n_blocks;\n"
+                "            const float *probs = hs->att_probs + (size_t)h * a->capacity;\n"
+                "            for (int i = 0; i < hs->n_sel[h]; i++) {",
+                "            const int *sel = a->diag.oracle_sel + (size_t)h * a->n_blocks;\n"
+                "            const float *probs = a->diag.exact_probs + (size_t)h * a->capacity;\n"
+                "            for (int i = 0; i < (n_pos + bs - 1) / bs; i++) {"))),
     Mutant("ref-sum-short", "the plain reference's softmax leaves the last position out of "
            "its sum (an off-by-one in the loop bound)", "attn_kernel.c", (
                ("float sum = pairwise_sum(s, n_pos);",

@@ -60,6 +60,7 @@ CHECKS: dict[str, MetricCheck] = {
     "causal_prefix": MetricCheck(computed=True),
     "selection_rule": MetricCheck(computed=True),
     "renormalised_error": MetricCheck(computed=True),
+    "prefill_importance": MetricCheck(computed=True),
     "recall": MetricCheck(checks_recall.recall),
     "time": MetricCheck(checks_timing.time),
     "time_ratio": MetricCheck(checks_timing.time_ratio),

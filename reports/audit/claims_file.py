@@ -83,7 +83,8 @@ CLAIM_KEYS = {"id", "source", "statement", "metric", "expected", "tolerance", "r
 PRECONDITION_KEYS = {"what", "metric", "measure", "at_least", "at_most", "why"}
 # the engine mutants tests/audit/test_mutants.py builds (harness.verify.engine_checks.MUTANTS)
 MUTANTS = ("budget", "budget-short", "thread-dependent", "recency", "importance-evicted",
-           "short-count", "renorm-extra", "ties", "causal", "scale", "ref-sum-short")
+           "short-count", "renorm-extra", "ties", "causal", "scale", "ref-sum-short",
+           "importance-exact")
 # What a verdict rests on (README, "Verdict kinds"): the same quantity in a comparable setting;
 # the same quantity elsewhere (``differs`` says what differs); the article's direction or order
 # tested with a margin; a rule checked in code or traces; a sanity check (not counted).

@@ -179,12 +179,14 @@ def test_mutants_leave_the_release_sources_alone(tmp_path: Path) -> None:
 
 
 def test_every_rule_claim_of_the_shipped_files_names_a_mutant() -> None:
-    """The selection rules, the renormalisation, the rules read off selection traces and the
-    kernels' and plain reference's agreement with the formula are all proven able to fail (a
-    rule claim without a mutant would be graded "holds, check unproven": see the test above)."""
+    """The selection rules, the renormalisation, the rules read off selection traces, the
+    prefill importance's mode and the kernels' and plain reference's agreement with the formula
+    are all proven able to fail (a rule claim without a mutant would be graded "holds, check
+    unproven": see the test above)."""
     unproven = [claim.id for path in CLAIMS for claim in load_claims(path).claims
                 if claim.metric in ("selection_rule", "renormalised_error", "identical_traces",
-                                    "trace_shared_blocks", "reference_error")
+                                    "trace_shared_blocks", "reference_error",
+                                    "prefill_importance")
                 and not claim.mutant]
     assert unproven == []
 

@@ -27,8 +27,8 @@ ENGINE_BLIND = ("harness/spec", "harness/plan", "harness/history", "harness/exec
                 "harness/lab", "harness/verify", "reports")
 # the modules there whose subject is one engine's claims (the audit of an article about lmc, of
 # llama-bench's published tables): each names that engine in its docstring, as the reason
-ABOUT_ONE_ENGINE = ("harness/verify/engine_checks.py", "reports/audit/llamabench_rows.py",
-                    "reports/audit/claims_file.py")
+ABOUT_ONE_ENGINE = ("harness/verify/engine_checks.py", "harness/verify/importance_check.py",
+                    "reports/audit/llamabench_rows.py", "reports/audit/claims_file.py")
 HARNESS_TOP_LEVEL_MODULES = 12
 # what reads the store only through db's named reads: neither SQL nor the tables
 STORE_READERS = ("harness/web", "reports")
