@@ -611,7 +611,7 @@ static void tile_groups(void *arg, int begin, int end) {
     for (int kvh = begin; kvh < end; kvh++)
         for (int h0 = kvh * group, n_q; h0 < (kvh + 1) * group; h0 += n_q) {
             n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
-            int n_blocks = (job->pos0 + job->n - 1) / bs + 1; /* up to the chunk's last query */
+            int n_blocks = (job->pos0 + job->n - 1) / bs + 1; /* up to the last query's */
             if (evicting) n_q = heads_keeping_alike(a, job->layer, h0, n_q, n_blocks);
             for (int t0 = 0; t0 < job->n; t0 += ATTN_TILE_QUERIES) {
                 int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
@@ -619,7 +619,8 @@ static void tile_groups(void *arg, int begin, int end) {
                 TileBlocks sel = {0};
                 if (evicting) { /* the blocks the heads keep (the queries lie in one block) */
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
-                    sel = (TileBlocks){blocks, kept_blocks(a, job->layer, h0, n_blocks, blocks), (size_t)bs, NULL, NULL, 0};
+                    int n = kept_blocks(a, job->layer, h0, n_blocks, blocks);
+                    sel = (TileBlocks){blocks, n, (size_t)bs, NULL, NULL, 0};
                 } else if (every) { /* exact: every block up to the tile's last query */
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks, n = (job->pos0 + t0 + T - 1) / a->kv->block + 1;
                     for (int b = 0; b < n; b++) blocks[b] = b;

@@ -72,7 +72,8 @@ def test_budget_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_
         args = ["--attn", policy, "--kv-budget", str(BUDGET), "--block", block, "--prefill-attn",
                 "sparse", "--kv", kv, *extra]
         runs = {}
-        for mode, more in (("tiled", ("--threads", "3")), ("single", ("--dump-features", features))):
+        modes = (("tiled", ("--threads", "3")), ("single", ("--dump-features", features)))
+        for mode, more in modes:
             dump = tmp_path / f"{mode}.bin"
             gen = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 8,
                            "--dump-logits", dump, *args, *more)
