@@ -541,7 +541,7 @@ static int importance_tiles(const Attention *a) {
 }
 
 int attention_tiles_evicting(const Attention *a) {
-    return a->evict.evicted && a->opt.prefill_sparse && !needs_probs(a, ATTN_PREFILL) && !a->opt.reference &&
+    return a->evict.evicted && a->opt.prefill_sparse && !a->state.importance && !a->keys.feat && !a->opt.reference &&
            !a->stages.ms;
 }
 
@@ -612,7 +612,8 @@ static void tile_groups(void *arg, int begin, int end) {
         for (int h0 = kvh * group, n_q; h0 < (kvh + 1) * group; h0 += n_q) {
             n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
             int n_blocks = (job->pos0 + job->n - 1) / bs + 1; /* up to the last query's */
-            if (evicting) n_q = heads_keeping_alike(a, job->layer, h0, n_q, n_blocks);
+            /* h2o: a head at a time, its queries' probabilities added to its own mass */
+            if (evicting) n_q = a->state.mass ? 1 : heads_keeping_alike(a, job->layer, h0, n_q, n_blocks);
             for (int t0 = 0; t0 < job->n; t0 += ATTN_TILE_QUERIES) {
                 int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
                 size_t at = (size_t)t0 * Q + (size_t)h0 * D;
@@ -620,7 +621,11 @@ static void tile_groups(void *arg, int begin, int end) {
                 if (evicting) { /* the blocks the heads keep (the queries lie in one block) */
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
                     int n = kept_blocks(a, job->layer, h0, n_blocks, blocks);
-                    sel = (TileBlocks){blocks, n, (size_t)bs, NULL, NULL, 0};
+                    /* h2o: the probabilities computed again after the pass and added query by
+                     * query, as head_after_kernel adds them */
+                    float *mass = a->state.mass ? a->state.mass + ((size_t)job->layer * a->n_heads + h0) * a->capacity
+                                                : NULL;
+                    sel = (TileBlocks){blocks, n, (size_t)bs, NULL, mass, 1};
                 } else if (every) { /* exact: every block up to the tile's last query */
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks, n = (job->pos0 + t0 + T - 1) / a->kv->block + 1;
                     for (int b = 0; b < n; b++) blocks[b] = b;

@@ -167,12 +167,14 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
  * still feed the prefill importance. */
 int attention_tiles_prefill(const Attention *a);
 /* --kv-budget's prefill a tile of queries at a time (attention_tiles_prefill says so too):
- * --prefill-attn sparse under a policy whose eviction reads nothing the attention records (no
- * prefill importance, H2O mass or key features: window, quest, random, oracle). Blocks are
- * evicted only before the first query of a block attends (a new block is what takes a head
- * over its budget), so the queries of one block keep the same blocks: the caller writes their
- * keys and values and runs attend_evict for each in order, then attend_prefill_tile for them
- * all, where each head attends to the blocks it keeps (same bits as attend_layer per query). */
+ * --prefill-attn sparse under a policy that records no prefill importance or key features
+ * (window, h2o, quest, random, oracle). Blocks are evicted only before the first query of a
+ * block attends (a new block is what takes a head over its budget), so the queries of one
+ * block keep the same blocks and their eviction reads no attention of theirs (h2o's mass is
+ * that of the blocks before): the caller writes their keys and values and runs attend_evict
+ * for each in order, then attend_prefill_tile for them all, where each head attends to the
+ * blocks it keeps and h2o adds each query's probabilities to its mass in query order (same
+ * bits as attend_layer per query). */
 int attention_tiles_evicting(const Attention *a);
 /* what attend_layer does before the prefill query at pos attends: --kv-budget's eviction
  * (none on layer 0 under --exact-first-layer) */

@@ -57,14 +57,15 @@ def test_paged_eviction_gives_the_masked_outputs(lmc, tiny_model, tmp_path, poli
 
 
 @pytest.mark.parametrize("kv", ["f32", "q8"])
-@pytest.mark.parametrize("policy", ["window", "quest", "random", "oracle"])
+@pytest.mark.parametrize("policy", ["window", "h2o", "quest", "random", "oracle"])
 def test_budget_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_path, policy, kv):
-    """Under a budget a policy whose eviction reads nothing the attention records prefills a
-    block's queries as one tile (they keep the same blocks: eviction happens at a block's first
-    query); --dump-features attends token by token. The prompt's and decode's logits, the nll
-    and the slots held agree bit for bit: blocks of 8 (a chunk of 64 is 8 blocks), of 12
-    (a chunk ends mid-block) and --exact-first-layer; the GQA group's heads keep different
-    blocks under quest, random and oracle (they then attend in passes of their own)."""
+    """Under a budget, prefill without prefill importance or key features attends a block's
+    queries as one tile (they keep the same blocks: eviction happens at a block's first query;
+    h2o adds their probabilities to the mass after the tile); --dump-features attends token by
+    token. The prompt's and decode's logits, the nll and the slots held agree bit for bit:
+    blocks of 8 (a chunk of 64 is 8 blocks), of 12 (a chunk ends mid-block) and
+    --exact-first-layer; the GQA group's heads keep different blocks under h2o, quest, random
+    and oracle (they then attend in passes of their own)."""
     model = tiny_model(MODEL)
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     features = tmp_path / "features.bin"
@@ -91,14 +92,13 @@ def test_budget_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_
             assert mem == smem, (block, extra)
 
 
-@pytest.mark.parametrize("policy", ["h2o", "sparse"])
-def test_budget_prefill_of_attention_fed_policies_runs_token_by_token(lmc, tiny_model, tmp_path,
-                                                                    policy):
-    """h2o evicts by the attention mass and sparse records the prefill importance: each query's
-    attention feeds the next one's, so their prefill under a budget attends token by token."""
+def test_budget_prefill_of_sparse_runs_token_by_token(lmc, tiny_model, tmp_path):
+    """sparse adds each prefill query's attention, head after head, to the layer's importance:
+    a tile would add it in another order, so its prefill under a budget attends token by
+    token."""
     prompt = write_tokens(tmp_path / "p.txt", IDS)
     out = lmc_json(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
-                   *budget_args(policy))
+                   *budget_args("sparse"))
     assert not out["config"]["prefill_tiles"]
 
 
