@@ -535,6 +535,14 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
     a->opt.sel.policy = policy;
 }
 
+void attend_evict(Attention *a, int layer, int pos, const float *q_all) {
+    LayerJob job = {a, layer, pos, ATTN_PREFILL, q_all, NULL, 0};
+    Policy policy = a->opt.sel.policy;
+    if (layer == 0 && a->opt.exact_first_layer) a->opt.sel.policy = POL_EXACT; /* as attend_layer */
+    before_kernel(a, &job);
+    a->opt.sel.policy = policy;
+}
+
 /* ---------------------------------------------------------------- prefill tiles */
 
 /* what either of the prefill tiles that record the prefill importance (T_IMPORTANCE) leaves
@@ -560,9 +568,14 @@ static int importance_tiles(const Attention *a) {
     return !a->opt.prefill_sparse && !a->keys.rank && importance_tiles_possible(a);
 }
 
+int attention_tiles_evicting(const Attention *a) {
+    return a->evict.evicted && a->opt.prefill_sparse && !a->state.importance && !a->keys.feat && !a->opt.reference &&
+           !a->stages.ms;
+}
+
 int attention_tiles_prefill(const Attention *a) {
     int exact = grouped_exact(a, ATTN_PREFILL) && !needs_probs(a, ATTN_PREFILL);
-    return (exact || sparse_tiles(a) || importance_tiles(a)) && !a->stages.ms;
+    return ((exact || sparse_tiles(a) || importance_tiles(a)) && !a->stages.ms) || attention_tiles_evicting(a);
 }
 
 typedef struct {
@@ -596,22 +609,52 @@ static int tile_blocks(const TileJob *job, int kvh, int h0, int n_q, int pos0, i
     return count;
 }
 
+/* --kv-budget: how many of the n_q heads from h0 keep the blocks head h0 keeps (they then
+ * share a pass) */
+static int heads_keeping_alike(const Attention *a, int layer, int h0, int n_q, int n_blocks) {
+    const unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + h0) * a->n_blocks;
+    int n = 1;
+    while (n < n_q && !memcmp(gone, gone + (size_t)n * a->n_blocks, (size_t)n_blocks)) n++;
+    return n;
+}
+
+/* --kv-budget: the blocks up to n_blocks that head h keeps, ascending, into blocks; the count */
+static int kept_blocks(const Attention *a, int layer, int h, int n_blocks, int *blocks) {
+    const unsigned char *gone = a->evict.evicted + ((size_t)layer * a->n_heads + h) * a->n_blocks;
+    int n = 0;
+    for (int b = 0; b < n_blocks; b++)
+        if (!gone[b]) blocks[n++] = b;
+    return n;
+}
+
 /* KV head kvh's query heads over the chunk, ATTN_TILE_QUERIES queries and n_q heads a pass */
 static void tile_groups(void *arg, int begin, int end) {
     const TileJob *job = arg;
     Attention *a = job->a;
     PrefillTile *pt = &a->tile;
     int D = a->head_dim, group = a->n_heads / a->n_kv, sparse = sparse_tiles(a), every = importance_tiles(a);
+    int evicting = attention_tiles_evicting(a), bs = a->kv->block;
     size_t Q = (size_t)a->n_heads * D, vecs = (size_t)ATTN_TILE_QUERIES * (size_t)pt->n_q;
-    size_t row = sparse ? (size_t)pt->keep * a->kv->block : (size_t)a->kv->block;
+    size_t row = sparse ? (size_t)pt->keep * bs : (size_t)bs;
     for (int kvh = begin; kvh < end; kvh++)
-        for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += pt->n_q) {
-            int n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
+        for (int h0 = kvh * group, n_q; h0 < (kvh + 1) * group; h0 += n_q) {
+            n_q = (kvh + 1) * group - h0 < pt->n_q ? (kvh + 1) * group - h0 : pt->n_q;
+            int n_blocks = (job->pos0 + job->n - 1) / bs + 1; /* up to the last query's */
+            /* h2o: a head at a time, its queries' probabilities added to its own mass */
+            if (evicting) n_q = a->state.mass ? 1 : heads_keeping_alike(a, job->layer, h0, n_q, n_blocks);
             for (int t0 = 0; t0 < job->n; t0 += ATTN_TILE_QUERIES) {
                 int T = job->n - t0 < ATTN_TILE_QUERIES ? job->n - t0 : ATTN_TILE_QUERIES;
                 size_t at = (size_t)t0 * Q + (size_t)h0 * D;
                 TileBlocks sel = {0};
-                if (every) { /* exact: every block up to the tile's last query */
+                if (evicting) { /* the blocks the heads keep (the queries lie in one block) */
+                    int *blocks = a->head.sel + (size_t)h0 * a->n_blocks;
+                    int n = kept_blocks(a, job->layer, h0, n_blocks, blocks);
+                    /* h2o: the probabilities computed again after the pass and added query by
+                     * query, as head_after_kernel adds them */
+                    float *mass = a->state.mass ? a->state.mass + ((size_t)job->layer * a->n_heads + h0) * a->capacity
+                                                : NULL;
+                    sel = (TileBlocks){blocks, n, (size_t)bs, NULL, mass, 1};
+                } else if (every) { /* exact: every block up to the tile's last query */
                     int *blocks = a->head.sel + (size_t)h0 * a->n_blocks, n = (job->pos0 + t0 + T - 1) / a->kv->block + 1;
                     for (int b = 0; b < n; b++) blocks[b] = b;
                     sel = (TileBlocks){blocks, n, (size_t)a->kv->block, NULL, pt->importance + (size_t)kvh * a->capacity, 1};
@@ -627,7 +670,7 @@ static void tile_groups(void *arg, int begin, int end) {
                 attn_causal_tile(job->q_all + at, n_q, T, Q, a->kv, job->layer, kvh, job->pos0 + t0,
                                  job->out_all + at, Q, pt->q + (size_t)kvh * vecs * D,
                                  pt->scores + (size_t)kvh * vecs * row, pt->m + (size_t)kvh * vecs,
-                                 pt->l + (size_t)kvh * vecs, sparse || every ? &sel : NULL,
+                                 pt->l + (size_t)kvh * vecs, sparse || every || evicting ? &sel : NULL,
                                  pt->q8_scratch ? pt->q8_scratch + (size_t)kvh * ATTN_TILE_Q8_FLOATS(a->kv->block, D, pt->n_q)
                                                 : NULL);
             }

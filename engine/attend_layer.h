@@ -179,8 +179,22 @@ void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *o
  * blocks before it by the tile's mean queries, and the tile's own) and whose probabilities
  * still feed the prefill importance. */
 int attention_tiles_prefill(const Attention *a);
+/* --kv-budget's prefill a tile of queries at a time (attention_tiles_prefill says so too):
+ * --prefill-attn sparse under a policy that records no prefill importance or key features
+ * (window, h2o, quest, random, oracle). Blocks are evicted only before the first query of a
+ * block attends (a new block is what takes a head over its budget), so the queries of one
+ * block keep the same blocks and their eviction reads no attention of theirs (h2o's mass is
+ * that of the blocks before): the caller writes their keys and values and runs attend_evict
+ * for each in order, then attend_prefill_tile for them all, where each head attends to the
+ * blocks it keeps and h2o adds each query's probabilities to its mass in query order (same
+ * bits as attend_layer per query). */
+int attention_tiles_evicting(const Attention *a);
+/* what attend_layer does before the prefill query at pos attends: --kv-budget's eviction
+ * (none on layer 0 under --exact-first-layer) */
+void attend_evict(Attention *a, int layer, int pos, const float *q_all);
 /* the n queries at pos0 .. pos0 + n - 1 (q_all, out_all: [n][n_heads x head_dim]), each over
- * the positions up to its own; their keys and values must be in the cache */
+ * the positions up to its own; their keys and values must be in the cache (under
+ * attention_tiles_evicting: queries of one block, evicted for already) */
 void attend_prefill_tile(Attention *a, int layer, int pos0, int n, const float *q_all, float *out_all);
 
 #endif

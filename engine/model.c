@@ -10,7 +10,8 @@
  *               x += Wdown (silu(Wgate h) * Wup h)                       [* residual_scale]
  *   logits = lm_head(rmsnorm(x))          (final norm)  [rmsnorm(x) / logit_div]
  *
- * The weight products run over the whole chunk (matmul.c); attention runs token by token. */
+ * The weight products run over the whole chunk (matmul.c); attention a tile of queries at a
+ * time where attend_layer.h says it can, else token by token. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -161,7 +162,8 @@ float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int wan
     }
     if (c->embed_scale != 1.0f) scale_by(f->x, nH, c->embed_scale);
     f->attn_ms = 0.0;
-    int tiles = phase == ATTN_PREFILL && !stats && attention_tiles_prefill(&f->attn);
+    int evicting = phase == ATTN_PREFILL && !stats && attention_tiles_evicting(&f->attn);
+    int tiles = !evicting && phase == ATTN_PREFILL && !stats && attention_tiles_prefill(&f->attn);
 
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
@@ -182,7 +184,20 @@ float *forward(Forward *f, const int *tokens, int n, int pos, int phase, int wan
             double t0 = lmc_now_ms();
             attend_prefill_tile(&f->attn, l, pos, n, f->q, f->att);
             f->attn_ms += lmc_now_ms() - t0;
-        } else
+        } else if (evicting)
+            /* under a budget a block's queries keep the same blocks: per block of the chunk, its
+             * keys and values and evictions position by position, then its queries as a tile */
+            for (int t0 = 0, t1; t0 < n; t0 = t1) {
+                for (t1 = t0 + 1; t1 < n && (pos + t1) % f->kv.block; t1++) {}
+                double ms = lmc_now_ms();
+                for (int t = t0; t < t1; t++) {
+                    kv_write(&f->kv, l, pos + t, f->k + (size_t)t * KV, f->v + (size_t)t * KV);
+                    attend_evict(&f->attn, l, pos + t, f->q + (size_t)t * Q);
+                }
+                attend_prefill_tile(&f->attn, l, pos + t0, t1 - t0, f->q + (size_t)t0 * Q, f->att + (size_t)t0 * Q);
+                f->attn_ms += lmc_now_ms() - ms;
+            }
+        else
             /* token by token, in order: each query sees exactly the positions up to its own,
              * and policy state (importance, H2O mass, block summaries) evolves as in decode */
             for (int t = 0; t < n; t++) {

@@ -56,6 +56,52 @@ def test_paged_eviction_gives_the_masked_outputs(lmc, tiny_model, tmp_path, poli
     assert mem["allocated_bytes"] == kept["allocated_bytes"] > 0
 
 
+@pytest.mark.parametrize("kv", ["f32", "q8"])
+@pytest.mark.parametrize("policy", ["window", "h2o", "quest", "random", "oracle"])
+def test_budget_prefill_tiles_give_the_token_by_token_bits(lmc, tiny_model, tmp_path, policy, kv):
+    """Under a budget, prefill without prefill importance or key features attends a block's
+    queries as one tile (they keep the same blocks: eviction happens at a block's first query;
+    h2o adds their probabilities to the mass after the tile); --dump-features attends token by
+    token. The prompt's and decode's logits, the nll and the slots held agree bit for bit:
+    blocks of 8 (a chunk of 64 is 8 blocks), of 12 (a chunk ends mid-block) and
+    --exact-first-layer; the GQA group's heads keep different blocks under h2o, quest, random
+    and oracle (they then attend in passes of their own)."""
+    model = tiny_model(MODEL)
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    features = tmp_path / "features.bin"
+    for block, extra in (("8", ()), ("12", ()), ("8", ("--exact-first-layer",))):
+        args = ["--attn", policy, "--kv-budget", str(BUDGET), "--block", block, "--prefill-attn",
+                "sparse", "--kv", kv, *extra]
+        runs = {}
+        modes = (("tiled", ("--threads", "3")), ("single", ("--dump-features", features)))
+        for mode, more in modes:
+            dump = tmp_path / f"{mode}.bin"
+            gen = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 8,
+                           "--dump-logits", dump, *args, *more)
+            ppl = lmc_json(lmc, "ppl", "--model", model, "--text", prompt, *args, *more)
+            runs[mode] = (gen, ppl, np.fromfile(dump, dtype=np.float32).tobytes())
+        (gen, ppl, logits), (sgen, sppl, slogits) = runs["tiled"], runs["single"]
+        assert gen["config"]["prefill_tiles"] and not sgen["config"]["prefill_tiles"], extra
+        assert logits == slogits and gen["tokens"] == sgen["tokens"], (block, extra)
+        assert ppl["nll"] == sppl["nll"] and np.isfinite(ppl["nll"]), (block, extra)
+        # each KV head holds and releases the same slots in the same order; the peak over all
+        # heads is not compared: token by token a position runs through every layer in turn
+        for doc, sdoc in ((gen, sgen), (ppl, sppl)):
+            mem, smem = dict(doc["kv_memory"]), dict(sdoc["kv_memory"])
+            assert mem.pop("peak_live_bytes") > 0 and smem.pop("peak_live_bytes") > 0
+            assert mem == smem, (block, extra)
+
+
+def test_budget_prefill_of_sparse_runs_token_by_token(lmc, tiny_model, tmp_path):
+    """sparse adds each prefill query's attention, head after head, to the layer's importance:
+    a tile would add it in another order, so its prefill under a budget attends token by
+    token."""
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    out = lmc_json(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt,
+                   *budget_args("sparse"))
+    assert not out["config"]["prefill_tiles"]
+
+
 def test_paged_q8_cache_and_threads_give_the_same_bits(lmc, tiny_model, tmp_path):
     model = tiny_model(MODEL)
     prompt = write_tokens(tmp_path / "p.txt", IDS)
