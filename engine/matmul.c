@@ -254,8 +254,8 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 
 /* ---------------------------------------------------------------- prefill panels */
 
-/* A chunk of tokens (prefill) times packed f32 quads, PANEL_QUADS quads (consecutive in the
- * matrix) at a time. Three things the decode tiles do not need:
+/* A chunk of tokens (prefill) times packed f32 quads (and bf16 ones at v4: PANEL_BF16),
+ * PANEL_QUADS quads (consecutive in the matrix) at a time. Three things the decode tiles do not need:
  * - the columns go in blocks of PANEL_COLS, so that a block of the quads (16 KiB) stays
  *   in L1 while every token of the chunk goes past it; a whole quad of a wide matrix (32-48
  *   KiB for Qwen3-0.6B's o and down projections) and a tile's tokens would not fit together.
@@ -274,18 +274,22 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 #if defined(LMC_AVX512_TILES)
 #define PANEL_TILE 4
 #define PANEL_QUADS 2
+#define PANEL_BF16 1 /* bf16 quads by panels too (at v3 a bf16 tile's 16-column step needs
+                      * more registers than there are: they stay with the tiles) */
 #else
 #define PANEL_TILE TILE_TOKENS
 #define PANEL_QUADS 1
+#define PANEL_BF16 0
 #endif
 #define PANEL_ROWS (PANEL_QUADS * TILE_ROWS)
 #define PANEL_COLS (1024 / PANEL_QUADS) /* a block of the panel's quads: 16 KiB */
 
-/* columns i0 .. i1 (multiples of 8, at most n & ~7) of Q quads (quad q at w + q * qs) times
- * TT tokens; the sums start from zero (first) or from `carry`, token t's row r (of the Q quads'
- * 4Q) at carry[t * 4Q + r], and go back to it */
-ALWAYS_INLINE void panel_span(const int Q, const int TT, const float *w, size_t qs, const float *x, size_t xs,
-                              int i0, int i1, v8 *carry, int first) {
+/* columns i0 .. i1 (multiples of 8, at most n & ~7; i0 of 16) of Q quads (quad q at w + q * qs
+ * values: f32, or bf16 when BF, PANEL_BF16 only) times TT tokens; the sums start from zero
+ * (first) or from `carry`, token t's row r (of the Q quads' 4Q) at carry[t * 4Q + r], and go
+ * back to it */
+ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const void *w, size_t qs, const float *x,
+                              size_t xs, int i0, int i1, v8 *carry, int first) {
     const int R = Q * TILE_ROWS;
 #if defined(LMC_AVX512_TILES)
     /* acc[p][t]: token t's rows 2p | 2p + 1, which is carry's pair of v8 there */
@@ -293,11 +297,30 @@ ALWAYS_INLINE void panel_span(const int Q, const int TT, const float *w, size_t 
     for (int p = 0; p < R / 2; p++)
         for (int t = 0; t < TT; t++)
             acc[p][t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps((const float *)(carry + t * R + 2 * p));
-    for (int i = i0; i < i1; i += 8) {
+    const uint16_t *wh = w;
+    int i = i0;
+    if (BF) /* as quad_avx512: a word pairs column j (low half) with j + 8, lane by lane */
+        for (; i + 16 <= i1; i += 16) {
+            __m512 xa[PANEL_TILE], xb[PANEL_TILE];
+            for (int t = 0; t < TT; t++) {
+                xa[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
+                xb[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
+            }
+            for (int p = 0; p < R / 2; p++) {
+                __m512i wv = _mm512_loadu_si512(wh + (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 32);
+                __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+                __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32((int)0xFFFF0000u)));
+                for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xb[t], hi, _mm512_fmadd_ps(xa[t], lo, acc[p][t]));
+            }
+        }
+    for (; i < i1; i += 8) {
         __m512 xv[PANEL_TILE];
         for (int t = 0; t < TT; t++) xv[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
         for (int p = 0; p < R / 2; p++) {
-            __m512 wv = _mm512_loadu_ps(w + (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 16);
+            size_t at = (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 16;
+            __m512 wv = BF ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(wh + at))), 16))
+                           : _mm512_loadu_ps((const float *)w + at);
             for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xv[t], wv, acc[p][t]);
         }
     }
@@ -311,7 +334,7 @@ ALWAYS_INLINE void panel_span(const int Q, const int TT, const float *w, size_t 
         v8 xv[PANEL_TILE];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
         for (int r = 0; r < R; r++) {
-            v8 wv = v8_load(w + (size_t)(r / TILE_ROWS) * qs + (size_t)i * TILE_ROWS + (size_t)(r % TILE_ROWS) * 8);
+            v8 wv = v8_load((const float *)w + (size_t)(r / TILE_ROWS) * qs + (size_t)i * TILE_ROWS + (size_t)(r % TILE_ROWS) * 8);
             for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
         }
     }
@@ -321,10 +344,10 @@ ALWAYS_INLINE void panel_span(const int Q, const int TT, const float *w, size_t 
 }
 
 /* panel_span for Q <= PANEL_QUADS quads and TT <= PANEL_TILE tokens, known at run time only */
-static void panel_tile(int Q, int TT, const float *w, size_t qs, const float *x, size_t xs, int i0, int i1,
+static void panel_tile(int BF, int Q, int TT, const void *w, size_t qs, const float *x, size_t xs, int i0, int i1,
                        v8 *carry, int first) {
 #define PANEL_CASE(N) \
-    case N: panel_span(PANEL_Q, N, w, qs, x, xs, i0, i1, carry, first); break;
+    case N: panel_span(PANEL_BF, PANEL_Q, N, w, qs, x, xs, i0, i1, carry, first); break;
 #define PANEL_CASES               \
     switch (TT) {                 \
         PANEL_CASES_WIDE          \
@@ -342,30 +365,49 @@ static void panel_tile(int Q, int TT, const float *w, size_t qs, const float *x,
 #else
 #define PANEL_CASES_WIDE
 #endif
+#define PANEL_Q 2
+#if PANEL_BF16
+#define PANEL_BF 1
+    if (BF && Q == 2) {
+        PANEL_CASES
+        return;
+    }
+#undef PANEL_Q
+#define PANEL_Q 1
+    if (BF) {
+        PANEL_CASES
+        return;
+    }
+#undef PANEL_BF
+#undef PANEL_Q
+#define PANEL_Q 2
+#endif
+#define PANEL_BF 0
 #if PANEL_QUADS == 2
     if (Q == 2) {
-#define PANEL_Q 2
         PANEL_CASES
-#undef PANEL_Q
         return;
     }
 #endif
+#undef PANEL_Q
 #define PANEL_Q 1
     PANEL_CASES
 #undef PANEL_Q
+#undef PANEL_BF
 #undef PANEL_CASES_WIDE
 #undef PANEL_CASES
 #undef PANEL_CASE
 }
 
-/* Q packed quads at w, qs floats apart (n columns), times tokens x[0 .. T), T <= PANEL_TOKENS,
- * into out[t * os + r], r < 4Q; `next` is what comes after them, fetched a slice per span */
-static void panel_quads(int Q, const float *w, size_t qs, const float *next, int n, const float *x, size_t xs,
-                        int T, float *out, size_t os) {
+/* Q packed quads at w, qs values apart (n columns; f32, or bf16 when BF), times tokens
+ * x[0 .. T), T <= PANEL_TOKENS, into out[t * os + r], r < 4Q; `next` is what comes after
+ * them, fetched a slice per span */
+static void panel_quads(int BF, int Q, const void *w, size_t qs, const void *next, int n, const float *x,
+                        size_t xs, int T, float *out, size_t os) {
     v8 carry[PANEL_TOKENS * PANEL_ROWS]; /* token t's sums at carry + t * 4Q, [t][r] */
     const int R = Q * TILE_ROWS, n8 = n & ~7;
     const int tiles = (T + PANEL_TILE - 1) / PANEL_TILE, blocks = (n8 + PANEL_COLS - 1) / PANEL_COLS;
-    const size_t bytes = (size_t)Q * (size_t)n * TILE_ROWS * sizeof(float);
+    const size_t bytes = (size_t)Q * (size_t)n * TILE_ROWS * (BF ? sizeof(uint16_t) : sizeof(float));
     const size_t slice = (bytes / (size_t)(tiles * (blocks > 0 ? blocks : 1)) + 127) & ~(size_t)63;
     const char *fetch = (const char *)next;
     if (n8 == 0)
@@ -375,19 +417,22 @@ static void panel_quads(int Q, const float *w, size_t qs, const float *next, int
         for (int t0 = 0; t0 < T; t0 += PANEL_TILE) {
             for (size_t b = 0; b < slice; b += 64) __builtin_prefetch(fetch + b);
             fetch += slice;
-            panel_tile(Q, T - t0 < PANEL_TILE ? T - t0 : PANEL_TILE, w, qs, x + (size_t)t0 * xs, xs, i0, i1,
-                       carry + t0 * R, i0 == 0);
+            panel_tile(BF, Q, T - t0 < PANEL_TILE ? T - t0 : PANEL_TILE, w, qs, x + (size_t)t0 * xs, xs, i0,
+                       i1, carry + t0 * R, i0 == 0);
         }
     }
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * xs;
         for (int q = 0; q < Q; q++) {
             const v8 *c = carry + t * R + q * TILE_ROWS;
-            const float *tail = w + (size_t)q * qs + (size_t)n8 * TILE_ROWS; /* cols % 8, row by row */
+            size_t tail = (size_t)q * qs + (size_t)n8 * TILE_ROWS; /* cols % 8, row by row */
             float v[TILE_ROWS];
             v8_reduce4(c[0], c[1], c[2], c[3], v);
             for (int r = 0; r < TILE_ROWS; r++) {
-                for (int j = n8; j < n; j++) v[r] = fmaf(xt[j], tail[(size_t)r * (size_t)(n - n8) + (size_t)(j - n8)], v[r]);
+                for (int j = n8; j < n; j++) {
+                    size_t at = tail + (size_t)r * (size_t)(n - n8) + (size_t)(j - n8);
+                    v[r] = fmaf(xt[j], BF ? lmc_bf16_to_f32(((const uint16_t *)w)[at]) : ((const float *)w)[at], v[r]);
+                }
                 out[(size_t)t * os + q * TILE_ROWS + r] = v[r];
             }
         }
@@ -503,19 +548,26 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         for (; r + TILE_ROWS <= r1; r += TILE_ROWS) F32_TILE(TILE_ROWS, BF, 1);                         \
         for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
-    if (w->h) F32_ROWS(1);
-    else if (T == 1) F32_ROWS(0);
-    else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
+    const int bf = w->h != NULL;
+    if (T == 1 || (bf && !PANEL_BF16)) {
+        if (bf) F32_ROWS(1);
+        else F32_ROWS(0);
+    } else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
+        const size_t esize = bf ? sizeof(uint16_t) : sizeof(float);
+        const char *base = bf ? (const char *)w->h : (const char *)w->f;
         int r = r0;
         while (r + TILE_ROWS <= r1) {
             int Q = r + PANEL_ROWS <= r1 ? PANEL_QUADS : 1;
-            const float *wr = w->f + (size_t)r * ws;
+            const char *wr = base + (size_t)r * ws * esize;
             for (int t = 0; t < T; t += PANEL_TOKENS)
-                panel_quads(Q, wr, TILE_ROWS * ws, wr + (size_t)Q * TILE_ROWS * ws, w->cols, job->x + t * xs, xs,
-                            T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
+                panel_quads(bf, Q, wr, TILE_ROWS * ws, wr + (size_t)Q * TILE_ROWS * ws * esize, w->cols,
+                            job->x + t * xs, xs, T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
             r += Q * TILE_ROWS;
         }
-        for (; r < r1; r++) F32_TILE(1, 0, 0);
+        for (; r < r1; r++) {
+            if (bf) F32_TILE(1, 1, 0);
+            else F32_TILE(1, 0, 0);
+        }
     }
 #undef F32_ROWS
 #undef F32_TILE
