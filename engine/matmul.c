@@ -346,55 +346,23 @@ ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const voi
 /* panel_span for Q <= PANEL_QUADS quads and TT <= PANEL_TILE tokens, known at run time only */
 static void panel_tile(int BF, int Q, int TT, const void *w, size_t qs, const float *x, size_t xs, int i0, int i1,
                        v8 *carry, int first) {
-#define PANEL_CASE(N) \
-    case N: panel_span(PANEL_BF, PANEL_Q, N, w, qs, x, xs, i0, i1, carry, first); break;
-#define PANEL_CASES               \
-    switch (TT) {                 \
-        PANEL_CASES_WIDE          \
-        PANEL_CASE(3)             \
-        PANEL_CASE(2)             \
-        PANEL_CASE(1)             \
-    default: lmc_die_runtime("panel_tile: %d tokens", TT); \
-    }
+#define PANEL_CASE(B, QQ, N) \
+    case N: panel_span(B, QQ, N, w, qs, x, xs, i0, i1, carry, first); return;
 #if PANEL_TILE == 4
-#define PANEL_CASES_WIDE PANEL_CASE(4)
-#elif PANEL_TILE == 5
-#define PANEL_CASES_WIDE PANEL_CASE(5) PANEL_CASE(4)
-#elif PANEL_TILE == 6
-#define PANEL_CASES_WIDE PANEL_CASE(6) PANEL_CASE(5) PANEL_CASE(4)
+#define PANEL_CASES(B, QQ) \
+    switch (TT) { PANEL_CASE(B, QQ, 4) PANEL_CASE(B, QQ, 3) PANEL_CASE(B, QQ, 2) PANEL_CASE(B, QQ, 1) }
 #else
-#define PANEL_CASES_WIDE
+#define PANEL_CASES(B, QQ) switch (TT) { PANEL_CASE(B, QQ, 3) PANEL_CASE(B, QQ, 2) PANEL_CASE(B, QQ, 1) }
 #endif
-#define PANEL_Q 2
 #if PANEL_BF16
-#define PANEL_BF 1
-    if (BF && Q == 2) {
-        PANEL_CASES
-        return;
-    }
-#undef PANEL_Q
-#define PANEL_Q 1
-    if (BF) {
-        PANEL_CASES
-        return;
-    }
-#undef PANEL_BF
-#undef PANEL_Q
-#define PANEL_Q 2
+    if (BF && Q == 2) PANEL_CASES(1, 2)
+    if (BF && Q == 1) PANEL_CASES(1, 1)
 #endif
-#define PANEL_BF 0
 #if PANEL_QUADS == 2
-    if (Q == 2) {
-        PANEL_CASES
-        return;
-    }
+    if (!BF && Q == 2) PANEL_CASES(0, 2)
 #endif
-#undef PANEL_Q
-#define PANEL_Q 1
-    PANEL_CASES
-#undef PANEL_Q
-#undef PANEL_BF
-#undef PANEL_CASES_WIDE
+    if (!BF && Q == 1) PANEL_CASES(0, 1)
+    lmc_die_runtime("panel_tile: %d quads, %d tokens%s", Q, TT, BF ? ", bf16" : "");
 #undef PANEL_CASES
 #undef PANEL_CASE
 }
