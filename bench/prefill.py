@@ -31,6 +31,7 @@ faster than llama-bench's would need; with ``--json`` each engine's share is sto
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
     .venv/bin/python bench/prefill.py --prompt 4096 --layers 4       # long prompts, 4 layers
+    .venv/bin/python bench/prefill.py --isa v4 --rev main            # lmc of another revision
 """
 
 from __future__ import annotations
@@ -205,11 +206,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the instruction-set level both engines are built for "
                         "(devices/isa.py; default %(default)s, the level of the figures in "
                         "docs/performance.md; v4-vnni: AVX-512 with VNNI)")
+    parser.add_argument("--rev", help="lmc built from this git revision instead of the working "
+                        "tree (a before-and-after pair of runs)")
     args = parser.parse_args(argv)
     if args.prompt <= BASELINE_TOKENS or args.rounds < 1:
         parser.error(f"--prompt must be > {BASELINE_TOKENS} and --rounds >= 1")
 
-    lmc = engine_binary(isa=args.isa)
+    lmc = engine_binary(rev=args.rev, isa=args.isa)
     llama = build_llama_bench(f"{os.uname().machine}:{args.isa}").binary
     model_dir = model_directory(args)
     vocab = Shape.from_model_dir(model_dir).vocab

@@ -254,73 +254,154 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
 
 /* ---------------------------------------------------------------- prefill panels */
 
-/* A chunk of tokens (prefill) times packed f32 quads. Two things the decode tiles do not need:
- * - the columns go in blocks of PANEL_COLS, so that a block of the quad (16 KiB) stays in L1
- *   while every token of the chunk goes past it; a whole quad of a wide matrix (32-48 KiB
- *   for Qwen3-0.6B's o and down projections) and a tile's tokens would not fit together. A
- *   tile's sums are carried from block to block unreduced (a store and a load are exact);
- * - the next quad is fetched a slice per tile while this one is in use: decode's prefetch
+/* A chunk of tokens (prefill) times packed f32 quads (and bf16 ones at v4: PANEL_BF16),
+ * PANEL_QUADS quads (consecutive in the matrix) at a time. Three things the decode tiles do not need:
+ * - the columns go in blocks of PANEL_COLS, so that a block of the quads (16 KiB) stays
+ *   in L1 while every token of the chunk goes past it; a whole quad of a wide matrix (32-48
+ *   KiB for Qwen3-0.6B's o and down projections) and a tile's tokens would not fit together.
+ *   A tile's sums are carried from block to block unreduced (a store and a load are exact);
+ * - the next quads are fetched a slice per tile while these are in use: decode's prefetch
  *   runs a fixed distance ahead in the stream, which here would leave the first tile of each
- *   quad waiting on memory for most of it.
+ *   quad waiting on memory for most of it;
+ * - at v4 a tile takes two quads: each activation load (from L2: every token's block goes
+ *   past every quad) then serves 4 FMAs of 512 bits instead of 2.
  * Each output is still computed as tile_f32 computes it (the same fused multiply-adds in the
  * same order, lmc_reduce8, then the tail), so prefill and decode agree bit for bit. */
-#define PANEL_COLS 1024
-#define PANEL_TOKENS 96 /* tokens per pass over a quad: their carried sums fit on the stack */
+#define PANEL_TOKENS 96 /* tokens per pass over the quads: their carried sums fit on the stack */
+/* tokens per panel tile and quads per panel: at v4 a 512-bit accumulator holds two rows of a
+ * token, so a tile keeps 2 x PANEL_QUADS x PANEL_TILE of them (FMA latency x FMA units needs
+ * 8 or more); at v3 4 x 3 256-bit ones of one quad, as the decode tiles */
+#if defined(LMC_AVX512_TILES)
+#define PANEL_TILE 4
+#define PANEL_QUADS 2
+#define PANEL_BF16 1 /* bf16 quads by panels too (at v3 a bf16 tile's 16-column step needs
+                      * more registers than there are: they stay with the tiles) */
+#else
+#define PANEL_TILE TILE_TOKENS
+#define PANEL_QUADS 1
+#define PANEL_BF16 0
+#endif
+#define PANEL_ROWS (PANEL_QUADS * TILE_ROWS)
+#define PANEL_COLS (1024 / PANEL_QUADS) /* a block of the panel's quads: 16 KiB */
 
-/* columns i0 .. i1 (multiples of 8, at most n & ~7) of the quad at w times TT tokens; the
- * sums start from zero (first) or from `carry`, and go back to it */
-ALWAYS_INLINE void panel_span(const int TT, const float *w, const float *x, size_t xs, int i0, int i1,
-                              v8 *carry, int first) {
-    v8 acc[TILE_ROWS][TILE_TOKENS];
-    for (int r = 0; r < TILE_ROWS; r++)
-        for (int t = 0; t < TT; t++) acc[r][t] = first ? v8_zero() : carry[r * TT + t];
+/* columns i0 .. i1 (multiples of 8, at most n & ~7; i0 of 16) of Q quads (quad q at w + q * qs
+ * values: f32, or bf16 when BF, PANEL_BF16 only) times TT tokens; the sums start from zero
+ * (first) or from `carry`, token t's row r (of the Q quads' 4Q) at carry[t * 4Q + r], and go
+ * back to it */
+ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const void *w, size_t qs, const float *x,
+                              size_t xs, int i0, int i1, v8 *carry, int first) {
+    const int R = Q * TILE_ROWS;
+#if defined(LMC_AVX512_TILES)
+    /* acc[p][t]: token t's rows 2p | 2p + 1, which is carry's pair of v8 there */
+    __m512 acc[PANEL_ROWS / 2][PANEL_TILE];
+    for (int p = 0; p < R / 2; p++)
+        for (int t = 0; t < TT; t++)
+            acc[p][t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps((const float *)(carry + t * R + 2 * p));
+    const uint16_t *wh = w;
+    int i = i0;
+    if (BF) /* as quad_avx512: a word pairs column j (low half) with j + 8, lane by lane */
+        for (; i + 16 <= i1; i += 16) {
+            __m512 xa[PANEL_TILE], xb[PANEL_TILE];
+            for (int t = 0; t < TT; t++) {
+                xa[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
+                xb[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
+            }
+            for (int p = 0; p < R / 2; p++) {
+                __m512i wv = _mm512_loadu_si512(wh + (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 32);
+                __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+                __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32((int)0xFFFF0000u)));
+                for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xb[t], hi, _mm512_fmadd_ps(xa[t], lo, acc[p][t]));
+            }
+        }
+    for (; i < i1; i += 8) {
+        __m512 xv[PANEL_TILE];
+        for (int t = 0; t < TT; t++) xv[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
+        for (int p = 0; p < R / 2; p++) {
+            size_t at = (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 16;
+            __m512 wv = BF ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(wh + at))), 16))
+                           : _mm512_loadu_ps((const float *)w + at);
+            for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xv[t], wv, acc[p][t]);
+        }
+    }
+    for (int p = 0; p < R / 2; p++)
+        for (int t = 0; t < TT; t++) _mm512_storeu_ps((float *)(carry + t * R + 2 * p), acc[p][t]);
+#else
+    v8 acc[PANEL_ROWS][PANEL_TILE];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) acc[r][t] = first ? v8_zero() : carry[t * R + r];
     for (int i = i0; i < i1; i += 8) {
-        v8 xv[TILE_TOKENS];
+        v8 xv[PANEL_TILE];
         for (int t = 0; t < TT; t++) xv[t] = v8_load(x + t * xs + i);
-        for (int r = 0; r < TILE_ROWS; r++) {
-            v8 wv = v8_load(w + (size_t)i * TILE_ROWS + (size_t)r * 8);
+        for (int r = 0; r < R; r++) {
+            v8 wv = v8_load((const float *)w + (size_t)(r / TILE_ROWS) * qs + (size_t)i * TILE_ROWS + (size_t)(r % TILE_ROWS) * 8);
             for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xv[t], wv, acc[r][t]);
         }
     }
-    for (int r = 0; r < TILE_ROWS; r++)
-        for (int t = 0; t < TT; t++) carry[r * TT + t] = acc[r][t];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) carry[t * R + r] = acc[r][t];
+#endif
 }
 
-/* the packed quad at w (n columns) times tokens x[0 .. T), T <= PANEL_TOKENS, into
- * out[t * os + r]; `next` is the quad after it, fetched a slice per span */
-static void panel_quad(const float *w, const float *next, int n, const float *x, size_t xs, int T,
-                       float *out, size_t os) {
-    v8 carry[PANEL_TOKENS * TILE_ROWS]; /* tile t0's sums at carry + t0 * TILE_ROWS, [r][t] */
-    const int n8 = n & ~7;
-    const int tiles = (T + TILE_TOKENS - 1) / TILE_TOKENS, blocks = (n8 + PANEL_COLS - 1) / PANEL_COLS;
-    const size_t quad_bytes = (size_t)n * TILE_ROWS * sizeof(float);
-    const size_t slice = (quad_bytes / (size_t)(tiles * (blocks > 0 ? blocks : 1)) + 127) & ~(size_t)63;
+/* panel_span for Q <= PANEL_QUADS quads and TT <= PANEL_TILE tokens, known at run time only */
+static void panel_tile(int BF, int Q, int TT, const void *w, size_t qs, const float *x, size_t xs, int i0, int i1,
+                       v8 *carry, int first) {
+#define PANEL_CASE(B, QQ, N) \
+    case N: panel_span(B, QQ, N, w, qs, x, xs, i0, i1, carry, first); return;
+#if PANEL_TILE == 4
+#define PANEL_CASES(B, QQ) \
+    switch (TT) { PANEL_CASE(B, QQ, 4) PANEL_CASE(B, QQ, 3) PANEL_CASE(B, QQ, 2) PANEL_CASE(B, QQ, 1) }
+#else
+#define PANEL_CASES(B, QQ) switch (TT) { PANEL_CASE(B, QQ, 3) PANEL_CASE(B, QQ, 2) PANEL_CASE(B, QQ, 1) }
+#endif
+#if PANEL_BF16
+    if (BF && Q == 2) PANEL_CASES(1, 2)
+    if (BF && Q == 1) PANEL_CASES(1, 1)
+#endif
+#if PANEL_QUADS == 2
+    if (!BF && Q == 2) PANEL_CASES(0, 2)
+#endif
+    if (!BF && Q == 1) PANEL_CASES(0, 1)
+    lmc_die_runtime("panel_tile: %d quads, %d tokens%s", Q, TT, BF ? ", bf16" : "");
+#undef PANEL_CASES
+#undef PANEL_CASE
+}
+
+/* Q packed quads at w, qs values apart (n columns; f32, or bf16 when BF), times tokens
+ * x[0 .. T), T <= PANEL_TOKENS, into out[t * os + r], r < 4Q; `next` is what comes after
+ * them, fetched a slice per span */
+static void panel_quads(int BF, int Q, const void *w, size_t qs, const void *next, int n, const float *x,
+                        size_t xs, int T, float *out, size_t os) {
+    v8 carry[PANEL_TOKENS * PANEL_ROWS]; /* token t's sums at carry + t * 4Q, [t][r] */
+    const int R = Q * TILE_ROWS, n8 = n & ~7;
+    const int tiles = (T + PANEL_TILE - 1) / PANEL_TILE, blocks = (n8 + PANEL_COLS - 1) / PANEL_COLS;
+    const size_t bytes = (size_t)Q * (size_t)n * TILE_ROWS * (BF ? sizeof(uint16_t) : sizeof(float));
+    const size_t slice = (bytes / (size_t)(tiles * (blocks > 0 ? blocks : 1)) + 127) & ~(size_t)63;
     const char *fetch = (const char *)next;
     if (n8 == 0)
-        for (int k = 0; k < T * TILE_ROWS; k++) carry[k] = v8_zero();
+        for (int k = 0; k < T * R; k++) carry[k] = v8_zero();
     for (int i0 = 0; i0 < n8; i0 += PANEL_COLS) {
         int i1 = i0 + PANEL_COLS < n8 ? i0 + PANEL_COLS : n8;
-        for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
+        for (int t0 = 0; t0 < T; t0 += PANEL_TILE) {
             for (size_t b = 0; b < slice; b += 64) __builtin_prefetch(fetch + b);
             fetch += slice;
-            v8 *c = carry + t0 * TILE_ROWS;
-            const float *xt = x + (size_t)t0 * xs;
-            if (T - t0 >= 3) panel_span(3, w, xt, xs, i0, i1, c, i0 == 0);
-            else if (T - t0 == 2) panel_span(2, w, xt, xs, i0, i1, c, i0 == 0);
-            else panel_span(1, w, xt, xs, i0, i1, c, i0 == 0);
+            panel_tile(BF, Q, T - t0 < PANEL_TILE ? T - t0 : PANEL_TILE, w, qs, x + (size_t)t0 * xs, xs, i0,
+                       i1, carry + t0 * R, i0 == 0);
         }
     }
-    const float *tail = w + (size_t)n8 * TILE_ROWS; /* the quad's cols % 8 columns, row by row */
-    for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
-        int TT = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
-        const v8 *c = carry + t0 * TILE_ROWS; /* [r][t] */
-        for (int t = 0; t < TT; t++) {
-            const float *xt = x + (size_t)(t0 + t) * xs;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * xs;
+        for (int q = 0; q < Q; q++) {
+            const v8 *c = carry + t * R + q * TILE_ROWS;
+            size_t tail = (size_t)q * qs + (size_t)n8 * TILE_ROWS; /* cols % 8, row by row */
             float v[TILE_ROWS];
-            v8_reduce4(c[t], c[TT + t], c[2 * TT + t], c[3 * TT + t], v);
+            v8_reduce4(c[0], c[1], c[2], c[3], v);
             for (int r = 0; r < TILE_ROWS; r++) {
-                for (int j = n8; j < n; j++) v[r] = fmaf(xt[j], tail[(size_t)r * (size_t)(n - n8) + (size_t)(j - n8)], v[r]);
-                out[(size_t)(t0 + t) * os + r] = v[r];
+                for (int j = n8; j < n; j++) {
+                    size_t at = tail + (size_t)r * (size_t)(n - n8) + (size_t)(j - n8);
+                    v[r] = fmaf(xt[j], BF ? lmc_bf16_to_f32(((const uint16_t *)w)[at]) : ((const float *)w)[at], v[r]);
+                }
+                out[(size_t)t * os + q * TILE_ROWS + r] = v[r];
             }
         }
     }
@@ -435,17 +516,26 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         for (; r + TILE_ROWS <= r1; r += TILE_ROWS) F32_TILE(TILE_ROWS, BF, 1);                         \
         for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
-    if (w->h) F32_ROWS(1);
-    else if (T == 1) F32_ROWS(0);
-    else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
+    const int bf = w->h != NULL;
+    if (T == 1 || (bf && !PANEL_BF16)) {
+        if (bf) F32_ROWS(1);
+        else F32_ROWS(0);
+    } else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
+        const size_t esize = bf ? sizeof(uint16_t) : sizeof(float);
+        const char *base = bf ? (const char *)w->h : (const char *)w->f;
         int r = r0;
-        for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
-            const float *wr = w->f + (size_t)r * ws;
+        while (r + TILE_ROWS <= r1) {
+            int Q = r + PANEL_ROWS <= r1 ? PANEL_QUADS : 1;
+            const char *wr = base + (size_t)r * ws * esize;
             for (int t = 0; t < T; t += PANEL_TOKENS)
-                panel_quad(wr, wr + TILE_ROWS * ws, w->cols, job->x + t * xs, xs,
-                           T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
+                panel_quads(bf, Q, wr, TILE_ROWS * ws, wr + (size_t)Q * TILE_ROWS * ws * esize, w->cols,
+                            job->x + t * xs, xs, T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
+            r += Q * TILE_ROWS;
         }
-        for (; r < r1; r++) F32_TILE(1, 0, 0);
+        for (; r < r1; r++) {
+            if (bf) F32_TILE(1, 1, 0);
+            else F32_TILE(1, 0, 0);
+        }
     }
 #undef F32_ROWS
 #undef F32_TILE

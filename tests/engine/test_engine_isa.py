@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_engine import lmc_json, run_lmc, write_tokens
+from fixtures_engine import TINY_SPECS, lmc_json, run_lmc, write_tokens
 from test_engine_model import prompt_ids, rel_err
 
 from devices import isa
@@ -91,6 +91,32 @@ def test_every_x86_level_here_matches_v3(builds, tiny_model, tmp_path):
         if name in X86_HERE:
             code = disassembly(builds[f"x86_64:{name}"], "x86_64")
             assert len(re.findall(r"vfmadd\d+ps\s+%zmm", code)) > 0, name
+
+
+@pytest.mark.skipif(isa.host_features() == frozenset() or "v3" not in X86_HERE,
+                    reason="needs an x86-64-v3 machine (the reference level)")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_model, tmp_path,
+                                                                  threads):
+    """The prefill panels (v4: two quads x 4 tokens of 512-bit accumulators; v3: one quad x 3
+    tokens) at their edges: 41 tokens (a chunk of 41: 10 tiles of 4 and 1, 13 of 3 and 2)
+    and 70 (64 + 6); widths 40 and 70 (a 6-column tail), 70 rows (17 quads: two-quad panels,
+    then one quad alone, then 2 plain rows), 318 rows in the tied lm_head. Every prompt
+    position's logits (--dump-logits) are v3's bits, f32 and bf16."""
+    model = tiny_model("odd_widths_tied_bf16")
+    ids = prompt_ids(TINY_SPECS["odd_widths_tied_bf16"].vocab, n=70)
+    for n in (41, 70):
+        prompt = write_tokens(tmp_path / f"prompt{n}.txt", ids[:n])
+        for wq in ("f32", "bf16"):
+            runs = {name: generate([str(builds[f"x86_64:{name}"])], model, prompt,
+                                   tmp_path / f"{name}-{wq}-{n}.bin", "--wq", wq,
+                                   "--threads", threads)
+                    for name in X86_HERE}
+            tokens, logits = runs["v3"]
+            assert logits.size == n * TINY_SPECS["odd_widths_tied_bf16"].vocab
+            for name, (got_tokens, got) in runs.items():
+                assert got_tokens == tokens, (name, wq, n)
+                assert got.tobytes() == logits.tobytes(), (name, wq, n)
 
 
 def test_the_armv8_a_build_has_no_dot_product_and_runs_on_a_cortex_a72(builds, tiny_model,
