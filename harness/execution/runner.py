@@ -102,8 +102,9 @@ def localise(order: WorkOrder, cache: NodeCache) -> WorkOrder:
 
 
 def write_ids(ids: tuple[int, ...], folder: Path) -> Path:
-    """The ids as a whitespace-separated file of this run's own (``execute`` removes it)."""
-    handle, name = tempfile.mkstemp(prefix="ids-", suffix=".txt", dir=folder)
+    """The ids as a whitespace-separated file of this run's own (``execute`` removes it; one
+    whose process was killed first, ``scratch_dir`` does), named by this process's id."""
+    handle, name = tempfile.mkstemp(prefix=f"ids-{os.getpid()}-", suffix=".txt", dir=folder)
     with os.fdopen(handle, "w") as out:
         out.write(" ".join(map(str, ids)) + "\n")
     return Path(name)
@@ -218,9 +219,25 @@ def _finish(report: RunReport, clock: float) -> RunReport:
 
 
 def scratch_dir() -> Path:
+    """This node's folder for the runs' id files, without the files of processes that are no
+    longer alive (a runner actor killed mid-run runs no clean-up)."""
     path = Path(tempfile.gettempdir()) / "benchfarm-scratch"
     path.mkdir(exist_ok=True)
+    for left in path.glob("ids-*-*.txt"):
+        pid = left.name.split("-")[1]
+        if pid.isdigit() and not alive(int(pid)):
+            left.unlink(missing_ok=True)
     return path
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @ray.remote(num_cpus=0, max_concurrency=1, concurrency_groups={"control": 1})

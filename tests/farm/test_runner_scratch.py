@@ -4,13 +4,18 @@ which is gone when the run is over (a long-lived coordinator used to leave one p
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from devices.boardlock import LockHolder
 from devices.connect import connect
 from devices.inventory import Device
 from harness.contract import WorkOrder
-from harness.execution.runner import PushMemo, execute
+from harness.execution.runner import PushMemo, execute, scratch_dir, write_ids
 
 
 def test_the_ids_reach_the_engine_and_their_file_is_removed(tmp_path: Path) -> None:
@@ -35,3 +40,19 @@ def test_the_ids_reach_the_engine_and_their_file_is_removed(tmp_path: Path) -> N
             assert received.read_text().split() == ["151644", "872", "198"]
             assert list(scratch.iterdir()) == []
             received.unlink()
+
+
+def test_the_id_files_of_dead_processes_go_when_a_runner_next_takes_the_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner killed mid-run leaves its file: the next runner on the node removes it, and
+    keeps the files of processes still alive (their runs may be reading them)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = scratch_dir()
+    dead = subprocess.Popen(["true"])  # a process id that is no longer alive
+    dead.wait()
+    left = folder / f"ids-{dead.pid}-abcd1234.txt"
+    mine = write_ids((1, 2), folder)
+    left.write_text("1 2\n")
+    assert scratch_dir() == folder
+    assert not left.exists() and mine.exists()
+    assert mine.name.startswith(f"ids-{os.getpid()}-")
