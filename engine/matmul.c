@@ -68,9 +68,11 @@ ALWAYS_INLINE void reduce_token(const int R, v8 acc[][TILE_TOKENS], int t, float
  * the activations repeated in both halves does the work of two 256-bit ones. Each lane still
  * sums exactly the products, in exactly the order, that lane of the 8-wide kernel sums: the
  * halves are split back into acc[r][t] and reduced as before, so the bits are the same.
+ * Four plain f32 rows ws values apart (!PK: attention's keys) take the same path, each zmm
+ * put together from two rows' 8 columns (a 256-bit load and an insert).
  * Columns up to n8 (a multiple of 8); returns n8. */
-ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const void *wp, const float *x, size_t xs, int n8,
-                              v8 acc[][TILE_TOKENS]) {
+ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const int PK, const void *wp, size_t ws, const float *x,
+                              size_t xs, int n8, v8 acc[][TILE_TOKENS]) {
     const float *w = wp;
     const uint16_t *wh = wp;
     const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
@@ -78,7 +80,7 @@ ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const void *wp, const 
     for (int t = 0; t < TT; t++) a01[t] = a23[t] = _mm512_setzero_ps();
     const __m512i high_half = _mm512_set1_epi32((int)0xFFFF0000u);
     int i = 0;
-    if (BF) /* tile_f32's 16-column steps: a word pairs column j (low half) with j + 8 */
+    if (BF && PK) /* tile_f32's 16-column steps: a word pairs column j (low half) with j + 8 */
         for (; i + 16 <= n8; i += 16) {
             PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
             __m512i w01 = _mm512_loadu_si512(wh + (size_t)i * TILE_ROWS);
@@ -95,9 +97,14 @@ ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const void *wp, const 
             }
         }
     for (; i < n8; i += 8) { /* 8 columns of each row, two rows a load */
-        PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
+        if (PK) PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
         __m512 w01, w23;
-        if (BF) {
+        if (!PK) {
+            const float *w0 = w + i;
+            w01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w0)), _mm256_loadu_ps(w0 + ws), 1);
+            w23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w0 + 2 * ws)),
+                                     _mm256_loadu_ps(w0 + 3 * ws), 1);
+        } else if (BF) {
             const __m256i *p = (const __m256i *)(wh + (size_t)i * TILE_ROWS);
             w01 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
             w23 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
@@ -141,7 +148,7 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
     int i = 0;
 #if defined(LMC_AVX512_TILES)
-    if (PK && R == TILE_ROWS) i = quad_avx512(TT, BF, wp, x, xs, n8, acc);
+    if (R == TILE_ROWS && (PK || !BF)) i = quad_avx512(TT, BF, PK, wp, ws, x, xs, n8, acc);
 #endif
     if (BF && PK) /* 16 columns a step: columns i + j and i + 8 + j share a word (mat_pack) */
         for (; i + 16 <= n8; i += 16) {
@@ -409,40 +416,72 @@ static void panel_quads(int BF, int Q, const void *w, size_t qs, const void *nex
 
 /* ---------------------------------------------------------------- products */
 
-/* y[u][c0 .. c0 + 8·V) of NY vectors held in V x NY registers across rows r0 .. r1 (a pass
- * over the rows per chunk of columns, so rows 4 KiB apart do not thrash L1) */
+/* The value sums' vectors: 16 columns at v4, 8 otherwise. Each column is its own sum (a fused
+ * multiply-add per row, rows in order), so the width changes no bit. vrow_load_n / _store_n
+ * take the first k <= ROW_LANES columns (k < ROW_LANES at v4 only: masked, the rest zero) */
+#if defined(LMC_AVX512_TILES)
+#define ROW_LANES 16
+typedef __m512 vrow;
+ALWAYS_INLINE vrow vrow_load_n(const float *p, int k) {
+    return k == ROW_LANES ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << k) - 1), p);
+}
+ALWAYS_INLINE void vrow_store_n(float *p, vrow a, int k) {
+    if (k == ROW_LANES) _mm512_storeu_ps(p, a);
+    else _mm512_mask_storeu_ps(p, (__mmask16)((1u << k) - 1), a);
+}
+ALWAYS_INLINE vrow vrow_set1(float a) { return _mm512_set1_ps(a); }
+ALWAYS_INLINE vrow vrow_fma(vrow a, vrow b, vrow c) { return _mm512_fmadd_ps(a, b, c); }
+#else
+#define ROW_LANES 8
+typedef v8 vrow;
+ALWAYS_INLINE vrow vrow_load_n(const float *p, int k) { return (void)k, v8_load(p); }
+ALWAYS_INLINE void vrow_store_n(float *p, vrow a, int k) { (void)k, v8_store(p, a); }
+ALWAYS_INLINE vrow vrow_set1(float a) { return v8_set1(a); }
+ALWAYS_INLINE vrow vrow_fma(vrow a, vrow b, vrow c) { return v8_fma(a, b, c); }
+#endif
+
+/* y[u][c0 .. c0 + ROW_LANES·V) of NY vectors held in V x NY registers across rows r0 .. r1 (a
+ * pass over the rows per chunk of columns, so rows 4 KiB apart do not thrash L1); the last
+ * vector takes `last` columns */
 ALWAYS_INLINE void axpy_rows_chunk(const int V, const int NY, float *const *y, const float *const *a, int c0,
-                                   const float *rows, size_t stride, int r0, int r1) {
-    v8 acc[8][3];
+                                   int last, const float *rows, size_t stride, int r0, int r1) {
+    vrow acc[8][3];
+#define LANES(j) ((j) == V - 1 ? last : ROW_LANES)
     for (int u = 0; u < NY; u++)
-        for (int j = 0; j < V; j++) acc[j][u] = v8_load(y[u] + c0 + 8 * j);
+        for (int j = 0; j < V; j++) acc[j][u] = vrow_load_n(y[u] + c0 + ROW_LANES * j, LANES(j));
     for (int r = r0; r < r1; r++) {
         const float *row = rows + (size_t)r * stride + c0;
-        v8 rv[8];
-        for (int j = 0; j < V; j++) rv[j] = v8_load(row + 8 * j);
+        vrow rv[8];
+        for (int j = 0; j < V; j++) rv[j] = vrow_load_n(row + ROW_LANES * j, LANES(j));
         for (int u = 0; u < NY; u++) {
-            v8 ar = v8_set1(a[u][r]);
-            for (int j = 0; j < V; j++) acc[j][u] = v8_fma(ar, rv[j], acc[j][u]);
+            vrow ar = vrow_set1(a[u][r]);
+            for (int j = 0; j < V; j++) acc[j][u] = vrow_fma(ar, rv[j], acc[j][u]);
         }
     }
     for (int u = 0; u < NY; u++)
-        for (int j = 0; j < V; j++) v8_store(y[u] + c0 + 8 * j, acc[j][u]);
+        for (int j = 0; j < V; j++) vrow_store_n(y[u] + c0 + ROW_LANES * j, acc[j][u], LANES(j));
+#undef LANES
 }
 
-/* NY <= 3 vectors over the same rows r0 .. r1: 64 columns a pass for one vector, 32 for
- * several (at most 12 accumulators) */
+/* NY <= 3 vectors over the same rows r0 .. r1: 8 registers of columns a pass for one vector, 4
+ * for several (at most 12 accumulators); at v4 the last columns (n % 16) in one masked vector,
+ * otherwise n % 8 one by one */
 ALWAYS_INLINE void axpy_rows_x(const int NY, float *const *y, const float *const *a, const float *rows,
                                size_t stride, int r0, int r1, int n) {
     const int V = NY == 1 ? 8 : 4;
     int i = 0;
-    for (; i + 8 * V <= n; i += 8 * V) axpy_rows_chunk(V, NY, y, a, i, rows, stride, r0, r1);
-    for (; i + 8 <= n; i += 8) axpy_rows_chunk(1, NY, y, a, i, rows, stride, r0, r1);
+    for (; i + ROW_LANES * V <= n; i += ROW_LANES * V) axpy_rows_chunk(V, NY, y, a, i, ROW_LANES, rows, stride, r0, r1);
+    for (; i + ROW_LANES <= n; i += ROW_LANES) axpy_rows_chunk(1, NY, y, a, i, ROW_LANES, rows, stride, r0, r1);
+#if defined(LMC_AVX512_TILES)
+    if (i < n) axpy_rows_chunk(1, NY, y, a, i, n - i, rows, stride, r0, r1);
+#else
     for (; i < n; i++)
         for (int u = 0; u < NY; u++) {
             float v = y[u][i];
             for (int r = r0; r < r1; r++) v = fmaf(a[u][r], rows[(size_t)r * stride + i], v);
             y[u][i] = v;
         }
+#endif
 }
 
 void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n) {

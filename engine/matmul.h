@@ -103,8 +103,9 @@ void dot_rows_f32_x(const float *x, size_t xs, int nx, const float *rows, size_t
                     float *out, size_t os);
 
 /* y[i] = fma(a[r], row_r[i], y[i]) for r = 0 .. count-1 in order: each element exactly as
- * count axpy_f32 calls would compute it, but 64 elements of y stay in registers across all the
- * rows (a pass over the rows per 64 elements, so rows 4 KiB apart do not thrash L1) */
+ * count axpy_f32 calls would compute it, but 64 elements of y (128 at x86-64-v4) stay in
+ * registers across all the rows (a pass over the rows per 64 elements, so rows 4 KiB apart do
+ * not thrash L1) */
 void axpy_rows_f32(float *y, const float *a, const float *rows, size_t stride, int count, int n);
 
 /* The same for ny vectors at once, each over its own first count[u] rows (each row loaded

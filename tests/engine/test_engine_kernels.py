@@ -2,8 +2,9 @@
 this machine (on x86_64 that is the AVX2 path): the q8 quantiser (weights, activations, KV
 cache) against its rule written out, the attention's softmax pieces against libm and their
 definitions, the prefill tile's probabilities (kept and recomputed) against the plain
-reference, and the thread pool against what pool_run promises. The softmax and tile checks
-also run built for aarch64 under qemu (the NEON paths)."""
+reference, attention's row products (scores, value sums) against their rule at every x86
+level this machine runs, and the thread pool against what pool_run promises. The softmax,
+tile and row checks also run built for aarch64 under qemu (the NEON paths)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from fixtures_engine import QEMU_AARCH64
 
+from devices import isa
 from harness.engines.base import parse_target
 from harness.engines.lmc.build import find_toolchain, flags_for, host_arch
 
@@ -63,6 +65,20 @@ def test_prefill_tile_importance_recomputed_is_kept_bit_for_bit_and_the_referenc
     assert "174 positions: importance kept = recomputed, bit for bit" in out
 
 
+ROWS_CHECKED = "sums checked: widths 0-150, 0-9 rows, 1-7 vectors agree bit for bit"
+
+
+@pytest.mark.parametrize("level", [lv.name for lv in isa.LEVELS["x86_64"]
+                                   if host_arch() == "x86_64"
+                                   and not isa.missing(lv, isa.host_features())])
+def test_attention_row_products_follow_their_rule_at_every_x86_level_here(
+        tmp_path: Path, level: str) -> None:
+    """dot_rows_f32_x and axpy_rows_f32_x (v4: the key rows two to a 512-bit register, the
+    value sums 16 columns a vector and a masked last one) give their rule's bits at every
+    width and row count."""
+    assert ROWS_CHECKED in run_check(tmp_path, "check_rows", TILE_SOURCES, f"x86_64:{level}")
+
+
 def test_softmax_and_tiles_hold_on_aarch64_under_qemu(tmp_path: Path) -> None:
     """The NEON paths (exponentials lane by lane, v8_reduce4, the tiles) against the same
     definitions; qemu runs them for correctness only."""
@@ -72,6 +88,7 @@ def test_softmax_and_tiles_hold_on_aarch64_under_qemu(tmp_path: Path) -> None:
                                              "aarch64")
     assert "importance kept = recomputed, bit for bit" in run_check(
         tmp_path, "check_tile_importance", TILE_SOURCES, "aarch64")
+    assert ROWS_CHECKED in run_check(tmp_path, "check_rows", TILE_SOURCES, "aarch64")
 
 
 def test_pool_runs_each_item_once_in_shares_and_steals_from_a_stalled_thread(
