@@ -13,17 +13,13 @@
 
 #include "matmul.h"
 #include "ops.h"
+#include "check_random.h"
 
 #define MAX_N 150
 #define MAX_ROWS 9
 #define MAX_VECS 7
 #define STRIDE (MAX_N + 5)
 #define GUARD 16
-
-static float uniform(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)(*s >> 8) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static int fail(const char *what, int n, int count, int vecs) {
     printf("mismatch: %s, width %d, %d rows (axpy: vector u has (that + 4u) %% 10), %d vectors\n", what, n, count, vecs);

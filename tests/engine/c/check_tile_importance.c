@@ -14,17 +14,13 @@
 
 #include "attn_kernel.h"
 #include "util.h"
+#include "check_random.h"
 
 #define D 64
 #define BS 8
 #define NQ 2 /* query heads over the KV head */
 #define T 37 /* queries of the tile */
 #define CAP 256
-
-static float uniform(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)(*s >> 8) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static int fail(const char *what, int p, double a, double b) {
     printf("mismatch: %s at %d: %.9g against %.9g\n", what, p, a, b);
