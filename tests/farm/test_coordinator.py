@@ -7,9 +7,10 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import tempfile
-import time
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -212,14 +213,20 @@ def test_sigkilled_coordinator_rerun_executes_only_missing_runs(
                                   check_dtype=False)
 
 
-def interrupt_after_first_result(proc: subprocess.Popen) -> str:
-    """SIGINT the CLI just after its progress line reports a finished run, when the next run is
-    under way (runs of about half a second here, each started within milliseconds of the
-    last); its whole stderr."""
+def running_attempts(db_path: Path) -> int:
+    with closing(sqlite3.connect(db_path)) as db:
+        query = "SELECT count(*) FROM measurements WHERE status = 'running'"
+        return db.execute(query).fetchone()[0]
+
+
+def interrupt_inside_a_run(proc: subprocess.Popen, db_path: Path) -> str:
+    """SIGINT the CLI while a run is in flight: once its progress line has reported a finished
+    run and the store holds the next attempt as running (each command on the slow board
+    sleeps first, so that run lasts seconds after its row appears); its whole stderr."""
     watch = watch_stderr(proc, " ok local:")
     try:
         assert watch.seen.wait(180), "the coordinator made no progress: " + watch.text
-        time.sleep(0.15)
+        wait_until(proc, lambda: running_attempts(db_path) > 0)
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:
@@ -231,19 +238,18 @@ def interrupt_after_first_result(proc: subprocess.Popen) -> str:
 
 def test_ctrl_c_stops_cleanly_and_rerun_completes(ray_address: str, needle_model: Path,
                                                   tmp_path: Path) -> None:
-    # enough runs, long enough (a 4096-token prefill), that the signal lands inside one
-    depths = tuple(round(i / 7, 3) for i in range(8))
-    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths, ctx=4096)
-    url = f"sqlite:///{tmp_path}/ctrlc.db"
+    depths = tuple(round(i / 3, 3) for i in range(4))
+    spec_path = needle_spec(tmp_path, "ctrl-c", needle_model, ["local"], depths=depths)
+    db_path = tmp_path / "ctrlc.db"
+    url = f"sqlite:///{db_path}"
     store = Store.open(url)
-    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address],
-                     tmp_path)
-    stderr = interrupt_after_first_result(proc)
+    proc = start_cli(["--db", url, "run", str(spec_path), "--ray-address", ray_address,
+                      "--inventory", str(slow_local_board(tmp_path, 1.0))], tmp_path)
+    stderr = interrupt_inside_a_run(proc, db_path)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     runs = stored_runs(store, "ctrl-c")
     assert set(runs["status"]) <= {"ok", "interrupted"}
-    # after the warm-up a run is always in flight, bar the instant between two runs
     interrupted = runs[runs["status"] == "interrupted"]
     assert len(interrupted) >= 1 and all("interrupted" in e for e in interrupted["error"])
     before = every_measurement(store, "ctrl-c")
