@@ -521,26 +521,30 @@ static void after_kernel(Attention *a, const LayerJob *job, SelStats *stats) {
     for (int h = 0; h < a->n_heads; h++) selstats_add(stats, &a->diag.stats[h]);
 }
 
+/* the job's eviction and selection, then (attends) its kernel and what follows it.
+ * --exact-first-layer: layer 0 runs as exact under every policy (it selects, evicts and ranks
+ * nothing; what it attended still feeds the state: importance, mass, features) */
+static void run_layer_job(Attention *a, LayerJob *job, int attends, SelStats *stats) {
+    Policy policy = a->opt.sel.policy;
+    if (job->layer == 0 && a->opt.exact_first_layer) a->opt.sel.policy = POL_EXACT;
+    before_kernel(a, job);
+    if (attends) {
+        dispatch_kernel(a, job);
+        after_kernel(a, job, stats);
+    }
+    a->opt.sel.policy = policy;
+}
+
 void attend_layer(Attention *a, int layer, int pos, const float *q_all, float *out_all, int phase,
                   SelStats *stats) {
     LayerJob job = {a, layer, pos, phase, q_all, out_all, 0};
     if (phase == ATTN_PREFILL) dump_queries(a, layer, pos, 1, q_all);
-    /* --exact-first-layer: layer 0 runs as exact under every policy (it selects, evicts and
-     * ranks nothing; what it attended still feeds the state: importance, mass, features) */
-    Policy policy = a->opt.sel.policy;
-    if (layer == 0 && a->opt.exact_first_layer) a->opt.sel.policy = POL_EXACT;
-    before_kernel(a, &job);
-    dispatch_kernel(a, &job);
-    after_kernel(a, &job, stats);
-    a->opt.sel.policy = policy;
+    run_layer_job(a, &job, 1, stats);
 }
 
 void attend_evict(Attention *a, int layer, int pos, const float *q_all) {
     LayerJob job = {a, layer, pos, ATTN_PREFILL, q_all, NULL, 0};
-    Policy policy = a->opt.sel.policy;
-    if (layer == 0 && a->opt.exact_first_layer) a->opt.sel.policy = POL_EXACT; /* as attend_layer */
-    before_kernel(a, &job);
-    a->opt.sel.policy = policy;
+    run_layer_job(a, &job, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- prefill tiles */
