@@ -63,6 +63,18 @@ ALWAYS_INLINE void reduce_token(const int R, v8 acc[][TILE_TOKENS], int t, float
 
 #if defined(LMC_AVX2) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define LMC_AVX512_TILES 1
+/* 16 bf16 values widened to f32 (a bf16 is the top half of its f32), as v8_load_bf16 */
+ALWAYS_INLINE __m512 v16_load_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+/* 16 words, each two bf16 values: the low halves give *lo, the high halves *hi, as
+ * v8_load_bf16_pair */
+ALWAYS_INLINE void v16_load_bf16_pair(const uint16_t *p, __m512 *lo, __m512 *hi) {
+    __m512i w = _mm512_loadu_si512(p);
+    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    *hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
 /* AVX-512 (x86-64-v4) for a packed quad: a packed quad holds each 8 columns of its 4 rows one
  * after the other, so one 512-bit load takes the same 8 columns of two rows, and one FMA with
  * the activations repeated in both halves does the work of two 256-bit ones. Each lane still
@@ -78,17 +90,13 @@ ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const int PK, const vo
     const size_t wsize = BF ? sizeof(uint16_t) : sizeof(float);
     __m512 a01[TILE_TOKENS], a23[TILE_TOKENS]; /* rows 0 | 1 and 2 | 3, 8 lanes each */
     for (int t = 0; t < TT; t++) a01[t] = a23[t] = _mm512_setzero_ps();
-    const __m512i high_half = _mm512_set1_epi32((int)0xFFFF0000u);
     int i = 0;
     if (BF && PK) /* tile_f32's 16-column steps: a word pairs column j (low half) with j + 8 */
         for (; i + 16 <= n8; i += 16) {
             PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
-            __m512i w01 = _mm512_loadu_si512(wh + (size_t)i * TILE_ROWS);
-            __m512i w23 = _mm512_loadu_si512(wh + (size_t)i * TILE_ROWS + 32);
-            __m512 lo01 = _mm512_castsi512_ps(_mm512_slli_epi32(w01, 16));
-            __m512 hi01 = _mm512_castsi512_ps(_mm512_and_si512(w01, high_half));
-            __m512 lo23 = _mm512_castsi512_ps(_mm512_slli_epi32(w23, 16));
-            __m512 hi23 = _mm512_castsi512_ps(_mm512_and_si512(w23, high_half));
+            __m512 lo01, hi01, lo23, hi23;
+            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS, &lo01, &hi01);
+            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS + 32, &lo23, &hi23);
             for (int t = 0; t < TT; t++) {
                 __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
                 __m512 xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
@@ -105,9 +113,8 @@ ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const int PK, const vo
             w23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w0 + 2 * ws)),
                                      _mm256_loadu_ps(w0 + 3 * ws), 1);
         } else if (BF) {
-            const __m256i *p = (const __m256i *)(wh + (size_t)i * TILE_ROWS);
-            w01 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
-            w23 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
+            w01 = v16_load_bf16(wh + (size_t)i * TILE_ROWS);
+            w23 = v16_load_bf16(wh + (size_t)i * TILE_ROWS + 16);
         } else {
             w01 = _mm512_loadu_ps(w + (size_t)i * TILE_ROWS);
             w23 = _mm512_loadu_ps(w + (size_t)i * TILE_ROWS + 16);
@@ -314,9 +321,8 @@ ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const voi
                 xb[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
             }
             for (int p = 0; p < R / 2; p++) {
-                __m512i wv = _mm512_loadu_si512(wh + (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 32);
-                __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
-                __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32((int)0xFFFF0000u)));
+                __m512 lo, hi;
+                v16_load_bf16_pair(wh + (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 32, &lo, &hi);
                 for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xb[t], hi, _mm512_fmadd_ps(xa[t], lo, acc[p][t]));
             }
         }
@@ -325,9 +331,7 @@ ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const voi
         for (int t = 0; t < TT; t++) xv[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
         for (int p = 0; p < R / 2; p++) {
             size_t at = (size_t)(p / 2) * qs + (size_t)i * TILE_ROWS + (size_t)(p % 2) * 16;
-            __m512 wv = BF ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(wh + at))), 16))
-                           : _mm512_loadu_ps((const float *)w + at);
+            __m512 wv = BF ? v16_load_bf16(wh + at) : _mm512_loadu_ps((const float *)w + at);
             for (int t = 0; t < TT; t++) acc[p][t] = _mm512_fmadd_ps(xv[t], wv, acc[p][t]);
         }
     }
