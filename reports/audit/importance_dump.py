@@ -46,6 +46,13 @@ def _numbers(fields: list[str], count: int, what: str, dtype: type) -> np.ndarra
         raise ReportInputError(f"{what}: {exc}") from None
 
 
+def _ints(fields: list[str], what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(f) for f in fields)
+    except ValueError as exc:
+        raise ReportInputError(f"{what}: {exc}") from None
+
+
 def parse_importance_dump(text: str, name: str = "--dump-importance file") -> ImportanceDump:
     """The dump of ``text`` (``name`` in messages); ReportInputError naming the line that does
     not fit the format."""
@@ -55,7 +62,7 @@ def parse_importance_dump(text: str, name: str = "--dump-importance file") -> Im
     shape = lines[0].split()
     if len(shape) != 8 or shape[7] not in PREFILL_MODES:
         raise ReportInputError(f"{name}: bad shape line {lines[0]!r}")
-    layers, heads, kv_heads, dim, block, positions = (int(v) for v in shape[1:7])
+    layers, heads, kv_heads, dim, block, positions = _ints(shape[1:7], f"{name}, shape line")
     importance = np.zeros((layers, positions), dtype=np.float32)
     q = np.zeros((positions, heads, dim), dtype=np.float32)
     k = np.zeros((positions, kv_heads, dim), dtype=np.float32)
@@ -70,7 +77,7 @@ def parse_importance_dump(text: str, name: str = "--dump-importance file") -> Im
         size = 1 if label == "importance" else 2
         if label not in seen or len(fields) < size:
             raise ReportInputError(f"{where}: unknown or short line")
-        index = tuple(int(f) for f in fields[:size])
+        index = _ints(fields[:size], where)
         if any(not 0 <= i < n for i, n in zip(index, limits[label], strict=True)):
             raise ReportInputError(f"{where}: index {index} outside the shape")
         if index in seen[label]:
@@ -84,7 +91,7 @@ def parse_importance_dump(text: str, name: str = "--dump-importance file") -> Im
         elif label == "k":
             k[index] = _numbers(values, dim, where, float)
         else:
-            ids = _numbers(values, int(values[0]) + 1 if values else 0, where, int)[1:]
+            ids = _numbers(values, _ints(values[:1], where)[0] + 1 if values else 0, where, int)[1:]
             blocks[index[0]][index[1]] = tuple(int(b) for b in ids)
     wanted = {"importance": layers, "q": positions * heads, "k": positions * kv_heads,
               "blocks": positions * heads if sparse else 0}

@@ -77,6 +77,9 @@ def test_the_recompute_on_hand_worked_cases() -> None:
     (lambda t: t.replace("blocks 2 1 2 0 1", "blocks 2 1 3 0 1"), "3 values, expected 4"),
     (lambda t: t.replace("importance 0 3.08", "importance 0 x"), "could not convert"),
     (lambda t: t + "v 0 0 1 1\n", "unknown or short line"),
+    (lambda t: t.replace("shape 1 2 1 2", "shape 1 2 1 two"), r"shape line: invalid literal"),
+    (lambda t: t.replace("q 2 1", "q 2 b"), r"line \d+ \(q\): invalid literal"),
+    (lambda t: t.replace("blocks 2 1 2 0 1", "blocks 2 1 two 0 1"), r"\(blocks\): invalid literal"),
 ])
 def test_the_parser_names_what_is_wrong(edit, message: str) -> None:
     with pytest.raises(ReportInputError, match=message):
