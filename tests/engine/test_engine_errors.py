@@ -236,7 +236,7 @@ def test_fuzz_target_builds_and_runs(tmp_path):
         pytest.skip("clang is not installed (scripts/setup.sh installs it)")
     engine = Path(__file__).resolve().parents[2] / "engine"
     sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "checkpoint.c", "config.c",
-               "loader.c", "ops.c", "matmul.c", "weights.c", "util.c", "threads.c", "kvcache.c",
+               "loader.c", "ops.c", "matmul.c", "rows.c", "weights.c", "util.c", "threads.c", "kvcache.c",
                "attend_layer.c", "attn_kernel.c", "select.c", "policy.c", "keyfeat.c", "keyrank.c",
                "evict.c", "predictor.c"]
     binary = tmp_path / "fuzz_loader"

@@ -20,7 +20,7 @@ from harness.engines.base import parse_target
 from harness.engines.lmc.build import find_toolchain, flags_for, host_arch
 
 REPO = Path(__file__).resolve().parents[2]
-TILE_SOURCES = ["attn_kernel.c", "kvcache.c", "matmul.c", "ops.c", "util.c", "threads.c",
+TILE_SOURCES = ["attn_kernel.c", "kvcache.c", "matmul.c", "rows.c", "ops.c", "util.c", "threads.c",
                 "safetensors.c", "json.c"]
 
 
