@@ -204,6 +204,39 @@ ALWAYS_INLINE void block_acc(const int R, const int TT, const int8_t *w, const i
     }
 }
 
+#if defined(LMC_AVX512_TILES) && defined(__AVX512BW__)
+#define LMC_Q8_PAIRS512 1
+/* AVX-512 (x86-64-v4) for a q8 quad: a quad's block holds rows 0, 1, 2, 3 one after the other,
+ * so one 512-bit load takes the block of two rows, and a token's block repeated in both halves
+ * gives both rows' 8 lane sums in one instruction (lanes 0-7 the first row's, 8-15 the
+ * second's). AVX-512 has no vpsignb, the sign trick the 256-bit qblock_dot rests on: |x| comes
+ * from vpabsb and x's sign goes onto w by a negate under the mask of x < 0 (where x = 0 the
+ * product is 0 either way), then vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd. The sums are the
+ * exact integers qblock_dot gives, and each lane then takes the same fused multiply-add, so
+ * the bits are the same as the 8-wide tile's. acc2[p][t]: token t's rows 2p | 2p + 1. */
+ALWAYS_INLINE void block_acc_pairs(const int TT, const int8_t *w, const int8_t *x, size_t xqs, const float *s,
+                                   size_t sr, size_t st, __m512 acc2[][TILE_TOKENS]) {
+    const __m512i w2[2] = {_mm512_loadu_si512(w), _mm512_loadu_si512(w + 2 * Q8_GROUP)};
+    for (int t = 0; t < TT; t++) {
+        __m512i xb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + t * xqs)));
+        __m512i xabs = _mm512_abs_epi8(xb);
+        __mmask64 xneg = _mm512_movepi8_mask(xb);
+        for (int p = 0; p < 2; p++) {
+            __m512i ws = _mm512_mask_sub_epi8(w2[p], xneg, _mm512_setzero_si512(), w2[p]);
+#if defined(__AVX512VNNI__)
+            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xabs, ws);
+#else
+            __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(xabs, ws), _mm512_set1_epi16(1));
+#endif
+            /* the two rows' scales, each in its own half */
+            __m512 sc = _mm512_mask_broadcastss_ps(_mm512_set1_ps(s[2 * p * sr + t * st]), 0xFF00,
+                                                   _mm_set_ss(s[(2 * p + 1) * sr + t * st]));
+            acc2[p][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(d), acc2[p][t]);
+        }
+    }
+}
+#endif
+
 /* R q8 rows (wqs bytes each, scales wd stride wds) times TT quantised tokens: a whole quad
  * (R = 4, its blocks interleaved, see Mat) or one plain row (R = 1) */
 ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t wqs, const uint16_t *wd,
@@ -214,6 +247,15 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
     v8 acc[TILE_ROWS][TILE_TOKENS];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = v8_zero();
+#if defined(LMC_Q8_PAIRS512)
+    __m512 acc2[TILE_ROWS / 2][TILE_TOKENS];
+    for (int p = 0; p < TILE_ROWS / 2; p++)
+        for (int t = 0; t < TT; t++) acc2[p][t] = _mm512_setzero_ps();
+#define BLOCK_ACC(w, x, s, sr, st) \
+    (R == TILE_ROWS ? block_acc_pairs(TT, w, x, xqs, s, sr, st, acc2) : block_acc(R, TT, w, x, xqs, s, sr, st, acc))
+#else
+#define BLOCK_ACC(w, x, s, sr, st) block_acc(R, TT, w, x, xqs, s, sr, st, acc)
+#endif
     int g = 0;
     /* 8 blocks at a time: their 8 scale products (weight x activation) per row and token
      * are formed in one vector step, then each block broadcasts its own */
@@ -227,8 +269,7 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
         for (int r = 0; r < R; r++)
             for (int t = 0; t < TT; t++) scales8(wd + r * wds + g, xd + t * xds + g, sc[r][t]);
         for (int j = 0; j < 8; j++)
-            block_acc(R, TT, wq + WQ_AT(0, g + j), xq + (size_t)(g + j) * Q8_GROUP, xqs, &sc[0][0][j],
-                      TILE_TOKENS * 8, 8, acc);
+            BLOCK_ACC(wq + WQ_AT(0, g + j), xq + (size_t)(g + j) * Q8_GROUP, &sc[0][0][j], TILE_TOKENS * 8, 8);
     }
     for (; g < groups; g++) {
         float sc[TILE_ROWS][TILE_TOKENS];
@@ -236,8 +277,17 @@ ALWAYS_INLINE void tile_q8(const int R, const int TT, const int8_t *wq, size_t w
             float dw = half_to_f32(wd[r * wds + g]);
             for (int t = 0; t < TT; t++) sc[r][t] = dw * xd[t * xds + g];
         }
-        block_acc(R, TT, wq + WQ_AT(0, g), xq + (size_t)g * Q8_GROUP, xqs, &sc[0][0], TILE_TOKENS, 1, acc);
+        BLOCK_ACC(wq + WQ_AT(0, g), xq + (size_t)g * Q8_GROUP, &sc[0][0], TILE_TOKENS, 1);
     }
+#undef BLOCK_ACC
+#if defined(LMC_Q8_PAIRS512)
+    if (R == TILE_ROWS) /* the halves back into the 8-wide sums */
+        for (int p = 0; p < TILE_ROWS / 2; p++)
+            for (int t = 0; t < TT; t++) {
+                acc[2 * p][t] = _mm512_castps512_ps256(acc2[p][t]);
+                acc[2 * p + 1][t] = _mm512_extractf32x8_ps(acc2[p][t], 1);
+            }
+#endif
     for (int t = 0; t < TT; t++) {
         float v[TILE_ROWS];
         reduce_token(R, acc, t, v);

@@ -86,7 +86,9 @@ def test_every_x86_level_here_matches_v3(builds, tiny_model, tmp_path):
     v3 = disassembly(builds["x86_64:v3"], "x86_64")
     assert mnemonics(v3, "vpdpbusd") == 0 and "%zmm" not in v3
     if "v4-vnni" in X86_HERE:
-        assert mnemonics(disassembly(builds["x86_64:v4-vnni"], "x86_64"), "vpdpbusd") > 0
+        vnni = disassembly(builds["x86_64:v4-vnni"], "x86_64")
+        assert mnemonics(vnni, "vpdpbusd") > 0
+        assert len(re.findall(r"vpdpbusd\s[^\n]*%zmm", vnni)) > 0  # the q8 quads' 512-bit form
     for name in ("v4", "v4-vnni"):
         if name in X86_HERE:
             code = disassembly(builds[f"x86_64:{name}"], "x86_64")
@@ -102,21 +104,25 @@ def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_m
     tokens) at their edges: 41 tokens (a chunk of 41: 10 tiles of 4 and 1, 13 of 3 and 2)
     and 70 (64 + 6); widths 40 and 70 (a 6-column tail), 70 rows (17 quads: two-quad panels,
     then one quad alone, then 2 plain rows), 318 rows in the tied lm_head. Every prompt
-    position's logits (--dump-logits) are v3's bits, f32 and bf16."""
-    model = tiny_model("odd_widths_tied_bf16")
-    ids = prompt_ids(TINY_SPECS["odd_widths_tied_bf16"].vocab, n=70)
-    for n in (41, 70):
-        prompt = write_tokens(tmp_path / f"prompt{n}.txt", ids[:n])
-        for wq in ("f32", "bf16"):
-            runs = {name: generate([str(builds[f"x86_64:{name}"])], model, prompt,
-                                   tmp_path / f"{name}-{wq}-{n}.bin", "--wq", wq,
-                                   "--threads", threads)
-                    for name in X86_HERE}
-            tokens, logits = runs["v3"]
-            assert logits.size == n * TINY_SPECS["odd_widths_tied_bf16"].vocab
-            for name, (got_tokens, got) in runs.items():
-                assert got_tokens == tokens, (name, wq, n)
-                assert got.tobytes() == logits.tobytes(), (name, wq, n)
+    position's logits (--dump-logits) are v3's bits, f32, bf16 and q8 (at v4, q8 quads
+    go two rows a 512-bit register too; q8 blocks one by one here, 8 at a time in the wide
+    MLP's down projection)."""
+    for model_name, wqs in (("odd_widths_tied_bf16", ("f32", "bf16", "q8")), ("wide_mlp_f32", ("q8",))):
+        spec = TINY_SPECS[model_name]
+        model = tiny_model(model_name)
+        ids = prompt_ids(spec.vocab, n=70)
+        for n in (41, 70):
+            prompt = write_tokens(tmp_path / f"prompt{n}.txt", ids[:n])
+            for wq in wqs:
+                runs = {name: generate([str(builds[f"x86_64:{name}"])], model, prompt,
+                                       tmp_path / f"{name}-{wq}-{n}.bin", "--wq", wq,
+                                       "--threads", threads)
+                        for name in X86_HERE}
+                tokens, logits = runs["v3"]
+                assert logits.size == n * spec.vocab
+                for name, (got_tokens, got) in runs.items():
+                    assert got_tokens == tokens, (model_name, name, wq, n)
+                    assert got.tobytes() == logits.tobytes(), (model_name, name, wq, n)
 
 
 def test_the_armv8_a_build_has_no_dot_product_and_runs_on_a_cortex_a72(builds, tiny_model,
