@@ -1,7 +1,9 @@
 /* attend_layer.h — attention for one layer and one query position, all heads: policy selection,
  * the kernel, the state policies keep (prefill importance, H2O mass), selection diagnostics
  * (--measure-selection), the selection trace (--trace-selection) and what --dump-importance keeps
- * of layer 0's prefill. */
+ * of layer 0's prefill. Set up in attend_setup.c; the layer's job in attend_layer.c, its kernel
+ * by head or GQA group in attend_heads.c, prefill tiles in attend_tile.c (what those share:
+ * attend_internal.h). */
 #ifndef LMC_ATTEND_LAYER_H
 #define LMC_ATTEND_LAYER_H
 

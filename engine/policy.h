@@ -20,7 +20,7 @@ typedef enum {
     KEEP_BLOCKS,    /* the score its per-query selection ranks blocks by (select.c computes it) */
 } KeepScore;
 
-/* What a policy does beyond choosing blocks, one bit each. The attention (attend_layer.c) and
+/* What a policy does beyond choosing blocks, one bit each. The attention (attend_*.c) and
  * eviction (evict.c) branch on these and on the keep score, not on which policy runs, so a new
  * policy that does one of them gets its code paths from its row. Ids are compared only where a
  * policy's own rule lives (select.c's selections, gbm's --predictor in cli.c, h2o-prev's and

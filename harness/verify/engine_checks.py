@@ -280,69 +280,72 @@ def _seeds(params: dict) -> list[int]:
 class Mutant:
     name: str
     rule: str  # the rule it breaks, in words
-    file: str  # the engine source it patches
-    edits: tuple[tuple[str, str], ...]  # (release text, mutant text)
+    # the engine sources it patches, each with its edits: (release text, mutant text)
+    edits: dict[str, tuple[tuple[str, str], ...]]
 
 
 MUTANTS = {m.name: m for m in (
     Mutant("budget", "the importance reservation takes k / 2 blocks instead of (k + 1) / 2",
-           "select.c", (("picks, 0, (cfg->k + 1) / 2);", "picks, 0, cfg->k / 2);"),)),
+           {"select.c": (("picks, 0, (cfg->k + 1) / 2);", "picks, 0, cfg->k / 2);"),)}),
     Mutant("budget-short", "the importance reservation is one block short of the rule: "
-           "(k + 1) / 2 - 1 blocks (15 at k = 32)", "select.c", (
-               ("picks, 0, (cfg->k + 1) / 2);", "picks, 0, (cfg->k + 1) / 2 - 1);"),)),
+           "(k + 1) / 2 - 1 blocks (15 at k = 32)", {"select.c": (
+               ("picks, 0, (cfg->k + 1) / 2);", "picks, 0, (cfg->k + 1) / 2 - 1);"),)}),
     Mutant("thread-dependent", "the selection depends on the thread count: with more than one "
            "thread, every head of a GQA group selects from its first head's probe scores",
-           "attend_layer.c", (
+           {"attend_heads.c": (
                ("head_input(job, h, scores + (size_t)g * a->n_blocks,",
                 "head_input(job, h, scores + (size_t)(pool_threads(a->pool) > 1 ? 0 : g) * "
-                "a->n_blocks,"),)),
+                "a->n_blocks,"),)}),
     Mutant("recency", "no recency insurance: the last block is kept only when chosen",
-           "select.c", (("if (cfg->recency && !s->used[last] && count > n_imp) {",
-                         "if (0 && cfg->recency && !s->used[last] && count > n_imp) {"),)),
+           {"select.c": (("if (cfg->recency && !s->used[last] && count > n_imp) {",
+                          "if (0 && cfg->recency && !s->used[last] && count > n_imp) {"),)}),
     Mutant("importance-evicted", "the recency insurance replaces the first pick (an importance "
-           "pick when there is one) instead of the lowest probe pick", "select.c", (
+           "pick when there is one) instead of the lowest probe pick", {"select.c": (
                ("        s->used[sel[count - 1]] = 0;\n        sel[count - 1] = last;",
-                "        s->used[sel[0]] = 0;\n        sel[0] = last;"),)),
+                "        s->used[sel[0]] = 0;\n        sel[0] = last;"),)}),
     Mutant("short-count", "with no more blocks than k, the selection stops one block short of "
-           "the blocks there are (the last one is left out)", "select.c", (
+           "the blocks there are (the last one is left out)", {"select.c": (
                ("        *select_bytes = 0;\n        return n_blocks;",
-                "        *select_bytes = 0;\n        return n_blocks - 1;"),)),
-    Mutant("ties", "ties go to the higher block index", "select.c", (
+                "        *select_bytes = 0;\n        return n_blocks - 1;"),)}),
+    Mutant("ties", "ties go to the higher block index", {"select.c": (
         ("if (best < 0 || score[b] > score[best]) best = b;",
          "if (best < 0 || score[b] >= score[best]) best = b;"),
         ("if (m == want && !(sc > score[top[m - 1]])) continue;",
          "if (m == want && !(sc >= score[top[m - 1]])) continue;"),
         ("for (; i > 0 && sc > score[top[i - 1]]; i--)",
-         "for (; i > 0 && sc >= score[top[i - 1]]; i--)"))),
+         "for (; i > 0 && sc >= score[top[i - 1]]; i--)"))}),
     Mutant("renorm-extra", "the sparse softmax's denominator also counts a weight from outside "
-           "the selected blocks (one more key at the running max)", "attn_kernel.c", (
-               ("        float inv = 1.0f / l[g];", "        float inv = 1.0f / (l[g] + 1.0f);"),)),
+           "the selected blocks (one more key at the running max)", {"attn_kernel.c": (
+               ("        float inv = 1.0f / l[g];",
+                "        float inv = 1.0f / (l[g] + 1.0f);"),)}),
     Mutant("causal", "each prefill query also sees the next position (one row of the future)",
-           "attn_kernel.c", (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
-                              "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)),
+           {"attn_kernel.c": (("int vis = pos0 + t + 1 - p0 < np ? pos0 + t + 1 - p0 : np;",
+                               "int vis = pos0 + t + 2 - p0 < np ? pos0 + t + 2 - p0 : np;"),)}),
     Mutant("importance-exact", "a sparse prefill records its importance from exact attention over "
            "every position (its queries, one at a time, still attend only their blocks)",
-           "attend_layer.c", (
+           {"attend_tile.c": (
                ("return a->opt.prefill_sparse && policy_has",
-                "return 0 && a->opt.prefill_sparse && policy_has"),
+                "return 0 && a->opt.prefill_sparse && policy_has"),),
+            "attend_heads.c": (
                ("if (!decode && !a->opt.prefill_sparse) return 0;", "if (!decode) return 0;"),
-               ("int need_exact = measure ||", "int need_exact = measure || !decode ||"),
+               ("int need_exact = measure ||", "int need_exact = measure || !decode ||"),),
+            "attend_layer.c": (
                ("            const int *sel = hs->sel + (size_t)h * a->n_blocks;\n"
                 "            const float *probs = hs->att_probs + (size_t)h * a->capacity;\n"
                 "            for (int i = 0; i < hs->n_sel[h]; i++) {",
                 "            const int *sel = a->diag.oracle_sel + (size_t)h * a->n_blocks;\n"
                 "            const float *probs = a->diag.exact_probs + (size_t)h * a->capacity;\n"
-                "            for (int i = 0; i < (n_pos + bs - 1) / bs; i++) {"))),
+                "            for (int i = 0; i < (n_pos + bs - 1) / bs; i++) {"),)}),
     Mutant("ref-sum-short", "the plain reference's softmax leaves the last position out of "
-           "its sum (an off-by-one in the loop bound)", "attn_kernel.c", (
+           "its sum (an off-by-one in the loop bound)", {"attn_kernel.c": (
                ("float sum = pairwise_sum(s, n_pos);",
-                "float sum = pairwise_sum(s, n_pos - 1);"),)),
+                "float sum = pairwise_sum(s, n_pos - 1);"),)}),
     Mutant("scale", "the optimised kernels drop the 1/sqrt(d) scale (the plain reference keeps "
-           "it)", "attn_kernel.c", (
+           "it)", {"attn_kernel.c": (
                ("    float scale = 1.0f / sqrtf((float)D);\n    float m[ATTN_MAX_GROUP]",
                 "    float scale = 1.0f;\n    float m[ATTN_MAX_GROUP]"),
                ("head g */\n    float scale = 1.0f / sqrtf((float)D);",
-                "head g */\n    float scale = 1.0f;"))),
+                "head g */\n    float scale = 1.0f;"))}),
 )}
 
 
@@ -354,15 +357,16 @@ def mutant_sources(name: str, dest: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(ENGINE_DIR, dest, ignore=shutil.ignore_patterns("*.md"))
-    path = dest / mutant.file
-    text = path.read_text()
-    for old, new in mutant.edits:
-        if text.count(old) != 1:
-            raise InputError(f"mutant {name}: engine/{mutant.file} holds {old!r} "
-                             f"{text.count(old)} times, not once; the rule moved: update "
-                             "harness/verify/engine_checks.py")
-        text = text.replace(old, new)
-    path.write_text(text)
+    for file, edits in mutant.edits.items():
+        path = dest / file
+        text = path.read_text()
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise InputError(f"mutant {name}: engine/{file} holds {old!r} "
+                                 f"{text.count(old)} times, not once; the rule moved: update "
+                                 "harness/verify/engine_checks.py")
+            text = text.replace(old, new)
+        path.write_text(text)
     return dest
 
 

@@ -171,11 +171,12 @@ def test_causal_prefix_on_a_tile_boundary_misses_the_causal_mutant(
 
 def test_mutants_leave_the_release_sources_alone(tmp_path: Path) -> None:
     for name, mutant in MUTANTS.items():
-        patched = mutant_sources(name, tmp_path / name) / mutant.file
-        release = (ENGINE_DIR / mutant.file).read_text()
-        assert patched.read_text() != release
-        for old, new in mutant.edits:
-            assert old in release and new not in release
+        patched = mutant_sources(name, tmp_path / name)
+        for file, edits in mutant.edits.items():
+            release = (ENGINE_DIR / file).read_text()
+            assert (patched / file).read_text() != release
+            for old, new in edits:
+                assert old in release and new not in release
 
 
 def test_every_rule_claim_of_the_shipped_files_names_a_mutant() -> None:
