@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -167,16 +169,89 @@ void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes) {
     }
 }
 
+/* A file rewritten in place while it is read mixes two versions in what was read; one truncated
+ * makes a read of a mapped page past its new end a SIGBUS. The same words for both: */
+#define CHANGED " changed while it was being read (truncated or rewritten in place?); " \
+                "load it again once it is complete"
+
+/* the same file, unchanged as far as its inode tells: a rewrite in place changes the mtime (and
+ * mostly the size), a replacement by rename the inode */
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* The checkpoint whose mappings are being read, for the SIGBUS handler; the handler only reads
+ * it (its paths were stored at open) and calls write(2), pause, sigaction, raise and _exit, all
+ * async-signal-safe, besides a lock-free atomic flag: the pool's threads may fault at once, and
+ * one of them reports while the others wait for its _exit. */
+static const Checkpoint *reading;
+static struct sigaction before_reading;
+static atomic_flag reported = ATOMIC_FLAG_INIT;
+
+/* strcpy at line + n, returning the new length (no libc call: this runs in the handler) */
+static size_t append(char *line, size_t n, const char *s) {
+    while (*s) line[n++] = *s++;
+    return n;
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    const uint8_t *at = info->si_addr;
+    for (int s = 0; info->si_code == BUS_ADRERR && s < reading->n_shards; s++) {
+        const SafeTensors *st = &reading->shards[s];
+        if (!st->mapped || at < st->map || at >= st->map + st->map_size) continue;
+        while (atomic_flag_test_and_set(&reported)) pause();
+        char line[sizeof "lmc: error: " + sizeof st->path + sizeof CHANGED];
+        size_t n = append(line, 0, "lmc: error: ");
+        n = append(line, n, st->path);
+        n = append(line, n, CHANGED "\n");
+        ssize_t written = write(STDERR_FILENO, line, n);
+        (void)written; /* nothing better to do if stderr is gone */
+        _exit(LMC_EXIT_INPUT);
+    }
+    /* not a page of the checkpoint (or sent by kill): die of it as without this handler */
+    sigaction(SIGBUS, &before_reading, NULL);
+    raise(sig);
+}
+
+void ckpt_read_begin(const Checkpoint *ck) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    atomic_flag_clear(&reported);
+    reading = ck;
+    sigaction(SIGBUS, &sa, &before_reading);
+}
+
+int ckpt_read_end(const Checkpoint *ck) {
+    sigaction(SIGBUS, &before_reading, NULL);
+    reading = NULL;
+    for (int s = 0; s < ck->n_shards; s++) {
+        const SafeTensors *st = &ck->shards[s];
+        struct stat now;
+        if (st->mapped && (stat(st->path, &now) != 0 || !same_file(&now, &st->opened))) {
+            lmc_set_error("%s" CHANGED, st->path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ckpt_tensor_file(const Checkpoint *ck, const StTensor *t, int64_t *offset, char *path, size_t path_size) {
     for (int s = 0; s < ck->n_shards; s++) {
         const SafeTensors *st = &ck->shards[s];
         if (t->data < st->map || t->data + t->nbytes > st->map + st->map_size) continue;
         int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            lmc_set_error("cannot read tensor '%s' from %s: %s", t->name, st->path, strerror(errno));
+            return -1;
+        }
         struct stat sb;
-        if (fd < 0 || fstat(fd, &sb) != 0 || (size_t)sb.st_size != st->map_size) {
-            lmc_set_error("cannot read tensor '%s' from %s: %s", t->name, st->path,
-                          fd < 0 ? strerror(errno) : "the file changed while it was loaded");
-            if (fd >= 0) close(fd);
+        if (fstat(fd, &sb) != 0 || !same_file(&sb, &st->opened)) {
+            lmc_set_error("%s" CHANGED, st->path);
+            close(fd);
             return -1;
         }
         *offset = (int64_t)(t->data - st->map);

@@ -28,10 +28,20 @@ const StTensor *ckpt_find(const Checkpoint *ck, const char *name);
  * keeps the loader's resident set at the converted weights plus one chunk of the file. Data
  * outside every mapping (a parsed in-memory image) is left alone. */
 void ckpt_release(const Checkpoint *ck, const uint8_t *data, size_t nbytes);
+/* The loader reads ck's mappings between these two calls. A file of ck truncated meanwhile (a
+ * model re-exported in place while lmc starts) makes a read of a mapped page past its new end a
+ * SIGBUS: between the calls, that one signal prints "lmc: error: FILE changed while it was being
+ * read (...)" and exits LMC_EXIT_INPUT instead of dying of "Bus error" (it exits, as no parser
+ * may: there is no returning from the fault). Any other SIGBUS kills lmc as before,
+ * and ckpt_read_end restores the disposition ckpt_read_begin found. ckpt_read_end then compares
+ * each file's stat (device, inode, size, mtime) with its fstat at open: -1 + the same error when
+ * one changed, since the bytes read may mix two versions of it. */
+void ckpt_read_begin(const Checkpoint *ck);
+int ckpt_read_end(const Checkpoint *ck);
 /* The file that holds t (a tensor of ck), opened again for reading (O_CLOEXEC), with its path
  * (into path[path_size]) and where t's data starts in it (*offset): for reading t with pread
  * once ck is closed. -1 + error naming the file when it cannot be opened or is no longer the
- * file mapped (its size changed). */
+ * file mapped (ckpt_read_end's test). */
 int ckpt_tensor_file(const Checkpoint *ck, const StTensor *t, int64_t *offset, char *path, size_t path_size);
 /* tensors in all shards */
 int ckpt_count(const Checkpoint *ck);

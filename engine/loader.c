@@ -246,6 +246,7 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
         return -1;
     }
     m->embed_dtype = et->dtype;
+    ckpt_read_begin(&ck);
     m->final_norm = load_vector(&ck, norm.name, H);
     m->tied_used = !ckpt_find(&ck, "lm_head.weight");
     load_mat(&m->lm_head, &ck, m->tied_used ? emb.name : "lm_head.weight", c->vocab, H, wq, pool);
@@ -268,8 +269,10 @@ int model_load(Model *m, const char *dir, int wq, ThreadPool *pool) {
         load_mat(&L->up, &ck, e[9].name, I, H, wq, pool);
         load_mat(&L->down, &ck, e[10].name, H, I, wq, pool);
     }
+    rc = ckpt_read_end(&ck);
     ckpt_close(&ck);
-    return 0;
+    if (rc) model_free(m);
+    return rc;
 }
 
 void model_free(Model *m) {

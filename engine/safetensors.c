@@ -245,6 +245,7 @@ int st_open(SafeTensors *st, const char *path) {
         return -1;
     }
     st->mapped = 1;
+    st->opened = sb;
     return 0;
 }
 

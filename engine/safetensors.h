@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define ST_MAX_DIMS 8
 /* a header above this is not a model header (the largest real ones are a few MB) */
@@ -28,6 +29,7 @@ typedef struct {
     const uint8_t *map; /* whole file */
     size_t map_size;
     int mapped;         /* 1: map came from mmap and is unmapped by st_close */
+    struct stat opened; /* the file as mapped (fstat at open): checkpoint.c tells a changed file by it */
     StTensor *tensors;
     int count;
     int *by_name; /* [count] indices into tensors, sorted by name: st_find is a binary search */
