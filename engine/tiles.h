@@ -209,45 +209,60 @@ ALWAYS_INLINE void block_acc(const int R, const int TT, const int8_t *w, const i
 /* AVX-512 (x86-64-v4) for a q8 quad: a quad's block holds rows 0, 1, 2, 3 one after the other,
  * so one 512-bit load takes the block of two rows, and a token's block repeated in both halves
  * gives both rows' 8 lane sums in one instruction (lanes 0-7 the first row's, 8-15 the
- * second's). vpdpbusd (VNNI) multiplies unsigned by signed bytes: x + 128 (x ^ 0x80) is
- * unsigned, and (x + 128)·w - 128·w = x·w lane by lane, so each pair of rows forms its
- * lanes' -128·Σw once per block and every token's sum starts from it: one instruction a
- * token, no sign work. Without VNNI, vpmaddubsw would saturate on x + 128; there |x| comes from
- * vpabsb and x's sign goes onto w by a negate under the mask of x < 0 (where x = 0 the product
- * is 0 either way; AVX-512 has no vpsignb, the 256-bit qblock_dot's trick). Either way the
- * sums are the exact integers qblock_dot gives (at most 4·255·127 a lane), and each lane then
- * takes the same fused multiply-add, so the bits are the same as the 8-wide tile's.
- * acc2[p][t]: token t's rows 2p | 2p + 1. */
+ * second's). Two ways to those sums, both the exact integers qblock_dot gives:
+ * - by sign: |x| from vpabsb and x's sign put onto w by a negate under the mask of x < 0
+ *   (where x = 0 the product is 0 either way; AVX-512 has no vpsignb, the 256-bit trick),
+ *   then vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd;
+ * - biased (VNNI, a tile of 2 or more tokens): x + 128 (x ^ 0x80) is unsigned as vpdpbusd
+ *   wants it, and (x + 128)·w - 128·w = x·w lane by lane, so each pair of rows forms its
+ *   lanes' -128·Σw once per block and every token's sum starts from it: one instruction a
+ *   token and no sign work (pp512: 13 % less CPU time than by sign, measured). With one token (decode)
+ *   the -128·Σw costs more than it saves (10 % slower decode, measured), so decode goes by sign.
+ *   Without VNNI vpmaddubsw would saturate on x + 128.
+ * Each lane then takes the same fused multiply-add as the 8-wide tile's, so the same bits. */
+ALWAYS_INLINE __m512i pair_dot_by_sign(__m512i xabs, __mmask64 xneg, __m512i w) {
+    __m512i ws = _mm512_mask_sub_epi8(w, xneg, _mm512_setzero_si512(), w);
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), xabs, ws);
+#else
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(xabs, ws), _mm512_set1_epi16(1));
+#endif
+}
+/* acc += the two rows' scales (s0 in the low half, s1 in the high) times the lane sums d */
+ALWAYS_INLINE __m512 pair_fma(float s0, float s1, __m512i d, __m512 acc) {
+    __m512 sc = _mm512_mask_broadcastss_ps(_mm512_set1_ps(s0), 0xFF00, _mm_set_ss(s1));
+    return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(d), acc);
+}
+/* block_acc for a whole quad: acc2[p][t] is token t's rows 2p | 2p + 1 */
 ALWAYS_INLINE void block_acc_pairs(const int TT, const int8_t *w, const int8_t *x, size_t xqs, const float *s,
                                    size_t sr, size_t st, __m512 acc2[][TILE_TOKENS]) {
     const __m512i w2[2] = {_mm512_loadu_si512(w), _mm512_loadu_si512(w + 2 * Q8_GROUP)};
+#define X_BLOCK(t) _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + (t) * xqs)))
+#define SCALE(r, t) s[(r) * sr + (t) * st]
 #if defined(__AVX512VNNI__)
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512i start[2]; /* -128·Σw of each lane's 4 weights */
-    for (int p = 0; p < 2; p++)
-        start[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w2[p]));
+    if (TT > 1) {
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        __m512i start[2]; /* -128·Σw of each lane's 4 weights */
+        for (int p = 0; p < 2; p++)
+            start[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w2[p]));
+        for (int t = 0; t < TT; t++) {
+            __m512i xu = _mm512_xor_si512(X_BLOCK(t), bias);
+            for (int p = 0; p < 2; p++)
+                acc2[p][t] = pair_fma(SCALE(2 * p, t), SCALE(2 * p + 1, t), _mm512_dpbusd_epi32(start[p], xu, w2[p]),
+                                      acc2[p][t]);
+        }
+        return;
+    }
 #endif
     for (int t = 0; t < TT; t++) {
-        __m512i xb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + t * xqs)));
-#if defined(__AVX512VNNI__)
-        __m512i xu = _mm512_xor_si512(xb, bias);
-#else
+        __m512i xb = X_BLOCK(t);
         __m512i xabs = _mm512_abs_epi8(xb);
         __mmask64 xneg = _mm512_movepi8_mask(xb);
-#endif
-        for (int p = 0; p < 2; p++) {
-#if defined(__AVX512VNNI__)
-            __m512i d = _mm512_dpbusd_epi32(start[p], xu, w2[p]);
-#else
-            __m512i ws = _mm512_mask_sub_epi8(w2[p], xneg, _mm512_setzero_si512(), w2[p]);
-            __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(xabs, ws), _mm512_set1_epi16(1));
-#endif
-            /* the two rows' scales, each in its own half */
-            __m512 sc = _mm512_mask_broadcastss_ps(_mm512_set1_ps(s[2 * p * sr + t * st]), 0xFF00,
-                                                   _mm_set_ss(s[(2 * p + 1) * sr + t * st]));
-            acc2[p][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(d), acc2[p][t]);
-        }
+        for (int p = 0; p < 2; p++)
+            acc2[p][t] = pair_fma(SCALE(2 * p, t), SCALE(2 * p + 1, t), pair_dot_by_sign(xabs, xneg, w2[p]), acc2[p][t]);
     }
+#undef SCALE
+#undef X_BLOCK
 }
 #endif
 
