@@ -228,8 +228,7 @@ ALWAYS_INLINE __m512i pair_dot_by_sign(__m512i xabs, __mmask64 xneg, __m512i w) 
     return _mm512_madd_epi16(_mm512_maddubs_epi16(xabs, ws), _mm512_set1_epi16(1));
 #endif
 }
-/* acc += the two rows' scales (*s0 in the low half, *s1 in the high) times the lane sums d
- * (the scales broadcast from memory: taken from registers, by shuffles, decode was 4 % slower) */
+/* acc += the two rows' scales (*s0 in the low half, *s1 in the high) times the lane sums d */
 ALWAYS_INLINE __m512 pair_fma(const float *s0, const float *s1, __m512i d, __m512 acc) {
     __m512 sc = _mm512_mask_broadcastss_ps(_mm512_set1_ps(*s0), 0xFF00, _mm_load_ss(s1));
     return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(d), acc);
