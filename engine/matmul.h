@@ -9,7 +9,8 @@
  *   away from zero, as quantize_q8); per block the integer products of 4 consecutive values
  *   are summed exactly (int32), lane j of 8 holding values 4j..4j+3, then
  *   acc_j = fma(w_scale * x_scale, (float)sum_j, acc_j); the 8 lanes are combined by
- *   lmc_reduce8. Integer sums are exact, so AVX2 (maddubs/madd), NEON (sdot) and C agree.
+ *   lmc_reduce8. Integer sums are exact, so AVX2 (maddubs/madd), AVX-512 (vpdpbusd, two rows a
+ *   register), NEON (sdot, smmla) and C agree.
  *
  * Rows are split over the pool in units of MAT_UNIT_ROWS rows of one matrix: each output
  * element is computed by exactly one thread with a fixed order, so the result is bit-identical
