@@ -107,7 +107,8 @@ def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_m
     position's logits (--dump-logits) are v3's bits, f32, bf16 and q8 (at v4, q8 quads
     go two rows a 512-bit register too; q8 blocks one by one here, 8 at a time in the wide
     MLP's down projection)."""
-    for model_name, wqs in (("odd_widths_tied_bf16", ("f32", "bf16", "q8")), ("wide_mlp_f32", ("q8",))):
+    cases = (("odd_widths_tied_bf16", ("f32", "bf16", "q8")), ("wide_mlp_f32", ("q8",)))
+    for model_name, wqs in cases:
         spec = TINY_SPECS[model_name]
         model = tiny_model(model_name)
         ids = prompt_ids(spec.vocab, n=70)
