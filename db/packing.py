@@ -27,7 +27,7 @@ from sqlalchemy.types import TypeDecorator
 from db.records import TokenTiming
 
 LEVEL = 6  # zlib's default: most of the gain, at a few hundred MB/s
-# the packed arrays as numpy reads them (db.queries unpacks an experiment's steps at once):
+# the packed arrays as numpy reads them (db.frames unpacks an experiment's steps at once):
 # tokens 32-bit little-endian integers (array "i"), times 64-bit little-endian floats ("d")
 STEP_TOKENS, STEP_TIMES = "<i4", "<f8"
 

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, bindparam, event, insert, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import experiments, limits, queries, revisions
+from db import experiments, frames, limits, queries, revisions
 from db.alerts import Alerts
 from db.audit import Audit
 from db.boards import Boards
@@ -373,7 +373,7 @@ class Store:
         except IntegrityError:
             pass  # another process kept the same series meanwhile: the same steps
 
-    # -- queries (db/queries.py, db/experiments.py) -------------------------------------------
+    # -- reads (db/queries.py, db/experiments.py, db/frames.py) -------------------------------
 
     def list_experiments(self) -> list[str]:
         with self.session() as s:
@@ -488,9 +488,9 @@ class Store:
             return limits.board_limits(conn, boards)
 
     def history_frame(self, experiment: str) -> pd.DataFrame:
-        """What a history across revisions reads of the experiment (db.queries.history_frame)."""
+        """What a history across revisions reads of the experiment (db.frames.history_frame)."""
         with self.database.connect() as conn:
-            return queries.history_frame(conn, experiment)
+            return frames.history_frame(conn, experiment)
 
     def frames(self, experiment: str, selection: Selection | None = None,
                fingerprints: bool = False) -> dict[str, pd.DataFrame]:
@@ -498,7 +498,7 @@ class Store:
         one, else its latest), see db.measurements.Selection for all of them or a time window.
         ``fingerprints``: the snapshots' fingerprints as documents, not JSON text."""
         with self.database.connect() as conn:
-            return queries.frames(conn, experiment, selection or CURRENT, fingerprints)
+            return frames.frames(conn, experiment, selection or CURRENT, fingerprints)
 
 
 def _check_result(result: RunResult) -> None:

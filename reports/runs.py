@@ -242,7 +242,7 @@ def _point_columns(table: pd.DataFrame) -> list[Any]:
 
 
 def labelled_for_history(table: pd.DataFrame) -> pd.DataFrame:
-    """A history's rows (db.queries.history_frame) with what ``flatten_runs`` gives a row to
+    """A history's rows (db.frames.history_frame) with what ``flatten_runs`` gives a row to
     label it: its kind, workload parameters and config label (without a revision part: a
     history keeps revisions apart itself)."""
     params = _point_columns(table)

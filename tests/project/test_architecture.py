@@ -179,8 +179,9 @@ def test_the_import_scan_sees_sql_and_tables(tmp_path: Path) -> None:
 
 
 def test_the_dashboard_and_the_reports_read_the_store_through_db() -> None:
-    """harness/web and reports call db's named reads (db/queries.py, db/experiments.py,
-    Store, Boards, Jobs ...); they build no SQL and touch no table of their own."""
+    """harness/web and reports call db's named reads (db/queries.py, db/frames.py,
+    db/experiments.py, Store, Boards, Jobs ...); they build no SQL and touch no table of
+    their own."""
     for folder in STORE_READERS:
         for path in sorted((REPO_ROOT / folder).rglob("*.py")):
             found = sorted(filter(below_the_store, modules_named(path)))
