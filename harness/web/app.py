@@ -41,10 +41,11 @@ from harness import REPO_ROOT
 from harness.access.tokens import MIN_TOKEN_CHARS, check_token
 from harness.errors import BenchfarmError
 from harness.web.alerts import alert_routes, request_actor
-from harness.web.data import MAX_JOB_ID, FarmData, Page, as_json, page_bounds
+from harness.web.data import FarmData
 from harness.web.filters import Filters
 from harness.web.limits import BodyLimit
 from harness.web.timeline import KINDS, WINDOW
+from harness.web.views import MAX_JOB_ID, Page, as_json, page_bounds
 from reports.audit.report import audit_html, audit_json
 from reports.errors import ReportError
 from reports.tables import CSS, fmt
