@@ -2,10 +2,10 @@
 ``Store.history_frame``: what the reports, export and a history across revisions read.
 
 ``frames`` reads the measurements db.measurements' ``Selection`` names with every column of
-their runs, the rows those refer to, and their decode steps, outcomes and snapshots;
-``history_frame`` only what a history reads of each run's current ok measurement. JSON values
-become canonical JSON text (CSV/parquet-safe), each distinct stored value worked out once.
-The listings and summaries the CLI shows are db.queries'.
+their runs, the rows those refer to, and their decode steps, outcomes and snapshots, its JSON
+values as canonical JSON text (CSV/parquet-safe; each distinct stored value worked out once);
+``history_frame`` reads only what a history needs of each run's current ok measurement, its
+configs and parameters as documents. The listings and summaries the CLI shows are db.queries'.
 """
 
 from __future__ import annotations
