@@ -216,9 +216,9 @@ ALWAYS_INLINE void block_acc(const int R, const int TT, const int8_t *w, const i
  * - biased (VNNI, a tile of 2 or more tokens): x + 128 (x ^ 0x80) is unsigned as vpdpbusd
  *   wants it, and (x + 128)·w - 128·w = x·w lane by lane, so each pair of rows forms its
  *   lanes' -128·Σw once per block and every token's sum starts from it: one instruction a
- *   token and no sign work (pp512: 13 % less CPU time than by sign, measured). With one token (decode)
- *   the -128·Σw costs more than it saves (10 % slower decode, measured), so decode goes by sign.
- *   Without VNNI vpmaddubsw would saturate on x + 128.
+ *   token and no sign work (pp512: 13 % less CPU time than by sign, measured). With one
+ *   token (decode) the -128·Σw costs more than it saves (decode 10 % slower, measured), so
+ *   decode goes by sign. Without VNNI vpmaddubsw would saturate on x + 128.
  * Each lane then takes the same fused multiply-add as the 8-wide tile's, so the same bits. */
 ALWAYS_INLINE __m512i pair_dot_by_sign(__m512i xabs, __mmask64 xneg, __m512i w) {
     __m512i ws = _mm512_mask_sub_epi8(w, xneg, _mm512_setzero_si512(), w);
