@@ -9,7 +9,9 @@ seed's selection; prefill stays exact), llama.cpp with its own (exact) attention
 the same threads. KV cache: llama-bench takes no f32 cache, so ``--kv f16`` (llama.cpp's
 default) pairs its f16 cache with lmc's f32 (lmc has no f16 cache: it reads twice llama.cpp's
 KV bytes) and ``--kv q8_0`` pairs llama.cpp's q8_0 cache with lmc's q8 (both 8-bit values with
-a scale per 32). Every round runs the three in turn, in
+a scale per 32). lmc runs with ``--kv-prefault``: its KV pages are written before the prompt,
+as llama-bench's are when it makes its context, so no timed step pays a page's first touch.
+Every round runs the three in turn, in
 alternating order (ABC, CBA, ...), each in a process of its own; a ratio is lmc's tokens/s over
 llama.cpp's in the same round, reported as median [min, max] over rounds with the CV of each
 engine's tokens/s. The load average is printed before and after: the machine may be shared.
@@ -91,7 +93,7 @@ def run_lmc(lmc: Path, model_dir: Path, prompt: list[int], policy: tuple[str, ..
     """(decode tokens/s over all steps, prefill ms) of one lmc generate run."""
     doc = run_lmc_generate(lmc, model_dir, prompt, args.decode, args.threads,
                            LMC_WQ[args.gguf_type], LMC_KV[args.kv], ctx=args.depth + args.decode,
-                           extra=policy)
+                           extra=policy, prefault=True)
     steps = [s["ms"] for s in doc["steps"]]
     if len(steps) != args.decode:
         raise RuntimeError(f"lmc decoded {len(steps)} tokens, not {args.decode}")

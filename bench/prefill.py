@@ -3,13 +3,16 @@
 llama-bench ``-p N -n 0 -r 1`` (its own warm-up pass first, then one timed pass: its
 ``avg_ns``) against lmc ``generate`` with an N-token prompt, ``--max-new 0`` and ``--ctx N``
 (lmc's ``prefill_ms``: every prompt token through every layer, the last token's logits; what
-llama-bench's pp test times too). Same model (the Qwen3-0.6B-shaped random model of
-``bench/qwen3_06b.py``, or ``--layers L`` of its layer shape, or ``--model DIR``), the same
-weights converted to GGUF (``harness.engines.llamabench.gguf``: f32 and q8_0 against lmc's
-``--wq f32`` / ``--wq q8``), the same threads. Each round runs every (type, threads) cell with
-both engines, in alternating order (llama-bench first in odd rounds, lmc first in even ones),
-each in a process of its own; a ratio is llama-bench's ms over lmc's in the same round (above
-1: lmc is faster), reported as median [min, max] over rounds.
+llama-bench's pp test times too), and ``--kv-prefault``: lmc's KV pages are written before the
+prompt, as llama-bench's are when it makes its context (otherwise lmc's timed prefill pays each
+page's first touch, which on a VM whose host takes free pages back cost up to seconds). Same
+model (the Qwen3-0.6B-shaped random model of ``bench/qwen3_06b.py``, or ``--layers L`` of its
+layer shape, or ``--model DIR``), the same weights converted to GGUF
+(``harness.engines.llamabench.gguf``: f32 and q8_0 against lmc's ``--wq f32`` / ``--wq q8``),
+the same threads. Each round runs every (type, threads) cell with both engines, in alternating
+order (llama-bench first in odd rounds, lmc first in even ones), each in a process of its own;
+a ratio is llama-bench's ms over lmc's in the same round (above 1: lmc is faster), reported as
+median [min, max] over rounds.
 
 On a shared machine wall times follow the other jobs more than the engines, so the bench also
 takes each process's user CPU time (``getrusage`` of the child): with one thread, user CPU
@@ -107,7 +110,7 @@ def run_lmc(lmc: Path, model_dir: Path, prompt: list[int], wq: str, threads: int
     """(lmc's prefill_ms, CPU seconds of the whole process)."""
     before = child_cpu_s()
     doc = run_lmc_generate(lmc, model_dir, prompt, 0, threads, wq, ctx=len(prompt),
-                           timeout=3600, extra=extra)
+                           timeout=3600, extra=extra, prefault=True)
     return float(doc["prefill_ms"]), child_cpu_s() - before
 
 

@@ -164,10 +164,16 @@ def bench_prompt(length: int, vocab: int, seed: int = 0) -> list[int]:
 
 def run_lmc_generate(lmc: Path, model_dir: Path, prompt: list[int], max_new: int, threads: int,
                      wq: str = "f32", kv: str = "f32", ctx: int | None = None,
-                     timeout: float = 900, extra: tuple[str, ...] = ()) -> dict:
+                     timeout: float = 900, extra: tuple[str, ...] = (),
+                     prefault: bool = False) -> dict:
     """One ``lmc generate`` run through the engine's adapter (``extra``: more options, e.g. the
-    policy); returns its checked document."""
+    policy); returns its checked document. ``prefault``: the KV cache's pages written before
+    the prompt (``--kv-prefault``, unless ``extra`` evicts), as llama-bench's context clears its
+    KV buffer before it times anything: a timed step then pays no first touch of a page, which
+    on a VM whose host takes free pages back costs from nothing to seconds of system time."""
     options = ["--max-new", str(max_new), "--threads", str(threads), "--wq", wq, "--kv", kv]
+    if prefault and "--kv-budget" not in extra:
+        options.append("--kv-prefault")
     if ctx is not None:
         options += ["--ctx", str(ctx)]
     return run_here(lmc, "generate", model_dir, prompt, [*options, *extra], timeout)

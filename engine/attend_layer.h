@@ -29,6 +29,7 @@ typedef struct {
     FILE *features;     /* --dump-features, or NULL */
     int features_every; /* --dump-every */
     int kv_budget;      /* --kv-budget: positions each head keeps (whole blocks), 0: no eviction */
+    int kv_prefault;    /* --kv-prefault: every page of the cache written at start */
     int rank_every;     /* --measure-keys N: rank the keys of every N-th query (keyrank.h), 0: off */
     int rank_keep;      /* --measure-keys-keep P: the budget of lost_keep, % of keys kept */
     int rank_direct;    /* --measure-keys-direct D: recall32_direct's candidates, 0: off */

@@ -46,6 +46,7 @@ static const OptSpec OPTIONS[] = {
     {"--measure-keys-keep", C_PPL, T_INT, OFF(measure_keys_keep), 1, 99, 0},
     {"--measure-keys-direct", C_PPL, T_INT, OFF(measure_keys_direct), 32, 1 << 24, 0},
     {"--kv-keep-evicted", C_MODEL, T_FLAG, OFF(keep_evicted), 0, 0, 1},
+    {"--kv-prefault", C_MODEL, T_FLAG, OFF(kv_prefault), 0, 0, 1},
     {"--attn", C_ALL, T_POLICY, OFF(policy), 0, 0, 0},
     {"--k", C_ALL, T_INT, OFF(k), 1, 1 << 24, 0},
     {"--block", C_ALL, T_INT, OFF(block), 1, 1 << 20, 0},
@@ -185,6 +186,9 @@ void cli_check_attention(const Options *o) {
     if (o->kv_budget && o->kv_budget < o->block)
         lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
     if (o->keep_evicted && !o->kv_budget) lmc_die_input("--kv-keep-evicted needs --kv-budget");
+    if (o->kv_prefault && o->kv_budget)
+        lmc_die_input("--kv-prefault makes the whole cache resident at start, --kv-budget keeps only its budget: "
+                      "give one of them");
     if (o->measure_keys && !policy_can_evict(o->policy))
         lmc_die_input("--measure-keys ranks keys by the policy's keep score: --attn %s (got --attn %s)", evicting,
                       got);
@@ -215,6 +219,7 @@ AttnOptions cli_attn_options(const Options *o) {
     }
     a.predictor_path = o->predictor;
     a.kv_budget = o->kv_budget;
+    a.kv_prefault = o->kv_prefault;
     a.rank_every = o->measure_keys;
     a.rank_keep = o->measure_keys_keep;
     a.rank_direct = o->measure_keys_direct;

@@ -27,6 +27,7 @@ typedef struct {
     int measure_keys_keep; /* --measure-keys-keep P: lost_keep is the mass lost keeping P % */
     int measure_keys_direct; /* --measure-keys-direct D: recall32_direct's top D, 0: off */
     int keep_evicted;      /* --kv-keep-evicted */
+    int kv_prefault;       /* --kv-prefault */
     /* attention */
     Policy policy;
     int k, block, probes, prefill_sparse, measure;

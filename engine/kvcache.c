@@ -27,6 +27,12 @@ static void *reserve(KVCache *kv, int which, size_t count, size_t size, const ch
     return p;
 }
 
+/* the arrays in A_* order (NULL where the cache keeps none) */
+static void kv_arrays(const KVCache *kv, void *arrays[N_ARRAYS]) {
+    void *all[N_ARRAYS] = {kv->k, kv->v, kv->kq, kv->vq, kv->ks, kv->vs, kv->kmin, kv->kmax, kv->ksum, kv->pk};
+    memcpy(arrays, all, sizeof all);
+}
+
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,
              const KVLayout *layout) {
     int probes = layout->probes;
@@ -70,6 +76,15 @@ void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, in
         kv->pk = reserve(kv, A_PK, summaries * (size_t)kv->pk_rows, sizeof(float), "probe keys");
     size_t heads = (size_t)n_layers * (size_t)n_kv, slots = heads * (size_t)kv->n_blocks;
     kv->n_used = lmc_alloc(heads, sizeof(int), "KV slots");
+    if (layout->prefault) { /* every page written once: each becomes resident now */
+        void *arrays[N_ARRAYS];
+        kv_arrays(kv, arrays);
+        for (int a = 0; a < N_ARRAYS; a++)
+            for (size_t at = 0; arrays[a] && at < kv->reserved[a]; at += 4096) {
+                volatile char *page = (char *)arrays[a] + at;
+                *page = *page; /* the dead block's NaNs stay */
+            }
+    }
     if (kv->paged) {
         kv->slot = lmc_alloc(slots, sizeof(int), "KV slots");
         kv->free_slots = lmc_alloc(slots, sizeof(int), "KV slots");
@@ -128,7 +143,8 @@ size_t kv_touched_bytes(const KVCache *kv) {
 }
 
 void kv_free(KVCache *kv) {
-    void *arrays[N_ARRAYS] = {kv->k, kv->v, kv->kq, kv->vq, kv->ks, kv->vs, kv->kmin, kv->kmax, kv->ksum, kv->pk};
+    void *arrays[N_ARRAYS];
+    kv_arrays(kv, arrays);
     for (int a = 0; a < N_ARRAYS; a++)
         if (arrays[a]) munmap(arrays[a], kv->reserved[a]);
     lmc_free(kv->slot);

@@ -72,6 +72,7 @@ typedef struct {
     int probes; /* > 0 (f32 only): the probe keys of that many probes per block (none when every
                  * row is a probe: the keys are contiguous already) */
     int paged;  /* blocks in per-head slots, released by eviction (above) */
+    int prefault; /* every page written once at start (--kv-prefault), not when first used */
 } KVLayout;
 
 void kv_init(KVCache *kv, int n_layers, int n_kv, int head_dim, int capacity, int block, int q8,

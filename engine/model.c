@@ -48,6 +48,7 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
     f->chunk = capacity < LMC_PREFILL_CHUNK ? capacity : LMC_PREFILL_CHUNK;
     KVLayout layout = kv_layout_for(&opt->sel);
     layout.paged = attention_pages_kv(opt);
+    layout.prefault = opt->kv_prefault;
     kv_init(&f->kv, c->n_layers, c->n_kv_heads, c->head_dim, capacity, opt->sel.block, kv_q8, &layout);
     attention_init(&f->attn, opt, &f->kv, c->n_heads, pool);
     f->use_feat = attention_needs_features(opt) || opt->features;

@@ -135,6 +135,37 @@ def test_keep_evicted_needs_a_budget(lmc, tiny_model, tmp_path):
     assert proc.returncode == 2 and "--kv-keep-evicted needs --kv-budget" in proc.stderr
 
 
+def test_prefault_makes_the_whole_cache_resident_and_changes_no_bit(lmc, tiny_model, tmp_path):
+    """--kv-prefault writes every page of the cache at start (as llama.cpp clears its KV
+    buffer when it makes its context), so the process's peak holds the whole reserved cache,
+    not just the rows the run wrote; the tokens and logits are the same bits. The run stops at
+    its first token, in a cache sized for 64000 more: about 66 MB reserved, 0.1 MB written.
+    Without the flag the process's peak comes before the cache (about 15 MB more than the run
+    holds after it, here), so not all of the cache shows as a difference of peaks: half must."""
+    model, prompt = tiny_model(MODEL), write_tokens(tmp_path / "p.txt", IDS)
+    first = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 1)
+    runs = {}
+    for flags in ((), ("--kv-prefault",)):
+        dump = tmp_path / f"logits-{len(flags)}.bin"
+        out = lmc_json(lmc, "generate", "--model", model, "--prompt", prompt, "--max-new", 64000,
+                       "--ctx", 64200, "--stop", first["tokens"][0], "--dump-logits", dump, *flags)
+        runs[flags] = out, dump.read_bytes()
+    (plain, plain_logits), (prefaulted, prefaulted_logits) = runs[()], runs[("--kv-prefault",)]
+    assert plain["tokens"] == first["tokens"] and prefaulted["tokens"] == plain["tokens"]
+    assert prefaulted_logits == plain_logits
+    reserved_kb = prefaulted["kv_memory"]["allocated_bytes"] / 1024
+    written_kb = plain["kv_memory"]["resident_bytes"] / 1024
+    assert reserved_kb > 20 * written_kb
+    assert prefaulted["peak_rss_kb"] - plain["peak_rss_kb"] > 0.5 * (reserved_kb - written_kb)
+
+
+def test_prefault_and_a_budget_are_refused_together(lmc, tiny_model, tmp_path):
+    prompt = write_tokens(tmp_path / "p.txt", IDS)
+    proc = run_lmc(lmc, "ppl", "--model", tiny_model(MODEL), "--text", prompt, "--kv-prefault",
+                   *budget_args("h2o"))
+    assert proc.returncode == 2 and "--kv-prefault" in proc.stderr and "--kv-budget" in proc.stderr
+
+
 def test_paged_cache_under_asan(lmc, lmc_asan, tiny_model, tmp_path):
     """Slots released, reused and the dead block read, with AddressSanitizer + UBSan watching:
     the same nll as the release build."""
