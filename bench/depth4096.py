@@ -11,13 +11,13 @@ default) pairs its f16 cache with lmc's f32 (lmc has no f16 cache: it reads twic
 KV bytes) and ``--kv q8_0`` pairs llama.cpp's q8_0 cache with lmc's q8 (both 8-bit values with
 a scale per 32). lmc runs with ``--kv-prefault``: its KV pages are written before the prompt,
 as llama-bench's are when it makes its context, so no timed step pays a page's first touch.
-Every round runs the three in turn, in
-alternating order (ABC, CBA, ...), each in a process of its own; a ratio is lmc's tokens/s over
-llama.cpp's in the same round, reported as median [min, max] over rounds with the CV of each
-engine's tokens/s. The load average is printed before and after: the machine may be shared.
-llama.cpp's OpenMP threads spin at their barriers by default (``OMP_WAIT_POLICY=active``, its
-fastest on a quiet machine); on a loaded one a spinning barrier waits out whole time slices, so
-``--omp-wait-policy passive`` is the fairer setting there (see bench/vs_llamacpp.py).
+Every round runs the three in turn, in alternating order (ABC, CBA, ...), each in a process of
+its own; a ratio is lmc's tokens/s over llama.cpp's in the same round, reported as median [min,
+max] over rounds with the CV of each engine's tokens/s. The load average is printed before and
+after: the machine may be shared. llama.cpp's OpenMP threads spin at their barriers by default
+(``OMP_WAIT_POLICY=active``, its fastest on a quiet machine); on a loaded one a spinning
+barrier waits out whole time slices, so ``--omp-wait-policy passive`` is the fairer setting
+there (see bench/vs_llamacpp.py).
 
 The model is the Qwen3-0.6B-shaped random model (``bench/qwen3_06b.py``, ~2 min to write;
 ``--layers N`` writes a shallower one of the same layer shape, so the prefill that fills the

@@ -5,7 +5,7 @@ llama-bench ``-p N -n 0 -r 1`` (its own warm-up pass first, then one timed pass:
 (lmc's ``prefill_ms``: every prompt token through every layer, the last token's logits; what
 llama-bench's pp test times too), and ``--kv-prefault``: lmc's KV pages are written before the
 prompt, as llama-bench's are when it makes its context (otherwise lmc's timed prefill pays each
-page's first touch, which on a VM whose host takes free pages back cost up to seconds). Same
+page's first touch, which on a VM whose host takes free pages back costs up to seconds). Same
 model (the Qwen3-0.6B-shaped random model of ``bench/qwen3_06b.py``, or ``--layers L`` of its
 layer shape, or ``--model DIR``), the same weights converted to GGUF
 (``harness.engines.llamabench.gguf``: f32 and q8_0 against lmc's ``--wq f32`` / ``--wq q8``),

@@ -1,5 +1,6 @@
 /* tiles.h — the weight kernels' tiles, shared by matmul.c (weight products) and rows.c
- * (attention's row products). Include once per file, after nothing that defines TILE_*.
+ * (attention's row products). It defines TILE_ROWS, TILE_TOKENS and the prefetch distances:
+ * a file that includes it defines none of them itself.
  *
  * The kernels work on tiles of up to 4 weight rows x up to 3 tokens: each weight row loaded
  * once per tile serves every token of the tile (prefill), and in decode the 4 independent rows
