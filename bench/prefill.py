@@ -8,7 +8,8 @@ prompt, as llama-bench's are when it makes its context (otherwise lmc's timed pr
 page's first touch, which on a VM whose host takes free pages back costs up to seconds). Same
 model (the Qwen3-0.6B-shaped random model of ``bench/qwen3_06b.py``, or ``--layers L`` of its
 layer shape, or ``--model DIR``), the same weights converted to GGUF
-(``harness.engines.llamabench.gguf``: f32 and q8_0 against lmc's ``--wq f32`` / ``--wq q8``),
+(``harness.engines.llamabench.gguf``: f32, bf16 and q8_0 against lmc's ``--wq f32`` / ``bf16`` /
+``q8``),
 the same threads. Each round runs every (type, threads) cell with both engines, in alternating
 order (llama-bench first in odd rounds, lmc first in even ones), each in a process of its own;
 a ratio is llama-bench's ms over lmc's in the same round (above 1: lmc is faster), reported as
@@ -190,7 +191,7 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt", type=int, default=512, help="prompt tokens (pp<N>)")
-    parser.add_argument("--types", nargs="+", choices=("f32", "q8_0"), default=["f32", "q8_0"])
+    parser.add_argument("--types", nargs="+", choices=tuple(LMC_WQ), default=["f32", "q8_0"])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=QWEN3_06B.layers,

@@ -56,6 +56,7 @@ static const OptSpec OPTIONS[] = {
     {"--seed", C_ALL, T_U64, OFF(seed), 0, 0, 0},
     {"--kv", C_ALL, T_KVTYPE, OFF(kv_q8), 0, 0, 0},
     {"--wq", C_MODEL, T_WTYPE, OFF(wq), 0, 0, 0},
+    {"--bf16-acts", C_MODEL, T_FLAG, OFF(bf16_acts), 0, 0, 1},
     {"--threads", C_ALL, T_INT, OFF(threads), 1, 256, 0},
     {"--max-new", C_GEN, T_INT, OFF(max_new), 0, 1 << 24, 0},
     {"--ctx", C_ALL, T_INT, OFF(ctx), 1, 1 << 24, 0},
@@ -186,6 +187,9 @@ void cli_check_attention(const Options *o) {
     if (o->kv_budget && o->kv_budget < o->block)
         lmc_die_input("--kv-budget %d is less than one block (--block %d)", o->kv_budget, o->block);
     if (o->keep_evicted && !o->kv_budget) lmc_die_input("--kv-keep-evicted needs --kv-budget");
+    if (o->bf16_acts && o->wq != WQ_BF16)
+        lmc_die_input("--bf16-acts rounds the activations of bf16 weight products: it needs --wq bf16 (got --wq %s)",
+                      wq_name(o->wq));
     if (o->kv_prefault && o->kv_budget)
         lmc_die_input("--kv-prefault makes the whole cache resident at start, --kv-budget keeps only its budget: "
                       "give one of them");

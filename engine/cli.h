@@ -34,6 +34,7 @@ typedef struct {
     int switches[N_SWITCHES]; /* by Switch (policy.h): on or off */
     uint64_t seed;
     int kv_q8, wq, threads; /* wq: WQ_F32, WQ_Q8 or WQ_BF16 (matmul.h) */
+    int bf16_acts;          /* --bf16-acts: bf16 products take activations rounded to bf16 */
     /* generate / ppl */
     int max_new, ctx;
     int stops[MAX_STOPS], n_stops;

@@ -56,24 +56,38 @@ void mat_quantize_row(Mat *m, int r, const float *row);
 /* Interleave an f32 or bf16 matrix in place, four rows at a time: each quad of rows becomes
  * 8 columns of row 0, 8 of row 1, 8 of row 2, 8 of row 3, then the next 8 columns, and so on,
  * the cols % 8 tail columns row by row at the quad's end; the rows % 4 last rows stay as they
- * are. bf16 goes 16 columns at a time instead while 16 remain, each row's 16 as 8 pairs
- * (column j, column j + 8). A decode product then reads each thread's rows as one sequential
- * stream (four rows read side by side are four streams, which the prefetchers follow less
- * well: measured ~10-15 % slower on 2 threads). Products give the same bits either way, and
- * take every f32/bf16 matrix of four rows or more packed (matmul checks). */
+ * are. bf16 goes 16 columns at a time instead while 16 remain, each row's 16 as 8 words
+ * (column j in the high half, column j + 8 in the low half). A decode product then reads
+ * each thread's rows as one sequential stream (four rows read side by side are four streams,
+ * which the prefetchers follow less well: measured ~10-15 % slower on 2 threads). Products
+ * give the same bits either way, and take every f32/bf16 matrix of four rows or more packed
+ * (matmul checks). */
 void mat_pack(Mat *m);
 void mat_free(Mat *m);
 /* bytes of weights one product reads (what decode streams from memory) */
 size_t mat_bytes(const Mat *m);
 
-/* Activations of up to `tokens` tokens quantised for q8 products (scratch, allocated once). */
+/* Activations of up to `tokens` tokens as the weight products take them (scratch, allocated
+ * once): quantised for q8 weights, and with --bf16-acts rounded to bfloat16 for bf16 ones. */
 typedef struct {
     int8_t *q; /* [tokens][groups * 32] */
     float *d;  /* [tokens][groups] */
     int tokens, groups;
+    /* --bf16-acts (NULL without it): each token's activations rounded to bf16 (round to
+     * nearest even), kept as f32 ([tokens][cols]), and as bf16 pairs laid out as mat_pack lays
+     * out a row's 16-column blocks ([tokens][cols / 2] words: column j high, j + 8 low), which
+     * vdpbf16ps takes as they are. Every bf16 product then computes exactly what it computes
+     * from f32 activations, with the rounded ones: vdpbf16ps adds a word's two products, each
+     * exact, as two fused multiply-adds in that order (high half first). So --bf16-acts gives
+     * the same bits at every level (v4-vnni's instruction flushes subnormal inputs and sums to
+     * zero, which a rounded activation or a partial sum of a model's products does not reach) */
+    float *bf;
+    uint32_t *bf_pairs;
+    int cols;
 } QActs;
 
-void qacts_init(QActs *a, int tokens, int max_cols);
+/* bf16_acts: also the --bf16-acts scratch */
+void qacts_init(QActs *a, int tokens, int max_cols, int bf16_acts);
 void qacts_free(QActs *a);
 
 /* One matrix of a fused product and where its output goes: out[t * out_stride + r]. */

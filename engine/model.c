@@ -38,7 +38,7 @@ static float rope_inv_freq(const Config *c, int i) {
     return (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
 }
 
-void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
+void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8, int bf16_acts,
                   int all_logits, ThreadPool *pool) {
     memset(f, 0, sizeof *f);
     const Config *c = &m->cfg;
@@ -78,7 +78,7 @@ void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *o
     f->hb2 = lmc_alloc(T * I, sizeof(float), "activations");
     f->logits = lmc_alloc((size_t)f->logit_rows * (size_t)c->vocab, sizeof(float), "logits");
     size_t widest = H > Q ? H : Q;
-    qacts_init(&f->xq, f->chunk, (int)(widest > I ? widest : I));
+    qacts_init(&f->xq, f->chunk, (int)(widest > I ? widest : I), bf16_acts);
     /* RoPE tables as transformers builds them: inv_freq = 1 / theta^(2i/d) and the angle
      * pos * inv_freq both rounded to float32 (their rounding matters at large positions) */
     int half = c->head_dim / 2;

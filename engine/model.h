@@ -100,8 +100,9 @@ typedef struct {
     KeyRank rank; /* --measure-keys (with the features), see keyrank.h */
 } Forward;
 
-/* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk) */
-void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8,
+/* all_logits: forward may be asked for LOGITS_ALL (sizes the logits buffer for a chunk);
+ * bf16_acts: --bf16-acts (QActs, matmul.h) */
+void forward_init(Forward *f, const Model *m, int capacity, const AttnOptions *opt, int kv_q8, int bf16_acts,
                   int all_logits, ThreadPool *pool);
 void forward_free(Forward *f);
 /* Run n tokens (1 <= n <= f->chunk) at positions pos .. pos + n - 1, in order. phase:

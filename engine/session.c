@@ -40,7 +40,7 @@ void session_open(Session *s, const Options *o, const char *tokens_flag, const c
             lmc_die_input("--predictor %s has %d layers, the model %d", o->predictor, s->gbm.n_layers, c->n_layers);
         s->attn.gbm = &s->gbm;
     }
-    forward_init(&s->fwd, &s->model, s->capacity, &s->attn, o->kv_q8, all_logits, s->pool);
+    forward_init(&s->fwd, &s->model, s->capacity, &s->attn, o->kv_q8, o->bf16_acts, all_logits, s->pool);
 }
 
 void session_close(Session *s) {
@@ -60,8 +60,8 @@ void session_write_config(FILE *f, const Options *o, const Session *s) {
     fprintf(f, ", ");
     cli_write_attn_config(f, o);
     fprintf(f, ", \"prefill_tiles\": %s", attention_tiles_prefill(&s->fwd.attn) ? "true" : "false");
-    fprintf(f, ", \"wq\": \"%s\", \"ctx\": %d, \"max_new\": %d, \"stop\": [", wq_name(o->wq),
-            s->capacity, o->max_new);
+    fprintf(f, ", \"wq\": \"%s\", \"bf16_acts\": %s, \"ctx\": %d, \"max_new\": %d, \"stop\": [", wq_name(o->wq),
+            o->bf16_acts ? "true" : "false", s->capacity, o->max_new);
     for (int i = 0; i < o->n_stops; i++) fprintf(f, "%s%d", i ? ", " : "", o->stops[i]);
     fprintf(f, "], \"model_config\": {\"model_type\": \"%s\", \"hidden_size\": %d, "
                "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "

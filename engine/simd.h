@@ -34,11 +34,12 @@ ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
     __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
-/* 8 words, each two bf16 values: the low halves give *lo, the high halves *hi (mat_pack) */
-ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *lo, v8 *hi) {
+/* 8 words, each two bf16 values (mat_pack): the high halves give *first (columns j), the low
+ * halves *second (columns j + 8) */
+ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *first, v8 *second) {
     __m256i w = _mm256_loadu_si256((const __m256i *)p);
-    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    *hi = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
+    *first = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
+    *second = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 ALWAYS_INLINE v8 v8_set1(float a) { return _mm256_set1_ps(a); }
 /* lmc_reduce8 in registers, the same additions in the same order: (s0+s4, s1+s5, s2+s6, s3+s7)
@@ -100,11 +101,11 @@ ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
     return (v8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
                 vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h), 16))};
 }
-ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *lo, v8 *hi) {
+ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *first, v8 *second) {
     uint32x4_t a = vreinterpretq_u32_u16(vld1q_u16(p)), b = vreinterpretq_u32_u16(vld1q_u16(p + 8));
     uint32x4_t mask = vdupq_n_u32(0xFFFF0000u);
-    *lo = (v8){vreinterpretq_f32_u32(vshlq_n_u32(a, 16)), vreinterpretq_f32_u32(vshlq_n_u32(b, 16))};
-    *hi = (v8){vreinterpretq_f32_u32(vandq_u32(a, mask)), vreinterpretq_f32_u32(vandq_u32(b, mask))};
+    *first = (v8){vreinterpretq_f32_u32(vandq_u32(a, mask)), vreinterpretq_f32_u32(vandq_u32(b, mask))};
+    *second = (v8){vreinterpretq_f32_u32(vshlq_n_u32(a, 16)), vreinterpretq_f32_u32(vshlq_n_u32(b, 16))};
 }
 ALWAYS_INLINE v8 v8_set1(float a) { return (v8){vdupq_n_f32(a), vdupq_n_f32(a)}; }
 ALWAYS_INLINE void v8_reduce4(v8 a, v8 b, v8 c, v8 d, float *out) { /* v8_reduce of each, four at a time */
@@ -206,10 +207,10 @@ ALWAYS_INLINE v8 v8_load_bf16(const uint16_t *p) {
     for (int j = 0; j < 8; j++) r.v[j] = lmc_bf16_to_f32(p[j]);
     return r;
 }
-ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *lo, v8 *hi) {
+ALWAYS_INLINE void v8_load_bf16_pair(const uint16_t *p, v8 *first, v8 *second) {
     for (int j = 0; j < 8; j++) {
-        lo->v[j] = lmc_bf16_to_f32(p[2 * j]);
-        hi->v[j] = lmc_bf16_to_f32(p[2 * j + 1]);
+        first->v[j] = lmc_bf16_to_f32(p[2 * j + 1]);
+        second->v[j] = lmc_bf16_to_f32(p[2 * j]);
     }
 }
 ALWAYS_INLINE v8 v8_fma(v8 a, v8 b, v8 c) {

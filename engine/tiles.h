@@ -48,12 +48,12 @@ ALWAYS_INLINE void reduce_token(const int R, v8 acc[][TILE_TOKENS], int t, float
 ALWAYS_INLINE __m512 v16_load_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
-/* 16 words, each two bf16 values: the low halves give *lo, the high halves *hi, as
+/* 16 words, each two bf16 values: the high halves give *first, the low halves *second, as
  * v8_load_bf16_pair */
-ALWAYS_INLINE void v16_load_bf16_pair(const uint16_t *p, __m512 *lo, __m512 *hi) {
+ALWAYS_INLINE void v16_load_bf16_pair(const uint16_t *p, __m512 *first, __m512 *second) {
     __m512i w = _mm512_loadu_si512(p);
-    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-    *hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+    *first = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+    *second = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
 /* AVX-512 (x86-64-v4) for a packed quad: a packed quad holds each 8 columns of its 4 rows one
@@ -72,17 +72,17 @@ ALWAYS_INLINE int quad_avx512(const int TT, const int BF, const int PK, const vo
     __m512 a01[TILE_TOKENS], a23[TILE_TOKENS]; /* rows 0 | 1 and 2 | 3, 8 lanes each */
     for (int t = 0; t < TT; t++) a01[t] = a23[t] = _mm512_setzero_ps();
     int i = 0;
-    if (BF && PK) /* tile_f32's 16-column steps: a word pairs column j (low half) with j + 8 */
+    if (BF && PK) /* tile_f32's 16-column steps: a word pairs column j (high half) with j + 8 */
         for (; i + 16 <= n8; i += 16) {
             PREFETCH_NEXT((const char *)wp + (size_t)i * TILE_ROWS * wsize + PREFETCH_AHEAD);
-            __m512 lo01, hi01, lo23, hi23;
-            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS, &lo01, &hi01);
-            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS + 32, &lo23, &hi23);
+            __m512 wj01, wj801, wj23, wj823; /* columns j, j + 8 of rows 0 | 1 and 2 | 3 */
+            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS, &wj01, &wj801);
+            v16_load_bf16_pair(wh + (size_t)i * TILE_ROWS + 32, &wj23, &wj823);
             for (int t = 0; t < TT; t++) {
                 __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i));
                 __m512 xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + t * xs + i + 8));
-                a01[t] = _mm512_fmadd_ps(xb, hi01, _mm512_fmadd_ps(xa, lo01, a01[t]));
-                a23[t] = _mm512_fmadd_ps(xb, hi23, _mm512_fmadd_ps(xa, lo23, a23[t]));
+                a01[t] = _mm512_fmadd_ps(xb, wj801, _mm512_fmadd_ps(xa, wj01, a01[t]));
+                a23[t] = _mm512_fmadd_ps(xb, wj823, _mm512_fmadd_ps(xa, wj23, a23[t]));
             }
         }
     for (; i < n8; i += 8) { /* 8 columns of each row, two rows a load */
@@ -147,9 +147,9 @@ ALWAYS_INLINE void tile_f32(const int R, const int TT, const int BF, const int P
                 xb[t] = v8_load(x + t * xs + i + 8);
             }
             for (int r = 0; r < R; r++) {
-                v8 lo, hi;
-                v8_load_bf16_pair(wh + (size_t)i * TILE_ROWS + (size_t)r * 16, &lo, &hi);
-                for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xb[t], hi, v8_fma(xa[t], lo, acc[r][t]));
+                v8 wj, wj8; /* columns j and j + 8 */
+                v8_load_bf16_pair(wh + (size_t)i * TILE_ROWS + (size_t)r * 16, &wj, &wj8);
+                for (int t = 0; t < TT; t++) acc[r][t] = v8_fma(xb[t], wj8, v8_fma(xa[t], wj, acc[r][t]));
             }
         }
     for (; i < n8; i += 8) {

@@ -73,8 +73,9 @@ void mat_pack(Mat *m) {
     if (m->packed || m->q || m->rows < MAT_PACK_ROWS) return;
     size_t esize = m->h ? sizeof(uint16_t) : sizeof(float);
     size_t cols = (size_t)m->cols, n8 = cols & ~(size_t)7, quad = MAT_PACK_ROWS * cols;
-    /* bf16: whole 16-column blocks pair column j with j + 8 in one 32-bit word (low, high
-     * half), which widens with a shift and a mask instead of a shuffle per 8 values */
+    /* bf16: whole 16-column blocks pair column j with j + 8 in one 32-bit word (high, low
+     * half), which widens with a mask and a shift instead of a shuffle per 8 values, and is
+     * the order in which vdpbf16ps adds a word's two products (--bf16-acts) */
     size_t n16 = m->h ? cols & ~(size_t)15 : 0;
     char *base = m->h ? (char *)m->h : (char *)m->f;
     char *tmp = lmc_alloc(quad, esize, "packing a quad of rows");
@@ -86,8 +87,8 @@ void mat_pack(Mat *m) {
             for (size_t k = 0; k < MAT_PACK_ROWS; k++, dst += 16 * esize) {
                 uint16_t *d = (uint16_t *)dst;
                 for (size_t i = 0; i < 8; i++) {
-                    d[2 * i] = th[k * cols + j + i];
-                    d[2 * i + 1] = th[k * cols + j + 8 + i];
+                    d[2 * i + 1] = th[k * cols + j + i];
+                    d[2 * i] = th[k * cols + j + 8 + i];
                 }
             }
         for (size_t j = n16; j < n8; j += 8)

@@ -25,6 +25,10 @@ from harness.engines.lmc.build import build_engine
 
 MODEL = "gqa2_untied_bf16"
 MAX_NEW = 4
+# lmc's options per weights case: --bf16-acts rounds the products' activations to bf16, and
+# at v4-vnni the prefill panels take them by vdpbf16ps (two products a lane, high half first)
+WEIGHTS = {"f32": ("--wq", "f32"), "bf16": ("--wq", "bf16"), "q8": ("--wq", "q8"),
+           "bf16-acts": ("--wq", "bf16", "--bf16-acts")}
 X86_HERE = [lv.name for lv in isa.LEVELS["x86_64"] if not isa.missing(lv, isa.host_features())]
 
 
@@ -89,10 +93,13 @@ def test_every_x86_level_here_matches_v3(builds, tiny_model, tmp_path):
         vnni = disassembly(builds["x86_64:v4-vnni"], "x86_64")
         assert mnemonics(vnni, "vpdpbusd") > 0
         assert len(re.findall(r"vpdpbusd\s[^\n]*%zmm", vnni)) > 0  # the q8 quads' 512-bit form
+        assert len(re.findall(r"vdpbf16ps\s[^\n]*%zmm", vnni)) > 0  # --bf16-acts' panels
+    assert mnemonics(v3, "vdpbf16ps") == 0
     for name in ("v4", "v4-vnni"):
         if name in X86_HERE:
             code = disassembly(builds[f"x86_64:{name}"], "x86_64")
             assert len(re.findall(r"vfmadd\d+ps\s+%zmm", code)) > 0, name
+            assert (mnemonics(code, "vdpbf16ps") > 0) == (name == "v4-vnni"), name
 
 
 @pytest.mark.skipif(isa.host_features() == frozenset() or "v3" not in X86_HERE,
@@ -104,10 +111,12 @@ def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_m
     tokens) at their edges: 41 tokens (a chunk of 41: 10 tiles of 4 and 1, 13 of 3 and 2)
     and 70 (64 + 6); widths 40 and 70 (a 6-column tail), 70 rows (17 quads: two-quad panels,
     then one quad alone, then 2 plain rows), 318 rows in the tied lm_head. Every prompt
-    position's logits (--dump-logits) are v3's bits, f32, bf16 and q8 (at v4, q8 quads
-    go two rows a 512-bit register too; q8 blocks one by one here, 8 at a time in the wide
-    MLP's down projection)."""
-    cases = (("odd_widths_tied_bf16", ("f32", "bf16", "q8")), ("wide_mlp_f32", ("q8",)))
+    position's logits (--dump-logits) are v3's bits, f32, bf16, q8 and bf16 with
+    --bf16-acts (at v4, q8 quads go two rows a 512-bit register too; q8 blocks one by one
+    here, 8 at a time in the wide MLP's down projection; at v4-vnni, --bf16-acts' 16-column
+    steps are vdpbf16ps)."""
+    cases = (("odd_widths_tied_bf16", ("f32", "bf16", "q8", "bf16-acts")),
+             ("wide_mlp_f32", ("q8", "bf16-acts")))
     for model_name, wqs in cases:
         spec = TINY_SPECS[model_name]
         model = tiny_model(model_name)
@@ -116,7 +125,7 @@ def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_m
             prompt = write_tokens(tmp_path / f"prompt{n}.txt", ids[:n])
             for wq in wqs:
                 runs = {name: generate([str(builds[f"x86_64:{name}"])], model, prompt,
-                                       tmp_path / f"{name}-{wq}-{n}.bin", "--wq", wq,
+                                       tmp_path / f"{name}-{wq}-{n}.bin", *WEIGHTS[wq],
                                        "--threads", threads)
                         for name in X86_HERE}
                 tokens, logits = runs["v3"]
