@@ -141,6 +141,8 @@ def config_label(row: pd.Series | dict[str, Any]) -> str:
             parts.append(f"ranked-keep={config['measure_keys_keep']}%")
         if config.get("measure_keys_direct") is not None:
             parts.append(f"direct={config['measure_keys_direct']}")
+        if config.get("bf16_acts"):  # lmc --bf16-acts
+            parts.append("acts=bf16")
     threads = int_or_none(get("threads"))
     if threads is not None:
         parts.append(f"t={threads}")
@@ -273,7 +275,7 @@ def _config_labels(table: pd.DataFrame, configs: list[Any], params: list[Any]) -
     """Each row's config label (``config_label`` and the workload's own text), worked out once
     per distinct config: what a label reads of a row's config (the switches, the budget, the
     trees) and its axis columns."""
-    read = ("kv_budget", "predictor", *(switch.name for switch in SWITCHES))
+    read = ("kv_budget", "predictor", "bf16_acts", *(switch.name for switch in SWITCHES))
     columns = [table[c].tolist() if c in table else [None] * len(table) for c in LABEL_COLUMNS]
     labels: dict[tuple, str] = {}
     out = []

@@ -235,3 +235,34 @@ def test_the_ranked_budget_is_an_engine_axis_of_ppl_runs(tmp_path: Path) -> None
     labels = {config_label({"policy": c.policy, "config": json.dumps(c.as_dict())})
               for c in configs(keeps, "ppl", True, 1) + configs(direct, "ppl", True, 1)}
     assert labels == {"exact", "window", "window ranked-keep=25%", "window direct=256"}
+
+
+def test_bf16_acts_is_an_engine_axis_of_bf16_weights(tmp_path: Path) -> None:
+    """engine.bf16_acts (lmc --bf16-acts): a config of its own with bf16 weights only, unset
+    it leaves the config (and so the run keys) as before the axis; lmc gets the flag, reports
+    a label of its own; without bf16 in engine.wq the spec is refused, naming the key."""
+    from devices.checker import Checker
+    from harness.engines.lmc.config import configs, count
+    from harness.engines.lmc.run_options import options as lmc_options
+    from harness.engines.lmc.section import parse_section
+    from harness.workloads.kinds import WorkloadPoint
+    from reports.runs import config_label
+
+    check = Checker(tmp_path / "spec.toml", InputError, "spec")
+    table = {"wq": ["f32", "bf16"], "policy": {"exact": {}}}
+    axes = parse_section(check, table | {"bf16_acts": [False, True]}, ["decode"])
+    found = configs(axes, "generate", True, 1)
+    assert [(c.wq, c.bf16_acts) for c in found] == [("f32", None), ("bf16", None),
+                                                   ("bf16", True)]
+    assert count(axes, True) == len(found) == 3
+    before = [c.as_dict() for c in configs(parse_section(check, table, ["decode"]),
+                                           "generate", True, 1)]
+    assert [c.as_dict() for c in found if not c.bf16_acts] == before
+    point = WorkloadPoint("decode", (("max_new", 2),))
+    flags = [lmc_options(point, c) for c in found]
+    assert ["--bf16-acts" in f for f in flags] == [False, False, True]
+    labels = [config_label({"policy": c.policy, "wq": c.wq, "config": json.dumps(c.as_dict())})
+              for c in found]
+    assert labels == ["exact", "exact wq=bf16", "exact wq=bf16 acts=bf16"]
+    with pytest.raises(InputError, match=r"engine.bf16_acts.*add \"bf16\" to engine.wq"):
+        parse_section(check, {"wq": "q8", "bf16_acts": True}, ["decode"])

@@ -23,7 +23,7 @@ COLUMNS = ("policy", "k", "block", "probes", "kv", "wq", "threads", "prefill_att
 TIMING_COLUMNS = ("policy", "k")
 # axes added after the first runs were stored: left out of a config when unset
 LATER_AXES = ("trace_selection", "kv_budget", "predictor", "measure_keys", "measure_keys_keep",
-              "measure_keys_direct")
+              "measure_keys_direct", "bf16_acts")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class EngineConfig:
     # --measure-keys-keep: % of keys kept for lost_keep (None: lmc's default, 50)
     measure_keys_keep: int | None = None
     measure_keys_direct: int | None = None  # --measure-keys-direct D (None: off)
+    bf16_acts: bool | None = None  # --bf16-acts, with wq bf16 (None: off)
 
     def as_dict(self) -> dict[str, Any]:
         """The config for run keys and records (see the module's docstring), in the stored
@@ -77,17 +78,18 @@ class EngineConfig:
 def configs(axes: EngineAxes, command: str, uses_model: bool,
             default_threads: int) -> list[EngineConfig]:
     """The configs of one workload kind: each policy's axes crossed with the shared ones.
-    Without a model (attn-bench) there is no weight format, prefill or eviction; ppl measures
+    Without a model (attn-bench) there is no weight format, prefill or eviction (and
+    bf16_acts applies to bf16 weights only); ppl measures
     no selection; the key ranking applies to ppl runs of the evicting policies."""
     measures = command in ("generate", "attn-bench")
     found: list[EngineConfig] = []
     for policy in axes.policies:
         names = sorted(policy.switches)
-        for (k, block, probes, budget, kv, wq, threads, prefill, keep,
+        for (k, block, probes, budget, kv, wq, acts, threads, prefill, keep,
              *switches) in itertools.product(
             policy.k, policy.block, policy.probes, policy.kv_budget, axes.kv, axes.wq,
-            axes.threads or [default_threads], axes.prefill_attn, axes.measure_keys_keep,
-            *(policy.switches[name] for name in names),
+            axes.bf16_acts, axes.threads or [default_threads], axes.prefill_attn,
+            axes.measure_keys_keep, *(policy.switches[name] for name in names),
         ):
             ranks = command == "ppl" and policy.name in EVICTING and axes.measure_keys is not None
             config = EngineConfig(
@@ -104,6 +106,7 @@ def configs(axes: EngineAxes, command: str, uses_model: bool,
                 measure_keys=axes.measure_keys if ranks else None,
                 measure_keys_keep=keep if ranks and keep != MEASURE_KEYS_KEEP else None,
                 measure_keys_direct=axes.measure_keys_direct if ranks else None,
+                bf16_acts=True if acts and uses_model and wq == "bf16" else None,
             )
             if config not in found:  # axes a command ignores would only repeat a config
                 found.append(config)
@@ -118,9 +121,10 @@ def _set_switches(values: dict[str, bool | None]) -> tuple[tuple[str, bool], ...
 
 def count(axes: EngineAxes, uses_model: bool) -> int:
     """len(configs(...)) without building them: axis values are distinct, and only the axes a
-    command ignores collapse."""
+    command ignores collapse (and bf16_acts but with wq bf16)."""
+    weights = sum(len(axes.bf16_acts) if wq == "bf16" else 1 for wq in axes.wq)
     shared = (len(axes.kv) * len(axes.threads or [0])
-              * (len(axes.wq) * len(axes.prefill_attn) if uses_model else 1))
+              * (weights * len(axes.prefill_attn) if uses_model else 1))
     return shared * sum(len(p.k) * len(p.block) * len(p.probes)
                         * (len(p.kv_budget) if uses_model else 1)
                         * math.prod(len(values) for values in p.switches.values())

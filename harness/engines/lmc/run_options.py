@@ -37,6 +37,8 @@ def options(workload: WorkloadPoint, config: EngineConfig,
             opts += ["--layers", str(params["layers"])]
         return tuple(opts)
     opts += ["--wq", str(config.wq), "--prefill-attn", str(config.prefill_attn)]
+    if config.bf16_acts:
+        opts.append("--bf16-acts")
     if workload.command == "generate":
         opts += ["--max-new", str(workload.get("max_new"))]
         if stop_id is not None:

@@ -38,8 +38,8 @@ MEASURE_KEYS_KEEP = 50  # lmc's --measure-keys-keep default: lost_keep is then l
 LMC_LIMITS = {"threads": 256, "k": 1 << 24, "block": 1 << 20, "probes": 1 << 20,
               "kv_budget": 1 << 24}
 
-ENGINE_KEYS = {"policy", "kv", "wq", "threads", "prefill_attn", "measure_selection",
-               "trace_selection", "measure_keys", "measure_keys_keep",
+ENGINE_KEYS = {"policy", "kv", "wq", "bf16_acts", "threads", "prefill_attn",
+               "measure_selection", "trace_selection", "measure_keys", "measure_keys_keep",
                "measure_keys_direct"}
 SWITCH_DEFAULTS = {s.name: s.default for s in SWITCHES}
 
@@ -79,6 +79,8 @@ class EngineAxes:
     measure_keys_keep: list[int] = field(default_factory=lambda: [MEASURE_KEYS_KEEP])
     # recall32_direct's candidates: the top D of all keys (--measure-keys-direct; None: off)
     measure_keys_direct: int | None = None
+    # lmc --bf16-acts: bf16 weight products take activations rounded to bf16 (wq bf16 only)
+    bf16_acts: list[bool] = field(default_factory=lambda: [False])
 
 
 def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
@@ -104,12 +106,16 @@ def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
     if "threads" in table:
         threads = check.axis(table["threads"], "engine.threads", "int", low=1,
                              high=LMC_LIMITS["threads"])
+    wq = check.axis(table.get("wq", LMC_DEFAULTS["wq"]), "engine.wq", "str", choices=WQ_FORMATS)
+    bf16_acts = check.axis(table.get("bf16_acts", False), "engine.bf16_acts", "bool")
+    if True in bf16_acts and "bf16" not in wq:
+        raise check.fail("engine.bf16_acts", "rounds the activations of bf16 weight products "
+                         "(lmc --bf16-acts): add \"bf16\" to engine.wq")
     return EngineAxes(
         policies=policies,
         kv=check.axis(table.get("kv", LMC_DEFAULTS["kv"]), "engine.kv", "str",
                       choices=KV_FORMATS),
-        wq=check.axis(table.get("wq", LMC_DEFAULTS["wq"]), "engine.wq", "str",
-                      choices=WQ_FORMATS),
+        wq=wq,
         threads=threads,
         prefill_attn=check.axis(table.get("prefill_attn", LMC_DEFAULTS["prefill_attn"]),
                                 "engine.prefill_attn", "str", choices=PREFILL_ATTN),
@@ -125,6 +131,7 @@ def parse_section(check: Checker, value: Any, kinds: list[str]) -> EngineAxes:
         measure_keys_direct=check.minimum(check.scalar(
             table["measure_keys_direct"], "engine.measure_keys_direct", "int"),
             "engine.measure_keys_direct", 32) if "measure_keys_direct" in table else None,
+        bf16_acts=bf16_acts,
     )
 
 
