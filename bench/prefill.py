@@ -8,12 +8,11 @@ prompt, as llama-bench's are when it makes its context (otherwise lmc's timed pr
 page's first touch, which on a VM whose host takes free pages back costs up to seconds). Same
 model (the Qwen3-0.6B-shaped random model of ``bench/qwen3_06b.py``, or ``--layers L`` of its
 layer shape, or ``--model DIR``), the same weights converted to GGUF
-(``harness.engines.llamabench.gguf``: f32, bf16 and q8_0 against lmc's ``--wq f32`` / ``bf16`` /
-``q8``),
-the same threads. Each round runs every (type, threads) cell with both engines, in alternating
-order (llama-bench first in odd rounds, lmc first in even ones), each in a process of its own;
-a ratio is llama-bench's ms over lmc's in the same round (above 1: lmc is faster), reported as
-median [min, max] over rounds.
+(``harness.engines.llamabench.gguf``: f32, bf16 and q8_0 against lmc's ``--wq f32`` /
+``bf16`` / ``q8``), the same threads. Each round runs every (type, threads) cell with both
+engines, in alternating order (llama-bench first in odd rounds, lmc first in even ones), each
+in a process of its own; a ratio is llama-bench's ms over lmc's in the same round (above 1:
+lmc is faster), reported as median [min, max] over rounds.
 
 On a shared machine wall times follow the other jobs more than the engines, so the bench also
 takes each process's user CPU time (``getrusage`` of the child): with one thread, user CPU
@@ -30,12 +29,16 @@ prefill's operations (every weight product of every token, the last token's lm_h
 attention's scores and value sums) per user CPU second, against the best of
 ``bench/c/fma_peak.c`` built for the same level (12 chains of fused multiply-adds in registers,
 at the level's width: 512 bits at v4, 256 at v3), and the fraction of that peak a prefill 1.3x
-faster than llama-bench's would need; with ``--json`` each engine's share is stored too.
+faster than llama-bench's would need; with ``--json`` each engine's share is stored too. At
+v4-vnni (AVX512_BF16) bf16 is also set against the bf16 dot-product peak (``vdpbf16ps``, two
+multiply-adds a lane): llama.cpp's bf16 products round their activations to bf16 and use it,
+and so does lmc with ``--lmc-extra=--bf16-acts``.
 
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
     .venv/bin/python bench/prefill.py --prompt 4096 --layers 4       # long prompts, 4 layers
     .venv/bin/python bench/prefill.py --isa v4 --rev main            # lmc of another revision
+    .venv/bin/python bench/prefill.py --isa v4-vnni --types bf16 --lmc-extra=--bf16-acts
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ class FmaPeak:
     simd: str
     bits: int
     gflops: float  # per CPU second
+    dot_bf16_gflops: float | None = None  # vdpbf16ps's, where the level has AVX512_BF16
 
 
 def fma_peak(isa: str) -> FmaPeak:
@@ -147,7 +151,9 @@ def fma_peak(isa: str) -> FmaPeak:
                              target=f"{os.uname().machine}:{isa}")
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, check=True)
     doc = json.loads(proc.stdout)
-    return FmaPeak(isa, doc["simd"], int(doc["bits"]), float(doc["best_gflops"]))
+    dot = doc.get("dot_bf16_best_gflops")
+    return FmaPeak(isa, doc["simd"], int(doc["bits"]), float(doc["best_gflops"]),
+                   float(dot) if dot is not None else None)
 
 
 def print_fractions(cells: list[Cell], ops: float, peak: FmaPeak, lmc_exact: bool) -> list[dict]:
@@ -177,6 +183,15 @@ def print_fractions(cells: list[Cell], ops: float, peak: FmaPeak, lmc_exact: boo
         shares.append({"weights": cell.gguf_type, "isa": peak.isa,
                        "lmc": rates[0] / peak.gflops if rates[0] else None,
                        "llama_bench": rates[1] / peak.gflops if rates[1] else None})
+        if cell.gguf_type == "bf16" and peak.dot_bf16_gflops:
+            dot = peak.dot_bf16_gflops
+            of_dot = [f"{r / dot:.0%}" if r else "–" for r in rates]
+            need_dot = f"{1.3 * rates[1] / dot:.0%}" if rates[1] else "–"
+            print(f"| bf16, of the bf16 dot-product peak ({dot:.1f}, vdpbf16ps) | {of_dot[0]} | "
+                  f"{of_dot[1]} | {need_dot} |")
+            shares[-1] |= {"dot_bf16_peak": dot,
+                           "lmc_of_dot_bf16": rates[0] / dot if rates[0] else None,
+                           "llama_bench_of_dot_bf16": rates[1] / dot if rates[1] else None}
     print("(q8_0 counts an int8 multiply-add as 2 operations too; its AVX2 kernels spend 5 "
           "instructions on 32 products of a row and a token, f32 4)")
     return shares

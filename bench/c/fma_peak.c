@@ -4,11 +4,15 @@
  * 16 lanes (512 bits) where AVX-512 is built in (x86-64 v4), 8 (AVX2, or two NEON registers)
  * below. A weight product can reach this only if it never waits on a load; set beside a
  * prefill's FLOP count and CPU seconds, it says what fraction of the level's peak an engine's
- * prefill runs at.
+ * prefill runs at. Where the build has AVX512_BF16 (x86-64 v4-vnni), the same for bf16 dot
+ * products too: 12 chains of vdpbf16ps, each lane two multiply-adds an instruction (4
+ * operations), the ceiling of a bf16 product whose activations are rounded to bf16 (lmc
+ * --bf16-acts, llama.cpp's bf16 products).
  *
  * usage: fma_peak [--passes P]   (P in [1, 100], default 5; each pass about 0.25 s)
  * output: one JSON document on stdout, the vector width (lanes, bits), the best pass and every
- * pass in GFLOP per CPU second; errors: exit code 2 and one line on stderr. */
+ * pass in GFLOP per CPU second, and the bf16 dot products' best pass (null without
+ * AVX512_BF16); errors: exit code 2 and one line on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +74,22 @@ static double pass(float *sink) {
     return (double)STEPS * CHAINS * LANES * 2 / dt / 1e9;
 }
 
+#if defined(__AVX512BF16__)
+/* one pass of bf16 dot products (vdpbf16ps: per lane acc + a0·b0 + a1·b1); GFLOP per CPU
+ * second */
+static double pass_dot_bf16(float *sink) {
+    __m512 acc[CHAINS];
+    for (int j = 0; j < CHAINS; j++) acc[j] = _mm512_set1_ps(0.001f * (float)j);
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x33D633D6);
+    double t0 = cpu_s();
+    for (long i = 0; i < STEPS; i++)
+        for (int j = 0; j < CHAINS; j++) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+    double dt = cpu_s() - t0;
+    for (int j = 0; j < CHAINS; j++) *sink += _mm512_cvtss_f32(acc[j]);
+    return (double)STEPS * CHAINS * 16 * 4 / dt / 1e9;
+}
+#endif
+
 int main(int argc, char **argv) {
     long passes = 5;
     for (int i = 1; i < argc; i++) {
@@ -94,6 +114,17 @@ int main(int argc, char **argv) {
         best = g > best ? g : best;
         printf("%s%.2f", p ? ", " : "", g);
     }
-    printf("], \"best_gflops\": %.2f, \"sink\": %g}\n", best, (double)sink);
+    printf("], \"best_gflops\": %.2f, ", best);
+#if defined(__AVX512BF16__)
+    double best_dot = 0.0;
+    for (long p = 0; p < passes; p++) {
+        double g = pass_dot_bf16(&sink);
+        best_dot = g > best_dot ? g : best_dot;
+    }
+    printf("\"dot_bf16_best_gflops\": %.2f, ", best_dot);
+#else
+    printf("\"dot_bf16_best_gflops\": null, ");
+#endif
+    printf("\"sink\": %g}\n", (double)sink);
     return 0;
 }

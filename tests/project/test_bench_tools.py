@@ -73,6 +73,22 @@ def test_fma_peak_runs_at_each_levels_width(level: str, bits: int) -> None:
     register = "%zmm" if bits == 512 else "%ymm"
     assert re.search(rf"vfmadd\d+ps\s+{register}", code)
     assert (level == "v3") == ("%zmm" not in code)
+    assert doc["dot_bf16_best_gflops"] is None and "vdpbf16ps" not in code
+
+
+def test_fma_peak_measures_bf16_dot_products_at_v4_vnni() -> None:
+    """At the level with AVX512_BF16 the peak has a second figure, vdpbf16ps's (two
+    multiply-adds a lane an instruction): on the development machine's Zen 5, 1.8-1.9x the FMA
+    peak. A host without the level checks the build only."""
+    binary = build_c_program("fma_peak", [BENCH_DIR / "c" / "fma_peak.c"], target="x86_64:v4-vnni")
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)], capture_output=True,
+                          text=True, check=True).stdout
+    assert re.search(r"vdpbf16ps\s+%zmm", code)
+    lv = next(lv for lv in isa.LEVELS["x86_64"] if lv.name == "v4-vnni")
+    if not isa.missing(lv, isa.host_features()):
+        doc = json.loads(subprocess.run([str(binary), "--passes", "1"], capture_output=True,
+                                        text=True, check=True).stdout)
+        assert doc["dot_bf16_best_gflops"] > doc["best_gflops"] > 1
 
 
 def test_prefill_reports_each_engines_share_of_the_levels_peak(capsys) -> None:
@@ -83,6 +99,14 @@ def test_prefill_reports_each_engines_share_of_the_levels_peak(capsys) -> None:
     # 100 G operations in the median 2 and 4 CPU seconds: 50 and 25 G per second of 100
     assert shares == [{"weights": "f32", "isa": "v4", "lmc": 0.5, "llama_bench": 0.25}]
     assert "512-bit avx512f" in capsys.readouterr().out
+    # bf16 at a level with vdpbf16ps: also its share of the bf16 dot-product peak
+    bf16 = prefill.Cell("bf16", 1, lmc_cpu_s=[1.0], llama_cpu_s=[2.0])
+    peak = prefill.FmaPeak("v4-vnni", "avx512f", 512, 100.0, dot_bf16_gflops=200.0)
+    shares = prefill.print_fractions([bf16], 100e9, peak, lmc_exact=True)
+    assert shares == [{"weights": "bf16", "isa": "v4-vnni", "lmc": 1.0, "llama_bench": 0.5,
+                       "dot_bf16_peak": 200.0, "lmc_of_dot_bf16": 0.5,
+                       "llama_bench_of_dot_bf16": 0.25}]
+    assert "bf16 dot-product peak (200.0, vdpbf16ps) | 50% | 25% | 32% |" in capsys.readouterr().out
     sparse = prefill.print_fractions([cell], 100e9, peak, lmc_exact=False)
     assert sparse[0]["lmc"] is None and sparse[0]["llama_bench"] == 0.25
 
