@@ -67,7 +67,7 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 
 /* ---------------------------------------------------------------- prefill panels */
 
-/* A chunk of tokens (prefill) times packed f32 quads (and bf16 ones at v4: PANEL_BF16),
+/* A chunk of tokens (prefill) times packed f32 or bf16 quads,
  * PANEL_QUADS quads (consecutive in the matrix) at a time. Three things the decode tiles do not need:
  * - the columns go in blocks of PANEL_COLS, so that a block of the quads (16 KiB) stays
  *   in L1 while every token of the chunk goes past it; a whole quad of a wide matrix (32-48
@@ -87,18 +87,29 @@ static void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int
 #if defined(LMC_AVX512_TILES)
 #define PANEL_TILE 4
 #define PANEL_QUADS 2
-#define PANEL_BF16 1 /* bf16 quads by panels too (at v3 a bf16 tile's 16-column step needs
-                      * more registers than there are: they stay with the tiles) */
 #else
 #define PANEL_TILE TILE_TOKENS
 #define PANEL_QUADS 1
-#define PANEL_BF16 0
 #endif
 #define PANEL_ROWS (PANEL_QUADS * TILE_ROWS)
+/* bf16 panels: at v4 by 512-bit tiles that widen their weights as they load them (with
+ * --bf16-acts and AVX512_BF16, by vdpbf16ps); below, by the f32 tiles on a block widened
+ * once for every token (panel_widen): there, widening in the tile left 20 % more CPU time
+ * (v3, pp512), and at v4 widening a block costs 7 % more than in the tile */
+#if defined(LMC_AVX512_TILES)
+#define PANEL_BF16_TILES 1
+#else
+#define PANEL_BF16_TILES 0
+#endif
+#if defined(LMC_AVX512_TILES) && defined(__AVX512BF16__)
+#define PANEL_DOT_BF16 1
+#else
+#define PANEL_DOT_BF16 0
+#endif
 #define PANEL_COLS (1024 / PANEL_QUADS) /* a block of the panel's quads: 16 KiB */
 
 /* columns i0 .. i1 (multiples of 8, at most n & ~7; i0 of 16) of Q quads (quad q at w + q * qs
- * values: f32, or bf16 when BF, PANEL_BF16 only) times TT tokens; the sums start from zero
+ * values: f32, or bf16 when BF) times TT tokens; the sums start from zero
  * (first) or from `carry`, token t's row r (of the Q quads' 4Q) at carry[t * 4Q + r], and go
  * back to it. xp: with --bf16-acts, x's bf16 pairs (QActs), xps words a token */
 ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const void *w, size_t qs, const float *x,
@@ -152,7 +163,7 @@ ALWAYS_INLINE void panel_span(const int BF, const int Q, const int TT, const voi
     for (int p = 0; p < R / 2; p++)
         for (int t = 0; t < TT; t++) _mm512_storeu_ps((float *)(carry + t * R + 2 * p), acc[p][t]);
 #else
-    (void)xp, (void)xps;
+    (void)BF, (void)xp, (void)xps; /* bf16 comes widened (panel_widen) */
     v8 acc[PANEL_ROWS][PANEL_TILE];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = first ? v8_zero() : carry[t * R + r];
@@ -180,7 +191,7 @@ static void panel_tile(int BF, int Q, int TT, const void *w, size_t qs, const fl
 #else
 #define PANEL_CASES(B, QQ) switch (TT) { PANEL_CASE(B, QQ, 3) PANEL_CASE(B, QQ, 2) PANEL_CASE(B, QQ, 1) }
 #endif
-#if PANEL_BF16
+#if PANEL_BF16_TILES
     if (BF && Q == 2) PANEL_CASES(1, 2)
     if (BF && Q == 1) PANEL_CASES(1, 1)
 #endif
@@ -193,12 +204,41 @@ static void panel_tile(int BF, int Q, int TT, const void *w, size_t qs, const fl
 #undef PANEL_CASE
 }
 
+/* columns i0 .. i1 (a block) of Q packed bf16 quads (quad q at w + q * qs values, n columns)
+ * widened to f32, exactly (a bf16 is the top half of its f32), into `wide` as packed f32 quads
+ * of i1 - i0 columns, TILE_ROWS * PANEL_COLS values apart: a bf16 panel then takes the f32
+ * panel's steps, whose order is the bf16 tiles' (columns j, then j + 8), with the widening
+ * done once per block for every token of the pass instead of once per tile of tokens (at v3
+ * bf16 prefill ran at 70 % of the FMA peak widening per tile, f32 at 90 %) */
+static void panel_widen(const uint16_t *w, int Q, size_t qs, int n, int i0, int i1, float *wide) {
+    const int n16 = n & ~15; /* mat_pack's 16-column pairs end here */
+    for (int q = 0; q < Q; q++) {
+        const uint16_t *wq = w + (size_t)q * qs;
+        float *dq = wide + (size_t)q * TILE_ROWS * PANEL_COLS;
+        int i = i0;
+        for (; i + 16 <= i1 && i + 16 <= n16; i += 16)
+            for (int r = 0; r < TILE_ROWS; r++) {
+                v8 wj, wj8;
+                v8_load_bf16_pair(wq + (size_t)i * TILE_ROWS + (size_t)r * 16, &wj, &wj8);
+                v8_store(dq + (size_t)(i - i0) * TILE_ROWS + (size_t)r * 8, wj);
+                v8_store(dq + (size_t)(i + 8 - i0) * TILE_ROWS + (size_t)r * 8, wj8);
+            }
+        for (; i < i1; i += 8)
+            for (int r = 0; r < TILE_ROWS; r++)
+                v8_store(dq + (size_t)(i - i0) * TILE_ROWS + (size_t)r * 8,
+                         v8_load_bf16(wq + (size_t)i * TILE_ROWS + (size_t)r * 8));
+    }
+}
+
 /* Q packed quads at w, qs values apart (n columns; f32, or bf16 when BF), times tokens
- * x[0 .. T), T <= PANEL_TOKENS (and their bf16 pairs xp, xps words apart, or NULL), into
- * out[t * os + r], r < 4Q; `next` is what comes after them, fetched a slice per span */
+ * x[0 .. T), T <= PANEL_TOKENS (and their bf16 pairs xp, xps words apart, for vdpbf16ps, or
+ * NULL), into out[t * os + r], r < 4Q; `next` is what comes after them, fetched a slice per
+ * span */
 static void panel_quads(int BF, int Q, const void *w, size_t qs, const void *next, int n, const float *x,
                         size_t xs, const uint32_t *xp, size_t xps, int T, float *out, size_t os) {
     v8 carry[PANEL_TOKENS * PANEL_ROWS]; /* token t's sums at carry + t * 4Q, [t][r] */
+    float wide[PANEL_BF16_TILES ? 1 : PANEL_ROWS * PANEL_COLS]; /* bf16 below v4: the block, widened */
+    const int widen = BF && !PANEL_BF16_TILES;
     const int R = Q * TILE_ROWS, n8 = n & ~7;
     const int tiles = (T + PANEL_TILE - 1) / PANEL_TILE, blocks = (n8 + PANEL_COLS - 1) / PANEL_COLS;
     const size_t bytes = (size_t)Q * (size_t)n * TILE_ROWS * (BF ? sizeof(uint16_t) : sizeof(float));
@@ -208,11 +248,17 @@ static void panel_quads(int BF, int Q, const void *w, size_t qs, const void *nex
         for (int k = 0; k < T * R; k++) carry[k] = v8_zero();
     for (int i0 = 0; i0 < n8; i0 += PANEL_COLS) {
         int i1 = i0 + PANEL_COLS < n8 ? i0 + PANEL_COLS : n8;
+        if (widen) panel_widen(w, Q, qs, n, i0, i1, wide);
         for (int t0 = 0; t0 < T; t0 += PANEL_TILE) {
             for (size_t b = 0; b < slice; b += 64) __builtin_prefetch(fetch + b);
             fetch += slice;
-            panel_tile(BF, Q, T - t0 < PANEL_TILE ? T - t0 : PANEL_TILE, w, qs, x + (size_t)t0 * xs, xs,
-                       xp ? xp + (size_t)t0 * xps : NULL, xps, i0, i1, carry + t0 * R, i0 == 0);
+            int TT = T - t0 < PANEL_TILE ? T - t0 : PANEL_TILE;
+            if (widen)
+                panel_tile(0, Q, TT, wide, TILE_ROWS * PANEL_COLS, x + (size_t)t0 * xs + i0, xs, NULL, 0, 0,
+                           i1 - i0, carry + t0 * R, i0 == 0);
+            else
+                panel_tile(BF, Q, TT, w, qs, x + (size_t)t0 * xs, xs, xp ? xp + (size_t)t0 * xps : NULL, xps, i0,
+                           i1, carry + t0 * R, i0 == 0);
         }
     }
     for (int t = 0; t < T; t++) {
@@ -267,7 +313,7 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
         for (; r < r1; r++) F32_TILE(1, BF, 0);                                                         \
     } while (0)
     const int bf = w->h != NULL;
-    if (T == 1 || (bf && !PANEL_BF16)) {
+    if (T == 1) {
         if (bf) F32_ROWS(1);
         else F32_ROWS(0);
     } else { /* prefill: full quads by panels, the rows % 4 last rows by tiles */
@@ -279,7 +325,8 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
             const char *wr = base + (size_t)r * ws * esize;
             for (int t = 0; t < T; t += PANEL_TOKENS)
                 panel_quads(bf, Q, wr, TILE_ROWS * ws, wr + (size_t)Q * TILE_ROWS * ws * esize, w->cols,
-                            job->x + t * xs, xs, bf && job->xp ? job->xp + (size_t)t * job->xps : NULL, job->xps,
+                            job->x + t * xs, xs,
+                            PANEL_DOT_BF16 && bf && job->xp ? job->xp + (size_t)t * job->xps : NULL, job->xps,
                             T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
             r += Q * TILE_ROWS;
         }

@@ -103,10 +103,12 @@ TINY_SPECS = {
     "odd_widths_tied_bf16": TinySpec("odd_widths_tied_bf16", hidden=40, heads=2, kv_heads=1,
                                      head_dim=20, tied=True, dtype="bfloat16", intermediate=70,
                                      vocab=318, seed=6),
-    # q8 rows long enough for the q8 tile's 8-blocks-at-a-time step: the down projection's 296
-    # columns are 9 whole blocks of 32 and a zero-padded one (8 at a time, then 2 one by one)
+    # rows long enough for the q8 tile's 8-blocks-at-a-time step and for two column blocks of
+    # a prefill panel: the down projection's 1100 columns are 34 whole blocks of 32 and a
+    # zero-padded one (8 at a time 4 times, then 3 one by one), and a panel's blocks of 1024
+    # (v3) or 512 (v4) columns and then 76 (64 in bf16's 16-column pairs, 8, a 4-column tail)
     "wide_mlp_f32": TinySpec("wide_mlp_f32", hidden=64, heads=4, kv_heads=2, head_dim=16,
-                             tied=False, dtype="float32", intermediate=296, seed=7),
+                             tied=False, dtype="float32", intermediate=1100, seed=7),
 }
 
 

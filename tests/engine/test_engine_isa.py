@@ -113,10 +113,11 @@ def test_every_x86_level_gives_v3_bits_at_the_prefill_tiles_edges(builds, tiny_m
     then one quad alone, then 2 plain rows), 318 rows in the tied lm_head. Every prompt
     position's logits (--dump-logits) are v3's bits, f32, bf16, q8 and bf16 with
     --bf16-acts (at v4, q8 quads go two rows a 512-bit register too; q8 blocks one by one
-    here, 8 at a time in the wide MLP's down projection; at v4-vnni, --bf16-acts' 16-column
-    steps are vdpbf16ps)."""
+    here, 8 at a time in the wide MLP's down projection, whose 1100 columns also make two
+    column blocks of a panel, the second of them widened from bf16 at an offset below v4; at
+    v4-vnni, --bf16-acts' 16-column steps are vdpbf16ps)."""
     cases = (("odd_widths_tied_bf16", ("f32", "bf16", "q8", "bf16-acts")),
-             ("wide_mlp_f32", ("q8", "bf16-acts")))
+             ("wide_mlp_f32", ("q8", "bf16", "bf16-acts")))
     for model_name, wqs in cases:
         spec = TINY_SPECS[model_name]
         model = tiny_model(model_name)
