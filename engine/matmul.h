@@ -89,6 +89,12 @@ typedef struct {
 /* bf16_acts: also the --bf16-acts scratch */
 void qacts_init(QActs *a, int tokens, int max_cols, int bf16_acts);
 void qacts_free(QActs *a);
+/* tokens x + t * x_stride, t < T, of `cols` values: in blocks of 32 (zero-padded), as
+ * quantize_q8 */
+void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int T);
+/* those tokens rounded to bf16 into a->bf (stride a->cols) and, for each whole 16-column block, as
+ * the words mat_pack makes of a bf16 row's (a->bf_pairs, a->cols / 2 words a token) */
+void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T);
 
 /* One matrix of a fused product and where its output goes: out[t * out_stride + r]. */
 typedef struct {

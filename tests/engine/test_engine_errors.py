@@ -236,10 +236,10 @@ def test_fuzz_target_builds_and_runs(tmp_path):
         pytest.skip("clang is not installed (scripts/setup.sh installs it)")
     engine = Path(__file__).resolve().parents[2] / "engine"
     sources = ["fuzz/fuzz_loader.c", "json.c", "safetensors.c", "checkpoint.c", "config.c",
-               "loader.c", "ops.c", "matmul.c", "rows.c", "weights.c", "util.c", "threads.c",
-               "kvcache.c", "attend_setup.c", "attend_heads.c", "attend_layer.c", "attend_tile.c",
-               "attn_kernel.c", "select.c", "policy.c", "keyfeat.c", "keyrank.c", "evict.c",
-               "predictor.c"]
+               "loader.c", "ops.c", "matmul.c", "acts.c", "rows.c", "weights.c", "util.c",
+               "threads.c", "kvcache.c", "attend_setup.c", "attend_heads.c", "attend_layer.c",
+               "attend_tile.c", "attn_kernel.c", "select.c", "policy.c", "keyfeat.c", "keyrank.c",
+               "evict.c", "predictor.c"]
     binary = tmp_path / "fuzz_loader"
     build = subprocess.run(
         ["clang", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",

@@ -20,8 +20,8 @@ from harness.engines.base import parse_target
 from harness.engines.lmc.build import find_toolchain, flags_for, host_arch
 
 REPO = Path(__file__).resolve().parents[2]
-TILE_SOURCES = ["attn_kernel.c", "kvcache.c", "matmul.c", "rows.c", "ops.c", "util.c", "threads.c",
-                "safetensors.c", "json.c"]
+TILE_SOURCES = ["attn_kernel.c", "kvcache.c", "matmul.c", "acts.c", "rows.c", "ops.c", "util.c",
+                "threads.c", "safetensors.c", "json.c"]
 
 
 def run_check(tmp_path: Path, check: str, engine_sources: list[str],
