@@ -180,7 +180,8 @@ def test_shipped_specs_are_valid(path: Path) -> None:
 # cell needs the runs a side with which the exact U test can decide, plus one so that a single
 # run out of order does not leave a 1.5x difference undecided.
 COMPARING = ("demo.toml", "farm_quickstart.toml", "x86_vs_arm.toml", "latency_sweep.toml",
-             "lmc_vs_llamacpp.toml", "lmc_vs_llamacpp_depth4096.toml", "ttft_prefill.toml")
+             "lmc_vs_llamacpp.toml", "lmc_vs_llamacpp_depth4096.toml", "ttft_prefill.toml",
+             "bf16_vs_llamacpp.toml")
 
 
 @pytest.mark.parametrize("name", COMPARING)
