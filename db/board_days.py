@@ -48,14 +48,17 @@ def board_days(database: Engine, since: datetime) -> BoardDays:
     """Everything that touches the window from ``since`` to now. The state changes are read
     in full (a board's state at ``since`` is its last change before it; they are few)."""
     with database.connect() as conn:
-        attempts = [Attempt(*row) for row in conn.execute(
-            select(Device.name, Experiment.name, Measurement.started_at, Measurement.finished_at)
+        # in the attempts' order, sorted here: ordered by id in SQL, SQLite walks every
+        # measurement by id instead of reading the window's few off the finished_at index
+        # (at a million measurements: 250 ms against 0.2)
+        attempts = [Attempt(*row[1:]) for row in sorted(conn.execute(
+            select(Measurement.id, Device.name, Experiment.name, Measurement.started_at,
+                   Measurement.finished_at)
             .join(Device, Device.id == Measurement.device_id)
             .join(Run, Run.id == Measurement.run_id)
             .join(Experiment, Experiment.id == Run.experiment_id)
             .where(Measurement.started_at.is_not(None),
-                   or_(Measurement.finished_at.is_(None), Measurement.finished_at >= since))
-            .order_by(Measurement.id))]
+                   or_(Measurement.finished_at.is_(None), Measurement.finished_at >= since))))]
         changes = [tuple(row) for row in conn.execute(
             select(BoardEvent.board, BoardEvent.state, BoardEvent.at).order_by(BoardEvent.id))]
         reservations = [Kept(board, owner, starts, min(ends, released or ends))

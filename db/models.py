@@ -418,6 +418,8 @@ class Measurement(Base):
         Index(None, "status"),  # the sweep for lost attempts looks for running ones
         # a board's latest attempt (the dashboard's boards): its newest id read off the index
         Index(None, "device_id", "id"),
+        # the attempts of the dashboard's 24-hour timelines (finished since, or not finished)
+        Index(None, "finished_at"),
         _one_of("status", RUN_STATUSES),
     )
 
