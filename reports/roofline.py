@@ -269,7 +269,7 @@ def roofline_table(runs: pd.DataFrame, model_configs: Mapping[str, dict[str, Any
     if not limits or runs.empty or "model_sha256" not in runs:
         return pd.DataFrame(columns=columns)
     ok = runs[runs["status"] == "ok"]
-    # every run's shares at once (a run at a time took 11 of a 50,000-run report's 28 s)
+    # every run's shares at once (a run at a time: 11 of a 5,000-run report's 28 s, cProfile)
     shares = shares_frame(ok.assign(model_config=ok["model_sha256"].map(
         lambda sha: model_configs.get(str(sha)))), limits)
     cells = pd.DataFrame({"device": ok["device"], "config": ok["config"],

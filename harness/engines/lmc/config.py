@@ -78,9 +78,9 @@ class EngineConfig:
 def configs(axes: EngineAxes, command: str, uses_model: bool,
             default_threads: int) -> list[EngineConfig]:
     """The configs of one workload kind: each policy's axes crossed with the shared ones.
-    Without a model (attn-bench) there is no weight format, prefill or eviction (and
-    bf16_acts applies to bf16 weights only); ppl measures
-    no selection; the key ranking applies to ppl runs of the evicting policies."""
+    Without a model (attn-bench) there is no weight format, prefill or eviction, and
+    bf16_acts applies to bf16 weights only; ppl measures no selection; the key ranking applies
+    to ppl runs of the evicting policies."""
     measures = command in ("generate", "attn-bench")
     found: list[EngineConfig] = []
     for policy in axes.policies:
