@@ -36,7 +36,7 @@ ALWAYS_INLINE uint32_t bf16_rounded_bits(float f) {
     return (x & 0x7FFFFFFF) > 0x7F800000 ? quiet_nan : nearest;
 }
 
-void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T) {
+void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T, int pairs) {
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * (size_t)x_stride;
         float *bt = a->bf + (size_t)t * (size_t)a->cols;
@@ -45,8 +45,14 @@ void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T) {
             uint32_t bits = bf16_rounded_bits(xt[j]);
             memcpy(bt + j, &bits, 4);
         }
+        if (!pairs) continue;
         for (int j = 0; j + 16 <= cols; j += 16)
-            for (int i = 0; i < 8; i++) pt[j / 2 + i] = bf16_rounded_bits(xt[j + i]) | bf16_rounded_bits(xt[j + 8 + i]) >> 16;
+            for (int i = 0; i < 8; i++) { /* the rounded values' top halves, column j high */
+                uint32_t high, low;
+                memcpy(&high, bt + j + i, 4);
+                memcpy(&low, bt + j + 8 + i, 4);
+                pt[j / 2 + i] = high | low >> 16;
+            }
     }
 }
 

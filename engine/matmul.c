@@ -235,7 +235,7 @@ typedef struct {
     const float *x;
     int x_stride, T;
     const QActs *xq;
-    const uint32_t *xp; /* --bf16-acts: x's bf16 pairs (x is then rounded to bf16), xps words a token */
+    const uint32_t *xp; /* --bf16-acts with vdpbf16ps panels: x's bf16 pairs (x is rounded), xps words a token */
     size_t xps;
     int unit_start[MATMUL_MAX + 1]; /* first unit of each matrix; the last entry is the total */
     int swiglu; /* matmul_swiglu: units are rows of both matrices, then silu(gate) * up */
@@ -274,7 +274,7 @@ static void rows_f32(const MatmulJob *job, const MatOut *mo, int r0, int r1) {
             for (int t = 0; t < T; t += PANEL_TOKENS)
                 panel_quads(bf, Q, wr, TILE_ROWS * ws, wr + (size_t)Q * TILE_ROWS * ws * esize, w->cols,
                             job->x + t * xs, xs,
-                            PANEL_DOT_BF16 && bf && job->xp ? job->xp + (size_t)t * job->xps : NULL, job->xps,
+                            bf && job->xp ? job->xp + (size_t)t * job->xps : NULL, job->xps,
                             T - t < PANEL_TOKENS ? T - t : PANEL_TOKENS, mo->out + t * os + r, os);
             r += Q * TILE_ROWS;
         }
@@ -376,10 +376,10 @@ static void matmul_job(const MatOut *outs, int n, const float *x, int x_stride, 
     }
     if (all_bf16 && xq && xq->bf) { /* --bf16-acts */
         if (T > xq->tokens || outs[0].w->cols > xq->cols) lmc_die_runtime("matmul: bf16 activation scratch too small");
-        qacts_round_bf16(xq, x, x_stride, outs[0].w->cols, T);
+        qacts_round_bf16(xq, x, x_stride, outs[0].w->cols, T, PANEL_DOT_BF16);
         job.x = xq->bf;
         job.x_stride = xq->cols;
-        job.xp = xq->bf_pairs;
+        job.xp = PANEL_DOT_BF16 ? xq->bf_pairs : NULL;
         job.xps = (size_t)(xq->cols / 2);
     }
     pool_run(pool, matmul_units, &job, swiglu ? job.unit_start[1] : job.unit_start[n]);

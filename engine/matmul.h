@@ -92,9 +92,10 @@ void qacts_free(QActs *a);
 /* tokens x + t * x_stride, t < T, of `cols` values: in blocks of 32 (zero-padded), as
  * quantize_q8 */
 void qacts_quantize(QActs *a, const float *x, int x_stride, int cols, int T);
-/* those tokens rounded to bf16 into a->bf (stride a->cols) and, for each whole 16-column block, as
- * the words mat_pack makes of a bf16 row's (a->bf_pairs, a->cols / 2 words a token) */
-void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T);
+/* those tokens rounded to bf16 into a->bf (stride a->cols) and, with `pairs` (for the panels
+ * that read them, vdpbf16ps's), for each whole 16-column block as the words mat_pack makes of a
+ * bf16 row's (a->bf_pairs, a->cols / 2 words a token) */
+void qacts_round_bf16(QActs *a, const float *x, int x_stride, int cols, int T, int pairs);
 
 /* One matrix of a fused product and where its output goes: out[t * out_stride + r]. */
 typedef struct {
