@@ -65,17 +65,36 @@ def sigterm_as_interrupt() -> None:
 
 
 @contextmanager
-def sigterm_held() -> Iterator[None]:
-    """SIGTERM held back until the block ends, then delivered to the handler it would have
-    reached: what the block writes goes together (a job's end and its notification)."""
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM held back until the block ends, then delivered to the
+    handler they would have reached: what the block writes goes together (a run's attempt
+    stored as running and the record that it is in flight; a job's end and its notification).
+    A second signal inside the block is delivered at once, so that a block waiting on a
+    locked store can still be stopped."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield  # signals reach the main thread only: nothing to hold here
         return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: handler for signum, handler in previous.items() if handler is not None}
     held: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum))
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def hold(signum: int, _frame: object) -> None:
+        if not held:
+            held.append(signum)
+            return
+        held.clear()  # the second one: as if the block were not there
+        restore()
+        os.kill(os.getpid(), signum)
+
+    for signum in previous:
+        signal.signal(signum, hold)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore()
         if held:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), held[0])

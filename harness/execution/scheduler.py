@@ -37,6 +37,7 @@ from db.records import RunResult
 from db.store import Store
 from devices.boardlock import LockHolder
 from harness.contract import RunReport, WorkOrder
+from harness.errors import interrupts_held
 from harness.execution.artifacts import start_server
 from harness.execution.cluster import PLACEMENT_TIMEOUT_S, wait_placed
 from harness.execution.faults import FaultHandling
@@ -153,6 +154,14 @@ class Scheduler(FaultHandling):
         run = self._next_for(board, now)
         if run is None:
             return
+        # A Ctrl-C waits for the end of this: an attempt stored as running is then on the
+        # board as in flight, where stopping finds it and stores it interrupted.
+        with interrupts_held():
+            self._start_run(board, run, now)
+
+    def _start_run(self, board: Board, run: PlannedRun, now: float) -> None:
+        """Take the board's lease for ``run`` (its attempt stored as running in the same
+        transaction) and send it to the board's runner."""
         warmup = board.warmed[run.group] < self.spec.warmups
         started: dict[str, int] = {}  # the attempt recorded as the lease was granted
 
@@ -193,11 +202,12 @@ class Scheduler(FaultHandling):
         return why is not None
 
     def _collect(self, board: Board) -> None:
-        # The dispatch stays on the board until its result is stored, so that a Ctrl-C during
-        # the store write still marks the run interrupted.
-        self._collecting = board
-        self._handle(board, board.busy)
-        board.busy = self._collecting = None
+        # A Ctrl-C waits for the result to be stored and the board freed: the run is then
+        # stored once, as it ended, never also as interrupted.
+        with interrupts_held():
+            self._collecting = board
+            self._handle(board, board.busy)
+            board.busy = self._collecting = None
         if not board.dead and any(self.queues[key] for key in board.serves):
             # released and taken again for its next run, in one step if that run starts now
             # (else released, waiting for it again: run's loop)

@@ -31,7 +31,7 @@ from db.errors import StoreError, StoreInputError
 from db.jobs import JobInfo
 from db.store import Store
 from devices.inventory import Device, Inventory
-from harness.errors import printable, sigterm_held, terminated
+from harness.errors import interrupts_held, printable, terminated
 from harness.execution.coordinator import Coordinator, RunRequest, run_experiment
 from harness.execution.gate import blocked_boards
 from harness.execution.notify import Targets, announce_job, job_targets, targets_from
@@ -144,7 +144,7 @@ class Service:
                 f"its input broke its run ({type(exc).__name__}: {exc})"
             reason = printable(" ".join(reason.split()))[:MAX_REASON_CHARS]
             # failed once, with its reason, never retried: the next job is served
-            with sigterm_held():  # a serve stopped now still announces the end it stored
+            with interrupts_held():  # a serve stopped now still announces the end it stored
                 store.jobs.finish(job.id, "failed", reason)
                 announce_job(store, job.id, targets + spec_targets)
             return f"job {job.id} ({job.experiment}) failed: {reason}"
@@ -155,7 +155,7 @@ class Service:
             store.jobs.requeue(job.id, f"waiting: {why} ({summary.line()})", "drained")
             return f"job {job.id} waits for its boards: {why}"
         state = "cancelled" if summary.cancelled else "done" if summary.succeeded else "failed"
-        with sigterm_held():  # a serve stopped now still announces the end it stored
+        with interrupts_held():  # a serve stopped now still announces the end it stored
             store.jobs.finish(job.id, state, summary.line())
             announce_job(store, job.id, targets + spec_targets)
         return f"job {job.id} {state}: {summary.line()}"
