@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from reports.comparisons import device_comparison, engine_comparison
 from reports.headline import prefill_headline, what_this_shows
 from reports.history import StepCache, timeline_section_parts
 from reports.outdir import output_dir
+from reports.revisions import NEWEST_REVISIONS, RevisionOrder, newest_revisions, revisions_in_order
 from reports.roofline import roofline_table
 from reports.runs import ExperimentData, load_experiment
 from reports.sections import Section, Table
@@ -138,10 +138,8 @@ TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/to
                   ("engine_ms", "engine process ms"), ("overhead_ms", "harness overhead ms")]
 
 
-def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
+def history_section(data: ExperimentData, order: list[str],
                     steps_cache: StepCache | None = None) -> Section:
-    revisions = sorted(set(data.runs["build_revision"].dropna()))
-    order = revision_order(revisions) if revision_order and len(revisions) > 1 else []
     figures, steps = timeline_section_parts(data.runs, order, steps_cache)
     return Section("history", "History across revisions",
                    "Each metric per engine revision in commit order (medians over runs), one "
@@ -153,15 +151,20 @@ def history_section(data: ExperimentData, revision_order: RevisionOrder | None,
                    figures=figures)
 
 
-RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in commit order
 UNIT_OF_REPLICATION = ("Unit of replication: the run (one engine process for one cell: prompt, "
                        "config, device and repeat); every n, spread and test is over runs, never "
                        "over the decode steps of one run.")
 
 
 def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = None,
-                   steps_cache: StepCache | None = None) -> list[Section]:
-    """The report's sections; ``steps_cache`` keeps the steps of its history's series."""
+                   steps_cache: StepCache | None = None,
+                   revisions: int | None = NEWEST_REVISIONS) -> list[Section]:
+    """The report's sections; ``steps_cache`` keeps the steps of its history's series. The
+    history follows every revision; the other sections show the newest ``revisions`` of them
+    (None: all) in full, the manifest every run."""
+    order = revisions_in_order(data.runs, revision_order)
+    shown = newest_revisions(data, order, revisions)
+    everything, data = data, shown.data
     runs = data.runs
     needle = aggregate.needle_table(runs)
     sweep = aggregate.k_sweep_table(runs)
@@ -169,27 +172,30 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     ttft = aggregate.ttft_table(runs)
     selection = aggregate.selection_table(runs)
     timings = aggregate.timing_table(runs)
-    builds = aggregate.builds_table(runs)
-    counts = ", ".join(f"{n} {s}" for s, n in run_counts(runs).items())
+    builds = aggregate.builds_table(everything.runs)
+    counts = ", ".join(f"{n} {s}" for s, n in run_counts(everything.runs).items())
     headline = " ".join(part for part in (what_this_shows(runs), prefill_headline(ttft))
                         if part)
     warning = baseline_warning(cells_of_runs(runs))
     # An experiment comparing devices or revisions answers that question first.
     comparisons = [engine_comparison(data), device_comparison(data),
-                   history_section(data, revision_order, steps_cache)]
+                   history_section(everything, order, steps_cache)]
     leading = [s for s in comparisons if s.has_content()]
     return [
+        *([Section("revisions", "Revisions shown", shown.note(), always=True)]
+          if shown.left_out else []),
         *([Section("warning", "Warning: the baseline failed", warning, always=True)]
           if warning else []),
         *leading,
         Section("what-this-shows", "What this shows", headline, always=bool(headline)),
         Section("manifest", "Manifest",
-                f"{len(runs)} runs ({counts}). {UNIT_OF_REPLICATION} Spec sha256 "
+                f"{len(everything.runs)} runs ({counts}). {UNIT_OF_REPLICATION} Spec sha256 "
                 f"{data.spec_hash}. The engine builds, models and devices below identify every "
                 "run; manifest.json lists the workloads and a `benchfarm reproduce` line per "
                 "cell.",
                 tables=[Table("builds", builds, builds_display(builds)),
-                        Table("devices", aggregate.devices_table(runs, data.snapshots))],
+                        Table("devices", aggregate.devices_table(everything.runs,
+                                                                 everything.snapshots))],
                 always=True),
         Section("needle", "Needle in a haystack",
                 "Recall (mean over seeds and repeats) per context length and needle depth; one "
@@ -321,17 +327,21 @@ def _markdown(title: str, sections: list[Section]) -> str:
 def render_report(store: Any, experiment: str, out_dir: str | Path,
                   extra_sections: list[Section] | None = None,
                   revision_order: RevisionOrder | None = None,
-                  selection: Selection = CURRENT) -> Path:
+                  selection: Selection = CURRENT,
+                  revisions: int | None = NEWEST_REVISIONS) -> Path:
     """Write the report of ``experiment`` into ``out_dir``; return the path of index.html.
 
     ``extra_sections`` (e.g. the audit, see ``reports.audit.report``) are appended;
     ``revision_order`` puts engine revisions in commit order (git's, which reports cannot
     ask), for the history's timelines; without it they follow the order of their first run;
-    ``selection``: which measurements of each run (default: its latest ok one).
+    ``selection``: which measurements of each run (default: its latest ok one);
+    ``revisions``: how many of the newest revisions the sections below the history show in
+    full (None: every one; ``reports.revisions``).
     """
     data = load_experiment(store, experiment, selection)  # an unknown experiment fails here
     out = output_dir(out_dir)
-    sections = build_sections(data, revision_order, store) + list(extra_sections or [])
+    sections = build_sections(data, revision_order, store, revisions) + \
+        list(extra_sections or [])
     shown = [s for s in sections if s.has_content()]  # every table still gets its CSV
     title = f"benchfarm report: {experiment}"
     files: dict[str, Path] = {}

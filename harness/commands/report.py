@@ -12,6 +12,7 @@ from pathlib import Path
 from harness import DEFAULT_MODEL, REPO_ROOT
 from harness.commands.arguments import add_devices, add_inventory, add_measurements, selection
 from harness.commands.context import inventory_of, store_of
+from reports.revisions import NEWEST_REVISIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,10 +25,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the model the claims were run with (default: each claims "
                              "experiment's own `model`, else "
                              f"{DEFAULT_MODEL.relative_to(REPO_ROOT)})")
+    parser.add_argument("--revisions", type=revision_count, default=NEWEST_REVISIONS,
+                        metavar="N|all",
+                        help="how many of the newest engine revisions the sections below the "
+                             "history show in full (default: %(default)s; the history follows "
+                             "every revision and runs.csv holds every run)")
     add_devices(parser, help_text="the devices the claims were run on (default: local)")
     add_inventory(parser)
     add_measurements(parser)
     parser.set_defaults(func=run)
+
+
+def revision_count(text: str) -> int | None:
+    """``--revisions``: a count of 1 or more, or ``all`` (None)."""
+    if text == "all":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of revisions (1 or more) "
+                                         "or all")
+    return count
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             write_audit(out, "audit of published claims", verdicts)
             sections.append(audit_section("Audit of published claims", verdicts))
         index = render_report(store, args.experiment, out, extra_sections=sections,
-                              revision_order=commit_order, selection=selection(args))
+                              revision_order=commit_order, selection=selection(args),
+                              revisions=args.revisions)
     print(f"report: {index}")
     return 0
