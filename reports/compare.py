@@ -149,15 +149,20 @@ def load_runs(store: Any, experiments: list[str] | None,
                 "devices list` shows the boards, `benchfarm runs list` the runs")
     else:
         names = store.list_experiments()
+    # boards against boards: only their measurements are read (resolve names a device first)
+    boards = list(sides) if sides and store.boards_among(sides) == set(sides) else None
     frames = []
     for name in names:
-        raw = store.frames(name, selection, fingerprints=True)
+        raw = store.frames(name, selection, fingerprints=True, boards=boards)
         frames.append(flatten_runs(raw["runs"], raw["outcomes"], raw["snapshots"]))
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")
     # A run may belong to several experiments: count each measurement once.
     runs = pd.concat(frames, ignore_index=True).drop_duplicates("measurement_id",
                                                                 ignore_index=True)
+    if boards and runs.empty:
+        raise ReportInputError(f"no stored run of {', '.join(names)} was measured on "
+                               f"{' or '.join(map(repr, boards))}")
     runs.attrs["experiments"] = list(names)
     return runs
 
@@ -367,15 +372,37 @@ def compare_runs(runs: pd.DataFrame, a: str, b: str, metric: str = "decode_ms_pe
 def _engine_neutral(runs: pd.DataFrame, lmc_policy: str) -> pd.DataFrame:
     """Across engines, a config is its weight format and threads on the same device and
     workload point; of lmc's policies only ``lmc_policy`` (exact attention, unless a sparse
-    policy is what is being set against the other engine) takes part."""
+    policy is what is being set against the other engine) takes part. lmc's configs of that
+    policy that differ in anything else (``k``, ``acts=bf16``, ...) stay apart, each against
+    the other engine's runs of the same weights and threads."""
     stored = sorted(set(runs["policy"].dropna()))  # only lmc's runs have a policy
     if stored and lmc_policy not in stored:
         raise ReportInputError(f"no lmc runs with policy {lmc_policy!r} to set against the other "
                                f"engine (--lmc-policy); stored policies: {', '.join(stored)}")
     runs = runs[runs["policy"].isna() | (runs["policy"] == lmc_policy)].copy()
-    runs["base_config"] = [f"wq={w} t={int(t)}" for w, t in zip(runs["wq"], runs["threads"],
-                                                                  strict=True)]
-    return runs
+    lmc = runs["policy"].notna()
+    shared = pd.Series([f"wq={w} t={int(t)}" for w, t in zip(runs["wq"], runs["threads"],
+                                                                strict=True)], index=runs.index)
+    variant = pd.Series([_lmc_variant(label) if is_lmc else "" for label, is_lmc in
+                         zip(runs["config"], lmc, strict=True)], index=runs.index)
+    runs["base_config"] = [_with_variant(s, v) for s, v in zip(shared, variant, strict=True)]
+    copies = []  # the other engine's runs once more for each further lmc variant
+    for key, rows in runs[~lmc].groupby(shared[~lmc]):
+        for extra in sorted(set(variant[lmc & (shared == key)]) - {""}):
+            copies.append(rows.assign(base_config=_with_variant(str(key), extra)))
+    return pd.concat([runs, *copies]) if copies else runs
+
+
+def _with_variant(shared: str, variant: str) -> str:
+    """``wq=W t=T`` with an lmc variant before the threads: ``wq=bf16 acts=bf16 t=1``."""
+    weights, threads = shared.split()
+    return " ".join(p for p in (weights, variant, threads) if p)
+
+
+def _lmc_variant(config: str) -> str:
+    """What an lmc config label says beyond its policy, weights, threads and revision."""
+    parts = without_revision(config).split()[1:]
+    return " ".join(p for p in parts if not p.startswith(("wq=", "t=")))
 
 
 def terminal_table(comparison: Comparison) -> str:

@@ -75,9 +75,11 @@ class SyntheticExperiment:
             step_ms: list[float] | None = None, bytes_read: int | None = None,
             engine: str = "lmc", prefill_ms: float = 50.0, prefill_attn: str = "exact",
             peak_rss_kb: int | None = None, kv_resident_bytes: int | None = None,
-            job_id: int | None = None, raw: dict[str, Any] | None = None) -> int:
+            job_id: int | None = None, raw: dict[str, Any] | None = None,
+            switches: dict[str, Any] | None = None) -> int:
         """Store one run (an attempt of job ``job_id``, when given); returns its id. ``raw``:
-        the engine's document (default: one naming the context length only)."""
+        the engine's document (default: one naming the context length only); ``switches``:
+        engine options of the spec's axes, added to the run's config (``{"bf16_acts": True}``)."""
         if device not in self.devices:
             self.add_device(device)
         self.count += 1
@@ -97,7 +99,7 @@ class SyntheticExperiment:
             run_key=f"{self.name}-{self.count}", experiment_id=self.experiment_id,
             device_id=self.devices[device], engine=engine, command=command, status=status,
             build_id=self.builds[build], model_id=self.model_id, workload_id=workload_id,
-            config={"policy": policy, "k": k}, policy=policy, k=k,
+            config={"policy": policy, "k": k} | (switches or {}), policy=policy, k=k,
             block=None if policy == "exact" else 32, probes=None if policy == "exact" else 8,
             kv="f32", wq="f32", threads=threads, prefill_attn=prefill_attn, repeat=repeat,
             exit_code=0 if ok else 2, error=None if ok else "lmc: error: synthetic failure",

@@ -16,7 +16,7 @@ from harness.commands.compare import revision_names
 from harness.engines.lmc.build import source_hash
 from harness.identity import git_output
 from reports.aggregate import devices_table, timing_table
-from reports.compare import compare, terminal_table, write_comparison
+from reports.compare import compare, load_runs, terminal_table, write_comparison
 from reports.errors import ReportInputError
 from reports.runs import load_experiment
 from reports.stats import (
@@ -221,6 +221,54 @@ def test_across_engines_lmc_runs_exact_unless_told_which_policy(tmp_path: Path) 
     assert exact["median_a"].tolist() == [10.0] and exact["median_b"].tolist() == [20.0]
     assert sparse["median_a"].tolist() == [5.0] and sparse["median_b"].tolist() == [20.0]
     assert sparse["ratio"].iloc[0] == pytest.approx(exact["ratio"].iloc[0] * 2)
+
+
+def test_boards_against_boards_read_only_their_runs(tmp_path: Path) -> None:
+    """compare BOARD BOARD reads the two boards' measurements only; an experiment that has
+    none of them is named."""
+    store = Store.open(f"sqlite:///{tmp_path}/boards.db")
+    both = SyntheticExperiment(store, name="both", spec_text='name = "both"\n')
+    other = SyntheticExperiment(store, name="other", spec_text='name = "other"\n')
+    for repeat in range(4):
+        both.run(device="local", repeat=repeat, decode_ms=10.0)
+        both.run(device="arm", repeat=repeat, decode_ms=20.0)
+        both.run(device="board-3", repeat=repeat, decode_ms=40.0)
+        other.run(device="board-3", repeat=repeat, decode_ms=40.0)
+    assert set(load_runs(store, None, sides=("local", "arm"))["device"]) == {"local", "arm"}
+    assert set(load_runs(store, None, sides=("local", "lmc"))["device"]) == \
+        {"local", "arm", "board-3"}  # an engine on one side: every board's runs
+    result = compare(store, "local", "arm")
+    assert result.experiments == ["both"]
+    assert result.table["median_b"].tolist() == [20.0]
+    with pytest.raises(ReportInputError, match="no stored run of other was measured on "
+                                               "'local' or 'arm'"):
+        compare(store, "local", "arm", experiments=["other"])
+    # a side that is no board reads every run of the experiments, as before
+    with pytest.raises(ReportInputError, match="'nowhere' is neither a device.*board-3"):
+        compare(store, "local", "nowhere", experiments=["both"])
+    store.close()
+
+
+def test_across_engines_lmc_configs_stay_apart_each_against_the_other_engine(
+        tmp_path: Path) -> None:
+    """lmc with and without --bf16-acts (or sparse at two k) against one llama-bench: a row
+    each, never one cell pooling two lmc configs."""
+    store = Store.open(f"sqlite:///{tmp_path}/engines.db")
+    exp = SyntheticExperiment(store)
+    for repeat in range(4):
+        exp.run(kind="decode", policy="exact", repeat=repeat, decode_ms=10.0)
+        exp.run(kind="decode", policy="exact", repeat=repeat, decode_ms=8.0,
+                switches={"bf16_acts": True})
+        for k, ms in ((4, 5.0), (8, 6.0)):
+            exp.run(kind="decode", policy="sparse", k=k, repeat=repeat, decode_ms=ms)
+        exp.run(kind="decode", policy=None, engine="llama-bench", repeat=repeat, decode_ms=20.0)
+    exact = compare(store, "lmc", "llama-bench").table.set_index("config")
+    sparse = compare(store, "lmc", "llama-bench", lmc_policy="sparse").table.set_index("config")
+    store.close()
+    assert exact["median_a"].to_dict() == {"wq=f32 t=2": 10.0, "wq=f32 acts=bf16 t=2": 8.0}
+    assert exact["median_b"].tolist() == [20.0, 20.0] and exact["n_b"].tolist() == [4, 4]
+    assert exact["n_a"].tolist() == [4, 4]
+    assert sparse["median_a"].to_dict() == {"wq=f32 k=4 t=2": 5.0, "wq=f32 k=8 t=2": 6.0}
 
 
 def on_cpu(model: str, cpu_id: str) -> dict:
