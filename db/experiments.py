@@ -69,6 +69,14 @@ def holding(session: Session, run_keys: Collection[str]) -> list[str]:
         .where(Run.run_key.in_(run_keys)))))
 
 
+def boards_among(session: Session, names: Collection[str]) -> set[str]:
+    """Those of ``names`` that name a device or a device class."""
+    names = set(names)
+    found = session.execute(select(Device.name, Device.cls).where(
+        or_(Device.name.in_(names), Device.cls.in_(names)))).all()
+    return names & {value for row in found for value in row}
+
+
 def measuring(session: Session, names: Collection[str]) -> list[str]:
     """The experiments, sorted, holding a run measured on a device or a device class in
     ``names``, of an engine in ``names``, or of a build whose revision, source hash or binary

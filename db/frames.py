@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Text,
     cast,
     literal,
+    or_,
     select,
     type_coerce,
 )
@@ -147,7 +149,8 @@ def _reference_rows(conn: Connection, model: type, ids: set[Any],
 
 
 def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
-           fingerprints: bool = False) -> dict[str, pd.DataFrame]:
+           fingerprints: bool = False,
+           boards: Collection[str] | None = None) -> dict[str, pd.DataFrame]:
     """The raw rows of an experiment as DataFrames, ordered by run id and measurement id.
 
     - ``runs``: one row per measurement that ``selection`` names (by default each run's
@@ -161,7 +164,8 @@ def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
     JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys;
     with ``fingerprints`` the snapshots' fingerprints are the documents themselves (a report
     reads every one, and a nightly has 100,000: parsing each once instead of parsing, printing
-    and parsing it again).
+    and parsing it again). With ``boards`` (device names or classes), only the measurements
+    made on those devices (what a comparison of boards reads).
 
     The device, build, model and workload rows are read once each (a nightly's 50,000 runs
     share a few hundred) and joined here, as the inner join on the device and the outer joins
@@ -172,6 +176,11 @@ def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
     with Session(bind=conn) as session:
         exp_id = experiment_row(session, experiment).id
     chosen = current_measurements(selection, experiment_members(exp_id)).subquery()
+    if boards is not None:
+        on_boards = select(Device.id).where(or_(Device.name.in_(boards), Device.cls.in_(boards)))
+        chosen = (select(chosen.c.run_id, chosen.c.measurement_id)
+                  .join(Measurement, Measurement.id == chosen.c.measurement_id)
+                  .where(Measurement.device_id.in_(on_boards)).subquery())
     ids = select(chosen.c.measurement_id)
     measured = [c.label("measurement_id") if c.key == "id" else c
                 for c in Measurement.__table__.columns if c.key != "run_id"]

@@ -469,6 +469,11 @@ class Store:
         with self.session() as s:
             return experiments.measuring(s, names)
 
+    def boards_among(self, names: Collection[str]) -> set[str]:
+        """Those of ``names`` that name a device or a device class."""
+        with self.session() as s:
+            return experiments.boards_among(s, names)
+
     def builds_named(self, names: Collection[str]) -> dict[str, str]:
         """name -> the revision its build's row carries, for each of ``names`` some build
         was registered under (db.revisions.builds_named)."""
@@ -493,12 +498,14 @@ class Store:
             return frames.history_frame(conn, experiment)
 
     def frames(self, experiment: str, selection: Selection | None = None,
-               fingerprints: bool = False) -> dict[str, pd.DataFrame]:
+               fingerprints: bool = False,
+               boards: Collection[str] | None = None) -> dict[str, pd.DataFrame]:
         """The experiment's rows; by default each run's current measurement (its latest ok
         one, else its latest), see db.measurements.Selection for all of them or a time window.
-        ``fingerprints``: the snapshots' fingerprints as documents, not JSON text."""
+        ``fingerprints``: the snapshots' fingerprints as documents, not JSON text; ``boards``:
+        only the measurements made on these devices (names or classes)."""
         with self.database.connect() as conn:
-            return frames.frames(conn, experiment, selection or CURRENT, fingerprints)
+            return frames.frames(conn, experiment, selection or CURRENT, fingerprints, boards)
 
 
 def _check_result(result: RunResult) -> None:
