@@ -167,7 +167,7 @@ void cli_parse(Options *o, Command cmd, const char *command, int argc, char **ar
 /* ---------------------------------------------------------------- shared checks */
 
 /* every policy and switch named in a message comes from the tables (policy.h), in their order */
-void cli_check_attention(const Options *o) {
+void cli_check_options(const Options *o) {
     const char *got = policy_name(o->policy);
     char names[256];
     for (int i = 0; i < N_SWITCHES; i++) {

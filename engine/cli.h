@@ -47,9 +47,10 @@ typedef struct {
 /* ---- parsing and checks */
 /* parse argv (after the command name) over the defaults; exits 2 naming the bad flag or value */
 void cli_parse(Options *o, Command cmd, const char *name, int argc, char **argv);
-/* the checks of the attention options that generate, ppl and attn-bench share (which apply
- * depends on o->cmd); exits 2 naming the conflict */
-void cli_check_attention(const Options *o);
+/* the checks across options that generate, ppl and attn-bench share: attention policies and
+ * their switches, the KV budget, --bf16-acts against --wq, --kv-prefault (which apply depends
+ * on o->cmd); exits 2 naming the conflict */
+void cli_check_options(const Options *o);
 
 /* ---- what the commands take and write */
 /* the attention options an Options describes; opens the trace file if asked */

@@ -59,7 +59,7 @@ int cmd_attn_bench(const Options *o) {
         lmc_die_input("attn-bench needs --ctx, --heads, --kv-heads and --head-dim");
     if (o->heads % o->kv_heads != 0)
         lmc_die_input("--heads %d is not a multiple of --kv-heads %d", o->heads, o->kv_heads);
-    cli_check_attention(o);
+    cli_check_options(o);
     int ctx = o->ctx, H = o->heads, G = o->kv_heads, D = o->head_dim, L = o->layers;
     size_t nq = (size_t)H * D, nkv = (size_t)ctx * G * D;
     size_t total = nq + 2 * nkv + (size_t)ctx;

@@ -13,7 +13,7 @@ void session_open(Session *s, const Options *o, const char *tokens_flag, const c
     memset(s, 0, sizeof *s);
     if (!o->model) lmc_die_input("%s needs --model DIR", o->command);
     if (!tokens_path) lmc_die_input("%s needs %s FILE", o->command, tokens_flag);
-    cli_check_attention(o);
+    cli_check_options(o);
     if (lmc_read_tokens(tokens_path, &s->tokens, &s->n_tokens) != 0) lmc_die_input("%s", lmc_last_error());
     s->pool = pool_create(o->threads); /* loading converts weights on all threads too */
     if (model_load(&s->model, o->model, o->wq, s->pool) != 0) lmc_die_input("%s", lmc_last_error());
