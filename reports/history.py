@@ -20,7 +20,7 @@ import pandas as pd
 
 from db.records import SeriesStep
 from reports.metrics import HIGHER_IS_BETTER, METRICS
-from reports.plots import Axes, Mark, Series, line_chart
+from reports.plots import Axes, Mark, Series, line_chart, spread_caption
 from reports.roofline import IMPOSSIBLE, SHARED, shares_frame
 from reports.runs import labelled_for_history, revision_label, without_revision
 from reports.stats import median, summarize
@@ -370,7 +370,8 @@ def timeline_figures(hist: History) -> list[tuple[str, str]]:
                                   "" if step.ratio is None else f"x{step.ratio:.2g}"))
         unit = METRICS.get(hist.metric, "")
         title = f"{hist.metric} by revision: {device}" + (
-            " (whiskers: min-max over runs)" if any(s.spread for s in series) else "")
+            spread_caption(len({x for s in series for x, _ in s.points}))
+            if any(s.spread for s in series) else "")
         axes = Axes("revision (commit order)", f"{hist.metric}" + (f" ({unit})" if unit else ""),
                     x_ticks=[float(i) for i in range(len(hist.revisions))],
                     x_tick_labels=[revision_label(r)[:7] for r in hist.revisions])

@@ -136,7 +136,7 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
     # the legend's column is as wide as its longest name (it was cut off at a fixed width)
     right = max(130.0, 40.0 + CHAR_W * max((len(s.name) for s in series), default=0))
     left, top, bottom = 56.0, 28.0, 40.0
-    width, height = 290.0 + right, 260.0
+    width, height = left + PLOT_W + right, 260.0
     plot_w, plot_h = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points] + [
@@ -179,6 +179,7 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
             body.append(_text(px(tick), top + plot_h + 14, label))
     body += _mark_lines(marks, px, top, plot_h)
     body.append(_text(left + plot_w / 2, height - 6, axes.x_label))
+    dense = crowded(len(set(xs)))
     mid = top + plot_h / 2
     body.append(_text(12, mid, axes.y_label, extra=f' transform="rotate(-90 12 {_n(mid)})"'))
     for index, s in enumerate(series):
@@ -188,16 +189,48 @@ def line_chart(title: str, series: Sequence[Series], axes: Axes,
         path = " ".join(f"{x},{y}" for x, y in at)
         body.append(f'<polyline class="series" points="{path}" fill="none" stroke="{colour}" '
                     f'stroke-width="1.8"{dash}/>')
-        for x, y in at:
-            body.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>')
-        for x, low, high in s.spread:
-            body.append(_whisker(px(x), py(low), py(high), colour))
+        if dense:  # markers and whiskers would overlap: the line, and the spread as a band
+            body += _band(s.spread, px, py, colour)
+        else:
+            for x, y in at:
+                body.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>')
+            for x, low, high in s.spread:
+                body.append(_whisker(px(x), py(low), py(high), colour))
         ly = top + 10 + index * 16
         body.append(f'<line x1="{_n(width - right + 8)}" y1="{_n(ly)}" '
                     f'x2="{_n(width - right + 28)}" y2="{_n(ly)}" stroke="{colour}" '
                     f'stroke-width="2"{dash}/>')
         body.append(_text(width - right + 32, ly + 4, s.name, anchor="start"))
     return _svg(width, height, body, title)
+
+
+PLOT_W = 234.0  # px: a line chart's plot area, between its y axis and its legend
+MARKER_GAP = 6.0  # px: a marker's width and a pixel; closer points are drawn as a line only
+
+
+def crowded(positions: int) -> bool:
+    """Whether a line chart with ``positions`` distinct x values draws its points closer than a
+    marker's width (a long history): then it draws each line without markers and its spread as
+    a band instead of whiskers."""
+    return positions * MARKER_GAP > PLOT_W
+
+
+def spread_caption(positions: int) -> str:
+    """What a title says of the spread a line chart of ``positions`` x values draws."""
+    return f" ({'shaded' if crowded(positions) else 'whiskers'}: min-max over runs)"
+
+
+def _band(spread: Sequence[tuple[float, float, float]], px: Callable[[float], float],
+          py: Callable[[float], float], colour: str) -> list[str]:
+    """The min-max spread of a crowded line as one shaded band (class "spread-band"): up along
+    the maxima, back along the minima (a whisker a point was 1,000 paths a line)."""
+    if not spread:
+        return []
+    outline = [(px(x), py(high)) for x, _, high in spread] + \
+        [(px(x), py(low)) for x, low, _ in reversed(spread)]
+    points = " ".join(f"{_n(x)},{_n(y)}" for x, y in outline)
+    return [f'<polygon class="spread-band" points="{points}" fill="{colour}" '
+            'fill-opacity="0.2" stroke="none"/>']
 
 
 def _whisker(x: float, y_low: float, y_high: float, colour: str) -> str:

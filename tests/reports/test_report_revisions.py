@@ -14,6 +14,7 @@ from fixtures_reports import SyntheticExperiment, build_record
 
 from db import Store
 from harness.cli import main
+from reports.plots import Axes, Series, line_chart, spread_caption
 from reports.render import render_report
 
 REVISIONS = [f"rev-{i:02d}" for i in range(14)]  # in the order their runs were made
@@ -111,3 +112,27 @@ def test_an_experiment_within_the_count_is_shown_whole(tmp_path: Path) -> None:
     for name in ("report.md", "index.html", "k_sweep.csv", "failures.csv", "manifest.json"):
         assert (whole / name).read_text() == (counted / name).read_text(), name
     store.close()
+
+
+def test_a_long_timeline_draws_lines_and_a_band_not_a_marker_a_revision() -> None:
+    """1,000 revisions put markers 0.2 px apart (a timeline was 236,000 circles and as many
+    whiskers): past a marker's width apart the chart draws the line, and the spread as one
+    band, and says so in its caption."""
+    def chart(revisions: int) -> str:
+        points = [(float(i), 10.0 + i % 7) for i in range(revisions)]
+        spread = [(x, y - 1.0, y + 1.0) for x, y in points]
+        return line_chart("t", [Series("a", points, spread=spread),
+                                Series("b", [(x, y * 2) for x, y in points])],
+                          Axes("revision", "ms"))
+
+    few, many = chart(12), chart(1000)
+    assert few.count("<circle") == 24 and few.count('class="spread"') == 12
+    assert "spread-band" not in few and spread_caption(12) == " (whiskers: min-max over runs)"
+    assert many.count("<circle") == 0 and 'class="spread"' not in many
+    assert many.count('class="spread-band"') == 1  # series a's; b has no spread
+    assert many.count('<polyline class="series"') == 2
+    # the band runs up along the maxima and back along the minima: 2 points a revision
+    band = re.search(r'class="spread-band" points="([^"]+)"', many)[1]
+    assert len(band.split()) == 2000
+    assert spread_caption(1000) == " (shaded: min-max over runs)"
+    assert len(many) < 100_000
