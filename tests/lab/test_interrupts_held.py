@@ -13,6 +13,9 @@ CHILD = """
 import os, signal, sys
 from pathlib import Path
 from harness.errors import Terminated, interrupts_held, sigterm_as_interrupt
+# as a terminal's Ctrl-C finds the CLI (a suite started in the background hands its children
+# SIGINT ignored, and a Python started so keeps ignoring it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sigterm_as_interrupt()
 log, signals = Path(sys.argv[1]), [getattr(signal, name) for name in sys.argv[2:]]
 log.write_text("")
