@@ -74,8 +74,9 @@ def interrupts_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach the main thread only: nothing to hold here
         return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    previous = {signum: handler for signum, handler in previous.items() if handler is not None}
+    # a handler installed outside Python reads as None and cannot be put back: left alone
+    previous = {signum: handler for signum in (signal.SIGINT, signal.SIGTERM)
+                if (handler := signal.getsignal(signum)) is not None}
     held: list[int] = []
 
     def restore() -> None:
