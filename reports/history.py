@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -325,12 +325,20 @@ def histories_of(found: Sequence[RevisionRun], order: Sequence[str],
             if (hist := history(found, order, metric, cache=cache)).series]
 
 
+def first_run_order(runs: Iterable[RevisionRun]) -> list[str]:
+    """The runs' revisions in the order of their first run: what to hand a revision order
+    (``harness.identity.commit_order`` keeps it for the revisions git does not know), so that
+    every history of an experiment (report, `history`, `track`, the dashboard, the steps kept
+    when runs land) orders them alike and finds its steps kept."""
+    return list(dict.fromkeys(r.revision for r in sorted(runs, key=lambda r: r.run_id)))
+
+
 def keep_steps_of(store: Any, experiment: str, revision_order: Any) -> None:
     """Find and keep (in the store) the steps of every series of the experiment's history
     that the store does not keep yet: what a coordinator does when its runs have landed, so
     that reports and pages find them. ``revision_order`` puts revisions in commit order."""
     found = revision_runs(store, experiment)
-    histories_of(found, revision_order(sorted({r.revision for r in found})), store)
+    histories_of(found, revision_order(first_run_order(found)), store)
 
 
 def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str],

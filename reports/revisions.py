@@ -25,7 +25,8 @@ RevisionOrder = Callable[[list[str]], list[str]]  # revisions -> the same in com
 
 def revisions_in_order(runs: pd.DataFrame, revision_order: RevisionOrder | None) -> list[str]:
     """The runs' engine revisions, oldest first: in commit order where ``revision_order``
-    knows them, the others in the order of their first run (as the history orders them)."""
+    knows them, the others in the order of their first run (a report's flattened runs; a
+    history's runs are ordered so by ``reports.history.first_run_order``)."""
     if runs.empty:
         return []
     by_first_run = runs.sort_values("run_id", kind="mergesort")["build_revision"].dropna()

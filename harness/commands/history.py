@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def load_history(store: Store, experiment: str, metric: str, devices: list[str] | None,
                  configs: list[str] | None, threshold: float) -> History:
     from harness.identity import commit_order
-    from reports.history import history, revision_runs
+    from reports.history import first_run_order, history, revision_runs
     from reports.steps import StepParams
 
     runs = revision_runs(store, experiment)
@@ -56,7 +56,7 @@ def load_history(store: Store, experiment: str, metric: str, devices: list[str] 
     for device in devices or []:
         if device not in {r.device for r in runs}:
             raise InputError(f"--device {device!r}: no ok run of {experiment!r} on it")
-    return history(runs, commit_order(sorted({r.revision for r in runs})), metric, devices,
+    return history(runs, commit_order(first_run_order(runs)), metric, devices,
                    configs, StepParams(threshold=threshold), cache=store)
 
 

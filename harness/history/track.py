@@ -33,7 +33,7 @@ from harness.history.revisions import (
 )
 from harness.identity import commit_order
 from reports.commits import CommitSummary, commit_summaries
-from reports.history import BoardStep, History, HistoryStep, history
+from reports.history import BoardStep, History, HistoryStep, first_run_order, history
 from reports.steps import StepParams
 
 
@@ -98,7 +98,7 @@ def track(measurer: Measurer, since: str, metric: str, threshold: float,
     runs = measurer.stored()
     if not runs:
         raise InputError(f"experiment {measurer.spec.name!r} holds no ok runs to show")
-    hist = history(runs, commit_order(sorted({r.revision for r in runs})), metric,
+    hist = history(runs, commit_order(first_run_order(runs)), metric,
                    devices=list(measurer.placement.devices),
                    params=StepParams(threshold=threshold), cache=measurer.store)
     result = TrackResult(new, skipped, hist, board_steps=sorted(

@@ -26,7 +26,7 @@ from harness.access.caller import local_user
 from harness.history.alerting import alert_document
 from harness.identity import commit_order
 from harness.web.data import FarmData
-from reports.history import history, revision_runs, timeline_figures
+from reports.history import first_run_order, history, revision_runs, timeline_figures
 
 SHARED_TOKEN_ACTOR = "dashboard"  # who a change made with the shared token is recorded as
 NOTE_CHARS = 500
@@ -42,7 +42,7 @@ def timelines(store: Store, alert: AlertRecord) -> list[tuple[str, str]]:
     """The timelines (one per device and metric) of the series that moved at the alert's
     commit, every revision of the experiment on the x axis."""
     runs = revision_runs(store, alert.experiment)
-    order = commit_order(sorted({r.revision for r in runs}))
+    order = commit_order(first_run_order(runs))
     figures = []
     for metric in dict.fromkeys(s.metric for s in alert.steps):
         moved = [s for s in alert.steps if s.metric == metric]

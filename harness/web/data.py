@@ -46,7 +46,7 @@ from harness.web.views import (
     Placement,
 )
 from reports.audit import Verdict
-from reports.history import history, revision_runs
+from reports.history import first_run_order, history, revision_runs
 from reports.metrics import METRICS
 from reports.render import build_sections, sections_html
 from reports.runs import load_experiment
@@ -254,7 +254,7 @@ class FarmData:
         """The experiment's revisions and steps (every metric's), from what a history reads."""
         def read() -> ExperimentHistory:
             runs = revision_runs(self.store, name)
-            revisions = sorted({r.revision for r in runs})
+            revisions = first_run_order(runs)
             order = commit_order(revisions) if len(revisions) > 1 else []
             histories = [hist for metric in METRICS
                          if (hist := history(runs, order, metric, cache=self.steps)).series] \

@@ -14,6 +14,8 @@ from fixtures_reports import SyntheticExperiment, build_record
 
 from db import Store
 from harness.cli import main
+from harness.commands.history import load_history
+from harness.identity import commit_order
 from reports.plots import Axes, Series, line_chart, spread_caption
 from reports.render import render_report
 
@@ -136,3 +138,27 @@ def test_a_long_timeline_draws_lines_and_a_band_not_a_marker_a_revision() -> Non
     assert len(band.split()) == 2000
     assert spread_caption(1000) == " (shaded: min-max over runs)"
     assert len(many) < 100_000
+
+
+def test_revisions_git_does_not_know_are_ordered_by_their_first_run_everywhere(
+        tmp_path: Path) -> None:
+    """`benchfarm history`, the report's timelines and which revisions it shows in full agree:
+    revisions outside the repository (here named against their order) follow their first run."""
+    store = Store.open(f"sqlite:///{tmp_path}/named.db")
+    exp = SyntheticExperiment(store, name="named", spec_text='name = "named"\n')
+    names = ["zeta-rev", "alpha-rev", "mid-rev"]  # run in this order
+    for i, revision in enumerate(names):
+        exp.add_build(revision, build_record(source_hash=f"{i:064x}", revision=revision,
+                                             binary_sha256=f"{i + 50:064x}"))
+        for repeat in range(3):
+            exp.run(repeat=repeat, build=revision, decode_ms=10.0 + i + 0.01 * repeat)
+    history = load_history(store, "named", "decode_ms_per_token", None, None, 0.0)
+    assert history.revisions == names
+    out = render_report(store, "named", tmp_path / "out", revisions=2,
+                        revision_order=commit_order).parent
+    assert sorted(set(csv(out, "k_sweep")["revision"])) == sorted(names[1:])
+    page = (out / "index.html").read_text()
+    first_timeline = page.split('<section id="history">')[1].split("</svg>")[0]
+    ticks = re.findall(r'<text x="[\d.]+" y="234"[^>]*>([^<]+)</text>', first_timeline)
+    assert ticks == [name[:7] for name in names]  # the x axis, revision labels cut to 7
+    store.close()
