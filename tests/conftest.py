@@ -20,20 +20,33 @@ pytest_plugins = [
 ]
 
 
+# Where a run on this machine leaves files that outlive it, each set to a folder of the test
+# session's own: Ray's log files (harness.execution.ray_log), the `local` board's workdir and
+# the node cache of artifacts. Otherwise the tests would read and write the user's ~/.cache and
+# ~/.local/state, and a test of `gc --older-than 1d` would count what earlier sessions left there.
+SESSION_FOLDERS = {
+    "XDG_STATE_HOME": "state",
+    "BENCHFARM_LOCAL_WORKDIR": "local-workdir",
+    "BENCHFARM_NODE_CACHE": "node-cache",
+}
+
+
 @pytest.fixture(scope="session", autouse=True)
-def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Ray's log files of the runs the tests start (harness.execution.ray_log) go to a folder
-    of the session's, not to the user's ~/.local/state: one under pytest's own temporary
-    folder (removed at the session's end; after a killed session, pytest's rotation of its
-    folders removes it)."""
-    folder = tmp_path_factory.mktemp("state")
-    before = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(folder)
+def session_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Each variable of SESSION_FOLDERS names a folder under pytest's own temporary folder
+    while the session runs (removed at its end; after a killed session, pytest's rotation of
+    its folders removes them). The llama.cpp build cache stays the machine's: it is what keeps
+    a second run of the suite from building llama.cpp again."""
+    folders = {name: tmp_path_factory.mktemp(stem) for name, stem in SESSION_FOLDERS.items()}
+    before = {name: os.environ.get(name) for name in folders}
+    os.environ.update({name: str(folder) for name, folder in folders.items()})
     try:
-        yield folder
+        yield folders
     finally:
-        if before is None:
-            os.environ.pop("XDG_STATE_HOME", None)
-        else:
-            os.environ["XDG_STATE_HOME"] = before
-        shutil.rmtree(folder, ignore_errors=True)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
