@@ -78,8 +78,9 @@ def test_fma_peak_runs_at_each_levels_width(level: str, bits: int) -> None:
 
 def test_fma_peak_measures_bf16_dot_products_at_v4_vnni() -> None:
     """At the level with AVX512_BF16 the peak has a second figure, vdpbf16ps's (two
-    multiply-adds a lane an instruction): on the development machine's Zen 5, 1.8-1.9x the FMA
-    peak. A host without the level checks the build only."""
+    multiply-adds a lane an instruction; on the development machine's Zen 5, 1.8-1.9x the FMA
+    peak, as bench/prefill.py prints: a test never asserts a speed, which a loaded machine
+    changes). A host without the level checks the build only."""
     binary = build_c_program("fma_peak", [BENCH_DIR / "c" / "fma_peak.c"], target="x86_64:v4-vnni")
     code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)], capture_output=True,
                           text=True, check=True).stdout
@@ -88,7 +89,7 @@ def test_fma_peak_measures_bf16_dot_products_at_v4_vnni() -> None:
     if not isa.missing(lv, isa.host_features()):
         doc = json.loads(subprocess.run([str(binary), "--passes", "1"], capture_output=True,
                                         text=True, check=True).stdout)
-        assert doc["dot_bf16_best_gflops"] > doc["best_gflops"] > 1
+        assert doc["dot_bf16_best_gflops"] > 0 and doc["best_gflops"] > 0
 
 
 def test_prefill_reports_each_engines_share_of_the_levels_peak(capsys) -> None:
