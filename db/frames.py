@@ -149,7 +149,7 @@ def _reference_rows(conn: Connection, model: type, ids: set[Any],
 
 
 def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
-           fingerprints: bool = False,
+           summaries: bool = False,
            boards: Collection[str] | None = None) -> dict[str, pd.DataFrame]:
     """The raw rows of an experiment as DataFrames, ordered by run id and measurement id.
 
@@ -161,11 +161,12 @@ def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
       ``workload_*`` columns of the joined rows (workload ids and model config excluded: they
       are large and available through ``get_run``).
     - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``measurement_id``.
-    JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys;
-    with ``fingerprints`` the snapshots' fingerprints are the documents themselves (a report
-    reads every one, and a nightly has 100,000: parsing each once instead of parsing, printing
-    and parsing it again). With ``boards`` (device names or classes), only the measurements
-    made on those devices (what a comparison of boards reads).
+    JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
+    With ``summaries`` the snapshots are their summaries instead of their fingerprints
+    (devices.conditions.snapshot_summary: flags, CPU and load, as documents): what a report
+    reads of every run (a nightly has 200,000 snapshots; ``snapshot_fingerprints`` reads the
+    few whole documents it shows). With ``boards`` (device names or classes), only the
+    measurements made on those devices (what a comparison of boards reads).
 
     The device, build, model and workload rows are read once each (a nightly's 50,000 runs
     share a few hundred) and joined here, as the inner join on the device and the outer joins
@@ -218,11 +219,25 @@ def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
         "outcomes": _read(conn, select(OutcomeRow.__table__)
                           .where(OutcomeRow.measurement_id.in_(ids))
                           .order_by(OutcomeRow.measurement_id)),
-        "snapshots": _read(conn, select(DeviceSnapshot.__table__)
+        "snapshots": _read(conn, select(*_snapshot_columns(summaries))
                            .where(DeviceSnapshot.measurement_id.in_(ids))
                            .order_by(DeviceSnapshot.measurement_id, DeviceSnapshot.id),
-                           documents=fingerprints),
+                           documents=summaries),
     }
+
+
+def _snapshot_columns(summaries: bool) -> list[Any]:
+    """The snapshots' columns a frame holds: the summary or the fingerprint, never both."""
+    left_out = "fingerprint" if summaries else "summary"
+    return [c for c in DeviceSnapshot.__table__.columns if c.key != left_out]
+
+
+def snapshot_fingerprints(conn: Connection, ids: Collection[int]) -> dict[int, Any]:
+    """The fingerprint documents of the snapshots ``ids`` (snapshot id -> document)."""
+    table = DeviceSnapshot.__table__
+    return {snapshot: document for batch in chunks(sorted(ids))
+            for snapshot, document in conn.execute(select(table.c.id, table.c.fingerprint)
+                                                   .where(table.c.id.in_(batch)))}
 
 
 STEP_COLUMNS = ["measurement_id", "step", "token", "ms", "attn_ms"]

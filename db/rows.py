@@ -31,6 +31,7 @@ from db.models import (
 )
 from db.packing import pack_steps
 from db.records import RUN_STATUSES, RunResult
+from devices.conditions import snapshot_summary
 
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
@@ -278,7 +279,8 @@ def insert_children(conn: Connection, measurement_id: int, result: RunResult) ->
     if result.snapshots:
         conn.execute(_INSERT_SNAPSHOTS, [
             {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
-             "fingerprint": dict(s.fingerprint)}
+             "fingerprint": dict(s.fingerprint),
+             "summary": snapshot_summary(s.fingerprint, s.phase)}
             for s in result.snapshots
         ])
     if result.outcome is not None:

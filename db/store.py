@@ -498,14 +498,20 @@ class Store:
             return frames.history_frame(conn, experiment)
 
     def frames(self, experiment: str, selection: Selection | None = None,
-               fingerprints: bool = False,
+               summaries: bool = False,
                boards: Collection[str] | None = None) -> dict[str, pd.DataFrame]:
         """The experiment's rows; by default each run's current measurement (its latest ok
         one, else its latest), see db.measurements.Selection for all of them or a time window.
-        ``fingerprints``: the snapshots' fingerprints as documents, not JSON text; ``boards``:
-        only the measurements made on these devices (names or classes)."""
+        ``summaries``: the snapshots' summaries as documents instead of their fingerprints as
+        JSON text; ``boards``: only the measurements made on these devices (names or
+        classes)."""
         with self.database.connect() as conn:
-            return frames.frames(conn, experiment, selection or CURRENT, fingerprints, boards)
+            return frames.frames(conn, experiment, selection or CURRENT, summaries, boards)
+
+    def snapshot_fingerprints(self, ids: Collection[int]) -> dict[int, Any]:
+        """The fingerprint documents of these snapshots, by snapshot id."""
+        with self.database.connect() as conn:
+            return frames.snapshot_fingerprints(conn, ids)
 
 
 def _check_result(result: RunResult) -> None:

@@ -16,7 +16,6 @@ commit, with ``+dirty`` when that folder has local changes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -259,11 +258,53 @@ def _commits(names: list[str]) -> set[str]:
 SHORT_SHA = 7  # the short commit id shown beside a commit's subject
 
 
-@functools.lru_cache(maxsize=4096)
-def _subject(commit: str) -> str | None:
-    proc = subprocess.run(["git", "log", "-1", "--format=%s", f"{commit}^{{commit}}", "--"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+SUBJECTS_KEPT = 65536  # commit subjects kept by a long-lived process (the dashboard)
+_subjects_found: dict[str, str | None] = {}  # commit name -> its subject; None: not a commit
+
+
+def _subjects(commits: Iterable[str]) -> dict[str, str | None]:
+    """The subject of each commit name (None for a name git does not know as a commit), those
+    not yet known read by one `git cat-file --batch` (a history labels a thousand)."""
+    names = [c for c in dict.fromkeys(commits) if "\n" not in c and not c.startswith("-")]
+    wanted = [name for name in names if name not in _subjects_found]
+    if wanted:
+        if len(_subjects_found) + len(wanted) > SUBJECTS_KEPT:
+            _subjects_found.clear()
+        query = "".join(f"{name}^{{commit}}\n" for name in wanted).encode()
+        done = subprocess.run(["git", "cat-file", "--batch"], cwd=REPO_ROOT, input=query,
+                              capture_output=True)
+        found = _batch_subjects(done.stdout) if done.returncode == 0 else []
+        _subjects_found.update(zip(wanted, (found + [None] * len(wanted))[:len(wanted)],
+                                   strict=True))
+    return {name: _subjects_found.get(name) for name in names}
+
+
+def _batch_subjects(output: bytes) -> list[str | None]:
+    """The subjects in `git cat-file --batch`'s answers, in order: an object's header line
+    (``<sha> commit <size>``) and its content, or ``<name> missing`` (or ``ambiguous``). A
+    subject is the message's first paragraph on one line, as `git log --format=%s` prints it."""
+    subjects: list[str | None] = []
+    at = 0
+    while at < len(output):
+        end = output.index(b"\n", at)
+        header = output[at:end].split()
+        at = end + 1
+        if len(header) != 3 or not header[2].isdigit():
+            subjects.append(None)
+            continue
+        size = int(header[2])
+        content, at = output[at:at + size], at + size + 1
+        message = content.partition(b"\n\n")[2].decode(errors="replace")
+        subject = " ".join(message.strip().split("\n\n", 1)[0].split("\n")).strip()
+        subjects.append(subject or None)
+    return subjects
+
+
+def revision_labels(revisions: Iterable[str | None]) -> dict[str, str]:
+    """``revision_label`` of each revision, the subjects read at once."""
+    named = [r for r in dict.fromkeys(revisions) if r]
+    _subjects(r[:-len(DIRTY)] if r.endswith(DIRTY) else r for r in named)
+    return {r: revision_label(r) for r in named}
 
 
 def revision_label(revision: str | None) -> str:
@@ -273,7 +314,7 @@ def revision_label(revision: str | None) -> str:
         return ""
     commit, dirty = (revision[:-len(DIRTY)], DIRTY) if revision.endswith(DIRTY) else (revision,
                                                                                        "")
-    subject = _subject(commit) if "\n" not in commit and not commit.startswith("-") else None
+    subject = _subjects([commit]).get(commit)
     if subject is None:
         return revision
     return f"{commit[:SHORT_SHA]}{dirty} {subject}"

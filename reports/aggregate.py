@@ -19,7 +19,7 @@ from devices.conditions import memory_controllers
 from reports import metrics
 from reports.cells import cell_rows, group_cells, merge_flags, sorted_table
 from reports.cpu import mixed_cpu_flag
-from reports.runs import int_or_none, revision_label, stored_json
+from reports.runs import int_or_none, revision_label
 from reports.stats import CV_FLAG, median, series_mean, summarize
 
 # Per-run timings summarised over repeats: those a comparison follows, and the harness's own
@@ -288,24 +288,13 @@ def builds_table(runs: pd.DataFrame) -> pd.DataFrame:
     return sorted_table(table, ["target", "binary_sha256"])
 
 
-def devices_table(runs: pd.DataFrame, snapshots: pd.DataFrame) -> pd.DataFrame:
-    """Devices with their fingerprint facts (from the first snapshot of each device)."""
+def devices_table(runs: pd.DataFrame, fingerprints: dict[str, Any]) -> pd.DataFrame:
+    """Devices with their fingerprint facts (``fingerprints``: device -> the document of its
+    first snapshot, reports.runs.ExperimentData.device_fingerprints)."""
     rows = []
-    first: dict[str, dict] = {}
-    by_id = dict(zip((int(m) for m in runs["measurement_id"]), runs["device"].tolist(),
-                     strict=True))
-    wanted = len(set(by_id.values()))
-    if len(snapshots):
-        for measurement, fingerprint in zip(snapshots["measurement_id"],
-                                            snapshots["fingerprint"], strict=True):
-            device = by_id.get(int(measurement))
-            if device is not None and device not in first:
-                first[device] = stored_json(fingerprint) or {}
-                if len(first) == wanted:  # every device has its first snapshot
-                    break
     for device, cell in group_cells(runs, ["device"]):
         row = cell.iloc[0]
-        fingerprint = first.get(device[0], {})
+        fingerprint = fingerprints.get(device[0]) or {}
         rows.append({
             "device": device[0], "arch": row["device_arch"], "class": row["device_class"],
             "emulated": bool(row["emulated"]),

@@ -153,7 +153,7 @@ def load_runs(store: Any, experiments: list[str] | None,
     boards = list(sides) if sides and store.boards_among(sides) == set(sides) else None
     frames = []
     for name in names:
-        raw = store.frames(name, selection, fingerprints=True, boards=boards)
+        raw = store.frames(name, selection, summaries=True, boards=boards)
         frames.append(flatten_runs(raw["runs"], raw["outcomes"], raw["snapshots"]))
     if not frames:
         raise ReportInputError("the store holds no experiments to compare")

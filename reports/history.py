@@ -342,12 +342,16 @@ def keep_steps_of(store: Any, experiment: str, revision_order: Any) -> None:
 
 
 def timeline_section_parts(runs: pd.DataFrame, order: Sequence[str],
-                           cache: StepCache | None = None
+                           cache: StepCache | None = None,
+                           histories: list[History] | None = None
                            ) -> tuple[list[tuple[str, str]], pd.DataFrame]:
     """The report's history of an experiment with several revisions: a timeline per metric
     and device, and the table of the steps found (empty when it holds one revision): a
-    commit's, or the board's where the engine code is the revision before's."""
-    histories = revision_histories(runs, order, cache)
+    commit's, or the board's where the engine code is the revision before's. ``histories``:
+    those already made of the runs (``histories_of`` the store's ``revision_runs``, as the
+    dashboard makes them for its own view), else they are made here."""
+    if histories is None:
+        histories = revision_histories(runs, order, cache)
     figures = [figure for hist in histories for figure in timeline_figures(hist)]
     steps = [asdict(step) | {"cause": "commit"} for hist in histories for step in hist.steps]
     steps += [asdict(board.step) | {"cause": f"board (code of {revision_label(board.previous)})"}

@@ -21,7 +21,7 @@ from reports import aggregate, eviction, figures
 from reports.baseline import baseline_warning, cells_of_runs
 from reports.comparisons import device_comparison, engine_comparison
 from reports.headline import prefill_headline, what_this_shows
-from reports.history import StepCache, timeline_section_parts
+from reports.history import History, StepCache, timeline_section_parts
 from reports.outdir import output_dir
 from reports.revisions import NEWEST_REVISIONS, RevisionOrder, newest_revisions, revisions_in_order
 from reports.roofline import roofline_table
@@ -77,7 +77,7 @@ def manifest(data: ExperimentData) -> dict[str, Any]:
         "models": unique(["model_path", "model_sha256"], "model_sha256"),
         "workloads": unique(["workload_kind", "workload_content_hash", "workload_params"],
                             "workload_content_hash"),
-        "devices": json.loads(aggregate.devices_table(runs, data.snapshots)
+        "devices": json.loads(aggregate.devices_table(runs, data.device_fingerprints)
                               .to_json(orient="records")),
         "run_counts": run_counts(runs),
         "reproduce": {
@@ -139,8 +139,9 @@ TIMING_DISPLAY = [("decode_ms", "decode ms/token"), ("attn_ms", "attention ms/to
 
 
 def history_section(data: ExperimentData, order: list[str],
-                    steps_cache: StepCache | None = None) -> Section:
-    figures, steps = timeline_section_parts(data.runs, order, steps_cache)
+                    steps_cache: StepCache | None = None,
+                    histories: list[History] | None = None) -> Section:
+    figures, steps = timeline_section_parts(data.runs, order, steps_cache, histories)
     return Section("history", "History across revisions",
                    "Each metric per engine revision in commit order (medians over runs), one "
                    "timeline per metric and device; dashed red lines mark the steps beyond noise "
@@ -158,10 +159,12 @@ UNIT_OF_REPLICATION = ("Unit of replication: the run (one engine process for one
 
 def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = None,
                    steps_cache: StepCache | None = None,
-                   revisions: int | None = NEWEST_REVISIONS) -> list[Section]:
+                   revisions: int | None = NEWEST_REVISIONS,
+                   histories: list[History] | None = None) -> list[Section]:
     """The report's sections; ``steps_cache`` keeps the steps of its history's series. The
     history follows every revision; the other sections show the newest ``revisions`` of them
-    (None: all) in full, the manifest every run."""
+    (None: all) in full, the manifest every run. ``histories``: the experiment's histories
+    when the caller has made them already (reports.history.timeline_section_parts)."""
     order = revisions_in_order(data.runs, revision_order)
     shown = newest_revisions(data, order, revisions)
     everything, data = data, shown.data
@@ -179,7 +182,7 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
     warning = baseline_warning(cells_of_runs(runs))
     # An experiment comparing devices or revisions answers that question first.
     comparisons = [engine_comparison(data), device_comparison(data),
-                   history_section(everything, order, steps_cache)]
+                   history_section(everything, order, steps_cache, histories)]
     leading = [s for s in comparisons if s.has_content()]
     return [
         *([Section("revisions", "Revisions shown", shown.note(), always=True)]
@@ -194,8 +197,8 @@ def build_sections(data: ExperimentData, revision_order: RevisionOrder | None = 
                 "run; manifest.json lists the workloads and a `benchfarm reproduce` line per "
                 "cell.",
                 tables=[Table("builds", builds, builds_display(builds)),
-                        Table("devices", aggregate.devices_table(everything.runs,
-                                                                 everything.snapshots))],
+                        Table("devices", aggregate.devices_table(
+                            everything.runs, everything.device_fingerprints))],
                 always=True),
         Section("needle", "Needle in a haystack",
                 "Recall (mean over seeds and repeats) per context length and needle depth; one "

@@ -46,7 +46,9 @@ class ExperimentData:
     spec_hash: str
     runs: pd.DataFrame  # one row per measurement read, every column flattened
     steps: pd.DataFrame  # token_timings rows: measurement_id, step, token, ms, attn_ms
-    snapshots: pd.DataFrame  # device_snapshots rows with their fingerprint documents
+    snapshots: pd.DataFrame  # device_snapshots rows with their summary documents
+    # device -> the fingerprint document of its first snapshot among the runs
+    device_fingerprints: dict[str, Any] = field(default_factory=dict)
     model_configs: dict[str, Any] = field(default_factory=dict)  # model sha256 -> config.json
     limits: dict[str, Any] = field(default_factory=dict)  # device -> its measured limits
 
@@ -176,13 +178,17 @@ def load_experiment(store: Any, experiment: str,
                     selection: Selection = CURRENT) -> ExperimentData:
     """Read an experiment's rows and flatten them into one DataFrame row per measurement (by
     default each run's current one: its latest ok)."""
-    frames = store.frames(experiment, selection, fingerprints=True)
+    frames = store.frames(experiment, selection, summaries=True)
     spec = store.experiment_spec(experiment)
     runs = flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
     models = sorted({str(s) for s in runs.get("model_sha256", pd.Series(dtype=str)).dropna()})
+    first = first_snapshots(runs, frames["snapshots"])
+    documents = store.snapshot_fingerprints(first.values())
     return ExperimentData(
         name=experiment, spec_text=spec.text, spec_hash=spec.hash, runs=runs,
         steps=frames["token_timings"], snapshots=frames["snapshots"],
+        device_fingerprints={device: documents.get(snapshot) or {}
+                             for device, snapshot in first.items()},
         model_configs=store.model_configs(models),
         limits=store.board_limits(sorted(set(runs["device"]))) if len(runs) else {})
 
@@ -330,14 +336,30 @@ def same_as_exact(table: pd.DataFrame) -> pd.Series:
 
 
 def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
-    """measurement id -> phase ("before", "after") -> the fingerprint document."""
+    """measurement id -> phase ("before", "after") -> the snapshot's summary document
+    (devices.conditions.snapshot_summary: a frame read with ``summaries``)."""
     by_run: dict[int, dict[str, dict]] = {}
     if snapshots.empty:
         return by_run
-    for measurement, phase, fingerprint in zip(snapshots["measurement_id"], snapshots["phase"],
-                                               parsed_json(snapshots["fingerprint"]), strict=True):
-        by_run.setdefault(int(measurement), {})[phase] = fingerprint
+    for measurement, phase, summary in zip(snapshots["measurement_id"], snapshots["phase"],
+                                           parsed_json(snapshots["summary"]), strict=True):
+        by_run.setdefault(int(measurement), {})[phase] = summary
     return by_run
+
+
+def first_snapshots(runs: pd.DataFrame, snapshots: pd.DataFrame) -> dict[str, int]:
+    """Each device's first snapshot among the runs' (device -> snapshot id): the one whose
+    whole fingerprint a report shows of the device."""
+    device_of = dict(zip((int(m) for m in runs["measurement_id"]), runs["device"].tolist(),
+                         strict=True))
+    first: dict[str, int] = {}
+    if snapshots.empty:
+        return first
+    for measurement, snapshot in zip(snapshots["measurement_id"], snapshots["id"], strict=True):
+        device = device_of.get(int(measurement))
+        if device is not None and device not in first:
+            first[device] = int(snapshot)
+    return first
 
 
 def _run_flags(table: pd.DataFrame, by_run: dict[int, dict[str, dict]]) -> list[str]:

@@ -28,7 +28,7 @@ from db.leases import LeaseInfo, utcnow
 from db.store import Store
 from devices.inventory import load_inventory
 from harness.access.caller import user_of_token
-from harness.identity import commit_order, revision_label
+from harness.identity import commit_order, revision_labels
 from harness.lab.story import JobStory, job_story
 from harness.verify.claims import audit_claims
 from harness.web.timeline import WINDOW, BoardTimeline, timelines
@@ -247,8 +247,8 @@ class FarmData:
             counts=summary.counts, devices=summary.devices, groups=summary.groups,
             job=None if latest is None else self._job_view(latest, True),
             revisions=found.revisions, steps=found.steps,
-            revision_labels={r: revision_label(r) for r in dict.fromkeys(
-                [*(g.revision for g in summary.groups if g.revision), *found.revisions])})
+            revision_labels=revision_labels(
+                [*(g.revision for g in summary.groups if g.revision), *found.revisions]))
 
     def history(self, name: str) -> ExperimentHistory:
         """The experiment's revisions and steps (every metric's), from what a history reads."""
@@ -261,16 +261,19 @@ class FarmData:
                 if order else []
             return ExperimentHistory(
                 revisions=list(dict.fromkeys(r for hist in histories for r in hist.revisions)),
-                steps=[step for hist in histories for step in hist.steps])
+                steps=[step for hist in histories for step in hist.steps], histories=histories)
         return self._kept_for(name, "history", read)
 
     def report_html(self, name: str) -> tuple[str, str]:
         """The experiment's history across revisions (timelines with their steps; empty with
         one revision) and the rest of its report's sections, rendered by the report's own
-        code (revisions in git's commit order); every value from the store is escaped there."""
+        code (revisions in git's commit order); every value from the store is escaped there.
+        The timelines are those of the page's own history (``history``: made once, and the
+        figures beyond a board's roofline left out, as `benchfarm history` leaves them)."""
         def render() -> tuple[str, str]:
             sections = [s for s in build_sections(load_experiment(self.store, name),
-                                                  commit_order, self.steps)
+                                                  commit_order, self.steps,
+                                                  histories=self.history(name).histories)
                         if s.has_content()]
             return (sections_html([s for s in sections if s.anchor == HISTORY_SECTION]),
                     sections_html([s for s in sections if s.anchor != HISTORY_SECTION]))

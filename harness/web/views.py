@@ -13,7 +13,7 @@ from typing import Any
 from db.boards import HealthResult, ReservationInfo, StateChange
 from db.jobs import PlacementProgress
 from db.queries import GroupSummary
-from reports.history import HistoryStep
+from reports.history import History, HistoryStep
 
 PAGE = 50  # experiments per page, and the default of every paged JSON list
 MAX_PAGE = 500  # the most any one request may ask for
@@ -145,6 +145,7 @@ class ExperimentView:
 class ExperimentHistory:
     revisions: list[str]
     steps: list[HistoryStep]
+    histories: list[History]  # one per metric: what the page's timelines draw
 
 
 @dataclass(frozen=True)

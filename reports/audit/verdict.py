@@ -310,7 +310,7 @@ def stored_runs(store: Any, experiment: str, selection: Any = None) -> pd.DataFr
     its latest ok one)."""
     if experiment not in store.list_experiments():
         return pd.DataFrame()
-    frames = store.frames(experiment, selection, fingerprints=True)
+    frames = store.frames(experiment, selection, summaries=True)
     runs = flatten_runs(frames["runs"], frames["outcomes"], frames["snapshots"])
     by_run = snapshots_by_run(frames["snapshots"])
     runs["load"] = [_load(by_run.get(int(m), {})) for m in runs["measurement_id"]]

@@ -302,7 +302,7 @@ def test_figures_from_different_cpu_models_are_flagged(tmp_path: Path) -> None:
     # revisions are cells of their own: exact ran on one CPU per revision, sparse at rev-a on two
     assert "mixed CPU models" not in timings["exact t=2 rev=rev-a"]
     assert "mixed CPU models" in timings["sparse k=4 t=2 rev=rev-a"]
-    device = devices_table(runs, load_experiment(store, "synthetic").snapshots).iloc[0]
+    device = devices_table(runs, load_experiment(store, "synthetic").device_fingerprints).iloc[0]
     assert "mixed CPU models" in device["flags"] and "AMD EPYC" in device["cpu"]
     store.close()
 

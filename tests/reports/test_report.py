@@ -106,7 +106,7 @@ def test_flags_in_the_timing_table(known: Store) -> None:
 def test_every_documented_flag_reaches_the_report(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/flags.db")
     exp = SyntheticExperiment(store)
-    # a snapshot stored before snapshots carried their flags: judged when the report reads it
+    # a snapshot taken before snapshots carried their flags: judged when it is stored
     busy = {**healthy_fingerprint(), "loadavg": [3.5, 2.0, 1.0], "mem_total_kb": 4000000,
             "mem_available_kb": 100000}
     exp.run(ctx=256, fingerprint=busy)
@@ -120,7 +120,7 @@ def test_every_documented_flag_reaches_the_report(tmp_path: Path) -> None:
     timings = timing_table(data.runs).set_index("ctx")
     assert timings.loc[256, "flags"] == "loaded; low-memory"
     assert timings.loc[512, "flags"] == "memory-clock-low"
-    devices = devices_table(data.runs, data.snapshots).set_index("device")
+    devices = devices_table(data.runs, data.device_fingerprints).set_index("device")
     assert devices.loc["board", "memory_clock"] == "dmc 528/2112 MHz (dmc_ondemand)"
     assert devices.loc["local", "memory_clock"] == ""
     report = (render_report(store, "synthetic", tmp_path / "out").parent / "report.md").read_text()

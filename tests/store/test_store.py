@@ -342,12 +342,13 @@ def test_a_stored_run_has_one_definition() -> None:
 
     children = {"token_timings", "outcome", "snapshots"}  # stored in their own tables
     store_own = ("id", "run_id", "attempt", "lease_expired")  # what the store decides
+    derived = ("summary",)  # of a snapshot's fingerprint, by the store
     assert columns(Run, "id", *RUN_KEPT) == set(RUN_FIELDS)
     assert columns(Measurement, *store_own) == set(MEASUREMENT_FIELDS)
     assert fields(RunResult) - children == set(RUN_FIELDS) | set(MEASUREMENT_FIELDS)
     assert not set(RUN_FIELDS) & set(MEASUREMENT_FIELDS)
     assert fields(Outcome) == columns(OutcomeRow, "measurement_id")
-    assert fields(Snapshot) == columns(DeviceSnapshot, "id", "measurement_id")
+    assert fields(Snapshot) == columns(DeviceSnapshot, "id", "measurement_id", *derived)
 
 
 def test_schema_changes_are_transactional(store: Store) -> None:

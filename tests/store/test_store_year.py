@@ -24,6 +24,7 @@ from db.measurements import current_rule
 from db.models import ExperimentCount, ExperimentRun, Measurement, Run
 from db.packing import pack_steps, unpack_steps
 from db.records import RUN_STATUSES, Snapshot
+from reports.runs import load_experiment
 
 
 def kept_counts(store: Store, experiment_id: int) -> dict[str, int]:
@@ -110,6 +111,39 @@ def test_the_upgrade_from_0001_carries_the_old_steps_into_packed_rows(store_url:
         assert detail.token_timings == sample_result(refs, "oldest", steps=6).token_timings
         assert (detail.run["status"], detail.run["attempts"]) == ("ok", 1)
         assert kept_counts(store, refs.experiment_id) == {"ok": 1}
+
+
+def test_the_upgrade_to_0016_summarises_every_stored_snapshot(store_url: str) -> None:
+    """A report reads each snapshot's summary (flags, CPU, load), not its fingerprint: the
+    upgrade fills it for the snapshots already stored, judging those stored without flags."""
+    database = connect_database(store_url)
+    migrate(database, "0008")
+    old = Store(database)
+    refs = refs_before_engines(old)
+    # taken before fingerprints carried flags, on a loaded machine short of memory; the old
+    # schema named the CPU "cpu"
+    busy = {"loadavg": [3.5, 2.0, 1.0], "mem_total_kb": 4000000, "mem_available_kb": 100000,
+            "cpu": "Old Xeon", "kernel": "5.4"}
+    # carrying the judgement made when it was taken, and today's CPU facts
+    judged = {"flags": ["throttling"], "cpu_model": "Cortex-A76", "cpu_id": "ARM 0x41 0xd0b",
+              "loadavg": [0.1, 0.2, 0.3], "kernel": "6.1", "cores": [{"cpu": 0}]}
+    insert_measured_run(database, refs, "busy", snapshots=[Snapshot("before", busy, None),
+                                                           Snapshot("after", busy, None)])
+    insert_measured_run(database, refs, "judged", snapshots=[Snapshot("before", judged, None)])
+    old.close()
+    with Store.open(store_url) as store:
+        snapshots = store.frames("exp", summaries=True)["snapshots"]
+        assert "fingerprint" not in snapshots
+        assert snapshots["summary"].tolist() == [
+            {"flags": ["loaded", "low-memory"], "loadavg": [3.5, 2.0, 1.0], "cpu": "Old Xeon"},
+            {"flags": [], "loadavg": [3.5, 2.0, 1.0], "cpu": "Old Xeon"},  # load: only before
+            {"flags": ["throttling"], "cpu_model": "Cortex-A76", "cpu_id": "ARM 0x41 0xd0b",
+             "loadavg": [0.1, 0.2, 0.3]}]
+        data = load_experiment(store, "exp")
+        assert data.runs["flags"].tolist() == ["loaded; low-memory", "throttling"]
+        assert data.runs["cpu"].tolist() == ["Old Xeon", "Cortex-A76 (ARM 0x41 0xd0b)"]
+        # the device's facts come from its first snapshot, read whole
+        assert data.device_fingerprints == {"local": busy}
 
 
 def test_counts_follow_every_kind_of_write(store: Store) -> None:
