@@ -234,7 +234,7 @@ class DeviceSnapshot(Base):
     phase: Mapped[str] = mapped_column(String(16))  # before | after
     taken_at: Mapped[datetime | None]
     fingerprint: Mapped[dict[str, Any]] = mapped_column(CompressedJSON)
-    # devices.conditions.snapshot_summary: the facts reports read of every snapshot (flags,
+    # db.rows.snapshot_summary: the part reports read of every snapshot (flags,
     # CPU, load), so that a report of 100,000 runs does not decompress 200,000 documents;
     # written with every snapshot (nullable only so that migration 0016 adds it in place)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)

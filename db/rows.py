@@ -31,7 +31,6 @@ from db.models import (
 )
 from db.packing import pack_steps
 from db.records import RUN_STATUSES, RunResult
-from devices.conditions import snapshot_summary
 
 # Keeps IN (...) lists under every backend's limit on bound parameters.
 KEY_CHUNK = 500
@@ -272,6 +271,27 @@ def refresh_runs(conn: Connection, run_ids: list[int]) -> None:
         _count(conn, deltas)
 
 
+# What reports read of every snapshot (reports.runs: its flags and CPU; the audit: the load
+# before the run), kept beside the compressed fingerprint as ``device_snapshots.summary``: a
+# report of 100,000 runs then reads no fingerprint but each board's first. A fingerprint taken
+# by devices.fingerprint carries its flags, judged when it was taken (devices.conditions).
+SUMMARY_KEYS = ("flags", "cpu_model", "cpu", "cpu_id", "loadavg")
+# One stored without them (older, or hand-made) is judged when it is read, as before summaries:
+# its summary also keeps what devices.conditions judges from (tests/store/test_snapshot_summary
+# checks that a summary and its fingerprint are judged alike).
+JUDGED_KEYS = ("emulated", "cores", "thermal", "devfreq", "mem_total_kb", "mem_available_kb")
+
+
+def snapshot_summary(fingerprint: Any) -> dict[str, Any]:
+    """The part of a fingerprint that reports read of every snapshot (SUMMARY_KEYS, and
+    JUDGED_KEYS when it carries no flags)."""
+    if not isinstance(fingerprint, dict):
+        return {}
+    keys = SUMMARY_KEYS if isinstance(fingerprint.get("flags"), list) else (*SUMMARY_KEYS,
+                                                                             *JUDGED_KEYS)
+    return {key: fingerprint[key] for key in keys if fingerprint.get(key) is not None}
+
+
 def insert_children(conn: Connection, measurement_id: int, result: RunResult) -> None:
     if result.token_timings:
         conn.execute(_INSERT_STEPS, {"measurement_id": measurement_id,
@@ -280,7 +300,7 @@ def insert_children(conn: Connection, measurement_id: int, result: RunResult) ->
         conn.execute(_INSERT_SNAPSHOTS, [
             {"measurement_id": measurement_id, "phase": s.phase, "taken_at": utc_naive(s.taken_at),
              "fingerprint": dict(s.fingerprint),
-             "summary": snapshot_summary(s.fingerprint, s.phase)}
+             "summary": snapshot_summary(s.fingerprint)}
             for s in result.snapshots
         ])
     if result.outcome is not None:

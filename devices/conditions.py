@@ -8,9 +8,6 @@ before fingerprints carried flags. This module imports nothing but the standard 
 
 A snapshot is taken ``before`` or ``after`` a run. Everything is judged on both, except the load
 and free memory, which only mean something before: the run itself loads the machine.
-
-A snapshot's summary (``snapshot_summary``) is what the store keeps beside each fingerprint so
-that reports read a few facts of every run, not every document: its flags, its CPU and its load.
 """
 
 from __future__ import annotations
@@ -119,21 +116,3 @@ def run_flags(before: Any, after: Any) -> list[str]:
     found = stored_or_computed(before, "before") + stored_or_computed(after, "after")
     known = [flag for flag in ORDER if flag in found]
     return known + [flag for flag in dict.fromkeys(found) if flag not in ORDER]
-
-
-# The facts of a fingerprint that reports read from every run's snapshots (reports.cpu: the CPU;
-# the audit: the load before the run); every other fact is read from a board's first snapshot.
-SUMMARY_FACTS = ("cpu_model", "cpu_id", "loadavg")
-
-
-def snapshot_summary(fingerprint: Any, phase: str) -> dict[str, Any]:
-    """The summary of one snapshot: its flags (stored or computed now) and SUMMARY_FACTS (a
-    schema before ``cpu_model`` named the CPU ``cpu``: kept when it is a name)."""
-    if not isinstance(fingerprint, dict):
-        return {"flags": []}
-    summary: dict[str, Any] = {"flags": stored_or_computed(fingerprint, phase)}
-    summary.update((key, fingerprint[key]) for key in SUMMARY_FACTS
-                   if fingerprint.get(key) is not None)
-    if isinstance(fingerprint.get("cpu"), str):
-        summary["cpu"] = fingerprint["cpu"]
-    return summary

@@ -337,7 +337,7 @@ def same_as_exact(table: pd.DataFrame) -> pd.Series:
 
 def snapshots_by_run(snapshots: pd.DataFrame) -> dict[int, dict[str, dict]]:
     """measurement id -> phase ("before", "after") -> the snapshot's summary document
-    (devices.conditions.snapshot_summary: a frame read with ``summaries``)."""
+    (db.rows.snapshot_summary: a frame read with ``summaries``)."""
     by_run: dict[int, dict[str, dict]] = {}
     if snapshots.empty:
         return by_run

@@ -115,7 +115,7 @@ def test_the_upgrade_from_0001_carries_the_old_steps_into_packed_rows(store_url:
 
 def test_the_upgrade_to_0016_summarises_every_stored_snapshot(store_url: str) -> None:
     """A report reads each snapshot's summary (flags, CPU, load), not its fingerprint: the
-    upgrade fills it for the snapshots already stored, judging those stored without flags."""
+    upgrade fills it for the snapshots already stored (db.rows.snapshot_summary)."""
     database = connect_database(store_url)
     migrate(database, "0008")
     old = Store(database)
@@ -134,12 +134,12 @@ def test_the_upgrade_to_0016_summarises_every_stored_snapshot(store_url: str) ->
     with Store.open(store_url) as store:
         snapshots = store.frames("exp", summaries=True)["snapshots"]
         assert "fingerprint" not in snapshots
+        # the unjudged one keeps what its judgement reads; the judged one, its judgement
         assert snapshots["summary"].tolist() == [
-            {"flags": ["loaded", "low-memory"], "loadavg": [3.5, 2.0, 1.0], "cpu": "Old Xeon"},
-            {"flags": [], "loadavg": [3.5, 2.0, 1.0], "cpu": "Old Xeon"},  # load: only before
-            {"flags": ["throttling"], "cpu_model": "Cortex-A76", "cpu_id": "ARM 0x41 0xd0b",
-             "loadavg": [0.1, 0.2, 0.3]}]
-        data = load_experiment(store, "exp")
+            {key: busy[key] for key in ("cpu", "loadavg", "mem_total_kb", "mem_available_kb")},
+        ] * 2 + [{"flags": ["throttling"], "cpu_model": "Cortex-A76",
+                  "cpu_id": "ARM 0x41 0xd0b", "loadavg": [0.1, 0.2, 0.3]}]
+        data = load_experiment(store, "exp")  # the load only counts before the run
         assert data.runs["flags"].tolist() == ["loaded; low-memory", "throttling"]
         assert data.runs["cpu"].tolist() == ["Old Xeon", "Cortex-A76 (ARM 0x41 0xd0b)"]
         # the device's facts come from its first snapshot, read whole

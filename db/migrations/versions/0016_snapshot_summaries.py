@@ -1,13 +1,13 @@
-"""``device_snapshots.summary``: the few facts of each snapshot that reports read of every run
-(its flags, its CPU, its load before the run; devices.conditions.snapshot_summary), beside the
-compressed fingerprint. A report, compare or audit of a nightly history read every fingerprint
-of its runs to find them: at a thousand engine revisions, 200,000 documents decompressed and
-parsed (11 s of the dashboard's first view of the experiment).
+"""``device_snapshots.summary``: the part of each snapshot that reports read of every run (its
+flags, its CPU, its load before the run; db.rows.snapshot_summary), beside the compressed
+fingerprint. A report, compare or audit of a nightly history read every fingerprint of its
+runs to find them: at a thousand engine revisions, 200,000 documents decompressed and parsed
+(11 s of the dashboard's first view of the experiment).
 
-Filled here from each stored fingerprint, in batches, in the migration's one transaction. The
-summary is computed by devices.conditions, as db.rows computes it for each snapshot stored. The
-column stays nullable in the schema (every row has one): making it NOT NULL would copy the
-table on SQLite, 1.4 GB of free pages left in a store of a million measurements.
+Filled here from each stored fingerprint, in batches, in the migration's one transaction, by
+db.rows.snapshot_summary, as every snapshot stored since is. The column stays nullable in the
+schema (every row has one): making it NOT NULL would copy the table on SQLite, 1.4 GB of free
+pages left in a store of a million measurements.
 
 Revision ID: 0016
 Revises: 0015
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from db.packing import CompressedJSON
-from devices.conditions import snapshot_summary
+from db.rows import snapshot_summary
 
 revision = "0016"
 down_revision = "0015"
@@ -34,20 +34,20 @@ def upgrade() -> None:
     bind = op.get_bind()
     with op.batch_alter_table("device_snapshots") as batch:
         batch.add_column(sa.Column("summary", sa.JSON(), nullable=True))
-    snapshots = sa.table("device_snapshots", sa.column("id"), sa.column("phase"),
+    snapshots = sa.table("device_snapshots", sa.column("id"),
                          sa.column("fingerprint", CompressedJSON()),
                          sa.column("summary", sa.JSON()))
     last = 0
     while True:
-        rows = bind.execute(sa.select(snapshots.c.id, snapshots.c.phase, snapshots.c.fingerprint)
+        rows = bind.execute(sa.select(snapshots.c.id, snapshots.c.fingerprint)
                             .where(snapshots.c.id > last).order_by(snapshots.c.id)
                             .limit(BATCH)).all()
         if not rows:
             break
         bind.execute(sa.update(snapshots).where(snapshots.c.id == sa.bindparam("row_id"))
                      .values(summary=sa.bindparam("value")),
-                     [{"row_id": row_id, "value": snapshot_summary(fingerprint, phase)}
-                      for row_id, phase, fingerprint in rows])
+                     [{"row_id": row_id, "value": snapshot_summary(fingerprint)}
+                      for row_id, fingerprint in rows])
         last = rows[-1][0]
 
 
