@@ -163,10 +163,10 @@ def frames(conn: Connection, experiment: str, selection: Selection = CURRENT,
     - ``token_timings``, ``outcomes``, ``snapshots``: their tables, keyed by ``measurement_id``.
     JSON values (config, params, fingerprints, generated ids) are JSON text with sorted keys.
     With ``summaries`` the snapshots are their summaries instead of their fingerprints
-    (db.rows.snapshot_summary: flags, CPU and load, as documents): what a report
-    reads of every run (a nightly has 200,000 snapshots; ``snapshot_fingerprints`` reads the
-    few whole documents it shows). With ``boards`` (device names or classes), only the
-    measurements made on those devices (what a comparison of boards reads).
+    (db.rows.snapshot_summary: flags, CPU and load, as documents): what a report reads of
+    every run (a nightly has 200,000 snapshots; ``snapshot_fingerprints`` reads the few whole
+    documents it shows). With ``boards`` (device names or classes), only the measurements made
+    on those devices (what a comparison of boards reads).
 
     The device, build, model and workload rows are read once each (a nightly's 50,000 runs
     share a few hundred) and joined here, as the inner join on the device and the outer joins
