@@ -1,6 +1,5 @@
 """Shared test set-up. Fixtures live in one module per area, loaded here as plugins."""
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,15 +37,11 @@ def session_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     its folders removes them). The llama.cpp build cache stays the machine's: it is what keeps
     a second run of the suite from building llama.cpp again."""
     folders = {name: tmp_path_factory.mktemp(stem) for name, stem in SESSION_FOLDERS.items()}
-    before = {name: os.environ.get(name) for name in folders}
-    os.environ.update({name: str(folder) for name, folder in folders.items()})
     try:
-        yield folders
+        with pytest.MonkeyPatch.context() as patch:  # puts the variables back as they were
+            for name, folder in folders.items():
+                patch.setenv(name, str(folder))
+            yield folders
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         for folder in folders.values():
             shutil.rmtree(folder, ignore_errors=True)
