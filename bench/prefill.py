@@ -34,6 +34,14 @@ v4-vnni (AVX512_BF16) bf16 is also set against the bf16 dot-product peak (``vdpb
 multiply-adds a lane): llama.cpp's bf16 products round their activations to bf16 and use it,
 and so does lmc with ``--lmc-extra=--bf16-acts``.
 
+Beside the whole prefill it gives lmc's weight products alone (``bench/c/matmul_rate.c``,
+which links the working tree's ``matmul.c``): a chunk of tokens through every layer's products
+with nothing between them, the weights read from memory as the prefill reads them
+("streamed"), and one layer's weights again and again ("cached"). The products are 94 % of the
+0.6B prefill's operations, so their streamed share of the peak bounds what the whole prefill
+reaches with these kernels; cached against streamed says how much of the gap the memory makes.
+Not with ``--rev`` (the kernels would not be that revision's) nor with sparse prefill.
+
     .venv/bin/python bench/prefill.py                   # 0.6B, f32 + q8_0, 1 + 2 threads
     .venv/bin/python bench/prefill.py --types q8_0 --threads 1 --rounds 5
     .venv/bin/python bench/prefill.py --prompt 4096 --layers 4       # long prompts, 4 layers
@@ -58,9 +66,10 @@ from depth4096 import LMC_WQ, model_directory
 from qwen3_06b import QWEN3_06B
 from roofline import Shape, bench_prompt, engine_binary, finish, run_lmc_generate
 
+from harness import ENGINE_DIR
 from harness.engines.llamabench.build import build_llama_bench
 from harness.engines.llamabench.gguf import ensure_converted
-from harness.engines.lmc.build import build_c_program
+from harness.engines.lmc.build import build_c_program, engine_sources
 
 BASELINE_TOKENS = 8
 
@@ -154,6 +163,62 @@ def fma_peak(isa: str) -> FmaPeak:
     dot = doc.get("dot_bf16_best_gflops")
     return FmaPeak(isa, doc["simd"], int(doc["bits"]), float(doc["best_gflops"]),
                    float(dot) if dot is not None else None)
+
+
+@dataclass
+class WeightProducts:
+    """bench/c/matmul_rate.c built for one level: lmc's weight products alone, a prefill chunk
+    through every layer, best of 3 passes in GFLOP per CPU second."""
+    wq: str
+    streamed: float  # every layer's own weights, read from memory as the prefill reads them
+    cached: float  # layer 0's weights again and again: what the products do from the caches
+
+
+def matmul_rate_binary(isa: str) -> Path:
+    """bench/c/matmul_rate.c linked with the working tree's engine sources, built for ``isa``."""
+    sources = [Path(__file__).resolve().parent / "c" / "matmul_rate.c",
+               *(p for p in engine_sources(ENGINE_DIR) if p.name != "main.c")]
+    return build_c_program("matmul_rate", sources, target=f"{os.uname().machine}:{isa}")
+
+
+def matmul_rate(binary: Path, shape: Shape, wq: str, *flags: str) -> dict:
+    """One run of matmul_rate for ``shape``'s layers: its JSON document."""
+    argv = [str(binary), "--wq", wq, "--hidden", str(shape.hidden), "--heads", str(shape.heads),
+            "--kv-heads", str(shape.kv_heads), "--head-dim", str(shape.head_dim),
+            "--intermediate", str(shape.intermediate), "--layers", str(shape.layers), *flags]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(proc.stdout)
+
+
+def weight_products(isa: str, shape: Shape, wq: str, bf16_acts: bool) -> WeightProducts:
+    """lmc's weight products for ``shape`` without the rest of a prefill, one thread."""
+    binary = matmul_rate_binary(isa)
+    flags = ("--bf16-acts",) if bf16_acts else ()
+    return WeightProducts(
+        wq, matmul_rate(binary, shape, wq, *flags)["best_gflops_per_cpu_s"],
+        matmul_rate(binary, shape, wq, "--cached", *flags)["best_gflops_per_cpu_s"])
+
+
+def print_weight_products(cells: list[Cell], products: list[WeightProducts], ops: float,
+                          peak: FmaPeak) -> None:
+    """Beside each one-thread cell's whole prefill: lmc's weight products alone, streamed and
+    cached, against the peak. The prefill does the products and more (attention, norms), so
+    the products' streamed share bounds what the whole prefill can reach with these kernels."""
+    print("\nlmc's weight products alone (bench/c/matmul_rate.c: the same matmul calls, a "
+          "chunk of tokens through every layer, nothing between them; best of 3 passes)")
+    print("| weights | streamed G/CPU-s (of peak) | cached G/CPU-s (of peak) | "
+          "the prefill's share of the peak | 1.3x llama-bench needs |")
+    print("|---|---|---|---|---|")
+    by_wq = {p.wq: p for p in products}
+    for cell in cells:
+        product = by_wq.get(LMC_WQ[cell.gguf_type])
+        if cell.threads != 1 or product is None:
+            continue
+        lmc_s, llama_s = (statistics.median(v) for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
+        whole = f"{ops / lmc_s / 1e9 / peak.gflops:.0%}" if lmc_s > 0 else "–"
+        need = f"{1.3 * ops / llama_s / 1e9 / peak.gflops:.0%}" if llama_s > 0 else "–"
+        print(f"| {cell.gguf_type} | {product.streamed:.1f} ({product.streamed / peak.gflops:.0%}) "
+              f"| {product.cached:.1f} ({product.cached / peak.gflops:.0%}) | {whole} | {need} |")
 
 
 def print_fractions(cells: list[Cell], ops: float, peak: FmaPeak, lmc_exact: bool) -> list[dict]:
@@ -277,15 +342,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {cell.gguf_type} (lmc {LMC_WQ[cell.gguf_type]}) | {cell.threads} | "
               f"{statistics.median(cell.lmc_ms):.0f} | {statistics.median(cell.llama_ms):.0f} | "
               f"{spread(cell.ratios())} | {cpu} |")
-    peak, shares = None, []
+    peak, shares, products = None, [], []
     if args.cpu_baseline and 1 in args.threads:
         peak = fma_peak(args.isa)
-        shares = print_fractions(cells, prefill_ops(Shape.from_model_dir(model_dir), args.prompt),
-                                 peak, lmc_exact=not sparse_prefill(extra))
+        shape = Shape.from_model_dir(model_dir)
+        shares = print_fractions(cells, prefill_ops(shape, args.prompt), peak,
+                                 lmc_exact=not sparse_prefill(extra))
+        if args.rev is None and not sparse_prefill(extra):  # the working tree's kernels
+            products = [weight_products(args.isa, shape, LMC_WQ[t], "--bf16-acts" in extra)
+                        for t in args.types]
+            print_weight_products(cells, products, prefill_ops(shape, args.prompt), peak)
     finish(lmc, (load_before, load_after), args.json,
            {"args": vars(args), "llama_bench": llama,
             "cells": [dataclasses.asdict(c) for c in cells],
-            "fma_peak": dataclasses.asdict(peak) if peak else None, "peak_shares": shares})
+            "fma_peak": dataclasses.asdict(peak) if peak else None, "peak_shares": shares,
+            "weight_products": [dataclasses.asdict(p) for p in products]})
     return 0
 
 
