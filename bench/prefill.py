@@ -190,35 +190,36 @@ def matmul_rate(binary: Path, shape: Shape, wq: str, *flags: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def weight_products(isa: str, shape: Shape, wq: str, bf16_acts: bool) -> WeightProducts:
-    """lmc's weight products for ``shape`` without the rest of a prefill, one thread."""
-    binary = matmul_rate_binary(isa)
+def weight_products(binary: Path, shape: Shape, wq: str, bf16_acts: bool) -> WeightProducts:
+    """lmc's weight products for ``shape`` without the rest of a prefill (``binary``:
+    matmul_rate_binary's), one thread."""
     flags = ("--bf16-acts",) if bf16_acts else ()
     return WeightProducts(
         wq, matmul_rate(binary, shape, wq, *flags)["best_gflops_per_cpu_s"],
         matmul_rate(binary, shape, wq, "--cached", *flags)["best_gflops_per_cpu_s"])
 
 
-def print_weight_products(cells: list[Cell], products: list[WeightProducts], ops: float,
+def print_weight_products(shares: list[dict], products: list[WeightProducts],
                           peak: FmaPeak) -> None:
-    """Beside each one-thread cell's whole prefill: lmc's weight products alone, streamed and
-    cached, against the peak. The prefill does the products and more (attention, norms), so
-    the products' streamed share bounds what the whole prefill can reach with these kernels."""
+    """Beside each one-thread cell's whole prefill (``shares``, print_fractions' result):
+    lmc's weight products alone, streamed and cached, against the peak. The prefill does the
+    products and more (attention, norms), so the products' streamed share bounds what the
+    whole prefill can reach with these kernels."""
     print("\nlmc's weight products alone (bench/c/matmul_rate.c: the same matmul calls, a "
           "chunk of tokens through every layer, nothing between them; best of 3 passes)")
     print("| weights | streamed G/CPU-s (of peak) | cached G/CPU-s (of peak) | "
           "the prefill's share of the peak | 1.3x llama-bench needs |")
     print("|---|---|---|---|---|")
     by_wq = {p.wq: p for p in products}
-    for cell in cells:
-        product = by_wq.get(LMC_WQ[cell.gguf_type])
-        if cell.threads != 1 or product is None:
+    for share in shares:
+        product = by_wq.get(LMC_WQ[share["weights"]])
+        if product is None:
             continue
-        lmc_s, llama_s = (statistics.median(v) for v in (cell.lmc_cpu_s, cell.llama_cpu_s))
-        whole = f"{ops / lmc_s / 1e9 / peak.gflops:.0%}" if lmc_s > 0 else "–"
-        need = f"{1.3 * ops / llama_s / 1e9 / peak.gflops:.0%}" if llama_s > 0 else "–"
-        print(f"| {cell.gguf_type} | {product.streamed:.1f} ({product.streamed / peak.gflops:.0%}) "
-              f"| {product.cached:.1f} ({product.cached / peak.gflops:.0%}) | {whole} | {need} |")
+        whole = f"{share['lmc']:.0%}" if share["lmc"] else "–"
+        need = f"{1.3 * share['llama_bench']:.0%}" if share["llama_bench"] else "–"
+        rates = [f"{rate:.1f} ({rate / peak.gflops:.0%})"
+                 for rate in (product.streamed, product.cached)]
+        print(f"| {share['weights']} | {rates[0]} | {rates[1]} | {whole} | {need} |")
 
 
 def print_fractions(cells: list[Cell], ops: float, peak: FmaPeak, lmc_exact: bool) -> list[dict]:
@@ -349,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         shares = print_fractions(cells, prefill_ops(shape, args.prompt), peak,
                                  lmc_exact=not sparse_prefill(extra))
         if args.rev is None and not sparse_prefill(extra):  # the working tree's kernels
-            products = [weight_products(args.isa, shape, LMC_WQ[t], "--bf16-acts" in extra)
+            binary = matmul_rate_binary(args.isa)
+            products = [weight_products(binary, shape, LMC_WQ[t], "--bf16-acts" in extra)
                         for t in args.types]
-            print_weight_products(cells, products, prefill_ops(shape, args.prompt), peak)
+            print_weight_products(shares, products, peak)
     finish(lmc, (load_before, load_after), args.json,
            {"args": vars(args), "llama_bench": llama,
             "cells": [dataclasses.asdict(c) for c in cells],

@@ -26,6 +26,8 @@
 #include "../../engine/threads.h"
 #include "../../engine/util.h"
 
+#define MAX_PASSES 100
+
 typedef struct {
     Mat q, k, v, o, gate, up, down;
 } LayerMats;
@@ -43,34 +45,24 @@ static int int_arg(int argc, char **argv, int *i, int lo, int hi) {
     return (int)v;
 }
 
-/* rows x cols of uniform values in [-scale, scale), stored as --wq asks and packed as lmc's
- * loader packs them */
+/* rows x cols of uniform values in [-1/cols, 1/cols), stored as --wq asks (bf16 rounded as
+ * lmc's loader rounds, q8 quantised by mat_quantize_row) and packed as the loader packs them */
 static Mat random_mat(int rows, int cols, int wq, uint64_t *seed) {
     float *row = lmc_alloc((size_t)cols, sizeof(float), "matmul_rate row");
-    float scale = 1.0f / (float)cols;
     Mat m = {.rows = rows, .cols = cols};
-    if (wq == WQ_Q8) {
-        mat_alloc_q8(&m, rows, cols, "matmul_rate q8 weights");
-        for (int r = 0; r < rows; r++) {
-            for (int c = 0; c < cols; c++) row[c] = scale * (2.0f * lmc_rand_uniform(seed) - 1.0f);
-            mat_quantize_row(&m, r, row);
-        }
-    } else {
-        size_t n = (size_t)rows * (size_t)cols;
-        if (wq == WQ_BF16) {
-            m.h = lmc_alloc(n, sizeof(uint16_t), "matmul_rate bf16 weights");
-            for (size_t i = 0; i < n; i++) {
-                float f = scale * (2.0f * lmc_rand_uniform(seed) - 1.0f);
-                uint32_t bits;
-                memcpy(&bits, &f, sizeof bits);
-                m.h[i] = (uint16_t)(bits >> 16);
-            }
-        } else {
-            m.f = lmc_alloc(n, sizeof(float), "matmul_rate f32 weights");
-            for (size_t i = 0; i < n; i++) m.f[i] = scale * (2.0f * lmc_rand_uniform(seed) - 1.0f);
-        }
-        mat_pack(&m);
+    size_t n = (size_t)rows * (size_t)cols;
+    if (wq == WQ_Q8) mat_alloc_q8(&m, rows, cols, "matmul_rate q8 weights");
+    else if (wq == WQ_BF16) m.h = lmc_alloc(n, sizeof(uint16_t), "matmul_rate bf16 weights");
+    else m.f = lmc_alloc(n, sizeof(float), "matmul_rate f32 weights");
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) row[c] = lmc_rand_uniform(seed) / (float)cols;
+        size_t at = (size_t)r * (size_t)cols;
+        if (wq == WQ_Q8) mat_quantize_row(&m, r, row);
+        else if (wq == WQ_BF16)
+            for (int c = 0; c < cols; c++) m.h[at + (size_t)c] = lmc_f32_to_bf16(row[c]);
+        else memcpy(m.f + at, row, (size_t)cols * sizeof(float));
     }
+    if (wq != WQ_Q8) mat_pack(&m);
     lmc_free(row);
     return m;
 }
@@ -97,7 +89,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--bf16-acts")) bf16_acts = 1;
         else if (!strcmp(a, "--tokens")) T = int_arg(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--threads")) threads = int_arg(argc, argv, &i, 1, 256);
-        else if (!strcmp(a, "--passes")) passes = int_arg(argc, argv, &i, 1, 100);
+        else if (!strcmp(a, "--passes")) passes = int_arg(argc, argv, &i, 1, MAX_PASSES);
         else usage_error("unknown option", a);
     }
     const int Q = heads * head_dim, KV = kv_heads * head_dim, stored = cached ? 1 : layers;
@@ -120,7 +112,7 @@ int main(int argc, char **argv) {
     float *out2 = lmc_alloc((size_t)T * (size_t)I, sizeof(float), "matmul_rate outputs");
     float *out3 = lmc_alloc((size_t)T * (size_t)KV, sizeof(float), "matmul_rate outputs");
     float *out4 = lmc_alloc((size_t)T * (size_t)KV, sizeof(float), "matmul_rate outputs");
-    for (size_t i = 0; i < (size_t)T * (size_t)widest; i++) x[i] = 2.0f * lmc_rand_uniform(&seed) - 1.0f;
+    for (size_t i = 0; i < (size_t)T * (size_t)widest; i++) x[i] = lmc_rand_uniform(&seed);
     QActs xq;
     qacts_init(&xq, T, widest, bf16_acts);
     ThreadPool *pool = pool_create(threads);
@@ -132,13 +124,7 @@ int main(int argc, char **argv) {
     const Mat *all[7] = {&L[0].q, &L[0].k, &L[0].v, &L[0].o, &L[0].gate, &L[0].up, &L[0].down};
     for (int m = 0; m < 7; m++) bytes += mat_bytes(all[m]);
     bytes *= (size_t)stored;
-    double best = 0.0, checksum = 0.0;
-    printf("{\"wq\": \"%s\", \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-           "\"intermediate\": %d, \"layers\": %d, \"cached\": %s, \"bf16_acts\": %s, \"tokens\": %d, \"threads\": %d, "
-           "\"operations\": %zu, \"weight_bytes\": %zu, \"passes\": [",
-           wq_name(wq), H, heads, kv_heads, head_dim, I, layers, cached ? "true" : "false",
-           bf16_acts ? "true" : "false", T, threads,
-           2 * macs, bytes);
+    double ops = 2.0 * (double)macs, rate[MAX_PASSES], wall_rate[MAX_PASSES], best = 0.0, checksum = 0.0;
     for (int p = 0; p < passes; p++) {
         double cpu0 = lmc_cpu_ms(), wall0 = lmc_now_ms();
         checksum = 0.0;
@@ -154,12 +140,20 @@ int main(int argc, char **argv) {
             matmul(&down, 1, x, I, T, &xq, pool);
             checksum += out[0];
         }
-        double cpu_s = (lmc_cpu_ms() - cpu0) / 1e3, wall_s = (lmc_now_ms() - wall0) / 1e3;
-        double rate = 2.0 * (double)macs / cpu_s / 1e9;
-        if (rate > best) best = rate;
-        printf("%s{\"gflops_per_cpu_s\": %.2f, \"gflops_per_s\": %.2f}", p ? ", " : "", rate,
-               2.0 * (double)macs / wall_s / 1e9);
+        rate[p] = ops / ((lmc_cpu_ms() - cpu0) / 1e3) / 1e9;
+        wall_rate[p] = ops / ((lmc_now_ms() - wall0) / 1e3) / 1e9;
+        if (rate[p] > best) best = rate[p];
     }
+
+    /* ---- the document, printed whole once every pass is done */
+    printf("{\"wq\": \"%s\", \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
+           "\"intermediate\": %d, \"layers\": %d, \"cached\": %s, \"bf16_acts\": %s, ",
+           wq_name(wq), H, heads, kv_heads, head_dim, I, layers, cached ? "true" : "false",
+           bf16_acts ? "true" : "false");
+    printf("\"tokens\": %d, \"threads\": %d, \"operations\": %zu, \"weight_bytes\": %zu, \"passes\": [",
+           T, threads, 2 * macs, bytes);
+    for (int p = 0; p < passes; p++)
+        printf("%s{\"gflops_per_cpu_s\": %.2f, \"gflops_per_s\": %.2f}", p ? ", " : "", rate[p], wall_rate[p]);
     /* the checksum (each layer's first down-projection output, summed, in the last pass)
      * keeps the products from being optimised away and tells the layers read apart */
     printf("], \"best_gflops_per_cpu_s\": %.2f, \"checksum\": %.6g}\n", best, checksum);

@@ -65,7 +65,11 @@ def test_prefill_sets_the_weight_products_beside_the_whole_prefill(capsys) -> No
     peak = prefill.FmaPeak("v4", "avx512f", 512, 100.0)
     products = [prefill.WeightProducts("f32", streamed=60.0, cached=72.0),
                 prefill.WeightProducts("q8", streamed=10.0, cached=10.0)]
-    prefill.print_weight_products([cell, two_threads], products, 100e9, peak)
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| f32")]
+    shares = prefill.print_fractions([cell, two_threads], 100e9, peak, lmc_exact=True)
+    capsys.readouterr()  # the shares' own table
+    prefill.print_weight_products(shares, products, peak)
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| f32")]
     # the products' shares, the whole prefill's (50 of 100), what 1.3x llama-bench needs (50)
     assert rows == ["| f32 | 60.0 (60%) | 72.0 (72%) | 50% | 50% |"]
+    assert "| q8_0" not in out  # a two-thread cell has no share of the one-thread peak
