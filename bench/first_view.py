@@ -3,9 +3,9 @@ has no page kept (after new runs land): the experiment's summary and history
 (``FarmData.experiment``) and its report's sections (``FarmData.report_html``), without the
 HTTP server. Each repeat is a fresh process, so that nothing is kept between them.
 
-Two checkouts can be timed side by side, in alternating rounds (``--against``): a change to the
-read path against the commit before it, each on its own store (a store migrated by the newer
-checkout cannot be opened by the older one: copy it first).
+Two checkouts can be timed side by side (``--against``), in rounds that alternate which goes
+first: a change to the read path against the commit before it, each on its own store (a store
+migrated by the newer checkout cannot be opened by the older one: copy it first).
 
     .venv/bin/python bench/first_view.py --db sqlite:////tmp/benchfarm-scale/sqlite-100x/store.db \\
         nightly [--repeats 3] [--checkout DIR] [--against DIR --against-db URL]
@@ -75,7 +75,7 @@ def main() -> int:
         sides.append((str(args.against), args.against, args.against_db or args.db))
     times: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in sides}
     for round_number in range(1, args.repeats + 1):
-        for name, checkout, url in sides:
+        for name, checkout, url in (sides if round_number % 2 else sides[::-1]):
             result = timed(checkout, url, args.experiment)
             times[name].append(result)
             print(f"round {round_number} {name}: {result['total_s']:.2f} s", flush=True)
